@@ -1,0 +1,303 @@
+"""The ``dpkit`` command.
+
+Thin: every command parses its arguments, calls the library, and prints with rich. The curator
+commands live in ``dpkit.engine.commands``; this module only wires them to the command line.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class _FriendlyGroup(click.Group):
+    """Turns the library's ValueErrors (which already say what to do) into one red line, exit 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (ValueError, FileNotFoundError, FileExistsError, PermissionError) as exc:
+            err_console.print(f"[bold red]error:[/] {exc}")
+            sys.exit(2)
+
+
+@click.group(cls=_FriendlyGroup)
+@click.version_option(package_name="dpkit")
+def main() -> None:
+    """dpkit: differential privacy you can deploy.
+
+    Put a sensitive table behind a curator, ask aggregate SQL questions, and get answers with
+    error bars while a privacy budget that can never be overspent is kept on disk.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# demo
+
+
+@main.command()
+@click.option(
+    "--rows", default=300_000, show_default=True, help="Rows of example data to generate."
+)
+@click.option(
+    "--path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Keep the demo project here (default: a temporary folder, removed afterwards).",
+)
+def demo(rows: int, path: Path | None) -> None:
+    """Run the main job on bundled, deterministically generated example data."""
+    try:
+        from dpkit.engine import commands
+    except ImportError:  # the curator is optional until it lands; show the foundation instead
+        _foundation_demo()
+        return
+    commands.run_demo(path=path, console=console, rows=rows)
+
+
+def _foundation_demo() -> None:
+    import numpy as np
+
+    import dpkit as dp
+
+    console.rule("[bold]dpkit: exact noise, releases with error bars, tight accounting")
+    r = dp.mechanisms.laplace(41.0, sensitivity=1.0, epsilon=0.5)
+    console.print(f"Laplace(41, sensitivity 1, eps 0.5) -> {r.value:.3f}, 95% CI {_fmt_ci(r.ci)}")
+    g = dp.mechanisms.gaussian(np.array([10.0, 20.0, 30.0]), sensitivity=1.0, rho=0.1)
+    console.print(f"Gaussian([10, 20, 30], rho 0.1) -> {np.round(g.value, 3)}")
+    event = dp.events.SelfComposed(
+        dp.events.PoissonSampled(256 / 60000, dp.events.Gaussian(1.1)), 14062
+    )
+    _print_account_report(event, delta=1e-5)
+
+
+def _fmt_ci(ci: Any) -> str:
+    low, high = ci
+    return f"[{low:.3f}, {high:.3f}]"
+
+
+# ---------------------------------------------------------------------------------------------
+# accounting calculator
+
+
+@main.command()
+@click.argument("event_json")
+@click.option("--delta", type=float, default=None, help="Report epsilon at this delta.")
+@click.option("--epsilon", type=float, default=None, help="Report delta at this epsilon.")
+def account(event_json: str, delta: float | None, epsilon: float | None) -> None:
+    """Privacy calculator: epsilon (or delta) of an event by every method, with timing.
+
+    EVENT_JSON is an event in dpkit's JSON form, or @FILE to read it from a file, e.g.
+
+      dpkit account '{"SelfComposed": {"event": {"Gaussian": [1.1]}, "count": 100}}' --delta 1e-5
+    """
+    import dpkit as dp
+
+    text = Path(event_json[1:]).read_text() if event_json.startswith("@") else event_json
+    event = dp.events.from_json(text)
+    if delta is None and epsilon is None:
+        delta = 1e-6
+        console.print("[dim]no --delta or --epsilon given: reporting epsilon at delta = 1e-6[/]")
+    if delta is not None:
+        _print_account_report(event, delta=delta)
+    if epsilon is not None:
+        _print_delta_report(event, epsilon=epsilon)
+
+
+def _print_account_report(event: Any, *, delta: float) -> None:
+    from dpkit import accounting
+
+    table = Table(title=f"epsilon at delta = {delta:g}", title_justify="left")
+    table.add_column("method")
+    table.add_column("epsilon (upper bound)", justify="right")
+    table.add_column("time", justify="right")
+    table.add_column("note")
+    for row in accounting.report(event, delta):
+        method, eps, seconds, note = row
+        table.add_row(method, _fmt_eps(eps), f"{seconds * 1e3:.1f} ms", note or "")
+    console.print(table)
+
+
+def _print_delta_report(event: Any, *, epsilon: float) -> None:
+    from dpkit import accounting
+
+    table = Table(title=f"delta at epsilon = {epsilon:g}", title_justify="left")
+    table.add_column("method")
+    table.add_column("delta (upper bound)", justify="right")
+    table.add_column("note")
+    for method in ("pld", "gdp", "rdp", "zcdp", "pure"):
+        try:
+            d = accounting.delta(event, epsilon, method=method)
+        except (ValueError, NotImplementedError) as exc:
+            table.add_row(method, "-", str(exc).splitlines()[0][:80])
+            continue
+        table.add_row(method, f"{d:.6g}", "")
+    console.print(table)
+
+
+def _fmt_eps(eps: float | None) -> str:
+    if eps is None:
+        return "-"
+    if math.isinf(eps):
+        return "inf"
+    return f"{eps:.6f}"
+
+
+# ---------------------------------------------------------------------------------------------
+# the curator
+
+
+def _commands() -> Any:
+    try:
+        from dpkit.engine import commands
+    except ImportError as exc:  # pragma: no cover - only before the engine exists
+        raise click.ClickException(f"the curator is not available in this build ({exc})") from exc
+    return commands
+
+
+@main.command()
+@click.argument("project", type=click.Path(path_type=Path))
+@click.option("--epsilon", type=float, required=True, help="Total epsilon budget.")
+@click.option("--delta", type=float, default=0.0, show_default=True, help="Total delta budget.")
+@click.option(
+    "--accountant",
+    type=click.Choice(["pure", "approx", "zcdp", "rdp", "pld"]),
+    default=None,
+    help="How charges compose (default: pure when delta is 0, else approx).",
+)
+def init(project: Path, epsilon: float, delta: float, accountant: str | None) -> None:
+    """Create a curator project with a total privacy budget."""
+    _commands().init_project(
+        project, epsilon=epsilon, delta=delta, accountant=accountant, console=console
+    )
+
+
+@main.command("add-table")
+@click.argument("project", type=click.Path(path_type=Path))
+@click.argument("name")
+@click.argument("source")
+@click.option("--privacy-unit", default=None, help="Column identifying one person (default: rows).")
+@click.option("--bounds", multiple=True, help="Clamp a numeric column: age=0:120 (repeatable).")
+@click.option("--max-rows-per-unit", type=int, default=None, help="Contribution bound per unit.")
+@click.option("--max-groups-per-unit", type=int, default=None, help="Groups one unit may touch.")
+@click.option("--domain", multiple=True, help="Public keys of a column: ward=A,B,C (repeatable).")
+def add_table(
+    project: Path,
+    name: str,
+    source: str,
+    privacy_unit: str | None,
+    bounds: tuple[str, ...],
+    max_rows_per_unit: int | None,
+    max_groups_per_unit: int | None,
+    domain: tuple[str, ...],
+) -> None:
+    """Register a sensitive table (CSV, Parquet, or a DuckDB database) with its privacy unit."""
+    _commands().add_table(
+        project,
+        name,
+        source,
+        privacy_unit=privacy_unit,
+        bounds=_parse_bounds(bounds),
+        max_rows_per_unit=max_rows_per_unit,
+        max_groups_per_unit=max_groups_per_unit,
+        domains=_parse_domains(domain),
+        console=console,
+    )
+
+
+def _parse_bounds(items: tuple[str, ...]) -> dict[str, tuple[float, float]]:
+    bounds: dict[str, tuple[float, float]] = {}
+    for item in items:
+        column, sep, rng = item.partition("=")
+        low, sep2, high = rng.partition(":")
+        if not sep or not sep2:
+            raise click.BadParameter(
+                f"write bounds as column=low:high, e.g. age=0:120 (got {item!r})"
+            )
+        try:
+            bounds[column.strip()] = (float(low), float(high))
+        except ValueError:
+            raise click.BadParameter(
+                f"bounds must be numbers, e.g. age=0:120 (got {item!r})"
+            ) from None
+    return bounds
+
+
+def _parse_domains(items: tuple[str, ...]) -> dict[str, list[str]]:
+    domains: dict[str, list[str]] = {}
+    for item in items:
+        column, sep, keys = item.partition("=")
+        if not sep or not keys:
+            raise click.BadParameter(f"write a domain as column=key1,key2 (got {item!r})")
+        domains[column.strip()] = [k.strip() for k in keys.split(",")]
+    return domains
+
+
+@main.command()
+@click.argument("project", type=click.Path(path_type=Path))
+@click.argument("sql")
+@click.option("--epsilon", type=float, default=None, help="Budget to spend on this query.")
+@click.option(
+    "--delta",
+    type=float,
+    default=None,
+    help="Delta to spend (Gaussian noise, partition selection).",
+)
+@click.option(
+    "--accuracy", type=float, default=None, help="Target CI half-width; dpkit picks the budget."
+)
+@click.option("--analyst", default=None, help="Charge this analyst's budget.")
+@click.option(
+    "--output", type=click.Path(path_type=Path), default=None, help="Also write CSV/Parquet."
+)
+def query(
+    project: Path,
+    sql: str,
+    epsilon: float | None,
+    delta: float | None,
+    accuracy: float | None,
+    analyst: str | None,
+    output: Path | None,
+) -> None:
+    """Answer an aggregate SQL query privately (spends budget)."""
+    _commands().query(
+        project,
+        sql,
+        epsilon=epsilon,
+        delta=delta,
+        accuracy=accuracy,
+        analyst=analyst,
+        output=output,
+        console=console,
+    )
+
+
+@main.command()
+@click.argument("project", type=click.Path(path_type=Path))
+@click.argument("sql")
+@click.option("--epsilon", type=float, default=None, help="Budget the query would spend.")
+@click.option("--delta", type=float, default=None)
+def preview(project: Path, sql: str, epsilon: float | None, delta: float | None) -> None:
+    """Show what a query would cost and how accurate it would be, spending nothing."""
+    _commands().preview(project, sql, epsilon=epsilon, delta=delta, console=console)
+
+
+@main.command()
+@click.argument("project", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def budget(project: Path, as_json: bool) -> None:
+    """Show the budget: spent, remaining, and the history of charges."""
+    _commands().budget(project, console=console, as_json=as_json)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
