@@ -1,0 +1,86 @@
+"""DESIGN.md's layering: lower rooms never import higher ones, and only dpkit.noise draws randomness."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "dpkit"
+
+# noise <- events <- accounting <- mechanisms <- (engine, release, local, learn, attacks, markets) <- (cli, server)
+RANK = {
+    "noise": 0,
+    "events": 1,
+    "accounting": 2,
+    "mechanisms": 3,
+    "engine": 4,
+    "release": 4,
+    "local": 4,
+    "learn": 4,
+    "attacks": 4,
+    "markets": 4,
+    "cli": 5,
+    "server": 5,
+}
+# Rooms on the same level may use one another only where DESIGN.md says so: the curator plugs in
+# correlated-noise release, and the attacks audit the curator.
+ALLOWED_SIDEWAYS = {("engine", "release"), ("attacks", "engine"), ("attacks", "release")}
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "dpkit" or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+def _python_files() -> list[Path]:
+    return sorted(p for p in SRC.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+            if node.module == "dpkit":
+                names.extend(f"dpkit.{alias.name}" for alias in node.names)
+    return names
+
+
+@pytest.mark.parametrize("path", _python_files(), ids=lambda p: str(p.relative_to(SRC)))
+def test_lower_rooms_never_import_higher_ones(path: Path) -> None:
+    rel = path.relative_to(SRC)
+    own = rel.parts[0].removesuffix(".py")
+    if own not in RANK:
+        return
+    for name in _imports(path):
+        other = _room(name)
+        if other is None or other not in RANK or other == own:
+            continue
+        if RANK[other] > RANK[own] or (
+            RANK[other] == RANK[own] and (own, other) not in ALLOWED_SIDEWAYS
+        ):
+            pytest.fail(f"{rel} (room {own!r}) imports {name} (room {other!r}): layering broken")
+
+
+RANDOMNESS = re.compile(
+    r"np\.random\.|numpy\.random|^\s*import random\b|^\s*from random import|"
+    r"\brandom\.(random|randint|choice|shuffle|getrandbits)\(|default_rng\(|\bsecrets\.",
+    re.MULTILINE,
+)
+
+
+@pytest.mark.parametrize("path", _python_files(), ids=lambda p: str(p.relative_to(SRC)))
+def test_only_the_noise_layer_draws_randomness(path: Path) -> None:
+    rel = path.relative_to(SRC)
+    if rel.parts[0] == "noise":
+        return
+    match = RANDOMNESS.search(path.read_text())
+    assert match is None, f"{rel} draws randomness outside dpkit.noise: {match.group(0)!r}"
