@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 __all__ = [
+    "ZCDP",
     "ApproxDP",
     "Composed",
     "DiscreteGaussian",
@@ -60,7 +61,6 @@ __all__ = [
     "RandomizedResponse",
     "SampledWithoutReplacement",
     "SelfComposed",
-    "ZCDP",
     "from_dict",
     "from_json",
 ]
@@ -322,7 +322,7 @@ def from_dict(data: Mapping[str, Any]) -> Event:
     """Rebuild an event from its ``to_dict`` form; unknown kinds raise with the known list."""
     if not isinstance(data, Mapping) or len(data) != 1:
         raise ValueError(
-            'an event is a JSON object with exactly one key naming its kind, e.g. '
+            "an event is a JSON object with exactly one key naming its kind, e.g. "
             '{"Gaussian": {"noise_multiplier": 1.1}} (got ' + repr(data)[:200] + ")"
         )
     ((kind, fields),) = data.items()
