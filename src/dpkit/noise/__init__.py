@@ -1,0 +1,47 @@
+"""dpkit.noise: the only source of randomness in dpkit, and exact samplers on the integers.
+
+>>> import dpkit.noise as noise
+>>> src = noise.seeded(42)                 # reproducible, INSECURE: tests only
+>>> noise.discrete_laplace(3, 4, source=src).dtype
+dtype('int64')
+
+``source=None`` (the default everywhere) means :func:`default_source`, the operating system's
+CSPRNG. Samplers are exact: see ``docs/noise.md`` for the algorithms and proofs.
+"""
+
+from __future__ import annotations
+
+from . import grid
+from .samplers import (
+    MAX_DGAUSS_SIGMA2,
+    MAX_DLAP_SCALE,
+    bernoulli,
+    bernoulli_exp,
+    discrete_gaussian,
+    discrete_laplace,
+    dlap_effective_scale,
+    permutation,
+    uniform_float01,
+    uniform_int,
+)
+from .sources import SecureSource, SeededSource, Source, default_source, secure, seeded
+
+__all__ = [
+    "MAX_DGAUSS_SIGMA2",
+    "MAX_DLAP_SCALE",
+    "SecureSource",
+    "SeededSource",
+    "Source",
+    "bernoulli",
+    "bernoulli_exp",
+    "default_source",
+    "discrete_gaussian",
+    "discrete_laplace",
+    "dlap_effective_scale",
+    "grid",
+    "permutation",
+    "secure",
+    "seeded",
+    "uniform_float01",
+    "uniform_int",
+]

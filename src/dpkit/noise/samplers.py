@@ -1,0 +1,534 @@
+"""Exact, vectorised samplers on the integers (Canonne-Kamath-Steinke 2020 structure).
+
+Every sampler returns numbers whose distribution is *exactly* the stated one, given independent
+uniform words from the :class:`~dpkit.noise.sources.Source`. Floating point is used only where a
+rigorous IEEE-754 error bound proves the decision it makes; the lanes where the bound cannot
+decide (probability about 2**-31 per decision) are finished with Python integers
+(:mod:`dpkit.noise._exact`). The proofs are in ``docs/noise.md``.
+
+Parameters (``p``, ``gamma``, ``scale``, ``sigma2``) may be ``int``, :class:`fractions.Fraction`
+or ``float``; a float is taken at its exact binary value (``Fraction(x)``), never re-rounded.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable
+from fractions import Fraction
+from typing import TypeAlias
+
+import numpy as np
+
+from ._exact import LazyUniform, exp_neg_fixed
+from .sources import Source, default_source
+
+__all__ = [
+    "MAX_DGAUSS_SIGMA2",
+    "MAX_DLAP_SCALE",
+    "bernoulli",
+    "bernoulli_exp",
+    "discrete_gaussian",
+    "discrete_laplace",
+    "dlap_effective_scale",
+    "permutation",
+    "uniform_float01",
+    "uniform_int",
+]
+
+Rational: TypeAlias = int | float | Fraction
+Size: TypeAlias = int | tuple[int, ...]
+
+#: Largest discrete-Laplace scale accepted: samples stay far inside int64 (P(|X| >= 2**52) is
+#: about exp(-2**12)) and below 2**53 so grid releases convert to float exactly.
+MAX_DLAP_SCALE = Fraction(2**40)
+#: Largest discrete-Gaussian variance accepted (sigma <= 2**40), for the same reason.
+MAX_DGAUSS_SIGMA2 = Fraction(2**80)
+#: Smallest sigma2 used; smaller requests are rounded *up* to this (more noise, never less).
+MIN_DGAUSS_SIGMA2 = Fraction(1, 2**60)
+
+_T_MAX = 1 << 56  # numerator bound for scale t/s: t*V fits int64 unless V > 127 (prob e**-128)
+_S_MAX = 1 << 62  # denominator bound for scale t/s
+_CHUNK = 1 << 16  # lanes per vectorised pass (stays in L2 cache)
+_TWO32 = float(2**32)
+
+
+# --------------------------------------------------------------------------- argument checks
+def _rational(x: object, name: str) -> Fraction:
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(
+            f"{name} must be an int, fractions.Fraction or float (got {type(x).__name__})"
+        )
+    if isinstance(x, Fraction):
+        return x
+    if isinstance(x, numbers.Integral):
+        return Fraction(int(x))
+    xf = float(x)  # type: ignore[arg-type]
+    if not math.isfinite(xf):
+        raise ValueError(f"{name} must be finite (got {xf!r})")
+    return Fraction(xf)
+
+
+def _shape(size: Size | None) -> tuple[int, ...]:
+    if size is None:
+        return ()
+    if isinstance(size, numbers.Integral) and not isinstance(size, bool):
+        shape: tuple[int, ...] = (int(size),)
+    elif isinstance(size, tuple):
+        shape = tuple(int(s) for s in size)
+    else:
+        raise TypeError(f"size must be an int or a tuple of ints (got {size!r})")
+    if any(s < 0 for s in shape):
+        raise ValueError(f"size must be non-negative (got {size!r})")
+    return shape
+
+
+def _source(source: Source | None) -> Source:
+    if source is None:
+        return default_source()
+    if not isinstance(source, Source):
+        raise TypeError(
+            "source must be a dpkit.noise Source, e.g. noise.secure() or noise.seeded(42) "
+            f"(got {type(source).__name__})"
+        )
+    return source
+
+
+# --------------------------------------------------------------------------- uniform integers
+def _uniform_below(high: int, n: int, src: Source) -> np.ndarray:
+    """``n`` exact uniform integers in [0, high) as int64 (1 <= high <= 2**63), no modulo bias."""
+    if high == 1 or n == 0:
+        return np.zeros(n, dtype=np.int64)
+    if high & (high - 1) == 0:  # power of two: mask
+        if high <= 1 << 32:
+            return (src.uint32(n) & np.uint32(high - 1)).astype(np.int64)
+        return (src.uint64(n) & np.uint64(high - 1)).astype(np.int64)
+    out = np.empty(n, dtype=np.int64)
+    filled = 0
+    if high < 1 << 32:
+        # Lemire (2019): w*high = H*2**32 + L; reject L < 2**32 mod high; each H in [0, high)
+        # then has exactly floor(2**32/high) accepted words w.
+        thr = np.uint64((1 << 32) % high)
+        h = np.uint64(high)
+        reject = ((1 << 32) % high) / 2.0**32
+        while filled < n:
+            need = n - filled
+            w = src.uint32(need + int(need * reject * 1.2) + 8).astype(np.uint64)
+            w *= h
+            vals = (w >> np.uint64(32))[(w & np.uint64(0xFFFFFFFF)) >= thr]
+            k = min(vals.size, need)
+            out[filled : filled + k] = vals[:k]
+            filled += k
+        return out
+    # 64-bit words: accept w < lim (a multiple of high), return w mod high
+    lim = (1 << 64) - (1 << 64) % high
+    reject = ((1 << 64) % high) / 2.0**64
+    lim_u, h = np.uint64(lim), np.uint64(high)
+    while filled < n:
+        need = n - filled
+        w = src.uint64(need + int(need * reject * 1.2) + 8)
+        vals = w[w < lim_u] % h
+        k = min(vals.size, need)
+        out[filled : filled + k] = vals[:k]
+        filled += k
+    return out
+
+
+def uniform_int(high: int, size: Size, *, source: Source | None = None) -> np.ndarray:
+    """Exactly uniform integers on ``[0, high)`` (int64), ``1 <= high < 2**63``.
+
+    No modulo bias: 32-bit words with Lemire's rejection when ``high < 2**32``, else 64-bit words
+    rejected above the largest multiple of ``high``.
+
+    >>> uniform_int(6, 4, source=seeded(1)).tolist()  # doctest: +SKIP
+    """
+    if isinstance(high, bool) or not isinstance(high, numbers.Integral):
+        raise TypeError(f"high must be an int (got {type(high).__name__})")
+    high = int(high)
+    if not 1 <= high < 2**63:
+        raise ValueError(f"high must satisfy 1 <= high < 2**63 (got {high})")
+    shape = _shape(size)
+    src = _source(source)
+    return _uniform_below(high, math.prod(shape), src).reshape(shape)
+
+
+# --------------------------------------------------------------------------- Bernoulli
+def _exact_fallback_fraction(u: np.ndarray, idx: np.ndarray, p: Fraction, src: Source) -> list:
+    return [LazyUniform(int(u[i]), 32, src).less_than_fraction(p) for i in idx]
+
+
+def bernoulli(p: Rational, size: Size, *, source: Source | None = None) -> np.ndarray:
+    """Exact Bernoulli(p) booleans, ``0 <= p <= 1`` rational (a float is taken exactly).
+
+    A uniform real ``U`` is drawn lazily: its first 32 bits ``u`` decide ``U < p`` unless
+    ``u == floor(p * 2**32)``; those lanes (probability < 2**-32) draw more bits with exact
+    integer comparisons. The result is exactly ``[U < p]``, so ``P(True) = p``.
+    """
+    pf = _rational(p, "p")
+    if not 0 <= pf <= 1:
+        raise ValueError(f"p must be in [0, 1] (got {p!r})")
+    shape = _shape(size)
+    src = _source(source)
+    n = math.prod(shape)
+    if pf == 0 or pf == 1:
+        return np.full(shape, pf == 1, dtype=bool)
+    num, den = pf.numerator, pf.denominator
+    A, rem = divmod(num << 32, den)  # p * 2**32 = A + rem/den
+    u = src.uint32(n)
+    out = u < A  # u + 1 <= A  =>  U < (u+1)/2**32 <= p
+    if rem:
+        idx = np.flatnonzero(u == A)  # U's interval straddles p
+        if idx.size:
+            out[idx] = _exact_fallback_fraction(u, idx, pf, src)
+    return out.reshape(shape)
+
+
+def _exp_neg_floor32(gamma: Fraction) -> int:
+    """``floor(exp(-gamma) * 2**32)`` exactly (gamma > 0; exp(-gamma)*2**32 is irrational)."""
+    P = 96
+    while True:
+        lo, hi = exp_neg_fixed(gamma.numerator, gamma.denominator, P)
+        a, b = lo >> (P - 32), hi >> (P - 32)
+        if a == b:
+            return a
+        P += 64
+
+
+def bernoulli_exp(gamma: Rational, size: Size, *, source: Source | None = None) -> np.ndarray:
+    """Exact Bernoulli(exp(-gamma)) booleans for rational ``gamma >= 0``.
+
+    The threshold ``A = floor(exp(-gamma) * 2**32)`` is computed exactly with integer interval
+    arithmetic; a 32-bit word ``u`` decides ``U < exp(-gamma)`` unless ``u == A``, and those lanes
+    are finished exactly by drawing more bits. ``P(True) = exp(-gamma)`` exactly.
+    """
+    g = _rational(gamma, "gamma")
+    if g < 0:
+        raise ValueError(f"gamma must be >= 0 (got {gamma!r})")
+    shape = _shape(size)
+    src = _source(source)
+    n = math.prod(shape)
+    if g == 0:
+        return np.ones(shape, dtype=bool)
+    A = _exp_neg_floor32(g)
+    u = src.uint32(n)
+    out = u < A
+    idx = np.flatnonzero(u == A)
+    for i in idx:
+        out[i] = LazyUniform(int(u[i]), 32, src).less_than_exp_neg(g)
+    return out.reshape(shape)
+
+
+# ------------------------------------------------------- vectorised Bernoulli(exp(-gamma_i))
+_TAYLOR_DEG = 17
+# a_i = (-1)**i / i!, correctly rounded; p(f) = sum a_i f**i approximates exp(-f) on [0, 1]
+_TAYLOR = [float(Fraction((-1) ** i, math.factorial(i))) for i in range(_TAYLOR_DEG + 1)]
+
+
+def _exp_neg_int_table(count: int) -> np.ndarray:
+    vals = []
+    for m in range(count):
+        lo, hi = exp_neg_fixed(m, 1, 200)
+        a, b = float(Fraction(lo, 2**200)), float(Fraction(hi, 2**200))
+        if a != b:  # both bounds round to the same double => it is exp(-m) correctly rounded
+            raise ArithmeticError("exp(-m) table: bounds do not pin the double")
+        vals.append(a)
+    return np.array(vals, dtype=np.float64)
+
+
+_EXP_NEG_INT = _exp_neg_int_table(64)  # exp(-m) for m = 0..63, each correctly rounded
+_GUARD = 2.0**-40  # relative guard; the proven error is < 2**-43 (docs/noise.md)
+_BIG_GAMMA = 64.0  # g_f >= 64 implies gamma >= 63.9 and exp(-gamma) < 2**-63
+
+
+def _bern_exp_lanes(
+    g: np.ndarray,
+    src: Source,
+    exact_gamma: Callable[[int], Fraction],
+    force_exact: np.ndarray | None = None,
+) -> np.ndarray:
+    """Exact Bernoulli(exp(-gamma_i)) for each lane, given float approximations ``g``.
+
+    Contract on the caller: for every lane, ``|g_i - gamma_i| <= 2**-44.4`` whenever
+    ``g_i < 64``, and ``gamma_i >= 63.9`` whenever ``g_i >= 64`` (``g_i >= 0`` always); lanes where
+    this is not known are flagged in ``force_exact``. ``exact_gamma(i)`` returns gamma_i exactly.
+
+    Each lane draws a 32-bit word ``u`` (the first bits of a uniform ``U``). The float value
+    ``q ~ exp(-g)`` (Taylor degree 17 times a table entry) is certified within relative 2**-43 of
+    ``exp(-gamma)``; with a 2**-40 guard, ``[lo, hi]`` brackets ``exp(-gamma)`` and the lane
+    returns ``U < exp(-gamma)`` whenever ``[u, u+1)/2**32`` is on one side of the bracket, and
+    otherwise resolves it exactly (:class:`LazyUniform`).
+    """
+    n = g.size
+    u = src.uint32(n)
+    big = g >= _BIG_GAMMA
+    m = np.floor(g)
+    if big.any():
+        m[big] = 0.0
+    f = g - m  # exact (Sterbenz), in [0, 1)
+    a = _TAYLOR
+    p = f * a[_TAYLOR_DEG]
+    p += a[_TAYLOR_DEG - 1]
+    for i in range(_TAYLOR_DEG - 2, -1, -1):
+        p *= f
+        p += a[i]
+    p *= _EXP_NEG_INT[m.astype(np.intp)]
+    lo = p * ((1.0 - _GUARD) * _TWO32)  # exact scaling by 2**32 folded in; see docs/noise.md
+    hi = p * ((1.0 + _GUARD) * _TWO32)
+    if big.any():
+        lo[big] = 0.0
+        hi[big] = 2.0**-31  # 2**-63 * 2**32
+    uf = u.astype(np.float64)
+    out = (uf + 1.0) <= lo
+    amb = ~out
+    amb &= uf < hi
+    if force_exact is not None:
+        amb |= force_exact
+    for i in np.flatnonzero(amb):
+        out[i] = LazyUniform(int(u[i]), 32, src).less_than_exp_neg(exact_gamma(int(i)))
+    return out
+
+
+# --------------------------------------------------------------------------- geometric(e^-1)
+def _geometric_thresholds() -> np.ndarray:
+    """A_v = floor(exp(-v) * 2**32) for v = 1.. while positive, in ascending order."""
+    out = []
+    v = 1
+    while True:
+        a = _exp_neg_floor32(Fraction(v))
+        if a == 0:
+            break
+        out.append(a)
+        v += 1
+    return np.array(out[::-1], dtype=np.uint32)
+
+
+_GEO_T = _geometric_thresholds()  # ascending: A_22, ..., A_1
+
+
+def _geometric_e1(n: int, src: Source) -> np.ndarray:
+    """``V`` with ``P(V >= v) = exp(-v)`` exactly, one 32-bit word per lane.
+
+    ``V = #{v >= 1 : U < exp(-v)}``. With ``u`` the first 32 bits of ``U``: ``U < exp(-v)`` for
+    the whole interval iff ``u < A_v`` and for none of it iff ``u > A_v``; lanes with
+    ``u == A_v`` for some v (or ``u == 0``, below every threshold v >= 23) are finished exactly.
+    """
+    u = src.uint32(n)
+    T = _GEO_T
+    pos = np.searchsorted(T, u, side="right")
+    V = (T.size - pos).astype(np.int64)
+    left = np.searchsorted(T, u, side="left")
+    amb = left < pos  # u equals some A_v
+    amb |= u == 0
+    for i in np.flatnonzero(amb):
+        lazy = LazyUniform(int(u[i]), 32, src)
+        v = 0
+        while lazy.less_than_exp_neg(Fraction(v + 1)):
+            v += 1
+        V[i] = v
+    return V
+
+
+def _random_bits(n: int, src: Source) -> np.ndarray:
+    words = src.uint32((n + 31) // 32)
+    return np.unpackbits(words.view(np.uint8))[:n].view(bool)
+
+
+# --------------------------------------------------------------------------- discrete Laplace
+def _dlap_params(scale: Fraction) -> tuple[int, int]:
+    """(t, s) with t/s >= scale, t <= 2**56, s <= 2**62; equal to scale when it fits."""
+    t, s = scale.numerator, scale.denominator
+    if t <= _T_MAX and s <= _S_MAX:
+        return t, s
+    e = 62
+    while True:
+        t2 = -((-scale.numerator << e) // scale.denominator)  # ceil(scale * 2**e)
+        if t2 <= _T_MAX:
+            break
+        e -= 1
+    while e > 0 and t2 % 2 == 0:
+        t2 //= 2
+        e -= 1
+    return t2, 1 << e
+
+
+def dlap_effective_scale(scale: Rational) -> Fraction:
+    """The scale :func:`discrete_laplace` really uses for ``scale``: equal to it, or rounded *up*
+    to a dyadic rational t/2**e with t <= 2**56, e <= 62 when the exact rational does not fit
+    int64 arithmetic (e.g. floats below about 2**-9 with long mantissas)."""
+    t, s = _dlap_params(_check_scale(scale))
+    return Fraction(t, s)
+
+
+def _check_scale(scale: Rational) -> Fraction:
+    sc = _rational(scale, "scale")
+    if sc <= 0:
+        raise ValueError(f"scale must be > 0 (got {scale!r})")
+    if sc > MAX_DLAP_SCALE:
+        raise ValueError(
+            f"scale must be <= 2**40 (got {scale!r}): samples would not fit int64 safely; "
+            "release on a coarser grid (noise.grid.choose_exponent) to reduce the scale"
+        )
+    return sc
+
+
+def _dlap_attempts(m: int, t: int, s: int, src: Source) -> np.ndarray:
+    """Run ``m`` independent CKS attempts for DLap(t/s); return the accepted samples."""
+    if t == 1:
+        U = np.zeros(m, dtype=np.int64)  # U = 0 is accepted with probability exp(0) = 1
+    else:
+        U = _uniform_below(t, m, src)
+        nz = np.flatnonzero(U)
+        Unz = U[nz]
+        g = Unz.astype(np.float64)
+        g /= float(t)  # |g - U/t| <= 3.0001 * 2**-53 * U/t  (three roundings)
+        acc = np.ones(m, dtype=bool)
+        acc[nz] = _bern_exp_lanes(g, src, lambda i: Fraction(int(Unz[i]), t))
+        U = U[acc]
+    k = U.size
+    V = _geometric_e1(k, src)
+    vmax = (2**63 - 1 - (t - 1)) // t
+    if k and int(V.max()) > vmax:
+        Z = np.array([int(a) + t * int(b) for a, b in zip(U, V, strict=True)], dtype=object)
+        Y_obj = Z // s
+        if any(abs(int(y)) >= 2**62 for y in Y_obj):
+            raise OverflowError("discrete Laplace sample does not fit int64")
+        Y = Y_obj.astype(np.int64)
+    else:
+        Y = V * t
+        Y += U
+        if s != 1:
+            Y //= s
+    neg = _random_bits(k, src)
+    keep = ~(neg & (Y == 0))  # (B = 1, Y = 0) is rejected so that 0 is not counted twice
+    np.negative(Y, out=Y, where=neg)
+    return Y[keep]
+
+
+def _fill(n: int, attempt: Callable[[int], np.ndarray], rate: float) -> np.ndarray:
+    """Collect ``n`` accepted samples from independent batches of attempts."""
+    out = np.empty(n, dtype=np.int64)
+    filled = 0
+    tried = got_total = 0
+    while filled < n:
+        need = n - filled
+        m = min(_CHUNK, int(need / rate * 1.03) + 16)
+        got = attempt(m)
+        tried += m
+        got_total += got.size
+        rate = max(got_total / tried, 0.02)
+        k = min(got.size, need)
+        out[filled : filled + k] = got[:k]
+        filled += k
+    return out
+
+
+def _dlap_rate(t: int, s: int) -> float:
+    """Approximate acceptance rate of one attempt (batch sizing only; not privacy-relevant)."""
+    pu = 1.0 if t == 1 else -math.expm1(-1.0) / (-math.expm1(-1.0 / t) * t)
+    p_zero = -math.expm1(-s / t) if s / t < 700 else 1.0
+    return max(pu * (1.0 - p_zero / 2.0), 0.05)
+
+
+def discrete_laplace(scale: Rational, size: Size, *, source: Source | None = None) -> np.ndarray:
+    """Exact discrete Laplace samples (int64): ``P(x) ∝ exp(-|x| / scale)``, ``scale > 0``.
+
+    Canonne-Kamath-Steinke 2020, Algorithm 2, with scale = t/s: U uniform on [0, t) accepted
+    with probability exp(-U/t), V geometric with P(V >= v) = exp(-v), Y = (U + t V) // s, a
+    random sign, rejecting (negative, 0). ``scale`` above 2**40 raises ValueError; a scale whose
+    exact rational does not fit int64 arithmetic is rounded up (see :func:`dlap_effective_scale`).
+
+    >>> x = discrete_laplace(3, 5, source=seeded(1))
+    >>> x.dtype, x.shape
+    (dtype('int64'), (5,))
+    """
+    t, s = _dlap_params(_check_scale(scale))
+    shape = _shape(size)
+    src = _source(source)
+    n = math.prod(shape)
+    out = _fill(n, lambda m: _dlap_attempts(m, t, s, src), _dlap_rate(t, s))
+    return out.reshape(shape)
+
+
+# --------------------------------------------------------------------------- discrete Gaussian
+def _check_sigma2(sigma2: Rational) -> Fraction:
+    s2 = _rational(sigma2, "sigma2")
+    if s2 <= 0:
+        raise ValueError(f"sigma2 must be > 0 (got {sigma2!r})")
+    if s2 > MAX_DGAUSS_SIGMA2:
+        raise ValueError(
+            f"sigma2 must be <= 2**80 (got {sigma2!r}): samples would not fit int64 safely; "
+            "release on a coarser grid (noise.grid.choose_exponent) to reduce the scale"
+        )
+    return max(s2, MIN_DGAUSS_SIGMA2)
+
+
+def discrete_gaussian(sigma2: Rational, size: Size, *, source: Source | None = None) -> np.ndarray:
+    """Exact discrete Gaussian samples (int64): ``P(x) ∝ exp(-x**2 / (2 sigma2))``.
+
+    Canonne-Kamath-Steinke 2020, Algorithm 3: t = floor(sqrt(sigma2)) + 1, Y ~ DLap(t),
+    accept with probability exp(-(|Y| - sigma2/t)**2 / (2 sigma2)). The acceptance test uses a
+    certified float bound and exact integers on ambiguous lanes. ``0 < sigma2 <= 2**80``;
+    sigma2 below 2**-60 is rounded up to 2**-60 (more noise; the output is 0 anyway).
+
+    >>> discrete_gaussian(10, (2, 3), source=seeded(1)).shape
+    (2, 3)
+    """
+    s2 = _check_sigma2(sigma2)
+    shape = _shape(size)
+    src = _source(source)
+    n = math.prod(shape)
+    a, b = s2.numerator, s2.denominator
+    t = math.isqrt(a // b) + 1
+    c_f = float(Fraction(a, b * t))  # sigma2 / t, correctly rounded
+    k_f = float(Fraction(b, 2 * a))  # 1 / (2 sigma2), correctly rounded
+    bt, den = b * t, 2 * a * b * t * t
+
+    def attempt(m: int) -> np.ndarray:
+        Y = _dlap_attempts(m, t, 1, src)
+        ay = np.abs(Y)
+        d = ay.astype(np.float64)
+        d -= c_f
+        g = d * d
+        g *= k_f  # |g - gamma| <= 2**-53 (sqrt(2 gamma) + 5 gamma) * 1.0001 (docs/noise.md)
+        force = ay >= 2**53
+        acc = _bern_exp_lanes(
+            g,
+            src,
+            lambda i: Fraction((bt * int(ay[i]) - a) ** 2, den),
+            force if force.any() else None,
+        )
+        return Y[acc]
+
+    rate = 0.7 * _dlap_rate(t, 1)
+    return _fill(n, attempt, rate).reshape(shape)
+
+
+# --------------------------------------------------------------------------- helpers
+def uniform_float01(size: Size, *, source: Source | None = None) -> np.ndarray:
+    """Floats ``k / 2**53`` with ``k`` uniform on [0, 2**53): for shuffling and similar
+    non-privacy uses only (never to build noise)."""
+    shape = _shape(size)
+    src = _source(source)
+    k = src.uint64(math.prod(shape)) >> np.uint64(11)
+    return (k.astype(np.float64) * 2.0**-53).reshape(shape)
+
+
+def permutation(n: int, *, source: Source | None = None) -> np.ndarray:
+    """An exactly uniform random permutation of ``range(n)`` (int64).
+
+    Sorts ``n`` independent uniform 64-bit keys and redraws all keys if any two are equal;
+    conditioned on distinct keys, every ordering is equally likely (exchangeability), so the
+    result is exactly uniform. Same distribution as Fisher-Yates, but vectorised.
+    """
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise TypeError(f"n must be an int (got {type(n).__name__})")
+    n = int(n)
+    if n < 0:
+        raise ValueError(f"n must be >= 0 (got {n})")
+    src = _source(source)
+    while True:
+        keys = src.uint64(n)
+        order = np.argsort(keys, kind="stable")
+        sk = keys[order]
+        if n < 2 or not np.any(sk[1:] == sk[:-1]):
+            return order.astype(np.int64)
