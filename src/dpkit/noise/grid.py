@@ -22,8 +22,9 @@ __all__ = ["choose_exponent", "from_grid", "sensitivity_on_grid", "to_grid"]
 
 #: Grid resolution: 2**k <= sensitivity / 2**RESOLUTION_BITS when the scale allows it.
 RESOLUTION_BITS = 10
-#: Largest noise scale in grid units that choose_exponent allows (the samplers' limit).
-MAX_GRID_SCALE_LOG2 = int(math.log2(MAX_DLAP_SCALE))  # 40
+#: Largest noise scale in grid units that choose_exponent allows: half the samplers' limit
+#: (2**40), leaving headroom for the +1 grid unit that rounding adds to the sensitivity.
+MAX_GRID_SCALE_LOG2 = MAX_DLAP_SCALE.numerator.bit_length() - 2  # 39
 _LIMIT = 2.0**52
 
 
@@ -50,9 +51,10 @@ def choose_exponent(sensitivity: float, scale: float) -> int:
 
     Rule: ``k = floor(log2(sensitivity)) - 10``, so the grid step 2**k is at most
     ``sensitivity / 2**10`` (rounding adds at most one grid unit, < 0.1% of the sensitivity,
-    to the effective sensitivity). If that would make ``scale / 2**k`` exceed 2**40 (the largest
-    noise scale the samplers accept, keeping every sample far inside int64 and below 2**53), k is
-    raised to ``ceil(log2(scale)) - 40`` instead: a coarser grid, still exact and private.
+    to the effective sensitivity). If that would make ``scale / 2**k`` exceed 2**39 (half the
+    largest noise scale the samplers accept, which keeps every sample far inside int64 and below
+    2**53), k is raised to ``ceil(log2(scale)) - 39`` instead: a coarser grid, still exact and
+    private. Computed with ``math.frexp`` (no rounding from ``log2``).
 
     >>> choose_exponent(1.0, 2.0)
     -10
@@ -80,7 +82,13 @@ def to_grid(x: np.ndarray | float, k: int) -> np.ndarray:
     [1, -3]
     """
     k = _check_k(k)
-    xa = np.asarray(x, dtype=np.float64)
+    xa = np.asarray(x)
+    if xa.dtype.kind in "iub":
+        if xa.size and np.max(np.abs(xa.astype(np.float64))) > 2.0**53:
+            raise ValueError("to_grid: integer inputs must be <= 2**53 in magnitude (exact floats)")
+    elif xa.dtype.kind != "f":
+        raise TypeError(f"to_grid: x must be a float or integer array (got dtype {xa.dtype})")
+    xa = xa.astype(np.float64)
     if not np.all(np.isfinite(xa)):
         raise ValueError("to_grid: x must be finite (clamp or drop NaN/inf values first)")
     y = np.rint(np.ldexp(xa, -k))  # ldexp is exact (barring underflow to tiny values -> 0)

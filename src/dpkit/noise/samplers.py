@@ -261,10 +261,12 @@ def _bern_exp_lanes(
     n = g.size
     u = src.uint32(n)
     big = g >= _BIG_GAMMA
+    any_big = bool(big.any())
     m = np.floor(g)
-    if big.any():
-        m[big] = 0.0
     f = g - m  # exact (Sterbenz), in [0, 1)
+    if any_big:
+        m[big] = 0.0
+        f[big] = 0.0
     a = _TAYLOR
     p = f * a[_TAYLOR_DEG]
     p += a[_TAYLOR_DEG - 1]
@@ -274,7 +276,7 @@ def _bern_exp_lanes(
     p *= _EXP_NEG_INT[m.astype(np.intp)]
     lo = p * ((1.0 - _GUARD) * _TWO32)  # exact scaling by 2**32 folded in; see docs/noise.md
     hi = p * ((1.0 + _GUARD) * _TWO32)
-    if big.any():
+    if any_big:
         lo[big] = 0.0
         hi[big] = 2.0**-31  # 2**-63 * 2**32
     uf = u.astype(np.float64)
