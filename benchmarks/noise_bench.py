@@ -1,0 +1,185 @@
+"""Benchmark: dpkit's exact samplers vs numpy's float samplers and OpenDP 0.16's, side by side.
+
+    python benchmarks/noise_bench.py            # full run (~1-2 minutes on 2 cores)
+    python benchmarks/noise_bench.py --quick    # smaller sizes, fewer scales (~20 s)
+
+Columns: samples per second for dpkit with the secure source (os.urandom, the default), dpkit
+with the seeded (insecure) source, OpenDP 0.16 vectorised ``make_laplace`` / ``make_gaussian`` on
+``vector_domain(atom_domain(T=int))`` (exact integer samplers; run in their own venv), and
+numpy's ``Generator.laplace`` / ``Generator.normal`` (floats, insecure, not exact: a speed
+reference only). Ratios are dpkit-secure / other. Results go to ``benchmarks/results/noise.json``.
+
+OpenDP lives in ``benchmarks/.venvs/opendp`` (created once with
+``python3 -m venv benchmarks/.venvs/opendp && benchmarks/.venvs/opendp/bin/pip install
+'opendp==0.16.*'``); without it the OpenDP column is left empty.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "src"))
+
+import dpkit.noise as noise  # noqa: E402
+
+OPENDP_PY = HERE / ".venvs" / "opendp" / "bin" / "python"
+RESULTS = HERE / "results" / "noise.json"
+
+OPENDP_SCRIPT = r"""
+import json, sys, time
+from importlib.metadata import version
+import opendp.prelude as dp
+dp.enable_features("contrib")
+cfg = json.loads(sys.argv[1])
+n = cfg["n"]
+dom = dp.vector_domain(dp.atom_domain(T=int))
+x = [0] * n
+out = {"version": version("opendp"), "laplace": {}, "gaussian": {}}
+for scale in cfg["scales"]:
+    for kind, make, metric in (("laplace", dp.m.make_laplace, dp.l1_distance(T=int)),
+                               ("gaussian", dp.m.make_gaussian, dp.l2_distance(T=int))):
+        meas = make(dom, metric, scale=float(scale))
+        best = float("inf")
+        for _ in range(cfg["repeat"]):
+            t = time.perf_counter()
+            meas(x)
+            best = min(best, time.perf_counter() - t)
+        out[kind][str(scale)] = n / best
+print(json.dumps(out))
+"""
+
+
+def best_rate(f: Callable[[], object], n: int, repeat: int) -> float:
+    """Samples per second: n / (best wall time of ``repeat`` runs)."""
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - t)
+    return n / best
+
+
+def run_opendp(scales: list[float], n: int, repeat: int) -> dict | None:
+    if not OPENDP_PY.exists():
+        print(f"[opendp] {OPENDP_PY} not found: skipping the OpenDP column (see module docstring)")
+        return None
+    cfg = json.dumps({"scales": scales, "n": n, "repeat": repeat})
+    try:
+        res = subprocess.run(
+            [str(OPENDP_PY), "-c", OPENDP_SCRIPT, cfg],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=True,
+        )
+    except (subprocess.SubprocessError, OSError) as exc:
+        print(f"[opendp] failed: {exc}")
+        return None
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer scales")
+    ap.add_argument("--no-opendp", action="store_true", help="skip the OpenDP column")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="JSON output path")
+    args = ap.parse_args(argv)
+
+    scales = [1.0, 1e3, 1e6] if args.quick else [1.0, 10.0, 1e3, 1e6]
+    n = 200_000 if args.quick else 1_000_000
+    n_opendp = 20_000 if args.quick else 100_000
+    repeat = 2 if args.quick else 3
+
+    opendp = None if args.no_opendp else run_opendp(scales, n_opendp, 1 if args.quick else 2)
+    rng = np.random.default_rng(0)
+    secure, seeded = noise.secure(), noise.seeded(0)
+    noise.discrete_laplace(3, 1000, source=secure)  # warm up buffers and tables
+
+    rows = []
+    for kind in ("laplace", "gaussian"):
+        for scale in scales:
+            if kind == "laplace":
+
+                def dp_secure(s: float = scale) -> object:
+                    return noise.discrete_laplace(s, n, source=secure)
+
+                def dp_seeded(s: float = scale) -> object:
+                    return noise.discrete_laplace(s, n, source=seeded)
+
+                def np_float(s: float = scale) -> object:
+                    return rng.laplace(0.0, s, n)
+            else:
+
+                def dp_secure(s: float = scale) -> object:
+                    return noise.discrete_gaussian(s * s, n, source=secure)
+
+                def dp_seeded(s: float = scale) -> object:
+                    return noise.discrete_gaussian(s * s, n, source=seeded)
+
+                def np_float(s: float = scale) -> object:
+                    return rng.normal(0.0, s, n)
+
+            r_sec = best_rate(dp_secure, n, repeat)
+            r_seed = best_rate(dp_seeded, n, repeat)
+            r_np = best_rate(np_float, n, repeat)
+            r_odp = opendp[kind][str(scale)] if opendp else None
+            rows.append(
+                {
+                    "sampler": "discrete_laplace" if kind == "laplace" else "discrete_gaussian",
+                    "scale": scale,
+                    "param": f"scale={scale:g}" if kind == "laplace" else f"sigma={scale:g}",
+                    "dpkit_secure_per_s": r_sec,
+                    "dpkit_seeded_per_s": r_seed,
+                    "opendp_per_s": r_odp,
+                    "ratio_vs_opendp": r_sec / r_odp if r_odp else None,
+                    "numpy_float_per_s": r_np,
+                    "ratio_vs_numpy": r_sec / r_np,
+                }
+            )
+
+    hdr = (
+        f"{'sampler':<18}{'param':<14}{'dpkit secure/s':>15}{'dpkit seeded/s':>15}"
+        f"{'opendp/s':>11}{'x opendp':>9}{'numpy float/s':>15}{'x numpy':>8}"
+    )
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        odp = f"{r['opendp_per_s']:>11,.0f}" if r["opendp_per_s"] else f"{'-':>11}"
+        rat = f"{r['ratio_vs_opendp']:>9.1f}" if r["ratio_vs_opendp"] else f"{'-':>9}"
+        print(
+            f"{r['sampler']:<18}{r['param']:<14}{r['dpkit_secure_per_s']:>15,.0f}"
+            f"{r['dpkit_seeded_per_s']:>15,.0f}{odp}{rat}"
+            f"{r['numpy_float_per_s']:>15,.0f}{r['ratio_vs_numpy']:>8.2f}"
+        )
+
+    meta = {
+        "command": "python benchmarks/noise_bench.py" + (" --quick" if args.quick else ""),
+        "n_dpkit": n,
+        "n_opendp": n_opendp,
+        "repeat": repeat,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "opendp": opendp["version"] if opendp else None,
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
