@@ -52,8 +52,13 @@ def test_word_dtypes_and_lengths(make) -> None:  # type: ignore[no-untyped-def]
 
 def test_secure_words_do_not_repeat() -> None:
     # 2**17 64-bit words from small and large requests: a repeat has probability < 2**-30.
+    # Small, buffer-straddling (60k words = 480 KiB of a 1 MiB buffer) and direct (> 512 KiB)
+    # requests; any repeated 64-bit word among ~6e5 has probability < 2**-24 for a CSPRNG.
     src = noise.secure()
-    words = np.concatenate([src.uint64(1) for _ in range(1000)] + [src.uint64(130_000)])
+    parts = [src.uint64(1) for _ in range(1000)]
+    parts += [src.uint64(60_000) for _ in range(5)] + [src.uint64(70_000), src.uint64(3)]
+    parts += [src.uint32(2 * 60_001).view(np.uint64) for _ in range(3)]
+    words = np.concatenate(parts)
     assert np.unique(words).size == words.size
 
 

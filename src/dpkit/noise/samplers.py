@@ -245,12 +245,14 @@ def _bern_exp_lanes(
     src: Source,
     exact_gamma: Callable[[int], Fraction],
     force_exact: np.ndarray | None = None,
+    below_one: bool = False,
 ) -> np.ndarray:
     """Exact Bernoulli(exp(-gamma_i)) for each lane, given float approximations ``g``.
 
     Contract on the caller: for every lane, ``|g_i - gamma_i| <= 2**-44.4`` whenever
     ``g_i < 64``, and ``gamma_i >= 63.9`` whenever ``g_i >= 64`` (``g_i >= 0`` always); lanes where
     this is not known are flagged in ``force_exact``. ``exact_gamma(i)`` returns gamma_i exactly.
+    ``below_one=True`` promises every ``g_i < 1`` (skips the exp(-m) table).
 
     Each lane draws a 32-bit word ``u`` (the first bits of a uniform ``U``). The float value
     ``q ~ exp(-g)`` (Taylor degree 17 times a table entry) is certified within relative 2**-43 of
@@ -260,20 +262,25 @@ def _bern_exp_lanes(
     """
     n = g.size
     u = src.uint32(n)
-    big = g >= _BIG_GAMMA
-    any_big = bool(big.any())
-    m = np.floor(g)
-    f = g - m  # exact (Sterbenz), in [0, 1)
-    if any_big:
-        m[big] = 0.0
-        f[big] = 0.0
+    if below_one:  # caller guarantees 0 <= g < 1: m = 0, f = g
+        any_big = False
+        f = g
+    else:
+        big = g >= _BIG_GAMMA
+        any_big = bool(big.any())
+        m = np.floor(g)
+        f = g - m  # exact (Sterbenz), in [0, 1)
+        if any_big:
+            m[big] = 0.0
+            f[big] = 0.0
     a = _TAYLOR
     p = f * a[_TAYLOR_DEG]
     p += a[_TAYLOR_DEG - 1]
     for i in range(_TAYLOR_DEG - 2, -1, -1):
         p *= f
         p += a[i]
-    p *= _EXP_NEG_INT[m.astype(np.intp)]
+    if not below_one:
+        p *= _EXP_NEG_INT[m.astype(np.intp)]
     lo = p * ((1.0 - _GUARD) * _TWO32)  # exact scaling by 2**32 folded in; see docs/noise.md
     hi = p * ((1.0 + _GUARD) * _TWO32)
     if any_big:
@@ -384,7 +391,8 @@ def _dlap_attempts(m: int, t: int, s: int, src: Source) -> np.ndarray:
         g = Unz.astype(np.float64)
         g /= float(t)  # |g - U/t| <= 3.0001 * 2**-53 * U/t  (three roundings)
         acc = np.ones(m, dtype=bool)
-        acc[nz] = _bern_exp_lanes(g, src, lambda i: Fraction(int(Unz[i]), t))
+        # t <= 2**53 makes fl(U/t) <= 1 - 2**-53 < 1, so the m = 0 shortcut is valid
+        acc[nz] = _bern_exp_lanes(g, src, lambda i: Fraction(int(Unz[i]), t), below_one=t <= 2**53)
         U = U[acc]
     k = U.size
     V = _geometric_e1(k, src)

@@ -79,17 +79,25 @@ class SecureSource(Source):
         self._pid = os.getpid()
 
     def _bytes(self, nbytes: int) -> np.ndarray:
-        """``nbytes`` fresh random bytes as a new writable uint8 array (never shared)."""
-        if nbytes > _BLOCK // 2:
-            return np.frombuffer(bytearray(os.urandom(nbytes)), dtype=np.uint8)
+        """``nbytes`` fresh random bytes as a new writable uint8 array (never shared).
+
+        Served from the buffer first, then from a refill; no byte is handed out twice and none
+        is skipped except the buffer's tail after a fork.
+        """
+        out = np.empty(nbytes, dtype=np.uint8)
         with self._lock:
             if self._pid != os.getpid():  # belt and braces next to register_at_fork
                 self._drop()
-            if self._pos + nbytes > self._buf.size:
+            done = min(nbytes, self._buf.size - self._pos)
+            out[:done] = self._buf[self._pos : self._pos + done]
+            self._pos += done
+            rest = nbytes - done
+            if rest > _BLOCK // 2:  # large request: read it directly
+                out[done:] = np.frombuffer(os.urandom(rest), dtype=np.uint8)
+            elif rest:
                 self._buf = np.frombuffer(os.urandom(_BLOCK), dtype=np.uint8)
-                self._pos = 0
-            out = self._buf[self._pos : self._pos + nbytes].copy()
-            self._pos += nbytes
+                out[done:] = self._buf[:rest]
+                self._pos = rest
         return out
 
     def uint64(self, n: int) -> np.ndarray:
