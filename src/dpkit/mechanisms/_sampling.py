@@ -1,0 +1,133 @@
+"""Exact selection samplers built on dpkit.noise: weights ``exp(-gamma_r)`` with exact rationals.
+
+For scores ``q_r`` (floats, taken at their exact binary values) and a rational factor
+``c = epsilon / (2 sensitivity)`` (or ``/ sensitivity`` for monotonic scores), candidate ``r`` has
+``gamma_r = c (q* - q_r) >= 0`` where ``q* = max_r q_r``, computed exactly with
+:class:`fractions.Fraction` whenever a coin needs it. A Bernoulli(exp(-gamma_r)) coin is then
+exact (dpkit.noise), and:
+
+* **Exponential mechanism** (McSherry-Talwar 2007) by rejection: propose ``r`` uniformly
+  (``noise.uniform_int``), accept with probability ``exp(-gamma_r)``; an accepted proposal has
+  law ``P(r) ∝ exp(-gamma_r) ∝ exp(c q_r)`` exactly. Proposals are drawn in blocks and the first
+  accepted one in each block is used, which is the same as drawing them one at a time.
+* **Permute-and-flip** (McKenna-Sheldon 2020): visit candidates in a uniformly random order and
+  return the first whose coin ``Bernoulli(exp(-gamma_r))`` comes up heads. The order is
+  independent of the coins, so the first head in that order is a *uniform* element of the set
+  of heads (non-empty: the best candidate has ``gamma = 0``). We flip all coins and pick a
+  uniform head with ``noise.uniform_int``: the same law, vectorised.
+
+The float values ``g_r`` handed to the vectorised coin satisfy the noise layer's contract
+``|g_r - gamma_r| <= 2**-44.4`` when ``g_r < 64`` and ``gamma_r >= 63.9`` otherwise: ``g_r`` is
+``float(c) * (q* - q_r)`` in float64, three correctly rounded operations, so its relative error
+is below ``3.0001 * 2**-53`` (absolute below ``2**-45.4`` when ``g_r < 64``); an overflow gives
+``inf``, which the coin treats as ``gamma >= 64`` (true: ``gamma_r`` is then astronomically
+large). Lanes the float bound cannot decide use the exact Fraction.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from dpkit import noise
+from dpkit.noise import Source
+
+try:  # a public per-lane Bernoulli(exp(-gamma_i)) in dpkit.noise, when it exists
+    from dpkit.noise import bernoulli_exp_lanes as _public_lanes  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - depends on the noise layer's version
+    _public_lanes = None
+from dpkit.noise.samplers import _bern_exp_lanes
+
+__all__ = ["Weights", "coins", "exponential_sample", "permute_and_flip_sample", "uniform_head"]
+
+_BLOCK_LANES = 1 << 18
+
+
+class Weights:
+    """``gamma_r = c (q* - q_r)`` for float scores, with float approximations and exact values."""
+
+    def __init__(self, scores: np.ndarray, factor: Fraction) -> None:
+        self.scores = scores
+        self.factor = factor
+        self.best = float(scores.max())
+        cf = float(factor)
+        if not cf > 0 or not math.isfinite(cf):
+            raise ValueError(
+                "epsilon / sensitivity is outside the floating-point range; use values within "
+                "[1e-300, 1e300]"
+            )
+        with np.errstate(over="ignore"):
+            self.g = cf * (self.best - scores)  # float64, >= 0, maybe inf
+        self._best_exact = Fraction(self.best)
+        self._cache: dict[int, Fraction] = {}
+
+    def exact(self, r: int) -> Fraction:
+        got = self._cache.get(r)
+        if got is None:
+            got = self.factor * (self._best_exact - Fraction(float(self.scores[r])))
+            self._cache[r] = got
+        return got
+
+    @property
+    def n(self) -> int:
+        return int(self.scores.size)
+
+    def acceptance(self) -> float:
+        """Mean of exp(-g): the rejection sampler's acceptance rate (for block sizing only)."""
+        return float(np.mean(np.exp(-self.g)))
+
+
+def coins(w: Weights, r: np.ndarray, src: Source) -> np.ndarray:
+    """Independent exact Bernoulli(exp(-gamma_{r_i})) for each lane ``i``."""
+    g = w.g[r]
+    if _public_lanes is not None:  # pragma: no cover
+        return _public_lanes(g, lambda i: w.exact(int(r[i])), source=src)
+    return _bern_exp_lanes(g, src, lambda i: w.exact(int(r[i])))
+
+
+def exponential_sample(w: Weights, size: int, src: Source) -> np.ndarray:
+    """``size`` independent draws with ``P(r) ∝ exp(-gamma_r)``, by exact rejection sampling."""
+    out = np.full(size, -1, dtype=np.int64)
+    pending = np.arange(size)
+    rate = max(w.acceptance(), 1.0 / w.n)
+    while pending.size:
+        # Proposals per pending draw: enough that most draws finish in this round.
+        block = int(min(max(1, math.ceil(4.0 / rate)), max(1, _BLOCK_LANES // pending.size)))
+        r = noise.uniform_int(w.n, (pending.size, block), source=src)
+        acc = coins(w, r.ravel(), src).reshape(r.shape)
+        hit = acc.any(axis=1)
+        first = np.argmax(acc, axis=1)
+        done = pending[hit]
+        out[done] = r[hit, first[hit]]
+        pending = pending[~hit]
+    return out
+
+
+def permute_and_flip_sample(w: Weights, size: int, src: Source) -> np.ndarray:
+    """``size`` independent permute-and-flip draws (uniform head among exact coins)."""
+    out = np.empty(size, dtype=np.int64)
+    rows = max(1, _BLOCK_LANES // w.n)
+    for start in range(0, size, rows):
+        m = min(rows, size - start)
+        r = np.broadcast_to(np.arange(w.n), (m, w.n))
+        heads = coins(w, r.ravel(), src).reshape(m, w.n)
+        out[start : start + m] = uniform_head(heads, src)
+    return out
+
+
+def uniform_head(heads: np.ndarray, src: Source) -> np.ndarray:
+    """For each row of a boolean matrix (each with at least one True), a uniformly random column
+    among its True entries."""
+    counts = heads.sum(axis=1)
+    if np.any(counts == 0):  # pragma: no cover - the best candidate always flips heads
+        raise AssertionError("permute-and-flip: a row without heads")
+    pick = np.empty(heads.shape[0], dtype=np.int64)
+    for c in np.unique(counts).tolist():
+        rows = np.flatnonzero(counts == c)
+        pick[rows] = noise.uniform_int(int(c), rows.size, source=src)
+    # column of the pick-th True in each row
+    csum = np.cumsum(heads, axis=1)
+    return np.argmax(csum > pick[:, None], axis=1).astype(np.int64)
+
