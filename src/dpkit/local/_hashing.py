@@ -35,27 +35,38 @@ def domain_bits(d: int) -> int:
 
 
 def uniform_digits(g: int, shape: tuple[int, int], source: Source | None) -> np.ndarray:
-    """Independent uniform digits in ``[0, g)``, several digits per 32-bit draw (exact)."""
-    n, m = shape
+    """Independent uniform digits in ``[0, g)``, several digits per 32-bit draw (exact).
+
+    ``shape = (m, n)``: returns an ``(m, n)`` int64 array (digit-major, contiguous rows).
+    """
+    m, n = shape
     per = max(1, math.floor(32 / math.log2(g))) if g > 1 else m
     while per > 1 and g**per >= 1 << 32:
         per -= 1
     per = min(per, m)
     words = -(-m // per)
-    raw = noise.uniform_int(g**per, (n, words), source=source)
-    out = np.empty((n, words * per), dtype=np.int64)
-    for t in range(per):
-        raw, digit = np.divmod(raw, g)
-        out[:, t::per] = digit
-    return out[:, :m]
+    raw = noise.uniform_int(g**per, (words, n), source=source)
+    out = np.empty((words, per, n), dtype=np.int64)
+    if g & (g - 1) == 0:
+        shift, mask = g.bit_length() - 1, g - 1
+        for t in range(per):
+            np.bitwise_and(raw >> (shift * t), mask, out=out[:, t, :])
+    else:
+        for t in range(per):
+            q = raw // g
+            np.subtract(raw, q * g, out=out[:, t, :])
+            raw = q
+    return out.reshape(words * per, n)[:m]
 
 
 def bitlinear_hash(seeds: np.ndarray, values: np.ndarray, g: int) -> np.ndarray:
-    """``h_i(values_i)`` for per-row seeds ``(a_0 … a_{L-1}, b)`` (shape ``(n, L + 1)``)."""
-    L = seeds.shape[1] - 1
-    shifts = np.arange(L, dtype=np.int64)
-    bits = (values.astype(np.int64)[:, None] >> shifts) & 1
-    return (np.einsum("ij,ij->i", seeds[:, :L].astype(np.int64), bits) + seeds[:, L]) % g
+    """``h_i(values_i)`` for seeds ``(a_0 … a_{L-1}, b)`` given digit-major, shape ``(L + 1, n)``."""
+    L = seeds.shape[0] - 1
+    x = np.asarray(values).astype(np.int64, copy=False)
+    acc = seeds[L].astype(np.int64)
+    for j in range(L):
+        acc += seeds[j] * ((x >> j) & 1)
+    return acc % g
 
 
 def fwht(x: np.ndarray) -> np.ndarray:

@@ -66,13 +66,13 @@ class LocalHashing(PureOracle):
         """Reports ``seeds`` (n, L+1) digits in [0, g) and ``y`` (n,) in [0, g)."""
         x = self._values(values)
         n, g = x.size, self.g
-        seeds = uniform_digits(g, (n, self.bits + 1), source)
+        dt = np.uint8 if g <= 256 else np.uint16
+        seeds = uniform_digits(g, (self.bits + 1, n), source).astype(dt)
         h = bitlinear_hash(seeds, x, g)
         keep = noise.bernoulli(self.p, n, source=source)
         other = noise.uniform_int(g - 1, n, source=source)
         y = np.where(keep, h, (h + 1 + other) % g)
-        dt = np.uint8 if g <= 256 else np.uint16
-        return Reports(self.kind, {"seeds": seeds.astype(dt), "y": y.astype(dt)},
+        return Reports(self.kind, {"seeds": np.ascontiguousarray(seeds.T), "y": y.astype(dt)},
                        _insecure(source))
 
     def aggregate(self, reports: Reports) -> Tally:
@@ -142,27 +142,31 @@ def lh_support(seeds: np.ndarray, y: np.ndarray, g: int, d: int) -> np.ndarray:
     step = max(1, _CHUNK // H)
     vhi = np.arange(H, dtype=np.int64)
     for s in range(0, n, step):
-        a = seeds[s : s + step].astype(np.int64)
-        m = a.shape[0]
-        c = (a[:, L] - np.asarray(y[s : s + step], dtype=np.int64)) % g
-        phi = np.empty((m, H), dtype=np.int64)
-        phi[:, 0] = c
+        a = seeds[s : s + step].T.astype(np.int64)  # (L + 1, m), digit-major
+        m = a.shape[1]
+        phi = np.empty((H, m), dtype=np.int64)
+        phi[0] = (a[L] - np.asarray(y[s : s + step], dtype=np.int64)) % g
         for t in range(L1):
             w = 1 << t
-            blk = phi[:, :w] + a[:, L2 + t, None]
-            blk[blk >= g] -= g
-            phi[:, w : 2 * w] = blk
-        key = a[:, :L2] @ pow_g if L2 else np.zeros(m, dtype=np.int64)
-        idx = (key[:, None] * H + vhi[None, :]) * g + phi
-        hist += np.bincount(idx.ravel(), minlength=hist.size)
+            blk = phi[:w] + a[L2 + t]
+            blk -= g * (blk >= g)
+            phi[w : 2 * w] = blk
+        key = np.zeros(m, dtype=np.int64)
+        for j in range(L2):
+            key += a[j] * int(pow_g[j])
+        phi += (key[None, :] * H + vhi[:, None]) * g
+        hist += np.bincount(phi.ravel(), minlength=hist.size)
     hist3 = hist.reshape(nkeys, H, g).astype(np.float64)
     digits = (np.arange(nkeys, dtype=np.int64)[:, None] // np.maximum(pow_g, 1)[None, :]) % g
     lbits = (np.arange(lo, dtype=np.int64)[None, :] >> np.arange(L2, dtype=np.int64)[:, None]) & 1
     R = (-(digits @ lbits)) % g if L2 else np.zeros((1, 1), dtype=np.int64)
-    support = np.zeros((H, lo), dtype=np.float64)
+    # support[v_hi, v_lo] = Σ_k Hist[k, v_hi, R[k, v_lo]]; computed transposed because
+    # OpenBLAS is far faster for (2^L2 x g^L2) @ (g^L2 x 2^L1) than the other orientation.
+    support_t = np.zeros((lo, H), dtype=np.float64)
     for r in range(g):
-        support += hist3[:, :, r].T @ (r == R).astype(np.float64)
-    return np.rint(support).astype(np.int64).ravel()[:d]
+        mask_t = np.ascontiguousarray((r == R).T, dtype=np.float64)
+        support_t += mask_t @ np.ascontiguousarray(hist3[:, :, r])
+    return np.rint(support_t.T).astype(np.int64).ravel()[:d]
 
 
 def lh_support_candidates(
@@ -182,5 +186,6 @@ def lh_support_candidates(
     return out
 
 
-def _check_hash(seeds: np.ndarray, values: np.ndarray, g: int) -> np.ndarray:  # for tests
-    return bitlinear_hash(seeds, values, g)
+def user_hashes(seeds: np.ndarray, values: np.ndarray, g: int) -> np.ndarray:
+    """h_i(values_i) for user-major seeds ``(n, L + 1)`` as carried in reports."""
+    return bitlinear_hash(np.asarray(seeds).T, values, g)
