@@ -1,0 +1,395 @@
+"""A privacy budget that refuses to overspend: ``Budget`` (a privacy filter) and ``BudgetExceeded``.
+
+``Budget(epsilon=3.0, delta=1e-6, accountant="approx")`` owns a total (ε, δ) and a history of
+events. :meth:`Budget.charge` checks that the history plus the new event stays within (ε, δ)
+under the chosen accountant and records it, atomically (a lock); a refused charge raises
+:class:`BudgetExceeded` and spends **nothing**.
+
+Accountants, and whether they are valid privacy *filters* — i.e. remain valid when each next
+mechanism, and whether to run it at all, is chosen adaptively after seeing earlier outputs and
+the budget left (the way a curator is used):
+
+==========  =====================================================================  =============
+accountant  rule                                                                   filter?
+==========  =====================================================================  =============
+``pure``    Σ ε_i <= ε (pure events only; others are refused: use δ > 0)           yes (Rogers-
+                                                                                   Roth-Ullman-
+                                                                                   Vadhan 2016)
+``approx``  Σ ε_i <= ε and Σ δ_i <= δ; each step is booked at its tightest         yes (ibid.,
+            (ε_i, δ_i): pure steps at (ε_i, 0), (ε, δ) steps at their own δ, steps  basic
+            that need a δ share (Gaussian, zCDP, sampled) at ``charge(e, delta=δ_i)`` composition)
+``zcdp``    Σ ρ_i <= ρ, ρ the largest with ρ-zCDP ⇒ (ε, δ)-DP (CKS conversion)      yes (Feldman-
+                                                                                   Zrnic 2021)
+``rdp``     the summed RDP curve converts to ε' <= ε at δ, minimising over orders   only with a
+                                                                                   single order
+``pld``     privacy-loss distribution of the whole history gives ε' <= ε at δ       no
+==========  =====================================================================  =============
+
+.. warning::
+   ``"pld"`` and multi-order ``"rdp"`` are tight for a sequence of mechanisms **fixed in
+   advance**. When queries are chosen adaptively and the budget check itself decides when to
+   stop, their guarantee is not proven (the optimal order, or the PLD, depends on the adaptively
+   chosen sequence; Feldman-Zrnic 2021, Whitehouse et al. 2023). For adaptive use pick
+   ``"approx"``, ``"zcdp"`` or ``"rdp"`` with ``orders=[α]`` (one order).
+
+Floating-point sums are compared with a relative slack of 1e-12 (so three charges of 0.1 fit in
+0.3); sums use ``math.fsum``.
+
+Serialisable: :meth:`Budget.to_dict` / :meth:`Budget.from_dict` (events as their JSON form).
+
+>>> from dpkit import events as ev
+>>> b = Budget(epsilon=1.0, accountant="pure")
+>>> b.charge(ev.PureDP(0.4)).epsilon
+0.4
+>>> try:
+...     b.charge(ev.PureDP(0.7))
+... except BudgetExceeded as exc:
+...     print(round(exc.missing.epsilon, 6))
+0.1
+>>> b.spent.epsilon
+0.4
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dpkit import events as ev
+from dpkit.accounting import approx as _approx
+from dpkit.accounting import rdp as _rdp
+from dpkit.accounting import zcdp as _zcdp
+from dpkit.accounting._common import (
+    UnsupportedEvent,
+    check_delta,
+    check_epsilon,
+    check_neighboring,
+    normalize,
+)
+
+__all__ = ["ACCOUNTANTS", "Budget", "BudgetExceeded", "Charge", "Cost"]
+
+ACCOUNTANTS: tuple[str, ...] = ("pure", "approx", "zcdp", "rdp", "pld")
+_SLACK = 1e-12
+
+
+@dataclass(frozen=True)
+class Cost:
+    """An amount of privacy: (ε, δ), and ρ for the zCDP accountant."""
+
+    epsilon: float
+    delta: float = 0.0
+    rho: float | None = None
+
+    def __str__(self) -> str:
+        text = f"ε={self.epsilon:.6g}, δ={self.delta:.3g}"
+        return text if self.rho is None else text + f", ρ={self.rho:.6g}"
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One recorded charge: the event, the δ share it was charged with, and its own cost."""
+
+    event: ev.Event
+    delta: float | None
+    cost: Cost
+
+
+class BudgetExceeded(ValueError):  # noqa: N818 - the name the contract uses
+    """A charge would overspend the budget. Nothing was spent.
+
+    Attributes: ``requested`` (cost of this event alone), ``remaining`` (before the charge),
+    ``missing`` (how far over the budget the charge would go), ``accountant``, ``event``.
+    """
+
+    def __init__(self, *, requested: Cost, remaining: Cost, missing: Cost, accountant: str,
+                 event: ev.Event | None = None, detail: str = "") -> None:
+        self.requested = requested
+        self.remaining = remaining
+        self.missing = missing
+        self.accountant = accountant
+        self.event = event
+        message = (
+            f"privacy budget exceeded (accountant {accountant!r}): requested {requested}; "
+            f"remaining {remaining}; missing {missing}. Nothing was spent; ask for less "
+            f"(a larger noise scale or fewer queries) or use a new budget"
+        )
+        if detail:
+            message += f" ({detail})"
+        super().__init__(message)
+
+
+class Budget:
+    """A total (ε, δ) privacy budget with a history, refusing any charge that overspends it.
+
+    Parameters are keyword-only: ``epsilon`` (> 0), ``delta`` in [0, 1), ``accountant`` in
+    :data:`ACCOUNTANTS`, ``neighboring`` (``"add_remove"`` default, or ``"replace"``),
+    ``orders`` (RDP orders for ``accountant="rdp"``; one order makes it a valid filter).
+    See the module docstring for which accountants are valid under adaptive use.
+    """
+
+    def __init__(self, *, epsilon: float, delta: float = 0.0, accountant: str = "approx",
+                 neighboring: str = "add_remove", orders: Sequence[float] | None = None) -> None:
+        self.epsilon = check_epsilon(epsilon)
+        self.delta = check_delta(delta)
+        if accountant not in ACCOUNTANTS:
+            raise ValueError(f"unknown accountant {accountant!r}; choose one of "
+                             f"{', '.join(ACCOUNTANTS)}")
+        self.accountant = accountant
+        self.neighboring = check_neighboring(neighboring)
+        if accountant in ("zcdp", "rdp", "pld") and self.delta == 0.0:
+            raise ValueError(
+                f"accountant {accountant!r} needs delta > 0 (it converts to (ε, δ) at the end); "
+                "for a pure ε budget use accountant='pure'"
+            )
+        if orders is not None and accountant != "rdp":
+            raise ValueError("orders= only applies to accountant='rdp'")
+        self.orders: tuple[float, ...] | None = (
+            tuple(float(a) for a in orders) if orders is not None else None)
+        if self.orders is not None:
+            _rdp._as_orders(self.orders)
+        self._lock = threading.RLock()
+        self._charges: list[Charge] = []
+        self._eps_sum: list[float] = []
+        self._delta_sum: list[float] = []
+        self._rho_total = 0.0
+        self._rdp_total = np.zeros(len(self._orders())) if accountant == "rdp" else None
+        self._rho_budget = (_zcdp.epsilon_to_rho(self.epsilon, self.delta)
+                            if accountant == "zcdp" else None)
+
+    # ---------------------------------------------------------------- accountant internals
+
+    def _orders(self) -> tuple[float, ...]:
+        return self.orders if self.orders is not None else _rdp.ORDERS
+
+    def _event_cost(self, event: ev.Event, delta: float | None) -> tuple[Cost, Any]:
+        """Cost of ``event`` alone and the accountant's increment (ρ, RDP curve, …)."""
+        from dpkit.accounting import api
+
+        if self.accountant == "pure":
+            if delta:
+                raise ValueError("accountant 'pure' takes no delta share; use accountant='approx'")
+            try:
+                eps = api.epsilon(event, 0.0, "pure", neighboring=self.neighboring)
+            except UnsupportedEvent as exc:
+                raise UnsupportedEvent(
+                    "pure", event, exc.reason,
+                    "a pure budget cannot pay for it: use Budget(epsilon=..., delta>0, "
+                    "accountant='approx' or 'zcdp')") from None
+            return Cost(eps, 0.0), eps
+        if self.accountant == "approx":
+            norm = normalize(event, self.neighboring)
+            needs = _approx._weight(norm)
+            fixed = min(1.0, _approx._fixed_delta(norm))
+            if delta is None:
+                if needs:
+                    raise ValueError(
+                        f"{type(event).__name__} needs a share of δ under accountant 'approx': "
+                        f"call charge(event, delta=...) with e.g. delta={self.delta / 10:.3g} "
+                        f"(remaining δ is {self.remaining.delta:.3g})")
+                delta = fixed
+            else:
+                delta = check_delta(delta)
+                if needs and delta == 0.0:
+                    raise ValueError("the δ share must be > 0 for an event with Gaussian or "
+                                     "zCDP steps")
+                delta = max(delta, fixed)
+            eps = api.epsilon(norm, delta)
+            return Cost(eps, delta), (eps, delta)
+        if delta is not None:
+            raise ValueError(f"accountant {self.accountant!r} converts the whole history at the "
+                             f"budget's δ; do not pass delta= to charge()")
+        if self.accountant == "zcdp":
+            rho = _zcdp.rho(event, neighboring=self.neighboring)
+            return Cost(_zcdp.rho_to_epsilon(rho, self.delta), self.delta if rho else 0.0,
+                        rho), rho
+        if self.accountant == "rdp":
+            curve = _rdp.rdp(event, self._orders(), neighboring=self.neighboring)
+            eps = _rdp.epsilon_from_rdp(self._orders(), curve, self.delta)[0]
+            return Cost(eps, self.delta if eps else 0.0), curve
+        # pld: cost of the event alone
+        eps = self._pld_epsilon([event])
+        return Cost(eps, self.delta if eps else 0.0), None
+
+    def _pld_epsilon(self, events: list[ev.Event]) -> float:
+        from dpkit.accounting import api
+
+        return api.epsilon(ev.Composed(tuple(events)), self.delta, "pld",
+                           neighboring=self.neighboring)
+
+    def _spent_unlocked(self) -> Cost:
+        if not self._charges:
+            return Cost(0.0, 0.0, 0.0 if self.accountant == "zcdp" else None)
+        if self.accountant in ("pure", "approx"):
+            return Cost(math.fsum(self._eps_sum), min(1.0, math.fsum(self._delta_sum)))
+        if self.accountant == "zcdp":
+            eps = _zcdp.rho_to_epsilon(self._rho_total, self.delta)
+            return Cost(eps, self.delta if eps else 0.0, self._rho_total)
+        if self.accountant == "rdp":
+            eps = _rdp.epsilon_from_rdp(self._orders(), self._rdp_total, self.delta)[0]
+            return Cost(eps, self.delta if eps else 0.0)
+        eps = self._pld_epsilon([c.event for c in self._charges])
+        return Cost(eps, self.delta if eps else 0.0)
+
+    def _remaining_from(self, spent: Cost) -> Cost:
+        if self.accountant in ("pure", "approx"):
+            return Cost(max(0.0, self.epsilon - spent.epsilon), max(0.0, self.delta - spent.delta))
+        rho = None
+        if self.accountant == "zcdp":
+            assert self._rho_budget is not None
+            rho = max(0.0, self._rho_budget - self._rho_total)
+        return Cost(max(0.0, self.epsilon - spent.epsilon), self.delta, rho)
+
+    def _fits(self, eps: float, budget: float) -> bool:
+        return eps <= budget * (1.0 + _SLACK)
+
+    def _try(self, event: ev.Event, delta: float | None, record: bool) -> Cost:
+        if not isinstance(event, ev.Event):
+            raise TypeError(f"charge() takes a dpkit.events.Event (got {type(event).__name__})")
+        cost, inc = self._event_cost(event, delta)
+        with self._lock:
+            spent = self._spent_unlocked()
+            remaining = self._remaining_from(spent)
+            acc = self.accountant
+            if acc in ("pure", "approx"):
+                eps_after = math.fsum([*self._eps_sum, cost.epsilon])
+                delta_after = math.fsum([*self._delta_sum, cost.delta])
+                ok = self._fits(eps_after, self.epsilon) and self._fits(delta_after, self.delta)
+                missing = Cost(max(0.0, eps_after - self.epsilon),
+                               max(0.0, delta_after - self.delta))
+            elif acc == "zcdp":
+                assert self._rho_budget is not None
+                rho_after = self._rho_total + inc
+                ok = self._fits(rho_after, self._rho_budget)
+                eps_after = _zcdp.rho_to_epsilon(rho_after, self.delta)
+                missing = Cost(max(0.0, eps_after - self.epsilon), 0.0,
+                               max(0.0, rho_after - self._rho_budget))
+            elif acc == "rdp":
+                assert self._rdp_total is not None
+                total = self._rdp_total + inc
+                eps_after = _rdp.epsilon_from_rdp(self._orders(), total, self.delta)[0]
+                ok = self._fits(eps_after, self.epsilon)
+                missing = Cost(max(0.0, eps_after - self.epsilon), 0.0)
+            else:
+                eps_after = self._pld_epsilon([*(c.event for c in self._charges), event])
+                ok = self._fits(eps_after, self.epsilon)
+                missing = Cost(max(0.0, eps_after - self.epsilon), 0.0)
+            if not ok or math.isinf(cost.epsilon):
+                raise BudgetExceeded(requested=cost, remaining=remaining, missing=missing,
+                                     accountant=acc, event=event)
+            if record:
+                self._record(Charge(event, delta, cost), inc)
+        return cost
+
+    def _record(self, charge: Charge, inc: Any) -> None:
+        self._charges.append(charge)
+        self._eps_sum.append(charge.cost.epsilon)
+        self._delta_sum.append(charge.cost.delta)
+        if self.accountant == "zcdp":
+            self._rho_total += float(inc)
+        elif self.accountant == "rdp":
+            assert self._rdp_total is not None
+            self._rdp_total = self._rdp_total + inc
+
+    # ---------------------------------------------------------------- public
+
+    def charge(self, event: ev.Event, *, delta: float | None = None) -> Cost:
+        """Record ``event`` if it fits, atomically; else raise :class:`BudgetExceeded`.
+
+        ``delta``: for ``accountant="approx"``, the share of δ this event is charged with; needed
+        for events with Gaussian / zCDP steps (they have no fixed (ε, δ)), optional otherwise
+        (pure steps cost (ε, 0), ``ApproxDP`` steps their own δ; a larger share may lower ε).
+        Other accountants take no ``delta``. Returns this event's own cost. Events the
+        accountant cannot bound raise :class:`UnsupportedEvent` (also a ValueError).
+        """
+        return self._try(event, delta, record=True)
+
+    def can_afford(self, event: ev.Event, *, delta: float | None = None) -> bool:
+        """Whether :meth:`charge` would accept ``event`` now (records nothing)."""
+        try:
+            self._try(event, delta, record=False)
+        except BudgetExceeded:
+            return False
+        return True
+
+    @property
+    def spent(self) -> Cost:
+        """Privacy spent so far under the accountant.
+
+        ``pure``/``approx``: the sums (Σε, Σδ). ``zcdp``/``rdp``/``pld``: the ε of the whole
+        history at the budget's δ (δ is a target, not consumed piece by piece).
+        """
+        with self._lock:
+            return self._spent_unlocked()
+
+    @property
+    def remaining(self) -> Cost:
+        """What is left: ``epsilon - spent.epsilon`` (and δ for ``approx``; ρ for ``zcdp``)."""
+        with self._lock:
+            return self._remaining_from(self._spent_unlocked())
+
+    @property
+    def history(self) -> list[ev.Event]:
+        """The charged events, oldest first (a copy)."""
+        with self._lock:
+            return [c.event for c in self._charges]
+
+    @property
+    def charges(self) -> list[Charge]:
+        """The charges with their δ shares and costs, oldest first (a copy)."""
+        with self._lock:
+            return list(self._charges)
+
+    @property
+    def rho(self) -> float | None:
+        """The total ρ of a ``zcdp`` budget (None for other accountants)."""
+        return self._rho_budget
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready state: totals, accountant, and every charge (event + δ share + cost)."""
+        with self._lock:
+            return {
+                "version": 1,
+                "epsilon": self.epsilon,
+                "delta": self.delta,
+                "accountant": self.accountant,
+                "neighboring": self.neighboring,
+                "orders": list(self.orders) if self.orders is not None else None,
+                "charges": [
+                    {"event": c.event.to_dict(), "delta": c.delta, "epsilon_cost": c.cost.epsilon,
+                     "delta_cost": c.cost.delta, "rho_cost": c.cost.rho}
+                    for c in self._charges
+                ],
+            }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Budget:
+        """Rebuild a budget from :meth:`to_dict` (costs as recorded; curves recomputed)."""
+        try:
+            budget = cls(epsilon=data["epsilon"], delta=data.get("delta", 0.0),
+                         accountant=data.get("accountant", "approx"),
+                         neighboring=data.get("neighboring", "add_remove"),
+                         orders=data.get("orders"))
+            for item in data.get("charges", []):
+                event = ev.from_dict(item["event"])
+                cost = Cost(float(item["epsilon_cost"]), float(item["delta_cost"]),
+                            item.get("rho_cost"))
+                inc: Any = None
+                if budget.accountant == "zcdp":
+                    inc = _zcdp.rho(event, neighboring=budget.neighboring)
+                elif budget.accountant == "rdp":
+                    inc = _rdp.rdp(event, budget._orders(), neighboring=budget.neighboring)
+                budget._record(Charge(event, item.get("delta"), cost), inc)
+        except KeyError as exc:
+            raise ValueError(f"not a Budget.to_dict() mapping: missing {exc}") from None
+        return budget
+
+    def __repr__(self) -> str:
+        s = self.spent
+        return (f"Budget(epsilon={self.epsilon!r}, delta={self.delta!r}, "
+                f"accountant={self.accountant!r}, spent=({s}), charges={len(self._charges)})")

@@ -1,0 +1,108 @@
+"""Noise calibration: the smallest noise multiplier that reaches a target ε.
+
+``calibrate(family, target_epsilon=, delta=)`` takes a function m ↦ event (e.g.
+``lambda m: SelfComposed(PoissonSampled(q, Gaussian(m)), T)``) and finds the smallest noise
+multiplier m with ``epsilon(family(m), delta, method) <= target_epsilon``, by bracketing and
+bisection in log m. It assumes ε decreases as m grows (true of every accountant here for the
+usual families); whatever happens, the m returned has been *checked* to meet the target, so it
+is never too small.
+
+>>> from dpkit import events as ev
+>>> m = calibrate(lambda m: ev.Gaussian(m), target_epsilon=1.0, delta=1e-5)
+>>> 3.7306316348 <= m <= 3.7306316348 * (1 + 1e-6)  # the analytic Gaussian's σ
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from dpkit import events as ev
+from dpkit.accounting._common import check_delta, check_epsilon
+
+__all__ = ["calibrate", "dpsgd_noise_multiplier"]
+
+
+def calibrate(family: Callable[[float], ev.Event], *, target_epsilon: float, delta: float,
+              method: str | None = None, neighboring: str = "add_remove",
+              rtol: float = 1e-6, lower: float = 1e-6, upper: float = 1e6) -> float:
+    """Smallest m in [``lower``, ``upper``] with ε(family(m)) <= ``target_epsilon``, to ``rtol``.
+
+    Returns a value within a factor (1 + rtol) above the true threshold, verified to satisfy the
+    target. Raises ValueError if even ``upper`` does not reach it; returns ``lower`` if it
+    already does.
+    """
+    from dpkit.accounting import api
+
+    target_epsilon = check_epsilon(target_epsilon, name="target_epsilon")
+    delta = check_delta(delta)
+    if not 0 < rtol < 1:
+        raise ValueError(f"rtol must lie in (0, 1) (got {rtol!r})")
+    if not 0 < lower < upper:
+        raise ValueError(f"need 0 < lower < upper (got lower={lower!r}, upper={upper!r})")
+
+    def ok(m: float) -> bool:
+        event = family(m)
+        if not isinstance(event, ev.Event):
+            raise TypeError(f"family(m) must return a dpkit.events.Event (got {event!r})")
+        eps = api.epsilon(event, delta, method, neighboring=neighboring)
+        return eps <= target_epsilon
+
+    # Bracket: lo fails, hi succeeds.
+    hi = min(max(1.0, lower), upper)
+    if ok(hi):
+        lo = hi
+        while True:
+            if lo <= lower:
+                return lower
+            lo = max(lo / 4.0, lower)
+            if not ok(lo):
+                break
+            hi = lo
+        if hi == lo:  # pragma: no cover
+            return hi
+    else:
+        lo = hi
+        while True:
+            if hi >= upper:
+                raise ValueError(
+                    f"no noise multiplier up to {upper:g} reaches epsilon <= {target_epsilon:g} at "
+                    f"delta = {delta:g}; raise `upper`, the target epsilon or delta")
+            hi = min(hi * 4.0, upper)
+            if ok(hi):
+                break
+            lo = hi
+    log_lo, log_hi = math.log(lo), math.log(hi)
+    while log_hi - log_lo > math.log1p(rtol):
+        mid = 0.5 * (log_lo + log_hi)
+        if ok(math.exp(mid)):
+            log_hi = mid
+        else:
+            log_lo = mid
+    result = math.exp(log_hi)
+    # exp(log(x)) may round below the value checked: re-check and step up if needed.
+    while not ok(result):  # pragma: no cover - rounding guard
+        result = math.nextafter(result, math.inf)
+    return result
+
+
+def dpsgd_noise_multiplier(*, sampling_probability: float, steps: int, target_epsilon: float,
+                           delta: float, method: str | None = None, rtol: float = 1e-4) -> float:
+    """Noise multiplier for DP-SGD: ``steps`` × Poisson(q)-sampled Gaussian reaching (ε, δ).
+
+    >>> m = dpsgd_noise_multiplier(sampling_probability=256 / 60000, steps=14062,
+    ...                            target_epsilon=2.5966, delta=1e-5, method="rdp")
+    >>> round(m, 2)
+    1.1
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be an int >= 1 (got {steps!r})")
+    q = float(sampling_probability)
+    if not 0.0 < q <= 1.0:
+        raise ValueError(f"sampling_probability must lie in (0, 1] (got {sampling_probability!r})")
+    return calibrate(
+        lambda m: ev.SelfComposed(ev.PoissonSampled(q, ev.Gaussian(m)), steps),
+        target_epsilon=target_epsilon, delta=delta, method=method, rtol=rtol,
+        lower=1e-2, upper=1e4,
+    )
