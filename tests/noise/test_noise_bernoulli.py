@@ -264,3 +264,34 @@ def test_uniform_float01() -> None:
     assert x.shape == (100, 10) and x.dtype == np.float64
     assert np.all((x >= 0) & (x < 1))
     assert np.all(x * 2.0**53 == np.floor(x * 2.0**53))
+
+
+class _FixedWordSource(ScriptedSource):
+    """Every 32-bit word is ``word`` (the ambiguous one); 64-bit words come from PCG64."""
+
+    def __init__(self, word: int, seed: int) -> None:
+        super().__init__(seed=seed)
+        self.word = word
+
+    def uint32(self, n: int) -> np.ndarray:
+        return np.full(n, self.word, dtype=np.uint32)
+
+
+def test_fallback_conditional_law_fraction() -> None:
+    # Given the first 32 bits equal A = floor(2**32/3), U < 1/3 has conditional probability
+    # frac(2**32/3) = 1/3. Every lane takes the exact path; Wilson at 1e-6.
+    A = (1 << 32) // 3
+    x = noise.bernoulli(Fraction(1, 3), 20_000, source=_FixedWordSource(A, 1))
+    _check_rate(x, 1 / 3)
+
+
+def test_fallback_conditional_law_kernel() -> None:
+    # Vectorised kernel with every word ambiguous: P(True | u = A) = frac(exp(-gamma) * 2**32).
+    gamma = Fraction(7, 5)
+    A = samplers._exp_neg_floor32(gamma)
+    g = np.full(10_000, float(gamma))
+    x = samplers._bern_exp_lanes(g, _FixedWordSource(A, 2), lambda i: gamma)
+    _check_rate(x, math.exp(-1.4) * 2**32 - A)
+    # and through the public scalar sampler
+    y = noise.bernoulli_exp(gamma, 10_000, source=_FixedWordSource(A, 3))
+    _check_rate(y, math.exp(-1.4) * 2**32 - A)

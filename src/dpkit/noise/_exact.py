@@ -13,6 +13,7 @@ Everything here uses Python integers only (no floats, no libm). Two pieces:
 from __future__ import annotations
 
 from fractions import Fraction
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -63,6 +64,13 @@ def _pow_fixed(lo: int, hi: int, m: int, W: int) -> tuple[int, int]:
     return r_lo, r_hi
 
 
+@lru_cache(maxsize=512)
+def _exp_neg_int_fixed(m: int, W: int) -> tuple[int, int]:
+    """Bounds on ``exp(-m) * 2**W`` for an integer ``m >= 1`` (cached: few distinct m, W)."""
+    e_lo, e_hi = _exp_neg_frac_fixed(1, 1, W)
+    return _pow_fixed(e_lo, e_hi, m, W)
+
+
 def exp_neg_fixed(n: int, d: int, P: int) -> tuple[int, int]:
     """Integers ``lo, hi`` with ``lo <= exp(-n/d) * 2**P <= hi`` (``n >= 0``, ``d >= 1``).
 
@@ -79,8 +87,7 @@ def exp_neg_fixed(n: int, d: int, P: int) -> tuple[int, int]:
     W = P + 2 * m.bit_length() + 24
     lo, hi = _exp_neg_frac_fixed(r, d, W)
     if m:
-        e_lo, e_hi = _exp_neg_frac_fixed(1, 1, W)
-        p_lo, p_hi = _pow_fixed(e_lo, e_hi, m, W)
+        p_lo, p_hi = _exp_neg_int_fixed(m, W)
         lo = (lo * p_lo) >> W
         hi = -((-hi * p_hi) >> W)
     shift = W - P
