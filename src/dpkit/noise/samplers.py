@@ -292,8 +292,8 @@ def _bern_exp_lanes(
     amb &= uf < hi
     if force_exact is not None:
         amb |= force_exact
-    for i in np.flatnonzero(amb):
-        out[i] = LazyUniform(int(u[i]), 32, src).less_than_exp_neg(exact_gamma(int(i)))
+    for j in np.flatnonzero(amb).tolist():
+        out[j] = LazyUniform(int(u[j]), 32, src).less_than_exp_neg(exact_gamma(j))
     return out
 
 
