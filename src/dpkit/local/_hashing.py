@@ -60,7 +60,7 @@ def uniform_digits(g: int, shape: tuple[int, int], source: Source | None) -> np.
 
 
 def bitlinear_hash(seeds: np.ndarray, values: np.ndarray, g: int) -> np.ndarray:
-    """``h_i(values_i)`` for seeds ``(a_0 … a_{L-1}, b)`` given digit-major, shape ``(L + 1, n)``."""
+    """``h_i(values_i)`` for digit-major seeds ``(a_0 … a_{L-1}, b)``, shape ``(L + 1, n)``."""
     L = seeds.shape[0] - 1
     x = np.asarray(values).astype(np.int64, copy=False)
     acc = seeds[L].astype(np.int64)
