@@ -132,3 +132,13 @@ def test_numpy_random_only_in_sources() -> None:
         if path.name == "sources.py":
             continue
         assert "np.random" not in path.read_text(encoding="utf-8"), path.name
+
+
+@pytest.mark.parametrize("module", ["__init__", "sources", "samplers", "grid", "_exact"])
+def test_docstring_examples_run(module: str) -> None:
+    import doctest
+    import importlib
+
+    name = "dpkit.noise" if module == "__init__" else f"dpkit.noise.{module}"
+    res = doctest.testmod(importlib.import_module(name), verbose=False)
+    assert res.failed == 0
