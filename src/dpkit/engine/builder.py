@@ -1,0 +1,191 @@
+"""A Python query builder that compiles to the same SQL (and therefore the same plan).
+
+>>> q = QueryBuilder(None, "visits").where("age >= 18").group_by("ward").count().avg("age")
+>>> for part in q.to_sql().split(" FROM "):
+...     print(part)
+SELECT "ward", COUNT(*) AS "count", AVG("age") AS "avg_age"
+"visits" WHERE age >= 18 GROUP BY "ward"
+
+Identifiers are quoted by sqlglot, so a column name can never inject SQL; ``where`` and
+``having`` take SQL expression text and go through the same validation as :meth:`Curator.sql`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+
+from dpkit.engine.sql import QueryError
+
+__all__ = ["QueryBuilder"]
+
+
+def _col(name: str) -> exp.Column:
+    if not isinstance(name, str) or not name:
+        raise QueryError(f"column names are non-empty strings (got {name!r})")
+    return exp.Column(this=exp.to_identifier(name, quoted=True))
+
+
+def _expr(text: str, what: str) -> exp.Expression:
+    if not isinstance(text, str) or not text.strip():
+        raise QueryError(f"{what} takes a SQL expression as text, e.g. \"age >= 18\"")
+    try:
+        return sqlglot.parse_one(text, read="duckdb", into=exp.Condition)
+    except sqlglot.errors.ParseError as exc:
+        raise QueryError(f"cannot parse {what} {text!r}: {str(exc).splitlines()[0]}") from None
+
+
+class QueryBuilder:
+    """Immutable-style builder: each method returns a new builder.
+
+    ``cur.table("visits").where("age >= 18").group_by("ward").count().sum("cost")
+    .run(epsilon=0.5)`` is ``cur.sql("SELECT ward, COUNT(*), SUM(cost) FROM visits WHERE age >=
+    18 GROUP BY ward", epsilon=0.5)``.
+    """
+
+    def __init__(self, curator: Any, table: str) -> None:
+        self._curator = curator
+        self._table = table
+        self._where: list[exp.Expression] = []
+        self._groups: list[str] = []
+        self._aggs: list[exp.Expression] = []
+        self._having: list[exp.Expression] = []
+        self._order: list[tuple[str, bool]] = []
+        self._limit: int | None = None
+        self._names: set[str] = set()
+
+    def _copy(self) -> QueryBuilder:
+        q = QueryBuilder(self._curator, self._table)
+        q._where = list(self._where)
+        q._groups = list(self._groups)
+        q._aggs = list(self._aggs)
+        q._having = list(self._having)
+        q._order = list(self._order)
+        q._limit = self._limit
+        q._names = set(self._names)
+        return q
+
+    # ------------------------------------------------------------------ clauses
+
+    def where(self, condition: str) -> QueryBuilder:
+        q = self._copy()
+        q._where.append(_expr(condition, "where"))
+        return q
+
+    def group_by(self, *columns: str) -> QueryBuilder:
+        q = self._copy()
+        for c in columns:
+            _col(c)
+            q._groups.append(c)
+        return q
+
+    def having(self, condition: str) -> QueryBuilder:
+        q = self._copy()
+        q._having.append(_expr(condition, "having"))
+        return q
+
+    def order_by(self, output: str, *, desc: bool = False) -> QueryBuilder:
+        q = self._copy()
+        q._order.append((output, desc))
+        return q
+
+    def limit(self, n: int) -> QueryBuilder:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise QueryError(f"limit takes a whole number >= 0 (got {n!r})")
+        q = self._copy()
+        q._limit = n
+        return q
+
+    def top_k(self, k: int, *, by: str = "count") -> QueryBuilder:
+        """The ``k`` groups with the largest noisy ``by`` output (post-processing, free)."""
+        return self.order_by(by, desc=True).limit(k)
+
+    # ------------------------------------------------------------------ aggregates
+
+    def _agg(self, node: exp.Expression, name: str, alias: str | None) -> QueryBuilder:
+        q = self._copy()
+        out = alias or name
+        if out in q._names:
+            raise QueryError(f"output name {out!r} is used twice; pass alias=...")
+        q._names.add(out)
+        q._aggs.append(exp.alias_(node, exp.to_identifier(out, quoted=True)))
+        return q
+
+    def count(self, column: str | None = None, *, alias: str | None = None) -> QueryBuilder:
+        if column is None:
+            return self._agg(exp.Count(this=exp.Star()), "count", alias)
+        return self._agg(exp.Count(this=_col(column)), f"count_{column}", alias)
+
+    def count_distinct(self, column: str, *, alias: str | None = None) -> QueryBuilder:
+        """COUNT(DISTINCT <privacy unit>): the number of people."""
+        node = exp.Count(this=exp.Distinct(expressions=[_col(column)]))
+        return self._agg(node, f"count_distinct_{column}", alias)
+
+    def sum(self, column: str, *, alias: str | None = None) -> QueryBuilder:
+        return self._agg(exp.Sum(this=_col(column)), f"sum_{column}", alias)
+
+    def avg(self, column: str, *, alias: str | None = None) -> QueryBuilder:
+        return self._agg(exp.Avg(this=_col(column)), f"avg_{column}", alias)
+
+    mean = avg
+
+    def var(self, column: str, *, alias: str | None = None) -> QueryBuilder:
+        return self._agg(exp.Variance(this=_col(column)), f"var_{column}", alias)
+
+    def stddev(self, column: str, *, alias: str | None = None) -> QueryBuilder:
+        return self._agg(exp.Stddev(this=_col(column)), f"stddev_{column}", alias)
+
+    def median(self, column: str, *, alias: str | None = None) -> QueryBuilder:
+        return self._agg(exp.Median(this=_col(column)), f"median_{column}", alias)
+
+    def quantile(self, column: str, q: float, *, alias: str | None = None) -> QueryBuilder:
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 <= q <= 1:
+            raise QueryError(f"quantile q must lie in [0, 1] (got {q!r})")
+        node = exp.Anonymous(this="quantile", expressions=[_col(column),
+                                                          exp.Literal.number(float(q))])
+        name = f"q{f'{q * 100:g}'.replace('.', '_')}_{column}"
+        return self._agg(node, name, alias)
+
+    def min(self, column: str, *, alias: str | None = None) -> QueryBuilder:
+        return self._agg(exp.Min(this=_col(column)), f"min_{column}", alias)
+
+    def max(self, column: str, *, alias: str | None = None) -> QueryBuilder:
+        return self._agg(exp.Max(this=_col(column)), f"max_{column}", alias)
+
+    # ------------------------------------------------------------------ compile and run
+
+    def to_sql(self) -> str:
+        if not self._aggs:
+            raise QueryError("add at least one aggregate: .count(), .sum('col'), ...")
+        select = exp.select(*[_col(g) for g in self._groups], *self._aggs).from_(
+            exp.Table(this=exp.to_identifier(self._table, quoted=True)))
+        for w in self._where:
+            select = select.where(w)
+        if self._groups:
+            select = select.group_by(*[_col(g) for g in self._groups])
+        for h in self._having:
+            select = select.having(h)
+        for name, desc in self._order:
+            select = select.order_by(exp.Ordered(this=_col(name), desc=desc))
+        if self._limit is not None:
+            select = select.limit(self._limit)
+        return select.sql(dialect="duckdb")
+
+    def run(self, **kwargs: Any) -> Any:
+        """Run with :meth:`Curator.sql` (same keyword arguments: epsilon=, accuracy=, ...)."""
+        if self._curator is None:
+            raise QueryError("this builder has no curator; use cur.table(name)")
+        return self._curator.sql(self.to_sql(), **kwargs)
+
+    def preview(self, **kwargs: Any) -> Any:
+        if self._curator is None:
+            raise QueryError("this builder has no curator; use cur.table(name)")
+        return self._curator.preview(self.to_sql(), **kwargs)
+
+    def __repr__(self) -> str:
+        try:
+            return f"QueryBuilder({self.to_sql()!r})"
+        except QueryError:
+            return f"QueryBuilder(table={self._table!r}, no aggregates yet)"

@@ -1,0 +1,653 @@
+"""The curator: private tables, aggregate queries with error bars, a budget kept on disk.
+
+A project is a folder::
+
+    clinic.dpkit/
+        ledger.sqlite   the hash-chained ledger: budget, tables' declarations, every charge
+        data.duckdb     the rows (tables copied in, or views over CSV/Parquet files)
+
+**Privacy semantics.** Each private table names its *privacy unit* (a column identifying one
+person; without one, every row is its own unit). Two datasets are neighbours when they differ by
+adding or removing all the rows of one unit (add/remove-one-unit). Every answer the curator
+gives is differentially private for that relation, and the project's budget bounds the total
+over all answers, all analysts and all time, under the accountant chosen at creation
+(:class:`dpkit.accounting.Budget`: ``pure``, ``approx``, ``zcdp``, ``rdp`` or ``pld``). The
+budget covers the tables registered in the project; a unit who appears in two tables under the
+same id is one unit (the budget is per project, not per table).
+
+The order of operations for every query (DESIGN invariant 3): parse and validate → plan (public
+information only) → budget pre-check → one SQL statement in DuckDB computes the exact aggregates
+(in memory only) → the ledger charges the plan's event in one transaction and commits it to disk
+→ noise from :mod:`dpkit.mechanisms` → post-processing → :class:`~dpkit.engine.results.Result`. A
+refused or failed query spends nothing; a crash after the commit loses budget, never privacy.
+
+>>> import tempfile, os, dpkit as dp
+>>> folder = tempfile.mkdtemp()
+>>> cur = dp.Curator.create(os.path.join(folder, "p.dpkit"),
+...                         budget=dp.Budget(epsilon=1.0, delta=1e-6),
+...                         source=dp.noise.seeded(0))
+>>> import pandas as pd
+>>> _ = cur.add_table("t", pd.DataFrame({"x": [1.0, 2.0, 3.0]}), bounds={"x": (0, 10)})
+>>> res = cur.sql("SELECT COUNT(*) AS n FROM t", epsilon=0.5)
+>>> res.columns
+['n', 'n_ci_low', 'n_ci_high']
+>>> round(cur.budget().spent, 6)
+0.5
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import math
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from dpkit import events as ev
+from dpkit import noise as _noise
+from dpkit.engine import plan as dplan
+from dpkit.engine import sql as dsql
+from dpkit.engine.backend_duckdb import DuckBackend, init_database, load_table, relation_name
+from dpkit.engine.ledger import Entry, Ledger
+from dpkit.engine.noisy import Exact, halfwidth, release
+from dpkit.engine.results import Preview, Result
+from dpkit.engine.tables import (
+    Column,
+    TableMeta,
+    check_identifier,
+    describe_source,
+    validate_declarations,
+)
+
+__all__ = ["BudgetStatus", "Curator", "HistoryItem"]
+
+LEDGER_FILE = "ledger.sqlite"
+DATA_FILE = "data.duckdb"
+MAX_BUDGET_EPSILON = 1000.0
+
+
+@dataclass(frozen=True)
+class HistoryItem:
+    seq: int
+    time: str
+    analyst: str
+    query: str
+    event: ev.Event
+    epsilon: float  # this charge's own cost
+    delta: float
+    epsilon_spent: float  # project total after it
+
+
+@dataclass
+class BudgetStatus:
+    """The budget as the ledger sees it: totals, spent, remaining, and every charge."""
+
+    epsilon: float
+    delta: float
+    accountant: str
+    spent: float
+    remaining: float
+    delta_spent: float
+    delta_remaining: float
+    history: list[HistoryItem]
+    head: tuple[int, str]
+    analyst: str | None = None
+    rho_spent: float | None = None
+    rho_remaining: float | None = None
+    analysts: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "accountant": self.accountant,
+            "spent": self.spent,
+            "remaining": self.remaining,
+            "delta_spent": self.delta_spent,
+            "delta_remaining": self.delta_remaining,
+            "rho_spent": self.rho_spent,
+            "rho_remaining": self.rho_remaining,
+            "analyst": self.analyst,
+            "analyst_budgets": self.analysts,
+            "head": {"seq": self.head[0], "hash": self.head[1]},
+            "history": [
+                {"seq": h.seq, "time": h.time, "analyst": h.analyst, "query": h.query,
+                 "epsilon": h.epsilon, "delta": h.delta, "epsilon_spent": h.epsilon_spent,
+                 "event": h.event.to_dict()}
+                for h in self.history
+            ],
+        }
+
+    def table(self) -> Any:
+        from rich.table import Table
+
+        who = f" (analyst {self.analyst})" if self.analyst else ""
+        t = Table(title=f"privacy budget{who}: accountant {self.accountant}",
+                  title_justify="left")
+        t.add_column("#", justify="right")
+        t.add_column("time")
+        t.add_column("analyst")
+        t.add_column("query", overflow="fold", max_width=60)
+        t.add_column("epsilon", justify="right")
+        t.add_column("delta", justify="right")
+        t.add_column("total spent", justify="right")
+        for h in self.history:
+            t.add_row(str(h.seq), h.time[:19].replace("T", " "), h.analyst, h.query,
+                      f"{h.epsilon:.4g}", f"{h.delta:.3g}" if h.delta else "0",
+                      f"{h.epsilon_spent:.4g}")
+        t.caption = (f"spent epsilon {self.spent:.4g} of {self.epsilon:g} (remaining "
+                     f"{self.remaining:.4g}); delta {self.delta_spent:.3g} of {self.delta:g}; "
+                     f"ledger head #{self.head[0]} {self.head[1][:12]}")
+        return t
+
+    def __rich__(self) -> Any:
+        return self.table()
+
+
+def _default_analyst() -> str:
+    try:
+        return getpass.getuser() or "analyst"
+    except Exception:  # pragma: no cover - no user database (containers)
+        return "analyst"
+
+
+class Curator:
+    """A project: private tables behind aggregate-only queries and an enforced, durable budget.
+
+    Create with :meth:`create`, reopen from any process with :meth:`open`. ``source`` (tests
+    only) replaces the secure noise source with a seeded one; every result then says INSECURE.
+    """
+
+    def __init__(self, path: Path, ledger: Ledger, *, analyst: str | None,
+                 source: _noise.Source | None) -> None:
+        self.path = path
+        self.ledger = ledger
+        self.analyst = analyst or _default_analyst()
+        self._source = source
+        self._backend = DuckBackend(path / DATA_FILE)
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def create(
+        cls,
+        path: str | Path,
+        *,
+        budget: Any = None,
+        epsilon: float | None = None,
+        delta: float = 0.0,
+        accountant: str | None = None,
+        analyst: str | None = None,
+        source: _noise.Source | None = None,
+    ) -> Curator:
+        """Create a project folder with a total budget.
+
+        Give ``budget=dp.Budget(epsilon=3.0, delta=1e-6, accountant=...)`` or ``epsilon=``,
+        ``delta=``, ``accountant=`` (default: ``pure`` when delta is 0, else ``approx``; both are
+        valid privacy filters for adaptively chosen queries).
+        """
+        path = Path(path)
+        if budget is not None:
+            if epsilon is not None or accountant is not None:
+                raise ValueError("give budget= or epsilon=/delta=/accountant=, not both")
+            epsilon = float(budget.epsilon)
+            delta = float(budget.delta)
+            accountant = str(budget.accountant)
+            neighboring = str(getattr(budget, "neighboring", "add_remove"))
+            orders = getattr(budget, "orders", None)
+            if accountant == "approx" and delta == 0.0:
+                accountant = "pure"
+        else:
+            if epsilon is None:
+                raise ValueError("give the total budget: epsilon=3.0 (and delta=1e-6)")
+            neighboring, orders = "add_remove", None
+        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (
+            math.isfinite(epsilon) and epsilon > 0
+        ):
+            raise ValueError(f"epsilon must be a finite number > 0 (got {epsilon!r})")
+        if epsilon > MAX_BUDGET_EPSILON:
+            raise ValueError(
+                f"a total epsilon of {epsilon:g} offers no meaningful privacy; the curator accepts "
+                f"at most {MAX_BUDGET_EPSILON:g} (typical budgets are 1 to 10)"
+            )
+        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not (
+            0.0 <= delta < 0.01
+        ):
+            raise ValueError(
+                f"delta must lie in [0, 0.01) (got {delta!r}); it should be far below 1/n, e.g. "
+                f"1e-6"
+            )
+        if accountant is None:
+            accountant = "pure" if delta == 0 else "approx"
+        if path.exists() and any(path.iterdir()):
+            raise FileExistsError(
+                f"{path} already exists and is not empty; open it with Curator.open({str(path)!r})"
+            )
+        if neighboring != "add_remove":
+            raise ValueError("the curator's neighbouring relation is add/remove one unit")
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            ledger = Ledger.create(path / LEDGER_FILE, epsilon=float(epsilon), delta=float(delta),
+                                   accountant=accountant, orders=orders,
+                                   analyst=analyst or _default_analyst())
+            init_database(path / DATA_FILE)
+        except BaseException:
+            for f in (LEDGER_FILE, LEDGER_FILE + "-wal", LEDGER_FILE + "-shm", DATA_FILE):
+                with contextlib.suppress(OSError):
+                    (path / f).unlink()
+            with contextlib.suppress(OSError):
+                path.rmdir()
+            raise
+        return cls(path, ledger, analyst=analyst, source=source)
+
+    @classmethod
+    def open(cls, path: str | Path, *, analyst: str | None = None,
+             source: _noise.Source | None = None,
+             expected_head: tuple[int, str] | None = None) -> Curator:
+        """Open an existing project; the ledger's hash chain is verified first."""
+        path = Path(path)
+        if not (path / LEDGER_FILE).exists():
+            raise FileNotFoundError(
+                f"{path} is not a dpkit project (no {LEDGER_FILE}); create one with "
+                f"Curator.create({str(path)!r}, budget=...) or `dpkit init`"
+            )
+        ledger = Ledger.open(path / LEDGER_FILE, expected_head=expected_head)
+        return cls(path, ledger, analyst=analyst, source=source)
+
+    def close(self) -> None:
+        self._backend.close()
+        self.ledger.close()
+
+    def __enter__(self) -> Curator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        s = self.ledger.spend()
+        return (f"Curator({str(self.path)!r}, tables={sorted(self.tables())}, "
+                f"spent epsilon {s.spent:.4g} of {s.epsilon:g}, accountant {s.accountant})")
+
+    # ------------------------------------------------------------------ tables
+
+    def tables(self) -> dict[str, TableMeta]:
+        """The registered tables and their (public) declarations."""
+        out: dict[str, TableMeta] = {}
+        for e in self.ledger.entries("table"):
+            if e.payload.get("dropped"):
+                out.pop(str(e.payload["name"]), None)
+            else:
+                meta = TableMeta.from_dict(e.payload["table"])
+                out[meta.name] = meta
+        return out
+
+    def add_table(
+        self,
+        name: str,
+        source: Any,
+        *,
+        privacy_unit: str | None = None,
+        bounds: Mapping[str, Any] | None = None,
+        max_rows_per_unit: int | None = None,
+        max_groups_per_unit: int | None = None,
+        domains: Mapping[str, Any] | None = None,
+        public: bool = False,
+        copy: bool = True,
+        source_table: str | None = None,
+        replace: bool = False,
+        description: str = "",
+    ) -> TableMeta:
+        """Register a table (the data owner's job); spends nothing.
+
+        ``source``: a CSV / Parquet / JSON path, a DuckDB database path (``source_table=`` or
+        ``"file.duckdb::table"``), a pandas or polars DataFrame, a pyarrow Table or a DuckDB
+        relation. ``privacy_unit``: the column naming one person (None: record level).
+        ``max_rows_per_unit`` (default 1): rows one unit may contribute to a query (more are
+        dropped at query time, chosen at random). ``max_groups_per_unit``: groups one unit may
+        touch in a GROUP BY (default: max_rows_per_unit). ``bounds={"age": (0, 120)}``: values
+        are clamped into these before summing. ``domains={"ward": ["A", "B"]}``: the public keys
+        of a column (GROUP BY ward then shows every key, and needs no delta). ``public=True``: a
+        lookup table with no private data, joinable to private tables. ``copy=False``: keep a
+        view over the CSV/Parquet file instead of copying it in.
+        """
+        check_identifier(name, "table")
+        with self._lock:
+            existing = self.tables()
+            if name in existing and not replace:
+                raise ValueError(
+                    f"table {name!r} already exists; pass replace=True to load it again (its "
+                    f"declarations are replaced too, and the change is recorded in the ledger)"
+                )
+            if not public and max_rows_per_unit is None and privacy_unit is not None:
+                max_rows_per_unit = 1
+            declared: dict[str, Any] = {}
+
+            def validate(columns: list[Column], rows: int) -> None:
+                if rows == 0:
+                    raise ValueError(f"the source for {name!r} has no rows; nothing to protect")
+                declared["v"] = validate_declarations(
+                    name=name, columns=columns, privacy_unit=privacy_unit, public=public,
+                    bounds=bounds, max_rows_per_unit=max_rows_per_unit,
+                    max_groups_per_unit=max_groups_per_unit, domains=domains,
+                )
+
+            self._backend.close()  # DuckDB: one writer, no readers attached meanwhile
+            columns, storage, relation = load_table(
+                self.path / DATA_FILE, name, source, public=public, copy=copy,
+                source_table=source_table, validate=validate,
+            )
+            unit, rows, groups, bnds, doms = declared["v"]
+            meta = TableMeta(
+                name=name, columns=tuple(columns), privacy_unit=unit, public=public,
+                max_rows_per_unit=rows, max_groups_per_unit=groups, bounds=bnds, domains=doms,
+                storage=storage, source=describe_source(source), relation=relation,
+                description=description,
+            )
+            self.ledger.record("table", {"name": name, "table": meta.to_dict()},
+                               analyst=self.analyst,
+                               query=f"ADD TABLE {name} ({meta.summary()})")
+            return meta
+
+    def add_public_table(self, name: str, source: Any, **kwargs: Any) -> TableMeta:
+        """Register a public lookup table (no privacy; may be joined and used as group keys)."""
+        return self.add_table(name, source, public=True, **kwargs)
+
+    def set_analyst_budget(self, analyst: str, epsilon: float | None) -> None:
+        """Give ``analyst`` their own epsilon cap inside the project's budget (None removes it)."""
+        if epsilon is not None:
+            dplan.check_epsilon(epsilon, "epsilon")
+        self.ledger.record("analyst", {"analyst": analyst, "epsilon": epsilon},
+                           analyst=self.analyst, query=f"SET BUDGET {analyst} = {epsilon}")
+
+    # ------------------------------------------------------------------ queries
+
+    def table(self, name: str) -> Any:
+        """A Python query builder over ``name`` (compiles to the same SQL path)."""
+        from dpkit.engine.builder import QueryBuilder
+
+        if name not in self.tables():
+            raise dsql.QueryError(
+                f"unknown table {name!r}; registered tables: {', '.join(sorted(self.tables()))}"
+            )
+        return QueryBuilder(self, name)
+
+    def _plan(self, query: str, *, epsilon: float | None, rho: float | None,
+              delta: float | None, noise: str, level: float,
+              bounds: Mapping[str, Any] | None) -> dplan.Plan:
+        catalog = self.tables()
+        spec = dsql.parse_query(query, catalog)
+        cfg = self.ledger.config
+        gdelta = None
+        if noise == dplan.GAUSSIAN and cfg.accountant == "approx":
+            gdelta = delta if delta is not None else cfg.delta / 10.0
+        return dplan.build_plan(spec, catalog, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
+                            level=level, bounds=dict(bounds or {}), budget_delta=cfg.delta,
+                            gaussian_delta=gdelta)
+
+    def _delta_share(self, plan: dplan.Plan, delta: float | None) -> float | None:
+        cfg = self.ledger.config
+        if cfg.accountant != "approx" or plan.noise != dplan.GAUSSIAN:
+            return None
+        return delta if delta is not None else cfg.delta / 10.0
+
+    def _cost(self, plan: dplan.Plan, analyst: str, delta: float | None) -> Any:
+        from dpkit.accounting import UnsupportedEvent
+
+        try:
+            return self.ledger.cost(plan.event, analyst=analyst,
+                                    delta_share=self._delta_share(plan, delta))
+        except UnsupportedEvent as exc:
+            raise dsql.QueryError(
+                f"the project's accountant ({self.ledger.config.accountant}) cannot pay for this "
+                f"query: {exc}. Use Laplace noise / public group keys, or a project with an "
+                f"'approx' accountant"
+            ) from None
+
+    def sql(
+        self,
+        query: str,
+        *,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        delta: float | None = None,
+        accuracy: float | Mapping[str, float] | None = None,
+        noise: str = dplan.LAPLACE,
+        level: float = 0.95,
+        bounds: Mapping[str, Any] | None = None,
+        analyst: str | None = None,
+    ) -> Result:
+        """Answer an aggregate query privately, spending ``epsilon`` (or what ``accuracy`` needs).
+
+        ``accuracy``: target CI half-width (a number for every output, or per output name);
+        the smallest epsilon reaching it is found and spent (COUNT and SUM outputs only: other
+        aggregates' errors depend on the data). ``delta``: for private group selection (default:
+        a tenth of the project's delta). ``noise``: ``"laplace"`` (pure DP, default) or
+        ``"gaussian"`` (``rho=`` or ``epsilon=``; needs delta > 0). ``bounds``: per-query clamps.
+        """
+        who = analyst or self.analyst
+        with self._lock:
+            if accuracy is not None:
+                if epsilon is not None or rho is not None:
+                    raise dsql.QueryError("give epsilon= or accuracy=, not both")
+                epsilon = self._epsilon_for_accuracy(query, accuracy, delta=delta, noise=noise,
+                                                     level=level, bounds=bounds)
+            plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
+                              level=level, bounds=bounds)
+            self._cost(plan, who, delta)  # early refusal: BudgetExceeded, nothing read
+            exact = self._execute(plan)
+            entry = self.ledger.charge(
+                plan.event, analyst=who, query=query,
+                delta_share=self._delta_share(plan, delta),
+                details={"split": [_json_safe(s) for s in plan.split()],
+                         "noise": plan.noise, "level": plan.level},
+            )
+            # ---- from here on the charge is durable: noise, then the answer
+            spend = self.ledger.spend(who if who in self.ledger.analyst_budgets() else None)
+            src = self._source
+            insecure = bool(src is not None and src.insecure)
+            return release(plan, exact, source=src, insecure=insecure,
+                           epsilon_cost=float(entry.view["epsilon_cost"]),
+                           ledger_seq=entry.seq, remaining=spend.remaining)
+
+    def _execute(self, plan: dplan.Plan) -> Exact:
+        catalog = plan.catalog
+        relations = {name: relation_name(name, meta.public) for name, meta in catalog.items()}
+        if plan.table.record_level:
+            self._check_join_keys(plan, relations)
+        seed = int(_noise.uniform_int(2**63 - 1, 1, source=self._source)[0])
+        compiled = dplan.compile_sql(plan, relations=relations, seed=seed)
+        try:
+            self._backend.bind(compiled.text)
+        except duckdb.Error as exc:
+            raise dsql.QueryError(
+                f"DuckDB cannot run this query: {str(exc).splitlines()[0]} (nothing charged)"
+            ) from None
+        try:
+            keys, cols = self._backend.run(compiled.text, compiled.group_cols,
+                                           compiled.measure_cols)
+        except duckdb.Error:
+            # An error while reading rows could depend on the data: say nothing about it.
+            raise dsql.QueryError(
+                "the query failed while reading the data (nothing was charged); simplify the "
+                "WHERE clause (explicit casts, plain comparisons)"
+            ) from None
+        if plan.group_mode == "public" and len(keys) > dplan.MAX_KEYS:
+            raise dsql.QueryError(
+                f"the public keys give {len(keys)} groups (at most {dplan.MAX_KEYS})"
+            )
+        return Exact(keys=keys, cols=cols)
+
+    def _check_join_keys(self, plan: dplan.Plan, relations: dict[str, str]) -> None:
+        """Record-level tables: a public join must match each private row at most once."""
+        from dpkit.engine.tables import quote_ident
+
+        for j in plan.spec.joins:
+            cols = ", ".join(quote_ident(b) for _, b in j.on)
+            rows = self._backend.query_public(
+                f"SELECT COUNT(*) FROM (SELECT {cols} FROM {relations[j.table]} GROUP BY {cols} "
+                f"HAVING COUNT(*) > 1)"
+            )
+            if rows[0][0]:
+                raise dsql.QueryError(
+                    f"public table {j.table!r} has repeated join keys ({cols}); a row of the "
+                    f"record-level table {plan.table.name!r} would be counted several times. "
+                    f"Make the keys unique, or declare a privacy unit"
+                )
+
+    # ------------------------------------------------------------------ accuracy and preview
+
+    def preview(
+        self,
+        query: str,
+        *,
+        epsilon: float | None = None,
+        rho: float | None = None,
+        delta: float | None = None,
+        noise: str = dplan.LAPLACE,
+        level: float = 0.95,
+        bounds: Mapping[str, Any] | None = None,
+        analyst: str | None = None,
+    ) -> Preview:
+        """Cost and expected error of a query, without reading data or spending anything."""
+        from dpkit.accounting import BudgetExceeded
+
+        who = analyst or self.analyst
+        plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
+                          level=level, bounds=bounds)
+        spend = self.ledger.spend(who if who in self.ledger.analyst_budgets() else None)
+        try:
+            cost = self._cost(plan, who, delta).epsilon
+        except BudgetExceeded as exc:
+            cost = float(exc.requested.epsilon)
+        outputs = _expected_errors(plan)
+        return Preview(query=query, epsilon=plan.epsilon, cost=cost, remaining=spend.remaining,
+                       delta=plan.delta, level=level, split=plan.split(), outputs=outputs,
+                       event=plan.event, notes=plan.notes)
+
+    def _epsilon_for_accuracy(self, query: str, accuracy: float | Mapping[str, float], *,
+                              delta: float | None, noise: str, level: float,
+                              bounds: Mapping[str, Any] | None) -> float:
+        """Smallest epsilon whose data-independent CI half-widths meet ``accuracy``."""
+        targets: dict[str, float] = {}
+
+        def ok_at(eps: float) -> bool:
+            plan = self._plan(query, epsilon=eps, rho=None, delta=delta, noise=noise,
+                              level=level, bounds=bounds)
+            outs = _expected_errors(plan)
+            if not targets:
+                for o in outs:
+                    if isinstance(accuracy, Mapping):
+                        if o["name"] in accuracy:
+                            targets[o["name"]] = float(accuracy[o["name"]])
+                    else:
+                        targets[o["name"]] = float(accuracy)
+                unknown = set(accuracy) - {o["name"] for o in outs} if isinstance(
+                    accuracy, Mapping) else set()
+                if unknown:
+                    raise dsql.QueryError(f"accuracy= names unknown outputs: {sorted(unknown)}")
+                for o in outs:
+                    if o["name"] in targets and o["halfwidth"] is None:
+                        raise dsql.QueryError(
+                            f"accuracy= cannot be met for {o['name']}: its error depends on the "
+                            f"data ({o['note']}); give epsilon= instead"
+                        )
+                    t = targets.get(o["name"])
+                    if t is not None and not (t > 0 and math.isfinite(t)):
+                        raise dsql.QueryError(f"accuracy must be a positive number (got {t!r})")
+            return all(o["halfwidth"] <= targets[o["name"]] for o in outs
+                       if o["name"] in targets)
+
+        lo, hi = 1e-6, dplan.MAX_QUERY_EPSILON
+        if not ok_at(hi):
+            raise dsql.QueryError(
+                f"accuracy {accuracy!r} cannot be reached even at epsilon {hi:g}; relax it"
+            )
+        if ok_at(lo):
+            return lo
+        for _ in range(60):
+            mid = math.sqrt(lo * hi)
+            if ok_at(mid):
+                hi = mid
+            else:
+                lo = mid
+            if hi / lo < 1 + 1e-4:
+                break
+        return hi
+
+    # ------------------------------------------------------------------ budget
+
+    def budget(self, analyst: str | None = None) -> BudgetStatus:
+        """Spent, remaining and the history of charges (project-wide or for one analyst)."""
+        spend = self.ledger.spend(analyst)
+        history = [
+            HistoryItem(seq=e.seq, time=e.time, analyst=e.analyst, query=e.query, event=e.event,
+                        epsilon=float(e.view.get("epsilon_cost", 0.0)),
+                        delta=float(e.view.get("delta_cost", 0.0)),
+                        epsilon_spent=float(e.view.get("epsilon_spent", 0.0)))
+            for e in self.ledger.entries("charge")
+            if analyst is None or e.analyst == analyst
+        ]
+        return BudgetStatus(
+            epsilon=spend.epsilon, delta=spend.delta, accountant=spend.accountant,
+            spent=spend.spent, remaining=spend.remaining, delta_spent=spend.delta_spent,
+            delta_remaining=spend.delta_remaining, history=history, head=self.ledger.head(),
+            analyst=analyst, rho_spent=spend.rho_spent, rho_remaining=spend.rho_remaining,
+            analysts=self.ledger.analyst_budgets(),
+        )
+
+    def verify(self, *, expected_head: tuple[int, str] | None = None) -> int:
+        """Re-verify the ledger's hash chain from disk; returns the number of rows."""
+        return self.ledger.verify(expected_head=expected_head)
+
+    def entries(self) -> list[Entry]:
+        return self.ledger.entries()
+
+
+def _json_safe(d: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            v = None
+        out[k] = v
+    return out
+
+
+def _expected_errors(plan: dplan.Plan) -> list[dict[str, Any]]:
+    """Per output: the CI half-width when it does not depend on the data, else a note."""
+    out: list[dict[str, Any]] = []
+    by_index = {i: ap for i, ap in enumerate(plan.aggs)}
+    for o in plan.spec.outputs:
+        if o.kind != "agg":
+            continue
+        ap = by_index[o.index]  # type: ignore[index]
+        func = ap.call.func
+        if func in (dsql.COUNT, dsql.COUNT_COL, dsql.COUNT_UNITS, dsql.SUM):
+            mm = plan.measure(ap.measures.get("count") or ap.measures["sum"])
+            out.append({"name": o.name, "halfwidth": halfwidth(mm, plan.level),
+                        "note": "exact noise quantile"
+                        + (" (selected groups only)" if mm.kind == "select" else "")})
+        elif func == dsql.AVG:
+            c = plan.measure(ap.measures["count"])
+            s = plan.measure(ap.measures["csum"])
+            out.append({"name": o.name, "halfwidth": None,
+                        "note": f"about (±{halfwidth(s, plan.level):.4g} + |avg - mid| × "
+                                f"±{halfwidth(c, plan.level):.4g}) / n for n rows in a group"})
+        elif func == dsql.QUANTILE:
+            mm = plan.measure(ap.measures["quant"])
+            assert mm.candidates is not None
+            u = 2 * mm.quant_sensitivity / mm.quant_epsilon * (
+                math.log(len(mm.candidates)) + math.log(1 / (1 - plan.level)))
+            out.append({"name": o.name, "halfwidth": None,
+                        "note": f"rank within ±{u:.3g} rows of the target (exponential "
+                                f"mechanism)"})
+        else:
+            out.append({"name": o.name, "halfwidth": None,
+                        "note": "depends on the group sizes (shrinks like 1/n)"})
+    return out

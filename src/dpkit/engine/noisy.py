@@ -1,0 +1,374 @@
+"""The release step: exact measurements in, noisy values with intervals out.
+
+Runs only after the ledger has committed the plan's event. Every noisy value comes from
+:mod:`dpkit.mechanisms` (geometric / discrete Gaussian / exponential); nothing here draws
+randomness. The release's event is checked against the event that was charged: a mechanism that
+would spend more than was charged stops the query (the charge stays; nothing is shown).
+
+Everything after the mechanisms is post-processing of their outputs: averages and variances from
+noisy sums and counts, intervals propagated from the parts' intervals (a union bound over the
+parts, so the level holds), HAVING / ORDER BY / LIMIT evaluated on the noisy table.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dpkit import events as ev
+from dpkit import mechanisms
+from dpkit.engine import sql as dsql
+from dpkit.engine.plan import GAUSSIAN, LAPLACE, Measure, Plan
+from dpkit.engine.results import Result
+from dpkit.mechanisms._accuracy import dgauss_halfwidth, dlap_halfwidth
+from dpkit.noise import Source
+
+__all__ = ["Exact", "NoisyMeasure", "halfwidth", "release"]
+
+
+@dataclass
+class Exact:
+    """Exact aggregates straight from the backend (they never leave the engine)."""
+
+    keys: list[tuple[Any, ...]]
+    cols: dict[str, list[Any]]
+
+
+@dataclass
+class NoisyMeasure:
+    value: np.ndarray  # native units (float) or integers for counts
+    low: np.ndarray
+    high: np.ndarray
+    scale_kind: str
+    details: dict[str, Any]
+
+
+class MechanismMismatchError(RuntimeError):
+    """A mechanism reported a different event than the one charged (an internal error)."""
+
+
+def halfwidth(mm: Measure, level: float) -> float:
+    """CI half-width in native units of a Laplace/Gaussian measurement at ``level``."""
+    if mm.noise in (LAPLACE, "threshold"):
+        m, _ = dlap_halfwidth(mm.scale, level)
+    elif mm.noise == GAUSSIAN:
+        m, _ = dgauss_halfwidth(mm.sigma2, level)
+    else:
+        return math.nan
+    return math.ldexp(float(m), -mm.f)
+
+
+def _check_event(charged: ev.Event, got: ev.Event) -> None:
+    if charged == got:
+        return
+    ok = (
+        (isinstance(charged, ev.DiscreteLaplace) and isinstance(got, ev.DiscreteLaplace)
+         and got.sensitivity == charged.sensitivity and got.scale >= charged.scale)
+        or (isinstance(charged, ev.DiscreteGaussian) and isinstance(got, ev.DiscreteGaussian)
+            and got.sigma2 >= charged.sigma2 and got.sensitivity <= charged.sensitivity)
+        or (isinstance(charged, ev.ApproxDP) and isinstance(got, ev.DiscreteLaplace)
+            and got.sensitivity / got.scale <= charged.epsilon * (1 + 1e-12))
+        or (isinstance(charged, ev.SelfComposed) and isinstance(got, ev.Exponential)
+            and isinstance(charged.event, ev.Exponential)
+            and got.epsilon <= charged.event.epsilon)
+    )
+    if ok:
+        return
+    raise MechanismMismatchError(
+        f"internal error: a mechanism released under {got!r} but {charged!r} was charged; the "
+        f"answer is withheld (the charge stands). Please report this."
+    )
+
+
+def _as_int(values: list[Any]) -> np.ndarray:
+    out = np.empty(len(values), dtype=np.int64)
+    lim = 2**62
+    for i, v in enumerate(values):
+        x = 0 if v is None else int(v)
+        # Clipping the exact total is 1-Lipschitz: it can only lower the sensitivity.
+        out[i] = min(max(x, -lim), lim)
+    return out
+
+
+def _noisy_integer(mm: Measure, exact: np.ndarray, level: float,
+                   source: Source | None) -> NoisyMeasure:
+    if mm.noise in (LAPLACE, "threshold"):
+        rel = mechanisms.geometric(exact, sensitivity=mm.l1, epsilon=mm.epsilon, level=level,
+                                   source=source)
+    else:
+        rel = mechanisms.discrete_gaussian(exact, sensitivity=mm.l2, sigma2=mm.sigma2,
+                                           level=level, source=source)
+    _check_event(mm.event, rel.event)
+    value = np.asarray(rel.value, dtype=np.int64)
+    low, high = (np.asarray(x, dtype=np.int64) for x in rel.ci)
+    if mm.f == 0:
+        return NoisyMeasure(value, low, high, "int", dict(rel.details))
+    unit = math.ldexp(1.0, -mm.f)
+    return NoisyMeasure(value.astype(np.float64) * unit, low.astype(np.float64) * unit,
+                        high.astype(np.float64) * unit, "float",
+                        {**rel.details, "insecure": rel.insecure})
+
+
+def _quantiles(mm: Measure, hists: list[Any], level: float, source: Source | None,
+               rows: np.ndarray) -> NoisyMeasure:
+    assert mm.candidates is not None and mm.q is not None
+    cands = mm.candidates
+    integer_bins = len(cands) > 1 and float(cands[1] - cands[0]) == 1.0 and \
+        float(cands[0]).is_integer()
+    nbins = len(cands) if integer_bins else len(cands) - 1
+    values = np.full(len(hists), np.nan)
+    bounds: list[float] = []
+    for i in rows:
+        h = np.zeros(nbins, dtype=np.int64)
+        for k, c in (hists[i] or {}).items():
+            if k is not None and 0 <= int(k) < nbins:
+                h[int(k)] += int(c)
+        n = int(h.sum())
+        cum = np.concatenate([[0], np.cumsum(h)])
+        rank = cum[: len(cands)]  # rank_j = #{rows in bins < j}
+        scores = -np.abs(rank.astype(np.float64) - mm.q * n)
+        rel = mechanisms.exponential(list(cands), scores, sensitivity=mm.quant_sensitivity,
+                                     epsilon=mm.quant_epsilon, level=level, source=source)
+        _check_event(mm.event, rel.event)
+        values[i] = float(rel.value)
+        bounds.append(float(rel.details.get("utility_bound", math.nan)))
+    nan = np.full(len(hists), np.nan)
+    return NoisyMeasure(values, nan, nan.copy(), "float",
+                        {"rank_error_bound": max(bounds) if bounds else math.nan})
+
+
+def release(plan: Plan, exact: Exact, *, source: Source | None, insecure: bool, epsilon_cost: float,
+            ledger_seq: int | None, remaining: float | None) -> Result:
+    """Add noise to every measurement, derive the aggregates, post-process; build the Result."""
+    level = plan.level
+    n_groups = len(exact.keys) if plan.spec.group_by else 1
+    keep = np.arange(n_groups)
+    noisy: dict[str, NoisyMeasure] = {}
+
+    # 1. partition selection first: only selected groups get (and show) other values
+    for mm in plan.measures:
+        if mm.kind == "select":
+            counts = _as_int(exact.cols[mm.sql_col])
+            nm = _noisy_integer(mm, counts, level, source)
+            noisy[mm.key] = nm
+            keep = np.flatnonzero(nm.value >= mm.threshold)
+    for mm in plan.measures:
+        if mm.key in noisy:
+            continue
+        if mm.kind == "quant":
+            noisy[mm.key] = _quantiles(mm, exact.cols[mm.sql_col], level, source, keep)
+        else:
+            vals = _as_int(exact.cols[mm.sql_col])
+            noisy[mm.key] = _noisy_integer(mm, vals, level, source)
+
+    # 2. aggregates from measurements
+    agg_cols: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for ap in plan.aggs:
+        agg_cols.append(_derive(plan, ap, noisy, level))
+
+    # 3. the noisy table (selected groups only)
+    keys = [exact.keys[i] for i in keep] if plan.spec.group_by else [()]
+    idx = keep if plan.spec.group_by else np.array([0])
+    table: dict[str, np.ndarray] = {}
+    for gi in range(len(plan.spec.group_by)):
+        table[f"__g{gi}"] = np.array([k[gi] for k in keys], dtype=object)
+    for ai, (v, lo, hi) in enumerate(agg_cols):
+        table[f"__a{ai}"] = v[idx]
+        table[f"__a{ai}_lo"] = lo[idx]
+        table[f"__a{ai}_hi"] = hi[idx]
+
+    columns, data, kinds = _project(plan, table)
+    notes = list(plan.notes)
+    for ap in plan.aggs:
+        if ap.call.func == dsql.QUANTILE:
+            notes.append(f"{ap.call.label}: no interval (exponential mechanism); its rank is "
+                         f"within ±{noisy[ap.measures['quant']].details['rank_error_bound']:.3g} "
+                         f"rows of the target with probability {level:g} per group")
+    return Result(
+        columns=columns,
+        data=data,
+        kinds=kinds,
+        query=plan.spec.text,
+        event=plan.event,
+        epsilon=epsilon_cost,
+        delta=plan.delta,
+        level=level,
+        split=plan.split(),
+        insecure=insecure,
+        ledger_seq=ledger_seq,
+        notes=notes,
+        remaining=remaining,
+    )
+
+
+def _derive(plan: Plan, ap: Any, noisy: dict[str, NoisyMeasure],
+            level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    func = ap.call.func
+    r = ap.measures
+    if func in (dsql.COUNT, dsql.COUNT_COL, dsql.COUNT_UNITS):
+        nm = noisy[r["count"]]
+        return nm.value, nm.low, nm.high
+    if func == dsql.SUM:
+        nm = noisy[r["sum"]]
+        return nm.value, nm.low, nm.high
+    if func == dsql.QUANTILE:
+        nm = noisy[r["quant"]]
+        return nm.value, nm.low, nm.high
+    lo, hi = ap.lo, ap.hi
+    mid = (lo + hi) / 2.0
+    half = (hi - lo) / 2.0
+    cm = plan.measure(r["count"])
+    sm = plan.measure(r["csum"])
+    n = noisy[r["count"]].value.astype(np.float64)
+    s = noisy[r["csum"]].value.astype(np.float64)
+    parts = 2 if func == dsql.AVG else 3
+    lvl = 1.0 - (1.0 - level) / parts  # union bound over the parts
+    hn, hs = halfwidth(cm, lvl), halfwidth(sm, lvl)
+    n_lo, n_hi = n - hn, n + hn
+    s_lo, s_hi = s - hs, s + hs
+    safe_n = np.where(n > 0, n, 1.0)
+    mean_c = np.where(n > 0, np.clip(s / safe_n, -half, half), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pos = n_lo > 0
+        d_lo = np.where(pos, n_lo, 1.0)
+        cands = np.stack([s_lo / d_lo, s_lo / n_hi, s_hi / d_lo, s_hi / n_hi])
+        mc_lo = np.where(pos, np.clip(cands.min(axis=0), -half, half), -half)
+        mc_hi = np.where(pos, np.clip(cands.max(axis=0), -half, half), half)
+    if func == dsql.AVG:
+        return mid + mean_c, mid + mc_lo, mid + mc_hi
+    qm = plan.measure(r["csq"])
+    qv = noisy[r["csq"]].value.astype(np.float64)
+    hq = halfwidth(qm, lvl)
+    var_max = half * half
+    raw = np.where(n > 0, qv / safe_n - mean_c**2, 0.0)
+    var = np.clip(raw, 0.0, var_max)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q_lo_c = np.stack([(qv - hq) / d_lo, (qv - hq) / n_hi])
+        q_hi_c = np.stack([(qv + hq) / d_lo, (qv + hq) / n_hi])
+        sq_lo = np.where((mc_lo <= 0) & (mc_hi >= 0), 0.0,
+                         np.minimum(mc_lo**2, mc_hi**2))
+        sq_hi = np.maximum(mc_lo**2, mc_hi**2)
+        v_lo = np.where(pos, np.clip(q_lo_c.min(axis=0) - sq_hi, 0.0, var_max), 0.0)
+        v_hi = np.where(pos, np.clip(q_hi_c.max(axis=0) - sq_lo, 0.0, var_max), var_max)
+    if func in (dsql.VAR, dsql.STDDEV):
+        # sample variance: times n/(n-1), decreasing in n
+        with np.errstate(divide="ignore", invalid="ignore"):
+            f_hat = np.where(n > 1, n / np.maximum(n - 1, 1e-300), 1.0)
+            f_max = np.where(n_lo > 1, n_lo / np.maximum(n_lo - 1, 1e-300), np.inf)
+            f_min = np.where(n_hi > 1, n_hi / np.maximum(n_hi - 1, 1e-300), 1.0)
+        var = np.minimum(var * f_hat, var_max * 2)
+        v_lo = v_lo * f_min
+        v_hi = np.where(np.isfinite(f_max), np.minimum(v_hi * f_max, var_max * 2), var_max * 2)
+    if func in (dsql.STDDEV, dsql.STDDEV_POP):
+        return np.sqrt(var), np.sqrt(v_lo), np.sqrt(v_hi)
+    return var, v_lo, v_hi
+
+
+def _project(plan: Plan, table: dict[str, np.ndarray]) -> tuple[list[str], dict[str, np.ndarray],
+                                                                 dict[str, str]]:
+    spec = plan.spec
+    if spec.postprocess:
+        return _postprocess(plan, table)
+    columns: list[str] = []
+    data: dict[str, np.ndarray] = {}
+    kinds: dict[str, str] = {}
+    for o in spec.outputs:
+        if o.kind == "group":
+            columns.append(o.name)
+            data[o.name] = table[f"__g{o.index}"]
+            kinds[o.name] = "group"
+        else:
+            for suffix, src, kind in (("", "", "value"), ("_ci_low", "_lo", "ci_low"),
+                                      ("_ci_high", "_hi", "ci_high")):
+                name = o.name + suffix
+                columns.append(name)
+                data[name] = table[f"__a{o.index}{src}"]
+                kinds[name] = kind
+    return columns, data, kinds
+
+
+def _postprocess(plan: Plan, table: dict[str, np.ndarray]) -> tuple[
+        list[str], dict[str, np.ndarray], dict[str, str]]:
+    """HAVING / ORDER BY / LIMIT / expressions on the noisy table, in an in-memory DuckDB."""
+    import duckdb
+
+    from dpkit.engine.tables import quote_ident
+
+    spec = plan.spec
+    con = duckdb.connect()
+    try:
+        con.execute("SET enable_progress_bar=false")
+        con.execute("SET error_on_division_by_zero=false")
+        names = list(table)
+        types: list[str] = []
+        for n in names:
+            if n.startswith("__g"):
+                gi = int(n[3:])
+                types.append(spec.group_by[gi].type)
+            else:
+                types.append("DOUBLE")
+        con.execute("CREATE TABLE __noisy (" + ", ".join(
+            f"{n} {t}" for n, t in zip(names, types, strict=True)) + ")")
+        nrows = len(next(iter(table.values()))) if table else 0
+        if nrows:
+            rows = [tuple(_cell(table[n][i]) for n in names) for i in range(nrows)]
+            con.executemany(f"INSERT INTO __noisy VALUES ({', '.join('?' for _ in names)})",
+                            rows)
+        sel: list[str] = []
+        out_kinds: dict[str, str] = {}
+        order_cols: list[str] = []
+        for o in spec.outputs:
+            if o.kind == "group":
+                sel.append(f"__g{o.index} AS {quote_ident(o.name)}")
+                out_kinds[o.name] = "group"
+            elif o.kind == "agg":
+                sel.append(f"__a{o.index} AS {quote_ident(o.name)}")
+                sel.append(f"__a{o.index}_lo AS {quote_ident(o.name + '_ci_low')}")
+                sel.append(f"__a{o.index}_hi AS {quote_ident(o.name + '_ci_high')}")
+                out_kinds[o.name] = "value"
+                out_kinds[o.name + "_ci_low"] = "ci_low"
+                out_kinds[o.name + "_ci_high"] = "ci_high"
+            else:
+                assert o.expr is not None
+                sel.append(f"{o.expr.sql(dialect='duckdb')} AS {quote_ident(o.name)}")
+                out_kinds[o.name] = "expr"
+        for e, desc in spec.order:
+            order_cols.append(e.sql(dialect="duckdb") + (" DESC" if desc else " ASC"))
+        text = f"SELECT {', '.join(sel)} FROM __noisy"
+        if spec.having is not None:
+            text += f" WHERE {spec.having.sql(dialect='duckdb')}"
+        if order_cols:
+            text += " ORDER BY " + ", ".join(order_cols)
+        if spec.limit is not None:
+            text += f" LIMIT {spec.limit}"
+        if spec.offset is not None:
+            text += f" OFFSET {spec.offset}"
+        try:
+            cur = con.execute(text)
+        except duckdb.Error as exc:
+            raise dsql.QueryError(
+                f"HAVING/ORDER BY/expressions could not be evaluated on the noisy results: "
+                f"{str(exc).splitlines()[0]}"
+            ) from None
+        cols = [d[0] for d in cur.description]
+        fetched = cur.fetchall()
+    finally:
+        con.close()
+    data: dict[str, np.ndarray] = {}
+    for j, c in enumerate(cols):
+        vals = [r[j] for r in fetched]
+        kind = out_kinds.get(c, "expr")
+        if kind == "group":
+            data[c] = np.array(vals, dtype=object)
+        else:
+            data[c] = np.array([np.nan if v is None else v for v in vals], dtype=np.float64)
+    return cols, data, {c: out_kinds.get(c, "expr") for c in cols}
+
+
+def _cell(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        return v.item()
+    return v

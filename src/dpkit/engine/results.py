@@ -1,0 +1,218 @@
+"""What an analyst gets back: noisy values, their confidence intervals, and what they cost.
+
+A :class:`Result` is a small column table. For every aggregate output ``name`` there are three
+columns: ``name`` (the private value), ``name_ci_low`` and ``name_ci_high`` (a confidence interval
+at ``level`` from the exact noise distribution; for AVG/VAR/STDDEV a conservative interval from
+the intervals of their parts; quantiles have none and show NaN). Group columns come first.
+
+Intervals cover the aggregate of the **bounded** data: rows beyond ``max_rows_per_unit`` dropped,
+values clamped into their bounds. They say nothing about the bias bounding may introduce.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dpkit import events as ev
+
+__all__ = ["Preview", "Result"]
+
+
+@dataclass
+class Result:
+    """A private answer: columns of values and intervals, its event, and the epsilon it cost."""
+
+    columns: list[str]
+    data: dict[str, np.ndarray]
+    kinds: dict[str, str]  # column -> "group" | "value" | "ci_low" | "ci_high" | "expr"
+    query: str
+    event: ev.Event
+    epsilon: float  # what the ledger charged (increase of the composed epsilon)
+    delta: float  # delta spent by private partition selection (0 with public keys)
+    level: float
+    split: list[dict[str, Any]]
+    insecure: bool = False
+    ledger_seq: int | None = None
+    notes: list[str] = field(default_factory=list)
+    remaining: float | None = None
+
+    # ------------------------------------------------------------------ access
+
+    def __len__(self) -> int:
+        return 0 if not self.columns else len(self.data[self.columns[0]])
+
+    def __getitem__(self, column: str) -> np.ndarray:
+        if column not in self.data:
+            raise KeyError(f"no column {column!r}; columns: {', '.join(self.columns)}")
+        return self.data[column]
+
+    def rows(self) -> Iterator[tuple[Any, ...]]:
+        for i in range(len(self)):
+            yield tuple(_py(self.data[c][i]) for c in self.columns)
+
+    def to_dicts(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.columns, r, strict=True)) for r in self.rows()]
+
+    def value(self, column: str | None = None) -> Any:
+        """The single value of a one-row result (first aggregate if ``column`` is None)."""
+        if len(self) != 1:
+            raise ValueError(f"value() needs a one-row result (this one has {len(self)} rows)")
+        if column is None:
+            column = next(c for c in self.columns if self.kinds[c] in ("value", "expr"))
+        return _py(self.data[column][0])
+
+    def ci(self, column: str) -> tuple[np.ndarray, np.ndarray]:
+        return self.data[f"{column}_ci_low"], self.data[f"{column}_ci_high"]
+
+    def to_pandas(self) -> Any:
+        """A pandas DataFrame (needs pandas): value columns plus ``_ci_low``/``_ci_high``."""
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover
+            raise ImportError("to_pandas() needs pandas: pip install pandas") from exc
+        return pd.DataFrame({c: self.data[c] for c in self.columns})
+
+    def to_arrow(self) -> Any:
+        import pyarrow as pa
+
+        return pa.table({c: self.data[c] for c in self.columns})
+
+    # ------------------------------------------------------------------ display
+
+    def __repr__(self) -> str:
+        flag = " INSECURE (seeded noise)" if self.insecure else ""
+        head = (f"Result({len(self)} rows, epsilon {self.epsilon:.4g}"
+                + (f", delta {self.delta:.3g}" if self.delta else "")
+                + f", {int(self.level * 100)}% CI{flag})")
+        lines = [head, "  " + " | ".join(self.columns)]
+        for r in list(self.rows())[:20]:
+            lines.append("  " + " | ".join(_fmt(v) for v in r))
+        if len(self) > 20:
+            lines.append(f"  ... {len(self) - 20} more rows")
+        return "\n".join(lines)
+
+    def table(self, title: str | None = None) -> Any:
+        """A rich Table: each aggregate as ``value ± half-width`` plus its interval."""
+        from rich.table import Table
+
+        t = Table(title=title, title_justify="left")
+        shown = [c for c in self.columns if self.kinds[c] in ("group", "value", "expr")]
+        for c in shown:
+            kind = self.kinds[c]
+            t.add_column(c, justify="left" if kind == "group" else "right")
+            if kind == "value":
+                t.add_column(f"{int(self.level * 100)}% CI", justify="right", style="dim")
+        for i in range(len(self)):
+            cells: list[str] = []
+            for c in shown:
+                v = _py(self.data[c][i])
+                cells.append(_fmt(v))
+                if self.kinds[c] == "value":
+                    lo = _py(self.data[f"{c}_ci_low"][i])
+                    hi = _py(self.data[f"{c}_ci_high"][i])
+                    cells.append("n/a" if _isnan(lo) else f"[{_fmt(lo)}, {_fmt(hi)}]")
+            t.add_row(*cells)
+        cap = f"epsilon spent {self.epsilon:.4g}"
+        if self.delta:
+            cap += f", delta {self.delta:.3g}"
+        if self.remaining is not None:
+            cap += f"; remaining {self.remaining:.4g}"
+        if self.insecure:
+            cap += "; INSECURE seeded noise (tests only)"
+        t.caption = cap
+        return t
+
+    def __rich__(self) -> Any:
+        return self.table()
+
+
+@dataclass
+class Preview:
+    """What a query would cost and how accurate it would be (nothing spent, no data read)."""
+
+    query: str
+    epsilon: float  # the query's own epsilon parameter
+    cost: float  # the increase of the composed epsilon it would cause
+    remaining: float
+    delta: float
+    level: float
+    split: list[dict[str, Any]]
+    outputs: list[dict[str, Any]]  # per output column: name, halfwidth (or None) and a note
+    event: ev.Event
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def affordable(self) -> bool:
+        return self.cost <= self.remaining * (1 + 1e-9) + 1e-12
+
+    def __repr__(self) -> str:
+        lines = [f"Preview(cost epsilon {self.cost:.4g} of {self.remaining:.4g} remaining"
+                 + (f", delta {self.delta:.3g}" if self.delta else "") + ")"]
+        for o in self.outputs:
+            hw = o.get("halfwidth")
+            lines.append(f"  {o['name']}: " + (f"±{hw:.4g}" if hw is not None else o["note"]))
+        return "\n".join(lines)
+
+    def table(self) -> Any:
+        from rich.table import Table
+
+        t = Table(title=f"preview: {self.query}", title_justify="left")
+        t.add_column("output")
+        t.add_column(f"{int(self.level * 100)}% CI half-width", justify="right")
+        t.add_column("note", style="dim")
+        for o in self.outputs:
+            hw = o.get("halfwidth")
+            t.add_row(o["name"], "-" if hw is None else f"±{_fmt(hw)}", o.get("note", ""))
+        t.caption = (f"would spend epsilon {self.cost:.4g} (remaining {self.remaining:.4g})"
+                     + (f", delta {self.delta:.3g}" if self.delta else "")
+                     + ("" if self.affordable else " - NOT affordable"))
+        return t
+
+    def __rich__(self) -> Any:
+        return self.table()
+
+
+def split_table(split: Sequence[dict[str, Any]], title: str = "budget split") -> Any:
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for c in ("measurement", "mechanism", "epsilon / rho", "sensitivity"):
+        t.add_column(c)
+    for s in split:
+        share = (f"rho {s['rho']:.4g}" if s.get("rho") else f"eps {s['epsilon']:.4g}")
+        if s.get("delta"):
+            share += f", delta {s['delta']:.3g}"
+        t.add_row(s["measurement"], s["mechanism"], share, _fmt(s["sensitivity"]))
+    return t
+
+
+def _isnan(v: Any) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+def _py(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, (int, np.integer)):
+        return f"{int(v):,}"
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        if math.isnan(f):
+            return "n/a"
+        if f != 0 and (abs(f) >= 1e7 or abs(f) < 1e-3):
+            return f"{f:.4g}"
+        if abs(f) >= 100:
+            return f"{f:,.1f}"
+        return f"{f:.3f}"
+    return str(v)

@@ -1,0 +1,876 @@
+"""SQL front end: parse with sqlglot, refuse anything that could reveal a row, resolve names.
+
+Only aggregates leave the curator. :func:`parse_query` accepts one ``SELECT`` over one private
+table (optionally joined with public lookup tables) whose output is built from
+
+* aggregates: ``COUNT(*)``, ``COUNT(col)``, ``COUNT(DISTINCT <privacy unit>)``, ``SUM``, ``AVG``,
+  ``VAR``/``VARIANCE``/``VAR_SAMP``/``VAR_POP``, ``STDDEV``/``STDDEV_SAMP``/``STDDEV_POP``,
+  ``MEDIAN``, ``QUANTILE(col, q)``/``QUANTILE_CONT``/``PERCENTILE_CONT``, ``MIN``, ``MAX``, each
+  over a bare column;
+* ``GROUP BY`` columns (public keys when the column has a declared domain or comes from a public
+  table; otherwise the groups are selected privately);
+* arithmetic over those (evaluated after the noise, on the noisy values).
+
+``WHERE`` may use any column with a fixed list of scalar functions; ``HAVING``, ``ORDER BY`` and
+``LIMIT`` act on the noisy results (post-processing, free). Everything else is refused by a
+:class:`QueryError` whose message says what to write instead: raw columns, ``SELECT *``,
+``DISTINCT``, subqueries, CTEs, window functions, set operations, table functions, sampling,
+parameters, joins between private tables, unknown tables, columns and functions.
+
+The result is a :class:`QuerySpec`: names resolved against the table metadata, casts turned
+into ``TRY_CAST``, and a flag saying whether the filter could raise a data-dependent error (then
+the planner wraps it in DuckDB's ``TRY``, so an error can never tell the analyst anything about a
+row: a row on which the filter fails is simply not selected).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+
+from dpkit.engine.tables import TableMeta
+
+__all__ = ["AggCall", "JoinSpec", "Output", "QueryError", "QuerySpec", "parse_query"]
+
+
+class QueryError(ValueError):
+    """The curator refuses this query; nothing was charged. The message says what to write."""
+
+
+# Aggregate function kinds
+COUNT = "count"  # COUNT(*)
+COUNT_COL = "count_col"  # COUNT(col): non-NULL values
+COUNT_UNITS = "count_units"  # COUNT(DISTINCT privacy unit)
+SUM = "sum"
+AVG = "avg"
+VAR = "var"  # sample variance (n - 1); for DP purposes n is noisy, we report S2/n - mean^2
+VAR_POP = "var_pop"
+STDDEV = "stddev"
+STDDEV_POP = "stddev_pop"
+QUANTILE = "quantile"
+
+NUMERIC_AGGS = {SUM, AVG, VAR, VAR_POP, STDDEV, STDDEV_POP, QUANTILE}
+MIN_QUANTILE = 0.01  # MIN/MAX are released as these extreme quantiles (see docs/curator.md)
+MAX_QUANTILE = 0.99
+
+
+@dataclass(frozen=True)
+class AggCall:
+    """One aggregate the analyst asked for (before it is split into noisy measurements)."""
+
+    func: str
+    source: str | None  # scope alias of the column's table ("" for the private table)
+    column: str | None
+    q: float | None = None
+    label: str = ""  # as the analyst would write it, e.g. "AVG(age)"
+    default_name: str = ""  # output column name when no alias is given
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        return (self.func, self.source, self.column, self.q)
+
+
+@dataclass
+class Output:
+    name: str
+    kind: str  # "group" | "agg" | "expr"
+    index: int | None = None  # group or aggregate index
+    expr: exp.Expression | None = None  # for "expr": over __g{i} / __a{i}
+
+
+@dataclass(frozen=True)
+class JoinSpec:
+    table: str  # a public table
+    alias: str
+    kind: str  # "inner" | "left"
+    on: tuple[tuple[str, str], ...]  # (private-side column, public-side column) pairs
+
+
+@dataclass
+class GroupKey:
+    source: str  # "" = private table, else the public table's alias
+    column: str
+    type: str
+
+
+@dataclass
+class QuerySpec:
+    text: str
+    table: str
+    alias: str
+    joins: list[JoinSpec]
+    where: exp.Expression | None  # columns as __t."col" / <alias>."col"
+    where_risky: bool
+    group_by: list[GroupKey]
+    aggs: list[AggCall]
+    outputs: list[Output]
+    having: exp.Expression | None
+    order: list[tuple[exp.Expression, bool]]
+    limit: int | None
+    offset: int | None
+    columns_used: set[tuple[str, str]] = field(default_factory=set)
+
+    @property
+    def postprocess(self) -> bool:
+        return (
+            self.having is not None
+            or bool(self.order)
+            or self.limit is not None
+            or self.offset is not None
+            or any(o.kind == "expr" for o in self.outputs)
+        )
+
+
+PRIVATE_ALIAS = "__t"
+
+# --------------------------------------------------------------------------- scalar allowlist
+
+_LOGIC = (exp.And, exp.Or, exp.Not, exp.Paren, exp.Xor)
+_COMPARE = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)
+_PRED = (exp.Is, exp.In, exp.Between, exp.Like, exp.ILike, exp.RegexpLike, exp.Glob)
+_ARITH = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Neg)
+_ATOMS = (exp.Literal, exp.Boolean, exp.Null, exp.Tuple, exp.DataType, exp.Interval, exp.Var,
+          exp.Identifier, exp.Column)
+_SAFE_FUNCS: tuple[type[exp.Expression], ...] = (
+    exp.Lower, exp.Upper, exp.Length, exp.Trim, exp.Coalesce, exp.IsNan, exp.IsInf, exp.TryCast,
+    exp.Case, exp.If, exp.StartsWith, exp.Abs, exp.Year, exp.Month, exp.Day, exp.Nullif,
+    exp.Greatest, exp.Least, exp.Sign,
+)
+_RISKY_FUNCS: tuple[type[exp.Expression], ...] = (
+    exp.Cast, exp.Substring, exp.Concat, exp.DPipe, exp.StrPosition, exp.Round, exp.Floor,
+    exp.Ceil, exp.Sqrt, exp.Ln, exp.Log, exp.Pow, exp.Exp, exp.Extract, exp.TimestampTrunc,
+    exp.DateTrunc, exp.DayOfWeek, exp.DayOfYear, exp.DayOfMonth, exp.Quarter, exp.Week,
+    exp.Left, exp.Right, exp.Hour, exp.Minute, exp.Second, exp.DateAdd, exp.DateSub,
+    exp.DateDiff, exp.CurrentDate, exp.Date, exp.Replace, exp.Contains, exp.Reverse,
+)
+_ANON_ALLOWED = {
+    "isfinite", "ends_with", "suffix", "prefix", "contains", "strlen", "date_part", "datepart",
+    "dayofweek", "dayofmonth", "weekday", "hour", "minute", "second", "ltrim", "rtrim",
+    "regexp_matches", "starts_with", "least", "greatest", "ifnull", "trunc",
+}
+_SAFE_ANON = {"isfinite", "ends_with", "suffix", "prefix", "starts_with", "ifnull"}
+
+
+def _allowed_function_list() -> str:
+    names = sorted({c.__name__.upper() for c in _SAFE_FUNCS + _RISKY_FUNCS} | {
+        n.upper() for n in _ANON_ALLOWED})
+    return ", ".join(names)
+
+
+# --------------------------------------------------------------------------- scope
+
+
+class _Scope:
+    """The tables of one query: the private table (alias ``__t``) and public joins."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, TableMeta] = {}  # internal alias -> meta
+        self.user_alias: dict[str, str] = {}  # user alias or table name (lower) -> internal
+
+    def add(self, internal: str, meta: TableMeta, user_names: list[str]) -> None:
+        self.tables[internal] = meta
+        for n in user_names:
+            if n:
+                if n.lower() in self.user_alias:
+                    raise QueryError(f"table alias {n!r} is used twice; give each table its own")
+                self.user_alias[n.lower()] = internal
+
+    def resolve(self, col: exp.Column) -> tuple[str, str, str]:
+        """(internal alias, column name, column type); errors name the tables searched."""
+        if col.args.get("catalog") or col.args.get("db"):
+            raise QueryError(f"write columns as table.column or column (got {col.sql()})")
+        name = col.name
+        qual = col.table
+        if qual:
+            internal = self.user_alias.get(qual.lower())
+            if internal is None:
+                raise QueryError(
+                    f"unknown table or alias {qual!r} in {col.sql()}; the query uses "
+                    f"{', '.join(sorted(self.user_alias))}"
+                )
+            c = self.tables[internal].column(name) if self.tables[internal].find(name) is None \
+                else self.tables[internal].find(name)
+            assert c is not None
+            return internal, c.name, c.type
+        hits = []
+        for internal, meta in self.tables.items():
+            c = meta.find(name)
+            if c is not None:
+                hits.append((internal, c.name, c.type))
+        if not hits:
+            if len(self.tables) == 1:
+                (meta,) = self.tables.values()
+                meta.column(name)  # raises with suggestions
+            raise QueryError(
+                f"no table in this query has a column {name!r} (tables: "
+                f"{', '.join(m.name for m in self.tables.values())})"
+            )
+        if len(hits) > 1:
+            raise QueryError(
+                f"column {name!r} exists in several joined tables; qualify it, e.g. "
+                f"{self._user_name(hits[0][0])}.{name}"
+            )
+        return hits[0]
+
+    def _user_name(self, internal: str) -> str:
+        for k, v in self.user_alias.items():
+            if v == internal:
+                return k
+        return internal
+
+
+def _col_ref(internal: str, column: str) -> exp.Column:
+    return exp.Column(this=exp.to_identifier(column, quoted=True),
+                      table=exp.to_identifier(internal, quoted=True))
+
+
+def _type_kind(type_: str) -> str:
+    from dpkit.engine.tables import type_class
+
+    c = type_class(type_)
+    return {"int": "num", "float": "num", "decimal": "num"}.get(c, c)
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def parse_query(
+    text: str,
+    catalog: Mapping[str, TableMeta],
+) -> QuerySpec:
+    """Parse and validate ``text`` against the registered tables; return the resolved spec."""
+    if not isinstance(text, str) or not text.strip():
+        raise QueryError("the query is empty; write e.g. SELECT COUNT(*) FROM <table>")
+    try:
+        statements = [s for s in sqlglot.parse(text, read="duckdb") if s is not None]
+    except sqlglot.errors.ParseError as exc:
+        first = str(exc).splitlines()[0]
+        raise QueryError(f"cannot parse the SQL: {first}") from None
+    except sqlglot.errors.TokenError as exc:
+        raise QueryError(f"cannot parse the SQL: {exc}") from None
+    if len(statements) != 1:
+        raise QueryError(
+            f"send exactly one SELECT statement (got {len(statements)}); split the work into "
+            f"separate queries"
+        )
+    stmt = statements[0]
+    if isinstance(stmt, exp.Union | exp.Intersect | exp.Except):
+        raise QueryError(
+            "UNION/INTERSECT/EXCEPT are not allowed; run each SELECT as its own query and "
+            "combine the noisy answers afterwards"
+        )
+    if not isinstance(stmt, exp.Select):
+        raise QueryError(
+            f"only SELECT queries are answered (got {stmt.key.upper()}); the curator never "
+            f"changes data"
+        )
+    for banned, why in (
+        ("with", "common table expressions (WITH) are not allowed; put the filter in WHERE"),
+        ("distinct", "SELECT DISTINCT reveals which values exist; write SELECT col, COUNT(*) "
+                     "FROM t GROUP BY col instead"),
+        ("qualify", "QUALIFY uses window functions over rows; not allowed"),
+        ("windows", "window functions work on rows; use GROUP BY with aggregates"),
+        ("into", "SELECT INTO is not allowed"),
+        ("sample", "sampling is not allowed; ask for the aggregate over the whole table"),
+        ("laterals", "LATERAL is not allowed"),
+        ("pivots", "PIVOT is not allowed; use GROUP BY"),
+        ("connect", "CONNECT BY is not allowed"),
+        ("locks", "locking clauses are not allowed"),
+    ):
+        if stmt.args.get(banned):
+            raise QueryError(why)
+    for node in stmt.walk():
+        if isinstance(node, exp.Placeholder | exp.Parameter):
+            raise QueryError("query parameters ($1, ?) are not supported; write the value inline")
+        if isinstance(node, exp.Window):
+            raise QueryError(
+                f"window functions ({node.sql(dialect='duckdb')[:60]}) work on individual rows; "
+                f"use aggregates with GROUP BY instead"
+            )
+        if isinstance(node, exp.Subquery | exp.Exists) or (
+            isinstance(node, exp.Select) and node is not stmt
+        ):
+            raise QueryError(
+                "subqueries are not allowed (they can reveal rows); write the condition directly "
+                "in WHERE, or run two queries"
+            )
+    scope, private, joins = _from_clause(stmt, catalog)
+    group_by = _group_by(stmt, scope, private)
+    return _select(text, stmt, scope, private, joins, group_by)
+
+
+def _table_name(node: exp.Expression, catalog: Mapping[str, TableMeta]) -> tuple[TableMeta, str]:
+    if not isinstance(node, exp.Table) or not isinstance(node.this, exp.Identifier):
+        raise QueryError(
+            "FROM must name a registered table (table functions such as read_csv(...) and "
+            "subqueries are not allowed); the data owner registers files with add_table"
+        )
+    if node.args.get("db") or node.args.get("catalog"):
+        raise QueryError(f"write the table name without a schema (got {node.sql()})")
+    if node.args.get("sample"):
+        raise QueryError("sampling (TABLESAMPLE) is not allowed; ask for the whole-table aggregate")
+    name = node.name
+    meta = catalog.get(name)
+    if meta is None:
+        folded = [m for k, m in catalog.items() if k.lower() == name.lower()]
+        if len(folded) == 1:
+            meta = folded[0]
+    if meta is None:
+        known = ", ".join(sorted(catalog)) or "(none yet: the data owner adds them with add_table)"
+        raise QueryError(f"unknown table {name!r}; registered tables: {known}")
+    alias = node.alias
+    return meta, alias
+
+
+def _from_clause(
+    stmt: exp.Select, catalog: Mapping[str, TableMeta]
+) -> tuple[_Scope, TableMeta, list[JoinSpec]]:
+    frm = stmt.args.get("from_") or stmt.args.get("from")
+    if frm is None:
+        raise QueryError("the query has no FROM clause; write SELECT ... FROM <table>")
+    if frm.expressions:
+        raise QueryError("list one table in FROM and JOIN public tables explicitly")
+    meta, alias = _table_name(frm.this, catalog)
+    if meta.public:
+        raise QueryError(
+            f"table {meta.name!r} is public (it holds no private data); the curator answers "
+            f"queries over a private table — put the private table first in FROM"
+        )
+    scope = _Scope()
+    scope.add(PRIVATE_ALIAS, meta, [alias, meta.name] if alias else [meta.name])
+    joins: list[JoinSpec] = []
+    for i, join in enumerate(stmt.args.get("joins") or []):
+        jmeta, jalias = _table_name(join.this, catalog)
+        if not jmeta.public:
+            raise QueryError(
+                f"joins between private tables ({meta.name!r} and {jmeta.name!r}) are refused: "
+                f"a person's rows in both could not be bounded together. Join a public lookup "
+                f"table instead, or ask the data owner to register one combined table with a "
+                f"single privacy unit"
+            )
+        side = (join.args.get("side") or "").lower()
+        kind = (join.args.get("kind") or "").lower()
+        if side == "left" and kind in ("", "outer"):
+            jkind = "left"
+        elif side == "" and kind in ("", "inner"):
+            jkind = "inner"
+        else:
+            raise QueryError(
+                f"only INNER and LEFT joins with a public table are supported (got "
+                f"{(side + ' ' + kind).strip().upper()} JOIN)"
+            )
+        if join.args.get("using"):
+            raise QueryError(
+                "write the join condition with ON a.col = b.col (USING is not supported)"
+            )
+        internal = f"__p{i}"
+        scope.add(internal, jmeta, [jalias, jmeta.name] if jalias else [jmeta.name])
+        on = join.args.get("on")
+        if on is None:
+            raise QueryError(f"JOIN {jmeta.name} needs an ON condition (a.col = b.col)")
+        pairs: list[tuple[str, str]] = []
+        conds = list(on.flatten()) if isinstance(on, exp.And) else [on]
+        for cond in conds:
+            cond = cond.unnest()
+            if not (isinstance(cond, exp.EQ) and isinstance(cond.this, exp.Column)
+                    and isinstance(cond.expression, exp.Column)):
+                raise QueryError(
+                    f"join conditions must be equalities of columns joined by AND, e.g. "
+                    f"v.ward = w.ward (got {cond.sql(dialect='duckdb')})"
+                )
+            a = scope.resolve(cond.this)
+            b = scope.resolve(cond.expression)
+            if a[0] == internal and b[0] == PRIVATE_ALIAS:
+                a, b = b, a
+            if a[0] != PRIVATE_ALIAS or b[0] != internal:
+                raise QueryError(
+                    f"each join condition must compare a column of the private table with a "
+                    f"column of {jmeta.name!r} (got {cond.sql(dialect='duckdb')})"
+                )
+            pairs.append((a[1], b[1]))
+        joins.append(JoinSpec(table=jmeta.name, alias=internal, kind=jkind, on=tuple(pairs)))
+    return scope, meta, joins
+
+
+def _group_by(stmt: exp.Select, scope: _Scope, private: TableMeta) -> list[GroupKey]:
+    group = stmt.args.get("group")
+    if group is None:
+        return []
+    if group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets"):
+        raise QueryError("ROLLUP/CUBE/GROUPING SETS are not supported; run one query per grouping")
+    keys: list[GroupKey] = []
+    select_items = stmt.expressions
+    for item in group.expressions:
+        node = item
+        if isinstance(node, exp.Literal) and not node.is_string:
+            pos = int(node.this)
+            if not 1 <= pos <= len(select_items):
+                raise QueryError(f"GROUP BY {pos}: the SELECT list has {len(select_items)} items")
+            node = select_items[pos - 1].unalias()
+        elif isinstance(node, exp.Column) and not node.table:
+            # GROUP BY an output alias
+            for s in select_items:
+                if isinstance(s, exp.Alias) and s.alias.lower() == node.name.lower() and \
+                        isinstance(s.this, exp.Column):
+                    node = s.this
+                    break
+        if not isinstance(node, exp.Column):
+            raise QueryError(
+                f"GROUP BY takes columns (got {item.sql(dialect='duckdb')}); to group by a "
+                f"derived value, ask the data owner to add it as a column with a domain"
+            )
+        internal, col, type_ = scope.resolve(node)
+        if internal == PRIVATE_ALIAS and private.privacy_unit and col == private.privacy_unit:
+            raise QueryError(
+                f"GROUP BY the privacy unit {col!r} would give one group per person; group by a "
+                f"coarser column"
+            )
+        if any(k.source == internal and k.column == col for k in keys):
+            continue
+        keys.append(GroupKey(source=internal, column=col, type=type_))
+    return keys
+
+
+def _agg_from(node: exp.Expression, scope: _Scope, private: TableMeta) -> AggCall | None:
+    """An AggCall for an aggregate node, or None if ``node`` is not an aggregate."""
+    def column_arg(arg: exp.Expression | None, fname: str) -> tuple[str, str, str]:
+        if isinstance(arg, exp.Distinct):
+            raise QueryError(
+                f"{fname}(DISTINCT ...) is not supported; only COUNT(DISTINCT "
+                f"{private.privacy_unit or '<privacy unit>'}) is"
+            )
+        if not isinstance(arg, exp.Column):
+            shown = arg.sql(dialect="duckdb") if arg is not None else ""
+            raise QueryError(
+                f"{fname}({shown}): aggregate a bare column (bounds are declared per column); "
+                f"filter rows with WHERE instead of expressions inside the aggregate"
+            )
+        return scope.resolve(arg)
+
+    if isinstance(node, exp.Filter):
+        raise QueryError("FILTER (WHERE ...) on aggregates is not supported; put it in WHERE")
+    if isinstance(node, exp.WithinGroup):
+        inner = node.this
+        order = node.expression
+        if isinstance(inner, exp.PercentileCont | exp.PercentileDisc) and isinstance(
+            order, exp.Order
+        ) and len(order.expressions) == 1:
+            q = _quantile_value(inner.this, "PERCENTILE_CONT")
+            internal, col, type_ = column_arg(order.expressions[0].this, "PERCENTILE_CONT")
+            return _numeric_agg(QUANTILE, internal, col, type_, q, private)
+        raise QueryError(f"unsupported aggregate {node.sql(dialect='duckdb')}")
+    if isinstance(node, exp.Count):
+        arg = node.this
+        if isinstance(arg, exp.Star) or (isinstance(arg, exp.Literal) and not arg.is_string):
+            return AggCall(COUNT, None, None, label="COUNT(*)", default_name="count")
+        if isinstance(arg, exp.Distinct):
+            cols = arg.expressions
+            if len(cols) != 1 or not isinstance(cols[0], exp.Column):
+                raise QueryError("COUNT(DISTINCT ...) takes one column: the privacy unit")
+            internal, col, _ = scope.resolve(cols[0])
+            if private.privacy_unit is None:
+                raise QueryError(
+                    f"table {private.name!r} is protected at record level (no privacy unit), so "
+                    f"COUNT(DISTINCT {col}) is not available; use COUNT(*)"
+                )
+            if internal != PRIVATE_ALIAS or col != private.privacy_unit:
+                raise QueryError(
+                    f"COUNT(DISTINCT {col}) would reveal how many different values exist with "
+                    f"unbounded sensitivity; only COUNT(DISTINCT {private.privacy_unit}) (the "
+                    f"privacy unit) is answered. To count values of {col}, write SELECT {col}, "
+                    f"COUNT(*) ... GROUP BY {col}"
+                )
+            return AggCall(COUNT_UNITS, PRIVATE_ALIAS, col, label=f"COUNT(DISTINCT {col})",
+                           default_name=f"count_distinct_{col}")
+        internal, col, _ = column_arg(arg, "COUNT")
+        return AggCall(COUNT_COL, internal, col, label=f"COUNT({col})", default_name=f"count_{col}")
+    simple: dict[type[exp.Expression], str] = {
+        exp.Sum: SUM, exp.Avg: AVG, exp.Variance: VAR, exp.VariancePop: VAR_POP,
+        exp.Stddev: STDDEV, exp.StddevSamp: STDDEV, exp.StddevPop: STDDEV_POP,
+        exp.Median: QUANTILE, exp.Min: QUANTILE, exp.Max: QUANTILE,
+    }
+    for cls, func in simple.items():
+        if type(node) is cls:
+            fname = cls.__name__.upper()
+            internal, col, type_ = column_arg(node.this, fname)
+            q = None
+            if cls is exp.Median:
+                q = 0.5
+            elif cls is exp.Min:
+                q = MIN_QUANTILE
+            elif cls is exp.Max:
+                q = MAX_QUANTILE
+            agg = _numeric_agg(func, internal, col, type_, q, private)
+            if cls in (exp.Min, exp.Max):
+                agg = AggCall(agg.func, agg.source, agg.column, agg.q,
+                              label=f"{fname}({col})", default_name=f"{fname.lower()}_{col}")
+            if cls is exp.Median:
+                agg = AggCall(agg.func, agg.source, agg.column, agg.q,
+                              label=f"MEDIAN({col})", default_name=f"median_{col}")
+            return agg
+    if isinstance(node, exp.Quantile | exp.PercentileCont | exp.PercentileDisc):
+        q_node = node.args.get("quantile") or node.args.get("expression")
+        q = _quantile_value(q_node, "QUANTILE")
+        internal, col, type_ = column_arg(node.this, "QUANTILE")
+        return _numeric_agg(QUANTILE, internal, col, type_, q, private)
+    if isinstance(node, exp.Anonymous):
+        name = node.name.lower()
+        aliases = {"var": VAR, "var_samp": VAR, "variance": VAR, "var_pop": VAR_POP,
+                   "stddev": STDDEV, "stddev_samp": STDDEV, "stddev_pop": STDDEV_POP,
+                   "std": STDDEV}
+        if name in aliases:
+            if len(node.expressions) != 1:
+                raise QueryError(f"{name.upper()} takes one column")
+            internal, col, type_ = column_arg(node.expressions[0], name.upper())
+            return _numeric_agg(aliases[name], internal, col, type_, None, private)
+        if name in ("quantile", "quantile_cont", "quantile_disc", "percentile"):
+            if len(node.expressions) != 2:
+                raise QueryError(f"{name.upper()}(column, q) takes a column and a number in [0, 1]")
+            internal, col, type_ = column_arg(node.expressions[0], name.upper())
+            q = _quantile_value(node.expressions[1], name.upper())
+            return _numeric_agg(QUANTILE, internal, col, type_, q, private)
+    if isinstance(node, exp.AggFunc):
+        raise QueryError(
+            f"aggregate {node.sql(dialect='duckdb')} is not supported; available: COUNT(*), "
+            f"COUNT(col), COUNT(DISTINCT <privacy unit>), SUM, AVG, VAR, STDDEV, MEDIAN, "
+            f"QUANTILE(col, q), MIN, MAX"
+        )
+    return None
+
+
+def _quantile_value(node: exp.Expression | None, fname: str) -> float:
+    if isinstance(node, exp.Neg):
+        raise QueryError(f"{fname}: the quantile must lie in [0, 1]")
+    if not isinstance(node, exp.Literal) or node.is_string:
+        raise QueryError(f"{fname}: give the quantile as one number in [0, 1], e.g. 0.9")
+    q = float(node.this)
+    if not 0.0 <= q <= 1.0 or math.isnan(q):
+        raise QueryError(f"{fname}: the quantile must lie in [0, 1] (got {q:g})")
+    return q
+
+
+def _numeric_agg(func: str, internal: str, col: str, type_: str, q: float | None,
+                 private: TableMeta) -> AggCall:
+    from dpkit.engine.tables import type_class
+
+    if internal != PRIVATE_ALIAS:
+        raise QueryError(
+            f"{func.upper()}({col}): aggregates must use columns of the private table "
+            f"{private.name!r}; {col!r} comes from a public table"
+        )
+    if type_class(type_) not in ("int", "float", "decimal", "bool"):
+        raise QueryError(
+            f"{func.upper()}({col}): column {col!r} has type {type_}, not a number; numeric "
+            f"aggregates need a numeric column (COUNT works on any column)"
+        )
+    names = {SUM: "SUM", AVG: "AVG", VAR: "VAR", VAR_POP: "VAR_POP", STDDEV: "STDDEV",
+             STDDEV_POP: "STDDEV_POP", QUANTILE: "QUANTILE"}
+    if func == QUANTILE:
+        label = f"QUANTILE({col}, {q:g})"
+        default = f"q{_qname(q)}_{col}"
+    else:
+        label = f"{names[func]}({col})"
+        default = f"{func}_{col}"
+    return AggCall(func, internal, col, q, label=label, default_name=default)
+
+
+def _qname(q: float | None) -> str:
+    assert q is not None
+    text = f"{q * 100:g}".replace(".", "_")
+    return text
+
+
+def _check_scalar(
+    node: exp.Expression, scope: _Scope, where: str, columns_used: set[tuple[str, str]]
+) -> tuple[exp.Expression, bool]:
+    """Validate a row-level expression; return it with columns resolved and casts made safe,
+    plus whether it could raise a data-dependent error."""
+    risky = False
+
+    def visit(n: exp.Expression) -> exp.Expression:
+        nonlocal risky
+        if isinstance(n, exp.AggFunc):
+            raise QueryError(
+                f"aggregate {n.sql(dialect='duckdb')} in {where}: filter on aggregates with "
+                f"HAVING (on the noisy results)"
+            )
+        if isinstance(n, exp.Star):
+            raise QueryError(f"* is not allowed in {where}")
+        if isinstance(n, exp.Column):
+            internal, col, _ = scope.resolve(n)
+            columns_used.add((internal, col))
+            return _col_ref(internal, col)
+        if isinstance(n, exp.Cast) and not isinstance(n, exp.TryCast):
+            if isinstance(n.this, exp.Literal | exp.Null):
+                return n  # a constant conversion: checked when the statement is bound
+            risky = True
+            return exp.TryCast(this=n.this, to=n.args["to"])
+        if isinstance(n, _LOGIC + _COMPARE + _PRED + _ATOMS + _SAFE_FUNCS):
+            if isinstance(n, exp.In) and n.args.get("query"):
+                raise QueryError("IN (SELECT ...) is not allowed; list the values: IN ('a', 'b')")
+            if isinstance(n, exp.Like | exp.ILike | exp.RegexpLike | exp.Glob):
+                pattern = n.expression
+                if not isinstance(pattern, exp.Literal):
+                    risky = True
+            return n
+        if isinstance(n, _ARITH):
+            risky = True
+            return n
+        if isinstance(n, _RISKY_FUNCS):
+            risky = True
+            return n
+        if isinstance(n, exp.Anonymous):
+            name = n.name.lower()
+            if name not in _ANON_ALLOWED:
+                raise QueryError(
+                    f"function {n.name}() is not allowed in {where}; allowed functions: "
+                    f"{_allowed_function_list()}"
+                )
+            if name not in _SAFE_ANON:
+                risky = True
+            return n
+        raise QueryError(
+            f"{type(n).__name__.upper()} ({n.sql(dialect='duckdb')[:60]}) is not allowed in "
+            f"{where}; allowed functions: {_allowed_function_list()}"
+        )
+
+    out = node.copy().transform(visit)
+    if not risky:
+        risky = _type_risk(node, scope)
+    return out, risky
+
+
+def _type_risk(node: exp.Expression, scope: _Scope) -> bool:
+    """True when a comparison mixes types so that DuckDB would cast data at run time."""
+    def kind(n: exp.Expression) -> str:
+        if isinstance(n, exp.Paren):
+            return kind(n.this)
+        if isinstance(n, exp.Column):
+            return _type_kind(scope.resolve(n)[2])
+        if isinstance(n, exp.Null):
+            return "null"
+        if isinstance(n, exp.Boolean):
+            return "bool"
+        if isinstance(n, exp.Literal):
+            return "str" if n.is_string else "num"
+        if isinstance(n, exp.Neg):
+            return kind(n.this)
+        if isinstance(n, exp.Cast):
+            return _type_kind(n.args["to"].sql(dialect="duckdb"))
+        if isinstance(n, exp.Lower | exp.Upper | exp.Trim):
+            return "string"
+        if isinstance(n, exp.Length):
+            return "num"
+        return "unknown"
+
+    def compatible(a: exp.Expression, b: exp.Expression) -> bool:
+        ka, kb = kind(a), kind(b)
+        ka = "string" if ka == "str" and not isinstance(a, exp.Literal) else ka
+        kb = "string" if kb == "str" and not isinstance(b, exp.Literal) else kb
+        if "null" in (ka, kb):
+            return True
+        if "unknown" in (ka, kb) or "other" in (ka, kb):
+            return False
+        norm = {"str": "string"}
+        if norm.get(ka, ka) == norm.get(kb, kb):
+            return True
+        # a temporal column against a string constant: the constant is converted once
+        return (ka == "temporal" and kb == "str") or (kb == "temporal" and ka == "str")
+
+    for n in node.walk():
+        if isinstance(n, _COMPARE):
+            if not compatible(n.this, n.expression):
+                return True
+        elif isinstance(n, exp.In):
+            for v in n.expressions:
+                if not compatible(n.this, v):
+                    return True
+        elif isinstance(n, exp.Between):
+            if not (compatible(n.this, n.args["low"]) and compatible(n.this, n.args["high"])):
+                return True
+        elif isinstance(n, exp.Like | exp.ILike):
+            if kind(n.this) not in ("string", "null"):
+                return True
+        elif isinstance(n, exp.IsNan | exp.IsInf) and kind(n.this) != "num":
+            return True
+    return False
+
+
+def _select(text: str, stmt: exp.Select, scope: _Scope, private: TableMeta,
+            joins: list[JoinSpec], group_by: list[GroupKey]) -> QuerySpec:
+    columns_used: set[tuple[str, str]] = set()
+    aggs: list[AggCall] = []
+
+    def agg_index(call: AggCall) -> int:
+        for i, a in enumerate(aggs):
+            if a.key == call.key:
+                return i
+        aggs.append(call)
+        return len(aggs) - 1
+
+    def group_index(internal: str, col: str) -> int | None:
+        for i, k in enumerate(group_by):
+            if k.source == internal and k.column == col:
+                return i
+        return None
+
+    def rewrite_post(node: exp.Expression, where: str,
+                     aliases: list[Output] | None = None) -> exp.Expression:
+        """Rewrite an output/HAVING/ORDER expression over __g{i} and __a{i}; in HAVING and
+        ORDER BY a bare name may also be an output alias (as in DuckDB)."""
+        by_name = {o.name.lower(): o for o in aliases or []}
+
+        def visit(n: exp.Expression) -> exp.Expression:
+            if isinstance(n, exp.Column) and not n.table and n.name.lower() in by_name:
+                o = by_name[n.name.lower()]
+                if o.kind == "agg":
+                    return exp.column(f"__a{o.index}")
+                if o.kind == "group":
+                    return exp.column(f"__g{o.index}")
+                assert o.expr is not None
+                return exp.paren(o.expr.copy())
+            call = _agg_from(n, scope, private)
+            if call is not None:
+                if call.source == PRIVATE_ALIAS and call.column:
+                    columns_used.add((PRIVATE_ALIAS, call.column))
+                return exp.column(f"__a{agg_index(call)}")
+            if isinstance(n, exp.Column):
+                internal, col, _ = scope.resolve(n)
+                gi = group_index(internal, col)
+                if gi is None:
+                    raise QueryError(
+                        f"column {col!r} in {where} is neither aggregated nor in GROUP BY: only "
+                        f"aggregates leave the curator. Write COUNT/SUM/AVG(...) of it, or add "
+                        f"it to GROUP BY"
+                    )
+                return exp.column(f"__g{gi}")
+            if isinstance(n, exp.Star):
+                raise QueryError(
+                    "SELECT * would reveal rows; ask for aggregates, e.g. SELECT COUNT(*) FROM t"
+                )
+            if isinstance(n, _LOGIC + _COMPARE + _ARITH + _ATOMS + (exp.Is, exp.In,
+                                                                    exp.Between)):
+                return n
+            if isinstance(n, _SAFE_FUNCS + _RISKY_FUNCS):
+                return n
+            if isinstance(n, exp.Anonymous) and n.name.lower() in _ANON_ALLOWED:
+                return n
+            raise QueryError(
+                f"{n.sql(dialect='duckdb')[:60]} is not allowed in {where}; use aggregates, "
+                f"group columns, numbers and arithmetic"
+            )
+
+        # Aggregates are rewritten as whole nodes: transform visits parents before children.
+        return node.copy().transform(visit)
+
+    outputs: list[Output] = []
+    used_names: set[str] = set()
+
+    def unique(name: str) -> str:
+        base, k = name, 2
+        while name.lower() in used_names:
+            name = f"{base}_{k}"
+            k += 1
+        used_names.add(name.lower())
+        return name
+
+    for item in stmt.expressions:
+        alias = item.alias if isinstance(item, exp.Alias) else None
+        node = item.unalias()
+        if isinstance(node, exp.Star):
+            raise QueryError(
+                "SELECT * would reveal rows; ask for aggregates, e.g. SELECT COUNT(*) FROM "
+                f"{private.name}"
+            )
+        if isinstance(node, exp.Column):
+            internal, col, _ = scope.resolve(node)
+            gi = group_index(internal, col)
+            if gi is None:
+                raise QueryError(
+                    f"column {col!r} is neither aggregated nor in GROUP BY: only aggregates leave "
+                    f"the curator. Write COUNT/SUM/AVG({col}), or GROUP BY {col}"
+                )
+            outputs.append(Output(unique(alias or col), "group", gi))
+            continue
+        call = _agg_from(node, scope, private)
+        if call is not None:
+            if call.source == PRIVATE_ALIAS and call.column:
+                columns_used.add((PRIVATE_ALIAS, call.column))
+            ai = agg_index(call)
+            outputs.append(Output(unique(alias or call.default_name), "agg", ai))
+            continue
+        expr = rewrite_post(node, "SELECT")
+        if not any(isinstance(n, exp.Column) and n.name.startswith("__a")
+                   for n in expr.walk()) and not alias:
+            alias = "expr"
+        outputs.append(Output(unique(alias or node.sql(dialect="duckdb")[:40]), "expr",
+                              expr=expr))
+    if not aggs:
+        raise QueryError(
+            "the query has no aggregate; only aggregates leave the curator. Add e.g. COUNT(*)"
+        )
+
+    where_node = stmt.args.get("where")
+    where_expr: exp.Expression | None = None
+    risky = False
+    if where_node is not None:
+        where_expr, risky = _check_scalar(where_node.this, scope, "WHERE", columns_used)
+
+    having_expr = None
+    if stmt.args.get("having") is not None:
+        having_expr = rewrite_post(stmt.args["having"].this, "HAVING", outputs)
+    order: list[tuple[exp.Expression, bool]] = []
+    if stmt.args.get("order") is not None:
+        for o in stmt.args["order"].expressions:
+            target = o.this
+            if isinstance(target, exp.Literal) and not target.is_string:
+                pos = int(target.this)
+                if not 1 <= pos <= len(outputs):
+                    raise QueryError(f"ORDER BY {pos}: the SELECT list has {len(outputs)} items")
+                order.append((exp.column(outputs[pos - 1].name, quoted=True),
+                              bool(o.args.get("desc"))))
+                continue
+            if isinstance(target, exp.Column) and not target.table:
+                hit = [x for x in outputs if x.name.lower() == target.name.lower()]
+                if hit:
+                    order.append((exp.column(hit[0].name, quoted=True), bool(o.args.get("desc"))))
+                    continue
+            order.append((rewrite_post(target, "ORDER BY", outputs), bool(o.args.get("desc"))))
+    limit = _int_clause(stmt, "limit")
+    offset = _int_clause(stmt, "offset")
+    alias = next((k for k, v in scope.user_alias.items() if v == PRIVATE_ALIAS), private.name)
+    return QuerySpec(
+        text=text,
+        table=private.name,
+        alias=alias,
+        joins=joins,
+        where=where_expr,
+        where_risky=risky,
+        group_by=group_by,
+        aggs=aggs,
+        outputs=outputs,
+        having=having_expr,
+        order=order,
+        limit=limit,
+        offset=offset,
+        columns_used=columns_used,
+    )
+
+
+def _int_clause(stmt: exp.Select, key: str) -> int | None:
+    node = stmt.args.get(key)
+    if node is None:
+        return None
+    value = node.args.get("expression") or node.this
+    if not isinstance(value, exp.Literal) or value.is_string:
+        raise QueryError(f"{key.upper()} takes a whole number")
+    n = int(float(value.this))
+    if n < 0:
+        raise QueryError(f"{key.upper()} must be >= 0")
+    return n
+

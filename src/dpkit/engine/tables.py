@@ -1,0 +1,356 @@
+"""Tables behind the curator: where the rows live and what the data owner declared about them.
+
+A table's metadata is public (analysts may read it): its columns and types, the **privacy unit**
+(the column naming one person; ``None`` means every row is its own unit, i.e. record-level
+privacy), the **contribution bounds** (``max_rows_per_unit``: the rows one unit may contribute to
+any one query; ``max_groups_per_unit``: the groups one unit may touch in a grouped query),
+**numeric bounds** (values are clamped into ``[low, high]`` before they are summed) and
+**domains** (the public list of keys of a categorical column, used as group keys so that no group
+needs to be discovered from the data). Public lookup tables (``public=True``) hold no private
+data; they may be joined to a private table and used as key sets.
+
+Storage. By default the rows are **copied** into the project's DuckDB file (``data.duckdb``):
+the project is then self-contained, a consistent snapshot, and fast. ``copy=False`` (CSV and
+Parquet paths only) stores a DuckDB *view* over the file instead: nothing is copied, but the
+file must stay where it is, and if it changes the answers follow it (the privacy guarantee still
+holds for whatever data is there when a query runs; the bounds are enforced at query time).
+
+The metadata itself is written to the ledger (a ``table`` row), so it is hash-chained with the
+budget: changing a table's bounds after the fact is visible in the history.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "NUMERIC_TYPES",
+    "Column",
+    "TableMeta",
+    "check_identifier",
+    "quote_ident",
+    "type_class",
+]
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+RESERVED_PREFIX = "__dp"
+
+NUMERIC_TYPES = (
+    "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+    "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "REAL", "DECIMAL", "INT", "INT1", "INT2", "INT4",
+    "INT8", "FLOAT4", "FLOAT8", "NUMERIC",
+)
+_FLOAT_TYPES = ("FLOAT", "DOUBLE", "REAL", "FLOAT4", "FLOAT8")
+_TEMPORAL = ("DATE", "TIME", "TIMESTAMP", "INTERVAL")
+
+
+def check_identifier(name: str, what: str) -> str:
+    """A table or project-level name: letters, digits, underscore; not starting with a digit."""
+    if not isinstance(name, str) or not _IDENT.match(name):
+        raise ValueError(
+            f"{what} name must be letters, digits and underscores, starting with a letter or "
+            f"underscore, at most 63 characters (got {name!r}); e.g. 'visits'"
+        )
+    if name.lower().startswith(RESERVED_PREFIX):
+        raise ValueError(
+            f"{what} names starting with {RESERVED_PREFIX!r} are reserved (got {name!r})"
+        )
+    return name
+
+
+def quote_ident(name: str) -> str:
+    """A DuckDB identifier, double-quoted with embedded quotes doubled (safe for any string)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def type_class(duck_type: str) -> str:
+    """'int', 'float', 'decimal', 'bool', 'string', 'temporal' or 'other' for a DuckDB type name."""
+    t = duck_type.upper()
+    base = t.split("(")[0].strip()
+    if base in ("BOOLEAN", "BOOL"):
+        return "bool"
+    if base in _FLOAT_TYPES:
+        return "float"
+    if base in ("DECIMAL", "NUMERIC"):
+        return "decimal"
+    if base in NUMERIC_TYPES:
+        return "int"
+    if base in ("VARCHAR", "TEXT", "STRING", "CHAR", "BPCHAR", "UUID", "ENUM") or t.startswith(
+        "ENUM"
+    ):
+        return "string"
+    if any(base.startswith(p) for p in _TEMPORAL):
+        return "temporal"
+    return "other"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+
+    @property
+    def cls(self) -> str:
+        return type_class(self.type)
+
+    @property
+    def numeric(self) -> bool:
+        return self.cls in ("int", "float", "decimal", "bool")
+
+
+@dataclass(frozen=True)
+class TableMeta:
+    """What the data owner declared about a table (all of it public)."""
+
+    name: str
+    columns: tuple[Column, ...]
+    privacy_unit: str | None = None
+    public: bool = False
+    max_rows_per_unit: int = 1
+    max_groups_per_unit: int | None = None
+    bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    domains: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    storage: str = "copy"  # "copy" or "view"
+    source: str = ""
+    relation: str = ""  # the DuckDB relation holding the rows (schema-qualified, quoted)
+    description: str = ""
+
+    # ---------------------------------------------------------------- lookups
+
+    def column(self, name: str) -> Column:
+        """Case-insensitive lookup; unknown names raise with the close matches and the list."""
+        hit = self.find(name)
+        if hit is None:
+            import difflib
+
+            names = [c.name for c in self.columns]
+            close = difflib.get_close_matches(name, names, n=3)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            raise ValueError(
+                f"table {self.name!r} has no column {name!r}.{hint} Its columns: "
+                f"{', '.join(names)}"
+            )
+        return hit
+
+    def find(self, name: str) -> Column | None:
+        exact = [c for c in self.columns if c.name == name]
+        if exact:
+            return exact[0]
+        folded = [c for c in self.columns if c.name.lower() == name.lower()]
+        if len(folded) > 1:
+            raise ValueError(
+                f"column name {name!r} is ambiguous in table {self.name!r} (matches "
+                f"{', '.join(c.name for c in folded)}); quote it exactly"
+            )
+        return folded[0] if folded else None
+
+    @property
+    def record_level(self) -> bool:
+        return self.privacy_unit is None
+
+    def bounds_for(self, column: str) -> tuple[float, float] | None:
+        col = self.column(column)
+        if col.name in self.bounds:
+            lo, hi = self.bounds[col.name]
+            return float(lo), float(hi)
+        if col.cls == "bool":
+            return 0.0, 1.0
+        return None
+
+    # ---------------------------------------------------------------- (de)serialisation
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "columns": [[c.name, c.type] for c in self.columns],
+            "privacy_unit": self.privacy_unit,
+            "public": self.public,
+            "max_rows_per_unit": self.max_rows_per_unit,
+            "max_groups_per_unit": self.max_groups_per_unit,
+            "bounds": {k: [float(v[0]), float(v[1])] for k, v in self.bounds.items()},
+            "domains": {k: [_jsonable(x) for x in v] for k, v in self.domains.items()},
+            "storage": self.storage,
+            "source": self.source,
+            "relation": self.relation,
+            "description": self.description,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TableMeta:
+        return cls(
+            name=str(d["name"]),
+            columns=tuple(Column(str(n), str(t)) for n, t in d["columns"]),
+            privacy_unit=d.get("privacy_unit"),
+            public=bool(d.get("public", False)),
+            max_rows_per_unit=int(d.get("max_rows_per_unit", 1)),
+            max_groups_per_unit=(
+                None if d.get("max_groups_per_unit") is None else int(d["max_groups_per_unit"])
+            ),
+            bounds={k: (float(v[0]), float(v[1])) for k, v in d.get("bounds", {}).items()},
+            domains={k: tuple(v) for k, v in d.get("domains", {}).items()},
+            storage=str(d.get("storage", "copy")),
+            source=str(d.get("source", "")),
+            relation=str(d.get("relation", "")),
+            description=str(d.get("description", "")),
+        )
+
+    def summary(self) -> str:
+        unit = f"privacy unit {self.privacy_unit!r}" if self.privacy_unit else "record level"
+        if self.public:
+            unit = "public (no privacy)"
+        parts = [unit]
+        if not self.public:
+            parts.append(f"max_rows_per_unit={self.max_rows_per_unit}")
+            if self.max_groups_per_unit is not None:
+                parts.append(f"max_groups_per_unit={self.max_groups_per_unit}")
+        if self.bounds:
+            parts.append("bounds " + ", ".join(f"{k}=[{lo:g}, {hi:g}]"
+                                               for k, (lo, hi) in self.bounds.items()))
+        if self.domains:
+            parts.append("domains " + ", ".join(f"{k} ({len(v)} keys)"
+                                                for k, v in self.domains.items()))
+        return "; ".join(parts)
+
+
+def _jsonable(x: Any) -> Any:
+    if hasattr(x, "item"):
+        x = x.item()
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        if isinstance(x, float) and not math.isfinite(x):
+            raise ValueError(f"domain values must be finite (got {x!r})")
+        return x
+    return str(x)
+
+
+# -------------------------------------------------------------------------------- validation
+
+
+def validate_declarations(
+    *,
+    name: str,
+    columns: Sequence[Column],
+    privacy_unit: str | None,
+    public: bool,
+    bounds: Mapping[str, Any] | None,
+    max_rows_per_unit: int | None,
+    max_groups_per_unit: int | None,
+    domains: Mapping[str, Sequence[Any]] | None,
+) -> tuple[str | None, int, int | None, dict[str, tuple[float, float]],
+           dict[str, tuple[Any, ...]]]:
+    """Check the owner's declarations against the columns; return them normalised.
+
+    Every problem raises ``ValueError`` naming the column and the fix; nothing is written.
+    """
+    probe = TableMeta(name=name, columns=tuple(columns))
+    for c in columns:
+        if c.name.lower().startswith(RESERVED_PREFIX):
+            raise ValueError(
+                f"column {c.name!r}: names starting with {RESERVED_PREFIX!r} are reserved; "
+                f"rename it in the source"
+            )
+    unit: str | None = None
+    if privacy_unit is not None:
+        if public:
+            raise ValueError("a public table has no privacy unit; drop privacy_unit or public")
+        unit = probe.column(str(privacy_unit)).name
+    if max_rows_per_unit is None:
+        rows = 1
+    else:
+        if isinstance(max_rows_per_unit, bool) or not isinstance(max_rows_per_unit, int):
+            raise TypeError(f"max_rows_per_unit must be an int >= 1 (got {max_rows_per_unit!r})")
+        if max_rows_per_unit < 1:
+            raise ValueError(f"max_rows_per_unit must be >= 1 (got {max_rows_per_unit})")
+        if unit is None and max_rows_per_unit != 1 and not public:
+            raise ValueError(
+                "max_rows_per_unit applies to tables with a privacy_unit; at record level every "
+                "row is its own unit (drop max_rows_per_unit or name the privacy_unit column)"
+            )
+        rows = int(max_rows_per_unit)
+    groups: int | None = None
+    if max_groups_per_unit is not None:
+        if isinstance(max_groups_per_unit, bool) or not isinstance(max_groups_per_unit, int):
+            raise TypeError(
+                f"max_groups_per_unit must be an int >= 1 (got {max_groups_per_unit!r})"
+            )
+        if max_groups_per_unit < 1:
+            raise ValueError(f"max_groups_per_unit must be >= 1 (got {max_groups_per_unit})")
+        groups = int(max_groups_per_unit)
+    out_bounds: dict[str, tuple[float, float]] = {}
+    for col_name, pair in (bounds or {}).items():
+        col = probe.column(str(col_name))
+        if not col.numeric:
+            raise ValueError(
+                f"bounds for column {col.name!r}: it has type {col.type}, not a number; bounds "
+                f"apply to numeric columns (cast it in the source first)"
+            )
+        out_bounds[col.name] = check_bounds(pair, col.name)
+    out_domains: dict[str, tuple[Any, ...]] = {}
+    for col_name, keys in (domains or {}).items():
+        col = probe.column(str(col_name))
+        if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence | set | frozenset):
+            raise TypeError(
+                f"domain of {col.name!r} must be a list of keys, e.g. ['A', 'B'] (got {keys!r})"
+            )
+        values = list(keys)
+        if not values:
+            raise ValueError(f"domain of {col.name!r} is empty: list its possible values")
+        seen: set[Any] = set()
+        clean: list[Any] = []
+        for v in values:
+            v = _jsonable(v)
+            if v is None:
+                raise ValueError(f"domain of {col.name!r} contains NULL; list only real values")
+            if col.cls in ("int", "decimal", "float") and isinstance(v, str):
+                try:
+                    v = int(v) if col.cls == "int" else float(v)
+                except ValueError:
+                    raise ValueError(
+                        f"domain of {col.name!r} ({col.type}) contains {v!r}, not a number"
+                    ) from None
+            if v in seen:
+                continue
+            seen.add(v)
+            clean.append(v)
+        if len(clean) > 1_000_000:
+            raise ValueError(f"domain of {col.name!r} has {len(clean)} keys; at most 1e6")
+        out_domains[col.name] = tuple(clean)
+    return unit, rows, groups, out_bounds, out_domains
+
+
+def check_bounds(pair: Any, column: str) -> tuple[float, float]:
+    """``(low, high)`` finite numbers with ``low < high``."""
+    try:
+        lo, hi = pair
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"bounds for {column!r} must be a pair (low, high), e.g. (0, 120) (got {pair!r})"
+        ) from None
+    for v in (lo, hi):
+        if isinstance(v, bool) or (not isinstance(v, (int, float)) and not hasattr(v, "__float__")):
+            raise TypeError(f"bounds for {column!r} must be numbers (got {pair!r})")
+    lo_f, hi_f = float(lo), float(hi)
+    if not (math.isfinite(lo_f) and math.isfinite(hi_f)):
+        raise ValueError(
+            f"bounds for {column!r} must be finite numbers (got {pair!r}); NaN and inf cannot "
+            f"bound a sum"
+        )
+    if not lo_f < hi_f:
+        raise ValueError(
+            f"bounds for {column!r} must satisfy low < high (got low={lo_f:g}, high={hi_f:g})"
+            + ("; they look swapped" if lo_f > hi_f else "")
+        )
+    if max(abs(lo_f), abs(hi_f)) > 2.0**60:
+        raise ValueError(f"bounds for {column!r} exceed 2**60 in magnitude (got {pair!r})")
+    return lo_f, hi_f
+
+
+def describe_source(source: Any) -> str:
+    if isinstance(source, (str, Path)):
+        return str(source)
+    mod = type(source).__module__.split(".")[0]
+    return f"{mod}.{type(source).__name__}"
