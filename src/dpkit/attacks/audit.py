@@ -21,9 +21,9 @@ Procedure (all choices are made before looking at the data they are certified on
    discrete outputs (few distinct values, or non-numeric ones) the singletons ``{o = v}`` and the
    likelihood-ratio-ordered prefixes (the Neyman-Pearson sets); each in both directions
    (D0 against D1 and D1 against D0).
-3. **Selection.** Each candidate gets its *predicted* certified bound (the bound it would get
-   with the selection frequencies on a certification-sized sample); the best ``max_tests``
-   distinct ones are kept.
+3. **Selection.** Each candidate is scored by the bound it certifies on the selection part
+   itself (same Clopper-Pearson level), which penalises sets seen only a few times; the best
+   ``max_tests`` distinct ones are kept.
 4. **Certification** with a Bonferroni correction: each of the ``T`` kept tests uses a
    one-sided Clopper-Pearson lower bound for ``P_a(S)`` and upper bound for ``P_b(S)`` at level
    ``(1 - confidence) / (2T)`` each, so *all* ``2T`` bounds hold at once with probability at
@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 __all__ = ["AuditResult", "audit", "clopper_pearson", "empirical_epsilon"]
 
@@ -97,9 +97,15 @@ def clopper_pearson(
     *predict* bounds during test selection)."""
     k = np.asarray(k, dtype=np.float64)
     n = np.asarray(n, dtype=np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        lower = np.where(k > 0, stats.beta.ppf(alpha, np.maximum(k, 1e-300), n - k + 1), 0.0)
-        upper = np.where(k < n, stats.beta.isf(alpha, k + 1, np.maximum(n - k, 1e-300)), 1.0)
+    k, n = np.broadcast_arrays(k, n)
+    lower = np.zeros(k.shape)
+    upper = np.ones(k.shape)
+    pos = k > 0
+    if np.any(pos):
+        lower[pos] = special.betaincinv(k[pos], n[pos] - k[pos] + 1, alpha)
+    below = k < n
+    if np.any(below):
+        upper[below] = special.betaincinv(k[below] + 1, n[below] - k[below], 1.0 - alpha)
     return np.nan_to_num(lower, nan=0.0), np.nan_to_num(upper, nan=1.0)
 
 
@@ -286,16 +292,19 @@ def empirical_epsilon(
             out.append(cnt)
         return out[0], out[1]
 
-    # ---- selection: predicted certified bound of every candidate
+    # ---- selection: the bound each candidate certifies *on the selection part* (same
+    # Clopper-Pearson level as the certification will use). Using the selection counts
+    # themselves, not frequencies scaled up to the certification size, penalises sets with few
+    # selection draws, whose ratios are mostly noise.
     s0, s1 = frequencies(sel)
     direction = np.array(tests.direction)
-    p_num = np.where(direction == 0, s0 / m0, s1 / m1)
-    p_den = np.where(direction == 0, s1 / m1, s0 / m0)
-    n_num = np.where(direction == 0, n_cert[0], n_cert[1])
-    n_den = np.where(direction == 0, n_cert[1], n_cert[0])
+    k_num_sel = np.where(direction == 0, s0, s1)
+    k_den_sel = np.where(direction == 0, s1, s0)
+    n_num_sel = np.where(direction == 0, m0, m1)
+    n_den_sel = np.where(direction == 0, m1, m0)
     alpha_each = alpha / (2.0 * max_tests)
-    low_pred = clopper_pearson(p_num * n_num, n_num, alpha_each)[0]
-    up_pred = clopper_pearson(p_den * n_den, n_den, alpha_each)[1]
+    low_pred = clopper_pearson(k_num_sel, n_num_sel, alpha_each)[0]
+    up_pred = clopper_pearson(k_den_sel, n_den_sel, alpha_each)[1]
     predicted = _bound(low_pred, up_pred, delta)
     order = np.argsort(-predicted, kind="stable")
     chosen: list[int] = []
@@ -318,24 +327,27 @@ def empirical_epsilon(
 
     # ---- certification on the held-out part
     k0, k1 = frequencies(cert)
-    best = (-math.inf, -1, 0.0, 1.0, -math.inf, (0, 0))
+    idx = np.array(chosen)
+    dirs = direction[idx]
+    k_num = np.where(dirs == 0, k0[idx], k1[idx])
+    k_den = np.where(dirs == 0, k1[idx], k0[idx])
+    n_num_c = np.where(dirs == 0, n_cert[0], n_cert[1])
+    n_den_c = np.where(dirs == 0, n_cert[1], n_cert[0])
     alpha_cert = alpha / (2.0 * T)
-    for i in chosen:
-        d = tests.direction[i]
-        k_num, k_den = (k0[i], k1[i]) if d == 0 else (k1[i], k0[i])
-        n_num_i, n_den_i = (n_cert[0], n_cert[1]) if d == 0 else (n_cert[1], n_cert[0])
-        lo = float(clopper_pearson(k_num, n_num_i, alpha_cert)[0])
-        up = float(clopper_pearson(k_den, n_den_i, alpha_cert)[1])
-        lb = float(_bound(np.array(lo), np.array(up), delta))
-        p_hat_num, p_hat_den = k_num / n_num_i, k_den / n_den_i
-        est = (
-            math.log(p_hat_num - delta) - math.log(p_hat_den)
-            if p_hat_num > delta and p_hat_den > 0
-            else (math.inf if p_hat_num > delta else -math.inf)
-        )
-        if lb > best[0] or best[1] < 0:
-            best = (lb, i, lo, up, est, (int(k_num), int(k_den)))
-    lb, i, lo, up, est, cnts = best
+    lows = clopper_pearson(k_num, n_num_c, alpha_cert)[0]
+    ups = clopper_pearson(k_den, n_den_c, alpha_cert)[1]
+    bounds = _bound(lows, ups, delta)
+    j = int(np.argmax(bounds))
+    i = int(idx[j])
+    lb, lo, up = float(bounds[j]), float(lows[j]), float(ups[j])
+    p_hat_num, p_hat_den = k_num[j] / n_num_c[j], k_den[j] / n_den_c[j]
+    if p_hat_num <= delta:
+        est = -math.inf
+    elif p_hat_den == 0:
+        est = math.inf
+    else:
+        est = math.log(p_hat_num - delta) - math.log(p_hat_den)
+    cnts = (int(k_num[j]), int(k_den[j]))
     d = tests.direction[i]
     what = _describe(tests.kind[i], tests.threshold[i], tests.members[i], list(values))
     label = f"P0({what}) vs P1" if d == 0 else f"P1({what}) vs P0"

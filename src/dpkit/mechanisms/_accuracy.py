@@ -24,6 +24,7 @@ The tail sum is added term by term while ``sigma <= 4096`` (terms beyond ``40 si
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -53,6 +54,7 @@ def dlap_tail(m: int, scale: float) -> float:
     return math.exp(math.log(2.0) - (m + 1) / scale - math.log1p(q))
 
 
+@functools.lru_cache(maxsize=4096)
 def dlap_halfwidth(scale: float, level: float) -> tuple[int, float]:
     """Smallest ``m >= 0`` with ``P(|Z| <= m) >= level`` for ``Z ~ DLap(scale)``, and that
     probability (the exact coverage of ``[Y - m, Y + m]``)."""
@@ -81,7 +83,8 @@ def dgauss_upper_sum(a: int, sigma2: float) -> float:
     """``sum_{x >= a} exp(-x^2/(2 sigma2))`` for ``a >= 0``."""
     sigma = math.sqrt(sigma2)
     if sigma <= 4096.0:
-        top = a + int(40 * sigma) + 10
+        # terms beyond sqrt(a^2 + 90 sigma2) are below exp(-45) = 3e-20 times the first one
+        top = math.ceil(math.sqrt(a * a + 90.0 * sigma2)) + 2
         x = np.arange(a, top + 1, dtype=np.float64)
         return float(np.sum(np.exp(-(x * x) / (2.0 * sigma2))))
     fa = math.exp(-(a * a) / (2.0 * sigma2))
@@ -97,16 +100,32 @@ def dgauss_tail(m: int, sigma2: float) -> float:
     return min(1.0, 2.0 * dgauss_upper_sum(m + 1, sigma2) / dgauss_norm(sigma2))
 
 
+@functools.lru_cache(maxsize=4096)
 def dgauss_halfwidth(sigma2: float, level: float) -> tuple[int, float]:
     """Smallest ``m >= 0`` with ``P(|Z| <= m) >= level`` for the discrete Gaussian, and that
     probability."""
     alpha = 1.0 - level
     sigma = math.sqrt(sigma2)
+    norm = dgauss_norm(sigma2)
     # The continuous answer is within a couple of units of the discrete one: start below it.
     cont = sigma * math.sqrt(2.0) * float(special.erfcinv(alpha))
     m = max(0, math.floor(cont) - 3)
+    if sigma <= 4096.0:
+        # all tails P(|Z| > j), j >= m, from one reversed cumulative sum
+        top = math.ceil(math.sqrt((m + 1) ** 2 + 90.0 * sigma2)) + 2
+        x = np.arange(m + 1, top + 1, dtype=np.float64)
+        upper = np.cumsum(np.exp(-(x * x) / (2.0 * sigma2))[::-1])[::-1]  # upper[i]: x >= m+1+i
+        tails = np.minimum(1.0, 2.0 * upper / norm)
+        ok = np.flatnonzero(tails <= alpha * _MARGIN)
+        if ok.size and ok[0] > 0:
+            m += int(ok[0])
+            return m, 1.0 - float(tails[ok[0]])
+        if ok.size == 0:  # pragma: no cover - the window always reaches the tail
+            m = top
     while dgauss_tail(m, sigma2) > alpha * _MARGIN:
         m += 1
+    while m > 0 and dgauss_tail(m - 1, sigma2) <= alpha * _MARGIN:
+        m -= 1
     return m, 1.0 - dgauss_tail(m, sigma2)
 
 

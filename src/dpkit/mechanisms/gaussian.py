@@ -13,6 +13,12 @@ Noise is the exact discrete Gaussian ``P(z) ∝ exp(-z² / (2 σ²))`` on the in
   computed here with exact tail sums (:mod:`dpkit.mechanisms._accuracy`). For vectors the
   (ε, δ) target is met through zCDP: ``ρ = accounting.zcdp.epsilon_to_rho(ε, δ)`` (the largest ρ
   whose CKS conversion gives (ε, δ)), which is sound for the multivariate discrete Gaussian.
+  Either way σ² is then raised, if needed, until ``dpkit.accounting.delta`` of the event (what a
+  budget will charge) is at most δ, so a release never costs more than was asked.
+
+Events: ``DiscreteGaussian(σ², Δ)`` for a scalar; ``ZCDP(Δ²/(2σ²))`` for a vector, because an
+accountant reads ``DiscreteGaussian`` as a scalar shift, whose (ε, δ) curve can be *better* than
+that of a multi-coordinate integer shift of the same L2 norm (see :func:`_event`).
 
 Real values are released on a grid of width ``2**k``: for ``n`` coordinates the L2 sensitivity
 in grid units after rounding is ``floor(Δ/2**k) + 1`` for a scalar and ``Δ/2**k + sqrt(n)`` for a
@@ -22,15 +28,17 @@ vector (triangle inequality: rounding moves each changed coordinate by less than
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from dpkit import noise
+from dpkit import accounting, noise
 from dpkit.accounting import analytic_gaussian, zcdp
-from dpkit.events import DiscreteGaussian
+from dpkit.events import ZCDP, DiscreteGaussian, Event
 from dpkit.mechanisms import _validate as v
 from dpkit.mechanisms._accuracy import (
     dgauss_halfwidth,
@@ -105,16 +113,55 @@ def _calibrate_scalar(sensitivity: int, epsilon: float, delta: float) -> float:
     return hi
 
 
+def _accountant_agrees(
+    sigma2: float, sensitivity: float, dimension: int, epsilon: float, delta: float
+) -> bool:
+    """Whether ``dpkit.accounting.delta`` (what a budget will charge) is within ``delta``."""
+    charged = accounting.delta(_event(sigma2, sensitivity, dimension), epsilon=epsilon)
+    return charged <= delta * (1.0 + 1e-9)
+
+
+def _bump_for_accountant(
+    sigma2: float, sensitivity: float, dimension: int, epsilon: float, delta: float
+) -> float:
+    """The smallest σ² >= ``sigma2`` (to relative 1e-4) that the accountant charges at most
+    (ε, δ) for: the release must cost what was asked, whichever accountant the budget uses.
+
+    With an accountant that knows the exact discrete Gaussian curve this returns ``sigma2``;
+    with a looser one (zCDP/RDP conversions) it adds the noise needed to meet its bound."""
+    def ok(s2: float) -> bool:
+        return _accountant_agrees(s2, sensitivity, dimension, epsilon, delta)
+
+    if ok(sigma2):
+        return sigma2
+    lo, hi, step = sigma2, sigma2 * 1.01, 0.01
+    while not ok(hi):
+        lo, step = hi, step * 2.0
+        hi = hi * (1.0 + step)
+    while hi - lo > 1e-4 * hi:
+        mid = 0.5 * (lo + hi)
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+@functools.lru_cache(maxsize=1024)
 def _sigma2(
     sensitivity: float, n: int, rho: float | None, epsilon: float | None, delta: float | None
 ) -> float:
-    """σ² (grid or integer units) for L2 ``sensitivity`` in those units and ``n`` coordinates."""
+    """σ² (grid or integer units) for L2 ``sensitivity`` in those units and ``n`` coordinates.
+
+    Cached: the (ε, δ) path consults the accountant, which may be slow (PLD)."""
     if rho is not None:
         return dgauss_sigma2_for_rho(sensitivity, rho)
     assert epsilon is not None and delta is not None
     if n == 1 and sensitivity == math.floor(sensitivity) and sensitivity >= 1:
-        return _calibrate_scalar(int(sensitivity), epsilon, delta)
-    return dgauss_sigma2_for_rho(sensitivity, zcdp.epsilon_to_rho(epsilon, delta))
+        s2 = _calibrate_scalar(int(sensitivity), epsilon, delta)
+    else:
+        s2 = dgauss_sigma2_for_rho(sensitivity, zcdp.epsilon_to_rho(epsilon, delta))
+    return _bump_for_accountant(s2, sensitivity, n, epsilon, delta)
 
 
 def _privacy_args(
@@ -142,15 +189,33 @@ def _privacy_args(
 
 
 # ----------------------------------------------------------------------------- real values
+def _event(sigma2: float, sensitivity: float, dimension: int) -> Event:
+    """``DiscreteGaussian(σ², Δ)`` for a scalar; ``ZCDP(Δ²/(2σ²))`` (rounded up) for a vector.
+
+    Why not ``DiscreteGaussian`` for vectors: the event carries no dimension, and an accountant
+    would read it as a *scalar* integer shift by Δ. For several coordinates the (ε, δ) curve of
+    the discrete Gaussian is not the scalar one and can be worse (σ² = 1, shift (1, 1, 1, 1)
+    against a scalar shift of 2: δ(2) = 0.315 vs 0.267), so the scalar PLD would under-charge.
+    zCDP is exact for both (CKS 2020: Rényi divergences of independent coordinates add)."""
+    if dimension == 1:
+        return DiscreteGaussian(sigma2, sensitivity)
+    exact = Fraction(sensitivity) ** 2 / (2 * Fraction(sigma2))
+    rho = float(exact)
+    if Fraction(rho) < exact:
+        rho = math.nextafter(rho, math.inf)
+    return ZCDP(rho)
+
+
 @dataclass(frozen=True)
 class _GridGaussian:
     k: int
     sensitivity: float  # L2 sensitivity in grid units
     sigma2: float  # discrete Gaussian variance parameter in grid units
+    dimension: int = 1
 
     @property
-    def event(self) -> DiscreteGaussian:
-        return DiscreteGaussian(self.sigma2, self.sensitivity)
+    def event(self) -> Event:
+        return _event(self.sigma2, self.sensitivity, self.dimension)
 
     def noisy_grid(self, x: np.ndarray, size: tuple[int, ...], src: Source) -> np.ndarray:
         n = on_grid(x, self.k)
@@ -173,7 +238,7 @@ def _plan_gaussian(
         S2 = l2_sensitivity_on_grid(sensitivity, k, n)
         s2 = _sigma2(S2, n, rho, epsilon, delta)
         if s2 <= MAX_SIGMA2:
-            return _GridGaussian(k=k, sensitivity=S2, sigma2=s2)
+            return _GridGaussian(k=k, sensitivity=S2, sigma2=s2, dimension=n)
         k += 1
 
 
@@ -198,8 +263,9 @@ def gaussian(
     sensitivity in grid units ``Δ_g = floor(sensitivity/2**k) + 1`` (scalar) or
     ``sensitivity/2**k + sqrt(n)`` (vector); ``σ² = Δ_g² / (2ρ)`` (CKS 2020, rounded up), or for
     (ε, δ): the smallest σ² whose exact discrete-Gaussian curve (CKS Thm. 7) gives δ(ε) <= δ
-    (scalar; start: the analytic Gaussian of Balle-Wang 2018), via zCDP for vectors.
-    Event: ``DiscreteGaussian(σ², Δ_g)``.
+    (scalar; start: the analytic Gaussian of Balle-Wang 2018), via zCDP for vectors; then
+    raised if needed until ``dpkit.accounting.delta`` of the event is <= δ.
+    Event: ``DiscreteGaussian(σ², Δ_g)`` (scalar) or ``ZCDP(Δ_g²/(2σ²))`` (vector).
 
     **Accuracy**: ``ci`` (per coordinate) covers the unrounded input with probability at least
     ``level``: ``m`` = smallest integer with ``P(|Z| <= m) >= level`` from exact discrete
@@ -247,10 +313,11 @@ def gaussian(
 class _DiscreteGaussian:
     sensitivity: float
     sigma2: float
+    dimension: int = 1
 
     @property
-    def event(self) -> DiscreteGaussian:
-        return DiscreteGaussian(self.sigma2, self.sensitivity)
+    def event(self) -> Event:
+        return _event(self.sigma2, self.sensitivity, self.dimension)
 
     def sample(self, x: np.ndarray, size: int, src: Source) -> np.ndarray:
         return x + noise.discrete_gaussian(self.sigma2, (size, *x.shape), source=src)
@@ -264,15 +331,20 @@ def _plan_discrete_gaussian(
     delta: float | None,
     sigma2: float | None,
 ) -> _DiscreteGaussian:
-    # An integer scalar that moves by at most s moves by at most floor(s).
-    sens = float(math.floor(sensitivity)) if n == 1 and sensitivity >= 1 else sensitivity
+    # An integer scalar that moves by at most s moves by at most floor(s). An integer vector of
+    # L2 norm below sqrt(2) has at most one non-zero coordinate, of size at most 1: that is a
+    # scalar shift, so the exact scalar curve (and event) applies.
+    if sensitivity >= 1 and (n == 1 or sensitivity * sensitivity < 2):
+        sens, n = float(math.floor(sensitivity)), 1
+    else:
+        sens = sensitivity
     s2 = sigma2 if sigma2 is not None else _sigma2(sens, n, rho, epsilon, delta)
     if s2 > MAX_SIGMA2:
         raise ValueError(
             f"the discrete Gaussian variance {s2:.4g} exceeds the sampler's limit 2**80: "
             "raise rho/epsilon or lower the sensitivity"
         )
-    return _DiscreteGaussian(sensitivity=sens, sigma2=s2)
+    return _DiscreteGaussian(sensitivity=sens, sigma2=s2, dimension=n)
 
 
 def discrete_gaussian(
@@ -298,7 +370,7 @@ def discrete_gaussian(
 
     **Calibration**: ``σ² = Δ²/(2ρ)`` rounded up; for (ε, δ) the smallest σ² with exact
     ``δ(ε) <= delta`` (scalar) or via ``zcdp.epsilon_to_rho`` (vectors).
-    Event: ``DiscreteGaussian(σ², Δ)``.
+    Event: ``DiscreteGaussian(σ², Δ)`` (scalar) or ``ZCDP(Δ²/(2σ²))`` (vector).
 
     **Accuracy**: ``ci = (Y - m, Y + m)``, ``m`` the smallest integer with
     ``P(|Z| <= m) >= level`` from exact tail sums; exact coverage in ``details["coverage"]``.

@@ -94,6 +94,41 @@ def _plan_svt(
     )
 
 
+@dataclass(frozen=True)
+class _NumericSparse:
+    svt: _Svt
+    answer_scale: float  # discrete Laplace scale of each released answer, grid units
+    selection_epsilon: float
+    answer_epsilon: float
+
+    def sample(
+        self, queries: np.ndarray, threshold: float, size: int, src: Source
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``size`` runs: ⊤ matrix (size, m) and noisy answers on the grid (int64 grid units,
+        meaningful where ⊤) from fresh ``DLap(answer_scale)``."""
+        top = self.svt.above(queries, threshold, size, src)
+        qn = on_grid(queries, self.svt.k, "queries")
+        noisy = qn + noise.discrete_laplace(self.answer_scale, top.shape, source=src)
+        return top, noisy
+
+
+def _plan_numeric_sparse(
+    sensitivity: float, epsilon: float, max_answers: int, monotonic: bool, answer_share: float
+) -> _NumericSparse:
+    eps_a = answer_share * epsilon
+    eps_s = epsilon - eps_a
+    while Fraction(eps_a) + Fraction(eps_s) > Fraction(epsilon):  # float subtraction rounded up
+        eps_s = math.nextafter(eps_s, 0.0)
+    svt = _plan_svt(sensitivity, eps_s, max_answers, monotonic)
+    # answers on the selection's grid: c answers of sensitivity S each, total eps_a
+    return _NumericSparse(
+        svt=svt,
+        answer_scale=dlap_scale_for(max_answers * svt.sensitivity, eps_a),
+        selection_epsilon=eps_s,
+        answer_epsilon=eps_a,
+    )
+
+
 def _check_queries(queries: Any, threshold: Any) -> tuple[np.ndarray, float]:
     q = v.check_reals(queries, "queries")
     if q.ndim != 1:
@@ -195,20 +230,14 @@ def numeric_sparse(
         raise ValueError(f"answer_share must lie strictly between 0 and 1 (got {answer_share!r})")
     lvl = v.check_level(level)
     src = v.resolve_source(source)
-    eps_a = share * eps
-    eps_s = eps - eps_a
-    while Fraction(eps_a) + Fraction(eps_s) > Fraction(eps):  # float subtraction rounded up
-        eps_s = math.nextafter(eps_s, 0.0)
-    plan = _plan_svt(sens, eps_s, c, bool(monotonic))
-    # answers on the same grid as the selection, noise scale c S / eps_a
-    answer_scale = dlap_scale_for(c * plan.sensitivity, eps_a)
-    top = plan.above(q, t, 1, src)[0]
-    idx = np.flatnonzero(top)
-    qn = on_grid(q[idx], plan.k, "queries")
-    y = qn + noise.discrete_laplace(answer_scale, idx.size, source=src)
-    answers = noise.grid.from_grid(y, plan.k)
-    m, coverage = dlap_halfwidth(answer_scale, lvl)
-    low, high = grid_interval(y, m, plan.k)
+    plan = _plan_numeric_sparse(sens, eps, c, bool(monotonic), share)
+    top, noisy = plan.sample(q, t, 1, src)
+    idx = np.flatnonzero(top[0])
+    y = noisy[0, idx]
+    answers = noise.grid.from_grid(y, plan.svt.k)
+    m, coverage = dlap_halfwidth(plan.answer_scale, lvl)
+    low, high = grid_interval(y, m, plan.svt.k)
+    eps_s, eps_a = plan.selection_epsilon, plan.answer_epsilon
     return Release(
         value=SparseAnswers(indices=idx.astype(np.int64), answers=answers),
         event=PureDP(eps),
@@ -221,8 +250,8 @@ def numeric_sparse(
             "by default)",
             "allocation": {"threshold": eps_s / 2.0, "queries": eps_s - eps_s / 2.0,
                            "answers": eps_a},
-            "grid_exponent": plan.k,
-            "answer_scale": math.ldexp(answer_scale, plan.k),
+            "grid_exponent": plan.svt.k,
+            "answer_scale": math.ldexp(plan.answer_scale, plan.svt.k),
             "coverage": coverage,
         },
     )

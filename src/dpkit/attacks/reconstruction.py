@@ -1,0 +1,396 @@
+"""Reconstruction attacks (Dinur-Nissim 2003): too many too-accurate answers reveal every secret.
+
+The setting: ``n`` people, each with public quasi-identifiers (here one unique public integer
+``qid``, standing for a zip code + birth date) and one **secret** (a bit, or a small integer in
+``[0, levels)``). A data system answers *subset-sum queries* "how many people in subset S have the
+secret bit set?" (``SELECT COUNT(*) FROM people WHERE secret = 1 AND <predicate on qid>``), maybe
+with noise. The attacker knows the public column and chooses the subsets, so each answer is one
+noisy linear equation ``a_j · x ≈ y_j`` in the unknown secret vector ``x``.
+
+**What the attack proves** (Dinur-Nissim 2003; Dwork-McSherry-Talwar 2007): if every one of
+``m = Θ(n)`` random subset-sum answers is within ``E = o(sqrt(n))`` of the truth, the linear
+program below recovers all but ``o(n)`` secrets. "Blatant non-privacy" follows from accuracy
+alone, whatever the system does to hide rows (no raw data leaves it, only counts). The only way
+out is noise of order ``sqrt(n)`` *per query*, or a cap on the number of queries: that is what a
+differential-privacy budget enforces (noise grows as ``sqrt(m)/ε`` under composition).
+
+Attacks:
+
+* :func:`exhaustive_attack` -- ``n <= 20``: try every candidate ``x`` and keep the one whose
+  answers are closest (smallest max error, ties by the L1 error). Dinur-Nissim's first theorem:
+  any candidate consistent within ``E`` with all random answers is within ``O(E^2)``... of the truth.
+* :func:`lp_attack` -- any ``n``: the Dinur-Nissim linear program, solved with scipy's HiGHS.
+  With a known noise bound ``E`` it finds a fractional ``x in [0, levels-1]^n`` with
+  ``|A x - y|_inf <= E`` (the original attack); without one it minimises the L1 error
+  ``sum_j |a_j · x - y_j|`` (the maximum-likelihood estimate under Laplace noise). The fractional
+  solution is rounded to the nearest allowed value.
+
+Subsets (what the attacker asks for):
+
+* :func:`random_subsets` -- independent fair coins per person, written as ``qid IN (...)``;
+* :func:`hashed_subsets` -- ``{i : ((a qid_i + b) mod p) mod 2 = 0}`` with random salts ``a, b``:
+  the trick of the Diffix attacks (Cohen-Nissim 2018; Dick-Joseph-Schutzman 2023 use related
+  hash-like predicates): a short predicate that the system cannot tell from an ordinary filter,
+  yet selects a pseudo-random half of the people.
+
+All randomness comes from :mod:`dpkit.noise` (pass ``source=dp.noise.seeded(…)`` to reproduce).
+
+>>> import dpkit as dp
+>>> from dpkit.attacks import oracles, reconstruction as rc
+>>> src = dp.noise.seeded(3)
+>>> people = rc.make_population(16, source=src)
+>>> queries = rc.random_subsets(people.qid, 48, source=src)
+>>> answers = oracles.ExactOracle(people).ask(queries)
+>>> guess = rc.exhaustive_attack(rc.subset_matrix(queries), answers)
+>>> rc.recovery_rate(guess, people.secret)
+1.0
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dpkit import noise
+from dpkit.noise import Source
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dpkit.attacks.oracles import Oracle
+
+__all__ = [
+    "HASH_MODULUS",
+    "Population",
+    "ReconstructionResult",
+    "SubsetQuery",
+    "exhaustive_attack",
+    "hashed_subsets",
+    "lp_attack",
+    "make_population",
+    "random_subsets",
+    "reconstruct",
+    "recovery_rate",
+    "subset_matrix",
+]
+
+#: The prime of the hash family ``h(q) = ((a q + b) mod p) mod 2`` (2^31 - 1, so ``a q`` fits in
+#: a signed 64-bit integer for ``q < 2^32`` in numpy and in SQL engines).
+HASH_MODULUS = 2**31 - 1
+_QID_LOW = 1_000_000  # public identifiers look like 7-digit codes (zip + birth date)
+_QID_HIGH = 10_000_000
+
+
+# --------------------------------------------------------------------------- the data
+@dataclass(frozen=True)
+class Population:
+    """People with a public identifier ``qid`` (unique, non-negative) and a secret each.
+
+    ``secret[i]`` lies in ``[0, levels)`` (``levels=2``: one secret bit). The attacker knows
+    ``qid`` and ``len(qid)``; the oracle alone knows ``secret``.
+    """
+
+    qid: np.ndarray
+    secret: np.ndarray
+    levels: int = 2
+
+    def __post_init__(self) -> None:
+        qid = np.asarray(self.qid, dtype=np.int64)
+        secret = np.asarray(self.secret, dtype=np.int64)
+        if qid.ndim != 1 or secret.shape != qid.shape:
+            raise ValueError(
+                f"qid and secret must be 1-d arrays of one length (got {qid.shape} and "
+                f"{secret.shape})"
+            )
+        if qid.size == 0:
+            raise ValueError("a population needs at least one person")
+        if np.unique(qid).size != qid.size or (qid < 0).any() or (qid >= 2**32).any():
+            raise ValueError("qid must be distinct integers in [0, 2**32)")
+        if int(self.levels) < 2:
+            raise ValueError(f"levels must be >= 2 (got {self.levels!r})")
+        if (secret < 0).any() or (secret >= self.levels).any():
+            raise ValueError(f"secret values must lie in [0, {self.levels}) (levels={self.levels})")
+        object.__setattr__(self, "qid", qid)
+        object.__setattr__(self, "secret", secret)
+        object.__setattr__(self, "levels", int(self.levels))
+
+    @property
+    def n(self) -> int:
+        return int(self.qid.size)
+
+    def to_pandas(self) -> Any:
+        """The table as a pandas DataFrame with columns ``qid`` and ``secret`` (needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame({"qid": self.qid, "secret": self.secret})
+
+
+def make_population(n: int, *, levels: int = 2, source: Source | None = None) -> Population:
+    """``n`` people with distinct random 7-digit ``qid`` and uniform secrets in ``[0, levels)``."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an int >= 1 (got {n!r})")
+    if n > (_QID_HIGH - _QID_LOW) // 4:
+        raise ValueError(f"n must be <= {(_QID_HIGH - _QID_LOW) // 4} (got {n})")
+    qid = np.empty(0, dtype=np.int64)
+    while qid.size < n:  # rejection of duplicates keeps the draw uniform over distinct sets
+        more = noise.uniform_int(_QID_HIGH - _QID_LOW, 2 * n, source=source) + _QID_LOW
+        qid = np.concatenate([qid, more])
+        _, first = np.unique(qid, return_index=True)
+        qid = qid[np.sort(first)]
+    qid = qid[:n]
+    if levels == 2:
+        secret = noise.bernoulli(0.5, n, source=source).astype(np.int64)
+    else:
+        secret = noise.uniform_int(int(levels), n, source=source)
+    return Population(qid=qid, secret=secret, levels=levels)
+
+
+# --------------------------------------------------------------------------- queries
+@dataclass(frozen=True)
+class SubsetQuery:
+    """"Sum of the secrets of the people matching ``predicate``".
+
+    ``predicate`` is SQL over the public column ``qid``; ``mask[i]`` says whether person ``i``
+    (in the order of the public ``qid`` list the attacker was given) matches it. The mask is
+    what the predicate *means*; the text is what a SQL system sees. Oracles that work on
+    meaning use the mask; text-sensitive ones (sticky noise) and SQL engines use the text.
+    """
+
+    predicate: str
+    mask: np.ndarray = field(repr=False)
+
+    def sql(self, table: str = "people", *, levels: int = 2) -> str:
+        """The SQL a system receives: a COUNT for secret bits, a SUM for small integers."""
+        if levels == 2:
+            return f"SELECT COUNT(*) FROM {table} WHERE secret = 1 AND ({self.predicate})"
+        return f"SELECT SUM(secret) FROM {table} WHERE {self.predicate}"
+
+
+def _check_qid(qid: Any) -> np.ndarray:
+    q = np.asarray(qid, dtype=np.int64)
+    if q.ndim != 1 or q.size == 0:
+        raise ValueError("qid must be a non-empty 1-d array of public identifiers")
+    return q
+
+
+def _check_m(m: int) -> int:
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise ValueError(f"the number of queries must be an int >= 1 (got {m!r})")
+    return m
+
+
+def random_subsets(qid: Any, m: int, *, source: Source | None = None) -> list[SubsetQuery]:
+    """``m`` subsets, each person in each independently with probability 1/2 (``qid IN (…)``)."""
+    q = _check_qid(qid)
+    m = _check_m(m)
+    masks = noise.bernoulli(0.5, (m, q.size), source=source)
+    return [
+        SubsetQuery(f"qid IN ({', '.join(str(v) for v in q[row].tolist()) or 'NULL'})", row)
+        for row in masks
+    ]
+
+
+def hashed_subsets(
+    qid: Any, m: int, *, source: Source | None = None, modulus: int = HASH_MODULUS
+) -> list[SubsetQuery]:
+    """``m`` Diffix-style hash subsets ``{i : ((a qid_i + b) mod p) mod 2 = 0}``, ``p = modulus``.
+
+    The salts ``a in [1, p)``, ``b in [0, p)`` are drawn afresh per query. For distinct
+    identifiers the family is pairwise independent over ``Z_p``, so each subset behaves like a
+    random half of the people; yet the predicate is short arithmetic on one public column, which
+    a SQL filter allowlist accepts (Cohen-Nissim 2018 used such predicates against Diffix).
+    """
+    q = _check_qid(qid)
+    m = _check_m(m)
+    if not 2 < modulus < 2**31 or (q >= 2**32).any():
+        raise ValueError("modulus must lie in (2, 2**31) and qid below 2**32 (int64 products)")
+    a = noise.uniform_int(modulus - 1, m, source=source) + 1
+    b = noise.uniform_int(modulus, m, source=source)
+    out = []
+    for aj, bj in zip(a.tolist(), b.tolist(), strict=True):
+        mask = ((q * aj + bj) % modulus) % 2 == 0
+        out.append(SubsetQuery(f"((qid * {aj} + {bj}) % {modulus}) % 2 = 0", mask))
+    return out
+
+
+def subset_matrix(queries: Sequence[SubsetQuery]) -> np.ndarray:
+    """The ``(m, n)`` 0/1 matrix ``A`` (float64) of the subsets: answers are ``A @ secret``."""
+    if len(queries) == 0:
+        raise ValueError("no queries given")
+    return np.vstack([np.asarray(qr.mask, dtype=np.float64) for qr in queries])
+
+
+# --------------------------------------------------------------------------- attacks
+def _check_system(A: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+    A = np.asarray(A, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if A.ndim != 2 or y.shape != (A.shape[0],):
+        raise ValueError(f"A must be (m, n) and y (m,) (got {A.shape} and {y.shape})")
+    keep = np.isfinite(y)  # NaN: the system did not answer (suppressed or refused)
+    return A[keep], y[keep]
+
+
+def exhaustive_attack(
+    A: Any, y: Any, *, levels: int = 2, max_candidates: int = 2**22
+) -> np.ndarray:
+    """Try every ``x in [0, levels)^n``; return the one with the smallest max error
+    ``max_j |a_j · x - y_j|`` (ties broken by the L1 error, then by the first found).
+
+    Dinur-Nissim's exhaustive attack: if all answers are within ``E`` of the truth, the winner
+    is consistent within ``E`` too (the truth is a candidate), and a candidate consistent with
+    every subset differs from the truth in at most ``4E`` positions. With exact answers and
+    enough random subsets to separate all candidates (``m`` a few times ``n`` does, w.h.p.) the
+    winner is the truth itself.
+    Cost: ``levels^n`` candidates (at most ``max_candidates``), in blocks of 65536.
+    """
+    A, y = _check_system(A, y)
+    n = A.shape[1]
+    levels = int(levels)
+    total = levels**n
+    if total > max_candidates:
+        raise ValueError(
+            f"{levels}^{n} = {total} candidates exceed max_candidates={max_candidates}; use "
+            f"lp_attack for n this large (or raise max_candidates)"
+        )
+    if A.shape[0] == 0:
+        return np.zeros(n, dtype=np.int64)
+    powers = levels ** np.arange(n, dtype=np.int64)
+    best = (math.inf, math.inf, 0)
+    block = 1 << 16
+    for start in range(0, total, block):
+        ids = np.arange(start, min(total, start + block), dtype=np.int64)
+        X = (ids[None, :] // powers[:, None]) % levels  # (n, block) digits
+        err = np.abs(A @ X - y[:, None])
+        linf = err.max(axis=0)
+        l1 = err.sum(axis=0)
+        i = int(np.lexsort((l1, linf))[0])
+        if (linf[i], l1[i]) < best[:2]:
+            best = (float(linf[i]), float(l1[i]), int(ids[i]))
+    return (best[2] // powers) % levels
+
+
+def lp_attack(
+    A: Any, y: Any, *, levels: int = 2, noise_bound: float | None = None
+) -> np.ndarray:
+    """The Dinur-Nissim linear-programming attack (scipy HiGHS, interior point).
+
+    Variables ``x in [0, levels-1]^n`` (relaxed to reals). With ``noise_bound=E``: find ``x``
+    with ``|A x - y|_inf <= E`` (Dinur-Nissim 2003; falls back to the L1 program if no such
+    ``x`` exists, i.e. the bound was wrong). Without: minimise ``sum_j e_j`` subject to
+    ``-e <= A x - y <= e`` (L1 decoding, Dwork-McSherry-Talwar 2007; the maximum-likelihood
+    estimate under Laplace noise, and robust to a few wild answers). Returns ``round(x)``
+    clipped to ``[0, levels)`` (int64). Rows of ``y`` that are NaN (no answer) are dropped.
+    """
+    from scipy import sparse
+    from scipy.optimize import linprog
+
+    A, y = _check_system(A, y)
+    m, n = A.shape
+    hi = float(int(levels) - 1)
+    if m == 0:
+        return np.zeros(n, dtype=np.int64)
+    x: np.ndarray | None = None
+    if noise_bound is not None:
+        if not (math.isfinite(noise_bound) and noise_bound >= 0):
+            raise ValueError(f"noise_bound must be a finite number >= 0 (got {noise_bound!r})")
+        res = linprog(
+            np.zeros(n),
+            A_ub=np.vstack([A, -A]),
+            b_ub=np.concatenate([y + noise_bound, noise_bound - y]),
+            bounds=[(0.0, hi)] * n,
+            method="highs-ipm",
+        )
+        if res.status == 0:
+            x = res.x
+    if x is None:
+        Asp = sparse.csr_matrix(A)
+        eye = sparse.identity(m, format="csr")
+        A_ub = sparse.vstack([sparse.hstack([Asp, -eye]), sparse.hstack([-Asp, -eye])]).tocsr()
+        res = linprog(
+            np.concatenate([np.zeros(n), np.ones(m)]),
+            A_ub=A_ub,
+            b_ub=np.concatenate([y, -y]),
+            bounds=[(0.0, hi)] * n + [(0.0, None)] * m,
+            method="highs-ipm",
+        )
+        if res.status != 0:  # pragma: no cover - the L1 program is always feasible
+            raise RuntimeError(f"HiGHS failed on the L1 program: {res.message}")
+        x = res.x[:n]
+    return np.clip(np.rint(x), 0, hi).astype(np.int64)
+
+
+def recovery_rate(guess: Any, truth: Any) -> float:
+    """Fraction of secrets guessed exactly."""
+    g = np.asarray(guess)
+    t = np.asarray(truth)
+    if g.shape != t.shape or g.size == 0:
+        raise ValueError(f"guess and truth must have one non-empty shape ({g.shape} vs {t.shape})")
+    return float(np.mean(g == t))
+
+
+# --------------------------------------------------------------------------- end to end
+@dataclass(frozen=True)
+class ReconstructionResult:
+    """What an attacker got: a guess per person, and what the system answered."""
+
+    guess: np.ndarray
+    asked: int
+    answered: int
+    refused: int
+    suppressed: int
+    subsets: str
+    attack: str
+    rate: float | None = None  # filled in when the truth is known (evaluation only)
+
+    def with_truth(self, truth: Any) -> ReconstructionResult:
+        return ReconstructionResult(
+            guess=self.guess, asked=self.asked, answered=self.answered, refused=self.refused,
+            suppressed=self.suppressed, subsets=self.subsets, attack=self.attack,
+            rate=recovery_rate(self.guess, truth),
+        )
+
+
+def reconstruct(
+    oracle: Oracle,
+    qid: Any,
+    *,
+    queries: int = 1024,
+    subsets: str = "random",
+    attack: str = "lp",
+    levels: int = 2,
+    noise_bound: float | None = None,
+    source: Source | None = None,
+) -> ReconstructionResult:
+    """Ask ``queries`` subset-sum questions of ``oracle`` and reconstruct every secret.
+
+    ``subsets``: ``"random"`` or ``"hashed"``; ``attack``: ``"lp"`` (see :func:`lp_attack`,
+    ``noise_bound`` passed on) or ``"exhaustive"`` (``n <= 20``). Unanswered questions
+    (suppressed, refused by a budget) are dropped. ``source`` draws the attacker's subsets.
+    """
+    q = _check_qid(qid)
+    if subsets == "random":
+        qs = random_subsets(q, queries, source=source)
+    elif subsets == "hashed":
+        qs = hashed_subsets(q, queries, source=source)
+    else:
+        raise ValueError(f"subsets must be 'random' or 'hashed' (got {subsets!r})")
+    if attack not in ("lp", "exhaustive"):
+        raise ValueError(f"attack must be 'lp' or 'exhaustive' (got {attack!r})")
+    before = (oracle.refused, oracle.suppressed)
+    y = oracle.ask(qs)
+    A = subset_matrix(qs)
+    if attack == "lp":
+        guess = lp_attack(A, y, levels=levels, noise_bound=noise_bound)
+    else:
+        guess = exhaustive_attack(A, y, levels=levels)
+    return ReconstructionResult(
+        guess=guess,
+        asked=len(qs),
+        answered=int(np.isfinite(y).sum()),
+        refused=oracle.refused - before[0],
+        suppressed=oracle.suppressed - before[1],
+        subsets=subsets,
+        attack=attack,
+    )
