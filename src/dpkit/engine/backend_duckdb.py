@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,14 +82,29 @@ def _source_sql(con: duckdb.DuckDBPyConnection, source: Any,
             f"cannot tell the format of {path} from its name; use .csv, .parquet, .json or a "
             f".duckdb database"
         )
-    # in-memory frames: pandas, polars, pyarrow (tables, batches), DuckDB relations
+    # in-memory frames: dicts of numpy columns, pandas, polars, pyarrow, DuckDB relations
     mod = type(source).__module__.split(".")[0]
     obj = source
-    if mod == "polars":
+    if isinstance(source, Mapping):
+        import numpy as np
+
+        obj = {}
+        for k, v in source.items():
+            arr = np.asarray(v)
+            if arr.dtype.kind == "M" and np.datetime_data(arr.dtype)[0] in ("D", "W", "M", "Y"):
+                arr = arr.astype("datetime64[us]")  # DuckDB reads s/ms/us/ns resolutions
+            obj[str(k)] = arr
+        lengths = {len(v) for v in obj.values()}
+        if not obj or len(lengths) != 1:
+            raise ValueError(
+                "a dict source needs columns of equal length (got lengths "
+                f"{sorted(lengths)})"
+            )
+    elif mod == "polars":
         obj = source.to_arrow()
     elif isinstance(source, duckdb.DuckDBPyRelation):
         obj = source.arrow()
-    elif mod not in ("pandas", "pyarrow"):
+    elif mod not in ("pandas", "pyarrow", "numpy"):
         raise TypeError(
             f"cannot load a {type(source).__name__}; pass a path (CSV, Parquet, JSON, DuckDB) or "
             f"a pandas / polars DataFrame or a pyarrow Table"

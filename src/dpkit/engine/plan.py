@@ -620,10 +620,17 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int) -> Compiled
                 f"ORDER BY hash(__u, {gk}, {seed_lit}), {gk}) <= {plan.g})"
             )
             current = "__gb"
+        # Only units with more than m rows need a choice: find them with a hash aggregate, rank
+        # just their rows by a keyed hash, and keep every row of the others (same rows as
+        # ranking everyone, at a fraction of the sort).
         hashed = ", ".join(["__u", *group_cols, *value_cols.values(), seed_lit])
+        ctes.append(f"__big AS (SELECT __u FROM {current} GROUP BY __u "
+                    f"HAVING COUNT(*) > {plan.m})")
         ctes.append(
-            f"__b AS (SELECT * FROM {current} QUALIFY ROW_NUMBER() OVER (PARTITION BY __u "
-            f"ORDER BY hash({hashed})) <= {plan.m})"
+            f"__b AS (SELECT * FROM (SELECT * FROM {current} SEMI JOIN __big ON "
+            f"{current}.__u = __big.__u) QUALIFY ROW_NUMBER() OVER (PARTITION BY __u "
+            f"ORDER BY hash({hashed})) <= {plan.m} UNION ALL SELECT * FROM {current} ANTI JOIN "
+            f"__big ON {current}.__u = __big.__u)"
         )
         current = "__b"
 

@@ -1,0 +1,159 @@
+"""What the ``dpkit`` command line calls: plain functions that take a rich Console.
+
+``dpkit.cli`` parses arguments and calls these; they open the project, do one thing, print it
+with rich and close the project again (so that several processes can take turns on it).
+
+=================  ===================================================================
+``init_project``   ``dpkit init PROJECT --epsilon E [--delta D] [--accountant A]``
+``add_table``      ``dpkit add-table PROJECT NAME SOURCE [--privacy-unit C] ...``
+``query``          ``dpkit query PROJECT SQL --epsilon E | --accuracy A [--output F]``
+``preview``        ``dpkit preview PROJECT SQL --epsilon E``
+``budget``         ``dpkit budget PROJECT [--json]``
+``run_demo``       ``dpkit demo [--rows N] [--path P]``
+=================  ===================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from dpkit.engine.curator import Curator
+from dpkit.engine.demo import run_demo as _run_demo
+from dpkit.engine.results import split_table
+
+__all__ = ["add_table", "budget", "init_project", "preview", "query", "run_demo"]
+
+
+def _console(console: Any) -> Any:
+    if console is not None:
+        return console
+    from rich.console import Console
+
+    return Console()
+
+
+def init_project(project: str | Path, *, epsilon: float, delta: float = 0.0,
+                 accountant: str | None = None, console: Any = None) -> None:
+    """Create a project folder with a total budget (``accountant`` default: pure if delta is 0,
+    else approx)."""
+    con = _console(console)
+    cur = Curator.create(project, epsilon=epsilon, delta=delta, accountant=accountant)
+    cfg = cur.ledger.config
+    con.print(f"created [bold]{project}[/] with budget epsilon {cfg.epsilon:g}, delta "
+              f"{cfg.delta:g} (accountant {cfg.accountant})")
+    con.print("[dim]next: dpkit add-table PROJECT NAME FILE --privacy-unit COLUMN "
+              "--bounds col=low:high[/]")
+    cur.close()
+
+
+def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str | None = None,
+              bounds: Mapping[str, tuple[float, float]] | None = None,
+              max_rows_per_unit: int | None = None, max_groups_per_unit: int | None = None,
+              domains: Mapping[str, Sequence[Any]] | None = None, public: bool = False,
+              copy: bool = True, replace: bool = False, console: Any = None) -> None:
+    """Register a table from a CSV / Parquet / JSON file or a DuckDB database (``db::table``)."""
+    con = _console(console)
+    with Curator.open(project) as cur:
+        t0 = time.perf_counter()
+        with con.status(f"loading {source} into {project} ..."):
+            meta = cur.add_table(name, source, privacy_unit=privacy_unit, bounds=bounds or None,
+                                 max_rows_per_unit=max_rows_per_unit,
+                                 max_groups_per_unit=max_groups_per_unit,
+                                 domains=domains or None, public=public, copy=copy,
+                                 replace=replace)
+        from rich.table import Table
+
+        t = Table(title=f"table {name} ({meta.storage}, {time.perf_counter() - t0:.1f} s)",
+                  title_justify="left")
+        t.add_column("column")
+        t.add_column("type")
+        t.add_column("declared")
+        for c in meta.columns:
+            notes = []
+            if c.name == meta.privacy_unit:
+                notes.append("privacy unit")
+            if c.name in meta.bounds:
+                lo, hi = meta.bounds[c.name]
+                notes.append(f"bounds [{lo:g}, {hi:g}]")
+            if c.name in meta.domains:
+                notes.append(f"domain of {len(meta.domains[c.name])} keys")
+            t.add_row(c.name, c.type, ", ".join(notes))
+        con.print(t)
+        con.print(meta.summary())
+        if not meta.public and meta.privacy_unit is None:
+            con.print("[yellow]record-level privacy: each row is its own unit. If a person can "
+                      "have several rows, name the column with --privacy-unit.[/]")
+
+
+def query(project: str | Path, sql: str, *, epsilon: float | None = None,
+          delta: float | None = None, accuracy: float | None = None, analyst: str | None = None,
+          output: str | Path | None = None, console: Any = None) -> Any:
+    """Answer ``sql`` privately and print it with CIs and the budget left; optionally write it
+    to a CSV or Parquet file (``output``)."""
+    con = _console(console)
+    if epsilon is None and accuracy is None:
+        raise ValueError("give --epsilon (the budget to spend) or --accuracy (a target CI "
+                         "half-width)")
+    with Curator.open(project, analyst=analyst) as cur:
+        t0 = time.perf_counter()
+        res = cur.sql(sql, epsilon=epsilon, delta=delta, accuracy=accuracy)
+        dt = time.perf_counter() - t0
+        con.print(res.table())
+        for note in res.notes:
+            con.print(f"[dim]note: {note}[/]")
+        con.print(split_table(res.split, title=f"budget split ({dt * 1000:.0f} ms)"))
+        if output is not None:
+            _write(res, Path(output))
+            con.print(f"wrote {output}")
+        return res
+
+
+def _write(res: Any, path: Path) -> None:
+    import duckdb
+
+    data = {c: res.data[c] for c in res.columns}
+    con = duckdb.connect()
+    try:
+        con.register("__result", data)
+        target = "'" + str(path).replace("'", "''") + "'"
+        fmt = "PARQUET" if path.suffix.lower() in (".parquet", ".pq") else "CSV, HEADER"
+        con.execute(f"COPY __result TO {target} (FORMAT {fmt})")
+    finally:
+        con.close()
+
+
+def preview(project: str | Path, sql: str, *, epsilon: float | None = None,
+            delta: float | None = None, console: Any = None) -> Any:
+    """Print what ``sql`` would cost and how accurate it would be; spends nothing."""
+    con = _console(console)
+    if epsilon is None:
+        raise ValueError("give --epsilon: the budget the query would spend")
+    with Curator.open(project) as cur:
+        pv = cur.preview(sql, epsilon=epsilon, delta=delta)
+        con.print(pv.table())
+        con.print(split_table(pv.split))
+        return pv
+
+
+def budget(project: str | Path, *, console: Any = None, as_json: bool = False,
+           analyst: str | None = None) -> Any:
+    """Print spent / remaining and the history (``as_json``: machine-readable, with the head
+    hash to keep elsewhere)."""
+    con = _console(console)
+    with Curator.open(project) as cur:
+        status = cur.budget(analyst)
+        if as_json:
+            con.print_json(json.dumps(status.to_dict()))
+        else:
+            con.print(status.table())
+        return status
+
+
+def run_demo(path: str | Path | None = None, console: Any = None, *, rows: int = 300_000,
+             seed: int = 2024) -> Any:
+    """The README's main job: see :func:`dpkit.engine.demo.run_demo`."""
+    return _run_demo(path=path, console=_console(console), rows=rows, seed=seed)
