@@ -142,20 +142,20 @@ def lh_support(seeds: np.ndarray, y: np.ndarray, g: int, d: int) -> np.ndarray:
     step = max(1, _CHUNK // H)
     vhi = np.arange(H, dtype=np.int64)
     for s in range(0, n, step):
-        a = seeds[s : s + step].T.astype(np.int64)  # (L + 1, m), digit-major
+        a = seeds[s : s + step].T.astype(np.uint16)  # (L + 1, m), digit-major, < g <= 2^15
         m = a.shape[1]
-        phi = np.empty((H, m), dtype=np.int64)
-        phi[0] = (a[L] - np.asarray(y[s : s + step], dtype=np.int64)) % g
+        phi = np.empty((H, m), dtype=np.uint16)
+        phi[0] = (a[L].astype(np.int64) - np.asarray(y[s : s + step], dtype=np.int64)) % g
         for t in range(L1):
             w = 1 << t
-            blk = phi[:w] + a[L2 + t]
-            blk -= g * (blk >= g)
-            phi[w : 2 * w] = blk
+            blk = phi[w : 2 * w]
+            np.add(phi[:w], a[L2 + t], out=blk)
+            np.minimum(blk, blk - np.uint16(g), out=blk)  # mod g: values < 2g, wrap-around
         key = np.zeros(m, dtype=np.int64)
         for j in range(L2):
             key += a[j] * int(pow_g[j])
-        phi += (key[None, :] * H + vhi[:, None]) * g
-        hist += np.bincount(phi.ravel(), minlength=hist.size)
+        idx = (key[None, :] * H + vhi[:, None]) * g + phi
+        hist += np.bincount(idx.ravel(), minlength=hist.size)
     hist3 = hist.reshape(nkeys, H, g).astype(np.float64)
     digits = (np.arange(nkeys, dtype=np.int64)[:, None] // np.maximum(pow_g, 1)[None, :]) % g
     lbits = (np.arange(lo, dtype=np.int64)[None, :] >> np.arange(L2, dtype=np.int64)[:, None]) & 1
