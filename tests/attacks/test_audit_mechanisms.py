@@ -152,7 +152,7 @@ def test_noisy_max_audit(noise: str) -> None:
         return _plan_noisy_max(q, 1.0, 1.0, noise, False).sample(q, n, src)
 
     for q0, q1 in [(Q0, Q1), (np.array([0.0, 1.0]), np.array([1.0, 0.0]))]:
-        r = audit(sampler, q0, q1, trials=TRIALS, confidence=CONF)
+        r = audit(sampler, q0, q1, trials=TRIALS // 2, confidence=CONF)
         assert r.epsilon_lower <= 1.0
 
 

@@ -153,11 +153,11 @@ def test_discrete_gaussian_law() -> None:
 
 @pytest.mark.parametrize("mechanism", ["gaussian", "discrete_gaussian"])
 def test_ci_coverage(mechanism: str) -> None:
-    """Coverage over N = 3000 releases matches the exact coverage (binomial test, 1e-6)."""
+    """Coverage over N = 2000 releases matches the exact coverage (binomial test, 1e-6)."""
     src = dp.noise.seeded(123)
     fn = getattr(dp.mechanisms, mechanism)
     truth = 10.3 if mechanism == "gaussian" else 10
-    N, covered, coverage = 3000, 0, 0.0
+    N, covered, coverage = 2000, 0, 0.0
     for _ in range(N):
         r = fn(truth, sensitivity=1, rho=0.2, level=0.8, source=src)
         covered += r.ci[0] <= truth <= r.ci[1]

@@ -117,14 +117,14 @@ def test_geometric_law_is_discrete_laplace() -> None:
 
 @pytest.mark.parametrize("mechanism", ["laplace", "geometric"])
 def test_ci_coverage_matches_the_exact_coverage(mechanism: str) -> None:
-    """Over N = 3000 releases the CI covers the truth with frequency consistent with the exact
+    """Over N = 2000 releases the CI covers the truth with frequency consistent with the exact
     coverage ``details["coverage"]`` (>= level); two-sided exact binomial test at 1e-6. The
     truth 41.3 is not a half-grid point, so coverage is exactly P(|Z| <= m)."""
     src = dp.noise.seeded(77)
     truth = 41.3 if mechanism == "laplace" else 41
     fn = getattr(dp.mechanisms, mechanism)
     covered = 0
-    N = 3000
+    N = 2000
     coverage = None
     for _ in range(N):
         r = fn(truth, sensitivity=1, epsilon=0.3, level=0.8, source=src)

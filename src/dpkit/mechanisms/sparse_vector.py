@@ -62,7 +62,7 @@ class _Svt:
     def above(self, queries: np.ndarray, threshold: float, size: int, src: Source) -> np.ndarray:
         """Boolean matrix (size, m): position i is ⊤ (before the stop after ``c`` ⊤)."""
         qn = on_grid(queries, self.k, "queries")
-        tn = int(on_grid(np.float64(threshold), self.k, "threshold"))
+        tn = int(on_grid(np.asarray(threshold, dtype=np.float64), self.k, "threshold"))
         rho = noise.discrete_laplace(self.threshold_scale, (size, 1), source=src)
         nu = noise.discrete_laplace(self.query_scale, (size, queries.size), source=src)
         top = (qn + nu) >= (tn + rho)
