@@ -216,7 +216,7 @@ def _candidates(norm: ev.Event, zero: bool) -> list[str]:
     if _gdp.supports(norm):
         return ["gdp"]
     if _generic_homogeneous(norm):
-        return ["kov"]
+        return ["kov", "basic", "pure"]  # KOV is exact; the others only guard rounding edges
     return [m for m in _DEFAULT_ORDER if _supported(m, norm)]
 
 

@@ -180,8 +180,10 @@ def kov_epsilon(epsilon: float, *, count: int, delta: float, step_delta: float =
         return 0.0 if 1.0 - (1.0 - step_delta) ** k <= delta or step_delta == 0.0 else math.inf
     # S(ε_g) must be <= δ_p = 1 − (1 − δ)/(1 − δ₀)^k.
     log_ratio = math.log1p(-delta) - k * math.log1p(-step_delta)
-    if log_ratio >= 0.0:
+    if log_ratio > 0.0:
         return math.inf
+    if log_ratio == 0.0:  # δ = 1 − (1 − δ₀)^k exactly: S must be 0, i.e. ε_g = kε
+        return k * epsilon
     log_dp = math.log(-math.expm1(log_ratio))
     if _log_s(epsilon, k, 0.0) <= log_dp:
         return 0.0

@@ -242,7 +242,9 @@ def _sampled_gaussian_rdp(q: float, sigma: float, orders: tuple[float, ...]) -> 
             out[n] = _log_a_int(q, sigma, int(a)) / (a - 1)
         else:
             out[n] = _log_a_frac(q, sigma, a) / (a - 1)
-    return out
+    # Sampling never hurts (add/remove): the fractional-order series, summed with |C(α, i)|, can
+    # exceed the unsampled Gaussian's α/(2σ²) for large q; keep the smaller valid bound.
+    return np.minimum(out, np.asarray(orders) / (2 * sigma**2))
 
 
 def _effective_gaussian(event: ev.Event) -> float | None:

@@ -1,0 +1,192 @@
+"""Budget: refuses overspend and spends nothing when refusing, thread safety, every accountant,
+serialisation."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+
+import pytest
+
+from dpkit import events as ev
+from dpkit.accounting import Budget, BudgetExceeded, UnsupportedEvent, analytic_gaussian, rdp, zcdp
+from dpkit.accounting.calibrate import calibrate, dpsgd_noise_multiplier
+
+
+def _snapshot(b: Budget) -> tuple:
+    return (b.spent, b.remaining, b.history, b.to_dict())
+
+
+def test_refuses_overspend_and_spends_nothing() -> None:
+    b = Budget(epsilon=1.0, accountant="pure")
+    b.charge(ev.PureDP(0.6))
+    before = _snapshot(b)
+    with pytest.raises(BudgetExceeded) as info:
+        b.charge(ev.Laplace(2.0))  # ε = 0.5 > 0.4 left
+    assert _snapshot(b) == before
+    exc = info.value
+    assert isinstance(exc, ValueError)
+    assert exc.requested.epsilon == pytest.approx(0.5)
+    assert exc.remaining.epsilon == pytest.approx(0.4)
+    assert exc.missing.epsilon == pytest.approx(0.1)
+    assert "requested" in str(exc) and "remaining" in str(exc) and "missing" in str(exc)
+    assert "Nothing was spent" in str(exc)
+    # and the budget still works for what fits
+    b.charge(ev.Laplace(2.5))
+    assert b.spent.epsilon == pytest.approx(1.0)
+    assert b.history == [ev.PureDP(0.6), ev.Laplace(2.5)]
+
+
+def test_floating_point_sums_fit() -> None:
+    b = Budget(epsilon=0.3, accountant="pure")
+    for _ in range(3):
+        b.charge(ev.PureDP(0.1))
+    assert not b.can_afford(ev.PureDP(1e-6))
+    assert len(b.history) == 3  # can_afford records nothing
+
+
+def test_pure_accountant_refuses_events_without_pure_bound() -> None:
+    b = Budget(epsilon=1.0, accountant="pure")
+    with pytest.raises(UnsupportedEvent, match="delta>0"):
+        b.charge(ev.Gaussian(10.0))
+    assert b.history == []
+
+
+def test_approx_accountant() -> None:
+    b = Budget(epsilon=3.0, delta=1e-6)  # accountant="approx" by default
+    assert b.accountant == "approx"
+    c1 = b.charge(ev.Laplace(2.0))
+    assert (c1.epsilon, c1.delta) == (0.5, 0.0)
+    with pytest.raises(ValueError, match="delta="):
+        b.charge(ev.Gaussian(5.0))  # needs a δ share
+    c2 = b.charge(ev.Gaussian(5.0), delta=2e-7)
+    assert c2.epsilon == pytest.approx(analytic_gaussian.epsilon_for(5.0, 2e-7))
+    c3 = b.charge(ev.ApproxDP(0.5, 3e-7))
+    assert c3.delta == 3e-7
+    assert b.spent.delta == pytest.approx(5e-7)
+    assert b.spent.epsilon == pytest.approx(0.5 + c2.epsilon + c3.epsilon)
+    assert b.remaining.delta == pytest.approx(5e-7)
+    with pytest.raises(BudgetExceeded) as info:
+        b.charge(ev.Gaussian(5.0), delta=6e-7)  # δ would exceed
+    assert info.value.missing.delta == pytest.approx(1e-7)
+    assert len(b.history) == 3
+
+
+def test_zcdp_accountant() -> None:
+    b = Budget(epsilon=3.0, delta=1e-6, accountant="zcdp")
+    rho_budget = zcdp.epsilon_to_rho(3.0, 1e-6)
+    assert b.rho == rho_budget
+    per = zcdp.rho(ev.Gaussian(10.0))
+    n = 0
+    with pytest.raises(BudgetExceeded) as info:
+        while True:
+            b.charge(ev.Gaussian(10.0))
+            n += 1
+    assert n == math.floor(rho_budget / per * (1 + 1e-12))
+    assert info.value.missing.rho > 0
+    assert b.spent.epsilon <= 3.0
+    with pytest.raises(UnsupportedEvent):
+        b.charge(ev.ApproxDP(0.1, 1e-9))
+
+
+@pytest.mark.parametrize("orders", [None, [8.0]])
+def test_rdp_accountant(orders) -> None:  # type: ignore[no-untyped-def]
+    b = Budget(epsilon=2.0, delta=1e-5, accountant="rdp", orders=orders)
+    step = ev.PoissonSampled(0.01, ev.Gaussian(1.0))
+    n = 0
+    with pytest.raises(BudgetExceeded):
+        while n < 100_000:
+            b.charge(step)
+            n += 1
+    total = ev.SelfComposed(step, n)
+    assert rdp.epsilon(total, 1e-5, orders=orders) <= 2.0 * (1 + 1e-12)
+    assert rdp.epsilon(ev.SelfComposed(step, n + 1), 1e-5, orders=orders) > 2.0
+    assert b.spent.epsilon == pytest.approx(rdp.epsilon(total, 1e-5, orders=orders))
+
+
+def test_constructor_errors() -> None:
+    with pytest.raises(ValueError, match="epsilon"):
+        Budget(epsilon=0.0)
+    with pytest.raises(ValueError, match="epsilon"):
+        Budget(epsilon=float("nan"))
+    with pytest.raises(ValueError, match="delta"):
+        Budget(epsilon=1.0, delta=1.0)
+    with pytest.raises(ValueError, match="accountant"):
+        Budget(epsilon=1.0, accountant="magic")
+    with pytest.raises(ValueError, match="delta > 0"):
+        Budget(epsilon=1.0, accountant="zcdp")
+
+
+@pytest.mark.parametrize("accountant", ["pure", "approx", "zcdp", "rdp"])
+def test_thread_race_never_overspends(accountant: str) -> None:
+    delta = 0.0 if accountant == "pure" else 1e-6
+    b = Budget(epsilon=1.0, delta=delta, accountant=accountant)
+    # 100 steps fit under pure/approx, a few dozen under zcdp/rdp: fewer than the 480 attempts
+    step = ev.PureDP(0.01) if accountant in ("pure", "approx") else ev.Gaussian(30.0)
+    wins: list[int] = []
+    lock = threading.Lock()
+    start = threading.Barrier(8)
+
+    def worker() -> None:
+        start.wait()
+        mine = 0
+        for _ in range(60):
+            try:
+                b.charge(step)
+                mine += 1
+            except BudgetExceeded:
+                pass
+        with lock:
+            wins.append(mine)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(wins) == len(b.history)
+    assert b.spent.epsilon <= 1.0 * (1 + 1e-12)
+    # the budget is full: one more step would not fit
+    assert not b.can_afford(step)
+    if accountant in ("pure", "approx"):
+        assert sum(wins) == 100
+
+
+@pytest.mark.parametrize("accountant", ["pure", "approx", "zcdp", "rdp"])
+def test_to_dict_round_trip(accountant: str) -> None:
+    delta = 0.0 if accountant == "pure" else 1e-6
+    b = Budget(epsilon=5.0, delta=delta, accountant=accountant)
+    b.charge(ev.Laplace(2.0))
+    b.charge(ev.SelfComposed(ev.PureDP(0.1), 3))
+    if accountant != "pure":
+        kwargs = {"delta": 1e-7} if accountant == "approx" else {}
+        b.charge(ev.Gaussian(4.0), **kwargs)
+    data = json.loads(json.dumps(b.to_dict()))
+    b2 = Budget.from_dict(data)
+    assert b2.history == b.history
+    assert b2.spent == b.spent
+    assert b2.remaining == b.remaining
+    assert b2.accountant == accountant
+    with pytest.raises(ValueError, match="missing"):
+        Budget.from_dict({"delta": 0.1})
+
+
+def test_calibrate_matches_analytic_gaussian_and_is_never_below() -> None:
+    exact = analytic_gaussian.calibrate_sigma(1.0, 1e-5)
+    m = calibrate(lambda m: ev.Gaussian(m), target_epsilon=1.0, delta=1e-5, rtol=1e-8)
+    assert exact <= m <= exact * (1 + 1e-8)
+
+
+def test_calibrate_dpsgd_and_errors() -> None:
+    m = dpsgd_noise_multiplier(sampling_probability=256 / 60000, steps=14062,
+                               target_epsilon=2.5966, delta=1e-5, method="rdp")
+    assert m == pytest.approx(1.1, rel=1e-3)
+    e = ev.SelfComposed(ev.PoissonSampled(256 / 60000, ev.Gaussian(m)), 14062)
+    assert rdp.epsilon(e, 1e-5) <= 2.5966
+    with pytest.raises(ValueError, match="upper"):
+        calibrate(lambda m: ev.Gaussian(m), target_epsilon=1e-6, delta=1e-12, upper=10.0)
+    with pytest.raises(ValueError, match="target_epsilon"):
+        calibrate(lambda m: ev.Gaussian(m), target_epsilon=0.0, delta=1e-5)
+    # a target that even the least noise meets returns the lower end
+    assert calibrate(lambda m: ev.Laplace(m), target_epsilon=1e9, delta=0.0, lower=1e-3) == 1e-3
