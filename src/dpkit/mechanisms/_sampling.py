@@ -19,9 +19,9 @@ exact (dpkit.noise), and:
 The float values ``g_r`` handed to the vectorised coin satisfy the noise layer's contract
 ``|g_r - gamma_r| <= 2**-44.4`` when ``g_r < 64`` and ``gamma_r >= 63.9`` otherwise: ``g_r`` is
 ``float(c) * (q* - q_r)`` in float64, three correctly rounded operations, so its relative error
-is below ``3.0001 * 2**-53`` (absolute below ``2**-45.4`` when ``g_r < 64``); an overflow gives
-``inf``, which the coin treats as ``gamma >= 64`` (true: ``gamma_r`` is then astronomically
-large). Lanes the float bound cannot decide use the exact Fraction.
+is below ``3.0001 * 2**-53`` (absolute below ``2**-45.4`` when ``g_r < 64``); a lane whose
+difference overflows to ``inf`` is flagged and decided with the exact Fraction, as are the
+lanes the float bound cannot decide.
 """
 
 from __future__ import annotations
@@ -84,7 +84,12 @@ def coins(w: Weights, r: np.ndarray, src: Source) -> np.ndarray:
     g = w.g[r]
     if _public_lanes is not None:  # pragma: no cover
         return _public_lanes(g, lambda i: w.exact(int(r[i])), source=src)
-    return _bern_exp_lanes(g, src, lambda i: w.exact(int(r[i])))
+    # An overflowed difference (inf) carries no error bound: decide those lanes exactly.
+    force = ~np.isfinite(g)
+    with np.errstate(invalid="ignore"):  # inf - floor(inf) on the flagged lanes only
+        return _bern_exp_lanes(
+            g, src, lambda i: w.exact(int(r[i])), force if force.any() else None
+        )
 
 
 def exponential_sample(w: Weights, size: int, src: Source) -> np.ndarray:
