@@ -9,7 +9,8 @@ import pytest
 from scipy import stats
 
 import dpkit as dp
-from dpkit.attacks import AuditResult, audit, clopper_pearson, empirical_epsilon
+from dpkit.attacks import AuditResult, clopper_pearson, empirical_epsilon
+from dpkit.attacks.audit import audit
 
 CONF = 1 - 1e-6  # every certified bound below fails with probability <= 1e-6
 

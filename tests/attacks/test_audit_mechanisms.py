@@ -19,7 +19,7 @@ import pytest
 
 import dpkit as dp
 from dpkit.accounting import zcdp
-from dpkit.attacks import audit
+from dpkit.attacks.audit import audit
 from dpkit.mechanisms._sampling import exponential_sample
 from dpkit.mechanisms.exponential import _plan_exponential
 from dpkit.mechanisms.gaussian import _plan_discrete_gaussian, _plan_gaussian
