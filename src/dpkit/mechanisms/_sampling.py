@@ -34,12 +34,6 @@ import numpy as np
 from dpkit import noise
 from dpkit.noise import Source
 
-try:  # a public per-lane Bernoulli(exp(-gamma_i)) in dpkit.noise, when it exists
-    from dpkit.noise import bernoulli_exp_lanes as _public_lanes  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - depends on the noise layer's version
-    _public_lanes = None
-from dpkit.noise.samplers import _bern_exp_lanes
-
 __all__ = ["Weights", "coins", "exponential_sample", "permute_and_flip_sample", "uniform_head"]
 
 _BLOCK_LANES = 1 << 18
@@ -81,15 +75,7 @@ class Weights:
 
 def coins(w: Weights, r: np.ndarray, src: Source) -> np.ndarray:
     """Independent exact Bernoulli(exp(-gamma_{r_i})) for each lane ``i``."""
-    g = w.g[r]
-    if _public_lanes is not None:  # pragma: no cover
-        return _public_lanes(g, lambda i: w.exact(int(r[i])), source=src)
-    # An overflowed difference (inf) carries no error bound: decide those lanes exactly.
-    force = ~np.isfinite(g)
-    with np.errstate(invalid="ignore"):  # inf - floor(inf) on the flagged lanes only
-        return _bern_exp_lanes(
-            g, src, lambda i: w.exact(int(r[i])), force if force.any() else None
-        )
+    return noise.bernoulli_exp_lanes(w.g[r], lambda i: w.exact(int(r[i])), source=src)
 
 
 def exponential_sample(w: Weights, size: int, src: Source) -> np.ndarray:

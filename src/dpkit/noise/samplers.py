@@ -28,6 +28,7 @@ __all__ = [
     "MAX_DLAP_SCALE",
     "bernoulli",
     "bernoulli_exp",
+    "bernoulli_exp_lanes",
     "discrete_gaussian",
     "discrete_laplace",
     "dlap_effective_scale",
@@ -301,6 +302,34 @@ def _bern_exp_lanes(
     for j in np.flatnonzero(amb).tolist():
         out[j] = LazyUniform(int(u[j]), 32, src).less_than_exp_neg(exact_gamma(j))
     return out
+
+
+def bernoulli_exp_lanes(
+    g: np.ndarray,
+    exact_gamma: Callable[[int], Fraction],
+    *,
+    source: Source | None = None,
+) -> np.ndarray:
+    """Independent exact Bernoulli(exp(-gamma_i)), one per lane, for vectors of rationals.
+
+    ``g`` holds float64 approximations of the exact ``gamma_i >= 0`` that ``exact_gamma(i)``
+    returns. The caller promises ``|g_i - gamma_i| <= 2**-44.4`` where ``g_i < 64`` and
+    ``gamma_i >= 63.9`` where ``g_i >= 64`` (e.g. ``g`` computed from exact inputs by three or
+    fewer correctly rounded float operations); non-finite ``g_i`` carry no promise and are
+    decided exactly. Within that contract ``P(True) = exp(-gamma_i)`` exactly (docs/noise.md).
+    """
+    g = np.asarray(g, dtype=np.float64)
+    if g.ndim != 1:
+        raise ValueError(f"g must be a 1-D array (got shape {g.shape})")
+    finite = np.isfinite(g)
+    if np.any(g[finite] < 0):
+        raise ValueError("every g_i must be >= 0: gamma is a non-negative rational")
+    force = ~finite
+    src = _source(source)
+    if force.any():
+        g = np.where(finite, g, _BIG_GAMMA)
+        return _bern_exp_lanes(g, src, exact_gamma, force)
+    return _bern_exp_lanes(g, src, exact_gamma)
 
 
 # --------------------------------------------------------------------------- geometric(e^-1)
