@@ -18,11 +18,8 @@ budget split, the pushed-down SQL), :mod:`~dpkit.engine.noisy` (noise and interv
 
 from __future__ import annotations
 
-from dpkit.engine.builder import QueryBuilder
-from dpkit.engine.curator import BudgetStatus, Curator
-from dpkit.engine.ledger import Ledger, LedgerError, LedgerTampered
-from dpkit.engine.results import Preview, Result
-from dpkit.engine.sql import QueryError
+import importlib
+from typing import Any
 
 __all__ = [
     "BudgetStatus",
@@ -35,3 +32,23 @@ __all__ = [
     "QueryError",
     "Result",
 ]
+
+_EXPORTS = {
+    "BudgetStatus": "dpkit.engine.curator",
+    "Curator": "dpkit.engine.curator",
+    "Ledger": "dpkit.engine.ledger",
+    "LedgerError": "dpkit.engine.ledger",
+    "LedgerTampered": "dpkit.engine.ledger",
+    "Preview": "dpkit.engine.results",
+    "QueryBuilder": "dpkit.engine.builder",
+    "QueryError": "dpkit.engine.sql",
+    "Result": "dpkit.engine.results",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: a process that only needs the ledger (or the CLI's --help) does not pay for DuckDB,
+    # sqlglot and the mechanisms.
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'dpkit.engine' has no attribute {name!r}")

@@ -50,6 +50,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -507,7 +508,13 @@ def _calibrate(mm: Measure, *, table: TableMeta, m: int, l0: int, noise: str, sh
             sens = float(math.floor(sens))
         mm.l2 = sens
         mm.sigma2 = _dgauss_sigma2(sens, share_rho)
-        mm.event = ev.DiscreteGaussian(mm.sigma2, sens)
+        # zCDP holds for a scalar or a vector release alike (CKS 2020); the mechanism reports
+        # DiscreteGaussian for a scalar, ZCDP for a vector; either is at most what is charged.
+        exact = Fraction(sens) ** 2 / (2 * Fraction(mm.sigma2))
+        rho_up = float(exact)
+        if Fraction(rho_up) < exact:
+            rho_up = math.nextafter(rho_up, math.inf)
+        mm.event = ev.ZCDP(rho_up)
 
 
 def _col_class(table: TableMeta, ref: str | None) -> str:
