@@ -109,6 +109,10 @@ class LocalLaplace:
     def event(self) -> Event:
         return PureDP(self.epsilon)
 
+    def config(self) -> dict[str, Any]:
+        return {"kind": self.kind, "lower": self.lower, "upper": self.upper,
+                "epsilon": self.requested_epsilon, "grid_exponent": self.k}
+
     @property
     def noise_variance(self) -> float:
         """Variance of the discrete Laplace noise, in grid units²."""

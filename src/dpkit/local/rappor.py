@@ -87,6 +87,14 @@ class Rappor:
             raise ValueError(f"hashes must be {self.m * self.h} functions into [0, {self.k})")
         self.hashes = hashes
 
+    def config(self) -> dict[str, Any]:
+        """Public configuration, hash tables included (see :mod:`dpkit.local.reports`)."""
+        from .reports import tables_to_text
+
+        return {"kind": self.kind, "num_bits": self.k, "num_hashes": self.h,
+                "num_cohorts": self.m, "f": str(self.f), "p": str(self.p), "q": str(self.q),
+                "tables": tables_to_text(self.hashes.tables)}
+
     @property
     def event(self) -> Event:
         """Per client, any number of reports of the same value (longitudinal): PureDP(ε∞)."""

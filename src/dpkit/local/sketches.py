@@ -68,6 +68,13 @@ class _Sketch:
     def event(self) -> Event:
         return PureDP(self.epsilon)
 
+    def config(self) -> dict[str, Any]:
+        """Public configuration, hash tables included (see :mod:`dpkit.local.reports`)."""
+        from .reports import tables_to_text
+
+        return {"kind": self.kind, "epsilon": self.requested_epsilon, "num_hashes": self.k,
+                "width": self.m, "tables": tables_to_text(self.hashes.tables)}
+
     def _sketch_matrix(self, t: Tally) -> np.ndarray:
         raise NotImplementedError
 
