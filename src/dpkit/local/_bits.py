@@ -2,10 +2,9 @@
 
 Reports are ``np.packbits(bits, axis=1, bitorder="little")``: bit ``v`` of a user's report is bit
 ``v % 8`` of byte ``v // 8``. Counting set bits per column without unpacking: view each row as
-64-bit words, isolate bit ``b`` of every byte with one shift and one mask
-(``0x0101010101010101``), and add up to 255 rows at once in the eight byte lanes of each word
-(no carry can cross a lane). Eight such passes, then the lanes are widened and summed. About
-0.3 µs per 1024-bit report on one core; chunks are split over threads (numpy releases the GIL).
+64-bit words and add many rows at once inside narrow lanes of each word (SWAR), so that no
+carry crosses a lane: see :func:`_count_chunk`. About 0.2-0.4 µs per 1024-bit report on one
+core; chunks may be split over threads (numpy releases the GIL).
 """
 
 from __future__ import annotations
@@ -16,29 +15,40 @@ import numpy as np
 
 __all__ = ["count_packed_bits"]
 
-_LANE = np.uint64(0x0101010101010101)
-_ROWS = 255  # a byte lane holds at most 255 ones
-_GROUPS = 16  # chunk = 255 * 16 rows (about 0.5 MiB of 1024-bit reports)
+_NIB = np.uint64(0x1111111111111111)  # one bit per 4-bit lane
+_BYTE = np.uint64(0x0F0F0F0F0F0F0F0F)  # low nibble of every byte
+_ROWS = 255  # = 15 * 17: 15 rows fill a nibble lane, 17 nibble sums fill a byte lane
+_GROUPS = 8  # chunk = 255 * 8 rows (about 256 KiB of 1024-bit reports)
 
 
 def _count_chunk(chunk: np.ndarray, nwords: int) -> np.ndarray:
-    """Per-bit counts (length 64 * nwords) of a chunk whose row count is a multiple of 255."""
+    """Per-bit counts (length 64 * nwords) of a chunk whose row count is a multiple of 255.
+
+    For b = 0..3, ``(w >> b) & 0x1111…`` puts bit b and bit b + 4 of every byte into separate
+    4-bit lanes; 15 rows are summed in those lanes (<= 15, no carry), the even and odd nibbles
+    are split into byte lanes and 17 such sums are added (<= 255), then widened. 12 word
+    operations per row instead of 24 for the byte-lane version.
+    """
     rows = chunk.shape[0]
     if chunk.shape[1] != nwords * 8 or not chunk.flags.c_contiguous:
         padded = np.zeros((rows, nwords * 8), dtype=np.uint8)
         padded[:, : chunk.shape[1]] = chunk
         chunk = padded
     words = chunk.view(np.uint64)
-    groups = rows // _ROWS
+    g15, g255 = rows // 15, rows // _ROWS
     tmp = np.empty_like(words)
-    part = np.empty((groups, nwords), dtype=np.uint64)
-    out = np.empty((nwords, 8, 8), dtype=np.int64)  # word, byte lane, bit
-    for b in range(8):
+    part = np.empty((g15, nwords), dtype=np.uint64)
+    out = np.zeros((nwords, 8, 8), dtype=np.int64)  # word, byte lane, bit in byte
+    for b in range(4):
         np.right_shift(words, np.uint64(b), out=tmp)
-        np.bitwise_and(tmp, _LANE, out=tmp)
-        np.add.reduce(tmp.reshape(groups, _ROWS, nwords), axis=1, out=part)
-        lanes = part.view(np.uint8).reshape(groups, nwords, 8)
-        out[:, :, b] = lanes.sum(axis=0, dtype=np.int64)
+        np.bitwise_and(tmp, _NIB, out=tmp)
+        np.add.reduce(tmp.reshape(g15, 15, nwords), axis=1, out=part)
+        low = part & _BYTE
+        high = (part >> np.uint64(4)) & _BYTE
+        for lanes, bit in ((low, b), (high, b + 4)):
+            sums = np.add.reduce(lanes.reshape(g255, 17, nwords), axis=1)
+            out[:, :, bit] += sums.view(np.uint8).reshape(g255, nwords, 8).sum(
+                axis=0, dtype=np.int64)
     return out.reshape(-1)
 
 
