@@ -26,7 +26,6 @@ integers and SUM queries.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -138,7 +137,7 @@ def _draw(kind: str, scale: float, size: int, source: Source | None) -> np.ndarr
     if scale == 0:
         return np.zeros(size, dtype=np.int64)
     if kind == "uniform":
-        e = int(math.floor(scale))
+        e = math.floor(scale)
         return noise.uniform_int(2 * e + 1, size, source=source) - e
     if kind == "laplace":
         return noise.discrete_laplace(float(scale), size, source=source)
@@ -185,26 +184,27 @@ class NoisyOracle(_InMemory):
 
 
 class _Sticky:
-    """Noise that is a deterministic function of a secret key and the query text."""
+    """Noise that is a fixed function of the query text: the first time a text is seen its
+    noise is drawn (fresh, from ``source``) and remembered; the same text gets the same noise
+    forever after. To the attacker this is indistinguishable from noise seeded by a keyed hash
+    of the text (Diffix's construction), and it is exact and fast (one vectorised draw per
+    batch of new texts)."""
 
-    def __init__(self, kind: str, scale: float, key: bytes | None, source: Source | None):
+    def __init__(self, kind: str, scale: float, source: Source | None):
         _check_noise(kind, scale)
         self.kind = kind
         self.scale = float(scale)
-        if key is None:
-            words = noise.uniform_int(2**62, 4, source=source)
-            key = b"".join(int(w).to_bytes(8, "little") for w in words.tolist())
-        self._key = bytes(key)
+        self._source = source
+        self._memo: dict[str, int] = {}
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
-        out = np.zeros(len(texts), dtype=np.int64)
         if self.scale == 0:
-            return out
-        for i, text in enumerate(texts):
-            digest = hashlib.blake2b(text.encode(), key=self._key[:64], digest_size=16).digest()
-            seed = int.from_bytes(digest, "little")
-            out[i] = _draw(self.kind, self.scale, 1, noise.seeded(seed))[0]
-        return out
+            return np.zeros(len(texts), dtype=np.int64)
+        new = list(dict.fromkeys(t for t in texts if t not in self._memo))
+        if new:
+            draws = _draw(self.kind, self.scale, len(new), self._source)
+            self._memo.update(zip(new, draws.tolist(), strict=True))
+        return np.array([self._memo[t] for t in texts], dtype=np.int64)
 
 
 class StickyNoiseOracle(_InMemory):
@@ -214,7 +214,6 @@ class StickyNoiseOracle(_InMemory):
     The flaw: the seed depends on the *text*, the answer on the *meaning*. Semantically equal
     rewrites (``… AND qid <> -1``, ``… AND qid <> -2``, …) get independent noise, and their
     average converges to the exact answer (Gadotti et al. 2019; Cohen-Nissim 2018).
-    ``key``: the system's secret (drawn from ``source`` when not given).
     """
 
     name = "sticky-noise"
@@ -225,12 +224,11 @@ class StickyNoiseOracle(_InMemory):
         *,
         scale: float,
         noise: str = "laplace",
-        key: bytes | None = None,
         table: str = "people",
         source: Source | None = None,
     ) -> None:
         super().__init__(population)
-        self._noise = _Sticky(noise, scale, key, source)
+        self._noise = _Sticky(noise, scale, source)
         self.table = table
 
     def _answer(self, queries: list[SubsetQuery]) -> tuple[np.ndarray, np.ndarray]:
@@ -257,7 +255,6 @@ class SuppressionOracle(_InMemory):
         threshold: int = 5,
         scale: float = 0.0,
         noise: str = "laplace",
-        key: bytes | None = None,
         table: str = "people",
         source: Source | None = None,
     ) -> None:
@@ -265,7 +262,7 @@ class SuppressionOracle(_InMemory):
         if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
             raise ValueError(f"threshold must be an int >= 1 (got {threshold!r})")
         self.threshold = threshold
-        self._noise = _Sticky(noise, scale, key, source)
+        self._noise = _Sticky(noise, scale, source)
         self.table = table
 
     def _answer(self, queries: list[SubsetQuery]) -> tuple[np.ndarray, np.ndarray]:
