@@ -36,6 +36,7 @@ optimal.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable
 
@@ -348,6 +349,12 @@ def _kov(pairs: dict[tuple[float, float], int], delta: float) -> float:
     k = sum(pairs.values())
     eps = max(e for e, _ in pairs)
     step_delta = max(d for _, d in pairs)
+    return _kov_cached(eps, k, delta, step_delta)
+
+
+@functools.lru_cache(maxsize=1024)
+def _kov_cached(eps: float, k: int, delta: float, step_delta: float) -> float:
+    # O(k) per evaluation: cached because report(), the dispatcher and budgets ask again
     return kov_epsilon(eps, count=k, delta=delta, step_delta=step_delta)
 
 
