@@ -171,19 +171,24 @@ class FrequencyOracle:
             raise TypeError(f"{type(self).__name__} cannot aggregate reports of kind {got!r}")
 
     def _values(self, values: Any) -> np.ndarray:
-        x = np.asarray(values)
-        if x.ndim != 1:
-            raise ValueError(f"values must be a 1-d array of ints (got shape {x.shape})")
-        if x.size and x.dtype.kind not in "iub":
-            raise TypeError(f"values must be integers in [0, {self.domain_size}) (got {x.dtype})")
-        x = x.astype(np.int64, copy=False)
-        if x.size and (x.min() < 0 or x.max() >= self.domain_size):
-            bad = x[(x < 0) | (x >= self.domain_size)][0]
-            raise ValueError(
-                f"values must lie in [0, {self.domain_size}) (got {bad}); map your categories "
-                "to indices first"
-            )
-        return x
+        return check_values(values, self.domain_size)
+
+
+def check_values(values: Any, domain_size: int) -> np.ndarray:
+    """``values`` as a 1-d int64 array in ``[0, domain_size)``, or an error naming the fix."""
+    x = np.asarray(values)
+    if x.ndim != 1:
+        raise ValueError(f"values must be a 1-d array of ints (got shape {x.shape})")
+    if x.size and x.dtype.kind not in "iub":
+        raise TypeError(f"values must be integers in [0, {domain_size}) (got {x.dtype})")
+    x = x.astype(np.int64, copy=False)
+    if x.size and (x.min() < 0 or x.max() >= domain_size):
+        bad = x[(x < 0) | (x >= domain_size)][0]
+        raise ValueError(
+            f"values must lie in [0, {domain_size}) (got {bad}); map your categories "
+            "to indices first"
+        )
+    return x
 
 
 def check_domain(domain_size: object, *, minimum: int = 2) -> int:

@@ -133,6 +133,8 @@ def lh_support(seeds: np.ndarray, y: np.ndarray, g: int, d: int) -> np.ndarray:
     seeds = np.asarray(seeds)
     n, width = seeds.shape
     L = width - 1
+    if g * (1 << L) > _MAX_HIST:  # huge g (ε > ~9): evaluate the n x d pairs in chunks
+        return lh_support_candidates(seeds, y, g, np.arange(d, dtype=np.int64))
     L2 = _plan(n, g, L)
     L1 = L - L2
     H, lo = 1 << L1, 1 << L2

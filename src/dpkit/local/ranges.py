@@ -37,7 +37,7 @@ from dpkit.noise import Source
 
 from ._exact import check_epsilon
 from ._hashing import fwht
-from .base import FrequencyOracle, Reports, Tally, check_domain
+from .base import FrequencyOracle, Reports, Tally, check_domain, check_values
 from .grr import GeneralizedRR, _insecure
 from .hadamard import HadamardResponse
 from .hashing import OptimizedLocalHashing
@@ -137,13 +137,9 @@ class HierarchicalRanges:
         return {"kind": self.kind, "domain_size": self.domain_size,
                 "epsilon": self.requested_epsilon, "branching": self.B}
 
-    def _values(self, values: Any) -> np.ndarray:
-        return self.oracles[-1]._values(values) if self.padded == self.domain_size else \
-            GeneralizedRR(self.domain_size, epsilon=1)._values(values)
-
     def randomize(self, values: Any, *, source: Source | None = None) -> Reports:
         """Reports: ``level`` (1..h), ``y`` and, for OLH levels, ``seeds`` (zero-padded)."""
-        x = self._values(values)
+        x = check_values(values, self.domain_size)
         n = x.size
         level = noise.uniform_int(self.height, n, source=source) + 1
         y = np.zeros(n, dtype=np.int64)
@@ -300,7 +296,7 @@ class HaarRanges:
 
     def randomize(self, values: Any, *, source: Source | None = None) -> Reports:
         """Reports: ``level`` (0..h-1), Hadamard ``rows`` (< 2^level) and ``bits``."""
-        x = GeneralizedRR(self.domain_size, epsilon=1)._values(values)
+        x = check_values(values, self.domain_size)
         n, h = x.size, self.height
         level = noise.uniform_int(h, n, source=source)
         shift = h - level
