@@ -266,3 +266,21 @@ def test_eight_processes_never_overspend(tmp_path: Path, visits_data: Any) -> No
     assert len(status.history) == 10
     assert status.spent <= 1.0 * (1 + 1e-9)
     assert again.verify() == 2 + 10
+
+
+def test_two_handles_on_one_ledger_stay_in_step(tmp_path: Path) -> None:
+    """Cached budgets advance with rows written by another handle (another process)."""
+    a = _ledger(tmp_path, epsilon=1.0)
+    b = Ledger.open(tmp_path / "l.sqlite")
+    a.record("analyst", {"analyst": "x", "epsilon": 0.5})
+    for i in range(4):
+        (a if i % 2 else b).charge(ev.PureDP(0.2), analyst="x" if i < 2 else "y", query=str(i))
+    assert a.spend().spent == pytest.approx(0.8) == b.spend().spent
+    assert a.spend("x").spent == pytest.approx(0.4) == b.spend("x").spent
+    with pytest.raises(BudgetExceeded):
+        a.charge(ev.PureDP(0.2), analyst="x", query="over the analyst's 0.5")
+    with pytest.raises(BudgetExceeded):
+        b.charge(ev.PureDP(0.3), analyst="y", query="over the project's 1.0")
+    b.charge(ev.PureDP(0.2), analyst="y", query="fits")
+    fresh = Ledger.open(tmp_path / "l.sqlite")
+    assert fresh.spend().spent == pytest.approx(1.0) == a.spend().spent

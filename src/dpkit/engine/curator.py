@@ -397,10 +397,14 @@ class Curator:
             return None
         return delta if delta is not None else cfg.delta / 10.0
 
-    def _cost(self, plan: dplan.Plan, analyst: str, delta: float | None) -> Any:
+    def _cost(self, plan: dplan.Plan, analyst: str, delta: float | None, *,
+              check_only: bool = False) -> Any:
         from dpkit.accounting import UnsupportedEvent
 
         try:
+            if check_only:
+                return self.ledger.check(plan.event, analyst=analyst,
+                                         delta_share=self._delta_share(plan, delta))
             return self.ledger.cost(plan.event, analyst=analyst,
                                     delta_share=self._delta_share(plan, delta))
         except UnsupportedEvent as exc:
@@ -440,7 +444,7 @@ class Curator:
                                                      level=level, bounds=bounds)
             plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
                               level=level, bounds=bounds)
-            self._cost(plan, who, delta)  # early refusal: BudgetExceeded, nothing read
+            self._cost(plan, who, delta, check_only=True)  # early refusal, nothing read
             exact = self._execute(plan)
             entry = self.ledger.charge(
                 plan.event, analyst=who, query=query,
@@ -464,14 +468,13 @@ class Curator:
         seed = int(_noise.uniform_int(2**63 - 1, 1, source=self._source)[0])
         compiled = dplan.compile_sql(plan, relations=relations, seed=seed)
         try:
-            self._backend.bind(compiled.text)
-        except duckdb.Error as exc:
+            keys, cols = self._backend.run(compiled.text, compiled.group_cols,
+                                           compiled.measure_cols)
+        except (duckdb.BinderException, duckdb.ParserException, duckdb.CatalogException) as exc:
+            # raised while binding the statement, before any row is read: data-independent
             raise dsql.QueryError(
                 f"DuckDB cannot run this query: {str(exc).splitlines()[0]} (nothing charged)"
             ) from None
-        try:
-            keys, cols = self._backend.run(compiled.text, compiled.group_cols,
-                                           compiled.measure_cols)
         except duckdb.Error:
             # An error while reading rows could depend on the data: say nothing about it.
             raise dsql.QueryError(

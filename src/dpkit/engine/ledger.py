@@ -214,7 +214,7 @@ class Ledger:
         self._lock = threading.RLock()
         self._entries: list[Entry] = []
         self._config: LedgerConfig | None = None
-        self._budget_cache: dict[tuple[str | None, int], Any] = {}
+        self._budget_cache: dict[str | None, tuple[int, float, Any]] = {}
 
     # ------------------------------------------------------------------ opening
 
@@ -427,22 +427,35 @@ class Ledger:
                 and (analyst is None or e.analyst == analyst)]
 
     def _budget(self, analyst: str | None) -> Any:
-        """The history replayed into a :class:`dpkit.accounting.Budget` (cached per head).
+        """The history replayed into a :class:`dpkit.accounting.Budget`, kept up to date.
 
-        Costs are restored as recorded (``Budget.from_dict``), so a later change in an
-        accountant never rewrites what was charged.
+        Built once with ``Budget.from_dict`` (costs restored as recorded, so a later change in
+        an accountant never rewrites what was charged), then advanced charge by charge as new
+        rows appear; any surprise rebuilds it from the rows.
         """
         from dpkit.accounting import Budget
 
         charges = self._charges(analyst)
-        key = (analyst, charges[-1].seq if charges else 0)
-        cached = self._budget_cache.get(key)
-        if cached is not None:
-            return cached
+        last = charges[-1].seq if charges else 0
         cfg = self.config
         total = cfg.epsilon
         if analyst is not None:
             total = min(self.analyst_budgets().get(analyst, cfg.epsilon), cfg.epsilon)
+        hit = self._budget_cache.get(analyst)
+        if hit is not None and hit[1] == total:
+            seq, _, budget = hit
+            if seq == last:
+                return budget
+            if seq < last:
+                try:
+                    for e in charges:
+                        if e.seq > seq:
+                            budget.charge(e.event, delta=self._share(e.view.get("delta_share")))
+                except Exception:  # fall back to a full rebuild from the recorded costs
+                    pass
+                else:
+                    self._budget_cache[analyst] = (last, total, budget)
+                    return budget
         state = cfg.budget_dict(epsilon=total)
         state["charges"] = [
             {"event": e.event.to_dict(), "delta": e.view.get("delta_share"),
@@ -451,9 +464,11 @@ class Ledger:
             for e in charges
         ]
         budget = Budget.from_dict(state)
-        self._budget_cache = {k: v for k, v in self._budget_cache.items() if k[0] != analyst}
-        self._budget_cache[key] = budget
+        self._budget_cache[analyst] = (last, total, budget)
         return budget
+
+    def _share(self, delta_share: float | None) -> float | None:
+        return delta_share if self.config.accountant == "approx" else None
 
     def spend(self, analyst: str | None = None) -> Spend:
         """Spent and remaining privacy for the project (``analyst=None``) or one analyst."""
@@ -481,29 +496,40 @@ class Ledger:
 
         Raises :class:`dpkit.accounting.BudgetExceeded` exactly when :meth:`charge` would.
         """
+        from dpkit.accounting import Budget
+
         with self._lock:
             self._sync()
-            return self._try(event, analyst, delta_share, record=False)[0]
+            self.check(event, analyst=analyst, delta_share=delta_share)
+            copy = Budget.from_dict(self._budget(None).to_dict())
+            return copy.charge(event, delta=self._share(delta_share))
 
-    def _try(self, event: ev.Event, analyst: str | None, delta_share: float | None, *,
-             record: bool) -> tuple[Any, Any]:
-        """Charge ``event`` to copies of the project's (and the analyst's) budget."""
+    def check(self, event: ev.Event, *, analyst: str | None = None,
+              delta_share: float | None = None) -> None:
+        """Raise :class:`dpkit.accounting.BudgetExceeded` if ``event`` does not fit now."""
+        with self._lock:
+            self._sync()
+            self._check(event, analyst, delta_share)
+
+    def _check(self, event: ev.Event, analyst: str | None, delta_share: float | None) -> None:
         from dpkit.accounting import Budget, BudgetExceeded
 
-        share = delta_share if self.config.accountant == "approx" else None
-        project = Budget.from_dict(self._budget(None).to_dict())
-        cost = project.charge(event, delta=share)
+        share = self._share(delta_share)
+        project = self._budget(None)
+        if not project.can_afford(event, delta=share):
+            Budget.from_dict(project.to_dict()).charge(event, delta=share)  # raises the details
+            raise AssertionError("unreachable: can_afford and charge disagree")  # pragma: no cover
         if analyst is not None and analyst in self.analyst_budgets():
-            mine = Budget.from_dict(self._budget(analyst).to_dict())
-            try:
-                mine.charge(event, delta=share)
-            except BudgetExceeded as exc:
-                raise BudgetExceeded(
-                    requested=exc.requested, remaining=exc.remaining, missing=exc.missing,
-                    accountant=exc.accountant, event=event,
-                    detail=f"analyst {analyst!r} has a budget of epsilon {mine.epsilon:g}",
-                ) from None
-        return cost, project
+            mine = self._budget(analyst)
+            if not mine.can_afford(event, delta=share):
+                try:
+                    Budget.from_dict(mine.to_dict()).charge(event, delta=share)
+                except BudgetExceeded as exc:
+                    raise BudgetExceeded(
+                        requested=exc.requested, remaining=exc.remaining, missing=exc.missing,
+                        accountant=exc.accountant, event=event,
+                        detail=f"analyst {analyst!r} has a budget of epsilon {mine.epsilon:g}",
+                    ) from None
 
     # ------------------------------------------------------------------ writing
 
@@ -574,7 +600,16 @@ class Ledger:
             raise TypeError(f"charge needs a dpkit event (got {event!r})")
         with self._write() as cur:
             self._sync()
-            cost, after = self._try(event, analyst, delta_share, record=True)
+            self._check(event, analyst, delta_share)
+            share = self._share(delta_share)
+            # charge the cached budgets (they now describe the ledger with this row; if the
+            # insert or commit fails, _write drops them)
+            after = self._budget(None)
+            own = analyst is not None and analyst in self.analyst_budgets()
+            mine = self._budget(analyst) if own else None
+            cost = after.charge(event, delta=share)
+            if mine is not None:
+                mine.charge(event, delta=share)
             spent = after.spent
             view: dict[str, Any] = {
                 "accountant": self.config.accountant,
@@ -590,6 +625,12 @@ class Ledger:
                 view["details"] = details
             entry = self._append(cur, kind="charge", analyst=analyst, query=query, event=event,
                                  view=view, payload={})
+            hit = self._budget_cache.get(None)
+            if hit is not None:
+                self._budget_cache[None] = (entry.seq, hit[1], after)
+            if mine is not None and analyst in self._budget_cache:
+                self._budget_cache[analyst] = (entry.seq, self._budget_cache[analyst][1], mine)
+            # other analysts' caches stay valid: the new row is not theirs
         return entry
 
     def record(self, kind: str, payload: dict[str, Any], *, analyst: str = "owner",

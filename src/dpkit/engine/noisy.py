@@ -165,7 +165,12 @@ def release(plan: Plan, exact: Exact, *, source: Source | None, insecure: bool, 
         if mm.kind == "quant":
             noisy[mm.key] = _quantiles(mm, exact.cols[mm.sql_col], level, source, keep)
         else:
-            vals = _as_int(exact.cols[mm.sql_col])
+            if mm.kind == "csum":  # Σ(v - center) = Σv - n·center, exactly in integers
+                raw = [(s or 0) - (n or 0) * mm.center for s, n in
+                       zip(exact.cols[mm.sql_col], exact.cols[mm.count_col], strict=True)]
+                vals = _as_int(raw)
+            else:
+                vals = _as_int(exact.cols[mm.sql_col])
             noisy[mm.key] = _noisy_integer(mm, vals, level, source)
 
     # 2. aggregates from measurements
@@ -222,10 +227,10 @@ def _derive(plan: Plan, ap: Any, noisy: dict[str, NoisyMeasure],
         nm = noisy[r["quant"]]
         return nm.value, nm.low, nm.high
     lo, hi = ap.lo, ap.hi
-    mid = (lo + hi) / 2.0
-    half = (hi - lo) / 2.0
     cm = plan.measure(r["count"])
     sm = plan.measure(r["csum"])
+    mid = math.ldexp(float(sm.center), -sm.f)  # the centre actually subtracted (on the grid)
+    half = max(mid - lo, hi - mid)
     n = noisy[r["count"]].value.astype(np.float64)
     s = noisy[r["csum"]].value.astype(np.float64)
     parts = 2 if func == dsql.AVG else 3
@@ -234,13 +239,14 @@ def _derive(plan: Plan, ap: Any, noisy: dict[str, NoisyMeasure],
     n_lo, n_hi = n - hn, n + hn
     s_lo, s_hi = s - hs, s + hs
     safe_n = np.where(n > 0, n, 1.0)
-    mean_c = np.where(n > 0, np.clip(s / safe_n, -half, half), 0.0)
+    c_lo, c_hi = lo - mid, hi - mid
+    mean_c = np.where(n > 0, np.clip(s / safe_n, c_lo, c_hi), 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         pos = n_lo > 0
         d_lo = np.where(pos, n_lo, 1.0)
         cands = np.stack([s_lo / d_lo, s_lo / n_hi, s_hi / d_lo, s_hi / n_hi])
-        mc_lo = np.where(pos, np.clip(cands.min(axis=0), -half, half), -half)
-        mc_hi = np.where(pos, np.clip(cands.max(axis=0), -half, half), half)
+        mc_lo = np.where(pos, np.clip(cands.min(axis=0), c_lo, c_hi), c_lo)
+        mc_hi = np.where(pos, np.clip(cands.max(axis=0), c_lo, c_hi), c_hi)
     if func == dsql.AVG:
         return mid + mean_c, mid + mc_lo, mid + mc_hi
     qm = plan.measure(r["csq"])

@@ -103,6 +103,8 @@ class Measure:
     quant_sensitivity: float = 0.0
     quant_epsilon: float = 0.0  # per group
     sql_col: str = ""
+    count_col: str = ""  # csum: exact = SUM(v) - COUNT(v)·center, derived from the sum column
+    center: int = 0  # csum: round(mid·2^f), subtracted from every row's integer
     threshold: int = 0
     delta: float = 0.0
     event: ev.Event = field(default_factory=ev.NoOp)
@@ -211,6 +213,12 @@ def _fixed_point_exponent(magnitude: float, l1_rows: int, epsilon_share: float) 
     cap = math.floor(_MAX_GRID_SCALE_BITS - math.log2(l1_rows * magnitude / epsilon_share))
     f = min(top, cap)
     return max(min(f, 1000), -1000)
+
+
+def round_half_away(x: Fraction) -> int:
+    """Round to the nearest integer, halves away from zero (DuckDB's ``round`` on DOUBLE)."""
+    n = math.floor(abs(x) + Fraction(1, 2))
+    return n if x >= 0 else -n
 
 
 def _grid_bound(magnitude: float, f: int) -> int:
@@ -406,9 +414,19 @@ def build_plan(
     elif delta is not None:
         check_delta(delta, budget_delta)
 
+    # SUM and the centred sum of AVG/VAR share one fixed-point column: the same f
+    col_f: dict[str, int] = {}
+    for mm in measures:
+        if mm.kind in ("sum", "csum"):
+            mag = max(abs(mm.lo), abs(mm.hi)) if mm.kind == "sum" else (mm.hi - mm.lo) / 2.0
+            fx = _fixed_point_exponent(mag, m, share_eps)
+            assert mm.column is not None
+            col_f[mm.column] = min(col_f.get(mm.column, fx), fx)
     events: list[ev.Event] = []
     notes: list[str] = []
     for mm in measures:
+        if mm.column in col_f and mm.kind in ("sum", "csum"):
+            mm.f = col_f[mm.column]
         _calibrate(mm, table=table, m=m, l0=l0, noise=noise, share_eps=share_eps,
                    share_rho=share_rho, q_delta=q_delta, grouped=grouped)
         events.append(mm.event)
@@ -460,13 +478,20 @@ def _calibrate(mm: Measure, *, table: TableMeta, m: int, l0: int, noise: str, sh
         mm.f, mm.bound, mm.l1, mm.l2 = 0, 1, m, float(m)
     elif mm.kind == "units":
         mm.f, mm.bound, mm.l1, mm.l2 = 0, 1, l0, math.sqrt(l0)
-    elif mm.kind in ("sum", "csum", "csq"):
+    elif mm.kind in ("sum", "csum"):
+        # every row contributes round(clamp(x)·2^f) in [lo_g, hi_g] (exact: scaling by a power
+        # of two is exact and rounding is monotone); the centred sum subtracts ``center``
+        lo_g = round_half_away(Fraction(mm.lo) * Fraction(2) ** mm.f)
+        hi_g = round_half_away(Fraction(mm.hi) * Fraction(2) ** mm.f)
         if mm.kind == "sum":
-            magnitude = max(abs(mm.lo), abs(mm.hi))
-        elif mm.kind == "csum":
-            magnitude = (mm.hi - mm.lo) / 2.0
+            mm.bound = max(abs(lo_g), abs(hi_g), 1)
         else:
-            magnitude = ((mm.hi - mm.lo) / 2.0) ** 2
+            mm.center = round_half_away(Fraction((mm.lo + mm.hi) / 2.0) * Fraction(2) ** mm.f)
+            mm.bound = max(abs(lo_g - mm.center), abs(hi_g - mm.center), 1)
+        mm.l1 = m * mm.bound
+        mm.l2 = float(m * mm.bound)
+    elif mm.kind == "csq":
+        magnitude = ((mm.hi - mm.lo) / 2.0) ** 2
         mm.f = _fixed_point_exponent(magnitude, m, share_eps)
         mm.bound = _grid_bound(magnitude, mm.f)
         mm.l1 = m * mm.bound
@@ -627,17 +652,20 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int) -> Compiled
                 f"ORDER BY hash(__u, {gk}, {seed_lit}), {gk}) <= {plan.g})"
             )
             current = "__gb"
-        # Only units with more than m rows need a choice: find them with a hash aggregate, rank
-        # just their rows by a keyed hash, and keep every row of the others (same rows as
-        # ranking everyone, at a fraction of the sort).
-        hashed = ", ".join(["__u", *group_cols, *value_cols.values(), seed_lit])
+        # Only units with more than m rows need a choice. Find them with a hash aggregate and
+        # keep, per such unit, the m rows with the smallest keyed hash (a top-m aggregate, no
+        # sort); keep every row of the other units. Rows tied on the hash are identical in
+        # every column the query reads, so which of them is kept cannot change the answer.
+        cols = ["__u", *group_cols, *value_cols.values()]
+        hashed = ", ".join([*cols, seed_lit])
+        struct = "{" + ", ".join(f"'{c}': {c}" for c in cols) + "}"
         ctes.append(f"__big AS (SELECT __u FROM {current} GROUP BY __u "
                     f"HAVING COUNT(*) > {plan.m})")
         ctes.append(
-            f"__b AS (SELECT * FROM (SELECT * FROM {current} SEMI JOIN __big ON "
-            f"{current}.__u = __big.__u) QUALIFY ROW_NUMBER() OVER (PARTITION BY __u "
-            f"ORDER BY hash({hashed})) <= {plan.m} UNION ALL SELECT * FROM {current} ANTI JOIN "
-            f"__big ON {current}.__u = __big.__u)"
+            f"__b AS (SELECT unnest(arg_min({struct}, hash({hashed}), {plan.m}), "
+            f"recursive := true) FROM (SELECT * FROM {current} SEMI JOIN __big ON "
+            f"{current}.__u = __big.__u) GROUP BY __u UNION ALL SELECT {', '.join(cols)} FROM "
+            f"{current} ANTI JOIN __big ON {current}.__u = __big.__u)"
         )
         current = "__b"
 
@@ -645,7 +673,35 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int) -> Compiled
     aggs: list[str] = []
     mcols: list[str] = []
     seen_sql: dict[str, str] = {}
+    # one fixed-point integer per row and column for SUM / AVG / VAR: projected once, then
+    # COUNT(v) (non-missing rows) and SUM(v) serve every measurement on that column
+    fixed: dict[str, tuple[str, str, str]] = {}  # column -> (v, sum col, count col)
+    proj_v: list[str] = []
     for mm in plan.measures:
+        if mm.kind in ("sum", "csum") and mm.column not in fixed:
+            assert mm.column is not None
+            j = len(fixed)
+            c = value_cols[mm.column]
+            x = clamp_sql(c, mm.lo, mm.hi, cls_of[mm.column])
+            proj_v.append(f"CAST(round({x} * {_pow2(mm.f)}) AS BIGINT) AS __v{j}")
+            fixed[mm.column] = (f"__v{j}", f"__s{j}", f"__n{j}")
+            aggs.append(f"SUM(__v{j}) AS __s{j}")
+            aggs.append(f"COUNT(__v{j}) AS __n{j}")
+            mcols.extend([f"__s{j}", f"__n{j}"])
+    if proj_v:
+        ctes.append(f"__p AS (SELECT *, {', '.join(proj_v)} FROM {current})")
+        current = "__p"
+    for mm in plan.measures:
+        if mm.kind in ("sum", "csum"):
+            assert mm.column is not None
+            _, scol, ncol = fixed[mm.column]
+            mm.sql_col = scol
+            if mm.kind == "csum":
+                mm.count_col = ncol
+            continue
+        if mm.kind == "nonnull" and mm.column in fixed:
+            mm.sql_col = fixed[mm.column][2]
+            continue
         if mm.kind == "rows":
             expr = "COUNT(*)"
         elif mm.kind in ("units", "select"):
@@ -654,21 +710,18 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int) -> Compiled
             assert mm.column is not None
             c = value_cols[mm.column]
             cls = cls_of[mm.column]
-            if mm.kind == "nonnull":
+            if mm.kind == "nonnull":  # a column without a fixed-point projection
                 if cls == "float":
                     expr = f"COUNT(CASE WHEN NOT isnan(CAST({c} AS DOUBLE)) THEN 1 END)"
                 else:
                     expr = f"COUNT({c})"
             else:
                 x = clamp_sql(c, mm.lo, mm.hi, cls)
-                if mm.kind == "sum":
-                    expr = f"SUM(CAST(round({x} * {_pow2(mm.f)}) AS BIGINT))"
-                elif mm.kind == "csum":
-                    mid = (mm.lo + mm.hi) / 2.0
-                    expr = (f"SUM(LEAST(GREATEST(CAST(round(({x} - {_lit(mid)}) * {_pow2(mm.f)}) "
-                            f"AS BIGINT), {-mm.bound}), {mm.bound}))")
-                elif mm.kind == "csq":
-                    mid = (mm.lo + mm.hi) / 2.0
+                if mm.kind == "csq":
+                    # centred where the centred sum is, so that Var = Q/n - (S/n)^2 holds
+                    csum = next(o for o in plan.measures
+                                if o.kind == "csum" and o.column == mm.column)
+                    mid = math.ldexp(float(csum.center), -csum.f)
                     expr = (f"SUM(LEAST(CAST(round(({x} - {_lit(mid)}) * ({x} - {_lit(mid)}) * "
                             f"{_pow2(mm.f)}) AS BIGINT), {mm.bound}))")
                 elif mm.kind == "quant":

@@ -1,0 +1,162 @@
+"""Curator benchmark: private grouped COUNT + SUM + AVG against the same query in plain DuckDB.
+
+Everything in one run::
+
+    python benchmarks/engine_bench.py                 # 1M and 10M rows
+    python benchmarks/engine_bench.py --rows 1000000 --repeat 7 --json out.json
+
+For each size: a table of ``rows`` rows, 10 groups (``g``, public keys declared as a domain), a
+value ``x`` in [0, 100] and a unit id ``uid`` (1 to 8 rows per unit, so some units exceed the cap
+of 5). Timed, each the best and the median of ``--repeat`` runs, interleaved:
+
+* ``plain``: ``SELECT g, COUNT(*), SUM(x), AVG(x) FROM t GROUP BY g`` in DuckDB on the same
+  file (read-only attach, same connection kind as the curator uses);
+* ``dpkit record``: ``cur.sql(...)`` on the table registered at record level: parse, validate,
+  plan, the one pushed-down statement, the durable ledger charge (SQLite, fsync), noise, result;
+* ``hand bounded``: hand-written user-level SQL, clamping ``x`` and keeping at most 5 rows per
+  unit with ``ROW_NUMBER() OVER (PARTITION BY uid ORDER BY hash(...))``;
+* ``hand bounded (arbitrary rows)``: the same with no ORDER BY in the window (cheaper, but which
+  rows survive then depends on the execution, not only on the unit's own rows);
+* ``dpkit user``: ``cur.sql(...)`` on the table registered with ``privacy_unit="uid"``,
+  ``max_rows_per_unit=5``.
+
+Targets (issue 3): record level <= 0.5 s at 1M rows and <= 1.5x plain; user level <= 1.5x hand
+bounded. OpenDP / SmartNoise comparisons need their own virtual environments and are not run
+here (see docs/curator.md for the peer figures measured earlier on this kind of machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+
+import dpkit as dp
+from dpkit.engine import Curator
+
+QUERY = "SELECT g, COUNT(*) AS n, SUM(x) AS s, AVG(x) AS a FROM {t} GROUP BY g"
+
+
+def make_data(rows: int, seed: int = 7) -> dict[str, np.ndarray]:
+    src = dp.noise.seeded(seed)
+    # units with 1..8 rows (mean 4.5): draw a row count per unit, then repeat
+    n_units = rows // 4 + 1
+    per = dp.noise.uniform_int(8, n_units, source=src) + 1
+    uid = np.repeat(np.arange(n_units, dtype=np.int64), per)[:rows]
+    if len(uid) < rows:
+        uid = np.concatenate([uid, np.arange(n_units, n_units + rows - len(uid))])
+    perm = dp.noise.permutation(rows, source=src)
+    uid = uid[perm]
+    g = dp.noise.uniform_int(10, rows, source=src).astype(np.int64)
+    x = np.round(dp.noise.uniform_float01(rows, source=src) * 120.0 - 10.0, 3)
+    return {"uid": uid, "g": g, "x": x}
+
+
+def timed(fn: Any) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def bench(rows: int, repeat: int, workdir: Path) -> dict[str, Any]:
+    data = make_data(rows)
+    project = workdir / f"bench{rows}.dpkit"
+    cur = Curator.create(project, epsilon=1000.0, accountant="pure")
+    keys = list(range(10))
+    t_load = timed(lambda: cur.add_table("rec", data, bounds={"x": (0, 100)},
+                                         domains={"g": keys}))
+    cur.add_table("usr", data, privacy_unit="uid", max_rows_per_unit=5, bounds={"x": (0, 100)},
+                  domains={"g": keys})
+    cur.close()
+    cur = Curator.open(project)
+
+    con = duckdb.connect()
+    con.execute("SET enable_progress_bar=false")
+    con.execute(f"ATTACH '{project / 'data.duckdb'}' AS d (READ_ONLY)")
+    rel = "d.priv.rec"
+    plain = QUERY.format(t=rel)
+    clamp = "LEAST(GREATEST(x, 0), 100)"
+    hand = (f"SELECT g, COUNT(*), SUM({clamp}), AVG({clamp}) FROM (SELECT * FROM d.priv.usr "
+            f"QUALIFY ROW_NUMBER() OVER (PARTITION BY uid ORDER BY hash(uid, g, x, 42::UBIGINT))"
+            f" <= 5) GROUP BY g")
+    hand_any = (f"SELECT g, COUNT(*), SUM({clamp}), AVG({clamp}) FROM (SELECT * FROM d.priv.usr "
+                f"QUALIFY ROW_NUMBER() OVER (PARTITION BY uid) <= 5) GROUP BY g")
+    cases = {
+        "plain": lambda: con.execute(plain).fetchall(),
+        "dpkit record": lambda: cur.sql(QUERY.format(t="rec"), epsilon=0.01),
+        "hand bounded": lambda: con.execute(hand).fetchall(),
+        "hand bounded (arbitrary rows)": lambda: con.execute(hand_any).fetchall(),
+        "dpkit user": lambda: cur.sql(QUERY.format(t="usr"), epsilon=0.01),
+    }
+    for fn in cases.values():  # warm caches once
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(repeat):
+        for k, fn in cases.items():
+            times[k].append(timed(fn))
+    con.close()
+    cur.close()
+    out = {k: {"best_s": min(v), "median_s": statistics.median(v)} for k, v in times.items()}
+    out["_load_s"] = t_load
+    out["_ratios"] = {
+        "record / plain (best)": out["dpkit record"]["best_s"] / out["plain"]["best_s"],
+        "record / plain (median)": out["dpkit record"]["median_s"] / out["plain"]["median_s"],
+        "user / hand bounded (best)": out["dpkit user"]["best_s"] / out["hand bounded"]["best_s"],
+        "user / hand bounded (median)":
+            out["dpkit user"]["median_s"] / out["hand bounded"]["median_s"],
+        "user / hand arbitrary (best)":
+            out["dpkit user"]["best_s"] / out["hand bounded (arbitrary rows)"]["best_s"],
+    }
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, nargs="*", default=[1_000_000, 10_000_000])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = ap.parse_args()
+    meta = {
+        "machine": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "python": platform.python_version(),
+        "duckdb": duckdb.__version__,
+        "dpkit": dp.__version__,
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    results: dict[str, Any] = {"meta": meta, "sizes": {}}
+    work = Path(tempfile.mkdtemp(prefix="dpkit-bench-"))
+    try:
+        for rows in args.rows:
+            r = bench(rows, args.repeat, work)
+            results["sizes"][str(rows)] = r
+            print(f"\n== {rows:,} rows, 10 groups, COUNT + SUM + AVG (public keys) ==")
+            for k, v in r.items():
+                if not k.startswith("_"):
+                    print(f"  {k:32s} best {v['best_s'] * 1000:8.1f} ms   median "
+                          f"{v['median_s'] * 1000:8.1f} ms")
+            for k, v in r["_ratios"].items():
+                print(f"  {k:32s} {v:6.2f}x")
+            print(f"  (loading the table into the project took {r['_load_s']:.1f} s)")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    results["meta"]["load_average_after"] = os.getloadavg()
+    print(f"\nmachine: {meta['machine']}, {meta['cpus']} cpus, load average before "
+          f"{meta['load_average'][0]:.1f}, after {results['meta']['load_average_after'][0]:.1f}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
