@@ -281,8 +281,9 @@ def lp_attack(
 
     Variables ``x in [0, levels-1]^n`` (relaxed to reals). With ``noise_bound=E``: find ``x``
     with ``|A x - y|_inf <= E`` (Dinur-Nissim 2003; falls back to the L1 program if no such
-    ``x`` exists, i.e. the bound was wrong). Without: minimise ``sum_j e_j`` subject to
-    ``-e <= A x - y <= e`` (L1 decoding, Dwork-McSherry-Talwar 2007; the maximum-likelihood
+    ``x`` exists, i.e. the bound was wrong); HiGHS' interior-point method rounded better here
+    than its dual simplex (e.g. 78-84% vs 73-78% at E = 16, n = 256). Without: minimise
+    ``sum_j |a_j · x - y_j|`` (L1 decoding, Dwork-McSherry-Talwar 2007; the maximum-likelihood
     estimate under Laplace noise, and robust to a few wild answers). Returns ``round(x)``
     clipped to ``[0, levels)`` (int64). Rows of ``y`` that are NaN (no answer) are dropped.
     """
@@ -308,14 +309,14 @@ def lp_attack(
         if res.status == 0:
             x = res.x
     if x is None:
-        Asp = sparse.csr_matrix(A)
+        # A x - y = u - v with u, v >= 0; minimise sum(u + v) = the L1 error (m equality rows)
         eye = sparse.identity(m, format="csr")
-        A_ub = sparse.vstack([sparse.hstack([Asp, -eye]), sparse.hstack([-Asp, -eye])]).tocsr()
+        A_eq = sparse.hstack([sparse.csr_matrix(A), -eye, eye]).tocsr()
         res = linprog(
-            np.concatenate([np.zeros(n), np.ones(m)]),
-            A_ub=A_ub,
-            b_ub=np.concatenate([y, -y]),
-            bounds=[(0.0, hi)] * n + [(0.0, None)] * m,
+            np.concatenate([np.zeros(n), np.ones(2 * m)]),
+            A_eq=A_eq,
+            b_eq=y,
+            bounds=[(0.0, hi)] * n + [(0.0, None)] * (2 * m),
             method="highs-ipm",
         )
         if res.status != 0:  # pragma: no cover - the L1 program is always feasible

@@ -1,0 +1,48 @@
+"""Smoke tests of the functions behind `dpkit attack …` (small sizes; the numbers themselves
+are pinned by the other test files)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dpkit.attacks import cli_commands as cc
+
+
+def test_reconstruct_summary() -> None:
+    s = cc.attack_reconstruct(n=32, queries=128, noise_levels=(0, 2), curator_epsilon=None,
+                              seed=1)
+    assert s.columns == ["system", "answered", "refused", "recovered"]
+    assert len(s.rows) == 2 and s.rows[0][-1] == "100.0%"
+    assert s.table().row_count == 2
+
+
+def test_reconstruct_against_curator_small() -> None:
+    pytest.importorskip("dpkit.engine")
+    s = cc.attack_reconstruct(n=16, queries=8, noise_levels=(), curator_epsilon=1.0, seed=2)
+    (row,) = s.rows
+    assert row[0].startswith("dpkit curator") and row[1] == 8 and row[2] >= 1
+
+
+def test_difference_and_average_summaries() -> None:
+    d = cc.attack_difference(n=40, targets=4, repeats=50, curator_epsilon=None, seed=3)
+    assert d.rows[0][-1] == "100.0%" and d.rows[1][-1] == "100.0%"  # exact, suppression
+    a = cc.attack_average(n=40, repeats=(1, 100), questions=2, curator_epsilon=None, seed=4)
+    assert [r[0] for r in a.rows] == [1, 100]
+    # fresh Laplace noise of scale 8 (sd 11.3) averaged 100 times: sd 1.13; 5 is 4.4 sd away
+    assert a.rows[1][1] < 5
+
+
+def test_membership_and_audits(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    m = cc.attack_membership(kind="aggregate", trials=2000, seed=5, plot_dir=tmp_path)
+    assert m.rows[0][0] == "count, exact" and m.rows[0][1] == 1.0
+    assert [p.name for p in m.files] == ["attack_roc_aggregate.png"]
+    assert (tmp_path / "attack_roc_aggregate.png").exists()
+    o = cc.attack_one_run(canaries=1000, guesses=1000, correct=1000)
+    assert 5.80 < o.rows[0][-1] < 5.82
+    r = cc.attack_audit(trials=200, names=["geometric"], seed=6)
+    assert r.rows[0][0] == "geometric" and r.rows[0][-1] == "ok"
+    with pytest.raises(ValueError, match="kind"):
+        cc.attack_membership(kind="nope")
