@@ -221,3 +221,16 @@ def test_local_hashing_server_matches_brute_force() -> None:
         brute = np.array([(bitlinear_hash(seeds_t, np.full(3000, v), g) == r["y"]).sum()
                           for v in range(d)])
         assert np.array_equal(lh_support(r["seeds"], r["y"], g, d), brute)
+
+
+def test_seeded_reports_are_flagged_insecure_through_to_the_release() -> None:
+    o = OptimizedUnaryEncoding(6, epsilon=1.0)
+    seeded = o.estimate(o.randomize([1, 2, 3] * 50, source=noise.seeded(1)))
+    assert seeded.insecure and seeded.release().insecure
+    secure = o.estimate(o.randomize([1, 2, 3] * 50))
+    rel = secure.release(level=0.9)
+    assert not rel.insecure and rel.event == o.event and rel.level == 0.9
+    lo, hi = rel.ci
+    assert np.all(lo <= rel.value) and np.all(rel.value <= hi)
+    t = o.aggregate(o.randomize([1], source=noise.seeded(2))) + o.aggregate(o.randomize([2]))
+    assert t.insecure and t.n == 2

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from dpkit.events import Event, PureDP
+from dpkit.mechanisms.release import Release
 from dpkit.noise import Source
 
 __all__ = ["FrequencyEstimate", "FrequencyOracle", "PureOracle", "Reports", "Tally"]
@@ -77,13 +78,15 @@ class Tally:
     kind: str
     stats: np.ndarray
     n: int
+    insecure: bool = False
 
     def __add__(self, other: Tally) -> Tally:
         if not isinstance(other, Tally) or other.kind != self.kind:
             return NotImplemented
         if other.stats.shape != self.stats.shape:
             raise ValueError(f"tally shapes differ: {self.stats.shape} vs {other.stats.shape}")
-        return Tally(self.kind, self.stats + other.stats, self.n + other.n)
+        return Tally(self.kind, self.stats + other.stats, self.n + other.n,
+                     self.insecure or other.insecure)
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,7 @@ class FrequencyEstimate:
     n: int
     event: Event
     details: dict[str, Any] = field(default_factory=dict, compare=False)
+    insecure: bool = False
 
     @property
     def frequencies(self) -> np.ndarray:
@@ -117,6 +121,11 @@ class FrequencyEstimate:
             raise ValueError(f"level must be in (0, 1) (got {level})")
         z = float(norm.ppf(0.5 + level / 2))
         return self.counts - z * self.std, self.counts + z * self.std
+
+    def release(self, level: float = 0.95) -> Release:
+        """The counts as a :class:`dpkit.Release` (per-client event, normal-approximation CI)."""
+        return Release(self.counts, self.event, self.ci(level), level, self.insecure,
+                       dict(self.details, variance=self.variance, n=self.n))
 
 
 class FrequencyOracle:
@@ -224,6 +233,7 @@ class PureOracle(FrequencyOracle):
             n=t.n,
             event=self.event,
             details={"oracle": self.kind, "p_star": self.p_star, "q_star": self.q_star},
+            insecure=t.insecure,
         )
 
     def _variance(self, counts: np.ndarray, n: int) -> np.ndarray:

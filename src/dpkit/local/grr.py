@@ -70,7 +70,7 @@ class GeneralizedRR(PureOracle):
         if y.size and (y.min() < 0 or y.max() >= self.domain_size):
             raise ValueError(f"GRR report outside [0, {self.domain_size})")
         stats = np.bincount(y, minlength=self.domain_size).astype(np.int64)
-        return Tally(self.kind, stats, int(y.size))
+        return Tally(self.kind, stats, int(y.size), reports.insecure)
 
     def config(self) -> dict[str, Any]:
         return {"kind": self.kind, "domain_size": self.domain_size,

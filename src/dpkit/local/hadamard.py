@@ -64,7 +64,7 @@ class HadamardResponse(FrequencyOracle):
         if j.size and (j.min() < 0 or j.max() >= self.D or b.max() > 1 or b.min() < 0):
             raise ValueError(f"Hadamard reports need rows in [0, {self.D}) and bits in {{0, 1}}")
         stats = np.bincount(2 * j + b, minlength=2 * self.D).astype(np.int64)
-        return Tally(self.kind, stats, int(j.size))
+        return Tally(self.kind, stats, int(j.size), reports.insecure)
 
     def estimate(self, data: Reports | Tally) -> FrequencyEstimate:
         t = self._tally(data)
@@ -78,6 +78,7 @@ class HadamardResponse(FrequencyOracle):
             n=t.n,
             event=self.event,
             details={"oracle": self.kind, "c": self.c},
+            insecure=t.insecure,
         )
 
     def count_variance(self, true_counts: Any) -> np.ndarray:

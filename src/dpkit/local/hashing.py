@@ -81,7 +81,7 @@ class LocalHashing(PureOracle):
         if seeds.ndim != 2 or seeds.shape[1] != self.bits + 1:
             raise ValueError(f"local-hashing seeds must have shape (n, {self.bits + 1})")
         stats = lh_support(seeds, y, self.g, self.domain_size)
-        return Tally(self.kind, stats, int(y.size))
+        return Tally(self.kind, stats, int(y.size), reports.insecure)
 
     def config(self) -> dict[str, Any]:
         return {"kind": self.kind, "domain_size": self.domain_size,

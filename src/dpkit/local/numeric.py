@@ -138,7 +138,8 @@ class LocalLaplace:
         if not isinstance(reports, Reports) or reports.kind != self.kind:
             raise TypeError("LocalLaplace.aggregate needs reports of kind 'laplace'")
         y = np.asarray(reports["y"], dtype=np.int64)
-        return Tally(self.kind, np.array([int(y.sum())], dtype=object), int(y.size))
+        return Tally(self.kind, np.array([int(y.sum())], dtype=object), int(y.size),
+                     reports.insecure)
 
     def estimate_mean(self, data: Reports | Tally) -> MeanEstimate:
         t = self.aggregate(data) if isinstance(data, Reports) else data

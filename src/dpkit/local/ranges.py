@@ -178,7 +178,8 @@ class HierarchicalRanges:
         for lvl, oracle in enumerate(self.oracles, start=1):
             idx = np.flatnonzero(level == lvl)
             parts.append(oracle.aggregate(self._sub_reports(reports, lvl, idx)).stats)
-        return Tally(self.kind, np.concatenate(parts).astype(np.int64), int(level.size))
+        return Tally(self.kind, np.concatenate(parts).astype(np.int64), int(level.size),
+                     reports.insecure)
 
     def level_variances(self, n: int, n_levels: np.ndarray) -> np.ndarray:
         """Per-node variance of the scaled level estimates: n² V_ℓ / n_ℓ (V at frequency 0)."""
@@ -322,7 +323,7 @@ class HaarRanges:
         S = np.bincount(offset + rows, weights=sign, minlength=self.padded - 1)
         counts = np.bincount(level, minlength=self.height)
         return Tally(self.kind, np.concatenate([counts, np.rint(S)]).astype(np.int64),
-                     int(level.size))
+                     int(level.size), reports.insecure)
 
     def estimate(self, data: Reports | Tally) -> RangeEstimate:
         t = self.aggregate(data) if isinstance(data, Reports) else data

@@ -159,7 +159,7 @@ class Rappor:
             stats[coh, 0] = idx.size
             if idx.size:
                 stats[coh, 1:] = count_packed_bits(bits[idx], self.k)
-        return Tally(self.kind, stats.ravel(), int(c.size))
+        return Tally(self.kind, stats.ravel(), int(c.size), reports.insecure)
 
     def design(self, candidates: Any) -> np.ndarray:
         """X[(c, b), v] = 1 if bit b is set in cohort c's Bloom filter of candidate v."""
@@ -186,7 +186,8 @@ class Rappor:
         counts = A @ t_hat
         cov = self.count_covariance(np.clip(counts, 0, t.n), candidates, A=A)
         return FrequencyEstimate(counts, np.diag(cov).copy(), t.n, self.event,
-                                 {"oracle": self.kind, "candidates": np.asarray(candidates)})
+                                 {"oracle": self.kind, "candidates": np.asarray(candidates)},
+                                 t.insecure)
 
     def count_covariance(self, true_counts: Any, candidates: Any,
                          A: np.ndarray | None = None) -> np.ndarray:

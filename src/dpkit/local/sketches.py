@@ -90,7 +90,8 @@ class _Sketch:
         # plug-in variance: S₂ unknown to the server -> bounded by the estimate's own scale
         var = self.count_variance_parts(np.clip(counts, 0, t.n), t.n, 0.0)
         return FrequencyEstimate(counts, var, t.n, self.event,
-                                 {"oracle": self.kind, "collision_term_omitted": True})
+                                 {"oracle": self.kind, "collision_term_omitted": True},
+                                 t.insecure)
 
     def count_variance_parts(self, n_d: Any, n: float, s2: Any) -> np.ndarray:
         raise NotImplementedError
@@ -147,7 +148,7 @@ class CountMeanSketch(_Sketch):
             stats[row, 0] = idx.size
             if idx.size:
                 stats[row, 1:] = count_packed_bits(bits[idx], self.m)
-        return Tally(self.kind, stats.ravel(), int(j.size))
+        return Tally(self.kind, stats.ravel(), int(j.size), reports.insecure)
 
     def _sketch_matrix(self, t: Tally) -> np.ndarray:
         s = t.stats.reshape(self.k, self.m + 1).astype(np.float64)
@@ -198,7 +199,7 @@ class HadamardCountMeanSketch(_Sketch):
         row = np.asarray(reports["row"]).astype(np.int64)
         sign = 2 * np.asarray(reports["bits"]).astype(np.int64) - 1
         S = np.bincount(j * self.m + row, weights=sign, minlength=self.k * self.m)
-        return Tally(self.kind, np.rint(S).astype(np.int64), int(j.size))
+        return Tally(self.kind, np.rint(S).astype(np.int64), int(j.size), reports.insecure)
 
     def _sketch_matrix(self, t: Tally) -> np.ndarray:
         S = t.stats.reshape(self.k, self.m).astype(np.float64)

@@ -82,7 +82,7 @@ class UnaryEncoding(PureOracle):
                 f"unary-encoding reports must have shape (n, {self.nbytes}) (got {packed.shape})"
             )
         stats = count_packed_bits(packed, self.domain_size)
-        return Tally(self.kind, stats, int(packed.shape[0]))
+        return Tally(self.kind, stats, int(packed.shape[0]), reports.insecure)
 
     def config(self) -> dict[str, Any]:
         return {"kind": self.kind, "domain_size": self.domain_size,
