@@ -13,7 +13,11 @@ from scipy.stats import binomtest
 import dpkit.noise as noise
 from dpkit.events import from_dict
 from dpkit.local import (
+    CountMeanSketch,
     GeneralizedRR,
+    HaarRanges,
+    HadamardCountMeanSketch,
+    HadamardResponse,
     HierarchicalRanges,
     LocalLaplace,
     LocalSQOracle,
@@ -122,10 +126,16 @@ MECHS = [
     lambda: OptimizedLocalHashing(40, epsilon=1.0),
     lambda: HierarchicalRanges(40, epsilon=1.0),
     lambda: Rappor(num_bits=16, num_cohorts=2, source=noise.seeded(9)),
+    lambda: HaarRanges(40, epsilon=1.0),
+    lambda: HadamardResponse(40, epsilon=1.0),
+    lambda: CountMeanSketch(epsilon=1.0, num_hashes=3, width=32, source=noise.seeded(8)),
+    lambda: HadamardCountMeanSketch(epsilon=1.0, num_hashes=3, width=32, source=noise.seeded(8)),
+    lambda: LocalLaplace(lower=0.0, upper=40.0, epsilon=1.0),
 ]
 
 
-@pytest.mark.parametrize("make", MECHS, ids=["grr", "oue", "olh", "hier", "rappor"])
+@pytest.mark.parametrize("make", MECHS, ids=["grr", "oue", "olh", "hier", "rappor", "haar", "hr",
+                                             "cms", "hcms", "laplace"])
 def test_jsonl_roundtrip_in_another_process_shape(make) -> None:
     mech = make()
     src = noise.seeded(7)
