@@ -171,6 +171,7 @@ class Curator:
         self._source = source
         self._backend = DuckBackend(path / DATA_FILE)
         self._lock = threading.RLock()
+        self._tables_cache: tuple[int, dict[str, TableMeta]] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -279,14 +280,19 @@ class Curator:
 
     def tables(self) -> dict[str, TableMeta]:
         """The registered tables and their (public) declarations."""
+        rows = self.ledger.entries("table")
+        key = rows[-1].seq if rows else 0
+        if self._tables_cache is not None and self._tables_cache[0] == key:
+            return dict(self._tables_cache[1])
         out: dict[str, TableMeta] = {}
-        for e in self.ledger.entries("table"):
+        for e in rows:
             if e.payload.get("dropped"):
                 out.pop(str(e.payload["name"]), None)
             else:
                 meta = TableMeta.from_dict(e.payload["table"])
                 out[meta.name] = meta
-        return out
+        self._tables_cache = (key, out)
+        return dict(out)
 
     def add_table(
         self,

@@ -570,13 +570,15 @@ def _pow2(f: int) -> str:
 
 
 def clamp_sql(col: str, lo: float, hi: float, cls: str) -> str:
-    """``col`` clamped into [lo, hi] as DOUBLE; NULL and NaN stay NULL (they are ignored)."""
-    x = f"CAST({col} AS DOUBLE)"
-    if cls == "float":
-        return (f"(CASE WHEN {x} < {_lit(lo)} THEN {_lit(lo)} WHEN {x} <= {_lit(hi)} THEN {x} "
-                f"WHEN {x} > {_lit(hi)} AND NOT isnan({x}) THEN {_lit(hi)} END)")
-    return (f"(CASE WHEN {x} < {_lit(lo)} THEN {_lit(lo)} WHEN {x} > {_lit(hi)} THEN {_lit(hi)} "
-            f"ELSE {x} END)")
+    """``col`` clamped into [lo, hi] as DOUBLE; NULL and NaN give NULL (they are ignored).
+
+    ``greatest``/``least`` alone would turn NULL into a bound (DuckDB skips NULL arguments), and
+    NaN compares above every number, hence the CASE.
+    """
+    x = f"CAST({col} AS DOUBLE)"  # a no-op for DOUBLE columns
+    nan = f" AND NOT isnan({x})" if cls == "float" else ""
+    return (f"(CASE WHEN {x} <= {_lit(hi)} THEN greatest({x}, {_lit(lo)}) "
+            f"WHEN {x} > {_lit(hi)}{nan} THEN {_lit(hi)} END)")
 
 
 def _literal_sql(value: Any, type_: str) -> str:
@@ -635,7 +637,9 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int) -> Compiled
         w = spec.where.sql(dialect="duckdb")
         conds.append(f"COALESCE(TRY({w}), FALSE)" if spec.where_risky else f"({w})")
     for i, (kind, values) in enumerate(plan.key_sources):
-        if kind == "domain":
+        # Rows outside a declared domain are dropped before bounding (so they use up no unit's
+        # row cap); at record level the join with the key set drops them anyway.
+        if kind == "domain" and (not table.record_level or plan.group_mode != "public"):
             k = spec.group_by[i]
             lits = ", ".join(_literal_sql(v, k.type) for v in values)
             conds.append(f"{ref(k.source + '.' + k.column)} IN ({lits})")
