@@ -16,7 +16,16 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {"noise", "events", "accounting", "mechanisms", "engine", "attacks"}
+_SUBMODULES = {
+    "noise",
+    "events",
+    "accounting",
+    "mechanisms",
+    "engine",
+    "release",
+    "local",
+    "attacks",
+}
 _EXPORTS = {
     "Release": ("dpkit.mechanisms.release", "Release"),
     "Budget": ("dpkit.accounting", "Budget"),
