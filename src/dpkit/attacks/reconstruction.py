@@ -9,10 +9,11 @@ noisy linear equation ``a_j · x ≈ y_j`` in the unknown secret vector ``x``.
 
 **What the attack proves** (Dinur-Nissim 2003; Dwork-McSherry-Talwar 2007): if every one of
 ``m = Θ(n)`` random subset-sum answers is within ``E = o(sqrt(n))`` of the truth, the linear
-program below recovers all but ``o(n)`` secrets. "Blatant non-privacy" follows from accuracy
-alone, whatever the system does to hide rows (no raw data leaves it, only counts). The only way
-out is noise of order ``sqrt(n)`` *per query*, or a cap on the number of queries: that is what a
-differential-privacy budget enforces (noise grows as ``sqrt(m)/ε`` under composition).
+program below recovers all but ``o(n)`` of the secret bits. "Blatant non-privacy" follows from
+accuracy alone, whatever the system does to hide rows (no raw data leaves it, only counts).
+The only way out is noise of order ``sqrt(n)`` *per query*, or a cap on the number of queries:
+that is what a differential-privacy budget enforces (noise grows as ``sqrt(m)/ε`` under
+composition).
 
 Attacks:
 
