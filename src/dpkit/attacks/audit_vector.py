@@ -48,6 +48,26 @@ __all__ = ["audit_black_box", "empirical_epsilon_vector", "unwrap_output"]
 Projection = Callable[[np.ndarray], np.ndarray]
 
 
+def _coordinate(j: int) -> Projection:
+    def g(x: np.ndarray) -> np.ndarray:
+        return x[:, j]
+
+    return g
+
+
+def _direction(v: np.ndarray) -> Projection:
+    w = np.array(v, dtype=np.float64)
+
+    def g(x: np.ndarray) -> np.ndarray:
+        return x @ w
+
+    return g
+
+
+def _argmax(x: np.ndarray) -> np.ndarray:
+    return np.argmax(x, axis=1).astype(np.float64)
+
+
 def _matrix(sample: Any, name: str) -> np.ndarray:
     a = np.asarray(sample, dtype=np.float64)
     if a.ndim == 1:
@@ -70,16 +90,15 @@ def _candidates(
     out: list[tuple[str, Projection]] = []
     coords = np.argsort(-np.abs(diff) / sd, kind="stable")[:max_coordinates]
     for j in coords.tolist():
-        out.append((f"coordinate {j}", lambda x, j=j: x[:, j]))
+        out.append((f"coordinate {j}", _coordinate(j)))
     if d > 1:
         if np.any(diff != 0):
-            md = diff.copy()
-            out.append(("mean difference", lambda x, v=md: x @ v))
+            out.append(("mean difference", _direction(diff)))
         cov = np.cov(pooled, rowvar=False) + 1e-9 * np.eye(d)
         lda = np.linalg.solve(cov, diff)
         if np.all(np.isfinite(lda)) and np.any(lda != 0):
-            out.append(("LDA direction", lambda x, v=lda: x @ v))
-        out.append(("argmax coordinate", lambda x: np.argmax(x, axis=1).astype(np.float64)))
+            out.append(("LDA direction", _direction(lda)))
+        out.append(("argmax coordinate", _argmax))
     for i, g in enumerate(extra):
         if callable(g):
             out.append((getattr(g, "__name__", f"projection {i}"), g))
@@ -87,7 +106,7 @@ def _candidates(
             v = np.asarray(g, dtype=np.float64).ravel()
             if v.shape != (d,):
                 raise ValueError(f"projection {i} must have {d} entries (got {v.shape})")
-            out.append((f"projection {i}", lambda x, v=v: x @ v))
+            out.append((f"projection {i}", _direction(v)))
     return out
 
 
@@ -179,9 +198,10 @@ def audit_black_box(
         try:
             x0 = np.asarray(outs[0], dtype=np.float64)
             x1 = np.asarray(outs[1], dtype=np.float64)
-        except (TypeError, ValueError):
-            x0 = x1 = None
-        if x0 is not None and x1 is not None and x0.ndim == 2 and x0.shape[1:] == x1.shape[1:]:
+            vectors = x0.ndim == 2 and x0.shape[1:] == x1.shape[1:]
+        except (TypeError, ValueError):  # ragged or non-numeric: audit as labels below
+            vectors = False
+        if vectors:
             if x0.shape[1] == 1:
                 return empirical_epsilon(x0[:, 0], x1[:, 0], delta=delta,
                                          confidence=confidence, **options)

@@ -367,6 +367,7 @@ def fit_logistic(
     if private:
         from dpkit.mechanisms import gaussian
 
+        assert epsilon is not None and delta is not None  # checked above
         w = np.asarray(
             gaussian(w, sensitivity=2.0 / (n * l2), epsilon=float(epsilon),
                      delta=float(delta), source=source).value,

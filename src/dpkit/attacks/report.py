@@ -133,7 +133,11 @@ def audit_mechanisms(
     rows = []
     for name in chosen:
         case = cases[name]
-        res = audit_black_box(lambda d, c=case: c.run(d, source), case.d0, case.d1,
+
+        def run(d: Any, c: AuditCase = case) -> Any:
+            return c.run(d, source)
+
+        res = audit_black_box(run, case.d0, case.d1,
                               trials=trials, delta=case.delta, confidence=confidence,
                               selection_fraction=selection_fraction)
         rows.append(MechanismAudit(
