@@ -405,7 +405,7 @@ class Curator:
 
     def _cost(self, plan: dplan.Plan, analyst: str, delta: float | None, *,
               check_only: bool = False) -> Any:
-        from dpkit.accounting import UnsupportedEvent
+        from dpkit.accounting import BudgetExceeded, UnsupportedEvent
 
         try:
             if check_only:
@@ -418,6 +418,13 @@ class Curator:
                 f"the project's accountant ({self.ledger.config.accountant}) cannot pay for this "
                 f"query: {exc}. Use Laplace noise / public group keys, or a project with an "
                 f"'approx' accountant"
+            ) from None
+        except BudgetExceeded:
+            raise
+        except (ValueError, ArithmeticError) as exc:
+            raise dsql.QueryError(
+                f"the project's accountant ({self.ledger.config.accountant}) failed on this "
+                f"query's event: {str(exc).splitlines()[0]}. Nothing was charged"
             ) from None
 
     def sql(

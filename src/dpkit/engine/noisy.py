@@ -319,7 +319,8 @@ def _postprocess(plan: Plan, table: dict[str, np.ndarray]) -> tuple[
                 gi = int(n[3:])
                 types.append(spec.group_by[gi].type)
             else:
-                types.append("DOUBLE")
+                arr = table[n]
+                types.append("BIGINT" if np.asarray(arr).dtype.kind in "iu" else "DOUBLE")
         con.execute("CREATE TABLE __noisy (" + ", ".join(
             f"{n} {t}" for n, t in zip(names, types, strict=True)) + ")")
         nrows = len(next(iter(table.values()))) if table else 0
@@ -373,6 +374,8 @@ def _postprocess(plan: Plan, table: dict[str, np.ndarray]) -> tuple[
         kind = out_kinds.get(c, "expr")
         if kind == "group":
             data[c] = np.array(vals, dtype=object)
+        elif vals and all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+            data[c] = np.array(vals, dtype=np.int64)
         else:
             data[c] = np.array([np.nan if v is None else v for v in vals], dtype=np.float64)
     return cols, data, {c: out_kinds.get(c, "expr") for c in cols}

@@ -656,20 +656,20 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int) -> Compiled
                 f"ORDER BY hash(__u, {gk}, {seed_lit}), {gk}) <= {plan.g})"
             )
             current = "__gb"
-        # Only units with more than m rows need a choice. Find them with a hash aggregate and
-        # keep, per such unit, the m rows with the smallest keyed hash (a top-m aggregate, no
-        # sort); keep every row of the other units. Rows tied on the hash are identical in
-        # every column the query reads, so which of them is kept cannot change the answer.
+        # Only units with more than m rows need a choice. Count each unit's rows (a window
+        # without ORDER BY: a hash partition, no sort) and keep, per unit above the cap, the m
+        # rows with the smallest keyed hash (a top-m aggregate); keep every row of the others.
+        # Rows tied on the hash are identical in every column the query reads, so which of them
+        # is kept cannot change the answer.
         cols = ["__u", *group_cols, *value_cols.values()]
         hashed = ", ".join([*cols, seed_lit])
         struct = "{" + ", ".join(f"'{c}': {c}" for c in cols) + "}"
-        ctes.append(f"__big AS (SELECT __u FROM {current} GROUP BY __u "
-                    f"HAVING COUNT(*) > {plan.m})")
+        ctes.append(f"__w AS (SELECT {', '.join(cols)}, COUNT(*) OVER (PARTITION BY __u) AS __n "
+                    f"FROM {current})")
         ctes.append(
             f"__b AS (SELECT unnest(arg_min({struct}, hash({hashed}), {plan.m}), "
-            f"recursive := true) FROM (SELECT * FROM {current} SEMI JOIN __big ON "
-            f"{current}.__u = __big.__u) GROUP BY __u UNION ALL SELECT {', '.join(cols)} FROM "
-            f"{current} ANTI JOIN __big ON {current}.__u = __big.__u)"
+            f"recursive := true) FROM __w WHERE __n > {plan.m} GROUP BY __u UNION ALL "
+            f"SELECT {', '.join(cols)} FROM __w WHERE __n <= {plan.m})"
         )
         current = "__b"
 
