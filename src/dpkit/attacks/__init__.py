@@ -1,15 +1,51 @@
 """Attacks on private (and non-private) releases, and the empirical audit of a mechanism's ε.
 
-- :mod:`dpkit.attacks.audit`: certified lower bounds on ε from samples on neighbouring inputs
-  (``empirical_epsilon``; ``audit.audit`` runs a vectorised sampler first).
+- :mod:`~dpkit.attacks.audit`: certified lower bounds on ε from samples on neighbouring inputs
+  (``empirical_epsilon``; ``audit.audit`` runs a vectorised sampler first);
+  :mod:`~dpkit.attacks.audit_vector` for vector outputs and black-box mechanisms;
+  :mod:`~dpkit.attacks.one_run` for the Steinke-Nasr-Jagielski one-run audit bound;
+- :mod:`~dpkit.attacks.reconstruction`: Dinur-Nissim reconstruction (exhaustive and LP);
+- :mod:`~dpkit.attacks.oracles`: systems to attack (exact, fresh or sticky noise, suppression,
+  the dpkit curator); :mod:`~dpkit.attacks.differencing`: differencing and averaging attacks;
+- :mod:`~dpkit.attacks.membership`: membership inference (likelihood ratio, LiRA), ROC curves.
 
 ``dpkit.attacks.audit`` stays the *module* (its function ``audit`` is not re-exported here, so
-that ``dpkit.attacks.audit.empirical_epsilon`` keeps working).
+that ``dpkit.attacks.audit.empirical_epsilon`` keeps working). ``plots`` and ``cli_commands``
+are imported on demand: they need matplotlib and rich.
 """
 
 from __future__ import annotations
 
-from dpkit.attacks import audit
+from dpkit.attacks import (
+    audit,
+    audit_vector,
+    differencing,
+    membership,
+    one_run,
+    oracles,
+    reconstruction,
+    report,
+)
 from dpkit.attacks.audit import AuditResult, clopper_pearson, empirical_epsilon
+from dpkit.attacks.audit_vector import audit_black_box, empirical_epsilon_vector
+from dpkit.attacks.membership import dp_tpr_bound, roc_curve
+from dpkit.attacks.one_run import one_run_epsilon
 
-__all__ = ["AuditResult", "audit", "clopper_pearson", "empirical_epsilon"]
+__all__ = [
+    "AuditResult",
+    "audit",
+    "audit_black_box",
+    "audit_vector",
+    "clopper_pearson",
+    "differencing",
+    "dp_tpr_bound",
+    "empirical_epsilon",
+    "empirical_epsilon_vector",
+    "membership",
+    "one_run",
+    "one_run_epsilon",
+    "oracles",
+    "reconstruction",
+    "report",
+    "roc_curve",
+]
