@@ -9,7 +9,9 @@ under add/remove the number of reports is itself public.
 
 Exactness: ``p`` is irrational, so the sampler uses the largest double ``p_r <= p`` whose
 privacy ratio ``p_r (k-1) / (1 - p_r)`` is at most ``e^ε`` (checked exactly against a correctly
-rounded 60-digit ``exp``); the coin ``Bernoulli(p_r)`` and the uniform lie are exact
+rounded 60-digit ``exp``), and whose reverse ratio ``(1 - p_r)/((k-1) p_r)`` is too (for
+``epsilon`` below ~1e-15 no double satisfies both and ``ValueError`` is raised); the coin
+``Bernoulli(p_r)`` and the uniform lie are exact
 (dpkit.noise). RR with ``p_r`` is a post-processing of RR with ``p`` (compose with another
 symmetric channel), so the event ``RandomizedResponse(ε, k)`` describes it soundly, and the
 estimator below uses ``p_r`` itself, so it stays exactly unbiased.
@@ -48,6 +50,14 @@ def keep_probability(epsilon: float, k: int) -> float:
     bound = Fraction(e_low)
     while Fraction(p) * (k - 1) > bound * (1 - Fraction(p)):
         p = math.nextafter(p, 0.0)
+    # The privacy loss is max(ln(p/q), ln(q/p)): q/p <= e^eps must hold too. Lowering p only
+    # raises q/p, so if it fails here no float keep probability realises epsilon.
+    if 1 - Fraction(p) > bound * (k - 1) * Fraction(p):
+        raise ValueError(
+            f"epsilon={epsilon!r} is too small for randomized response with {k} categories: "
+            "no float64 keep probability has both privacy ratios within e^epsilon; "
+            "use epsilon >= 1e-14 (the report is then almost pure noise anyway)"
+        )
     return p
 
 
