@@ -13,8 +13,9 @@ Noise is the exact discrete Gaussian ``P(z) ∝ exp(-z² / (2 σ²))`` on the in
   computed here with exact tail sums (:mod:`dpkit.mechanisms._accuracy`). For vectors the
   (ε, δ) target is met through zCDP: ``ρ = accounting.zcdp.epsilon_to_rho(ε, δ)`` (the largest ρ
   whose CKS conversion gives (ε, δ)), which is sound for the multivariate discrete Gaussian.
-  Either way σ² is then raised, if needed, until ``dpkit.accounting.delta`` of the event (what a
-  budget will charge) is at most δ, so a release never costs more than was asked.
+  Either way σ² is then raised, if needed, until the accountant certifies (ε, δ) both ways:
+  ``dpkit.accounting.delta(event, ε) <= δ`` and ``dpkit.accounting.epsilon(event, δ) <= ε``
+  (what a budget charges), so a release never costs more than was asked.
 
 Events: ``DiscreteGaussian(σ², Δ)`` for a scalar; ``ZCDP(Δ²/(2σ²))`` for a vector, because an
 accountant reads ``DiscreteGaussian`` as a scalar shift, whose (ε, δ) curve can be *better* than
@@ -116,9 +117,14 @@ def _calibrate_scalar(sensitivity: int, epsilon: float, delta: float) -> float:
 def _accountant_agrees(
     sigma2: float, sensitivity: float, dimension: int, epsilon: float, delta: float
 ) -> bool:
-    """Whether ``dpkit.accounting.delta`` (what a budget will charge) is within ``delta``."""
-    charged = accounting.delta(_event(sigma2, sensitivity, dimension), epsilon=epsilon)
-    return charged <= delta * (1.0 + 1e-9)
+    """Whether the accountant certifies (``epsilon``, ``delta``) in both directions, with no
+    slack: ``accounting.delta(event, epsilon) <= delta`` and ``accounting.epsilon(event,
+    delta) <= epsilon``. The second is what a budget charges (``Budget.charge(event,
+    delta=delta)``); a discretised accountant (PLD) can pass the first and fail the second."""
+    event = _event(sigma2, sensitivity, dimension)
+    if accounting.delta(event, epsilon=epsilon) > delta:
+        return False
+    return accounting.epsilon(event, delta) <= epsilon
 
 
 def _bump_for_accountant(
@@ -264,7 +270,7 @@ def gaussian(
     ``sensitivity/2**k + sqrt(n)`` (vector); ``σ² = Δ_g² / (2ρ)`` (CKS 2020, rounded up), or for
     (ε, δ): the smallest σ² whose exact discrete-Gaussian curve (CKS Thm. 7) gives δ(ε) <= δ
     (scalar; start: the analytic Gaussian of Balle-Wang 2018), via zCDP for vectors; then
-    raised if needed until ``dpkit.accounting.delta`` of the event is <= δ.
+    raised if needed until ``dpkit.accounting`` gives δ(ε) <= δ and ε(δ) <= ε for the event.
     Event: ``DiscreteGaussian(σ², Δ_g)`` (scalar) or ``ZCDP(Δ_g²/(2σ²))`` (vector).
 
     **Accuracy**: ``ci`` (per coordinate) covers the unrounded input with probability at least
