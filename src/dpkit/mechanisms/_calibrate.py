@@ -101,7 +101,7 @@ def l2_sensitivity_on_grid(sensitivity: float, k: int, n: int) -> float:
         return float(grid.sensitivity_on_grid(sensitivity, k))
     D = math.ldexp(sensitivity, -k)  # exact
     root = math.sqrt(n)
-    if root * root < n:  # make sure the float is not below sqrt(n)
+    while Fraction(root) ** 2 < n:  # the float must not be below sqrt(n) (checked exactly)
         root = math.nextafter(root, math.inf)
     total = D + root
     if Fraction(total) < Fraction(D) + Fraction(root):
