@@ -365,3 +365,23 @@ def test_sources(project: Callable[..., Curator], tmp_path: Any) -> None:
     # reopened, declarations intact
     again = Curator.open(cur.path)
     assert again.tables()["csv"].privacy_unit == "u"
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 7])
+def test_bounding_is_exact_with_duplicate_rows(project: Callable[..., Curator], m: int) -> None:
+    """Identical rows hash alike; the unit still keeps exactly m of its rows."""
+    cur = project()
+    u = np.concatenate([np.zeros(30, dtype=np.int64), np.ones(4, dtype=np.int64),
+                        np.full(2, 2, dtype=np.int64)])
+    x = np.concatenate([np.full(25, 5.0), np.arange(5.0), np.full(4, 1.0), [2.0, 3.0]])
+    g = np.array(["a"] * 36, dtype=object)
+    cur.add_table("t", {"u": u, "x": x, "g": g}, privacy_unit="u", max_rows_per_unit=m,
+                  bounds={"x": (0, 10)}, domains={"g": ["a"]})
+    for seed in range(5):
+        cur._source = dp.noise.seeded(seed)  # a different hash key each time
+        plan, ex = _exact(cur, "SELECT g, COUNT(*), SUM(x) FROM t GROUP BY g")
+        rows = ex.cols[plan.measures[0].sql_col][0]
+        assert rows == min(30, m) + min(4, m) + min(2, m)
+        s = ex.cols[plan.measures[1].sql_col][0] * 2.0 ** -plan.measures[1].f
+        # the sum is that of some m rows of each unit
+        assert s <= min(30, m) * 5.0 + min(4, m) * 1.0 + min(2, m) * 3.0 + 1e-9

@@ -596,20 +596,29 @@ class Ledger:
         ``delta_share`` is the δ booked for events with Gaussian steps under ``approx``.
         Returns the committed entry; only after this returns may the caller compute noise.
         """
+        from dpkit.accounting import BudgetExceeded
+
         if not isinstance(event, ev.Event):
             raise TypeError(f"charge needs a dpkit event (got {event!r})")
         with self._write() as cur:
             self._sync()
-            self._check(event, analyst, delta_share)
             share = self._share(delta_share)
-            # charge the cached budgets (they now describe the ledger with this row; if the
-            # insert or commit fails, _write drops them)
+            # Charge the cached budgets: Budget.charge checks and records atomically and records
+            # nothing when it refuses. Afterwards they describe the ledger with this row; if
+            # anything below fails, _write rolls back and drops them.
             after = self._budget(None)
             own = analyst is not None and analyst in self.analyst_budgets()
             mine = self._budget(analyst) if own else None
             cost = after.charge(event, delta=share)
             if mine is not None:
-                mine.charge(event, delta=share)
+                try:
+                    mine.charge(event, delta=share)
+                except BudgetExceeded as exc:
+                    raise BudgetExceeded(
+                        requested=exc.requested, remaining=exc.remaining, missing=exc.missing,
+                        accountant=exc.accountant, event=event,
+                        detail=f"analyst {analyst!r} has a budget of epsilon {mine.epsilon:g}",
+                    ) from None
             spent = after.spent
             view: dict[str, Any] = {
                 "accountant": self.config.accountant,

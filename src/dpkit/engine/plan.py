@@ -657,19 +657,28 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int) -> Compiled
             )
             current = "__gb"
         # Only units with more than m rows need a choice. Count each unit's rows (a window
-        # without ORDER BY: a hash partition, no sort) and keep, per unit above the cap, the m
-        # rows with the smallest keyed hash (a top-m aggregate); keep every row of the others.
-        # Rows tied on the hash are identical in every column the query reads, so which of them
-        # is kept cannot change the answer.
+        # without ORDER BY: a hash partition, no sort); for a unit above the cap find t, the
+        # m-th smallest keyed hash of its rows (a top-m aggregate over one integer, no sort), and
+        # keep its rows hashing below t plus exactly as many rows hashing to t as are needed
+        # to make m. Rows sharing a hash are identical in every column the query reads (the
+        # hash covers them), so which of them is kept cannot change the answer; the count kept
+        # is exactly m even if two different rows collided.
         cols = ["__u", *group_cols, *value_cols.values()]
+        sel = ", ".join(cols)
         hashed = ", ".join([*cols, seed_lit])
-        struct = "{" + ", ".join(f"'{c}': {c}" for c in cols) + "}"
-        ctes.append(f"__w AS (SELECT {', '.join(cols)}, COUNT(*) OVER (PARTITION BY __u) AS __n "
+        m = plan.m
+        ctes.append(f"__w AS (SELECT {sel}, COUNT(*) OVER (PARTITION BY __u) AS __n "
                     f"FROM {current})")
+        ctes.append(f"__r AS (SELECT {sel}, hash({hashed}) AS __h FROM __w WHERE __n > {m})")
+        ctes.append(f"__l AS (SELECT __u, list_sort(min(__h, {m})) AS __hl FROM __r GROUP BY __u)")
+        ctes.append(f"__t AS (SELECT __u, __hl[{m}] AS __th, {m} + 1 - "
+                    f"list_position(__hl, __hl[{m}]) AS __k FROM __l)")
+        ctes.append("__j AS (SELECT __r.*, __th, __k FROM __r JOIN __t ON __r.__u = __t.__u "
+                    "WHERE __h <= __th)")
         ctes.append(
-            f"__b AS (SELECT unnest(arg_min({struct}, hash({hashed}), {plan.m}), "
-            f"recursive := true) FROM __w WHERE __n > {plan.m} GROUP BY __u UNION ALL "
-            f"SELECT {', '.join(cols)} FROM __w WHERE __n <= {plan.m})"
+            f"__b AS (SELECT {sel} FROM __j WHERE __h < __th UNION ALL SELECT {sel} FROM "
+            f"(SELECT * FROM __j WHERE __h = __th QUALIFY ROW_NUMBER() OVER (PARTITION BY __u) "
+            f"<= __k) UNION ALL SELECT {sel} FROM __w WHERE __n <= {m})"
         )
         current = "__b"
 
