@@ -385,3 +385,37 @@ def test_bounding_is_exact_with_duplicate_rows(project: Callable[..., Curator], 
         s = ex.cols[plan.measures[1].sql_col][0] * 2.0 ** -plan.measures[1].f
         # the sum is that of some m rows of each unit
         assert s <= min(30, m) * 5.0 + min(4, m) * 1.0 + min(2, m) * 3.0 + 1e-9
+
+
+def test_record_level_join_needs_unique_public_keys(project: Callable[..., Curator]) -> None:
+    cur = project()
+    cur.add_table("t", {"k": np.array([1, 2, 2, 3]), "x": np.arange(4.0)})
+    cur.add_public_table("dup", {"k": np.array([1, 2, 2]), "name": np.array(list("abc"),
+                                                                            dtype=object)})
+    before = cur.ledger.head()
+    with pytest.raises(QueryError, match="repeated join keys"):
+        cur.sql("SELECT COUNT(*) FROM t JOIN dup ON t.k = dup.k", epsilon=1.0)
+    assert cur.ledger.head() == before
+
+
+def test_having_on_an_aggregate_not_selected_is_measured(visits_curator: Curator) -> None:
+    res = visits_curator.sql("SELECT ward, AVG(age) AS a FROM visits GROUP BY ward "
+                             "HAVING COUNT(*) > 0", epsilon=1.0)
+    assert any(s["measurement"] == "COUNT(*)" for s in res.split)
+    assert res.columns[:2] == ["ward", "a"]
+
+
+def test_max_groups_per_unit_lowers_the_selection_threshold(
+        project: Callable[..., Curator]) -> None:
+    data = {"u": np.repeat(np.arange(200), 5), "g": np.tile(np.arange(5), 200)}
+    thresholds = []
+    for groups in (5, 1):
+        cur = project()
+        cur.add_table("t", data, privacy_unit="u", max_rows_per_unit=5,
+                      max_groups_per_unit=groups)
+        plan = cur._plan("SELECT g, COUNT(*) FROM t GROUP BY g", epsilon=1.0, rho=None,
+                         delta=1e-7, noise="laplace", level=0.95, bounds=None)
+        sel = next(m for m in plan.measures if m.kind == "select")
+        assert sel.l1 == groups and plan.l0 == groups
+        thresholds.append(sel.threshold)
+    assert thresholds[1] < thresholds[0]
