@@ -190,6 +190,11 @@ def init(project: Path, epsilon: float, delta: float, accountant: str | None) ->
 @click.option("--max-rows-per-unit", type=int, default=None, help="Contribution bound per unit.")
 @click.option("--max-groups-per-unit", type=int, default=None, help="Groups one unit may touch.")
 @click.option("--domain", multiple=True, help="Public keys of a column: ward=A,B,C (repeatable).")
+@click.option("--public", is_flag=True, help="A public lookup table (no privacy; joinable).")
+@click.option(
+    "--no-copy", "no_copy", is_flag=True, help="Keep a view over the file instead of a copy."
+)
+@click.option("--replace", is_flag=True, help="Replace a table of the same name.")
 def add_table(
     project: Path,
     name: str,
@@ -199,6 +204,9 @@ def add_table(
     max_rows_per_unit: int | None,
     max_groups_per_unit: int | None,
     domain: tuple[str, ...],
+    public: bool,
+    no_copy: bool,
+    replace: bool,
 ) -> None:
     """Register a sensitive table (CSV, Parquet, or a DuckDB database) with its privacy unit."""
     _commands().add_table(
@@ -210,6 +218,9 @@ def add_table(
         max_rows_per_unit=max_rows_per_unit,
         max_groups_per_unit=max_groups_per_unit,
         domains=_parse_domains(domain),
+        public=public,
+        copy=not no_copy,
+        replace=replace,
         console=console,
     )
 
@@ -294,9 +305,10 @@ def preview(project: Path, sql: str, epsilon: float | None, delta: float | None)
 @main.command()
 @click.argument("project", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def budget(project: Path, as_json: bool) -> None:
+@click.option("--analyst", default=None, help="Show this analyst's own budget.")
+def budget(project: Path, as_json: bool, analyst: str | None) -> None:
     """Show the budget: spent, remaining, and the history of charges."""
-    _commands().budget(project, console=console, as_json=as_json)
+    _commands().budget(project, console=console, as_json=as_json, analyst=analyst)
 
 
 if __name__ == "__main__":  # pragma: no cover
