@@ -483,6 +483,24 @@ def _chernoff_eps(factors: list[Factor], target: float) -> tuple[float, float]:
     return min(cgf_prime(factors, s), hi_l), bound
 
 
+def _delta_estimate(laws: Sequence[tuple[LossLaw, int]], epsilon: float | None) -> float:
+    """Rough δ(ε) (Chernoff on the coarse laws), only to choose how much tail to cut."""
+    if epsilon is None:
+        return 1.0
+    factors = []
+    for law, count in laws:
+        f = _coarse(law)
+        if f is not None:
+            factors.append(Factor(f.pmf, count))
+    if not factors:
+        return 1.0
+    try:
+        lam = _tilt_for(factors, epsilon)
+        return min(1.0, math.exp(min(cgf(factors, lam) - lam * epsilon, 0.0)))
+    except (ValueError, OverflowError, ArithmeticError):
+        return 1e-60
+
+
 def _window_bounds(factors: list[Factor], lam: float, center: float) -> tuple[int, int, int]:
     """Grid window (lk, uk) for tilt λ, and the number of points it would need uncapped."""
     h = factors[0].h
@@ -525,8 +543,9 @@ def _solve_at(laws: Sequence[tuple[LossLaw, int]], h: float, pessimistic: bool,
     if delta_target is not None:
         tau = min(1e-15, 1e-9 * max(delta_target, 1e-290) / max(n_total, 1))
     else:
-        tau = 1e-20 / max(n_total, 1)
-    tau = max(10.0 ** math.floor(math.log10(tau)), 1e-60)
+        # The cut tails are charged at +inf: keep them far below the δ expected at this ε.
+        tau = min(1e-20, 1e-9 * _delta_estimate(laws, epsilon_target)) / max(n_total, 1)
+    tau = max(10.0 ** math.floor(math.log10(max(tau, 1e-300))), 1e-60)
     factors, inf_mass = _factors(laws, h, tau, pessimistic)
     if delta_target is not None:
         if inf_mass > delta_target:
