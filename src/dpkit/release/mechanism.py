@@ -28,6 +28,7 @@ from dpkit.release import bounds as _bounds
 from dpkit.release.noise_plan import NoisePlan, plan_noise
 from dpkit.release.strategies import (
     MAX_COVARIANCE_DOMAIN,
+    MatrixStrategy,
     Strategy,
     TreeStrategy,
     identity_strategy,
@@ -93,6 +94,8 @@ def resolve_strategy(strategy: Any, workload: Workload, kind: str) -> Strategy:
     n = workload.domain_size
     if isinstance(strategy, Strategy):
         out = strategy
+    elif isinstance(strategy, np.ndarray | list | tuple):
+        out = MatrixStrategy(np.asarray(strategy))
     elif strategy is None or strategy in ("auto", "optimized", "optimised"):
         from dpkit.release.optimize import optimize
 
@@ -111,10 +114,6 @@ def resolve_strategy(strategy: Any, workload: Workload, kind: str) -> Strategy:
         out = TreeStrategy(n, b)
     elif strategy in ("sqrt_toeplitz", "toeplitz"):
         out = sqrt_toeplitz(n)
-    elif isinstance(strategy, np.ndarray | list):
-        from dpkit.release.strategies import MatrixStrategy
-
-        out = MatrixStrategy(np.asarray(strategy))
     else:
         raise ValueError(
             "strategy must be a Strategy, a matrix, or one of 'identity', 'tree', 'tree:b', "

@@ -72,16 +72,28 @@ class OptimizationReport:
 
 
 # ----------------------------------------------------------------------------- Gaussian
-def _regularised_gram(workload: Workload) -> tuple[np.ndarray, float]:
+def _regularised_gram(workload: Workload) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(G, G + ridge I, ridge)``: a rank-deficient workload (e.g. a few marginals) has a
+    singular Gram; a ridge of 1e-6 of its mean diagonal keeps the optimal strategy full rank at
+    a negligible cost in error. The bound reported is always computed for ``G`` itself."""
     G = workload.gram()
     n = G.shape[0]
-    # A rank-deficient workload (e.g. a few marginals) has a singular Gram; a ridge of 1e-6 of
-    # its mean diagonal keeps the optimal strategy full rank at a negligible cost in error.
-    mu_min = float(np.linalg.eigvalsh(G)[0]) if n <= 64 else None
-    ridge = 0.0
-    if mu_min is None or mu_min <= 1e-9 * float(np.trace(G)) / n:
-        ridge = 1e-6 * float(np.trace(G)) / n
-    return G + ridge * np.eye(n), ridge
+    mean_diag = float(np.trace(G)) / n
+    try:
+        L = np.linalg.cholesky(G)
+        ok = float(np.min(np.diag(L))) ** 2 > 1e-9 * mean_diag
+    except np.linalg.LinAlgError:
+        ok = False
+    ridge = 0.0 if ok else 1e-6 * mean_diag
+    return G, (G + ridge * np.eye(n) if ridge else G), ridge
+
+
+def _dual_value(G: np.ndarray, lam: np.ndarray) -> float:
+    """``(Σ sqrt(eig(Λ^{1/2} G Λ^{1/2})))² / Σλ``: a lower bound on ``min tr(G (AᵀA)⁻¹)``
+    over strategies with unit column norms (weak duality, any ``λ >= 0``)."""
+    s = np.sqrt(lam)
+    mu = np.linalg.eigvalsh(G * s[:, None] * s[None, :])
+    return float(np.sum(np.sqrt(np.clip(mu, 0.0, None)))) ** 2 / float(np.sum(lam))
 
 
 def optimize_gaussian(
@@ -99,10 +111,11 @@ def optimize_gaussian(
     the first of: gap below ``tol``, ``max_iter`` steps, ``max_seconds`` (best strategy so far).
     """
     t0 = time.perf_counter()
-    G, ridge = _regularised_gram(workload)
+    G0, G, ridge = _regularised_gram(workload)
     n = G.shape[0]
     lam = np.ones(n)
     best: tuple[float, np.ndarray] | None = None
+    best_lam = lam
     dual_best = 0.0
     it = 0
     for it in range(1, max_iter + 1):  # noqa: B007
@@ -113,7 +126,8 @@ def optimize_gaussian(
         r = np.sqrt(mu)
         hdiag = (V * V) @ r  # diag(H^{1/2})
         dual = float(np.sum(r)) ** 2 / float(np.sum(lam))
-        dual_best = max(dual_best, dual)
+        if dual > dual_best:
+            dual_best, best_lam = dual, lam
         # primal: X = Λ^{-1/2} H^{1/2} Λ^{-1/2}, columns normalised: diag(X) = hdiag / lam
         u = s * np.sqrt(hdiag / lam)  # = Λ^{1/2} D^{1/2}
         K = G * u[:, None] * u[None, :]
@@ -130,6 +144,8 @@ def optimize_gaussian(
         lam /= np.mean(lam)
     assert best is not None
     primal, A = best
+    if ridge:  # the bound above is for G + ridge I; re-evaluate it for G itself
+        dual_best = _dual_value(G0, best_lam)
     report = OptimizationReport(
         noise="gaussian",
         loss=primal,
@@ -171,7 +187,7 @@ def _pidentity_loss(workload: Workload, gdiag: np.ndarray, p: int) -> Any:
 
 
 def optimize_laplace(
-    workload: Workload, *, p: int | None = None, max_iter: int = 1500
+    workload: Workload, *, p: int | None = None, max_iter: int = 400
 ) -> tuple[np.ndarray, OptimizationReport]:
     """HDMM p-Identity strategy for Laplace noise (see module docstring).
 
