@@ -16,6 +16,7 @@ from typing import Any
 
 import duckdb
 
+from dpkit.engine.plan import FIXED_PREFIX
 from dpkit.engine.tables import Column, quote_ident
 
 __all__ = ["DuckBackend", "load_table"]
@@ -123,10 +124,15 @@ def load_table(
     copy: bool,
     source_table: str | None,
     validate: Callable[[list[Column], int], None],
+    fixed: Callable[[], Sequence[tuple[str, str]]] | None = None,
 ) -> tuple[list[Column], str, str]:
     """Load ``source`` into ``db_path`` as ``name`` (replacing it), in one DuckDB transaction.
 
     ``validate(columns, rows)`` runs before the commit; if it raises, nothing is kept.
+    ``fixed()`` (called after ``validate``, copied tables only) lists hidden columns to
+    materialise as ``(name, SQL expression over the table's columns)``: the clamped fixed-point
+    integers for the declared bounds, computed here once instead of in every query. They are
+    recomputed on every load, bounds included, in the same transaction as the rows.
     Returns (columns, storage, relation).
     """
     try:
@@ -163,8 +169,19 @@ def load_table(
                     con.execute(f"CREATE VIEW {target} AS SELECT * FROM {rel_sql}")
                 desc = con.execute(f"DESCRIBE SELECT * FROM {target}").fetchall()
                 columns = [Column(str(r[0]), str(r[1])) for r in desc]
+                for c in columns:
+                    if c.name.lower().startswith(FIXED_PREFIX):
+                        raise ValueError(
+                            f"column {c.name!r} starts with {FIXED_PREFIX!r}, reserved for the "
+                            f"curator's hidden columns; rename it"
+                        )
                 rows = int(con.execute(f"SELECT COUNT(*) FROM {target}").fetchone()[0])
                 validate(columns, rows)
+                extra = list(fixed()) if fixed is not None and copy else []
+                if extra:
+                    cols_sql = ", ".join(f"{expr} AS {quote_ident(n)}" for n, expr in extra)
+                    con.execute(f"CREATE OR REPLACE TABLE {target} AS SELECT *, {cols_sql} "
+                                f"FROM {target}")
                 con.execute("COMMIT")
             except BaseException:
                 with contextlib.suppress(duckdb.Error):
@@ -196,6 +213,7 @@ class DuckBackend:
         self.db_path = db_path
         self._con: duckdb.DuckDBPyConnection | None = None
         self._lock = threading.Lock()
+        self._fixed: dict[str, frozenset[str]] = {}
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
@@ -216,6 +234,20 @@ class DuckBackend:
             if self._con is not None:
                 self._con.close()
                 self._con = None
+            self._fixed = {}
+
+    def fixed_columns(self, name: str) -> frozenset[str]:
+        """The hidden fixed-point columns of private table ``name`` (cached while attached:
+        the file cannot be written while this connection holds it)."""
+        with self._lock:
+            if name not in self._fixed:
+                rows = self._connect().execute(
+                    "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND "
+                    "schema_name = ? AND table_name = ? AND starts_with(column_name, ?)",
+                    [_ALIAS, _SCHEMAS["private"], name, FIXED_PREFIX],
+                ).fetchall()
+                self._fixed[name] = frozenset(str(r[0]) for r in rows)
+            return self._fixed[name]
 
     def bind(self, text: str) -> None:
         """Bind and optimise without running (errors here cannot depend on the data)."""

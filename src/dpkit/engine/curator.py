@@ -61,6 +61,7 @@ from dpkit.engine.tables import (
     TableMeta,
     check_identifier,
     describe_source,
+    quote_ident,
     validate_declarations,
 )
 
@@ -344,10 +345,32 @@ class Curator:
                     max_groups_per_unit=max_groups_per_unit, domains=domains,
                 )
 
+            def fixed() -> list[tuple[str, str]]:
+                # the clamped fixed-point integers for the bounds being declared now (and only
+                # those: a reload with other bounds recomputes them, and a query reads a hidden
+                # column only if its name, a hash of column + bounds, matches the current ones)
+                if public:
+                    return []
+                _, _, _, bnds_now, _ = declared["v"]
+                types = {c.name: c for c in columns_seen["v"]}
+                out = []
+                for col, (lo, hi) in bnds_now.items():
+                    c = types[col]
+                    out.append((dplan.fixed_column_name(col, lo, hi),
+                                dplan.fixed_column_sql(quote_ident(col), lo, hi, c.cls)))
+                return out
+
+            columns_seen: dict[str, list[Column]] = {}
+            inner_validate = validate
+
+            def validate_and_keep(columns: list[Column], rows: int) -> None:
+                columns_seen["v"] = columns
+                inner_validate(columns, rows)
+
             self._backend.close()  # DuckDB: one writer, no readers attached meanwhile
             columns, storage, relation = load_table(
                 self.path / DATA_FILE, name, source, public=public, copy=copy,
-                source_table=source_table, validate=validate,
+                source_table=source_table, validate=validate_and_keep, fixed=fixed,
             )
             unit, rows, groups, bnds, doms = declared["v"]
             meta = TableMeta(
@@ -479,7 +502,9 @@ class Curator:
         if plan.table.record_level:
             self._check_join_keys(plan, relations)
         seed = int(_noise.uniform_int(2**63 - 1, 1, source=self._source)[0])
-        compiled = dplan.compile_sql(plan, relations=relations, seed=seed)
+        fixed = (self._backend.fixed_columns(plan.table.name)
+                 if plan.table.storage == "copy" and not plan.table.public else frozenset())
+        compiled = dplan.compile_sql(plan, relations=relations, seed=seed, fixed_columns=fixed)
         try:
             keys, cols = self._backend.run(compiled.text, compiled.group_cols,
                                            compiled.measure_cols)

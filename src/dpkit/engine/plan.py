@@ -221,6 +221,55 @@ def round_half_away(x: Fraction) -> int:
     return n if x >= 0 else -n
 
 
+def row_exponent(lo: float, hi: float) -> int:
+    """``F``: the finest fixed-point exponent for values in ``[lo, hi]`` (``|x|·2^F <= 2^32``).
+
+    Depends on the bounds only, so the integer column ``round(clamp(x)·2^F)`` can be computed once
+    when a table is loaded (see :func:`fixed_column_name`); a query whose budget share asks for a
+    coarser grid ``f < F`` shifts those integers right by ``F - f`` (see :func:`shift_round`).
+    """
+    magnitude = max(abs(lo), abs(hi))
+    if magnitude <= 0:
+        return 0
+    return max(min(math.floor(_ROW_BITS - math.log2(magnitude)), 1000), -1000)
+
+
+def shift_round(v: int, d: int) -> int:
+    """``floor((v + 2^(d-1)) / 2^d)``: ``v·2^-d`` rounded half up; monotone in ``v``.
+
+    The SQL compiled for sums applies exactly this to every row's integer (``>>`` on BIGINT is an
+    arithmetic shift in DuckDB); for ``|v| <= 2^32`` and ``d >= 34`` it is 0.
+    """
+    if d <= 0:
+        return v
+    if d >= _SHIFT_ZERO:
+        return 0
+    return (v + (1 << (d - 1))) >> d
+
+
+_SHIFT_ZERO = 34
+FIXED_PREFIX = "__dpfx_"
+
+
+def fixed_column_name(column: str, lo: float, hi: float) -> str:
+    """Name of the hidden, materialised column ``round(clamp(column, lo, hi)·2^F)`` (BIGINT).
+
+    The name is a hash of the column, the exact bounds and ``F``: a column computed for other
+    bounds can never be mistaken for this one, so changed bounds can never use stale integers
+    (the stale-truncation-bound bug of OpenDP #2949 cannot happen by construction).
+    """
+    import hashlib
+
+    tag = f"{column}\x00{float(lo).hex()}\x00{float(hi).hex()}\x00{row_exponent(lo, hi)}"
+    return FIXED_PREFIX + hashlib.sha256(tag.encode()).hexdigest()[:24]
+
+
+def fixed_column_sql(col_sql: str, lo: float, hi: float, cls: str) -> str:
+    """SQL for ``round(clamp(col)·2^F)`` as BIGINT (NULL for NULL/NaN), ``F = row_exponent``."""
+    x = clamp_sql(col_sql, lo, hi, cls)
+    return f"CAST(round({x} * {_pow2(row_exponent(lo, hi))}) AS BIGINT)"
+
+
 def _grid_bound(magnitude: float, f: int) -> int:
     return max(1, math.ceil(math.ldexp(magnitude, f)))
 
@@ -426,7 +475,7 @@ def build_plan(
     notes: list[str] = []
     for mm in measures:
         if mm.column in col_f and mm.kind in ("sum", "csum"):
-            mm.f = col_f[mm.column]
+            mm.f = min(col_f[mm.column], row_exponent(mm.lo, mm.hi))
         _calibrate(mm, table=table, m=m, l0=l0, noise=noise, share_eps=share_eps,
                    share_rho=share_rho, q_delta=q_delta, grouped=grouped)
         events.append(mm.event)
@@ -481,8 +530,11 @@ def _calibrate(mm: Measure, *, table: TableMeta, m: int, l0: int, noise: str, sh
     elif mm.kind in ("sum", "csum"):
         # every row contributes round(clamp(x)·2^f) in [lo_g, hi_g] (exact: scaling by a power
         # of two is exact and rounding is monotone); the centred sum subtracts ``center``
-        lo_g = round_half_away(Fraction(mm.lo) * Fraction(2) ** mm.f)
-        hi_g = round_half_away(Fraction(mm.hi) * Fraction(2) ** mm.f)
+        # row integers: shift_round(round(clamp(x)·2^F), F - f), monotone in x, so every row's
+        # integer lies in [lo_g, hi_g] exactly
+        big = row_exponent(mm.lo, mm.hi)
+        lo_g = shift_round(round_half_away(Fraction(mm.lo) * Fraction(2) ** big), big - mm.f)
+        hi_g = shift_round(round_half_away(Fraction(mm.hi) * Fraction(2) ** big), big - mm.f)
         if mm.kind == "sum":
             mm.bound = max(abs(lo_g), abs(hi_g), 1)
         else:
@@ -598,8 +650,15 @@ class CompiledSQL:
     measure_cols: list[str]
 
 
-def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int) -> CompiledSQL:
-    """The ONE statement that computes every exact measurement (never returned to analysts)."""
+def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
+                fixed_columns: frozenset[str] | set[str] = frozenset()) -> CompiledSQL:
+    """The ONE statement that computes every exact measurement (never returned to analysts).
+
+    ``fixed_columns``: hidden columns of the private table (named by :func:`fixed_column_name`)
+    that hold ``round(clamp(x)·2^F)`` computed at load time; a SUM/AVG over a column whose current
+    bounds name one of them reads it instead of clamping and converting every row again (same
+    integers either way).
+    """
     spec = plan.spec
     table = plan.table
     value_cols: dict[str, str] = {}  # "alias.col" -> __c{j}
@@ -620,6 +679,15 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int) -> Compiled
         proj.append(f"{ref(k.source + '.' + k.column)} AS __g{i}")
     for src_col, c in value_cols.items():
         proj.append(f"{ref(src_col)} AS {c}")
+    # materialised fixed-point integers for SUM / AVG (private table, current bounds only)
+    stored: dict[str, str] = {}  # "alias.col" -> __x{j}
+    for mm in plan.measures:
+        if mm.kind in ("sum", "csum") and mm.column is not None and mm.column not in stored:
+            alias, col = mm.column.split(".", 1)
+            name = fixed_column_name(col, mm.lo, mm.hi)
+            if alias == dsql.PRIVATE_ALIAS and name in fixed_columns:
+                stored[mm.column] = f"__x{len(stored)}"
+                proj.append(f"{ref(alias + '.' + name)} AS {stored[mm.column]}")
     if not proj:
         proj.append("1 AS __one")
 
@@ -664,7 +732,7 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int) -> Compiled
         # hash covers them), so which of them is kept cannot change the answer; the count kept
         # is exactly m even if two different rows collided.
         cols = ["__u", *group_cols, *value_cols.values()]
-        sel = ", ".join(cols)
+        sel = ", ".join([*cols, *stored.values()])  # stored: functions of the value columns
         hashed = ", ".join([*cols, seed_lit])
         m = plan.m
         ctes.append(f"__w AS (SELECT {sel}, COUNT(*) OVER (PARTITION BY __u) AS __n "
@@ -695,8 +763,18 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int) -> Compiled
             assert mm.column is not None
             j = len(fixed)
             c = value_cols[mm.column]
-            x = clamp_sql(c, mm.lo, mm.hi, cls_of[mm.column])
-            proj_v.append(f"CAST(round({x} * {_pow2(mm.f)}) AS BIGINT) AS __v{j}")
+            if mm.column in stored:
+                big_v = stored[mm.column]
+            else:
+                big_v = fixed_column_sql(c, mm.lo, mm.hi, cls_of[mm.column])
+            d = row_exponent(mm.lo, mm.hi) - mm.f
+            if d <= 0:
+                v = big_v
+            elif d >= _SHIFT_ZERO:
+                v = f"({big_v} * 0)"  # |v| <= 2^32: every row rounds to 0 (NULL stays NULL)
+            else:
+                v = f"(({big_v} + {1 << (d - 1)}) >> {d})"
+            proj_v.append(f"{v} AS __v{j}")
             fixed[mm.column] = (f"__v{j}", f"__s{j}", f"__n{j}")
             aggs.append(f"SUM(__v{j}) AS __s{j}")
             aggs.append(f"COUNT(__v{j}) AS __n{j}")
