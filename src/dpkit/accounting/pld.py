@@ -322,9 +322,9 @@ def _atom_scale(law: LossLaw) -> float | None:
     return None
 
 
-def _common_scale(laws: Sequence[LossLaw]) -> float | None:
+def _common_scale(laws: Sequence[LossLaw], scale_of=None) -> float | None:  # type: ignore[no-untyped-def]
     """g > 0 such that every law's atoms lie on g Z (None if unknown; 0.0 if no atoms)."""
-    scales = [_atom_scale(law) for law in laws]
+    scales = [(scale_of or _atom_scale)(law) for law in laws]
     if any(s is None for s in scales):
         return None
     gs = [float(s) for s in scales if s]
@@ -347,12 +347,29 @@ def _lattice(laws: Sequence[LossLaw]) -> float | None:
     return g if g else None
 
 
+def _heavy_scale(law: LossLaw) -> float | None:
+    """Like :func:`_atom_scale`, but for a discrete Laplace law only its two heavy atoms ±Δ/s
+    count (the atoms in between, 2/s apart, are light when Δ is large and act as a continuum)."""
+    if isinstance(law, MixInfLaw):
+        return _heavy_scale(law.base)
+    if isinstance(law, DiscreteLaplaceLaw):
+        return law.hi
+    return _atom_scale(law)
+
+
 def _snap(h: float, laws: Sequence[LossLaw]) -> float:
-    """Shrink h so that the laws' atoms (if on a common lattice g Z) fall on grid points."""
-    g = _common_scale(laws)
-    if not g:
-        return h
-    return g / math.ceil(g / h - 1e-9)
+    """Shrink h (by less than a factor 2) so that the laws' atoms fall on grid points, when the
+    atoms lie on a common lattice g Z with g >= h. A lattice finer than h (a discrete Laplace or
+    Gaussian with a huge sensitivity: g = 1/s ~ 1e-11) is not snapped to, which would need
+    ~1/g grid points; the heavy atoms ±Δ/s of discrete Laplace laws are kept on the grid instead.
+    Any h gives valid bounds (the discretisation works per cell); snapping only tightens them."""
+    for scale_of in (_atom_scale, _heavy_scale):
+        g = _common_scale(laws, scale_of)
+        if g and g >= h * (1.0 - 1e-9):
+            return g / math.ceil(g / h - 1e-9)
+        if g is None:
+            return h
+    return h
 
 
 @lru_cache(maxsize=256)
