@@ -173,6 +173,7 @@ class Curator:
         self._backend = DuckBackend(path / DATA_FILE)
         self._lock = threading.RLock()
         self._tables_cache: tuple[int, dict[str, TableMeta]] | None = None
+        self._spec_cache: dict[tuple[str, int], dsql.QuerySpec] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -411,7 +412,15 @@ class Curator:
               delta: float | None, noise: str, level: float,
               bounds: Mapping[str, Any] | None) -> dplan.Plan:
         catalog = self.tables()
-        spec = dsql.parse_query(query, catalog)
+        # parsing + validation depend only on the text and the declarations: cache the spec
+        # (treated as immutable downstream) until a table is (re)registered
+        key = (query, self._tables_cache[0] if self._tables_cache is not None else -1)
+        spec = self._spec_cache.get(key)
+        if spec is None:
+            spec = dsql.parse_query(query, catalog)
+            if len(self._spec_cache) >= 64:
+                self._spec_cache.clear()
+            self._spec_cache[key] = spec
         cfg = self.ledger.config
         gdelta = None
         if noise == dplan.GAUSSIAN and cfg.accountant == "approx":
