@@ -42,13 +42,14 @@ _ACCURACY: OrderedDict[tuple[str, str], _Accuracy] = OrderedDict()
 _ACCURACY_SLOTS = 16
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Accuracy:
     """Noise-free accuracy facts of (workload, strategy), per unit noise variance per row."""
 
     trace: float  # tr(G Σ)
     sq_norms: np.ndarray  # diag(W Σ Wᵀ)
-    coef_max: np.ndarray | None  # max_k |(W R)_jk|
+    coef_max: np.ndarray | None = None  # max_k |(W R)_jk|, filled on first use
+    coef_done: bool = False
 
 
 def _accuracy(workload: Workload, strategy: Strategy) -> _Accuracy | None:
@@ -62,14 +63,20 @@ def _accuracy(workload: Workload, strategy: Strategy) -> _Accuracy | None:
     sigma = strategy.covariance()
     trace = float(np.sum(workload.gram() * sigma))
     sq = workload.query_variances(sigma)
-    coef = None
-    if workload.num_queries * strategy.rows <= 2e7:
-        coef = workload.query_coefficient_max(strategy.reconstruction_matrix())
-    acc = _Accuracy(trace=trace, sq_norms=np.maximum(sq, 0.0), coef_max=coef)
+    acc = _Accuracy(trace=trace, sq_norms=np.maximum(sq, 0.0))
     _ACCURACY[key] = acc
     while len(_ACCURACY) > _ACCURACY_SLOTS:
         _ACCURACY.popitem(last=False)
     return acc
+
+
+def _coef_max(acc: _Accuracy, workload: Workload, strategy: Strategy) -> np.ndarray | None:
+    """``max_k |(W R)_jk|`` (tightens the Laplace intervals); ``None`` when too large."""
+    if not acc.coef_done:
+        if workload.num_queries * strategy.rows <= 2e7:
+            acc.coef_max = workload.query_coefficient_max(strategy.reconstruction_matrix())
+        acc.coef_done = True
+    return acc.coef_max
 
 
 def _as_workload(workload: Any) -> Workload:
@@ -87,10 +94,29 @@ def _noise_kind(epsilon: float | None, rho: float | None, delta: float | None) -
     return "laplace" if rho is None and delta is None and epsilon is not None else "gaussian"
 
 
-def resolve_strategy(strategy: Any, workload: Workload, kind: str) -> Strategy:
+def _better_of(workload: Workload, candidates: list[Strategy], privacy: dict) -> Strategy:
+    """The candidate with the smaller exact expected error under ``privacy`` (a public,
+    data-independent choice). Integer noise matters here: at large ε the identity's discrete
+    Laplace noise has far less variance than ``2s²``, which the optimiser's loss ignores."""
+    best, best_err = candidates[0], math.inf
+    for cand in candidates:
+        acc = _accuracy(workload, cand)
+        if acc is None:
+            return candidates[0]
+        plan = plan_noise(cand.l1_sensitivity, cand.l2_sensitivity_sq, **privacy)
+        err = plan.variance * acc.trace
+        if err < best_err:
+            best, best_err = cand, err
+    return best
+
+
+def resolve_strategy(
+    strategy: Any, workload: Workload, kind: str, privacy: dict | None = None
+) -> Strategy:
     """A :class:`Strategy` from an object or a name: ``"identity"``, ``"tree"`` (16-ary for
-    Laplace, binary for Gaussian), ``"tree:b"``, ``"sqrt_toeplitz"``, ``"optimized"`` /
-    ``"auto"`` / ``None`` (the optimiser's strategy for this workload and noise, cached)."""
+    Laplace, binary for Gaussian), ``"tree:b"``, ``"sqrt_toeplitz"``, ``"optimized"`` (the
+    optimiser's strategy for this workload and noise, cached), ``"auto"`` / ``None`` (the better
+    of the optimised strategy and the identity under the privacy parameters ``privacy``)."""
     n = workload.domain_size
     if isinstance(strategy, Strategy):
         out = strategy
@@ -100,6 +126,8 @@ def resolve_strategy(strategy: Any, workload: Workload, kind: str) -> Strategy:
         from dpkit.release.optimize import optimize
 
         out = optimize(workload, noise=kind)
+        if strategy != "optimized" and strategy != "optimised" and privacy is not None:
+            out = _better_of(workload, [out, identity_strategy(n)], privacy)
     elif strategy == "identity":
         out = identity_strategy(n)
     elif strategy == "tree":
@@ -170,7 +198,8 @@ def expected_error(
     """
     W = _as_workload(workload)
     kind = _noise_kind(epsilon, rho, delta)
-    S = resolve_strategy(strategy, W, kind)
+    privacy = {"epsilon": epsilon, "rho": rho, "delta": delta, "contributions": contributions}
+    S = resolve_strategy(strategy, W, kind, privacy)
     plan = plan_noise(
         S.l1_sensitivity,
         S.l2_sensitivity_sq,
@@ -247,7 +276,8 @@ def answer_workload(
     lvl = v.check_level(level)
     src = v.resolve_source(v.check_source(source))
     kind = _noise_kind(epsilon, rho, delta)
-    S = resolve_strategy(strategy, W, kind)
+    privacy = {"epsilon": epsilon, "rho": rho, "delta": delta, "contributions": contributions}
+    S = resolve_strategy(strategy, W, kind, privacy)
     plan = plan_noise(
         S.l1_sensitivity,
         S.l2_sensitivity_sq,
@@ -276,7 +306,8 @@ def answer_workload(
     acc = _accuracy(W, S)
     if acc is not None:
         std = np.sqrt(plan.variance * acc.sq_norms)
-        half = plan.halfwidths(acc.sq_norms, acc.coef_max, lvl)
+        coef = _coef_max(acc, W, S) if plan.kind == "laplace" else None
+        half = plan.halfwidths(acc.sq_norms, coef, lvl)
         ci = (answers - half, answers + half)
         details["query_std"] = std
         details["expected_rmse"] = math.sqrt(plan.variance * acc.trace / W.num_queries)

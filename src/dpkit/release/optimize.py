@@ -114,7 +114,7 @@ def optimize_gaussian(
     G0, G, ridge = _regularised_gram(workload)
     n = G.shape[0]
     lam = np.ones(n)
-    best: tuple[float, np.ndarray] | None = None
+    best: tuple[float, np.ndarray, np.ndarray, np.ndarray] | None = None
     best_lam = lam
     dual_best = 0.0
     it = 0
@@ -134,16 +134,15 @@ def optimize_gaussian(
         VK = V.T @ K
         primal = float(np.sum(np.einsum("ij,ji->i", VK, V) / r))
         if best is None or primal < best[0]:
-            # A = H^{1/4} Λ^{-1/2} D^{-1/2}: unit-norm columns, AᵀA = D^{-1/2} X D^{-1/2}
-            A = (V * np.sqrt(r)) @ V.T
-            A = A / u[None, :]  # Λ^{-1/2} D^{-1/2} = diag(1/u)
-            best = (primal, A)
+            best = (primal, V, r, u)
         if primal <= dual_best * (1.0 + tol) or time.perf_counter() - t0 > max_seconds:
             break
         lam = lam * (hdiag / lam) ** omega
         lam /= np.mean(lam)
     assert best is not None
-    primal, A = best
+    primal, V, r, u = best
+    # A = H^{1/4} Λ^{-1/2} D^{-1/2}: unit-norm columns, AᵀA = D^{-1/2} X D^{-1/2}
+    A = ((V * np.sqrt(r)) @ V.T) / u[None, :]
     if ridge:  # the bound above is for G + ridge I; re-evaluate it for G itself
         dual_best = _dual_value(G0, best_lam)
     report = OptimizationReport(

@@ -83,7 +83,7 @@ class Strategy:
         raise NotImplementedError
 
     # -- generic ----------------------------------------------------------------------------
-    @property
+    @functools.cached_property
     def key(self) -> str:
         h = hashlib.sha256(type(self).__name__.encode())
         h.update(self._definition())

@@ -27,6 +27,7 @@ counting queries given as subsets: :func:`counting`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import math
@@ -88,7 +89,7 @@ class Workload:
     def shape(self) -> tuple[int, int]:
         return (self.num_queries, self.domain_size)
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
         """SHA-256 of the workload's definition: equal workloads share cached strategies."""
         h = hashlib.sha256()
