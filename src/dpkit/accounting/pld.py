@@ -697,12 +697,108 @@ def epsilon(event: ev.Event, delta: float, *, discretization: float | None = Non
         up = max((_sup_total(d) for d in _directions(terms_up)), default=0.0)
         lo = max((_sup_total(d) for d in _directions(terms_lo)), default=0.0)
         return _bracket(lo, up)
+    law = _single_law(terms_up, terms_lo) if discretization is None else None
+    if law is not None:
+        fast = _fast_epsilon(law, delta)
+        if fast is not None:
+            return _bracket(*fast)
     h = _resolve_h(terms_up, terms_lo, discretization)
     up = max((_solve(d, h, True, delta_target=delta) for d in _directions(terms_up)),
              default=0.0)
     lo = max((_solve(d, h, False, delta_target=delta) for d in _directions(terms_lo)),
              default=0.0)
     return _bracket(lo, up)
+
+
+# --------------------------------------------------------------------------------------------
+# Fast path: one run of one symmetric integer-noise mechanism, exact hockey stick
+# --------------------------------------------------------------------------------------------
+
+def _single_law(terms_up: Sequence[_Term], terms_lo: Sequence[_Term]) -> LossLaw | None:
+    """The law if the event is one run of one discrete Laplace / Gaussian (same law both sides,
+    both directions), else None."""
+    if len(terms_up) != 1 or len(terms_lo) != 1:
+        return None
+    (tu,), (tl,) = terms_up, terms_lo
+    law = tu.remove
+    if not (tu.count == 1 and tl.count == 1 and law == tu.add == tl.remove == tl.add):
+        return None
+    return law if isinstance(law, (DiscreteLaplaceLaw, DiscreteGaussianLaw)) else None
+
+
+def _exact_delta(law: LossLaw, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) on δ(ε) = P[L > ε] - e^ε Q[L > ε] (Balle et al. 2018, Thm 5; for the
+    discrete Gaussian Canonne, Kamath, Steinke 2020, Thm 7), from the law's exact tails.
+
+    The tails are exact sums up to floating-point round-off: closed-form geometric tails for
+    the discrete Laplace, a log-cumulative table of n terms for the discrete Gaussian (absolute
+    error in the log tails <= ~n ulp). The subtraction amplifies it by at most
+    1 + 2 ratio/(1 - ratio), ratio = e^ε Q[L > ε]/P[L > ε] < 1; the bracket is widened by that.
+    """
+    eps = np.asarray(eps, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        lsp = law.log_sf(eps, False)
+        lsq = law.log_sf(eps, True)
+        lratio = np.minimum(eps + lsq - lsp, 0.0)
+        d = np.where(np.isneginf(lsp), 0.0, np.exp(lsp) * -np.expm1(lratio))
+        ratio = np.exp(lratio)
+        n_terms = 2.0 * math.sqrt(1490.0 * law.sigma2) if isinstance(law, DiscreteGaussianLaw) \
+            else 8.0
+        log_err = 1e-13 + 4.0 * n_terms * 2.3e-16
+        rel = 4.0 * log_err * (1.0 + 2.0 * ratio / np.maximum(-np.expm1(lratio), 1e-300))
+        rel = np.where(np.isfinite(rel), rel, np.inf)
+        good = rel < 1.0
+        lo = np.where(good, d * (1.0 - np.where(good, rel, 0.0)), 0.0)
+        up = np.minimum(np.where(good, d * (1.0 + np.where(good, rel, 0.0)), 1.0), 1.0)
+    return lo, up
+
+
+def _fast_delta(law: LossLaw, epsilon: float) -> tuple[float, float] | None:
+    lo, up = _exact_delta(law, np.array([epsilon]))
+    if not up[0] <= lo[0] * (1.0 + 1e-6) + 1e-300:
+        return None  # too much round-off: let the PLD answer
+    return float(lo[0]), float(up[0])
+
+
+def _fast_epsilon(law: LossLaw, delta: float) -> tuple[float, float] | None:
+    """Bracket on the ε with δ(ε) = delta, δ continuous and decreasing (multi-section)."""
+    def up_ok(x: np.ndarray) -> np.ndarray:  # δ_up(ε) <= delta: ε is a valid guarantee
+        return _exact_delta(law, x)[1] <= delta
+
+    def lo_ok(x: np.ndarray) -> np.ndarray:  # δ_lo(ε) >= delta: the truth is >= ε
+        return _exact_delta(law, x)[0] >= delta
+
+    if up_ok(np.array([0.0]))[0]:
+        return 0.0, 0.0
+    hi = max(float(law.hi), 1.0) if math.isfinite(law.hi) else 1.0
+    for _ in range(60):
+        if up_ok(np.array([hi]))[0]:
+            break
+        hi *= 2.0
+    else:
+        return None
+    a, b = 0.0, hi  # up_ok(b), not up_ok(a)
+    for _ in range(6):
+        x = np.linspace(a, b, 65)
+        ok = up_ok(x)
+        i = int(np.argmax(ok))
+        a, b = float(x[i - 1]), float(x[i])
+        if b - a <= 1e-13 * max(b, 1e-300):
+            break
+    upper = b
+    a2, b2 = 0.0, upper  # lo_ok(a2) (δ(0) >= delta here, else upper would be 0), largest such
+    if not lo_ok(np.array([0.0]))[0]:
+        return None
+    for _ in range(6):
+        x = np.linspace(a2, b2, 65)
+        ok = lo_ok(x)
+        j = int(np.argmin(ok)) if not ok.all() else x.size
+        a2, b2 = float(x[j - 1]), float(x[min(j, x.size - 1)])
+        if b2 - a2 <= 1e-13 * max(b2, 1e-300):
+            break
+    if upper - a2 > 1e-6 * max(upper, 1e-12):
+        return None
+    return a2, upper
 
 
 def _bracket(lo: float, up: float, cap: float = math.inf) -> tuple[float, float]:
@@ -729,6 +825,11 @@ def delta(event: ev.Event, epsilon: float, *, discretization: float | None = Non
         up = max((_inf_total(d) for d in _directions(terms_up)), default=0.0)
         lo = max((_inf_total(d) for d in _directions(terms_lo)), default=0.0)
         return _bracket(lo, up, 1.0)
+    law = _single_law(terms_up, terms_lo) if discretization is None else None
+    if law is not None:
+        fast = _fast_delta(law, epsilon)
+        if fast is not None:
+            return _bracket(fast[0], fast[1], 1.0)
     h = _resolve_h(terms_up, terms_lo, discretization)
     up = max((_delta_side(d, h, True, epsilon) for d in _directions(terms_up)), default=0.0)
     lo = max((_delta_side(d, h, False, epsilon) for d in _directions(terms_lo)), default=0.0)

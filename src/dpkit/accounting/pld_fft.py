@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import fft as sfft
-from scipy import optimize, signal
+from scipy import optimize
 
 from dpkit.accounting.pld_grid import DiscretePLD
-from dpkit.accounting.pld_laws import safe_exp
+from dpkit.accounting.pld_laws import decay_cumsum, safe_exp
 
 __all__ = ["Factor", "Result", "Window", "cgf", "compose_window", "window_for"]
 
@@ -328,7 +328,7 @@ def epsilon_in_window(win: Window, target: float, pessimistic: bool) -> Result:
     # S_j = Σ_{k>j} w_k (1 - e^{-(k-j)h}),  R_j = Σ_{k>j} w_k e^{-(k-j)h}, for j = j0..uk.
     eh = math.exp(-h)
     nxt = np.append(w[1:], 0.0)  # w_{j+1}
-    big_y = signal.lfilter([1.0], [1.0, -eh], nxt[::-1])[::-1]  # w_{j+1} + R_{j+1}
+    big_y = decay_cumsum(nxt[::-1], eh)[::-1]  # w_{j+1} + R_{j+1}
     big_r = eh * big_y
     s = np.cumsum(((1.0 - eh) * big_y)[::-1])[::-1]
     ks = np.arange(j0, j0 + m)

@@ -29,9 +29,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import signal
 
-from dpkit.accounting.pld_laws import LossLaw, log1mexp, safe_exp
+from dpkit.accounting.pld_laws import LossLaw, decay_cumsum, log1mexp, safe_exp
 
 __all__ = ["DiscretePLD", "discretize", "truncation_bounds"]
 
@@ -214,7 +213,7 @@ def _optimistic_masses(a: np.ndarray, lr: np.ndarray, above: float, h: float) ->
     mp[:-1] += wl
     mp[1:] += wr
     # D_i = δ(x_i) - P[L = inf] at grid point i (stable recurrence, nonnegative terms).
-    big_r = signal.lfilter([1.0], [1.0, -math.exp(-h)], (a_ext * r)[::-1])[::-1]
+    big_r = decay_cumsum((a_ext * r)[::-1], math.exp(-h))[::-1]
     r_next = np.append(big_r[1:], 0.0)
     d = np.cumsum((a_ext * one_m_r + em1 * r_next)[::-1])[::-1]
     c_prev = np.concatenate([[0.0], c[:-1]])

@@ -43,6 +43,7 @@ __all__ = [
     "MixInfLaw",
     "SubsampledLaw",
     "approx_dp_law",
+    "decay_cumsum",
     "identity_law",
     "pure_dp_law",
     "randomized_response_law",
@@ -69,6 +70,43 @@ def safe_exp(x: np.ndarray) -> np.ndarray:
     x = _arr(x)
     with np.errstate(under="ignore", over="ignore", invalid="ignore"):
         return np.exp(np.where(x < -700.0, -np.inf, x))
+
+
+def decay_cumsum(x: np.ndarray, r: float) -> np.ndarray:
+    """y[i] = x[i] + r y[i-1] (y[-1] = 0) for 0 < r <= 1: scipy.signal.lfilter([1], [1, -r], x)
+    without importing scipy.signal (about 1 s of import time).
+
+    Blockwise: inside a block starting at c, y_i = r^(i-c) (r y_(c-1) + Σ_(c<=j<=i) x_j r^(c-j)),
+    with blocks short enough that max|x| r^(c-j) <= e^600 (no overflow, no loss for x >= 0).
+
+    >>> decay_cumsum(np.array([1.0, 1.0, 1.0]), 0.5).tolist()
+    [1.0, 1.5, 1.75]
+    """
+    x = np.asarray(x, dtype=np.float64)
+    n = x.size
+    out = np.empty(n)
+    if n == 0:
+        return out
+    if r <= 0.0:  # e^-h underflowed: nothing carries over
+        out[:] = x
+        return out
+    lr = math.log(r)  # <= 0
+    xmax = float(np.max(np.abs(x)))
+    room = 600.0 - min(max(math.log(xmax), 0.0), 300.0) if xmax > 0 else 600.0
+    block = n if lr == 0.0 else max(1, min(n, int(room / -lr)))
+    steps = np.arange(block, dtype=np.float64) * lr  # log r^(i-c)
+    grow = np.exp(-steps)  # r^(c-j) <= e^600
+    shrink = np.exp(steps)
+    carry = 0.0
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        for c in range(0, n, block):
+            m = min(block, n - c)
+            acc = np.cumsum(x[c:c + m] * grow[:m])
+            acc += r * carry
+            y = acc * shrink[:m]
+            out[c:c + m] = y
+            carry = float(y[-1])
+    return out
 
 
 def _log(x: float) -> float:
