@@ -23,7 +23,8 @@ from dpkit import mechanisms
 from dpkit.engine import sql as dsql
 from dpkit.engine.plan import GAUSSIAN, LAPLACE, Measure, Plan
 from dpkit.engine.results import Result
-from dpkit.mechanisms._accuracy import dgauss_halfwidth, dlap_halfwidth
+from dpkit.mechanisms.plan import discrete_gaussian_halfwidth as dgauss_halfwidth
+from dpkit.mechanisms.plan import discrete_laplace_halfwidth as dlap_halfwidth
 from dpkit.noise import Source
 
 __all__ = ["Exact", "NoisyMeasure", "halfwidth", "release"]

@@ -59,6 +59,7 @@ from sqlglot import exp
 from dpkit import events as ev
 from dpkit.engine import sql as dsql
 from dpkit.engine.tables import TableMeta, check_bounds, quote_ident, type_class
+from dpkit.mechanisms.plan import discrete_gaussian_plan, discrete_laplace_plan
 
 __all__ = ["Measure", "Plan", "PlanError", "build_plan"]
 
@@ -509,15 +510,17 @@ def build_plan(
 
 
 def _dlap_scale(l1: int, epsilon: float) -> float:
-    from dpkit.mechanisms._calibrate import dlap_scale_for
-
-    return float(dlap_scale_for(l1, epsilon))
+    try:
+        return discrete_laplace_plan(sensitivity=int(l1), epsilon=epsilon).scale
+    except ValueError as exc:
+        raise PlanError(str(exc)) from None
 
 
 def _dgauss_sigma2(l2: float, rho: float) -> float:
-    from dpkit.mechanisms._calibrate import dgauss_sigma2_for_rho
-
-    return float(dgauss_sigma2_for_rho(l2, rho))
+    try:
+        return discrete_gaussian_plan(sensitivity=l2, rho=rho).sigma2
+    except ValueError as exc:
+        raise PlanError(str(exc)) from None
 
 
 def _calibrate(mm: Measure, *, table: TableMeta, m: int, l0: int, noise: str, share_eps: float,
