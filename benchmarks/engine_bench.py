@@ -24,8 +24,20 @@ Ratios are reported three ways: best over best, median over median, and the medi
 ratios measured within each round (the most robust on a shared machine whose load drifts).
 
 Targets (issue 3): record level <= 0.5 s at 1M rows and <= 1.5x plain; user level <= 1.5x hand
-bounded. OpenDP / SmartNoise comparisons need their own virtual environments and are not run
-here (see docs/curator.md for the peer figures measured earlier on this kind of machine).
+bounded; >= 10x faster than OpenDP and SmartNoise SQL.
+
+Peers (``--peers``, at the first size): the same data is written once to Parquet and each peer
+runs in its own virtual environment through ``benchmarks/engine_peer_run.py`` (a subprocess), the
+same query (per group COUNT(*), SUM(x), AVG(x), x clamped to [0, 100]) at record level and at user
+level (<= 5 rows per unit). Set up the environments once::
+
+    python3 -m venv benchmarks/.venvs/opendp && benchmarks/.venvs/opendp/bin/pip install \
+        "opendp[polars]==0.16.0" pyarrow
+    python3 -m venv benchmarks/.venvs/smartnoise && benchmarks/.venvs/smartnoise/bin/pip install \
+        smartnoise-sql pyarrow
+
+A peer that is missing or fails is recorded with its error. Results go to
+``benchmarks/results/engine.json`` unless ``--json`` says otherwise.
 """
 
 from __future__ import annotations
@@ -36,6 +48,8 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -129,11 +143,57 @@ def bench(rows: int, repeat: int, workdir: Path) -> dict[str, Any]:
     return out
 
 
+HERE = Path(__file__).resolve().parent
+PEERS = {"opendp": HERE / ".venvs" / "opendp", "smartnoise": HERE / ".venvs" / "smartnoise"}
+
+
+def run_peers(rows: int, repeat: int, workdir: Path, dpkit_times: dict[str, Any],
+              timeout_s: float = 900.0) -> dict[str, Any]:
+    """Each peer in its own venv on the same Parquet file; ratios = peer best / dpkit best."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = workdir / f"peers{rows}.parquet"
+    pq.write_table(pa.table(make_data(rows)), path)
+    out: dict[str, Any] = {}
+    for peer, venv in PEERS.items():
+        for level, mine in (("record", "dpkit record"), ("user", "dpkit user")):
+            key = f"{peer} {level}"
+            py = venv / "bin" / "python"
+            if not py.exists():
+                out[key] = {"error": f"no virtual environment at {venv} (see the module "
+                                     f"docstring for the pip command)"}
+                continue
+            try:
+                proc = subprocess.run(
+                    [str(py), str(HERE / "engine_peer_run.py"), peer, level, str(path),
+                     str(repeat)], capture_output=True, text=True, timeout=timeout_s,
+                )
+            except subprocess.TimeoutExpired:
+                out[key] = {"error": f"timed out after {timeout_s:.0f} s"}
+                continue
+            if proc.returncode != 0:
+                out[key] = {"error": proc.stderr.strip().splitlines()[-1:]}
+                continue
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            r["best_s"] = min(r["times_s"])
+            r["median_s"] = statistics.median(r["times_s"])
+            r["dpkit_best_s"] = dpkit_times[mine]["best_s"]
+            r["speedup_best"] = r["best_s"] / dpkit_times[mine]["best_s"]
+            r["speedup_median"] = r["median_s"] / dpkit_times[mine]["median_s"]
+            out[key] = r
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, nargs="*", default=[1_000_000, 10_000_000])
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument("--json", type=Path, default=HERE / "results" / "engine.json",
+                    help="write the results here (default benchmarks/results/engine.json)")
+    ap.add_argument("--peers", action="store_true",
+                    help="also time OpenDP and SmartNoise SQL (own venvs) at the first size")
+    ap.add_argument("--peer-repeat", type=int, default=2)
     args = ap.parse_args()
     meta = {
         "machine": platform.platform(),
@@ -158,13 +218,26 @@ def main() -> None:
             for k, v in r["_ratios"].items():
                 print(f"  {k:32s} {v:6.2f}x")
             print(f"  (loading the table into the project took {r['_load_s']:.1f} s)")
+            if args.peers and rows == args.rows[0]:
+                peers = run_peers(rows, args.peer_repeat, work, r)
+                results["peers"] = {"rows": rows, "epsilon": 1.0, "runs": peers,
+                                    "dpkit_epsilon": 0.01}
+                for k, v in peers.items():
+                    if "error" in v:
+                        print(f"  {k:32s} ERROR {v['error']}")
+                    else:
+                        print(f"  {k:32s} best {v['best_s']:8.2f} s  ({v['version']}): dpkit is "
+                              f"{v['speedup_best']:.0f}x faster (best), "
+                              f"{v['speedup_median']:.0f}x (median)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     results["meta"]["load_average_after"] = os.getloadavg()
     print(f"\nmachine: {meta['machine']}, {meta['cpus']} cpus, load average before "
           f"{meta['load_average'][0]:.1f}, after {results['meta']['load_average_after'][0]:.1f}")
-    if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=2))
+    results["meta"]["command"] = " ".join(["python", *sys.argv])
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=2))
+    print(f"results written to {args.json}")
 
 
 if __name__ == "__main__":
