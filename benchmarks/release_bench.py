@@ -41,7 +41,7 @@ IMG = REPO / "docs" / "img"
 
 def _parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--reps", type=int, default=200, help="mechanism runs per strategy")
+    p.add_argument("--reps", type=int, default=400, help="mechanism runs per strategy")
     p.add_argument("--quick", action="store_true", help="40 reps, no MWEM sweep")
     p.add_argument("--threads", type=int, default=None, help="OPENBLAS_NUM_THREADS to set")
     p.add_argument("--no-plots", action="store_true")

@@ -21,8 +21,8 @@ is the trace-norm bound ``‖W‖_*² / N``). The stationarity condition is
 strategy ``A = H^{1/4} Λ^{-1/2}`` with its columns scaled to unit norm. We stop when the primal
 error is within ``tol`` (default 0.1%) of the dual bound: the returned strategy is certified
 near-optimal among all factorizations. Each step costs one symmetric eigendecomposition
-(N = 1024: ~0.25 s on 2 cores); on prefix sums 2-4 steps suffice (error 2.9555 against the
-bound 2.9554 at N = 1024, ρ = 1/2).
+(N = 1024: ~0.25 s on 2 cores); on prefix sums 3 steps suffice (error 2.9560 against the
+bound 2.9552 at N = 1024, ρ = 1/2).
 
 **Laplace (L1): HDMM's p-Identity parametrisation** (McKenna, Miklau, Hay, Machanavajjhala
 2018): ``A = [I; Θ] D⁻¹`` with ``Θ >= 0`` (``p × N``) and ``D = diag(1 + 1ᵀΘ)`` so that every
