@@ -161,3 +161,33 @@ def test_load_table_without_fixed_callback_adds_nothing(tmp_path: Path) -> None:
     cols, storage, _ = load_table(db, "t", {"a": np.arange(4.0)}, public=False, copy=True,
                                   source_table=None, validate=lambda c, r: seen.append(print))
     assert [c.name for c in cols] == ["a"] and storage == "copy" and len(seen) == 1
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 1e-4])
+def test_one_unit_moves_each_stored_sum_by_at_most_its_sensitivity(
+        tmp_path: Path, epsilon: float) -> None:
+    # neighbours: the same table with and without unit 0, which has 9 rows (cap 3) of extreme
+    # values, including values that round up to the bound on the grid
+    data = _data(300)
+    extra = np.array([1e9, -1e9, 70.25, 70.2499999, -20.5, np.nan, 69.9, 70.25, 1e-9])
+    with_u = {"uid": np.concatenate([np.zeros(9, dtype=np.int64), data["uid"] + 1]),
+              "g": np.concatenate([np.zeros(9, dtype=np.int64), data["g"]]),
+              "x": np.concatenate([extra, data["x"]])}
+    without = {k: v[9:] for k, v in with_u.items()}
+    kw: dict[str, Any] = {"privacy_unit": "uid", "max_rows_per_unit": 3,
+                          "bounds": {"x": (-20.5, 70.25)}, "domains": {"g": [0, 1, 2]}}
+    sums = []
+    for i, d in enumerate((with_u, without)):
+        cur = Curator.create(tmp_path / f"p{i}.dpkit", epsilon=1000.0, source=dp.noise.seeded(3))
+        cur.add_table("t", d, **kw)
+        plan, exact = _exact(cur, "SELECT g, SUM(x), AVG(x) FROM t GROUP BY g", epsilon)
+        sm = next(m for m in plan.measures if m.kind == "sum")
+        cs = next(m for m in plan.measures if m.kind == "csum")
+        csum = [s - n * cs.center for s, n in zip(exact.cols[sm.sql_col],
+                                                   exact.cols[cs.count_col], strict=True)]
+        sums.append((exact.cols[sm.sql_col], csum, sm.l1, cs.l1))
+        cur.close()
+    (s1, c1, l1, cl1), (s2, c2, _, _) = sums
+    assert sum(abs(a - b) for a, b in zip(s1, s2, strict=True)) <= l1
+    assert sum(abs(a - b) for a, b in zip(c1, c2, strict=True)) <= cl1
+    assert s1 != s2  # the unit does count
