@@ -37,14 +37,13 @@ from dpkit import noise
 from dpkit.events import (
     Composed,
     DiscreteGaussian,
-    DiscreteLaplace,
     Event,
     Exponential,
     SelfComposed,
 )
 from dpkit.mechanisms import _validate as v
-from dpkit.mechanisms._calibrate import dlap_scale_for
 from dpkit.mechanisms.exponential import exponential
+from dpkit.mechanisms.plan import discrete_laplace_plan
 from dpkit.mechanisms.release import Release
 from dpkit.noise import Source
 from dpkit.release.noise_plan import _sigma2_for
@@ -61,8 +60,8 @@ def _measurement(kind: str, sens: int, budget: float) -> tuple[Event, float, str
     """(event, noise parameter, kind) for a scalar integer query of sensitivity ``sens``:
     ε-DP discrete Laplace for ``kind == "laplace"``, ρ-zCDP discrete Gaussian otherwise."""
     if kind == "laplace":
-        scale = dlap_scale_for(sens, budget)
-        return DiscreteLaplace(scale, sens), scale, kind
+        lap = discrete_laplace_plan(sensitivity=sens, epsilon=budget)
+        return lap.event, lap.scale, kind
     sigma2 = _sigma2_for(sens * sens, budget)
     return DiscreteGaussian(sigma2, sens), sigma2, kind
 

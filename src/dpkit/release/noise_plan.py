@@ -41,7 +41,7 @@ from dpkit import noise
 from dpkit.accounting import zcdp
 from dpkit.events import ZCDP, DiscreteLaplace, Event
 from dpkit.mechanisms import _validate as v
-from dpkit.mechanisms._calibrate import dlap_scale_for
+from dpkit.mechanisms.plan import discrete_laplace_plan
 from dpkit.noise import Source
 
 __all__ = ["NoisePlan", "dgauss_variance", "dlap_variance", "plan_noise"]
@@ -172,7 +172,7 @@ def plan_noise(
     if kind == "laplace":
         assert eps is not None
         sens = c * int(l1_sensitivity)
-        scale = dlap_scale_for(sens, eps)
+        scale = discrete_laplace_plan(sensitivity=sens, epsilon=eps).scale
         return NoisePlan(
             kind="laplace",
             parameter=scale,
