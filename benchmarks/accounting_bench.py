@@ -14,7 +14,8 @@ Rows (each event at δ = 1e-5; seconds = best of ``--repeat`` runs, cold caches 
 
 Events (REFERENCES.md): DP-SGD q = 256/60000, noise 1.1, 14,062 steps (true ε 2.3816) and
 q = 0.01, noise 1.0, 10,000 steps (6.1877); plus 100 x Gaussian(2.0) at δ = 1e-18 (55.70932),
-where dp_accounting's PLD returns inf. Results go to ``benchmarks/results/accounting.json``.
+where dp_accounting's PLD returns inf; then curator-scale discrete Laplace / Gaussian calls
+(fixed-point sensitivities ~1e10). Results go to ``benchmarks/results/accounting.json``.
 """
 
 from __future__ import annotations
@@ -124,6 +125,27 @@ def _rows(case: dict[str, Any], repeat: int, quick: bool) -> list[dict[str, Any]
     return rows
 
 
+def _curator_rows(repeat: int) -> list[dict[str, Any]]:
+    """Curator-scale integer-noise events (fixed-point sums): dpkit PLD bracket and seconds,
+    cold caches (a fresh law object each run, so the discrete Gaussian table is rebuilt)."""
+    dlap = ev.DiscreteLaplace(3e10, 10**10)
+    calls: list[tuple[str, Callable[[], tuple[float, float]]]] = [
+        ("delta(DiscreteLaplace(3e10, 1e10), eps=0.3)", lambda: pld.delta(dlap, 0.3)),
+        ("epsilon(DiscreteLaplace(3e10, 1e10), 1e-6)", lambda: pld.epsilon(dlap, 1e-6)),
+        ("delta(DiscreteGaussian(6.96e6, 1025), eps=1.0)",
+         lambda: pld.delta(ev.DiscreteGaussian(6.96e6, 1025), 1.0)),
+        ("epsilon(DiscreteGaussian(9.9e9, 3), 1e-6)",
+         lambda: pld.epsilon(ev.DiscreteGaussian(9.9e9, 3), 1e-6)),
+        ("epsilon(20 x DiscreteLaplace(3e10, 1e10) + Gaussian(5), 1e-6)",
+         lambda: pld.epsilon(ev.Composed((ev.SelfComposed(dlap, 20), ev.Gaussian(5.0))), 1e-6)),
+    ]
+    rows = []
+    for name, fn in calls:
+        (lo, up), sec = _best_of(fn, repeat, _clear_pld_caches)
+        rows.append({"call": name, "lower": lo, "upper": up, "seconds": sec})
+    return rows
+
+
 def _finite(obj: Any) -> Any:
     """JSON has no inf/nan: write them as the strings "inf" / "nan"."""
     if isinstance(obj, float) and not math.isfinite(obj):
@@ -154,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['seconds']:>9.3f}")
         out.append({"event": case["name"], "delta": case["delta"], "true_epsilon": case["truth"],
                     "rows": rows})
+    curator = _curator_rows(repeat)
+    print("\ncurator-scale integer noise (dpkit PLD)")
+    for r in curator:
+        print(f"  {r['call']:<62} [{r['lower']:.6g}, {r['upper']:.6g}] {r['seconds']:>7.3f}")
     meta = {
         "command": "python benchmarks/accounting_bench.py" + (" --quick" if args.quick else ""),
         "repeat": repeat,
@@ -168,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:  # optional
         pass
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(_finite({"meta": meta, "cases": out}), indent=2) + "\n")
+    args.out.write_text(json.dumps(_finite({"meta": meta, "cases": out, "curator": curator}),
+                                   indent=2) + "\n")
     print(f"\nwrote {args.out}")
     return 0
 
