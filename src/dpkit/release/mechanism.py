@@ -116,12 +116,16 @@ def resolve_strategy(
     """A :class:`Strategy` from an object or a name: ``"identity"``, ``"tree"`` (16-ary for
     Laplace, binary for Gaussian), ``"tree:b"``, ``"sqrt_toeplitz"``, ``"optimized"`` (the
     optimiser's strategy for this workload and noise, cached), ``"auto"`` / ``None`` (the better
-    of the optimised strategy and the identity under the privacy parameters ``privacy``)."""
+    of the optimised strategy and the identity under the privacy parameters ``privacy``; the
+    tree when ``N`` exceeds the dense limit)."""
     n = workload.domain_size
     if isinstance(strategy, Strategy):
         out = strategy
     elif isinstance(strategy, np.ndarray | list | tuple):
         out = MatrixStrategy(np.asarray(strategy))
+    elif strategy in (None, "auto") and n > MAX_COVARIANCE_DOMAIN:
+        # too large for a dense strategy: the O(N) tree (16-ary for Laplace, binary for Gaussian)
+        out = TreeStrategy(n, 16 if kind == "laplace" else 2)
     elif strategy is None or strategy in ("auto", "optimized", "optimised"):
         from dpkit.release.optimize import optimize
 

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from dpkit.release import _lbfgs
-from dpkit.release.strategies import MatrixStrategy
+from dpkit.release.strategies import MAX_COVARIANCE_DOMAIN, MatrixStrategy
 from dpkit.release.workloads import Workload
 
 __all__ = ["OptimizationReport", "clear_cache", "optimize", "optimize_gaussian", "optimize_laplace"]
@@ -266,6 +266,11 @@ def optimize(
     kind = _normalise_noise(noise)
     if not isinstance(workload, Workload):
         raise TypeError("workload must be a dpkit.release Workload (see dpkit.release.workloads)")
+    if workload.domain_size > MAX_COVARIANCE_DOMAIN:
+        raise ValueError(
+            f"optimize() builds dense N x N matrices; N = {workload.domain_size} exceeds "
+            f"{MAX_COVARIANCE_DOMAIN}: use a tree strategy (dpkit.release.tree(N, b))"
+        )
     key = f"{_VERSION}-{kind}-{workload.key}-{sorted(options.items())!r}"
     key = hashlib.sha256(key.encode()).hexdigest()
     if use_cache and key in _MEMORY:
