@@ -65,12 +65,52 @@ def _log_erfcx_diff(z1: float, z2: float) -> float:
     return math.log(diff)
 
 
+#: Below this μ the closed forms cancel (relative error ~1e-16/μ); an upper bound is used.
+_SMALL_MU = 1e-6
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def _log_mean_excess(a: float) -> float:
+    """log E[(Z − a)₊] for Z ~ N(0, 1), i.e. log(φ(a) − a Q(a)), rounded up by 1e-9 relative.
+
+    a <= 0: both terms are positive. 0 < a <= 100: φ(a)(1 − a R(a)) with the Mills ratio
+    R(a) = √(π/2) erfcx(a/√2) (cancellation costs ~a²·1e-16 relative, covered by the 1e-9).
+    a > 100: 1 − a R(a) <= 1/a² − 3/a⁴ + 15/a⁶ (the Mills-ratio asymptotic series alternates
+    and brackets R; cut after a negative term of R it bounds 1 − aR from above).
+    """
+    log_phi = -0.5 * a * a - _LOG_SQRT_2PI
+    if a <= 0.0:
+        value = math.log(math.exp(log_phi) + (-a) * float(special.ndtr(a * -1.0)))
+    elif a <= 100.0:
+        gap = 1.0 - a * math.sqrt(math.pi / 2.0) * float(special.erfcx(a / _SQRT2))
+        value = log_phi + math.log(max(gap, 0.5 / (a * a + 1.0)))
+    else:
+        ia2 = 1.0 / (a * a)
+        value = log_phi + math.log(ia2 * (1.0 - 3.0 * ia2 + 15.0 * ia2 * ia2))
+    return value + 1e-9
+
+
+def _log_delta_small_mu(mu: float, epsilon: float) -> float:
+    """Upper bound on log δ(ε) of μ-GDP for small μ, tight to relative ~μ(1 + ε/μ)⁻¹.
+
+    With c = ε/μ + μ/2 and a = c − μ = ε/μ − μ/2, the hockey-stick divergence is
+    δ = ∫₀^∞ φ(a + u)(1 − e^{−μu}) du <= μ ∫₀^∞ u φ(a + u) du = μ E[(Z − a)₊]
+    (1 − e^{−y} <= y). No difference of nearly equal numbers is formed.
+    """
+    return math.log(mu) + _log_mean_excess(epsilon / mu - mu / 2.0)
+
+
 def log_delta_for_mu(mu: float, epsilon: float) -> float:
-    """log δ(ε) of μ-GDP (a Gaussian with Δ/σ = μ); ``-inf`` where δ = 0, 0 where δ = 1."""
+    """log δ(ε) of μ-GDP (a Gaussian with Δ/σ = μ); ``-inf`` where δ = 0, 0 where δ = 1.
+
+    Exact (closed form) for μ >= 1e-6; below that an upper bound within relative ~μ of the
+    truth (:func:`_log_delta_small_mu`), because the closed forms cancel there."""
     if epsilon == math.inf or mu == 0.0:
         return -math.inf
     if mu == math.inf:
         return 0.0
+    if mu < _SMALL_MU:
+        return min(0.0, _log_delta_small_mu(mu, epsilon))
     x1 = mu / 2.0 - epsilon / mu
     x2 = -mu / 2.0 - epsilon / mu
     z2 = -x2 / _SQRT2
@@ -128,7 +168,8 @@ def epsilon_for_mu(mu: float, delta: float) -> float:
     while f(hi) > 0.0:  # pragma: no cover - the bound above always brackets
         hi *= 2.0
     lo = 0.0
-    eps = optimize.brentq(f, lo, hi, xtol=1e-15, rtol=1e-15, maxiter=500)
+    # xtol relative to the bracket: an absolute 1e-15 is no precision at all when ε ~ μ ~ 1e-17
+    eps = optimize.brentq(f, lo, hi, xtol=hi * 1e-15, rtol=1e-15, maxiter=500)
     return _nudge_up(eps, lambda e: f(e) <= 0.0)
 
 
@@ -194,16 +235,22 @@ def _nudge_up(x: float, ok: Callable[[float], bool]) -> float:
 
 
 def _nudge(x: float, ok: Callable[[float], bool], towards: float) -> float:
-    """The first float from ``x`` towards ``towards`` (a few ulps at a time) where ok holds."""
-    step = 1
+    """A float from ``x`` towards ``towards`` where ok holds: steps of 1 ulp, then relative
+    steps doubling up to a factor 2 (so a root found to ~1e-15 costs a few evaluations and a
+    poor one cannot loop for ever). Raises ArithmeticError rather than return an unverified
+    value."""
     y = x
-    for _ in range(200):
+    for i in range(2200):
         if ok(y):
             return y
-        for _ in range(step):
-            y = math.nextafter(y, towards)
-        step *= 2
-    return y  # pragma: no cover
+        gap = abs(y) * 2.0 ** (min(i, 52) - 52)
+        moved = y + gap if towards > 0 else y - gap
+        step = math.nextafter(y, towards)
+        y = max(moved, step) if towards > 0 else min(moved, step)
+        if not math.isfinite(y):
+            break
+    raise ArithmeticError(  # pragma: no cover - ok() is monotone and reachable in every use
+        f"analytic_gaussian: could not certify a bound near {x!r}; please report this")
 
 
 def _check_positive(value: float, name: str) -> float:
