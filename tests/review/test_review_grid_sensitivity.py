@@ -40,3 +40,17 @@ def test_l1_grid_sensitivity_bounds_worst_rounding(sens: float, n: int) -> None:
     if Fraction(xb) - Fraction(xa) <= Fraction(sens):
         diff = abs(int(grid.to_grid(xb, k)) - int(grid.to_grid(xa, k)))
         assert diff <= S
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: grid_l1(1.0, 10, 1e12), "epsilon is too small for 10"),
+        (lambda: grid_l1(1e-300, 1, 1.0), "rescale the query"),
+    ],
+)
+def test_out_of_range_parameters_name_the_fix(call, match: str) -> None:  # type: ignore[no-untyped-def]
+    """Parameter-only failures (no data involved) say what to change, instead of the grid's
+    internal 'k must be in [-1000, 1000]' after ~1000 silent coarsening steps."""
+    with pytest.raises(ValueError, match=match):
+        call()

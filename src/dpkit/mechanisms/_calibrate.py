@@ -80,7 +80,13 @@ def grid_l1(sensitivity: float, n: int, ratio: float) -> tuple[int, int]:
     """Grid ``k`` and integer L1 sensitivity ``S`` in grid units for ``n`` coordinates, when the
     largest discrete Laplace scale used will be ``ratio * S`` (``ratio`` = scale/sensitivity,
     e.g. ``1/epsilon``); ``k`` is coarsened until that scale is within the sampler's limit."""
-    k = grid.choose_exponent(sensitivity / n, ratio * sensitivity)
+    if ratio * n > _MAX_SCALE * (1 - 1e-9):  # S >= n on every grid
+        raise ValueError(
+            f"epsilon is too small for {n} coordinate(s): the discrete Laplace scale would be at "
+            f"least {ratio * n:.4g} grid units on any grid, above the samplers' limit 2**40; "
+            "raise epsilon (or release fewer coordinates)"
+        )
+    k = exponent_for(sensitivity / n, ratio * sensitivity)
     while True:
         S = grid.sensitivity_on_grid(sensitivity, k) + (n - 1)
         if ratio * S <= _MAX_SCALE * (1 - 1e-9):
@@ -88,11 +94,24 @@ def grid_l1(sensitivity: float, n: int, ratio: float) -> tuple[int, int]:
         k += 1
 
 
+def exponent_for(share: float, scale: float) -> int:
+    """``noise.grid.choose_exponent(share, scale)``, with an error that names the parameters when
+    the grid would leave the supported range ``-1000 <= k <= 1000``."""
+    k = grid.choose_exponent(share, scale)
+    if not -1000 <= k <= 1000:
+        raise ValueError(
+            f"sensitivity {share:.3g} (per coordinate) with noise scale {scale:.3g} needs a grid "
+            f"2**{k} outside the supported 2**-1000 .. 2**1000: rescale the query (e.g. change "
+            "units) so that its sensitivity lies between about 1e-290 and 1e290"
+        )
+    return k
+
+
 def grid_l2_exponent(sensitivity: float, sigma_hint: float, n: int) -> int:
     """Grid ``k`` for ``n`` coordinates of L2 ``sensitivity`` and noise of standard deviation
     about ``sigma_hint`` (real units); callers coarsen it further if the variance in grid units
     exceeds the sampler's limit."""
-    return grid.choose_exponent(sensitivity / math.sqrt(n), sigma_hint)
+    return exponent_for(sensitivity / math.sqrt(n), sigma_hint)
 
 
 def l2_sensitivity_on_grid(sensitivity: float, k: int, n: int) -> float:

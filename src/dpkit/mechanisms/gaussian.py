@@ -241,6 +241,11 @@ def _plan_gaussian(
         hint = analytic_gaussian.calibrate_sigma(epsilon, delta, sensitivity=sensitivity)
     k = grid_l2_exponent(sensitivity, hint, n)
     while True:
+        if k > 1000:
+            raise ValueError(
+                "the privacy parameters are too strict for the sampler: the discrete Gaussian "
+                "variance exceeds 2**80 grid units on every grid; raise rho (or epsilon/delta)"
+            )
         S2 = l2_sensitivity_on_grid(sensitivity, k, n)
         s2 = _sigma2(S2, n, rho, epsilon, delta)
         if s2 <= MAX_SIGMA2:
