@@ -1,4 +1,4 @@
-"""DESIGN.md's layering: lower rooms never import higher ones, and only dpkit.noise draws randomness."""
+"""DESIGN.md's layering: lower rooms never import higher ones; only dpkit.noise draws randomness."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "dpkit"
 
-# noise <- events <- accounting <- mechanisms <- (engine, release, local, learn, attacks, markets) <- (cli, server)
+# noise <- events <- accounting <- mechanisms
+#   <- (engine, release, local, learn, attacks, markets) <- (cli, server)
 RANK = {
     "noise": 0,
     "events": 1,
