@@ -692,11 +692,15 @@ def _expected_errors(plan: dplan.Plan) -> list[dict[str, Any]]:
         elif func == dsql.QUANTILE:
             mm = plan.measure(ap.measures["quant"])
             assert mm.candidates is not None
-            u = 2 * mm.quant_sensitivity / mm.quant_epsilon * (
+            eps_point = mm.quant_epsilon * (1.0 - dplan.QUANTILE_CI_SHARE)
+            eps_end = mm.quant_epsilon * dplan.QUANTILE_CI_SHARE / 2.0
+            u = 2 * mm.quant_sensitivity / eps_point * (
                 math.log(len(mm.candidates)) + math.log(1 / (1 - plan.level)))
+            t = 2 * mm.quant_sensitivity / eps_end * (
+                math.log(len(mm.candidates)) + math.log(2 / (1 - plan.level)))
             out.append({"name": o.name, "halfwidth": None,
                         "note": f"rank within ±{u:.3g} rows of the target (exponential "
-                                f"mechanism)"})
+                                f"mechanism); interval ends aimed ±{t:.3g} rows away"})
         else:
             out.append({"name": o.name, "halfwidth": None,
                         "note": "depends on the group sizes (shrinks like 1/n)"})

@@ -21,8 +21,9 @@ import numpy as np
 from dpkit import events as ev
 from dpkit import mechanisms
 from dpkit.engine import sql as dsql
-from dpkit.engine.plan import GAUSSIAN, LAPLACE, Measure, Plan
+from dpkit.engine.plan import GAUSSIAN, LAPLACE, QUANTILE_CI_SHARE, Measure, Plan
 from dpkit.engine.results import Result
+from dpkit.mechanisms.exponential import utility_bound as em_utility_bound
 from dpkit.mechanisms.plan import discrete_gaussian_halfwidth as dgauss_halfwidth
 from dpkit.mechanisms.plan import discrete_laplace_halfwidth as dlap_halfwidth
 from dpkit.noise import Source
@@ -76,6 +77,8 @@ def _check_event(charged: ev.Event, got: ev.Event) -> None:
             and got.sensitivity**2 / (2 * got.sigma2) <= charged.rho * (1 + 1e-12))
         or (isinstance(charged, ev.ApproxDP) and isinstance(got, ev.DiscreteLaplace)
             and got.sensitivity / got.scale <= charged.epsilon * (1 + 1e-12))
+        or (isinstance(charged, ev.Exponential) and isinstance(got, ev.Exponential)
+            and got.epsilon <= charged.epsilon)
         or (isinstance(charged, ev.SelfComposed) and isinstance(got, ev.Exponential)
             and isinstance(charged.event, ev.Exponential)
             and got.epsilon <= charged.event.epsilon)
@@ -119,12 +122,43 @@ def _noisy_integer(mm: Measure, exact: np.ndarray, level: float,
 
 def _quantiles(mm: Measure, hists: list[Any], level: float, source: Source | None,
                rows: np.ndarray) -> NoisyMeasure:
+    """Per group: a point estimate and an interval ``[low, high]`` from three exponential
+    mechanisms (the point gets ``(1 - QUANTILE_CI_SHARE)·ε``, each end ``QUANTILE_CI_SHARE·ε/2``
+    of the group's ``ε = mm.quant_epsilon``; together ε-DP, within the charged event).
+
+    **Interval** (coverage >= ``level`` per group). Bins ``j = 0..B-1`` (``[c_j, c_{j+1})`` on a
+    continuous grid, the integer ``c_j`` on an integer grid) hold ``h_j`` rows; ``a_j = Σ_{i<j}
+    h_i`` and ``b_j = a_j + h_j`` with ``a_0 = -∞``, ``b_{B-1} = +∞``, so the rank ranges
+    ``[a_j, b_j]`` tile the line. An end aimed at rank ``τ`` scores bin ``j`` by
+    ``-dist(τ, [a_j, b_j])`` (0 for the best bin: OPT = 0). Adding/removing one unit's ``m`` rows
+    moves ``a_j``, ``b_j`` by ``[0, m]`` in the same direction and ``τ = q·n ± t`` by ``q·m``, so
+    the sensitivity is ``m·max(q, 1−q)``, as for the point estimate. Let ``Q`` be any true
+    q-quantile (``#{x <= Q} >= q·n`` and ``#{x >= Q} >= (1−q)·n``) and
+    ``t = (2Δ/ε_end)(ln B + ln(2/(1−level)))`` (Dwork-Roth 2014, Thm 3.11:
+    ``P[score <= OPT − t] <= (1−level)/2``). The low end aims at ``τ = q·n − t`` and outputs
+    ``c_j``: if ``c_j > Q`` then every row ``<= Q`` lies in a bin below ``j``, so
+    ``a_j >= q·n`` and the score is ``<= −t``: probability at most ``(1−level)/2``. The high end
+    aims at ``q·n + t`` and outputs the bin's upper edge (``c_{j+1}``; ``c_j`` on an integer
+    grid): if that is ``< Q`` then ``b_j <= q·n``, score ``<= −t``, same probability. A union
+    bound over the two ends (the point estimate does not enter) gives
+    ``P[low <= Q <= high] >= level``. Widening the interval to contain the point estimate is
+    post-processing and keeps the coverage. ``n`` is the group's exact (bounded) row count: it
+    only enters the scores, whose sensitivity already accounts for it.
+    """
     assert mm.candidates is not None and mm.q is not None
     cands = mm.candidates
     integer_bins = len(cands) > 1 and float(cands[1] - cands[0]) == 1.0 and \
         float(cands[0]).is_integer()
     nbins = len(cands) if integer_bins else len(cands) - 1
+    eps_point = mm.quant_epsilon * (1.0 - QUANTILE_CI_SHARE)
+    eps_end = mm.quant_epsilon * QUANTILE_CI_SHARE / 2.0
+    sens = mm.quant_sensitivity
+    end_level = 1.0 - (1.0 - level) / 2.0  # union bound over the two ends
+    t = em_utility_bound(nbins, sens, eps_end, False, end_level)
+    bins = list(range(nbins))
     values = np.full(len(hists), np.nan)
+    lows = np.full(len(hists), np.nan)
+    highs = np.full(len(hists), np.nan)
     bounds: list[float] = []
     for i in rows:
         h = np.zeros(nbins, dtype=np.int64)
@@ -135,14 +169,29 @@ def _quantiles(mm: Measure, hists: list[Any], level: float, source: Source | Non
         cum = np.concatenate([[0], np.cumsum(h)])
         rank = cum[: len(cands)]  # rank_j = #{rows in bins < j}
         scores = -np.abs(rank.astype(np.float64) - mm.q * n)
-        rel = mechanisms.exponential(list(cands), scores, sensitivity=mm.quant_sensitivity,
-                                     epsilon=mm.quant_epsilon, level=level, source=source)
-        _check_event(mm.event, rel.event)
+        rel = mechanisms.exponential(list(cands), scores, sensitivity=sens,
+                                     epsilon=eps_point, level=level, source=source)
+        spent = rel.event.epsilon if isinstance(rel.event, ev.Exponential) else math.inf
+        a = cum[:nbins].astype(np.float64)
+        b = cum[1:nbins + 1].astype(np.float64)
+        a[0], b[-1] = -math.inf, math.inf
+        ends: list[int] = []
+        for tau in (mm.q * n - t, mm.q * n + t):
+            dist = np.maximum(np.maximum(a - tau, tau - b), 0.0)
+            r = mechanisms.exponential(bins, -dist, sensitivity=sens, epsilon=eps_end,
+                                       level=end_level, source=source)
+            spent += r.event.epsilon if isinstance(r.event, ev.Exponential) else math.inf
+            ends.append(int(r.value))
+        _check_event(mm.event, ev.Exponential(spent))
         values[i] = float(rel.value)
+        lo_v = float(cands[ends[0]])
+        hi_v = float(cands[ends[1]] if integer_bins else cands[ends[1] + 1])
+        lows[i] = min(lo_v, hi_v, values[i])
+        highs[i] = max(lo_v, hi_v, values[i])
         bounds.append(float(rel.details.get("utility_bound", math.nan)))
-    nan = np.full(len(hists), np.nan)
-    return NoisyMeasure(values, nan, nan.copy(), "float",
-                        {"rank_error_bound": max(bounds) if bounds else math.nan})
+    return NoisyMeasure(values, lows, highs, "float",
+                        {"rank_error_bound": max(bounds) if bounds else math.nan,
+                         "interval_rank_margin": t})
 
 
 def release(plan: Plan, exact: Exact, *, source: Source | None, insecure: bool, epsilon_cost: float,
@@ -194,9 +243,12 @@ def release(plan: Plan, exact: Exact, *, source: Source | None, insecure: bool, 
     notes = list(plan.notes)
     for ap in plan.aggs:
         if ap.call.func == dsql.QUANTILE:
-            notes.append(f"{ap.call.label}: no interval (exponential mechanism); its rank is "
-                         f"within ±{noisy[ap.measures['quant']].details['rank_error_bound']:.3g} "
-                         f"rows of the target with probability {level:g} per group")
+            d = noisy[ap.measures["quant"]].details
+            notes.append(f"{ap.call.label}: point estimate's rank within "
+                         f"±{d['rank_error_bound']:.3g} rows of the target with probability "
+                         f"{level:g} per group; its interval (two more exponential mechanisms "
+                         f"aimed ±{d.get('interval_rank_margin', math.nan):.3g} rows away) "
+                         f"covers the true quantile with probability >= {level:g} per group")
     return Result(
         columns=columns,
         data=data,

@@ -31,8 +31,11 @@ add/remove of one unit, with ``L0 = min(g, m)`` groups touched (1 without GROUP 
   monotone, so the bound holds *exactly*: no floating-point sum attack, Casacuberta et al. 2022);
   ``csum``/``csq`` are additionally clipped to ``[-B, B]`` in integers;
 * quantiles: each row moves a rank score by at most ``max(q, 1−q)``; per group sensitivity
-  ``m·max(q, 1−q)``, at most L0 groups affected, so each group's exponential mechanism gets
-  ``ε_i / L0`` (event ``SelfComposed(Exponential(ε_i/L0), L0)``).
+  ``m·max(q, 1−q)``, at most L0 groups affected, so each group's exponential mechanisms get
+  ``ε_i / L0`` in total (event ``SelfComposed(Exponential(ε_i/L0), L0)``). Per group that total is
+  split (``QUANTILE_CI_SHARE``) between the point estimate (half) and the two interval ends (a
+  quarter each); three exponential mechanisms of ``ε_a + ε_b + ε_c = ε`` compose to ε-DP (basic
+  composition) and to ``Σ ε²/8 <= ε²/8``-zCDP, so the charged ``Exponential(ε)`` covers them.
 
 **Budget split**: each measurement gets an equal share of the query's epsilon (Laplace noise:
 ``ε_i = ε / k``, basic composition is exact for pure DP) or of its ρ (Gaussian noise). Private
@@ -73,6 +76,10 @@ MAX_KEYS = 1_000_000
 _ROW_BITS = 32
 _MAX_GRID_SCALE_BITS = 38
 QUANTILE_BINS = 1000
+# Share of each quantile's (per group) epsilon spent on its interval: two more exponential
+# mechanism releases (low and high end), each getting half of it; the point estimate keeps the
+# rest. Powers of two, so the three shares add back to the charged epsilon exactly.
+QUANTILE_CI_SHARE = 0.5
 
 
 class PlanError(dsql.QueryError):
@@ -125,6 +132,10 @@ class Measure:
             "sensitivity": (self.l1 if self.noise != GAUSSIAN else self.l2) * self.unit
             if self.kind != "quant" else self.quant_sensitivity,
         }
+        if self.kind == "quant":
+            point = self.epsilon * (1.0 - QUANTILE_CI_SHARE)
+            end = self.epsilon * QUANTILE_CI_SHARE / 2.0
+            d["split"] = f"point {point:.6g} + interval low {end:.6g} + interval high {end:.6g}"
         if self.kind == "select":
             d["delta"] = self.delta
             d["threshold"] = self.threshold
