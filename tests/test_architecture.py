@@ -72,8 +72,11 @@ def test_lower_rooms_never_import_higher_ones(path: Path) -> None:
 
 
 RANDOMNESS = re.compile(
-    r"np\.random\.|numpy\.random|^\s*import random\b|^\s*from random import|"
-    r"\brandom\.(random|randint|choice|shuffle|getrandbits)\(|default_rng\(|\bsecrets\.",
+    r"np\.random\b|numpy\.random\b|^\s*import random\b|^\s*from random import|"
+    r"\brandom\.(random|randint|randrange|choice|choices|shuffle|sample|getrandbits|uniform)\(|"
+    r"\bos\.urandom\b|\bos\.getrandom\b|default_rng\(|"
+    r"^\s*import secrets\b|^\s*from secrets import|"
+    r"\bsecrets\.(token_\w+|randbelow|randbits|choice|SystemRandom)\b",
     re.MULTILINE,
 )
 

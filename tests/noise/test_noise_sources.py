@@ -4,7 +4,6 @@ invariant (nothing outside dpkit.noise draws random numbers)."""
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import numpy as np
@@ -107,23 +106,8 @@ def test_samplers_reject_non_source() -> None:
         noise.discrete_laplace(1, 3, source=np.random.default_rng(0))  # type: ignore[arg-type]
 
 
-_RANDOMNESS = re.compile(
-    r"np\.random\b|numpy\.random\b|^\s*import random\b|^\s*from random import|"
-    r"\bos\.urandom\b|\bos\.getrandom\b|\bsecrets\b|default_rng\(|\brandom\.\w+\(",
-    re.MULTILINE,
-)
-
-
-def test_no_randomness_outside_noise() -> None:
-    """DESIGN.md invariant 1: only dpkit.noise draws random numbers."""
-    offenders = []
-    for path in sorted(SRC.rglob("*.py")):
-        rel = path.relative_to(SRC)
-        if rel.parts[0] == "noise":
-            continue
-        for m in _RANDOMNESS.finditer(path.read_text(encoding="utf-8")):
-            offenders.append(f"{rel}: {m.group(0).strip()}")
-    assert not offenders, "randomness outside dpkit.noise:\n" + "\n".join(offenders)
+# The tree-wide check that nothing outside dpkit.noise draws randomness lives in
+# tests/test_architecture.py.
 
 
 def test_numpy_random_only_in_sources() -> None:
