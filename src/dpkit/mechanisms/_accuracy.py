@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import numpy as np
 from scipy import special
+
+from dpkit.mechanisms.release import Release
 
 __all__ = [
     "dgauss_halfwidth",
@@ -39,6 +42,7 @@ __all__ = [
     "dlap_tail",
     "grid_interval",
     "integer_interval",
+    "interval_release",
 ]
 
 # A tail is accepted as <= alpha only with this relative margin, so that float rounding in the
@@ -146,3 +150,27 @@ def grid_interval(noisy: np.ndarray, m: int, k: int) -> tuple[np.ndarray, np.nda
     low = np.nextafter((y - m) * step - half, -np.inf)
     high = np.nextafter((y + m) * step + half, np.inf)
     return low, high
+
+
+def interval_release(
+    value: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+    *,
+    event: Any,
+    level: float,
+    insecure: bool,
+    details: dict[str, Any],
+) -> Any:
+    """The Release of a noisy value with its interval: Python scalars for 0-d input, else arrays."""
+    def out(a: np.ndarray) -> Any:
+        return a.item() if a.ndim == 0 else a
+
+    return Release(
+        value=out(value),
+        event=event,
+        ci=(out(low), out(high)),
+        level=level,
+        insecure=insecure,
+        details=details,
+    )

@@ -47,6 +47,7 @@ from dpkit.mechanisms._accuracy import (
     dgauss_upper_sum,
     grid_interval,
     integer_interval,
+    interval_release,
 )
 from dpkit.mechanisms._calibrate import (
     MAX_SIGMA2,
@@ -299,11 +300,11 @@ def gaussian(
     out = noise.grid.from_grid(y, plan.k)
     m, coverage = dgauss_halfwidth(plan.sigma2, lvl)
     low, high = grid_interval(y, m, plan.k)
-    scalar = x.ndim == 0
-    return Release(
-        value=out.item() if scalar else out,
+    return interval_release(
+        out.reshape(x.shape),
+        low.reshape(x.shape),
+        high.reshape(x.shape),
         event=plan.event,
-        ci=(low.item(), high.item()) if scalar else (low, high),
         level=lvl,
         insecure=src.insecure,
         details={
@@ -409,11 +410,11 @@ def discrete_gaussian(
     y = x + noise.discrete_gaussian(plan.sigma2, x.shape, source=src)
     m, coverage = dgauss_halfwidth(plan.sigma2, lvl)
     low, high = integer_interval(y, m)
-    scalar = x.ndim == 0
-    return Release(
-        value=y.item() if scalar else y,
+    return interval_release(
+        y.reshape(x.shape),
+        low.reshape(x.shape),
+        high.reshape(x.shape),
         event=plan.event,
-        ci=(low.item(), high.item()) if scalar else (low, high),
         level=lvl,
         insecure=src.insecure,
         details={

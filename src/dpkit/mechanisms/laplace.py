@@ -25,7 +25,12 @@ import numpy as np
 from dpkit import noise
 from dpkit.events import DiscreteLaplace
 from dpkit.mechanisms import _validate as v
-from dpkit.mechanisms._accuracy import dlap_halfwidth, grid_interval, integer_interval
+from dpkit.mechanisms._accuracy import (
+    dlap_halfwidth,
+    grid_interval,
+    integer_interval,
+    interval_release,
+)
 from dpkit.mechanisms._calibrate import dlap_scale_for, grid_l1, on_grid
 from dpkit.mechanisms.release import Release
 from dpkit.noise import Source
@@ -58,10 +63,6 @@ class _GridLaplace:
 def _plan_laplace(sensitivity: float, epsilon: float, n: int) -> _GridLaplace:
     k, S = grid_l1(sensitivity, n, 1.0 / epsilon)
     return _GridLaplace(k=k, sensitivity=S, scale=dlap_scale_for(S, epsilon))
-
-
-def _out(arr: np.ndarray, scalar: bool) -> Any:
-    return arr.item() if scalar else arr
 
 
 def laplace(
@@ -108,11 +109,11 @@ def laplace(
     out = noise.grid.from_grid(y, plan.k)
     m, coverage = dlap_halfwidth(plan.scale, lvl)
     low, high = grid_interval(y, m, plan.k)
-    scalar = x.ndim == 0
-    return Release(
-        value=_out(out, scalar),
+    return interval_release(
+        out.reshape(x.shape),
+        low.reshape(x.shape),
+        high.reshape(x.shape),
         event=plan.event,
-        ci=(_out(low, scalar), _out(high, scalar)),
         level=lvl,
         insecure=src.insecure,
         details={
@@ -182,11 +183,11 @@ def geometric(
     y = x + noise.discrete_laplace(plan.scale, x.shape, source=src)
     m, coverage = dlap_halfwidth(plan.scale, lvl)
     low, high = integer_interval(y, m)
-    scalar = x.ndim == 0
-    return Release(
-        value=_out(y, scalar),
+    return interval_release(
+        y.reshape(x.shape),
+        low.reshape(x.shape),
+        high.reshape(x.shape),
         event=plan.event,
-        ci=(_out(low, scalar), _out(high, scalar)),
         level=lvl,
         insecure=src.insecure,
         details={
