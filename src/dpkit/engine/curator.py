@@ -55,6 +55,7 @@ from dpkit.engine import sql as dsql
 from dpkit.engine.backend_duckdb import DuckBackend, init_database, load_table, relation_name
 from dpkit.engine.ledger import Entry, Ledger
 from dpkit.engine.noisy import Exact, halfwidth, release
+from dpkit.engine.release_queries import ReleaseQueries
 from dpkit.engine.results import Preview, Result
 from dpkit.engine.tables import (
     Column,
@@ -157,7 +158,7 @@ def _default_analyst() -> str:
         return "analyst"
 
 
-class Curator:
+class Curator(ReleaseQueries):
     """A project: private tables behind aggregate-only queries and an enforced, durable budget.
 
     Create with :meth:`create`, reopen from any process with :meth:`open`. ``source`` (tests
@@ -481,6 +482,11 @@ class Curator:
         ``"gaussian"`` (``rho=`` or ``epsilon=``; needs delta > 0). ``bounds``: per-query clamps.
         """
         who = analyst or self.analyst
+        special = self._release_sql(query, epsilon=epsilon, rho=rho, delta=delta,
+                                    accuracy=accuracy, noise=noise, level=level, bounds=bounds,
+                                    analyst=who)
+        if special is not None:  # a range/CDF/marginal family: answered by dpkit.release
+            return special
         with self._lock:
             if accuracy is not None:
                 if epsilon is not None or rho is not None:

@@ -738,31 +738,10 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
                 f"ORDER BY hash(__u, {gk}, {seed_lit}), {gk}) <= {plan.g})"
             )
             current = "__gb"
-        # Only units with more than m rows need a choice. Count each unit's rows (a window
-        # without ORDER BY: a hash partition, no sort); for a unit above the cap find t, the
-        # m-th smallest keyed hash of its rows (a top-m aggregate over one integer, no sort), and
-        # keep its rows hashing below t plus exactly as many rows hashing to t as are needed
-        # to make m. Rows sharing a hash are identical in every column the query reads (the
-        # hash covers them), so which of them is kept cannot change the answer; the count kept
-        # is exactly m even if two different rows collided.
         cols = ["__u", *group_cols, *value_cols.values()]
-        sel = ", ".join([*cols, *stored.values()])  # stored: functions of the value columns
-        hashed = ", ".join([*cols, seed_lit])
-        m = plan.m
-        ctes.append(f"__w AS (SELECT {sel}, COUNT(*) OVER (PARTITION BY __u) AS __n "
-                    f"FROM {current})")
-        ctes.append(f"__r AS (SELECT {sel}, hash({hashed}) AS __h FROM __w WHERE __n > {m})")
-        ctes.append(f"__l AS (SELECT __u, list_sort(min(__h, {m})) AS __hl FROM __r GROUP BY __u)")
-        ctes.append(f"__t AS (SELECT __u, __hl[{m}] AS __th, {m} + 1 - "
-                    f"list_position(__hl, __hl[{m}]) AS __k FROM __l)")
-        ctes.append("__j AS (SELECT __r.*, __th, __k FROM __r JOIN __t ON __r.__u = __t.__u "
-                    "WHERE __h <= __th)")
-        ctes.append(
-            f"__b AS (SELECT {sel} FROM __j WHERE __h < __th UNION ALL SELECT {sel} FROM "
-            f"(SELECT * FROM __j WHERE __h = __th QUALIFY ROW_NUMBER() OVER (PARTITION BY __u) "
-            f"<= __k) UNION ALL SELECT {sel} FROM __w WHERE __n <= {m})"
-        )
-        current = "__b"
+        bound, current = bounding_ctes(current, cols, list(stored.values()), m=plan.m,
+                                       seed_lit=seed_lit)
+        ctes.extend(bound)
 
     cls_of = {c: type_class(_col_type(plan, c)) for c in value_cols}
     aggs: list[str] = []
@@ -890,3 +869,36 @@ def _col_type(plan: Plan, alias_col: str) -> str:
         return plan.table.column(col).type
     join = next(j for j in plan.spec.joins if j.alias == alias)
     return plan.catalog[join.table].column(col).type
+
+
+def bounding_ctes(source: str, cols: list[str], derived: list[str], *, m: int,
+                  seed_lit: str) -> tuple[list[str], str]:
+    """CTEs keeping at most ``m`` rows per unit of ``source`` (unit column ``__u``).
+
+    ``cols``: the columns the query reads (``__u`` first); ``derived``: columns that are
+    functions of ``cols`` (carried along, not hashed). Returns the CTE texts and the name of
+    the bounded relation. The rows kept depend only on the unit's own rows and the secret
+    ``seed_lit``, so this is a stable transformation: one unit's presence changes at most ``m``
+    rows of the output.
+    """
+    # Only units with more than m rows need a choice. Count each unit's rows (a window
+    # without ORDER BY: a hash partition, no sort); for a unit above the cap find t, the
+    # m-th smallest keyed hash of its rows (a top-m aggregate over one integer, no sort), and
+    # keep its rows hashing below t plus exactly as many rows hashing to t as are needed
+    # to make m. Rows sharing a hash are identical in every column the query reads (the
+    # hash covers them), so which of them is kept cannot change the answer; the count kept
+    # is exactly m even if two different rows collided.
+    sel = ", ".join([*cols, *derived])
+    hashed = ", ".join([*cols, seed_lit])
+    return [
+        f"__w AS (SELECT {sel}, COUNT(*) OVER (PARTITION BY __u) AS __n FROM {source})",
+        f"__r AS (SELECT {sel}, hash({hashed}) AS __h FROM __w WHERE __n > {m})",
+        f"__l AS (SELECT __u, list_sort(min(__h, {m})) AS __hl FROM __r GROUP BY __u)",
+        f"__t AS (SELECT __u, __hl[{m}] AS __th, {m} + 1 - "
+        f"list_position(__hl, __hl[{m}]) AS __k FROM __l)",
+        "__j AS (SELECT __r.*, __th, __k FROM __r JOIN __t ON __r.__u = __t.__u "
+        "WHERE __h <= __th)",
+        f"__b AS (SELECT {sel} FROM __j WHERE __h < __th UNION ALL SELECT {sel} FROM "
+        f"(SELECT * FROM __j WHERE __h = __th QUALIFY ROW_NUMBER() OVER (PARTITION BY __u) "
+        f"<= __k) UNION ALL SELECT {sel} FROM __w WHERE __n <= {m})",
+    ], "__b"
