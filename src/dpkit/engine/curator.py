@@ -356,6 +356,10 @@ class Curator(ReleaseQueries):
                 _, _, _, bnds_now, _ = declared["v"]
                 types = {c.name: c for c in columns_seen["v"]}
                 out = []
+                unit_now = declared["v"][0]
+                if unit_now is not None:  # each row's unit total, for the bounding fast path
+                    out.append((dplan.unit_rows_column_name(unit_now),
+                                f"COUNT(*) OVER (PARTITION BY {quote_ident(unit_now)})"))
                 for col, (lo, hi) in bnds_now.items():
                     c = types[col]
                     out.append((dplan.fixed_column_name(col, lo, hi),

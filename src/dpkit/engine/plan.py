@@ -276,6 +276,19 @@ def fixed_column_name(column: str, lo: float, hi: float) -> str:
     return FIXED_PREFIX + hashlib.sha256(tag.encode()).hexdigest()[:24]
 
 
+def unit_rows_column_name(unit: str) -> str:
+    """Name of the hidden column holding, on every row, its unit's row count in the table.
+
+    Computed once at load (``COUNT(*) OVER (PARTITION BY unit)``); a query without joins keeps
+    every row of a unit whose *total* is at most ``m`` without any per-unit work, because its
+    rows after ``WHERE`` are a subset of its rows in the table. Named after the unit column so a
+    reload with another privacy unit can never reuse it.
+    """
+    import hashlib
+
+    return FIXED_PREFIX + "n_" + hashlib.sha256(unit.encode()).hexdigest()[:21]
+
+
 def fixed_column_sql(col_sql: str, lo: float, hi: float, cls: str) -> str:
     """SQL for ``round(clamp(col)·2^F)`` as BIGINT (NULL for NULL/NaN), ``F = row_exponent``."""
     x = clamp_sql(col_sql, lo, hi, cls)
@@ -702,6 +715,14 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
             if alias == dsql.PRIVATE_ALIAS and name in fixed_columns:
                 stored[mm.column] = f"__x{len(stored)}"
                 proj.append(f"{ref(alias + '.' + name)} AS {stored[mm.column]}")
+    # per-unit row totals from load time: only without joins (a join could repeat a row)
+    total_name = None
+    if unit_level and not spec.joins and table.privacy_unit is not None:
+        total_name = unit_rows_column_name(str(table.privacy_unit))
+        if total_name in fixed_columns:
+            proj.append(f"{ref(dsql.PRIVATE_ALIAS + '.' + total_name)} AS __nt")
+        else:
+            total_name = None
     if not proj:
         proj.append("1 AS __one")
 
@@ -740,7 +761,8 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
             current = "__gb"
         cols = ["__u", *group_cols, *value_cols.values()]
         bound, current = bounding_ctes(current, cols, list(stored.values()), m=plan.m,
-                                       seed_lit=seed_lit)
+                                       seed_lit=seed_lit,
+                                       total_col="__nt" if total_name is not None else None)
         ctes.extend(bound)
 
     cls_of = {c: type_class(_col_type(plan, c)) for c in value_cols}
@@ -872,14 +894,17 @@ def _col_type(plan: Plan, alias_col: str) -> str:
 
 
 def bounding_ctes(source: str, cols: list[str], derived: list[str], *, m: int,
-                  seed_lit: str) -> tuple[list[str], str]:
+                  seed_lit: str, total_col: str | None = None) -> tuple[list[str], str]:
     """CTEs keeping at most ``m`` rows per unit of ``source`` (unit column ``__u``).
 
     ``cols``: the columns the query reads (``__u`` first); ``derived``: columns that are
     functions of ``cols`` (carried along, not hashed). Returns the CTE texts and the name of
     the bounded relation. The rows kept depend only on the unit's own rows and the secret
     ``seed_lit``, so this is a stable transformation: one unit's presence changes at most ``m``
-    rows of the output.
+    rows of the output. ``total_col``: a column of ``source`` bounding each unit's row count in
+    ``source`` from above (its rows in the table, when ``source`` only filtered them); rows of
+    units with ``total_col <= m`` are kept without per-unit work, which leaves the output
+    unchanged (such a unit has at most ``m`` rows here) and skips the window for them.
     """
     # Only units with more than m rows need a choice. Count each unit's rows (a window
     # without ORDER BY: a hash partition, no sort); for a unit above the cap find t, the
@@ -890,8 +915,11 @@ def bounding_ctes(source: str, cols: list[str], derived: list[str], *, m: int,
     # is exactly m even if two different rows collided.
     sel = ", ".join([*cols, *derived])
     hashed = ", ".join([*cols, seed_lit])
+    heavy = f" WHERE {total_col} > {m}" if total_col is not None else ""
+    light = (f" UNION ALL SELECT {sel} FROM {source} WHERE {total_col} <= {m}"
+             if total_col is not None else "")
     return [
-        f"__w AS (SELECT {sel}, COUNT(*) OVER (PARTITION BY __u) AS __n FROM {source})",
+        f"__w AS (SELECT {sel}, COUNT(*) OVER (PARTITION BY __u) AS __n FROM {source}{heavy})",
         f"__r AS (SELECT {sel}, hash({hashed}) AS __h FROM __w WHERE __n > {m})",
         f"__l AS (SELECT __u, list_sort(min(__h, {m})) AS __hl FROM __r GROUP BY __u)",
         f"__t AS (SELECT __u, __hl[{m}] AS __th, {m} + 1 - "
@@ -900,5 +928,5 @@ def bounding_ctes(source: str, cols: list[str], derived: list[str], *, m: int,
         "WHERE __h <= __th)",
         f"__b AS (SELECT {sel} FROM __j WHERE __h < __th UNION ALL SELECT {sel} FROM "
         f"(SELECT * FROM __j WHERE __h = __th QUALIFY ROW_NUMBER() OVER (PARTITION BY __u) "
-        f"<= __k) UNION ALL SELECT {sel} FROM __w WHERE __n <= {m})",
+        f"<= __k) UNION ALL SELECT {sel} FROM __w WHERE __n <= {m}{light})",
     ], "__b"
