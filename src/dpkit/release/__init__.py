@@ -15,22 +15,32 @@ well-chosen *strategy* and reconstructing by least squares does not. This packag
 * :func:`mwem`: private multiplicative weights (Hardt-Ligett-McSherry 2012), synthetic data out;
 * :func:`cdf` and :func:`quantiles`: from the hierarchical tree.
 
-The entry point for the curator is::
+The entry points for the curator are::
 
-    answer_workload(x, workload, strategy=None, *, epsilon=… | rho=… | epsilon=…, delta=…,
-                    contributions=1, level=0.95, source=None) -> Release
+    plan = plan_workload(workload, strategy=None, *, epsilon=… | rho=… | epsilon=…, delta=…,
+                         contributions=1)          # public: plan.event, plan.expected_rmse
+    plan.answer(x, level=0.95, source=None) -> Release
 
-with ``x`` the exact integer histogram it computed over a public domain. See docs/release.md.
+(``answer_workload`` does both at once) with ``x`` the exact integer histogram computed over a
+public domain; :mod:`dpkit.engine.release_queries` uses them for range/CDF/marginal queries and
+synthetic data. See docs/release.md.
 """
 
 from __future__ import annotations
 
 from dpkit.release import workloads
 from dpkit.release.bounds import gamma2_bounds, trace_norm_bound
-from dpkit.release.mechanism import ErrorReport, answer_workload, expected_error, resolve_strategy
-from dpkit.release.mwem import mwem, synthetic_records
+from dpkit.release.mechanism import (
+    ErrorReport,
+    WorkloadPlan,
+    answer_workload,
+    expected_error,
+    plan_workload,
+    resolve_strategy,
+)
+from dpkit.release.mwem import mwem, mwem_event, synthetic_records
 from dpkit.release.optimize import optimize
-from dpkit.release.quantiles import cdf, quantiles
+from dpkit.release.quantiles import cdf, cdf_band, quantiles
 from dpkit.release.strategies import (
     MatrixStrategy,
     Strategy,
@@ -56,9 +66,11 @@ __all__ = [
     "Strategy",
     "TreeStrategy",
     "Workload",
+    "WorkloadPlan",
     "all_ranges",
     "answer_workload",
     "cdf",
+    "cdf_band",
     "counting",
     "expected_error",
     "from_matrix",
@@ -67,7 +79,9 @@ __all__ = [
     "identity_strategy",
     "marginals",
     "mwem",
+    "mwem_event",
     "optimize",
+    "plan_workload",
     "prefix",
     "quantiles",
     "ranges",

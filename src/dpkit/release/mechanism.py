@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from dpkit.events import Event
 from dpkit.mechanisms import _validate as v
 from dpkit.mechanisms.release import Release
 from dpkit.noise import Source
@@ -36,7 +37,14 @@ from dpkit.release.strategies import (
 )
 from dpkit.release.workloads import Workload, from_matrix
 
-__all__ = ["ErrorReport", "answer_workload", "expected_error", "resolve_strategy"]
+__all__ = [
+    "ErrorReport",
+    "WorkloadPlan",
+    "answer_workload",
+    "expected_error",
+    "plan_workload",
+    "resolve_strategy",
+]
 
 _ACCURACY: OrderedDict[tuple[str, str], _Accuracy] = OrderedDict()
 _ACCURACY_SLOTS = 16
@@ -232,6 +240,166 @@ def expected_error(
     )
 
 
+@dataclass(frozen=True)
+class WorkloadPlan:
+    """Everything about a factorization-mechanism release that is fixed before data are read.
+
+    Built by :func:`plan_workload` from public information only (the workload, the strategy,
+    the privacy target and the contribution bound): ``event`` is what a ledger must charge,
+    ``expected_rmse`` / ``query_std`` the exact accuracy, and :meth:`answer` measures a
+    histogram with exactly this event. A curator checks the budget against ``event``, reads
+    the data, charges, and only then calls :meth:`answer`.
+    """
+
+    workload: Workload
+    strategy: Strategy
+    noise: NoisePlan
+    contributions: int
+
+    @property
+    def event(self) -> Event:
+        return self.noise.event
+
+    @property
+    def expected_rmse(self) -> float | None:
+        """Root mean (over queries) expected squared error; ``None`` when ``N > 8192``."""
+        acc = _accuracy(self.workload, self.strategy)
+        if acc is None:
+            return None
+        return math.sqrt(self.noise.variance * acc.trace / self.workload.num_queries)
+
+    @property
+    def query_std(self) -> np.ndarray | None:
+        """Exact standard deviation of every answer; ``None`` when ``N > 8192``."""
+        acc = _accuracy(self.workload, self.strategy)
+        if acc is None:
+            return None
+        return np.sqrt(self.noise.variance * acc.sq_norms)
+
+    def halfwidths(self, level: float = 0.95) -> np.ndarray | None:
+        """Per-answer CI half-widths at ``level`` (data-independent); ``None`` for N > 8192."""
+        lvl = v.check_level(level)
+        acc = _accuracy(self.workload, self.strategy)
+        if acc is None:
+            return None
+        coef = (_coef_max(acc, self.workload, self.strategy)
+                if self.noise.kind == "laplace" else None)
+        return self.noise.halfwidths(acc.sq_norms, coef, lvl)
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-ready description (what a ledger entry records next to the event)."""
+        rmse = self.expected_rmse
+        return {
+            "workload": self.workload.name,
+            "queries": self.workload.num_queries,
+            "cells": self.workload.domain_size,
+            "strategy": self.strategy.name,
+            "strategy_rows": self.strategy.rows,
+            "noise": self.noise.kind,
+            "noise_parameter": self.noise.parameter,
+            "sensitivity": self.noise.sensitivity,
+            "contributions": self.contributions,
+            "expected_rmse": rmse,
+        }
+
+    def answer(
+        self, x: Any, *, level: float = 0.95, source: Source | None = None
+    ) -> Release[np.ndarray]:
+        """Measure the integer histogram ``x`` and answer the workload (see
+        :func:`answer_workload` for the guarantee and the output)."""
+        W, S, plan = self.workload, self.strategy, self.noise
+        xs = v.check_integers(x, "x")
+        if xs.shape != (W.domain_size,):
+            raise ValueError(
+                f"x must be the histogram over the workload's {W.domain_size} cells (got shape "
+                f"{xs.shape}); count rows per cell first"
+            )
+        lvl = v.check_level(level)
+        src = v.resolve_source(v.check_source(source))
+        exact = S.measure(xs)
+        y = exact + plan.sample(S.rows, src)
+        del exact
+        x_hat = S.reconstruct(y.astype(np.float64))
+        answers = np.asarray(W.matvec(x_hat), dtype=np.float64)
+        details: dict[str, Any] = {
+            "mechanism": f"factorization mechanism ({plan.kind} noise on strategy {S.name})",
+            "neighbouring": f"add/remove one unit; x moves by <= {self.contributions} in L1",
+            "strategy": S.name,
+            "workload": W.name,
+            "noise": plan.kind,
+            "noise_parameter": plan.parameter,
+            "sensitivity": plan.sensitivity,
+            "x_hat": x_hat,
+            "measurements": y,
+        }
+        ci = None
+        acc = _accuracy(W, S)
+        if acc is not None:
+            std = np.sqrt(plan.variance * acc.sq_norms)
+            coef = _coef_max(acc, W, S) if plan.kind == "laplace" else None
+            half = plan.halfwidths(acc.sq_norms, coef, lvl)
+            ci = (answers - half, answers + half)
+            details["query_std"] = std
+            details["expected_rmse"] = math.sqrt(plan.variance * acc.trace / W.num_queries)
+            details["ci_method"] = (
+                "sub-Gaussian bound (discrete Gaussian is sigma2-subgaussian)"
+                if plan.kind == "gaussian"
+                else "Chernoff bound on the discrete Laplace MGF"
+            )
+        else:
+            details["ci_method"] = f"not computed: N > {MAX_COVARIANCE_DOMAIN}"
+        return Release(
+            value=answers,
+            event=plan.event,
+            ci=ci,
+            level=lvl,
+            insecure=src.insecure,
+            details=details,
+        )
+
+
+def plan_workload(
+    workload: Any,
+    strategy: Any = None,
+    *,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    delta: float | None = None,
+    contributions: int = 1,
+) -> WorkloadPlan:
+    """Plan a factorization-mechanism release without touching data: resolve the strategy
+    (:func:`resolve_strategy`; ``None``: the better of the optimised strategy and the
+    identity), calibrate the noise, and fix the event.
+
+    Privacy target: ``epsilon=`` (ε-DP, discrete Laplace), ``rho=`` (ρ-zCDP, discrete
+    Gaussian) or ``epsilon=`` with ``delta=`` (discrete Gaussian at the largest ρ meeting
+    (ε, δ)). Neighbouring relation: add/remove one unit moving the histogram by at most
+    ``contributions`` in L1.
+
+    >>> from dpkit.release import workloads
+    >>> p = plan_workload(workloads.prefix(4), "tree:2", epsilon=1.0)
+    >>> p.event
+    DiscreteLaplace(scale=3.0, sensitivity=3)
+    """
+    W = _as_workload(workload)
+    kind = _noise_kind(epsilon, rho, delta)
+    privacy = {"epsilon": epsilon, "rho": rho, "delta": delta, "contributions": contributions}
+    c = v.check_positive_int(contributions, "contributions")
+    # calibrate once on a unit-sensitivity query first: bad privacy parameters fail before the
+    # (possibly slow) strategy optimisation
+    plan_noise(1, 1, epsilon=epsilon, rho=rho, delta=delta, contributions=c)
+    S = resolve_strategy(strategy, W, kind, privacy)
+    plan = plan_noise(
+        S.l1_sensitivity,
+        S.l2_sensitivity_sq,
+        epsilon=epsilon,
+        rho=rho,
+        delta=delta,
+        contributions=c,
+    )
+    return WorkloadPlan(workload=W, strategy=S, noise=plan, contributions=c)
+
+
 def answer_workload(
     x: Any,
     workload: Any,
@@ -261,7 +429,8 @@ def answer_workload(
     ``strategy``, noise parameters.
 
     ``strategy``: a :class:`Strategy`, a matrix, or a name (see :func:`resolve_strategy`);
-    default: the optimised strategy for this workload (cached).
+    default: the optimised strategy for this workload (cached). Equivalent to
+    ``plan_workload(workload, strategy, ...).answer(x, level=level, source=source)``.
 
     >>> import dpkit as dp
     >>> from dpkit.release import workloads
@@ -279,54 +448,7 @@ def answer_workload(
         )
     lvl = v.check_level(level)
     src = v.resolve_source(v.check_source(source))
-    kind = _noise_kind(epsilon, rho, delta)
-    privacy = {"epsilon": epsilon, "rho": rho, "delta": delta, "contributions": contributions}
-    S = resolve_strategy(strategy, W, kind, privacy)
-    plan = plan_noise(
-        S.l1_sensitivity,
-        S.l2_sensitivity_sq,
-        epsilon=epsilon,
-        rho=rho,
-        delta=delta,
-        contributions=contributions,
+    plan = plan_workload(
+        W, strategy, epsilon=epsilon, rho=rho, delta=delta, contributions=contributions
     )
-    exact = S.measure(xs)
-    y = exact + plan.sample(S.rows, src)
-    del exact
-    x_hat = S.reconstruct(y.astype(np.float64))
-    answers = np.asarray(W.matvec(x_hat), dtype=np.float64)
-    details: dict[str, Any] = {
-        "mechanism": f"factorization mechanism ({plan.kind} noise on strategy {S.name})",
-        "neighbouring": f"add/remove one unit; x moves by <= {contributions} in L1",
-        "strategy": S.name,
-        "workload": W.name,
-        "noise": plan.kind,
-        "noise_parameter": plan.parameter,
-        "sensitivity": plan.sensitivity,
-        "x_hat": x_hat,
-        "measurements": y,
-    }
-    ci = None
-    acc = _accuracy(W, S)
-    if acc is not None:
-        std = np.sqrt(plan.variance * acc.sq_norms)
-        coef = _coef_max(acc, W, S) if plan.kind == "laplace" else None
-        half = plan.halfwidths(acc.sq_norms, coef, lvl)
-        ci = (answers - half, answers + half)
-        details["query_std"] = std
-        details["expected_rmse"] = math.sqrt(plan.variance * acc.trace / W.num_queries)
-        details["ci_method"] = (
-            "sub-Gaussian bound (discrete Gaussian is sigma2-subgaussian)"
-            if plan.kind == "gaussian"
-            else "Chernoff bound on the discrete Laplace MGF"
-        )
-    else:
-        details["ci_method"] = f"not computed: N > {MAX_COVARIANCE_DOMAIN}"
-    return Release(
-        value=answers,
-        event=plan.event,
-        ci=ci,
-        level=lvl,
-        insecure=src.insecure,
-        details=details,
-    )
+    return plan.answer(xs, level=lvl, source=src)

@@ -28,6 +28,7 @@ rounded to integers (the rounded query is the one measured and used). Scores are
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -49,7 +50,7 @@ from dpkit.noise import Source
 from dpkit.release.noise_plan import _sigma2_for
 from dpkit.release.workloads import Workload, from_matrix
 
-__all__ = ["mwem", "synthetic_records"]
+__all__ = ["mwem", "mwem_event", "synthetic_records"]
 
 _SCORE_GRID = 2.0**20
 #: MWEM keeps the workload dense: at most this many matrix entries.
@@ -70,6 +71,106 @@ def _draw(kind: str, parameter: float, src: Source) -> int:
     if kind == "laplace":
         return int(noise.discrete_laplace(parameter, 1, source=src)[0])
     return int(noise.discrete_gaussian(parameter, 1, source=src)[0])
+
+
+@dataclass(frozen=True)
+class _Setup:
+    rounds: int
+    contributions: int
+    kind: str
+    budget: float
+    Mq: np.ndarray
+    mult: int
+    Qt: np.ndarray
+    eps_sel: float
+    par_m: float
+    par_n: float | None
+    event: Event
+
+
+def _setup(
+    Q: np.ndarray,
+    *,
+    epsilon: float | None,
+    rho: float | None,
+    rounds: int,
+    total: int | None,
+    total_fraction: float,
+    contributions: int,
+) -> _Setup:
+    """Everything MWEM fixes before reading data: integer queries, budget split, the event."""
+    T = v.check_positive_int(rounds, "rounds")
+    c = v.check_positive_int(contributions, "contributions")
+    if (epsilon is None) == (rho is None):
+        raise ValueError("pass exactly one of epsilon= (pure DP) or rho= (zCDP)")
+    kind = "laplace" if epsilon is not None else "gaussian"
+    budget = v.check_epsilon(epsilon) if epsilon is not None else v.check_rho(rho)
+    if total is not None:
+        frac = 0.0
+        v.check_positive_int(total, "total")
+    else:
+        frac = float(total_fraction)
+        if not 0.0 < frac < 1.0:
+            raise ValueError("total_fraction must lie in (0, 1) when total is not given")
+    # integer queries: 0/1 as they are, otherwise scaled by 2**16
+    if np.all((Q == 0) | (Q == 1)):
+        Mq, mult = Q.astype(np.int64), 1
+    else:
+        mult = 2**16
+        Mq = np.rint(Q * mult).astype(np.int64)
+    Qt = Mq / mult  # the queries actually used
+    sens = c * int(Mq.max()) if Mq.max() > 0 else c
+    events: list[Event] = []
+    par_n = None
+    if total is None:
+        ev_n, par_n, _ = _measurement(kind, c, frac * budget)
+        events.append(ev_n)
+    per_round = (1.0 - frac) * budget / T
+    if kind == "laplace":
+        eps_sel = per_round / 2.0
+        meas_budget = per_round / 2.0
+    else:
+        eps_sel = math.sqrt(8.0 * per_round / 2.0)  # ε²/8 = ρ_round / 2
+        meas_budget = per_round / 2.0
+    ev_m, par_m, _ = _measurement(kind, sens, meas_budget)
+    events.append(SelfComposed(Composed((Exponential(eps_sel), ev_m)), T))
+    event: Event = Composed(tuple(events)) if len(events) > 1 else events[0]
+    return _Setup(rounds=T, contributions=c, kind=kind, budget=budget, Mq=Mq, mult=mult, Qt=Qt,
+                  eps_sel=eps_sel, par_m=par_m, par_n=par_n, event=event)
+
+
+def _dense_counting(workload: Any) -> tuple[Workload, np.ndarray]:
+    W = workload if isinstance(workload, Workload) else from_matrix(np.asarray(workload))
+    if W.num_queries * W.domain_size > MAX_ENTRIES:
+        raise ValueError(
+            f"MWEM keeps the workload dense; {W.num_queries} x {W.domain_size} is too large"
+        )
+    Q = W.dense()
+    if np.any(Q < 0) or np.any(Q > 1):
+        raise ValueError("MWEM needs counting queries with entries in [0, 1] (sensitivity 1)")
+    return W, Q
+
+
+def mwem_event(
+    workload: Any,
+    *,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    rounds: int = 10,
+    total: int | None = None,
+    total_fraction: float = 0.05,
+    contributions: int = 1,
+) -> Event:
+    """The event :func:`mwem` will report for these arguments, computed without data (so a
+    curator can check and charge its budget before reading any row).
+
+    >>> from dpkit.release import workloads
+    >>> type(mwem_event(workloads.prefix(4), epsilon=1.0, rounds=3)).__name__
+    'Composed'
+    """
+    _, Q = _dense_counting(workload)
+    return _setup(Q, epsilon=epsilon, rho=rho, rounds=rounds, total=total,
+                  total_fraction=total_fraction, contributions=contributions).event
 
 
 def mwem(
@@ -105,57 +206,26 @@ def mwem(
     >>> r.value.shape, type(r.event).__name__
     ((4,), 'Composed')
     """
-    W = workload if isinstance(workload, Workload) else from_matrix(np.asarray(workload))
+    W, Q = _dense_counting(workload)
     xs = v.check_integers(x, "x")
     n = W.domain_size
     if xs.shape != (n,):
         raise ValueError(f"x must be the histogram over the workload's {n} cells")
-    if W.num_queries * n > MAX_ENTRIES:
-        raise ValueError(f"MWEM keeps the workload dense; {W.num_queries} x {n} is too large")
-    Q = W.dense()
-    if np.any(Q < 0) or np.any(Q > 1):
-        raise ValueError("MWEM needs counting queries with entries in [0, 1] (sensitivity 1)")
-    T = v.check_positive_int(rounds, "rounds")
     P = v.check_positive_int(passes, "passes")
-    c = v.check_positive_int(contributions, "contributions")
     if output not in ("average", "last"):
         raise ValueError(f"output must be 'average' or 'last' (got {output!r})")
     src = v.resolve_source(v.check_source(source))
-    if (epsilon is None) == (rho is None):
-        raise ValueError("pass exactly one of epsilon= (pure DP) or rho= (zCDP)")
-    kind = "laplace" if epsilon is not None else "gaussian"
-    budget = v.check_epsilon(epsilon) if epsilon is not None else v.check_rho(rho)
-    if total is not None:
-        frac = 0.0
-    else:
-        frac = float(total_fraction)
-        if not 0.0 < frac < 1.0:
-            raise ValueError("total_fraction must lie in (0, 1) when total is not given")
-    # integer queries: 0/1 as they are, otherwise scaled by 2**16
-    if np.all((Q == 0) | (Q == 1)):
-        Mq, mult = Q.astype(np.int64), 1
-    else:
-        mult = 2**16
-        Mq = np.rint(Q * mult).astype(np.int64)
-    Qt = Mq / mult  # the queries actually used
-    sens = c * int(Mq.max()) if Mq.max() > 0 else c
-    events: list[Event] = []
+    setup = _setup(Q, epsilon=epsilon, rho=rho, rounds=rounds, total=total,
+                   total_fraction=total_fraction, contributions=contributions)
+    T, c, kind, budget = setup.rounds, setup.contributions, setup.kind, setup.budget
+    Mq, mult, Qt = setup.Mq, setup.mult, setup.Qt
+    eps_sel, par_m = setup.eps_sel, setup.par_m
     # --- the number of records
     if total is None:
-        ev_n, par_n, kind_n = _measurement(kind, c, frac * budget)
-        n_hat = max(1.0, float(int(xs.sum()) + _draw(kind_n, par_n, src)))
-        events.append(ev_n)
+        assert setup.par_n is not None
+        n_hat = max(1.0, float(int(xs.sum()) + _draw(kind, setup.par_n, src)))
     else:
         n_hat = float(v.check_positive_int(total, "total"))
-    # --- per round: selection + measurement
-    per_round = (1.0 - frac) * budget / T
-    if kind == "laplace":
-        eps_sel = per_round / 2.0
-        meas_budget = per_round / 2.0
-    else:
-        eps_sel = math.sqrt(8.0 * per_round / 2.0)  # ε²/8 = ρ_round / 2
-        meas_budget = per_round / 2.0
-    ev_m, par_m, _ = _measurement(kind, sens, meas_budget)
     true_int = Mq @ xs  # exact integer answers (scaled by mult)
     p = np.full(n, 1.0 / n)
     avg = np.zeros(n)
@@ -187,8 +257,7 @@ def mwem(
         avg += p
     final = avg / T if output == "average" else p
     hist = n_hat * final
-    events.append(SelfComposed(Composed((Exponential(eps_sel), ev_m)), T))
-    event: Event = Composed(tuple(events)) if len(events) > 1 else events[0]
+    event = setup.event
     return Release(
         value=hist,
         event=event,

@@ -26,11 +26,11 @@ import numpy as np
 from dpkit.mechanisms import _validate as v
 from dpkit.mechanisms.release import Release
 from dpkit.noise import Source
-from dpkit.release.mechanism import answer_workload
+from dpkit.release.mechanism import plan_workload
 from dpkit.release.strategies import TreeStrategy
 from dpkit.release.workloads import prefix
 
-__all__ = ["cdf", "isotonic", "quantiles"]
+__all__ = ["band_level", "cdf", "cdf_band", "isotonic", "quantiles", "quantiles_from_cdf"]
 
 
 def isotonic(y: np.ndarray) -> np.ndarray:
@@ -50,6 +50,35 @@ def isotonic(y: np.ndarray) -> np.ndarray:
     return np.repeat(np.array(vals), np.array(counts))
 
 
+def cdf_band(raw: Release[np.ndarray], level: float) -> Release[np.ndarray]:
+    """Post-process a release of the prefix workload made at the per-query level
+    ``1 − (1 − level)/N``: the isotonic CDF and the simultaneous, monotone-tightened band at
+    ``level`` (see the module docstring). No privacy cost."""
+    lvl = v.check_level(level)
+    F = np.maximum(isotonic(raw.value), 0.0)
+    ci = None
+    if raw.ci is not None:
+        low = np.maximum.accumulate(np.maximum(raw.ci[0], 0.0))
+        high = np.minimum.accumulate(raw.ci[1][::-1])[::-1]
+        ci = (low, high)
+    details = dict(raw.details)
+    details.update(
+        {
+            "mechanism": f"{raw.details.get('strategy', 'strategy')} + least squares, isotonic CDF",
+            "cdf_raw": raw.value,
+            "band": "simultaneous (Bonferroni over the N prefixes, then monotone-tightened)",
+        }
+    )
+    return Release(
+        value=F, event=raw.event, ci=ci, level=lvl, insecure=raw.insecure, details=details
+    )
+
+
+def band_level(level: float, n: int) -> float:
+    """The per-prefix level whose Bonferroni union over ``n`` prefixes gives ``level``."""
+    return 1.0 - (1.0 - v.check_level(level)) / n
+
+
 def cdf(
     x: Any,
     *,
@@ -57,6 +86,7 @@ def cdf(
     rho: float | None = None,
     delta: float | None = None,
     branching: int | None = None,
+    strategy: Any = None,
     contributions: int = 1,
     level: float = 0.95,
     source: Source | None = None,
@@ -67,7 +97,8 @@ def cdf(
     ε-DP with ``epsilon=`` (event ``DiscreteLaplace``), ρ-zCDP with ``rho=`` (event ``ZCDP``),
     as :func:`~dpkit.release.answer_workload`. ``value[j]`` estimates ``x[0] + … + x[j]``
     (non-decreasing, >= 0); ``ci`` is a band that holds for all ``j`` at once with probability
-    at least ``level``.
+    at least ``level``. ``strategy`` (default: the b-ary tree) may name any strategy for the
+    prefix workload, e.g. ``"optimized"``.
 
     >>> import dpkit as dp
     >>> r = cdf([5, 0, 3, 2], epsilon=1.0, source=dp.noise.seeded(1))
@@ -79,38 +110,17 @@ def cdf(
         raise ValueError(f"x must be a 1-d histogram over ordered bins (got shape {xs.shape})")
     lvl = v.check_level(level)
     n = xs.size
-    gaussian = rho is not None or delta is not None
-    b = branching if branching is not None else (2 if gaussian else 16)
-    strategy = TreeStrategy(n, b)
-    per_query = 1.0 - (1.0 - lvl) / n
-    raw = answer_workload(
-        xs,
-        prefix(n),
-        strategy,
-        epsilon=epsilon,
-        rho=rho,
-        delta=delta,
-        contributions=contributions,
-        level=per_query,
-        source=source,
+    if strategy is None:
+        gaussian = rho is not None or delta is not None
+        b = branching if branching is not None else (2 if gaussian else 16)
+        strategy = TreeStrategy(n, b)
+    elif branching is not None:
+        raise ValueError("give branching= (for the tree) or strategy=, not both")
+    plan = plan_workload(
+        prefix(n), strategy, epsilon=epsilon, rho=rho, delta=delta, contributions=contributions
     )
-    F = np.maximum(isotonic(raw.value), 0.0)
-    ci = None
-    if raw.ci is not None:
-        low = np.maximum.accumulate(np.maximum(raw.ci[0], 0.0))
-        high = np.minimum.accumulate(raw.ci[1][::-1])[::-1]
-        ci = (low, high)
-    details = dict(raw.details)
-    details.update(
-        {
-            "mechanism": f"b-ary tree (b={b}) + least squares, isotonic CDF",
-            "cdf_raw": raw.value,
-            "band": "simultaneous (Bonferroni over the N prefixes, then monotone-tightened)",
-        }
-    )
-    return Release(
-        value=F, event=raw.event, ci=ci, level=lvl, insecure=raw.insecure, details=details
-    )
+    raw = plan.answer(xs, level=band_level(lvl, n), source=source)
+    return cdf_band(raw, lvl)
 
 
 def quantiles(
@@ -141,12 +151,8 @@ def quantiles(
     """
     xs = v.check_integers(x, "x")
     n = xs.size
-    e = np.arange(n + 1, dtype=np.float64) if edges is None else v.check_reals(edges, "edges")
-    if e.shape != (n + 1,) or not np.all(np.diff(e) > 0):
-        raise ValueError(f"edges must be {n + 1} strictly increasing bin edges (N + 1 for N bins)")
-    p = np.atleast_1d(v.check_reals(probabilities, "probabilities"))
-    if np.any((p < 0) | (p > 1)):
-        raise ValueError("probabilities must lie in [0, 1]")
+    e = _check_edges(edges, n)
+    p = _check_probabilities(probabilities)
     c = cdf(
         xs,
         epsilon=epsilon,
@@ -157,7 +163,32 @@ def quantiles(
         level=level,
         source=source,
     )
-    F = c.value
+    return quantiles_from_cdf(c, p, edges=e)
+
+
+def _check_edges(edges: Any, n: int) -> np.ndarray:
+    e = np.arange(n + 1, dtype=np.float64) if edges is None else v.check_reals(edges, "edges")
+    if e.shape != (n + 1,) or not np.all(np.diff(e) > 0):
+        raise ValueError(f"edges must be {n + 1} strictly increasing bin edges (N + 1 for N bins)")
+    return e
+
+
+def _check_probabilities(probabilities: Any) -> np.ndarray:
+    p = np.atleast_1d(v.check_reals(probabilities, "probabilities"))
+    if np.any((p < 0) | (p > 1)):
+        raise ValueError("probabilities must lie in [0, 1]")
+    return p
+
+
+def quantiles_from_cdf(
+    c: Release[np.ndarray], probabilities: Any, *, edges: Any = None
+) -> Release[np.ndarray]:
+    """Quantiles read off a CDF release from :func:`cdf` / :func:`cdf_band` (post-processing,
+    free): point estimates interpolated within bins, joint intervals from the band."""
+    F = np.asarray(c.value, dtype=np.float64)
+    n = F.size
+    e = _check_edges(edges, n)
+    p = _check_probabilities(probabilities)
     total = F[-1]
     values = np.empty(p.size)
     for i, pi in enumerate(p):
