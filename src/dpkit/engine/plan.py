@@ -760,9 +760,12 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
             )
             current = "__gb"
         cols = ["__u", *group_cols, *value_cols.values()]
+        # with nothing filtered out, the stored total *is* the unit's row count here
+        exact_total = total_name is not None and not conds and current == "__src"
         bound, current = bounding_ctes(current, cols, list(stored.values()), m=plan.m,
                                        seed_lit=seed_lit,
-                                       total_col="__nt" if total_name is not None else None)
+                                       total_col="__nt" if total_name is not None else None,
+                                       total_is_exact=exact_total)
         ctes.extend(bound)
 
     cls_of = {c: type_class(_col_type(plan, c)) for c in value_cols}
@@ -894,7 +897,8 @@ def _col_type(plan: Plan, alias_col: str) -> str:
 
 
 def bounding_ctes(source: str, cols: list[str], derived: list[str], *, m: int,
-                  seed_lit: str, total_col: str | None = None) -> tuple[list[str], str]:
+                  seed_lit: str, total_col: str | None = None,
+                  total_is_exact: bool = False) -> tuple[list[str], str]:
     """CTEs keeping at most ``m`` rows per unit of ``source`` (unit column ``__u``).
 
     ``cols``: the columns the query reads (``__u`` first); ``derived``: columns that are
@@ -905,6 +909,8 @@ def bounding_ctes(source: str, cols: list[str], derived: list[str], *, m: int,
     ``source`` from above (its rows in the table, when ``source`` only filtered them); rows of
     units with ``total_col <= m`` are kept without per-unit work, which leaves the output
     unchanged (such a unit has at most ``m`` rows here) and skips the window for them.
+    ``total_is_exact``: ``total_col`` equals the unit's row count in ``source`` (nothing was
+    filtered), so no window is needed at all.
     """
     # Only units with more than m rows need a choice. Count each unit's rows (a window
     # without ORDER BY: a hash partition, no sort); for a unit above the cap find t, the
@@ -918,8 +924,10 @@ def bounding_ctes(source: str, cols: list[str], derived: list[str], *, m: int,
     heavy = f" WHERE {total_col} > {m}" if total_col is not None else ""
     light = (f" UNION ALL SELECT {sel} FROM {source} WHERE {total_col} <= {m}"
              if total_col is not None else "")
+    count = (total_col if total_is_exact and total_col is not None
+             else "COUNT(*) OVER (PARTITION BY __u)")
     return [
-        f"__w AS (SELECT {sel}, COUNT(*) OVER (PARTITION BY __u) AS __n FROM {source}{heavy})",
+        f"__w AS (SELECT {sel}, {count} AS __n FROM {source}{heavy})",
         f"__r AS (SELECT {sel}, hash({hashed}) AS __h FROM __w WHERE __n > {m})",
         f"__l AS (SELECT __u, list_sort(min(__h, {m})) AS __hl FROM __r GROUP BY __u)",
         f"__t AS (SELECT __u, __hl[{m}] AS __th, {m} + 1 - "
