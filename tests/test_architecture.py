@@ -76,7 +76,9 @@ RANDOMNESS = re.compile(
     r"\brandom\.(random|randint|randrange|choice|choices|shuffle|sample|getrandbits|uniform)\(|"
     r"\bos\.urandom\b|\bos\.getrandom\b|default_rng\(|"
     r"^\s*import secrets\b|^\s*from secrets import|"
-    r"\bsecrets\.(token_\w+|randbelow|randbits|choice|SystemRandom)\b",
+    r"\bsecrets\.(token_\w+|randbelow|randbits|choice|SystemRandom)\b|"
+    # raw words from a dpkit.noise Source (np.uint64(...) constants are not draws)
+    r"(?<!np)(?<!numpy)\.uint(32|64)\(",
     re.MULTILINE,
 )
 

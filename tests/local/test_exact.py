@@ -55,17 +55,3 @@ def test_stated_epsilon_with_power_and_bad_inputs() -> None:
     with pytest.raises(TypeError, match="must be a number"):
         check_epsilon("1")
 
-
-@pytest.mark.parametrize("p", [Fraction(1, 3), Fraction(85, 256), Fraction(1, 1000),
-                               Fraction(255, 256) + Fraction(1, 512)])
-def test_byte_bernoulli_matrix_law(p: Fraction) -> None:
-    """Exact binomial test at α = 1e-6 (4 cases share it); 1/3 exercises the tie lanes."""
-    from scipy.stats import binomtest
-
-    import dpkit.noise as noise
-    from dpkit.local._sampling import bernoulli_matrix
-
-    draws = bernoulli_matrix(p, (400, 1000), source=noise.seeded(int(p.denominator)))
-    assert binomtest(int(draws.sum()), draws.size, float(p)).pvalue > 1e-6 / 4
-    assert bernoulli_matrix(Fraction(0), (3,)).sum() == 0
-    assert bernoulli_matrix(Fraction(1), (3,)).all()

@@ -50,6 +50,39 @@ def test_bernoulli_endpoints_exact() -> None:
     assert noise.bernoulli(Fraction(0), (2, 3), source=src).shape == (2, 3)
 
 
+
+@pytest.mark.parametrize(
+    "p",
+    [Fraction(1, 3), Fraction(85, 256), Fraction(1, 1000), Fraction(511, 512), 0.3, 1e-5],
+)
+def test_bernoulli_matrix_frequency(p: float | Fraction) -> None:
+    """One byte per draw; 1/3 and 1/1000 go through the tie lanes (256p not an integer)."""
+    x = noise.bernoulli_matrix(p, (400, 1000), source=noise.seeded(13))
+    assert x.dtype == bool and x.shape == (400, 1000)
+    _check_rate(x, float(p))
+
+
+def test_bernoulli_matrix_tie_lanes_are_driven() -> None:
+    # p = 1/3: T = floor(256/3) = 85 and 256p - T = 1/3. Bytes (little-endian word) 84, 85, 86, 85:
+    # lane 0 True, lane 2 False, lanes 1 and 3 tie and take Bernoulli(1/3) from the u32 queue,
+    # A = floor(2**32/3): A - 1 < A (True), A + 1 > A (False).
+    A = (1 << 32) // 3
+    word = int.from_bytes(bytes([84, 85, 86, 85, 0, 0, 0, 0]), "little")
+    src = ScriptedSource(u32=[A - 1, A + 1], u64=[word])
+    out = noise.bernoulli_matrix(Fraction(1, 3), 4, source=src)
+    assert out.tolist() == [True, True, False, False]
+
+
+def test_bernoulli_matrix_endpoints_and_errors() -> None:
+    src = noise.seeded(1)
+    assert not noise.bernoulli_matrix(0, (3, 5), source=src).any()
+    assert noise.bernoulli_matrix(Fraction(1), 7, source=src).all()
+    assert noise.bernoulli_matrix(0.5, (0, 4), source=src).shape == (0, 4)
+    with pytest.raises(ValueError, match=r"p must be in \[0, 1\]"):
+        noise.bernoulli_matrix(Fraction(3, 2), 3)
+    with pytest.raises(TypeError, match="p must be an int"):
+        noise.bernoulli_matrix("0.5", 3)  # type: ignore[arg-type]
+
 @pytest.mark.parametrize(
     "gamma",
     [Fraction(1, 10**9), 1e-3, 0.5, 1, Fraction(7, 3), 2.5, 10, Fraction(10**30 + 7, 10**30)],

@@ -37,7 +37,6 @@ from dpkit.noise import Source
 from ._bits import count_packed_bits
 from ._exact import as_fraction, stated_epsilon
 from ._hashing import TabulationHash
-from ._sampling import bernoulli_matrix
 from .base import FrequencyEstimate, Reports, Tally
 from .grr import _insecure
 
@@ -122,15 +121,15 @@ class Rappor:
     def permanent(self, bloom: np.ndarray, *, source: Source | None = None) -> np.ndarray:
         """Permanent RR of Bloom bits (memoise per value on the client!)."""
         b = np.asarray(bloom, dtype=bool)
-        rand = bernoulli_matrix(self.f, b.shape, source=source)
-        coin = bernoulli_matrix(Fraction(1, 2), b.shape, source=source)
+        rand = noise.bernoulli_matrix(self.f, b.shape, source=source)
+        coin = noise.bernoulli_matrix(Fraction(1, 2), b.shape, source=source)
         return np.where(rand, coin, b)
 
     def instantaneous(self, perm: np.ndarray, *, source: Source | None = None) -> np.ndarray:
         """Instantaneous RR: a fresh, independent report from the memoised ``B'``."""
         b = np.asarray(perm, dtype=bool)
-        ones = bernoulli_matrix(self.q, b.shape, source=source)
-        zeros = bernoulli_matrix(self.p, b.shape, source=source)
+        ones = noise.bernoulli_matrix(self.q, b.shape, source=source)
+        zeros = noise.bernoulli_matrix(self.p, b.shape, source=source)
         return np.where(b, ones, zeros)
 
     def randomize(self, values: Any, *, cohorts: Any = None,

@@ -37,7 +37,6 @@ from dpkit.noise import Source
 from ._bits import count_packed_bits
 from ._exact import check_epsilon, ratio_below, stated_epsilon
 from ._hashing import TabulationHash, fwht
-from ._sampling import bernoulli_matrix
 from .base import FrequencyEstimate, Reports, Tally
 from .grr import _insecure
 
@@ -129,7 +128,7 @@ class CountMeanSketch(_Sketch):
         n = x.size
         j = noise.uniform_int(self.k, n, source=source)
         pos = self.hashes(x, which=j)
-        bits = bernoulli_matrix(self.flip, (n, self.m), source=source)  # flip indicators
+        bits = noise.bernoulli_matrix(self.flip, (n, self.m), source=source)  # flip indicators
         bits[np.arange(n), pos] ^= True  # +1 at h_j(x), flipped w.p. 1/(1+ρ) like the rest
         return Reports(self.kind, {"hash": j.astype(np.int32),
                                    "bits": np.packbits(bits, axis=1, bitorder="little")},

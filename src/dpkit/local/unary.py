@@ -25,7 +25,6 @@ from dpkit.noise import Source
 
 from ._bits import count_packed_bits
 from ._exact import check_epsilon, ratio_below, stated_epsilon
-from ._sampling import bernoulli_matrix
 from .base import PureOracle, Reports, Tally, check_domain
 from .grr import _insecure
 
@@ -69,7 +68,7 @@ class UnaryEncoding(PureOracle):
         for s in range(0, n, step):
             xs = x[s : s + step]
             m = xs.size
-            bits = bernoulli_matrix(self.q, (m, d), source=source)
+            bits = noise.bernoulli_matrix(self.q, (m, d), source=source)
             bits[np.arange(m), xs] = noise.bernoulli(self.p, m, source=source)
             out[s : s + m] = np.packbits(bits, axis=1, bitorder="little")
         return Reports(self.kind, {"bits": out}, _insecure(source))
