@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -68,6 +69,7 @@ __all__ = ["Measure", "Plan", "PlanError", "build_plan"]
 
 LAPLACE = "laplace"
 GAUSSIAN = "gaussian"
+GAUSSIAN_THRESHOLD = "gaussian_threshold"  # partition selection with discrete Gaussian noise
 NOISES = (LAPLACE, GAUSSIAN)
 MAX_QUERY_EPSILON = 100.0
 MAX_KEYS = 1_000_000
@@ -116,22 +118,47 @@ class Measure:
     threshold: int = 0
     delta: float = 0.0
     event: ev.Event = field(default_factory=ev.NoOp)
+    share: float = 0.0  # this measurement's fraction of the query's budget (weight / Σ weights)
+    lo_int: int = 0  # sum/csum: every row's integer lies in [lo_int, hi_int] (grid units)
+    hi_int: int = 0
+    # top-k selection (kind "topk"): k rounds of the exponential mechanism over the groups
+    k: int = 0
+    score_key: str = ""  # the measurement whose exact per-group values are the scores
+    score_shift: int = 0  # scores are the exact integers shifted right by this many bits
+    score_sensitivity: float = 0.0  # per-group sensitivity of the (shifted) scores
+    monotonic: bool = True
+    desc: bool = True
+    round_epsilon: float = 0.0  # epsilon of each of the k exponential-mechanism rounds
 
     @property
     def unit(self) -> float:
         return math.ldexp(1.0, -self.f)
 
     def describe(self) -> dict[str, Any]:
+        gauss = self.noise in (GAUSSIAN, GAUSSIAN_THRESHOLD)
+        if self.kind == "quant":
+            sens: float = self.quant_sensitivity
+        elif self.kind == "topk":
+            sens = self.score_sensitivity * (2 ** self.score_shift) * self.unit
+        else:
+            sens = (self.l2 if gauss else self.l1) * self.unit
         d: dict[str, Any] = {
             "measurement": self.label,
             "mechanism": {"laplace": "discrete Laplace", "gaussian": "discrete Gaussian",
                           "exponential": "exponential mechanism",
-                          "threshold": "discrete Laplace + threshold"}[self.noise],
-            "epsilon": self.epsilon if self.noise != GAUSSIAN else None,
-            "rho": self.rho if self.noise == GAUSSIAN else None,
-            "sensitivity": (self.l1 if self.noise != GAUSSIAN else self.l2) * self.unit
-            if self.kind != "quant" else self.quant_sensitivity,
+                          "threshold": "discrete Laplace + threshold",
+                          GAUSSIAN_THRESHOLD: "discrete Gaussian + threshold",
+                          "topk": "exponential mechanism, k rounds (peeling noisy max)",
+                          }[self.noise],
+            "epsilon": self.epsilon if not gauss else None,
+            "rho": self.rho if gauss else None,
+            "sensitivity": sens,
+            "weight": self.weight,
+            "share": self.share,
         }
+        if self.kind == "topk":
+            d["split"] = f"{self.k} rounds of epsilon {self.round_epsilon:.6g}"
+            d["monotonic"] = self.monotonic
         if self.kind == "quant":
             point = self.epsilon * (1.0 - QUANTILE_CI_SHARE)
             end = self.epsilon * QUANTILE_CI_SHARE / 2.0
@@ -172,6 +199,14 @@ class Plan:
     l0: int
     event: ev.Event
     notes: list[str] = field(default_factory=list)
+    # the delta share to book under the 'approx' accountant (Gaussian noise: the conversion
+    # delta plus the partition-selection delta); None: the accountant needs none from the plan
+    charge_delta: float | None = None
+    weights: dict[str, float] = field(default_factory=dict)  # per output name, as given
+
+    @property
+    def top_k(self) -> Measure | None:
+        return next((x for x in self.measures if x.kind == "topk"), None)
 
     def measure(self, key: str) -> Measure:
         for x in self.measures:
@@ -314,8 +349,17 @@ def build_plan(
     bounds: dict[str, tuple[float, float]] | None = None,
     budget_delta: float = 0.0,
     gaussian_delta: float | None = None,
+    weights: Mapping[str, Any] | None = None,
+    accountant: str | None = None,
 ) -> Plan:
-    """The data-independent plan for ``spec`` at the given privacy parameters."""
+    """The data-independent plan for ``spec`` at the given privacy parameters.
+
+    ``weights``: per output name, the relative share of the budget of the measurements that
+    output needs (unnamed outputs weigh 1; see :func:`measure_weights`). ``accountant``: the
+    project's accountant; with ``"approx"`` and Gaussian noise the query's ``delta`` (default a
+    tenth of the project's) is booked once, split in halves between the Gaussian conversion and
+    private partition selection when both are needed (``Plan.charge_delta``).
+    """
     if noise not in NOISES:
         raise PlanError(f"noise must be one of {', '.join(NOISES)} (got {noise!r})")
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.5 <= level < 1:
@@ -325,35 +369,6 @@ def build_plan(
     for col, pair in (bounds or {}).items():
         c = table.column(col)
         override[c.name] = check_bounds(pair, c.name)
-    if noise == LAPLACE:
-        if rho is not None:
-            raise PlanError("rho= goes with noise='gaussian'; with Laplace noise give epsilon=")
-        if epsilon is None:
-            raise PlanError("give the query's budget: epsilon=0.5 (or accuracy=...)")
-        eps = check_epsilon(epsilon)
-        rho_total = 0.0
-    else:
-        if budget_delta <= 0:
-            raise PlanError(
-                "Gaussian noise needs a project with delta > 0 (it is not pure DP); use "
-                "noise='laplace' or create the project with a delta"
-            )
-        if rho is None:
-            if epsilon is None:
-                raise PlanError("give rho= (zCDP) or epsilon= for Gaussian noise")
-            from dpkit.accounting import zcdp
-
-            eps = check_epsilon(epsilon)
-            conv = gaussian_delta if gaussian_delta else budget_delta
-            rho_total = float(zcdp.epsilon_to_rho(eps, conv))
-        else:
-            if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not (
-                math.isfinite(rho) and 0 < rho <= 50
-            ):
-                raise PlanError(f"rho must be a number in (0, 50] (got {rho!r}); e.g. rho=0.05")
-            rho_total = float(rho)
-            eps = float("nan")
-
     m = 1 if table.record_level else table.max_rows_per_unit
     grouped = bool(spec.group_by)
     g = min(table.max_groups_per_unit or m, m) if grouped else 1
@@ -383,6 +398,61 @@ def build_plan(
             )
         keys = [tuple(t) for t in itertools.product(*[v for _, v in key_sources])]
 
+    # --- the query's delta: partition selection and (approx accountant) Gaussian conversion
+    if delta is not None:
+        check_delta(delta, budget_delta)
+    total_delta = float(delta) if delta is not None else budget_delta / 10.0
+    q_delta = 0.0
+    charge_delta: float | None = None
+    conv_delta = gaussian_delta if gaussian_delta else budget_delta
+    if group_mode == "select":
+        if budget_delta <= 0:
+            names = ", ".join(k.column for k in spec.group_by)
+            raise PlanError(
+                f"GROUP BY {names} needs public group keys or a delta: declare the domain "
+                f"(add_table(..., domains={{'{spec.group_by[0].column}': [...]}})), or create the "
+                f"project with delta > 0 so that groups can be selected privately"
+            )
+        q_delta = total_delta
+        if q_delta <= 0:
+            raise PlanError("partition selection needs delta > 0 (e.g. delta=1e-7)")
+    if noise == GAUSSIAN and accountant == "approx":
+        charge_delta = total_delta
+        if group_mode == "select":  # one delta for the query: half each
+            q_delta = conv_delta = total_delta / 2.0
+        else:
+            conv_delta = total_delta
+
+    if noise == LAPLACE:
+        if rho is not None:
+            raise PlanError("rho= goes with noise='gaussian'; with Laplace noise give epsilon=")
+        if epsilon is None:
+            raise PlanError("give the query's budget: epsilon=0.5 (or accuracy=...)")
+        eps = check_epsilon(epsilon)
+        rho_total = 0.0
+    else:
+        if budget_delta <= 0:
+            raise PlanError(
+                "Gaussian noise needs a project with delta > 0 (it is not pure DP); use "
+                "noise='laplace' or create the project with a delta"
+            )
+        if rho is None:
+            if epsilon is None:
+                raise PlanError("give rho= (zCDP) or epsilon= for Gaussian noise")
+            from dpkit.accounting import zcdp
+
+            eps = check_epsilon(epsilon)
+            rho_total = float(zcdp.epsilon_to_rho(eps, conv_delta))
+        else:
+            if epsilon is not None:
+                raise PlanError("give rho= or epsilon=, not both")
+            if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not (
+                math.isfinite(rho) and 0 < rho <= 50
+            ):
+                raise PlanError(f"rho must be a number in (0, 50] (got {rho!r}); e.g. rho=0.05")
+            rho_total = float(rho)
+            eps = float("nan")
+
     # --- measurements
     measures: list[Measure] = []
     by_key: dict[tuple[Any, ...], Measure] = {}
@@ -410,13 +480,6 @@ def build_plan(
 
     select: Measure | None = None
     if group_mode == "select":
-        if budget_delta <= 0:
-            names = ", ".join(k.column for k in spec.group_by)
-            raise PlanError(
-                f"GROUP BY {names} needs public group keys or a delta: declare the domain "
-                f"(add_table(..., domains={{'{spec.group_by[0].column}': [...]}})), or create the "
-                f"project with delta > 0 so that groups can be selected privately"
-            )
         select = measure("select")
         select.label = "partition selection (distinct units per group)"
 
@@ -467,49 +530,75 @@ def build_plan(
                     roles["csq"] = s2.key
         agg_plans.append(AggPlan(call=call, measures=roles, lo=lo, hi=hi))
 
-    # A column's bounds must be the same for every measurement that uses it.
-    for mm in measures:
-        if mm.kind in ("sum", "csum", "csq", "quant"):
-            pass
+    # --- top-k groups by noisy max (ORDER BY <COUNT/SUM> [DESC|ASC] LIMIT k)
+    notes: list[str] = []
+    topk: Measure | None = None
+    request = top_k_request(spec)
+    if request is not None and isinstance(request, str):
+        notes.append(request)
+    elif request is not None:
+        agg_index, desc, k_top = request
+        ap = agg_plans[agg_index]
+        if keys is not None and k_top >= len(keys):
+            notes.append(f"LIMIT {k_top} keeps all {len(keys)} declared groups: no selection "
+                         f"needed; ORDER BY sorts the noisy values (post-processing)")
+        else:
+            topk = measure("topk")
+            topk.k = k_top
+            topk.desc = desc
+            topk.score_key = ap.measures.get("count") or ap.measures["sum"]
+            topk.label = (f"top-{k_top} groups by {ap.call.label} "
+                          f"{'DESC' if desc else 'ASC'} (noisy max)")
 
-    # --- budget split (equal shares)
-    k = len(measures)
-    if noise == LAPLACE:
-        share_eps = eps / k
-        share_rho = 0.0
-    else:
-        share_rho = rho_total / k
-        share_eps = math.sqrt(2.0 * share_rho)  # used for fixed-point sizing and selection
-    q_delta = 0.0
-    if select is not None:
-        q_delta = check_delta(delta, budget_delta) if delta is not None else budget_delta / 10.0
-        if q_delta <= 0:
-            raise PlanError("partition selection needs delta > 0 (e.g. delta=1e-7)")
-    elif delta is not None:
-        check_delta(delta, budget_delta)
+    # --- budget split (weighted; equal by default)
+    mweights = measure_weights(spec, agg_plans, measures, weights)
+    total_w = math.fsum(mweights[x.key] for x in measures)
+    share_eps: dict[str, float] = {}
+    share_rho: dict[str, float] = {}
+    for x in measures:
+        x.weight = mweights[x.key]
+        x.share = x.weight / total_w
+        if noise == LAPLACE:
+            share_eps[x.key] = eps * x.share
+            share_rho[x.key] = 0.0
+        else:
+            share_rho[x.key] = rho_total * x.share
+            # used for fixed-point sizing and the exponential mechanisms
+            share_eps[x.key] = math.sqrt(2.0 * share_rho[x.key])
 
     # SUM and the centred sum of AVG/VAR share one fixed-point column: the same f
     col_f: dict[str, int] = {}
     for mm in measures:
         if mm.kind in ("sum", "csum"):
             mag = max(abs(mm.lo), abs(mm.hi)) if mm.kind == "sum" else (mm.hi - mm.lo) / 2.0
-            fx = _fixed_point_exponent(mag, m, share_eps)
+            fx = _fixed_point_exponent(mag, m, share_eps[mm.key])
             assert mm.column is not None
             col_f[mm.column] = min(col_f.get(mm.column, fx), fx)
-    events: list[ev.Event] = []
-    notes: list[str] = []
     for mm in measures:
+        if mm.kind == "topk":
+            continue
         if mm.column in col_f and mm.kind in ("sum", "csum"):
             mm.f = min(col_f[mm.column], row_exponent(mm.lo, mm.hi))
-        _calibrate(mm, table=table, m=m, l0=l0, noise=noise, share_eps=share_eps,
-                   share_rho=share_rho, q_delta=q_delta, grouped=grouped)
-        events.append(mm.event)
-    event: ev.Event = events[0] if len(events) == 1 else ev.Composed(tuple(events))
-    if group_mode == "select":
+        _calibrate(mm, table=table, m=m, l0=l0, noise=noise, share_eps=share_eps[mm.key],
+                   share_rho=share_rho[mm.key], q_delta=q_delta, grouped=grouped)
+    if topk is not None:
+        _calibrate_topk(topk, next(x for x in measures if x.key == topk.score_key), m=m,
+                        noise=noise, share_eps=share_eps[topk.key],
+                        share_rho=share_rho[topk.key], level=float(level))
+        kk = "group" if topk.k == 1 else f"{topk.k} groups"
         notes.append(
-            f"groups were selected privately (noisy distinct-unit count >= {select.threshold}; "
-            f"delta {q_delta:g}); groups with few units are not shown"
-            if select is not None else ""
+            f"the {kk} shown were chosen by noisy max ({topk.k} rounds of the exponential "
+            f"mechanism at epsilon {topk.round_epsilon:.4g} each) among all "
+            f"{'selected' if select is not None else 'candidate'} groups, before their values "
+            f"were measured"
+        )
+    events = [mm.event for mm in measures]
+    event: ev.Event = events[0] if len(events) == 1 else ev.Composed(tuple(events))
+    if select is not None:
+        how = ("discrete Gaussian" if noise == GAUSSIAN else "discrete Laplace")
+        notes.insert(0,
+            f"groups were selected privately ({how} noise on distinct-unit counts, threshold "
+            f"{select.threshold}; delta {q_delta:g}); groups with few units are not shown"
         )
     return Plan(
         spec=spec,
@@ -529,8 +618,103 @@ def build_plan(
         g=g,
         l0=l0,
         event=event,
-        notes=[n for n in notes if n],
+        notes=notes,
+        charge_delta=charge_delta,
+        weights={str(k): float(v) for k, v in (weights or {}).items()},
     )
+
+
+TOP_K_WEIGHT = "top_k"  # reserved weights= names for the selection measurements
+SELECTION_WEIGHT = "partition_selection"
+
+
+def top_k_request(spec: dsql.QuerySpec) -> tuple[int, bool, int] | str | None:
+    """``(aggregate index, descending, k)`` when the query asks for the top ``k`` groups by one
+    COUNT / COUNT(col) / COUNT(DISTINCT unit) / SUM aggregate (``ORDER BY <it> [DESC|ASC] LIMIT
+    k`` with GROUP BY, no HAVING, no OFFSET): those groups are then chosen by noisy max. A
+    string (a note) when ORDER BY ... LIMIT is answered by sorting every group's noisy value
+    instead (post-processing, still private); None when the query has no LIMIT over groups.
+    """
+    if not spec.group_by or spec.limit is None or spec.limit < 1:
+        return None
+    if not spec.order:
+        return None
+    if spec.having is not None or spec.offset:
+        return ("ORDER BY ... LIMIT with HAVING or OFFSET: every group's noisy value is "
+                "measured, then filtered, sorted and cut (post-processing); without HAVING/"
+                "OFFSET the top groups are chosen by noisy max")
+    idx = spec.order_aggs[0] if len(spec.order) == 1 and spec.order_aggs else None
+    if idx is None:
+        return ("ORDER BY ... LIMIT over anything but one COUNT/SUM aggregate: every group's "
+                "noisy value is measured, then sorted and cut (post-processing)")
+    call = spec.aggs[idx]
+    if call.func not in (dsql.COUNT, dsql.COUNT_COL, dsql.COUNT_UNITS, dsql.SUM):
+        return (f"ORDER BY {call.label} LIMIT: ranked on every group's noisy value "
+                f"(post-processing); only COUNT and SUM orderings use noisy-max selection")
+    return idx, bool(spec.order[0][1]), int(spec.limit)
+
+
+def measure_weights(spec: dsql.QuerySpec, agg_plans: list[AggPlan], measures: list[Measure],
+                    weights: Mapping[str, Any] | None) -> dict[str, float]:
+    """Per measurement key, its weight in the budget split.
+
+    ``weights`` maps output names (the result's value columns, case-insensitive) to positive
+    numbers; outputs not named weigh 1. A measurement takes the largest weight among the
+    outputs that use it (a measurement shared by two outputs is measured once). The selection
+    measurements weigh 1 unless named by the reserved names ``"top_k"`` and
+    ``"partition_selection"`` (when no output has that name). A measurement's share of the
+    query's epsilon (or rho) is its weight over the sum of all weights.
+    """
+    if weights is not None and not isinstance(weights, Mapping):
+        raise PlanError(f"weights must be a dict of output name -> number, e.g. "
+                        f"weights={{'n': 1, 'avg_age': 3}} (got {weights!r})")
+    weights = weights or {}
+    by_name = {o.name.lower(): o for o in spec.outputs}
+    valid = [o.name for o in spec.outputs if o.kind != "group"]
+    special = {TOP_K_WEIGHT: "topk", SELECTION_WEIGHT: "select"}
+    present = {x.kind for x in measures}
+    valid += [n for n, kind in special.items() if kind in present and n not in by_name]
+    given: dict[str, float] = {}
+    for name, w in weights.items():
+        if not isinstance(name, str):
+            raise PlanError(f"weights are keyed by output names (got {name!r}); valid names: "
+                            f"{', '.join(valid)}")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not (
+            math.isfinite(w) and w > 0
+        ):
+            raise PlanError(f"weights[{name!r}] must be a finite number > 0 (got {w!r}); "
+                            f"e.g. weights={{'{name}': 2}}")
+        o = by_name.get(name.lower())
+        if o is None and not (name.lower() in special and special[name.lower()] in present):
+            raise PlanError(f"weights names {name!r}, which is not an output of this query; "
+                            f"valid names: {', '.join(valid)}")
+        if o is not None and o.kind == "group":
+            raise PlanError(f"weights names {name!r}, a GROUP BY column; weights apply to "
+                            f"aggregates (valid names: {', '.join(valid)})")
+        given[name.lower()] = float(w)
+    out: dict[str, float] = {}
+    for o in spec.outputs:
+        if o.kind == "group":
+            continue
+        w = given.get(o.name.lower(), 1.0)
+        keys: list[str] = []
+        if o.kind == "agg":
+            assert o.index is not None
+            keys = list(agg_plans[o.index].measures.values())
+        else:
+            assert o.expr is not None
+            for n in o.expr.walk():
+                if isinstance(n, exp.Column) and n.name.startswith("__a") and \
+                        n.name[3:].isdigit():
+                    keys.extend(agg_plans[int(n.name[3:])].measures.values())
+        for key in keys:
+            out[key] = max(out.get(key, 0.0), w)
+    for x in measures:
+        for name, kind in special.items():
+            if x.kind == kind and name in given and name not in by_name:
+                out[x.key] = given[name]
+        out.setdefault(x.key, 1.0)
+    return out
 
 
 def _dlap_scale(l1: int, epsilon: float) -> float:
@@ -562,6 +746,7 @@ def _calibrate(mm: Measure, *, table: TableMeta, m: int, l0: int, noise: str, sh
         big = row_exponent(mm.lo, mm.hi)
         lo_g = shift_round(round_half_away(Fraction(mm.lo) * Fraction(2) ** big), big - mm.f)
         hi_g = shift_round(round_half_away(Fraction(mm.hi) * Fraction(2) ** big), big - mm.f)
+        mm.lo_int, mm.hi_int = lo_g, hi_g
         if mm.kind == "sum":
             mm.bound = max(abs(lo_g), abs(hi_g), 1)
         else:
@@ -587,8 +772,17 @@ def _calibrate(mm: Measure, *, table: TableMeta, m: int, l0: int, noise: str, sh
                     else ev.SelfComposed(ev.Exponential(mm.quant_epsilon), l0))
         return
     elif mm.kind == "select":
-        eps_s = share_eps
         mm.f, mm.bound, mm.l1, mm.l2 = 0, 1, l0, math.sqrt(l0)
+        mm.delta = q_delta
+        if noise == GAUSSIAN:
+            mm.noise = GAUSSIAN_THRESHOLD
+            mm.rho = share_rho
+            mm.sigma2 = _dgauss_sigma2(mm.l2, share_rho)
+            mm.threshold = gaussian_threshold(mm.sigma2, l0, q_delta)
+            mm.event = ev.Composed((ev.ZCDP(_rho_up(mm.l2, mm.sigma2)),
+                                    ev.ApproxDP(0.0, q_delta)))
+            return
+        eps_s = share_eps
         mm.noise = "threshold"
         mm.epsilon = eps_s
         mm.scale = _dlap_scale(l0, eps_s)
@@ -596,7 +790,6 @@ def _calibrate(mm: Measure, *, table: TableMeta, m: int, l0: int, noise: str, sh
         # L0 · q^(T-1) / (1+q) <= delta
         t_minus_1 = math.ceil(mm.scale * math.log(l0 / (q_delta * (1.0 + qd))))
         mm.threshold = 1 + max(t_minus_1, 1)
-        mm.delta = q_delta
         mm.event = ev.ApproxDP(l0 / mm.scale, q_delta)
         return
     if noise == LAPLACE:
@@ -614,11 +807,146 @@ def _calibrate(mm: Measure, *, table: TableMeta, m: int, l0: int, noise: str, sh
         mm.sigma2 = _dgauss_sigma2(sens, share_rho)
         # zCDP holds for a scalar or a vector release alike (CKS 2020); the mechanism reports
         # DiscreteGaussian for a scalar, ZCDP for a vector; either is at most what is charged.
-        exact = Fraction(sens) ** 2 / (2 * Fraction(mm.sigma2))
-        rho_up = float(exact)
-        if Fraction(rho_up) < exact:
-            rho_up = math.nextafter(rho_up, math.inf)
-        mm.event = ev.ZCDP(rho_up)
+        mm.event = ev.ZCDP(_rho_up(sens, mm.sigma2))
+
+
+def _rho_up(sensitivity: float, sigma2: float) -> float:
+    """``sensitivity² / (2 sigma2)`` rounded up to a float (never below the exact value)."""
+    exact = Fraction(sensitivity) ** 2 / (2 * Fraction(sigma2))
+    rho_up = float(exact)
+    if Fraction(rho_up) < exact:
+        rho_up = math.nextafter(rho_up, math.inf)
+    return rho_up
+
+
+# A computed tail is trusted only with this relative margin (float sums of exponentials).
+_TAIL_MARGIN = 1.0 + 1e-6
+
+
+def dgauss_upper_tail(a: int, sigma2: float) -> float:
+    """``P(Z >= a)`` for the discrete Gaussian ``P(Z = x) ∝ exp(-x²/(2 sigma2))``, ``a >= 0``,
+    from the exact sums (``Σ_{x>=a} e^{-x²/(2σ²)} / Σ_x e^{-x²/(2σ²)}``), times ``1 + 1e-6``
+    so that float rounding can only overstate it."""
+    from dpkit.mechanisms._accuracy import dgauss_norm, dgauss_upper_sum
+
+    if a <= 0:
+        return 1.0
+    return min(1.0, dgauss_upper_sum(int(a), sigma2) / dgauss_norm(sigma2) * _TAIL_MARGIN)
+
+
+def gaussian_selection_delta(threshold: int, sigma2: float, l0: int) -> float:
+    """δ of Gaussian thresholding: the probability that at least one of the ``l0`` groups made
+    of one unit alone (distinct-unit count 1) shows: ``1 - (1 - P(Z >= T - 1))^l0`` with
+    independent discrete Gaussian noise ``Z`` (``<= l0·P(Z >= T-1)``)."""
+    p = dgauss_upper_tail(threshold - 1, sigma2)
+    if p >= 1.0:
+        return 1.0
+    return min(1.0, -math.expm1(l0 * math.log1p(-p)))
+
+
+def gaussian_threshold(sigma2: float, l0: int, delta: float) -> int:
+    """Smallest ``T >= 2`` with :func:`gaussian_selection_delta` ``(T) <= delta``.
+
+    **Gaussian partition selection** (Wilson et al. 2020, §3; Google's Gaussian thresholding).
+    Each candidate group's number of distinct units gets independent discrete Gaussian noise of
+    variance ``sigma2``; a group is shown iff ``count + Z >= T``. Neighbours ``D ⊂ D'`` differ by
+    one unit touching at most ``l0`` groups. On the groups both have, the counts differ by at most
+    1 in at most ``l0`` coordinates (L2 sensitivity ``√l0``), so that part is the discrete
+    Gaussian mechanism: ``ρ = l0/(2 sigma2)``-zCDP, hence ``(ε, δ_g(ε))``-DP for its whole curve
+    (CKS 2020). The groups only ``D'`` has are made of that unit alone (count 1) and show with
+    probability ``p = 1 - (1 - P(Z >= T-1))^l0 <= δ``. For any output set ``S``:
+    ``P_D'(S) <= (1-p)(e^ε P_D(S) + δ_g) + p``, and, ``S`` holding only outputs without new
+    groups, ``P_D(S) <= min(1, e^ε P_c(S) + δ_g)`` with ``P_D'(S) = (1-p) P_c(S)``; both give
+    ``P(S) - e^ε P'(S) <= δ_g + p - p·δ_g``. So the selection is ``(ε, δ_g(ε) + δ)``-DP: exactly
+    what the event ``Composed(ZCDP(ρ), ApproxDP(0, δ))`` states under basic composition.
+    """
+    if not (0 < delta < 1):
+        raise PlanError(f"partition selection needs 0 < delta < 1 (got {delta!r})")
+    sigma = math.sqrt(sigma2)
+    # continuous guess: l0·P(N >= T-1) ~ delta
+    from scipy import special
+
+    guess = 1 + sigma * math.sqrt(2.0) * float(special.erfcinv(2.0 * delta / l0))
+    t = max(2, math.floor(guess) - 3)
+    while gaussian_selection_delta(t, sigma2, l0) > delta:
+        t += 1
+    while t > 2 and gaussian_selection_delta(t - 1, sigma2, l0) <= delta:
+        t -= 1
+    return t
+
+
+def _calibrate_topk(mm: Measure, score: Measure, *, m: int, noise: str, share_eps: float,
+                    share_rho: float, level: float) -> None:
+    """Top-k groups by noisy max: ``k`` rounds of the exponential mechanism (peeling).
+
+    **Scores** are the exact per-group values of the ordering aggregate (negated for ASC):
+    ``COUNT(*)``/``COUNT(col)`` (rows kept by contribution bounding), ``COUNT(DISTINCT unit)``,
+    or ``SUM(col)`` as fixed-point integers shifted right by ``s`` bits (``floor(S/2^s)``, so
+    that scores stay exact float64 values; a shift moves a difference ``|S-S'| <= Δ`` to at most
+    ``floor(Δ/2^s) + 1``), clipped to ``±2^52`` (1-Lipschitz, monotone).
+
+    **Sensitivity, L∞, independent of how many groups a unit touches.** Under add/remove of one
+    unit (the curator's relation), the unit's (bounded) rows are added to or removed from the
+    groups they fall in; each group's count moves by at most ``m`` (``max_rows_per_unit``; 1 for
+    distinct units) and its sum by at most ``m·B`` (every row's integer in ``[lo_g, hi_g]``,
+    ``B = max(|lo_g|, |hi_g|)``). The exponential mechanism's guarantee needs only a bound on
+    each score's change (``max_r |q_r(D) - q_r(D')| <= Δ``), not on the number of scores that
+    change. All counts move in the same direction (adding a unit never lowers a count), and so
+    do sums when ``lo >= 0`` (or ``hi <= 0``): then the scores are **monotone** and each round
+    selects ``r`` with probability ``∝ exp(ε_r q_r / Δ)`` (McSherry-Talwar 2007; Dwork-Roth
+    2014, Thm 3.10 remark); otherwise ``∝ exp(ε_r q_r / (2Δ))``. Each round is ε_r-DP and
+    ε_r-bounded-range (its loss ``(ε_r/Δ)(q_r - q'_r) - ln(Z/Z')`` varies by at most ``ε_r``
+    over the outputs in both cases).
+
+    **k rounds** (peeling: remove the winner, repeat) equal in law the one-shot Gumbel top-k
+    (Durfee-Rogers 2019) and compose to ``SelfComposed(Exponential(ε_r), k)``: ``k·ε_r``-DP,
+    ``k·ε_r²/8``-zCDP (Cesar-Rogers 2021). ``ε_r = ε_sel / k`` with Laplace noise,
+    ``√(8 ρ_sel / k)`` with Gaussian noise (so the rounds cost exactly the share ``ρ_sel``).
+
+    **Utility**: in each round the best remaining score is at least the true k-th best; with
+    probability ``>= 1 - β/k`` the winner is within ``u = c·(Δ/ε_r)(ln K + ln(k/β))`` of it
+    (Dwork-Roth Thm 3.11, ``c = 1`` monotone, 2 otherwise; ``K`` candidates). A union bound over
+    the rounds: every selected group's score is within ``u`` of the true k-th best score with
+    probability ``>= 1 - β`` (``β = 1 - level``).
+    """
+    assert mm.k >= 1
+    mm.noise = "topk"
+    if score.kind in ("rows", "nonnull"):
+        delta_int, monotone = m, True
+    elif score.kind in ("units", "select"):
+        delta_int, monotone = 1, True
+    elif score.kind == "sum":
+        delta_int = m * max(abs(score.lo_int), abs(score.hi_int), 1)
+        monotone = score.lo_int >= 0 or score.hi_int <= 0
+    else:  # pragma: no cover - top_k_request only admits COUNT/SUM orderings
+        raise PlanError(f"cannot rank groups by {score.label} with noisy max")
+    shift = max(0, delta_int.bit_length() - 11)
+    mm.score_shift = shift
+    mm.score_sensitivity = float((delta_int >> shift) + 1 if shift else delta_int)
+    mm.f = score.f if score.kind == "sum" else 0
+    mm.monotonic = monotone
+    mm.l1 = int(mm.score_sensitivity)
+    if noise == LAPLACE:
+        mm.epsilon = share_eps
+        mm.round_epsilon = share_eps / mm.k
+    else:
+        mm.rho = share_rho
+        mm.round_epsilon = math.sqrt(8.0 * share_rho / mm.k)
+        mm.epsilon = mm.round_epsilon * mm.k
+    mm.event = (ev.Exponential(mm.round_epsilon) if mm.k == 1
+                else ev.SelfComposed(ev.Exponential(mm.round_epsilon), mm.k))
+
+
+def top_k_utility(mm: Measure, candidates: int, level: float) -> float:
+    """``u`` (native units of the ordering aggregate) such that, with probability ``>= level``,
+    every selected group's score is within ``u`` of the true k-th best (see
+    :func:`_calibrate_topk`)."""
+    k = max(1, min(mm.k, candidates))
+    c = 1.0 if mm.monotonic else 2.0
+    beta = 1.0 - level
+    u = c * mm.score_sensitivity / mm.round_epsilon * (math.log(max(candidates, 1))
+                                                        + math.log(k / beta))
+    return math.ldexp(u * (2 ** mm.score_shift), -mm.f)
 
 
 def _col_class(table: TableMeta, ref: str | None) -> str:
@@ -760,12 +1088,9 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
             )
             current = "__gb"
         cols = ["__u", *group_cols, *value_cols.values()]
-        # with nothing filtered out, the stored total *is* the unit's row count here
-        exact_total = total_name is not None and not conds and current == "__src"
         bound, current = bounding_ctes(current, cols, list(stored.values()), m=plan.m,
                                        seed_lit=seed_lit,
-                                       total_col="__nt" if total_name is not None else None,
-                                       total_is_exact=exact_total)
+                                       total_col="__nt" if total_name is not None else None)
         ctes.extend(bound)
 
     cls_of = {c: type_class(_col_type(plan, c)) for c in value_cols}
@@ -897,8 +1222,7 @@ def _col_type(plan: Plan, alias_col: str) -> str:
 
 
 def bounding_ctes(source: str, cols: list[str], derived: list[str], *, m: int,
-                  seed_lit: str, total_col: str | None = None,
-                  total_is_exact: bool = False) -> tuple[list[str], str]:
+                  seed_lit: str, total_col: str | None = None) -> tuple[list[str], str]:
     """CTEs keeping at most ``m`` rows per unit of ``source`` (unit column ``__u``).
 
     ``cols``: the columns the query reads (``__u`` first); ``derived``: columns that are
@@ -909,8 +1233,6 @@ def bounding_ctes(source: str, cols: list[str], derived: list[str], *, m: int,
     ``source`` from above (its rows in the table, when ``source`` only filtered them); rows of
     units with ``total_col <= m`` are kept without per-unit work, which leaves the output
     unchanged (such a unit has at most ``m`` rows here) and skips the window for them.
-    ``total_is_exact``: ``total_col`` equals the unit's row count in ``source`` (nothing was
-    filtered), so no window is needed at all.
     """
     # Only units with more than m rows need a choice. Count each unit's rows (a window
     # without ORDER BY: a hash partition, no sort); for a unit above the cap find t, the
@@ -921,13 +1243,26 @@ def bounding_ctes(source: str, cols: list[str], derived: list[str], *, m: int,
     # is exactly m even if two different rows collided.
     sel = ", ".join([*cols, *derived])
     hashed = ", ".join([*cols, seed_lit])
-    heavy = f" WHERE {total_col} > {m}" if total_col is not None else ""
-    light = (f" UNION ALL SELECT {sel} FROM {source} WHERE {total_col} <= {m}"
-             if total_col is not None else "")
-    count = (total_col if total_is_exact and total_col is not None
-             else "COUNT(*) OVER (PARTITION BY __u)")
+    if total_col is not None:
+        # Units whose table total is <= m keep every row, untouched. The others ("heavy")
+        # go through one hash aggregate: their (up to) m smallest keyed hashes, the largest of
+        # which is the threshold t (a unit with fewer than m rows here gets all its hashes, so
+        # t is its largest and it keeps everything); then a join keeps rows hashing below t
+        # and as many hashing to t as complete the list. No window, no sort of the rows.
+        return [
+            f"__r AS (SELECT {sel}, hash({hashed}) AS __h FROM {source} "
+            f"WHERE {total_col} > {m})",
+            f"__l AS (SELECT __u, list_sort(min(__h, {m})) AS __hl FROM __r GROUP BY __u)",
+            "__t AS (SELECT __u, __hl[-1] AS __th, len(__hl) + 1 - "
+            "list_position(__hl, __hl[-1]) AS __k FROM __l)",
+            "__j AS (SELECT __r.*, __th, __k FROM __r JOIN __t ON __r.__u = __t.__u "
+            "WHERE __h <= __th)",
+            f"__b AS (SELECT {sel} FROM __j WHERE __h < __th UNION ALL SELECT {sel} FROM "
+            f"(SELECT * FROM __j WHERE __h = __th QUALIFY ROW_NUMBER() OVER (PARTITION BY __u) "
+            f"<= __k) UNION ALL SELECT {sel} FROM {source} WHERE {total_col} <= {m})",
+        ], "__b"
     return [
-        f"__w AS (SELECT {sel}, {count} AS __n FROM {source}{heavy})",
+        f"__w AS (SELECT {sel}, COUNT(*) OVER (PARTITION BY __u) AS __n FROM {source})",
         f"__r AS (SELECT {sel}, hash({hashed}) AS __h FROM __w WHERE __n > {m})",
         f"__l AS (SELECT __u, list_sort(min(__h, {m})) AS __hl FROM __r GROUP BY __u)",
         f"__t AS (SELECT __u, __hl[{m}] AS __th, {m} + 1 - "
@@ -936,5 +1271,5 @@ def bounding_ctes(source: str, cols: list[str], derived: list[str], *, m: int,
         "WHERE __h <= __th)",
         f"__b AS (SELECT {sel} FROM __j WHERE __h < __th UNION ALL SELECT {sel} FROM "
         f"(SELECT * FROM __j WHERE __h = __th QUALIFY ROW_NUMBER() OVER (PARTITION BY __u) "
-        f"<= __k) UNION ALL SELECT {sel} FROM __w WHERE __n <= {m}{light})",
+        f"<= __k) UNION ALL SELECT {sel} FROM __w WHERE __n <= {m})",
     ], "__b"
