@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +93,14 @@ def test_only_the_noise_layer_draws_randomness(path: Path) -> None:
         return
     match = RANDOMNESS.search(path.read_text())
     assert match is None, f"{rel} draws randomness outside dpkit.noise: {match.group(0)!r}"
+
+
+def test_core_rooms_import_without_scipy() -> None:
+    """scipy costs ~1 s at import: accounting, mechanisms and local load it on first use only."""
+    code = (
+        "import sys, dpkit.noise, dpkit.accounting, dpkit.mechanisms, dpkit.local\n"
+        "print(sorted(m for m in sys.modules if m == 'scipy' or m.startswith('scipy.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(SRC.parent)})
+    assert out.stdout.strip() == "[]", f"scipy imported eagerly: {out.stdout[:300]}"

@@ -11,7 +11,8 @@ supports the event; see ``docs/accounting.md``.
 >>> accounting.epsilon(ev.SelfComposed(ev.Laplace(2.0), 30), delta=0.0, method="pure")
 15.0
 
-``dpkit.accounting.pld`` (privacy-loss distributions) is imported lazily, on first use.
+Submodules (``pld``, ``analytic_gaussian``, ``rdp``, …) are imported lazily, on first use, so that
+``import dpkit.accounting`` does not pay for scipy.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from dpkit.accounting import analytic_gaussian, pure, zcdp
 from dpkit.accounting._common import UnsupportedEvent
 
 __all__ = [
@@ -40,7 +40,10 @@ __all__ = [
     "zcdp",
 ]
 
-_LAZY_MODULES = {"pld", "rdp", "approx", "gdp", "budget", "api", "calibrate"}
+_LAZY_MODULES = {
+    "analytic_gaussian", "api", "approx", "budget", "calibrate",
+    "gdp", "pld", "pure", "rdp", "zcdp",
+}
 _LAZY_ATTRS = {
     "epsilon": ("dpkit.accounting.api", "epsilon"),
     "delta": ("dpkit.accounting.api", "delta"),
@@ -52,8 +55,8 @@ _LAZY_ATTRS = {
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy so that `pld` (written separately, heavier) is only imported when asked for, and the
-    # package imports cleanly before it exists.
+    # Lazy so that `import dpkit.accounting` stays cheap: analytic_gaussian, pld and rdp pull in
+    # scipy (~0.5-1 s); a submodule is imported on first attribute access (then cached).
     if name in _LAZY_ATTRS:
         module, attr = _LAZY_ATTRS[name]
         return getattr(importlib.import_module(module), attr)

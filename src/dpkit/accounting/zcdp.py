@@ -42,7 +42,6 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-from scipy import optimize
 
 from dpkit import events as ev
 from dpkit.accounting import pure as _pure
@@ -82,6 +81,8 @@ def _eps_of_t(t: np.ndarray | float, rho: float, log_inv_delta: float) -> np.nda
 
 def _minimize_over_t(f: Callable[[np.ndarray | float], np.ndarray | float]) -> float:
     """min over the t grid, refined by bounded Brent around the best grid point."""
+    from scipy import optimize  # imported on first use: scipy costs ~0.5 s at import
+
     values = np.asarray(f(_T_GRID), dtype=float)
     values = np.where(np.isnan(values), np.inf, values)
     i = int(np.argmin(values))

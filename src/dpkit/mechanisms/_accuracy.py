@@ -29,7 +29,6 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy import special
 
 from dpkit.mechanisms.release import Release
 
@@ -91,6 +90,8 @@ def dgauss_upper_sum(a: int, sigma2: float) -> float:
         top = math.ceil(math.sqrt(a * a + 90.0 * sigma2)) + 2
         x = np.arange(a, top + 1, dtype=np.float64)
         return float(np.sum(np.exp(-(x * x) / (2.0 * sigma2))))
+    from scipy import special  # imported on first use: scipy costs ~0.5 s at import
+
     fa = math.exp(-(a * a) / (2.0 * sigma2))
     integral = sigma * math.sqrt(math.pi / 2.0) * special.erfc(a / (sigma * math.sqrt(2.0)))
     fprime = -a / sigma2 * fa
@@ -111,6 +112,8 @@ def dgauss_halfwidth(sigma2: float, level: float) -> tuple[int, float]:
     alpha = 1.0 - level
     sigma = math.sqrt(sigma2)
     norm = dgauss_norm(sigma2)
+    from scipy import special
+
     # The continuous answer is within a couple of units of the discrete one: start below it.
     cont = sigma * math.sqrt(2.0) * float(special.erfcinv(alpha))
     m = max(0, math.floor(cont) - 3)

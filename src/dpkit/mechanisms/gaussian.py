@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from dpkit import accounting, noise
-from dpkit.accounting import analytic_gaussian, zcdp
+from dpkit.accounting import zcdp  # analytic_gaussian (scipy) is reached lazily, on first use
 from dpkit.events import ZCDP, DiscreteGaussian, Event
 from dpkit.mechanisms import _validate as v
 from dpkit.mechanisms._accuracy import (
@@ -96,7 +96,9 @@ def _calibrate_scalar(sensitivity: int, epsilon: float, delta: float) -> float:
     def ok(s2: float) -> bool:
         return dgauss_delta(s2, sensitivity, epsilon) <= target
 
-    sigma = analytic_gaussian.calibrate_sigma(epsilon, delta, sensitivity=float(sensitivity))
+    sigma = accounting.analytic_gaussian.calibrate_sigma(
+        epsilon, delta, sensitivity=float(sensitivity)
+    )
     hi = sigma * sigma * (1.0 + 1e-6)
     step = 1e-3
     while not ok(hi):
@@ -239,7 +241,7 @@ def _plan_gaussian(
         hint = sensitivity / math.sqrt(2.0 * rho)
     else:
         assert epsilon is not None and delta is not None
-        hint = analytic_gaussian.calibrate_sigma(epsilon, delta, sensitivity=sensitivity)
+        hint = accounting.analytic_gaussian.calibrate_sigma(epsilon, delta, sensitivity=sensitivity)
     k = grid_l2_exponent(sensitivity, hint, n)
     while True:
         if k > 1000:
