@@ -19,6 +19,18 @@ def test_reconstruct_summary() -> None:
     assert s.table().row_count == 2
 
 
+def test_reconstruct_least_squares_summary() -> None:
+    s = cc.attack_reconstruct(n=32, queries=128, noise_levels=(0, 1), attack="lsq",
+                              curator_epsilon=None, seed=1)
+    assert s.rows[0][-1] == "100.0%"
+    # E = 1: sigma^2 = 2/3, diag (A^T A)^-1 ~ 4/(128 - 32): per-bit error sd 0.17, z = 3
+    assert float(s.rows[1][-1].rstrip("%")) >= 90.0
+    assert any(n.startswith("least squares predicted") for n in s.notes)
+    with pytest.raises(ValueError, match="known_bound"):
+        cc.attack_reconstruct(n=8, queries=8, attack="lsq", known_bound=True,
+                              curator_epsilon=None)
+
+
 def test_reconstruct_against_curator_small() -> None:
     pytest.importorskip("dpkit.engine")
     s = cc.attack_reconstruct(n=16, queries=8, noise_levels=(), curator_epsilon=1.0, seed=2)

@@ -95,12 +95,18 @@ def attack_reconstruct(
     One row per noise level of a naive system with fresh ``noise_kind`` noise (``uniform``
     ``±E``, ``laplace`` or ``gaussian`` of scale ``E``), plus, with ``curator_epsilon``, the
     dpkit curator holding that total budget: the attacker spends it evenly over ``queries``
-    questions, then asks once more to show the refusal (about 0.1 s per curator query).
+    questions, then asks once more to show the refusal (about 0.03-0.1 s per curator query).
+    ``attack``: ``"lp"`` (L1 decoding, or Dinur-Nissim's program with ``known_bound``),
+    ``"lsq"`` (least squares; with uniform noise a note gives its analytic prediction),
+    ``"lsq-box"`` (least squares in ``[0, 1]^n``) or ``"exhaustive"`` (``n <= 20``).
     ``plot_dir``: write ``attack_recovery.png`` there.
     """
+    if known_bound and attack != "lp":
+        raise ValueError(f"known_bound is for attack='lp' only (got attack={attack!r})")
     src = _source(seed)
     rows: list[list[Any]] = []
     curve = []
+    predicted: list[str] = []
     for level in noise_levels:
         people = rec.make_population(n, source=src)
         oracle = orc.NoisyOracle(people, scale=float(level), noise=noise_kind, source=src)
@@ -110,9 +116,16 @@ def attack_reconstruct(
         rate = rec.recovery_rate(res.guess, people.secret)
         curve.append((float(level), rate))
         rows.append([f"{noise_kind} noise, scale {level:g}", res.answered, 0, _pct(rate)])
+        if attack == "lsq" and noise_kind == "uniform" and res.matrix is not None \
+                and res.matrix.shape[0] >= n:
+            var = rec.uniform_noise_variance(math.floor(level))
+            predicted.append(f"{level:g}: {_pct(rec.lsq_predicted_rate(res.matrix, var))}")
     files = []
     notes = [f"n = {n} people, {queries} {subsets} subsets, {attack} attack"
              + (" told the noise bound" if known_bound else "")]
+    if predicted:
+        notes.append("least squares predicted (Phi(0.5 / (sigma sqrt(diag (A^T A)^-1)))): "
+                     + ", ".join(predicted))
     if curator_epsilon is not None:
         people = rec.make_population(n, source=src)
         with tempfile.TemporaryDirectory(prefix="dpkit-attack-") as tmp:

@@ -44,19 +44,24 @@ def plot_recovery(
     n: int,
     queries: int,
     points: Mapping[str, tuple[float, float]] | None = None,
+    predictions: Mapping[str, Sequence[tuple[float, float]]] | None = None,
     title: str | None = None,
 ) -> Path:
     """Recovery rate against the noise level, one line per attack/oracle.
 
     ``curves``: ``{label: [(noise level, recovery rate), …]}``; ``points``: single results
-    drawn as stars, ``{label: (noise scale, rate)}`` (e.g. the curator). Marks ``sqrt(n)``
-    (where Dinur-Nissim's guarantee ends), 60% and the 50% of guessing.
+    drawn as stars, ``{label: (noise scale, rate)}`` (e.g. the curator); ``predictions``:
+    analytic curves drawn as thin dashed lines without markers. Marks ``sqrt(n)`` (where
+    Dinur-Nissim's guarantee ends), 60% and the 50% of guessing.
     """
     fig = _figure()
     ax = fig.add_subplot(1, 1, 1)
     for label, pts in curves.items():
         xs = [max(x, 0.5) for x, _ in pts]  # log axis: draw exact answers at 1/2
         ax.plot(xs, [100 * y for _, y in pts], marker="o", label=label)
+    for label, pts in (predictions or {}).items():
+        ax.plot([max(x, 0.5) for x, _ in pts], [100 * y for _, y in pts], color="black",
+                linestyle="--", linewidth=1, label=label)
     for label, (x, y) in (points or {}).items():
         ax.plot([max(x, 0.5)], [100 * y], marker="*", markersize=14, linestyle="none",
                 label=label)

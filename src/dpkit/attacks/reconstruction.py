@@ -454,6 +454,8 @@ class ReconstructionResult:
     attack: str
     unasked: int = 0  # not sent after repeated refusals (see CuratorOracle)
     rate: float | None = None  # filled in when the truth is known (evaluation only)
+    #: the (m, n) subset matrix of the *answered* questions (for lsq_predicted_rate)
+    matrix: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def with_truth(self, truth: Any) -> ReconstructionResult:
         """The same result with ``rate`` = fraction of ``truth`` recovered."""
@@ -506,6 +508,7 @@ def reconstruct(
         subsets=subsets,
         attack=attack,
         unasked=oracle.unasked - before[2],
+        matrix=A[np.isfinite(y)],
     )
 
 
