@@ -415,7 +415,8 @@ class Curator(ReleaseQueries):
 
     def _plan(self, query: str, *, epsilon: float | None, rho: float | None,
               delta: float | None, noise: str, level: float,
-              bounds: Mapping[str, Any] | None) -> dplan.Plan:
+              bounds: Mapping[str, Any] | None,
+              weights: Mapping[str, float] | None = None) -> dplan.Plan:
         catalog = self.tables()
         # parsing + validation depend only on the text and the declarations: cache the spec
         # (treated as immutable downstream) until a table is (re)registered
@@ -427,12 +428,27 @@ class Curator(ReleaseQueries):
                 self._spec_cache.clear()
             self._spec_cache[key] = spec
         cfg = self.ledger.config
-        gdelta = None
-        if noise == dplan.GAUSSIAN and cfg.accountant == "approx":
-            gdelta = delta if delta is not None else cfg.delta / 10.0
-        return dplan.build_plan(spec, catalog, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
-                            level=level, bounds=dict(bounds or {}), budget_delta=cfg.delta,
-                            gaussian_delta=gdelta)
+        plan = dplan.build_plan(spec, catalog, epsilon=epsilon, rho=rho, delta=delta,
+                                noise=noise, level=level, bounds=dict(bounds or {}),
+                                budget_delta=cfg.delta, weights=weights,
+                                accountant=cfg.accountant)
+        if plan.group_mode == "select" and (
+            cfg.accountant in ("zcdp", "rdp")
+            or (cfg.accountant == "pld" and plan.noise == dplan.GAUSSIAN)
+        ):
+            cols = ", ".join(k.column for k in spec.group_by)
+            raise dsql.QueryError(
+                f"GROUP BY {cols} has no declared keys, so the groups would be selected "
+                f"privately; that selection is (epsilon, delta)-DP (a group of one person shows "
+                f"with probability <= delta), which the project's {cfg.accountant!r} accountant "
+                f"cannot express. Declare the keys (add_table(..., domains={{'"
+                f"{spec.group_by[0].column}': [...]}})), join a public table of keys, or use a "
+                f"project with accountant 'approx'"
+                + (" (or 'pld' with Laplace noise)" if cfg.accountant != "pld" else
+                   " (or Laplace noise)")
+                + ". Nothing was charged"
+            )
+        return plan
 
     def _delta_share(self, plan: dplan.Plan, delta: float | None) -> float | None:
         cfg = self.ledger.config
@@ -476,14 +492,20 @@ class Curator(ReleaseQueries):
         level: float = 0.95,
         bounds: Mapping[str, Any] | None = None,
         analyst: str | None = None,
+        weights: Mapping[str, float] | None = None,
     ) -> Result:
         """Answer an aggregate query privately, spending ``epsilon`` (or what ``accuracy`` needs).
 
         ``accuracy``: target CI half-width (a number for every output, or per output name);
         the smallest epsilon reaching it is found and spent (COUNT and SUM outputs only: other
-        aggregates' errors depend on the data). ``delta``: for private group selection (default:
-        a tenth of the project's delta). ``noise``: ``"laplace"`` (pure DP, default) or
-        ``"gaussian"`` (``rho=`` or ``epsilon=``; needs delta > 0). ``bounds``: per-query clamps.
+        aggregates' errors depend on the data). ``delta``: the query's delta, for private group
+        selection and (accountant ``approx``) Gaussian noise, halved between them when both
+        (default: a tenth of the project's delta). ``noise``: ``"laplace"`` (pure DP, default)
+        or ``"gaussian"`` (``rho=`` or ``epsilon=``; needs delta > 0). ``bounds``: per-query
+        clamps. ``weights``: ``{"n": 1, "avg_age": 3}`` splits the budget in proportion to
+        these weights per output name instead of equally (unnamed outputs weigh 1).
+        ``ORDER BY <COUNT/SUM> [DESC] LIMIT k`` over groups chooses the ``k`` groups by noisy
+        max (``res.selection`` has its utility bound).
         """
         who = analyst or self.analyst
         special = self._release_sql(query, epsilon=epsilon, rho=rho, delta=delta,
@@ -496,16 +518,23 @@ class Curator(ReleaseQueries):
                 if epsilon is not None or rho is not None:
                     raise dsql.QueryError("give epsilon= or accuracy=, not both")
                 epsilon = self._epsilon_for_accuracy(query, accuracy, delta=delta, noise=noise,
-                                                     level=level, bounds=bounds)
+                                                     level=level, bounds=bounds,
+                                                     weights=weights)
             plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
-                              level=level, bounds=bounds)
-            self._cost(plan, who, delta, check_only=True)  # early refusal, nothing read
+                              level=level, bounds=bounds, weights=weights)
+            # under 'approx' with Gaussian noise the plan books one delta for the query (the
+            # Gaussian conversion plus partition selection)
+            booked = plan.charge_delta if plan.charge_delta is not None else delta
+            self._cost(plan, who, booked, check_only=True)  # early refusal, nothing read
             exact = self._execute(plan)
+            details: dict[str, Any] = {"split": [_json_safe(s) for s in plan.split()],
+                                       "noise": plan.noise, "level": plan.level}
+            if plan.weights:
+                details["weights"] = dict(plan.weights)
             entry = self.ledger.charge(
                 plan.event, analyst=who, query=query,
-                delta_share=self._delta_share(plan, delta),
-                details={"split": [_json_safe(s) for s in plan.split()],
-                         "noise": plan.noise, "level": plan.level},
+                delta_share=self._delta_share(plan, booked),
+                details=details,
             )
             # ---- from here on the charge is durable: noise, then the answer
             spend = self.ledger.spend(who if who in self.ledger.analyst_budgets() else None)
@@ -574,32 +603,48 @@ class Curator(ReleaseQueries):
         level: float = 0.95,
         bounds: Mapping[str, Any] | None = None,
         analyst: str | None = None,
+        weights: Mapping[str, float] | None = None,
     ) -> Preview:
-        """Cost and expected error of a query, without reading data or spending anything."""
+        """Cost and expected error of a query, without reading data or spending anything
+        (same parameters as :meth:`sql`; ``weights`` shows the weighted split)."""
         from dpkit.accounting import BudgetExceeded
 
         who = analyst or self.analyst
         plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
-                          level=level, bounds=bounds)
+                          level=level, bounds=bounds, weights=weights)
+        booked = plan.charge_delta if plan.charge_delta is not None else delta
         spend = self.ledger.spend(who if who in self.ledger.analyst_budgets() else None)
         try:
-            cost = self._cost(plan, who, delta).epsilon
+            cost = self._cost(plan, who, booked).epsilon
         except BudgetExceeded as exc:
             cost = float(exc.requested.epsilon)
         outputs = _expected_errors(plan)
+        notes = list(plan.notes)
+        topk = plan.top_k
+        if topk is not None:
+            n_keys = len(plan.keys) if plan.keys is not None else None
+            u = dplan.top_k_utility(topk, n_keys or 1000, level)
+            notes.append(
+                f"{topk.label}: each group shown within {u:.4g} of the true {topk.k}-th best "
+                f"with probability {level:g} "
+                + (f"({n_keys} candidate groups)" if n_keys else
+                   "(for 1000 candidate groups; grows like ln K)")
+            )
         return Preview(query=query, epsilon=plan.epsilon, cost=cost, remaining=spend.remaining,
                        delta=plan.delta, level=level, split=plan.split(), outputs=outputs,
-                       event=plan.event, notes=plan.notes)
+                       event=plan.event, notes=notes, weights=dict(plan.weights))
 
     def _epsilon_for_accuracy(self, query: str, accuracy: float | Mapping[str, float], *,
                               delta: float | None, noise: str, level: float,
-                              bounds: Mapping[str, Any] | None) -> float:
-        """Smallest epsilon whose data-independent CI half-widths meet ``accuracy``."""
+                              bounds: Mapping[str, Any] | None,
+                              weights: Mapping[str, float] | None = None) -> float:
+        """Smallest epsilon whose data-independent CI half-widths meet ``accuracy`` (under the
+        given ``weights`` split)."""
         targets: dict[str, float] = {}
 
         def ok_at(eps: float) -> bool:
             plan = self._plan(query, epsilon=eps, rho=None, delta=delta, noise=noise,
-                              level=level, bounds=bounds)
+                              level=level, bounds=bounds, weights=weights)
             outs = _expected_errors(plan)
             if not targets:
                 for o in outs:

@@ -21,7 +21,15 @@ import numpy as np
 from dpkit import events as ev
 from dpkit import mechanisms
 from dpkit.engine import sql as dsql
-from dpkit.engine.plan import GAUSSIAN, LAPLACE, QUANTILE_CI_SHARE, Measure, Plan
+from dpkit.engine.plan import (
+    GAUSSIAN,
+    GAUSSIAN_THRESHOLD,
+    LAPLACE,
+    QUANTILE_CI_SHARE,
+    Measure,
+    Plan,
+    top_k_utility,
+)
 from dpkit.engine.results import Result
 from dpkit.mechanisms.exponential import utility_bound as em_utility_bound
 from dpkit.mechanisms.plan import discrete_gaussian_halfwidth as dgauss_halfwidth
@@ -56,7 +64,7 @@ def halfwidth(mm: Measure, level: float) -> float:
     """CI half-width in native units of a Laplace/Gaussian measurement at ``level``."""
     if mm.noise in (LAPLACE, "threshold"):
         m, _ = dlap_halfwidth(mm.scale, level)
-    elif mm.noise == GAUSSIAN:
+    elif mm.noise in (GAUSSIAN, GAUSSIAN_THRESHOLD):
         m, _ = dgauss_halfwidth(mm.sigma2, level)
     else:
         return math.nan
@@ -65,6 +73,12 @@ def halfwidth(mm: Measure, level: float) -> float:
 
 def _check_event(charged: ev.Event, got: ev.Event) -> None:
     if charged == got:
+        return
+    if (isinstance(charged, ev.Composed) and len(charged.events) == 2
+            and isinstance(charged.events[1], ev.ApproxDP) and charged.events[1].epsilon == 0):
+        # Gaussian partition selection: the noise part is checked; the threshold's delta is
+        # a property of the threshold the plan computed
+        _check_event(charged.events[0], got)
         return
     ok = (
         (isinstance(charged, ev.DiscreteLaplace) and isinstance(got, ev.DiscreteLaplace)
@@ -209,8 +223,15 @@ def release(plan: Plan, exact: Exact, *, source: Source | None, insecure: bool, 
             nm = _noisy_integer(mm, counts, level, source)
             noisy[mm.key] = nm
             keep = np.flatnonzero(nm.value >= mm.threshold)
+    # 2. top-k groups by noisy max, among the (selected) candidates
+    selection: dict[str, Any] | None = None
+    topk = plan.top_k
+    if topk is not None and plan.spec.group_by:
+        score_mm = plan.measure(topk.score_key)
+        chosen, selection = _top_k(topk, score_mm, exact, keep, level, source)
+        keep = np.sort(chosen)
     for mm in plan.measures:
-        if mm.key in noisy:
+        if mm.key in noisy or mm.kind == "topk":
             continue
         if mm.kind == "quant":
             noisy[mm.key] = _quantiles(mm, exact.cols[mm.sql_col], level, source, keep)
@@ -241,6 +262,8 @@ def release(plan: Plan, exact: Exact, *, source: Source | None, insecure: bool, 
 
     columns, data, kinds = _project(plan, table)
     notes = list(plan.notes)
+    if selection is not None:
+        notes.append(selection["note"])
     for ap in plan.aggs:
         if ap.call.func == dsql.QUANTILE:
             d = noisy[ap.measures["quant"]].details
@@ -263,7 +286,53 @@ def release(plan: Plan, exact: Exact, *, source: Source | None, insecure: bool, 
         ledger_seq=ledger_seq,
         notes=notes,
         remaining=remaining,
+        selection=selection,
     )
+
+
+def _top_k(mm: Measure, score_mm: Measure, exact: Exact, candidates: np.ndarray, level: float,
+           source: Source | None) -> tuple[np.ndarray, dict[str, Any]]:
+    """The indices of the top ``k`` groups among ``candidates`` by peeling exponential
+    mechanism (see :func:`dpkit.engine.plan._calibrate_topk` for the proof), and metadata.
+
+    The scores are the exact per-group values of the ordering measurement (never released);
+    each round is one call of :func:`dpkit.mechanisms.exponential` over the remaining
+    candidates, whose event is checked against the charged ``SelfComposed(Exponential, k)``.
+    """
+    if score_mm.kind == "csum":  # pragma: no cover - SUM orders by its own sum measurement
+        raise AssertionError("top-k scores come from a COUNT or SUM measurement")
+    raw = _as_int(exact.cols[score_mm.sql_col])
+    lim = 1 << 52
+    shifted = [min(max(int(v) >> mm.score_shift, -lim), lim) for v in raw.tolist()]
+    scores_all = np.asarray(shifted, dtype=np.float64)  # exact: |score| <= 2^52
+    if not mm.desc:
+        scores_all = -scores_all
+    remaining = [int(i) for i in candidates]
+    n_cand = len(remaining)
+    chosen: list[int] = []
+    rounds = min(mm.k, n_cand)
+    assert isinstance(mm.event, (ev.Exponential, ev.SelfComposed))
+    for _ in range(rounds):
+        if len(remaining) == 1:  # the last candidate: selecting it reveals nothing
+            chosen.append(remaining.pop())
+            continue
+        rel = mechanisms.exponential(list(range(len(remaining))), scores_all[remaining],
+                                     sensitivity=mm.score_sensitivity,
+                                     epsilon=mm.round_epsilon, monotonic=mm.monotonic,
+                                     level=level, source=source)
+        _check_event(mm.event, rel.event)
+        chosen.append(remaining.pop(int(rel.value)))
+    u = top_k_utility(mm, max(n_cand, 1), level)
+    what = score_mm.label or "the ordering aggregate"
+    note = (f"top-{mm.k} by {what}: with probability >= {level:g}, every group shown has a "
+            f"true {what} within {u:.4g} of the true {mm.k}-th "
+            f"{'largest' if mm.desc else 'smallest'} among {n_cand} candidate groups "
+            f"(exponential mechanism utility bound, union over {rounds} rounds)")
+    meta = {"k": mm.k, "candidates": n_cand, "rounds": rounds,
+            "round_epsilon": mm.round_epsilon, "monotonic": mm.monotonic,
+            "sensitivity": math.ldexp(mm.score_sensitivity * 2 ** mm.score_shift, -mm.f),
+            "utility_bound": u, "level": level, "descending": mm.desc, "note": note}
+    return np.asarray(chosen, dtype=np.int64), meta
 
 
 def _derive(plan: Plan, ap: Any, noisy: dict[str, NoisyMeasure],

@@ -592,8 +592,7 @@ def build_plan(
             f"{'selected' if select is not None else 'candidate'} groups, before their values "
             f"were measured"
         )
-    events = [mm.event for mm in measures]
-    event: ev.Event = events[0] if len(events) == 1 else ev.Composed(tuple(events))
+    event = _plan_event([mm.event for mm in measures])
     if select is not None:
         how = ("discrete Gaussian" if noise == GAUSSIAN else "discrete Laplace")
         notes.insert(0,
@@ -622,6 +621,33 @@ def build_plan(
         charge_delta=charge_delta,
         weights={str(k): float(v) for k, v in (weights or {}).items()},
     )
+
+
+def _plan_event(events: list[ev.Event]) -> ev.Event:
+    """The query's event: the measurements' events composed, with every zCDP part (Gaussian
+    measurements, the noise of Gaussian partition selection) merged into one ``ZCDP(Σρ)``.
+
+    zCDP composes by adding ρ (Bun-Steinke 2016), so the merged event is exact for the zCDP
+    accountant and lets the ``approx`` accountant convert the Gaussian parts once, at the
+    query's whole δ share, instead of each part at a fraction of it.
+    """
+    flat: list[ev.Event] = []
+    for e in events:
+        if isinstance(e, ev.Composed):
+            flat.extend(e.events)
+        else:
+            flat.append(e)
+    rhos = [e.rho for e in flat if isinstance(e, ev.ZCDP)]
+    rest = [e for e in flat if not isinstance(e, ev.ZCDP)]
+    if len(rhos) > 1:
+        total = Fraction(0)
+        for r in rhos:
+            total += Fraction(r)
+        up = float(total)
+        if Fraction(up) < total:
+            up = math.nextafter(up, math.inf)
+        flat = [ev.ZCDP(up), *rest]
+    return flat[0] if len(flat) == 1 else ev.Composed(tuple(flat))
 
 
 TOP_K_WEIGHT = "top_k"  # reserved weights= names for the selection measurements
@@ -1126,6 +1152,8 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
         ctes.append(f"__p AS (SELECT *, {', '.join(proj_v)} FROM {current})")
         current = "__p"
     for mm in plan.measures:
+        if mm.kind == "topk":  # scores are another measurement's exact column
+            continue
         if mm.kind in ("sum", "csum"):
             assert mm.column is not None
             _, scol, ncol = fixed[mm.column]

@@ -41,6 +41,10 @@ class Result:
     ledger_seq: int | None = None
     notes: list[str] = field(default_factory=list)
     remaining: float | None = None
+    # top-k groups by noisy max: k, candidates, rounds, round_epsilon, sensitivity,
+    # utility_bound (native units; every group shown is within it of the true k-th best with
+    # probability >= level), note
+    selection: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ access
 
@@ -146,6 +150,7 @@ class Preview:
     outputs: list[dict[str, Any]]  # per output column: name, halfwidth (or None) and a note
     event: ev.Event
     notes: list[str] = field(default_factory=list)
+    weights: dict[str, float] = field(default_factory=dict)  # weights= as given (output -> w)
 
     @property
     def affordable(self) -> bool:
@@ -153,7 +158,8 @@ class Preview:
 
     def __repr__(self) -> str:
         lines = [f"Preview(cost epsilon {self.cost:.4g} of {self.remaining:.4g} remaining"
-                 + (f", delta {self.delta:.3g}" if self.delta else "") + ")"]
+                 + (f", delta {self.delta:.3g}" if self.delta else "")
+                 + (f", weights {self.weights}" if self.weights else "") + ")"]
         for o in self.outputs:
             hw = o.get("halfwidth")
             lines.append(f"  {o['name']}: " + (f"±{hw:.4g}" if hw is not None else o["note"]))
@@ -171,7 +177,10 @@ class Preview:
             t.add_row(o["name"], "-" if hw is None else f"±{_fmt(hw)}", o.get("note", ""))
         t.caption = (f"would spend epsilon {self.cost:.4g} (remaining {self.remaining:.4g})"
                      + (f", delta {self.delta:.3g}" if self.delta else "")
-                     + ("" if self.affordable else " - NOT affordable"))
+                     + ("" if self.affordable else " - NOT affordable")
+                     + ("; budget weights " + ", ".join(f"{k}={v:g}" for k, v in
+                                                       self.weights.items())
+                        if self.weights else "; budget split equally"))
         return t
 
     def __rich__(self) -> Any:
@@ -182,13 +191,18 @@ def split_table(split: Sequence[dict[str, Any]], title: str = "budget split") ->
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
-    for c in ("measurement", "mechanism", "epsilon / rho", "sensitivity"):
+    for c in ("measurement", "mechanism", "weight", "share", "epsilon / rho", "sensitivity"):
         t.add_column(c)
     for s in split:
         share = (f"rho {s['rho']:.4g}" if s.get("rho") else f"eps {s['epsilon']:.4g}")
         if s.get("delta"):
             share += f", delta {s['delta']:.3g}"
-        t.add_row(s["measurement"], s["mechanism"], share, _fmt(s["sensitivity"]))
+        if s.get("threshold"):
+            share += f", threshold {s['threshold']}"
+        w = s.get("weight")
+        frac = s.get("share")
+        t.add_row(s["measurement"], s["mechanism"], "-" if w is None else f"{w:g}",
+                  "-" if frac is None else f"{frac:.1%}", share, _fmt(s["sensitivity"]))
     return t
 
 

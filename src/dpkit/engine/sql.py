@@ -114,6 +114,10 @@ class QuerySpec:
     limit: int | None
     offset: int | None
     columns_used: set[tuple[str, str]] = field(default_factory=set)
+    # per ORDER BY term: the index of the aggregate it orders by when the term is exactly one
+    # aggregate (directly, by output alias or by position), else None; the planner uses it to
+    # choose top-k groups with a noisy-max mechanism (ORDER BY <agg> LIMIT k)
+    order_aggs: list[int | None] = field(default_factory=list)
 
     @property
     def postprocess(self) -> bool:
@@ -835,6 +839,11 @@ def _select(text: str, stmt: exp.Select, scope: _Scope, private: TableMeta,
     if stmt.args.get("having") is not None:
         having_expr = rewrite_post(stmt.args["having"].this, "HAVING", outputs)
     order: list[tuple[exp.Expression, bool]] = []
+    order_aggs: list[int | None] = []
+
+    def agg_of(out: Output) -> int | None:
+        return out.index if out.kind == "agg" else None
+
     if stmt.args.get("order") is not None:
         for o in stmt.args["order"].expressions:
             target = o.this
@@ -844,13 +853,19 @@ def _select(text: str, stmt: exp.Select, scope: _Scope, private: TableMeta,
                     raise QueryError(f"ORDER BY {pos}: the SELECT list has {len(outputs)} items")
                 order.append((exp.column(outputs[pos - 1].name, quoted=True),
                               bool(o.args.get("desc"))))
+                order_aggs.append(agg_of(outputs[pos - 1]))
                 continue
             if isinstance(target, exp.Column) and not target.table:
                 hit = [x for x in outputs if x.name.lower() == target.name.lower()]
                 if hit:
                     order.append((exp.column(hit[0].name, quoted=True), bool(o.args.get("desc"))))
+                    order_aggs.append(agg_of(hit[0]))
                     continue
-            order.append((rewrite_post(target, "ORDER BY", outputs), bool(o.args.get("desc"))))
+            rewritten = rewrite_post(target, "ORDER BY", outputs)
+            order.append((rewritten, bool(o.args.get("desc"))))
+            name = rewritten.name if isinstance(rewritten, exp.Column) else ""
+            order_aggs.append(int(name[3:]) if name.startswith("__a") and name[3:].isdigit()
+                              else None)
     limit = _int_clause(stmt, "limit")
     offset = _int_clause(stmt, "offset")
     alias = next((k for k, v in scope.user_alias.items() if v == PRIVATE_ALIAS), private.name)
@@ -869,6 +884,7 @@ def _select(text: str, stmt: exp.Select, scope: _Scope, private: TableMeta,
         limit=limit,
         offset=offset,
         columns_used=columns_used,
+        order_aggs=order_aggs,
     )
 
 
