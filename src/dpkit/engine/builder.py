@@ -12,6 +12,7 @@ Identifiers are quoted by sqlglot, so a column name can never inject SQL; ``wher
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import sqlglot
@@ -55,6 +56,7 @@ class QueryBuilder:
         self._order: list[tuple[str, bool]] = []
         self._limit: int | None = None
         self._names: set[str] = set()
+        self._weights: dict[str, float] = {}
 
     def _copy(self) -> QueryBuilder:
         q = QueryBuilder(self._curator, self._table)
@@ -65,6 +67,7 @@ class QueryBuilder:
         q._order = list(self._order)
         q._limit = self._limit
         q._names = set(self._names)
+        q._weights = dict(self._weights)
         return q
 
     # ------------------------------------------------------------------ clauses
@@ -98,9 +101,30 @@ class QueryBuilder:
         q._limit = n
         return q
 
-    def top_k(self, k: int, *, by: str = "count") -> QueryBuilder:
-        """The ``k`` groups with the largest noisy ``by`` output (post-processing, free)."""
-        return self.order_by(by, desc=True).limit(k)
+    def top_k(self, k: int, *, by: str = "count", largest: bool = True) -> QueryBuilder:
+        """The ``k`` groups with the largest (``largest=False``: smallest) ``by`` output.
+
+        Compiles to ``ORDER BY by DESC LIMIT k``: when ``by`` names a COUNT or SUM output the
+        curator chooses the groups by noisy max (``k`` rounds of the exponential mechanism,
+        one more share of the budget) and measures only their values; for other outputs every
+        group's noisy value is sorted (post-processing). See :meth:`Curator.sql`.
+        """
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise QueryError(f"top_k takes a whole number k >= 1 (got {k!r})")
+        return self.order_by(by, desc=largest).limit(k)
+
+    def weights(self, weights: Mapping[str, float] | None = None,
+                **by_name: float) -> QueryBuilder:
+        """Split the budget by these weights per output name (``.weights(n=1, avg_age=3)``);
+        passed as ``weights=`` to :meth:`Curator.sql` / :meth:`Curator.preview` by
+        :meth:`run` and :meth:`preview`. Unnamed outputs weigh 1."""
+        merged = dict(weights or {})
+        merged.update(by_name)
+        if not merged:
+            raise QueryError("weights() needs at least one output name, e.g. .weights(n=2)")
+        q = self._copy()
+        q._weights = {**self._weights, **merged}
+        return q
 
     # ------------------------------------------------------------------ aggregates
 
@@ -177,12 +201,20 @@ class QueryBuilder:
         """Run with :meth:`Curator.sql` (same keyword arguments: epsilon=, accuracy=, ...)."""
         if self._curator is None:
             raise QueryError("this builder has no curator; use cur.table(name)")
-        return self._curator.sql(self.to_sql(), **kwargs)
+        return self._curator.sql(self.to_sql(), **self._with_weights(kwargs))
 
     def preview(self, **kwargs: Any) -> Any:
+        """Cost and expected error with :meth:`Curator.preview` (spends nothing)."""
         if self._curator is None:
             raise QueryError("this builder has no curator; use cur.table(name)")
-        return self._curator.preview(self.to_sql(), **kwargs)
+        return self._curator.preview(self.to_sql(), **self._with_weights(kwargs))
+
+    def _with_weights(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        if self._weights:
+            if kwargs.get("weights") is not None:
+                raise QueryError("give weights with .weights(...) or run(weights=...), not both")
+            kwargs = {**kwargs, "weights": dict(self._weights)}
+        return kwargs
 
     def __repr__(self) -> str:
         try:

@@ -6,8 +6,9 @@ with rich and close the project again (so that several processes can take turns 
 =================  ===================================================================
 ``init_project``   ``dpkit init PROJECT --epsilon E [--delta D] [--accountant A]``
 ``add_table``      ``dpkit add-table PROJECT NAME SOURCE [--privacy-unit C] ...``
-``query``          ``dpkit query PROJECT SQL --epsilon E | --accuracy A [--output F]``
-``preview``        ``dpkit preview PROJECT SQL --epsilon E``
+``query``          ``dpkit query PROJECT SQL --epsilon E | --rho R | --accuracy A [--output F]
+                   [--noise laplace|gaussian] [--delta D] [--level L] [--weights n=1,avg=3]``
+``preview``        ``dpkit preview PROJECT SQL --epsilon E`` (same flags)
 ``budget``         ``dpkit budget PROJECT [--json]``
 ``run_demo``       ``dpkit demo [--rows N] [--path P]``
 =================  ===================================================================
@@ -25,7 +26,8 @@ from dpkit.engine.curator import Curator
 from dpkit.engine.demo import run_demo as _run_demo
 from dpkit.engine.results import split_table
 
-__all__ = ["add_table", "budget", "init_project", "preview", "query", "run_demo"]
+__all__ = ["add_table", "budget", "init_project", "parse_weights", "preview", "query",
+           "query_options", "run_demo"]
 
 
 def _console(console: Any) -> Any:
@@ -89,18 +91,63 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
                       "have several rows, name the column with --privacy-unit.[/]")
 
 
+def parse_weights(text: str | Mapping[str, float] | None) -> dict[str, float] | None:
+    """``"n=1,avg_age=3"`` -> ``{"n": 1.0, "avg_age": 3.0}`` (the ``--weights`` flag); a mapping
+    is passed through; None/empty -> None. Bad items raise ValueError with the expected form."""
+    if text is None:
+        return None
+    if isinstance(text, Mapping):
+        return {str(k): v for k, v in text.items()} or None
+    out: dict[str, float] = {}
+    for item in str(text).split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ValueError(f"write weights as output=number pairs, e.g. --weights n=1,avg_age=3 "
+                             f"(got {item!r})")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            raise ValueError(f"weight for {name!r} must be a number, e.g. {name}=2 "
+                             f"(got {value.strip()!r})") from None
+    return out or None
+
+
+def _noise_args(noise: str | None, epsilon: float | None, rho: float | None) -> dict[str, Any]:
+    kind = (noise or "laplace").lower()
+    if kind not in ("laplace", "gaussian"):
+        raise ValueError(f"--noise must be laplace or gaussian (got {noise!r})")
+    if rho is not None and kind != "gaussian":
+        raise ValueError("--rho goes with --noise gaussian (zCDP); with Laplace noise give "
+                         "--epsilon")
+    return {"noise": kind, "rho": rho}
+
+
 def query(project: str | Path, sql: str, *, epsilon: float | None = None,
           delta: float | None = None, accuracy: float | None = None, analyst: str | None = None,
-          output: str | Path | None = None, console: Any = None) -> Any:
+          output: str | Path | None = None, console: Any = None, noise: str | None = None,
+          rho: float | None = None, level: float | None = None,
+          weights: str | Mapping[str, float] | None = None) -> Any:
     """Answer ``sql`` privately and print it with CIs and the budget left; optionally write it
-    to a CSV or Parquet file (``output``)."""
+    to a CSV or Parquet file (``output``).
+
+    ``noise`` (``--noise laplace|gaussian``), ``rho`` (``--rho``, zCDP budget with Gaussian
+    noise), ``level`` (``--level``, CI level, default 0.95), ``weights`` (``--weights
+    n=1,avg=3``: budget split per output name) are passed to :meth:`Curator.sql`.
+    """
     con = _console(console)
-    if epsilon is None and accuracy is None:
-        raise ValueError("give --epsilon (the budget to spend) or --accuracy (a target CI "
-                         "half-width)")
+    if epsilon is None and accuracy is None and rho is None:
+        raise ValueError("give --epsilon (the budget to spend), --rho (with --noise gaussian) "
+                         "or --accuracy (a target CI half-width)")
+    extra = _noise_args(noise, epsilon, rho)
+    wts = parse_weights(weights)
     with Curator.open(project, analyst=analyst) as cur:
         t0 = time.perf_counter()
-        res = cur.sql(sql, epsilon=epsilon, delta=delta, accuracy=accuracy)
+        res = cur.sql(sql, epsilon=epsilon, delta=delta, accuracy=accuracy,
+                      level=0.95 if level is None else level, weights=wts, **extra)
         dt = time.perf_counter() - t0
         con.print(res.table())
         for note in res.notes:
@@ -127,16 +174,47 @@ def _write(res: Any, path: Path) -> None:
 
 
 def preview(project: str | Path, sql: str, *, epsilon: float | None = None,
-            delta: float | None = None, console: Any = None) -> Any:
-    """Print what ``sql`` would cost and how accurate it would be; spends nothing."""
+            delta: float | None = None, console: Any = None, noise: str | None = None,
+            rho: float | None = None, level: float | None = None,
+            weights: str | Mapping[str, float] | None = None) -> Any:
+    """Print what ``sql`` would cost and how accurate it would be; spends nothing (same flags
+    as :func:`query`: ``noise``, ``rho``, ``level``, ``weights``)."""
     con = _console(console)
-    if epsilon is None:
-        raise ValueError("give --epsilon: the budget the query would spend")
+    if epsilon is None and rho is None:
+        raise ValueError("give --epsilon (or --rho with --noise gaussian): the budget the query "
+                         "would spend")
+    extra = _noise_args(noise, epsilon, rho)
+    wts = parse_weights(weights)
     with Curator.open(project) as cur:
-        pv = cur.preview(sql, epsilon=epsilon, delta=delta)
+        pv = cur.preview(sql, epsilon=epsilon, delta=delta,
+                         level=0.95 if level is None else level, weights=wts, **extra)
         con.print(pv.table())
+        for note in pv.notes:
+            con.print(f"[dim]note: {note}[/]")
         con.print(split_table(pv.split))
         return pv
+
+
+def query_options(f: Any) -> Any:
+    """The click options ``--noise``, ``--rho``, ``--level``, ``--weights`` shared by ``dpkit
+    query`` and ``dpkit preview`` (``dpkit.cli`` applies this decorator and passes the values
+    through as keyword arguments of :func:`query` / :func:`preview`)."""
+    import click
+
+    options = [
+        click.option("--noise", type=click.Choice(["laplace", "gaussian"]), default="laplace",
+                     show_default=True,
+                     help="Laplace (pure DP) or discrete Gaussian noise (needs a project delta)."),
+        click.option("--rho", type=float, default=None,
+                     help="zCDP budget for --noise gaussian (instead of --epsilon)."),
+        click.option("--level", type=float, default=0.95, show_default=True,
+                     help="Confidence level of the intervals."),
+        click.option("--weights", default=None,
+                     help="Budget split per output name, e.g. n=1,avg_age=3 (others weigh 1)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
 
 
 def budget(project: str | Path, *, console: Any = None, as_json: bool = False,
