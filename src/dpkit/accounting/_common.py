@@ -10,6 +10,7 @@ constructions an accountant cannot credit, always towards *less* privacy, never 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Literal
 
 from dpkit import events as ev
@@ -21,6 +22,7 @@ __all__ = [
     "check_delta",
     "check_epsilon",
     "check_neighboring",
+    "is_supported",
     "normalize",
     "replace_leaf",
 ]
@@ -51,13 +53,16 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def check_delta(delta: float, *, name: str = "delta", allow_zero: bool = True) -> float:
-    """Return ``delta`` as a float after checking ``0 <= delta < 1`` (or ``0 < delta``)."""
+def check_delta(delta: float, *, name: str = "delta", allow_zero: bool = True,
+                allow_one: bool = False) -> float:
+    """Return ``delta`` as a float after checking ``0 <= delta < 1`` (``0 < delta`` without
+    ``allow_zero``; ``delta <= 1`` with ``allow_one``)."""
+    interval = "[0, 1]" if allow_one else "[0, 1)"
     if not _is_number(delta):
-        raise TypeError(f"{name} must be a number in [0, 1) (got {delta!r})")
+        raise TypeError(f"{name} must be a number in {interval} (got {delta!r})")
     delta = float(delta)
-    if math.isnan(delta) or not 0.0 <= delta < 1.0:
-        raise ValueError(f"{name} must lie in [0, 1) (got {delta!r}); e.g. {name}=1e-6")
+    if math.isnan(delta) or not (0.0 <= delta < 1.0 or (allow_one and delta == 1.0)):
+        raise ValueError(f"{name} must lie in {interval} (got {delta!r}); e.g. {name}=1e-6")
     if not allow_zero and delta == 0.0:
         raise ValueError(f"{name} must be > 0 here (got 0.0); pass e.g. {name}=1e-6")
     return delta
@@ -65,18 +70,31 @@ def check_delta(delta: float, *, name: str = "delta", allow_zero: bool = True) -
 
 def check_epsilon(epsilon: float, *, name: str = "epsilon", allow_zero: bool = False,
                   allow_inf: bool = False) -> float:
-    """Return ``epsilon`` as a float after checking it is > 0 (>= 0 with ``allow_zero``)."""
+    """Return ``epsilon`` as a float after checking it is > 0 (>= 0 with ``allow_zero``).
+
+    Also the check for any other non-negative privacy parameter (``name="rho"``).
+    """
+    bound = ">= 0" if allow_zero else "> 0"
     if not _is_number(epsilon):
-        raise TypeError(f"{name} must be a number > 0 (got {epsilon!r})")
+        raise TypeError(f"{name} must be a number {bound} (got {epsilon!r})")
     epsilon = float(epsilon)
     if math.isnan(epsilon):
         raise ValueError(f"{name} must be a number > 0 (got nan)")
     if math.isinf(epsilon) and not (allow_inf and epsilon > 0):
         raise ValueError(f"{name} must be finite (got {epsilon!r})")
     if epsilon < 0 or (epsilon == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name} must be {bound} (got {epsilon!r})")
     return epsilon
+
+
+def is_supported(bound: Callable[[], object]) -> bool:
+    """``supports(event)`` for an accountant: whether computing its bound raises
+    :class:`UnsupportedEvent` (the accountant's answer is then "no", never a silent number)."""
+    try:
+        bound()
+    except UnsupportedEvent:
+        return False
+    return True
 
 
 def check_neighboring(neighboring: str) -> str:

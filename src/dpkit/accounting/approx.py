@@ -52,6 +52,7 @@ from dpkit.accounting._common import (
     check_delta,
     check_epsilon,
     flatten,
+    is_supported,
     normalize,
 )
 
@@ -360,11 +361,7 @@ def _kov_cached(eps: float, k: int, delta: float, step_delta: float) -> float:
 
 def supports(event: ev.Event, *, method: str = "basic", neighboring: str = "add_remove") -> bool:
     """Whether ``method`` (``"basic"``, ``"advanced"`` or ``"kov"``) can bound ``event``."""
-    try:
-        _dispatch_check(event, method, neighboring)
-    except UnsupportedEvent:
-        return False
-    return True
+    return is_supported(lambda: _dispatch_check(event, method, neighboring))
 
 
 def _dispatch_check(event: ev.Event, method: str, neighboring: str) -> ev.Event:

@@ -27,7 +27,13 @@ from collections.abc import Iterable
 
 from dpkit import events as ev
 from dpkit.accounting import analytic_gaussian as _ag
-from dpkit.accounting._common import UnsupportedEvent, check_delta, check_epsilon, normalize
+from dpkit.accounting._common import (
+    UnsupportedEvent,
+    check_delta,
+    check_epsilon,
+    is_supported,
+    normalize,
+)
 
 __all__ = ["compose", "delta", "epsilon", "mu", "mu_to_delta", "mu_to_epsilon", "supports"]
 
@@ -92,11 +98,7 @@ def mu(event: ev.Event, *, neighboring: str = "add_remove") -> float:
 
 def supports(event: ev.Event, *, neighboring: str = "add_remove") -> bool:
     """Whether ``event`` is a composition of Gaussian events (exact μ-GDP)."""
-    try:
-        mu(event, neighboring=neighboring)
-    except UnsupportedEvent:
-        return False
-    return True
+    return is_supported(lambda: mu(event, neighboring=neighboring))
 
 
 def epsilon(event: ev.Event, delta: float, *, neighboring: str = "add_remove") -> float:

@@ -57,6 +57,7 @@ import numpy as np
 from scipy import optimize
 
 from dpkit import events as ev
+from dpkit.accounting._common import check_delta, check_epsilon, check_neighboring, normalize
 from dpkit.accounting.pld_fft import (
     Factor,
     cgf,
@@ -92,7 +93,6 @@ __all__ = [
     "supports",
 ]
 
-NEIGHBORING = ("add_remove", "replace")
 _N_TARGET = 1 << 17  # grid points across the untilted composition's window (most runs)
 _N_MAX = 1 << 21  # largest FFT window
 _LOG_TAU_WINDOW = math.log(1e-14)  # tilted mass left outside the window at each end
@@ -117,12 +117,7 @@ class _Term:
 
 
 def _check_neighboring(neighboring: str) -> str:
-    if neighboring == "replace_one":
-        neighboring = "replace"
-    if neighboring not in NEIGHBORING:
-        raise ValueError(f"neighboring must be 'add_remove' (default) or 'replace' "
-                         f"(got {neighboring!r})")
-    return neighboring
+    return check_neighboring("replace" if neighboring == "replace_one" else neighboring)
 
 
 def _int_sensitivity(value: float, event: ev.Event) -> int:
@@ -272,8 +267,6 @@ def _plan(event: ev.Event, side: str, neighboring: str) -> tuple[_Term, ...]:
         raise TypeError(f"event must be a dpkit.events.Event (got {type(event).__name__})")
     neighboring = _check_neighboring(neighboring)
     if neighboring == "replace" and side == "upper":
-        from dpkit.accounting._common import normalize
-
         event = normalize(event, "replace")
         builder = _PlanBuilder(side, replace=False)
     else:
@@ -308,15 +301,7 @@ def _atom_scale(law: LossLaw) -> float | None:
     if isinstance(law, DiscreteGaussianLaw):
         return law.sensitivity / (2.0 * law.sigma2)
     if isinstance(law, AtomicLaw):
-        nz = [abs(x) for x in law.losses if x != 0.0]
-        if not nz:
-            return 0.0
-        g = min(nz)
-        for x in nz:
-            ratio = x / g
-            if abs(ratio - round(ratio)) > 1e-9 * ratio:
-                return None
-        return g
+        return _smallest_divides_all([abs(x) for x in law.losses if x != 0.0])
     if isinstance(law, GaussianLaw):
         return 0.0
     return None
@@ -327,12 +312,17 @@ def _common_scale(laws: Sequence[LossLaw], scale_of=None) -> float | None:  # ty
     scales = [(scale_of or _atom_scale)(law) for law in laws]
     if any(s is None for s in scales):
         return None
-    gs = [float(s) for s in scales if s]
-    if not gs:
+    return _smallest_divides_all([float(s) for s in scales if s])
+
+
+def _smallest_divides_all(values: list[float]) -> float | None:
+    """min(values) if every value is an integer multiple of it (to 1e-9 relative), None if not;
+    0.0 for no values."""
+    if not values:
         return 0.0
-    g = min(gs)
-    for s in gs:
-        ratio = s / g
+    g = min(values)
+    for x in values:
+        ratio = x / g
         if abs(ratio - round(ratio)) > 1e-9 * ratio:
             return None
     return g
@@ -647,21 +637,11 @@ def _resolve_h(terms_up: Sequence[_Term], terms_lo: Sequence[_Term],
 
 
 def _check_delta(delta: float) -> float:
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)):
-        raise TypeError(f"delta must be a number in [0, 1] (got {delta!r})")
-    delta = float(delta)
-    if math.isnan(delta) or not 0.0 <= delta <= 1.0:
-        raise ValueError(f"delta must lie in [0, 1] (got {delta!r}); e.g. delta=1e-6")
-    return delta
+    return check_delta(delta, allow_one=True)  # delta = 1 is allowed here: epsilon 0
 
 
 def _check_epsilon(epsilon: float) -> float:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
-        raise TypeError(f"epsilon must be a number >= 0 (got {epsilon!r})")
-    epsilon = float(epsilon)
-    if math.isnan(epsilon) or epsilon < 0:
-        raise ValueError(f"epsilon must be >= 0 (got {epsilon!r}); e.g. epsilon=1.0")
-    return epsilon
+    return check_epsilon(epsilon, allow_zero=True, allow_inf=True)  # inf: the delta at infinity
 
 
 def _plans(event: ev.Event, neighboring: str) -> tuple[tuple[_Term, ...], tuple[_Term, ...]]:

@@ -36,6 +36,7 @@ from dpkit.accounting._common import (
     UnsupportedEvent,
     check_delta,
     check_epsilon,
+    is_supported,
     normalize,
 )
 
@@ -144,11 +145,7 @@ def pure_epsilon(event: ev.Event, *, neighboring: str = "add_remove") -> float:
 
 def supports(event: ev.Event, *, neighboring: str = "add_remove") -> bool:
     """Whether ``event`` has a pure ε-DP bound."""
-    try:
-        pure_epsilon(event, neighboring=neighboring)
-    except UnsupportedEvent:
-        return False
-    return True
+    return is_supported(lambda: pure_epsilon(event, neighboring=neighboring))
 
 
 def epsilon(event: ev.Event, delta: float = 0.0, *, neighboring: str = "add_remove") -> float:

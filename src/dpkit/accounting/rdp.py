@@ -63,6 +63,7 @@ from dpkit.accounting._common import (
     UnsupportedEvent,
     check_delta,
     check_epsilon,
+    is_supported,
     normalize,
 )
 
@@ -343,11 +344,7 @@ def rdp(event: ev.Event, orders: Sequence[float] | None = None, *,
 
 def supports(event: ev.Event, *, neighboring: str = "add_remove") -> bool:
     """Whether ``event`` has an RDP bound."""
-    try:
-        rdp(event, (2.0,), neighboring=neighboring)
-    except UnsupportedEvent:
-        return False
-    return True
+    return is_supported(lambda: rdp(event, (2.0,), neighboring=neighboring))
 
 
 # --------------------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ from dpkit.accounting._common import (
     UnsupportedEvent,
     check_delta,
     check_epsilon,
+    is_supported,
     normalize,
 )
 
@@ -244,11 +245,7 @@ def rho(event: ev.Event, *, neighboring: str = "add_remove") -> float:
 
 def supports(event: ev.Event, *, neighboring: str = "add_remove") -> bool:
     """Whether ``event`` has a zCDP bound."""
-    try:
-        rho(event, neighboring=neighboring)
-    except UnsupportedEvent:
-        return False
-    return True
+    return is_supported(lambda: rho(event, neighboring=neighboring))
 
 
 def epsilon(event: ev.Event, delta: float, *, neighboring: str = "add_remove") -> float:
@@ -264,9 +261,4 @@ def delta(event: ev.Event, epsilon: float, *, neighboring: str = "add_remove") -
 
 
 def _check_rho(rho: float) -> float:
-    if isinstance(rho, bool) or not isinstance(rho, (int, float)):
-        raise TypeError(f"rho must be a number >= 0 (got {rho!r})")
-    rho = float(rho)
-    if math.isnan(rho) or rho < 0.0:
-        raise ValueError(f"rho must be >= 0 (got {rho!r})")
-    return rho
+    return check_epsilon(rho, name="rho", allow_zero=True, allow_inf=True)
