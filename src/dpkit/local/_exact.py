@@ -18,33 +18,20 @@ So the stated ε is a true upper bound, and at most ``2^-bits`` (relative) below
 from __future__ import annotations
 
 import math
-import numbers
 from fractions import Fraction
 
-__all__ = ["as_fraction", "check_epsilon", "exp_lower", "ratio_below", "stated_epsilon"]
+from dpkit.noise import as_rational
+
+__all__ = ["check_epsilon", "exp_lower", "ratio_below", "stated_epsilon"]
 
 #: Largest ε accepted by the local randomizers (e^50 ~ 5e21 still leaves room for 2^-40 precision
 #: inside int64 denominators).
 MAX_EPSILON = 40.0
 
 
-def as_fraction(x: object, name: str) -> Fraction:
-    """``x`` (int, Fraction or float taken at its exact binary value) as a Fraction."""
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise TypeError(f"{name} must be a number (got {type(x).__name__})")
-    if isinstance(x, Fraction):
-        return x
-    if isinstance(x, numbers.Integral):
-        return Fraction(int(x))
-    xf = float(x)  # type: ignore[arg-type]
-    if not math.isfinite(xf):
-        raise ValueError(f"{name} must be finite (got {xf!r})")
-    return Fraction(xf)
-
-
 def check_epsilon(epsilon: object) -> Fraction:
     """Validate a local ε (0 < ε <= 40) and return it as an exact Fraction."""
-    eps = as_fraction(epsilon, "epsilon")
+    eps = as_rational(epsilon, "epsilon")
     if not 0 < eps <= MAX_EPSILON:
         raise ValueError(
             f"epsilon must be > 0 and <= {MAX_EPSILON:g} (got {float(eps)!r}); "

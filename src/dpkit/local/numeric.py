@@ -27,7 +27,7 @@ from dpkit import noise
 from dpkit.events import Event, PureDP
 from dpkit.noise import Source
 
-from ._exact import as_fraction, check_epsilon
+from ._exact import check_epsilon
 from .base import Reports, Tally
 from .grr import _insecure
 
@@ -103,7 +103,7 @@ class LocalLaplace:
         self.scale = noise.dlap_effective_scale(Fraction(self.sensitivity) / eps)
         self.epsilon = float(eps)
         self.requested_epsilon = float(eps)
-        as_fraction(self.epsilon, "epsilon")
+        noise.as_rational(self.epsilon, "epsilon")
 
     @property
     def event(self) -> Event:

@@ -35,7 +35,7 @@ from dpkit.events import Event, PureDP
 from dpkit.noise import Source
 
 from ._bits import count_packed_bits
-from ._exact import as_fraction, stated_epsilon
+from ._exact import stated_epsilon
 from ._hashing import TabulationHash
 from .base import FrequencyEstimate, Reports, Tally
 from .grr import _insecure
@@ -65,7 +65,9 @@ class Rappor:
             if isinstance(val, bool) or not isinstance(val, int) or val < lo:
                 raise ValueError(f"{name} must be an int >= {lo} (got {val!r})")
         self.k, self.h, self.m = num_bits, num_hashes, num_cohorts
-        self.f, self.p, self.q = as_fraction(f, "f"), as_fraction(p, "p"), as_fraction(q, "q")
+        self.f, self.p, self.q = (
+            noise.as_rational(f, "f"), noise.as_rational(p, "p"), noise.as_rational(q, "q")
+        )
         if not 0 < self.f < 1:
             raise ValueError(f"f must be in (0, 1) (got {float(self.f)}); f = 0 gives no "
                              "longitudinal privacy")

@@ -15,6 +15,7 @@ from . import grid
 from .samplers import (
     MAX_DGAUSS_SIGMA2,
     MAX_DLAP_SCALE,
+    as_rational,
     bernoulli,
     bernoulli_exp,
     bernoulli_exp_lanes,
@@ -34,6 +35,7 @@ __all__ = [
     "SecureSource",
     "SeededSource",
     "Source",
+    "as_rational",
     "bernoulli",
     "bernoulli_exp",
     "bernoulli_exp_lanes",

@@ -26,6 +26,7 @@ from .sources import Source, default_source
 __all__ = [
     "MAX_DGAUSS_SIGMA2",
     "MAX_DLAP_SCALE",
+    "as_rational",
     "bernoulli",
     "bernoulli_exp",
     "bernoulli_exp_lanes",
@@ -56,7 +57,15 @@ _TWO32 = float(2**32)
 
 
 # --------------------------------------------------------------------------- argument checks
-def _rational(x: object, name: str) -> Fraction:
+def as_rational(x: object, name: str) -> Fraction:
+    """``x`` (int, Fraction, or float taken at its exact binary value) as a Fraction.
+
+    The parameter convention of every sampler here; also used by callers that build exact
+    probabilities before sampling (the local randomizers).
+
+    >>> as_rational(0.5, "p"), as_rational(3, "n")
+    (Fraction(1, 2), Fraction(3, 1))
+    """
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
         raise TypeError(
             f"{name} must be an int, fractions.Fraction or float (got {type(x).__name__})"
@@ -172,7 +181,7 @@ def bernoulli(p: Rational, size: Size, *, source: Source | None = None) -> np.nd
     >>> noise.bernoulli(0.5, 4, source=noise.seeded(1)).tolist()
     [True, False, False, False]
     """
-    pf = _rational(p, "p")
+    pf = as_rational(p, "p")
     if not 0 <= pf <= 1:
         raise ValueError(f"p must be in [0, 1] (got {p!r})")
     shape = _shape(size)
@@ -205,7 +214,7 @@ def bernoulli_matrix(p: Rational, size: Size, *, source: Source | None = None) -
     >>> noise.bernoulli_matrix(0.25, (2, 3), source=noise.seeded(1)).shape
     (2, 3)
     """
-    pf = _rational(p, "p")
+    pf = as_rational(p, "p")
     if not 0 <= pf <= 1:
         raise ValueError(f"p must be in [0, 1] (got {p!r})")
     shape = _shape(size)
@@ -240,7 +249,7 @@ def bernoulli_exp(gamma: Rational, size: Size, *, source: Source | None = None) 
     arithmetic; a 32-bit word ``u`` decides ``U < exp(-gamma)`` unless ``u == A``, and those lanes
     are finished exactly by drawing more bits. ``P(True) = exp(-gamma)`` exactly.
     """
-    g = _rational(gamma, "gamma")
+    g = as_rational(gamma, "gamma")
     if g < 0:
         raise ValueError(f"gamma must be >= 0 (got {gamma!r})")
     shape = _shape(size)
@@ -435,16 +444,21 @@ def dlap_effective_scale(scale: Rational) -> Fraction:
     return Fraction(t, s)
 
 
-def _check_scale(scale: Rational) -> Fraction:
-    sc = _rational(scale, "scale")
-    if sc <= 0:
-        raise ValueError(f"scale must be > 0 (got {scale!r})")
-    if sc > MAX_DLAP_SCALE:
+def _noise_parameter(x: Rational, name: str, limit: Fraction, limit_text: str) -> Fraction:
+    """A scale-like parameter in (0, limit] as an exact Fraction."""
+    v = as_rational(x, name)
+    if v <= 0:
+        raise ValueError(f"{name} must be > 0 (got {x!r})")
+    if v > limit:
         raise ValueError(
-            f"scale must be <= 2**40 (got {scale!r}): samples would not fit int64 safely; "
+            f"{name} must be <= {limit_text} (got {x!r}): samples would not fit int64 safely; "
             "release on a coarser grid (noise.grid.choose_exponent) to reduce the scale"
         )
-    return sc
+    return v
+
+
+def _check_scale(scale: Rational) -> Fraction:
+    return _noise_parameter(scale, "scale", MAX_DLAP_SCALE, "2**40")
 
 
 def _dlap_attempts(m: int, t: int, s: int, src: Source) -> np.ndarray:
@@ -528,15 +542,7 @@ def discrete_laplace(scale: Rational, size: Size, *, source: Source | None = Non
 
 # --------------------------------------------------------------------------- discrete Gaussian
 def _check_sigma2(sigma2: Rational) -> Fraction:
-    s2 = _rational(sigma2, "sigma2")
-    if s2 <= 0:
-        raise ValueError(f"sigma2 must be > 0 (got {sigma2!r})")
-    if s2 > MAX_DGAUSS_SIGMA2:
-        raise ValueError(
-            f"sigma2 must be <= 2**80 (got {sigma2!r}): samples would not fit int64 safely; "
-            "release on a coarser grid (noise.grid.choose_exponent) to reduce the scale"
-        )
-    return max(s2, MIN_DGAUSS_SIGMA2)
+    return max(_noise_parameter(sigma2, "sigma2", MAX_DGAUSS_SIGMA2, "2**80"), MIN_DGAUSS_SIGMA2)
 
 
 def discrete_gaussian(sigma2: Rational, size: Size, *, source: Source | None = None) -> np.ndarray:
