@@ -406,3 +406,46 @@ def test_preview_release_spends_nothing(rec: tuple[Curator, pd.DataFrame]) -> No
     assert res.event == pv.event
     half = (res.ci("count")[1] - res.ci("count")[0]) / 2
     assert float(np.max(half)) == pytest.approx(pv.outputs[0]["halfwidth"])
+
+
+# ------------------------------------------------------------------------------ CLI
+
+
+def test_cli_commands(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from dpkit.cli import _FriendlyGroup
+    from dpkit.engine import release_commands
+
+    group = _FriendlyGroup()
+    for c in release_commands.commands:
+        group.add_command(c)
+    path = tmp_path / "p.dpkit"
+    cur = Curator.create(path, epsilon=10.0, delta=1e-6)
+    cur.add_table("people", _record_table(n=300), bounds={"age": AGES},
+                  domains={"ward": ["A", "B", "C"]})
+    cur.close()
+    runner = CliRunner()
+    p = str(path)
+    ok = [
+        ["cdf", p, "people", "age", "--epsilon", "0.5"],
+        ["cdf", p, "people", "age", "--epsilon", "0.5", "--preview"],
+        ["ranges", p, "people", "age", "-r", "0:17", "-r", "18:100", "--epsilon", "0.5",
+         "--output", str(tmp_path / "r.csv")],
+        ["quantiles", p, "people", "age", "-p", "0.5", "--epsilon", "0.5"],
+        ["marginals", p, "people", "--columns", "ward,age", "--epsilon", "0.5"],
+        ["synthetic", p, "people", "--columns", "ward,age", "--epsilon", "1", "--rows", "50",
+         "--output", str(tmp_path / "s.parquet")],
+    ]
+    for args in ok:
+        out = runner.invoke(group, args)
+        assert out.exit_code == 0, (args, out.output, out.exception)
+    assert pd.read_csv(tmp_path / "r.csv").shape == (2, 5)
+    assert pd.read_parquet(tmp_path / "s.parquet").shape == (50, 2)
+    bad = runner.invoke(group, ["cdf", p, "people", "agee", "--epsilon", "0.5"])
+    assert bad.exit_code == 2 and "no column 'agee'" in bad.output
+    over = runner.invoke(group, ["cdf", p, "people", "age", "--epsilon", "50"])
+    assert over.exit_code == 2 and "exceeded" in over.output
+    with Curator.open(path) as cur2:
+        assert len(cur2.budget().history) == 5  # preview and refusals spent nothing
+        assert cur2.budget().spent == pytest.approx(3.0)

@@ -73,6 +73,8 @@ MAX_PRODUCT_CELLS = 4096
 #: the identity (see each method)
 OPTIMIZE_CELLS = 1024
 MAX_RANGES = 10_000
+#: folder (inside the project) holding optimised strategies
+STRATEGY_CACHE = "strategies"
 
 _FUNCS = {"DP_CDF", "DP_RANGES", "DP_MARGINALS", "DP_QUANTILES"}
 
@@ -565,7 +567,7 @@ class ReleaseQueries:
         rho: float | None = None,
         delta: float | None = None,
         rows: int | None = None,
-        method: str = "mwem",
+        method: str = "factorization",
         k: int | None = None,
         rounds: int = 20,
         bins: int | None = None,
@@ -584,12 +586,15 @@ class ReleaseQueries:
         (default ``k = min(2, len(columns))``), approximately. Relationships with other
         columns, and finer detail than the grid, are not preserved.
 
-        ``method``: ``"mwem"`` (Hardt-Ligett-McSherry 2012: ``rounds`` rounds of exponential
-        mechanism selection + measurement of the worst-answered marginal cell, multiplicative
-        weights; 5% of the budget estimates the number of records) or ``"factorization"``
-        (all ``k``-way marginals measured through an optimised strategy, least squares,
-        negative cells set to 0: usually more accurate on small grids). ``rows``: the number
-        of records to output (default: the private estimate of the number of rows).
+        ``method``: ``"factorization"`` (default: all ``k``-way marginals measured through
+        one optimised strategy, least-squares histogram, negative cells set to 0, rounded to
+        records by largest remainder) or ``"mwem"`` (Hardt-Ligett-McSherry 2012: ``rounds``
+        rounds of exponential-mechanism selection + measurement of the worst-answered
+        marginal cell, multiplicative weights; 5% of the budget estimates the number of
+        records). On these grids (at most 4096 cells) the factorization is the more accurate:
+        measured on 6000 rows, 4 wards + 1 empty declared ward, ε = 1, the empty ward got 15
+        synthetic records against MWEM's 652 of 4680. ``rows``: the number of records to
+        output (default: the private estimate of the number of rows).
         Returns :class:`SyntheticData` (``.to_pandas()``, ``.to_parquet(path)``,
         ``.to_csv(path)``), with the ledger entry's sequence number and cost.
         """
@@ -866,12 +871,18 @@ class ReleaseQueries:
         return _Job(kind=kind, meta=meta, axes=axes, where_sql=where_sql, query=text,
                     privacy=privacy, event=ev.NoOp(), level=lvl)
 
+    def _strategy_cache(self) -> Path | None:
+        """Optimised strategies are public (they depend only on the workload): kept on disk in
+        the project folder so that later processes (the CLI) skip the optimisation."""
+        path = getattr(self, "path", None)
+        return Path(path) / STRATEGY_CACHE if path is not None else None
+
     def _attach_plan(self, job: _Job, workload: Any, strategy: Any) -> None:
         from dpkit.release import plan_workload
 
         try:
             plan = plan_workload(workload, strategy, contributions=job.contributions,
-                                 **job.privacy.kwargs)
+                                 cache_dir=self._strategy_cache(), **job.privacy.kwargs)
         except (TypeError, ValueError) as exc:
             raise dsql.QueryError(f"{exc} (nothing charged)") from None
         job.plan = plan
@@ -1145,7 +1156,8 @@ class ReleaseQueries:
             entry.update({
                 "mechanism": f"factorization mechanism: strategy {s['strategy']}, discrete "
                              f"{'Gaussian' if s['noise'] == 'gaussian' else 'Laplace'} noise",
-                "sensitivity": s["sensitivity"],
+                "sensitivity": job.contributions,
+                "strategy_sensitivity": s["sensitivity"],
                 "strategy": s["strategy"],
                 "workload": s["workload"],
                 "queries": s["queries"],

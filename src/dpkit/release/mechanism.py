@@ -119,13 +119,19 @@ def _better_of(workload: Workload, candidates: list[Strategy], privacy: dict) ->
 
 
 def resolve_strategy(
-    strategy: Any, workload: Workload, kind: str, privacy: dict | None = None
+    strategy: Any,
+    workload: Workload,
+    kind: str,
+    privacy: dict | None = None,
+    *,
+    cache_dir: Any = None,
 ) -> Strategy:
     """A :class:`Strategy` from an object or a name: ``"identity"``, ``"tree"`` (16-ary for
     Laplace, binary for Gaussian), ``"tree:b"``, ``"sqrt_toeplitz"``, ``"optimized"`` (the
     optimiser's strategy for this workload and noise, cached), ``"auto"`` / ``None`` (the better
     of the optimised strategy and the identity under the privacy parameters ``privacy``; the
-    tree when ``N`` exceeds the dense limit)."""
+    tree when ``N`` exceeds the dense limit). ``cache_dir``: where optimised strategies are
+    also kept on disk (see :func:`dpkit.release.optimize`)."""
     n = workload.domain_size
     if isinstance(strategy, Strategy):
         out = strategy
@@ -137,7 +143,7 @@ def resolve_strategy(
     elif strategy is None or strategy in ("auto", "optimized", "optimised"):
         from dpkit.release.optimize import optimize
 
-        out = optimize(workload, noise=kind)
+        out = optimize(workload, noise=kind, cache_dir=cache_dir)
         if strategy != "optimized" and strategy != "optimised" and privacy is not None:
             out = _better_of(workload, [out, identity_strategy(n)], privacy)
     elif strategy == "identity":
@@ -366,6 +372,7 @@ def plan_workload(
     rho: float | None = None,
     delta: float | None = None,
     contributions: int = 1,
+    cache_dir: Any = None,
 ) -> WorkloadPlan:
     """Plan a factorization-mechanism release without touching data: resolve the strategy
     (:func:`resolve_strategy`; ``None``: the better of the optimised strategy and the
@@ -374,7 +381,7 @@ def plan_workload(
     Privacy target: ``epsilon=`` (ε-DP, discrete Laplace), ``rho=`` (ρ-zCDP, discrete
     Gaussian) or ``epsilon=`` with ``delta=`` (discrete Gaussian at the largest ρ meeting
     (ε, δ)). Neighbouring relation: add/remove one unit moving the histogram by at most
-    ``contributions`` in L1.
+    ``contributions`` in L1. ``cache_dir``: also keep optimised strategies on disk there.
 
     >>> from dpkit.release import workloads
     >>> p = plan_workload(workloads.prefix(4), "tree:2", epsilon=1.0)
@@ -388,7 +395,7 @@ def plan_workload(
     # calibrate once on a unit-sensitivity query first: bad privacy parameters fail before the
     # (possibly slow) strategy optimisation
     plan_noise(1, 1, epsilon=epsilon, rho=rho, delta=delta, contributions=c)
-    S = resolve_strategy(strategy, W, kind, privacy)
+    S = resolve_strategy(strategy, W, kind, privacy, cache_dir=cache_dir)
     plan = plan_noise(
         S.l1_sensitivity,
         S.l2_sensitivity_sq,

@@ -1,0 +1,273 @@
+"""Command-line front ends for the curator's release families (``dpkit cdf`` and friends).
+
+Click commands, registered on the ``dpkit`` group by :mod:`dpkit.cli`; each opens the project,
+answers one family through :class:`~dpkit.engine.release_queries.ReleaseQueries` (charged to
+the ledger once), prints it with rich and closes the project again.
+
+===============  ==========================================================================
+``cdf``          ``dpkit cdf PROJECT TABLE COLUMN --epsilon E [--where W] [--bins N]``
+``quantiles``    ``dpkit quantiles PROJECT TABLE COLUMN -p 0.5 -p 0.9 --epsilon E``
+``ranges``       ``dpkit ranges PROJECT TABLE COLUMN --range 0:17 --range 18:64 --epsilon E``
+``marginals``    ``dpkit marginals PROJECT TABLE --columns ward,age [--k 2] --epsilon E``
+``synthetic``    ``dpkit synthetic PROJECT TABLE --columns ward,age --epsilon E --output F``
+===============  ==========================================================================
+
+Every command takes ``--epsilon`` (pure DP, discrete Laplace noise), ``--epsilon`` with
+``--delta`` (discrete Gaussian noise) or ``--rho`` (zCDP), ``--where``, ``--level``,
+``--analyst``, and ``--preview`` (cost and expected error only: spends nothing) where it
+applies. Errors (unknown column, budget exceeded, ...) are ``ValueError``s whose message says
+what to do; the ``dpkit`` group prints them as one red line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+__all__ = ["cdf", "commands", "marginals", "quantiles", "ranges", "synthetic"]
+
+_MAX_SHOWN = 40
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console()
+
+
+def _privacy_options(f: Any) -> Any:
+    f = click.option("--analyst", default=None, help="Charge this analyst's budget.")(f)
+    f = click.option("--level", type=float, default=0.95, show_default=True,
+                     help="Confidence level of the intervals.")(f)
+    f = click.option("--where", default=None, help="SQL condition on the table's rows.")(f)
+    f = click.option("--rho", type=float, default=None, help="zCDP rho (discrete Gaussian).")(f)
+    f = click.option("--delta", type=float, default=None,
+                     help="With --epsilon: Gaussian noise at (epsilon, delta).")(f)
+    f = click.option("--epsilon", type=float, default=None,
+                     help="Budget to spend (pure DP, discrete Laplace noise).")(f)
+    return f
+
+
+def _shown(res: Any, show_all: bool) -> Any:
+    """The result, or an evenly spaced subset of its rows (the last one included)."""
+    n = len(res)
+    if show_all or n <= _MAX_SHOWN:
+        return res
+    idx = np.unique(np.linspace(0, n - 1, _MAX_SHOWN).round().astype(int))
+    return dataclasses.replace(res, data={c: np.asarray(v)[idx] for c, v in res.data.items()})
+
+
+def _print(con: Any, res: Any, title: str, *, show_all: bool = False) -> None:
+    from dpkit.engine.results import split_table
+
+    sub = _shown(res, show_all)
+    con.print(sub.table(title=title + ("" if sub is res else
+                                       f" ({len(sub)} of {len(res)} rows; --all for every row)")))
+    for note in res.notes:
+        con.print(f"[dim]note: {note}[/]")
+    con.print(split_table(res.split, title=f"ledger entry #{res.ledger_seq}"))
+
+
+def _write(res: Any, path: Path) -> None:
+    frame = res.to_pandas()
+    if path.suffix.lower() in (".parquet", ".pq"):
+        frame.to_parquet(path, index=False)
+    else:
+        frame.to_csv(path, index=False)
+
+
+def _open(project: Path, analyst: str | None) -> Any:
+    from dpkit.engine.curator import Curator
+
+    return Curator.open(project, analyst=analyst)
+
+
+def _preview(con: Any, cur: Any, kind: str, *args: Any, **kwargs: Any) -> None:
+    pv = cur.preview_release(kind, *args, **kwargs)
+    con.print(pv.table())
+    for note in pv.notes:
+        con.print(f"[dim]note: {note}[/]")
+
+
+def _privacy(epsilon: float | None, delta: float | None, rho: float | None) -> dict[str, Any]:
+    return {"epsilon": epsilon, "delta": delta, "rho": rho}
+
+
+@click.command("cdf")
+@click.argument("project", type=click.Path(path_type=Path))
+@click.argument("table")
+@click.argument("column")
+@_privacy_options
+@click.option("--bins", type=int, default=None, help="Equal cells over the bounds.")
+@click.option("--strategy", default=None, help="identity, tree, tree:b, optimized (default auto).")
+@click.option("--preview", "preview_only", is_flag=True, help="Cost and accuracy; spend nothing.")
+@click.option("--all", "show_all", is_flag=True, help="Print every row.")
+@click.option("--output", type=click.Path(path_type=Path), default=None,
+              help="Also write CSV/Parquet.")
+def cdf(project: Path, table: str, column: str, epsilon: float | None, delta: float | None,
+        rho: float | None, where: str | None, level: float, analyst: str | None,
+        bins: int | None, strategy: str | None, preview_only: bool, show_all: bool,
+        output: Path | None) -> None:
+    """The private CDF of a bounded numeric column, with a simultaneous band."""
+    con = _console()
+    with _open(project, analyst) as cur:
+        kw = dict(where=where, bins=bins, strategy=strategy, level=level,
+                  **_privacy(epsilon, delta, rho))
+        if preview_only:
+            _preview(con, cur, "cdf", table, column, **kw)
+            return
+        res = cur.cdf(table, column, **kw)
+        _print(con, res, f"CDF of {table}.{column}", show_all=show_all)
+        if output is not None:
+            _write(res, output)
+            con.print(f"wrote {output}")
+
+
+@click.command("quantiles")
+@click.argument("project", type=click.Path(path_type=Path))
+@click.argument("table")
+@click.argument("column")
+@click.option("-p", "--probability", "probabilities", type=float, multiple=True,
+              required=True, help="A probability in [0, 1]; repeat for several.")
+@_privacy_options
+@click.option("--bins", type=int, default=None, help="Equal cells over the bounds.")
+def quantiles(project: Path, table: str, column: str, probabilities: tuple[float, ...],
+              epsilon: float | None, delta: float | None, rho: float | None,
+              where: str | None, level: float, analyst: str | None, bins: int | None) -> None:
+    """Quantiles of a bounded numeric column from one private CDF (one charge)."""
+    con = _console()
+    with _open(project, analyst) as cur:
+        res = cur.quantiles(table, column, list(probabilities), where=where, bins=bins,
+                            level=level, **_privacy(epsilon, delta, rho))
+        _print(con, res, f"quantiles of {table}.{column}")
+
+
+def _parse_range(text: str) -> tuple[float, float]:
+    try:
+        lo, hi = text.split(":")
+        return float(lo), float(hi)
+    except ValueError:
+        raise click.BadParameter(f"write a range as LOW:HIGH, e.g. 18:64 (got {text!r})") from None
+
+
+@click.command("ranges")
+@click.argument("project", type=click.Path(path_type=Path))
+@click.argument("table")
+@click.argument("column")
+@click.option("-r", "--range", "ranges_", multiple=True, required=True,
+              help="LOW:HIGH (inclusive); repeat for several.")
+@_privacy_options
+@click.option("--bins", type=int, default=None, help="Equal cells over the bounds.")
+@click.option("--strategy", default=None, help="identity, tree, tree:b, optimized (default auto).")
+@click.option("--preview", "preview_only", is_flag=True, help="Cost and accuracy; spend nothing.")
+@click.option("--output", type=click.Path(path_type=Path), default=None,
+              help="Also write CSV/Parquet.")
+def ranges(project: Path, table: str, column: str, ranges_: tuple[str, ...],
+           epsilon: float | None, delta: float | None, rho: float | None, where: str | None,
+           level: float, analyst: str | None, bins: int | None, strategy: str | None,
+           preview_only: bool, output: Path | None) -> None:
+    """Counts of rows in many ranges of one column, answered together (one charge)."""
+    con = _console()
+    pairs = [_parse_range(r) for r in ranges_]
+    with _open(project, analyst) as cur:
+        kw = dict(where=where, bins=bins, strategy=strategy, level=level,
+                  **_privacy(epsilon, delta, rho))
+        if preview_only:
+            _preview(con, cur, "ranges", table, column, pairs, **kw)
+            return
+        res = cur.ranges(table, column, pairs, **kw)
+        _print(con, res, f"ranges of {table}.{column}", show_all=True)
+        if output is not None:
+            _write(res, output)
+            con.print(f"wrote {output}")
+
+
+def _columns(text: str) -> list[str]:
+    cols = [c.strip() for c in text.split(",") if c.strip()]
+    if not cols:
+        raise click.BadParameter("give column names separated by commas, e.g. ward,age")
+    return cols
+
+
+@click.command("marginals")
+@click.argument("project", type=click.Path(path_type=Path))
+@click.argument("table")
+@click.option("--columns", required=True, help="Columns, comma-separated (e.g. ward,age).")
+@click.option("--k", type=int, default=None, help="Marginal order (default min(2, #columns)).")
+@_privacy_options
+@click.option("--bins", type=int, default=None, help="Cells for numeric columns.")
+@click.option("--preview", "preview_only", is_flag=True, help="Cost and accuracy; spend nothing.")
+@click.option("--all", "show_all", is_flag=True, help="Print every row.")
+@click.option("--output", type=click.Path(path_type=Path), default=None,
+              help="Also write CSV/Parquet.")
+def marginals(project: Path, table: str, columns: str, k: int | None, epsilon: float | None,
+              delta: float | None, rho: float | None, where: str | None, level: float,
+              analyst: str | None, bins: int | None, preview_only: bool, show_all: bool,
+              output: Path | None) -> None:
+    """All k-way marginal tables of the columns over their declared domains (one charge)."""
+    con = _console()
+    cols = _columns(columns)
+    with _open(project, analyst) as cur:
+        kw = dict(k=k, where=where, bins=bins, level=level, **_privacy(epsilon, delta, rho))
+        if preview_only:
+            _preview(con, cur, "marginals", table, cols, **kw)
+            return
+        res = cur.marginals(table, cols, **kw)
+        _print(con, res, f"marginals of {table}", show_all=show_all)
+        if output is not None:
+            _write(res, output)
+            con.print(f"wrote {output}")
+
+
+@click.command("synthetic")
+@click.argument("project", type=click.Path(path_type=Path))
+@click.argument("table")
+@click.option("--columns", required=True, help="Columns, comma-separated (e.g. ward,age).")
+@click.option("--output", type=click.Path(path_type=Path), required=True,
+              help="Where to write the records (.parquet or .csv).")
+@click.option("--rows", type=int, default=None, help="Records to write (default: the private "
+              "estimate of the number of rows).")
+@click.option("--method", type=click.Choice(["factorization", "mwem"]), default="factorization",
+              show_default=True)
+@click.option("--k", type=int, default=None, help="Marginal order preserved (default 2).")
+@click.option("--rounds", type=int, default=20, show_default=True, help="MWEM rounds.")
+@click.option("--bins", type=int, default=None, help="Cells for numeric columns.")
+@_privacy_options
+def synthetic(project: Path, table: str, columns: str, output: Path, rows: int | None,
+              method: str, k: int | None, rounds: int, bins: int | None,
+              epsilon: float | None, delta: float | None, rho: float | None,
+              where: str | None, level: float, analyst: str | None) -> None:
+    """Synthetic records over the declared domains of the columns (one charge)."""
+    from rich.table import Table
+
+    con = _console()
+    cols = _columns(columns)
+    with _open(project, analyst) as cur:
+        syn = cur.synthetic(table, cols, rows=rows, method=method, k=k, rounds=rounds,
+                            bins=bins, where=where, level=level,
+                            **_privacy(epsilon, delta, rho))
+        if output.suffix.lower() in (".parquet", ".pq"):
+            syn.to_parquet(output)
+        else:
+            syn.to_csv(output)
+        t = Table(title=f"synthetic {table} ({len(syn)} records, first 10)", title_justify="left")
+        for c in syn.columns:
+            t.add_column(c)
+        for row in syn.data.head(10).itertuples(index=False):
+            t.add_row(*[str(v) for v in row])
+        spend = cur.budget()
+        t.caption = (f"epsilon spent {syn.epsilon:.4g} (ledger entry #{syn.ledger_seq}); "
+                     f"remaining {spend.remaining:.4g}"
+                     + ("; INSECURE seeded noise" if syn.insecure else ""))
+        con.print(t)
+        for note in syn.notes:
+            con.print(f"[dim]note: {note}[/]")
+        con.print(f"wrote {output}")
+
+
+#: what dpkit.cli registers: ``for c in release_commands.commands: main.add_command(c)``
+commands = (cdf, quantiles, ranges, marginals, synthetic)
