@@ -173,13 +173,13 @@ def test_quantiles_cover_the_truth(rec: tuple[Curator, pd.DataFrame]) -> None:
 
 def test_marginals_cover_exact_tables(rec: tuple[Curator, pd.DataFrame]) -> None:
     cur, df = rec
-    # ward (3 keys) x age (101 integers -> 15 cells of 7): 45 + 3 + 15 = 63 cells
+    # ward (3 keys) x age (101 integers -> 11 cells of 10): 3 + 11 + 33 = 47 intervals
     res = cur.marginals("people", [("ward",), ("age",), ("ward", "age")], epsilon=1.0,
-                        level=1 - 1e-6 / 63)
+                        level=1 - 1e-6 / 47)
     out = res.to_pandas()
     assert set(out.marginal) == {"ward", "age", "ward x age"}
-    cell = np.minimum(df.age // 7, 14)
-    labels = [f"[{7 * i}, {min(7 * i + 6, 100)}]" for i in range(15)]
+    cell = df.age // 10
+    labels = [f"[{10 * i}, {min(10 * i + 9, 100)}]" for i in range(11)]
     for _, row in out.iterrows():
         mask = np.ones(len(df), dtype=bool)
         if not pd.isna(row.ward):
@@ -217,7 +217,7 @@ def test_synthetic_shape_domain_and_charge(rec: tuple[Curator, pd.DataFrame], me
     assert len(hist) == 1 and hist[-1].event == syn.event and syn.ledger_seq == hist[-1].seq
     assert syn.epsilon == pytest.approx(1.0)
     if method == "mwem":
-        W = workloads.marginals((3, 15), 2)
+        W = workloads.marginals((3, 11), 2)
         assert syn.event == mwem_event(W, epsilon=1.0, rounds=20)
     syn.to_parquet(tmp_path / "s.parquet")
     back = pd.read_parquet(tmp_path / "s.parquet")

@@ -190,11 +190,34 @@ def _ordered_axis(meta: TableMeta, column: str, *, bins: int | None,
         n = ihi - ilo + 1
         if nb is None and n <= MAX_INTEGER_CELLS:
             return Axis(col.name, "int", n, float(ilo), float(ihi), 1.0)
-        target = nb if nb is not None else DEFAULT_BINS
-        step = max(1, math.ceil(n / target))
+        step = math.ceil(n / nb) if nb is not None else _nice_int_step(n, DEFAULT_BINS)
         return Axis(col.name, "int", math.ceil(n / step), float(ilo), float(ihi), float(step))
-    size = nb if nb is not None else DEFAULT_BINS
-    return Axis(col.name, "float", size, lo, hi, (hi - lo) / size)
+    return _float_axis(col.name, lo, hi, nb, DEFAULT_BINS)
+
+
+def _nice(x: float) -> float:
+    """The smallest 1, 2 or 5 times a power of ten that is >= ``x`` (> 0)."""
+    e = math.floor(math.log10(x))
+    for m in (1.0, 2.0, 5.0, 10.0):
+        w = m * 10.0**e
+        if w >= x * (1 - 1e-12):
+            return w
+    return 10.0 ** (e + 1)  # pragma: no cover
+
+
+def _nice_int_step(n: int, target: int) -> int:
+    """A round number of integers per cell giving at most ``target`` cells."""
+    return max(1, int(_nice(n / target)))
+
+
+def _float_axis(name: str, lo: float, hi: float, bins: int | None, target: int) -> Axis:
+    """``bins`` equal cells; by default cells of a round width (1, 2, 5 × 10^k) from ``lo``,
+    at most ``target`` of them (the last one ends at ``hi``)."""
+    if bins is not None:
+        return Axis(name, "float", bins, lo, hi, (hi - lo) / bins)
+    w = _nice((hi - lo) / target)
+    size = max(1, math.ceil((hi - lo) / w - 1e-9))
+    return Axis(name, "float", size, lo, hi, w)
 
 
 def _categorical_axis(meta: TableMeta, column: str, *, bins: int | None,
@@ -219,10 +242,9 @@ def _categorical_axis(meta: TableMeta, column: str, *, bins: int | None,
         limit = nb if nb is not None else MARGINAL_INTEGER_CELLS
         if n <= limit:
             return Axis(col.name, "int", n, float(ilo), float(ihi), 1.0)
-        step = max(1, math.ceil(n / (nb if nb is not None else MARGINAL_BINS)))
+        step = math.ceil(n / nb) if nb is not None else _nice_int_step(n, MARGINAL_BINS)
         return Axis(col.name, "int", math.ceil(n / step), float(ilo), float(ihi), float(step))
-    size = nb if nb is not None else MARGINAL_BINS
-    return Axis(col.name, "float", size, lo, hi, (hi - lo) / size)
+    return _float_axis(col.name, lo, hi, nb, MARGINAL_BINS)
 
 
 def _column(meta: TableMeta, column: Any) -> Any:
