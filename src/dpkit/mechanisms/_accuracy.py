@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from dpkit import noise
 from dpkit.mechanisms.release import Release
 
 __all__ = [
@@ -156,17 +157,35 @@ def grid_interval(noisy: np.ndarray, m: int, k: int) -> tuple[np.ndarray, np.nda
 
 
 def interval_release(
-    value: np.ndarray,
-    low: np.ndarray,
-    high: np.ndarray,
+    noisy: np.ndarray,
+    halfwidth: int,
+    coverage: float,
     *,
+    k: int | None,
+    shape: tuple[int, ...],
     event: Any,
     level: float,
     insecure: bool,
     details: dict[str, Any],
 ) -> Any:
-    """The Release of a noisy value with its interval: Python scalars for 0-d input, else arrays."""
+    """The Release of noisy integers ``Y`` (``noisy``) with the interval of half-width ``m``.
+
+    ``k=None``: integer release, ``Y`` and ``(Y - m, Y + m)`` (:func:`integer_interval`);
+    otherwise ``Y 2**k`` and :func:`grid_interval`. Values take ``shape``, as Python scalars for
+    ``shape == ()``. ``details`` gains the half-width (``"halfwidth"``, or
+    ``"halfwidth_grid_units"`` on a grid) and the exact ``"coverage"``.
+    """
+    if k is None:
+        value = noisy
+        low, high = integer_interval(noisy, halfwidth)
+        key = "halfwidth"
+    else:
+        value = noise.grid.from_grid(noisy, k)
+        low, high = grid_interval(noisy, halfwidth, k)
+        key = "halfwidth_grid_units"
+
     def out(a: np.ndarray) -> Any:
+        a = np.asarray(a).reshape(shape)
         return a.item() if a.ndim == 0 else a
 
     return Release(
@@ -175,5 +194,5 @@ def interval_release(
         ci=(out(low), out(high)),
         level=level,
         insecure=insecure,
-        details=details,
+        details={**details, key: halfwidth, "coverage": coverage},
     )

@@ -45,8 +45,6 @@ from dpkit.mechanisms._accuracy import (
     dgauss_halfwidth,
     dgauss_norm,
     dgauss_upper_sum,
-    grid_interval,
-    integer_interval,
     interval_release,
 )
 from dpkit.mechanisms._calibrate import (
@@ -299,13 +297,13 @@ def gaussian(
     src = v.resolve_source(source)
     plan = _plan_gaussian(sens, x.size, rho_, eps, dlt)
     y = plan.noisy_grid(x, (), src)
-    out = noise.grid.from_grid(y, plan.k)
     m, coverage = dgauss_halfwidth(plan.sigma2, lvl)
-    low, high = grid_interval(y, m, plan.k)
     return interval_release(
-        out.reshape(x.shape),
-        low.reshape(x.shape),
-        high.reshape(x.shape),
+        y,
+        m,
+        coverage,
+        k=plan.k,
+        shape=x.shape,
         event=plan.event,
         level=lvl,
         insecure=src.insecure,
@@ -316,8 +314,6 @@ def gaussian(
             "grid_sensitivity": plan.sensitivity,
             "grid_sigma2": plan.sigma2,
             "sigma": math.ldexp(math.sqrt(plan.sigma2), plan.k),
-            "halfwidth_grid_units": m,
-            "coverage": coverage,
         },
     )
 
@@ -411,11 +407,12 @@ def discrete_gaussian(
     plan = _plan_discrete_gaussian(sens, x.size, rho_, eps, dlt, s2)
     y = x + noise.discrete_gaussian(plan.sigma2, x.shape, source=src)
     m, coverage = dgauss_halfwidth(plan.sigma2, lvl)
-    low, high = integer_interval(y, m)
     return interval_release(
-        y.reshape(x.shape),
-        low.reshape(x.shape),
-        high.reshape(x.shape),
+        y,
+        m,
+        coverage,
+        k=None,
+        shape=x.shape,
         event=plan.event,
         level=lvl,
         insecure=src.insecure,
@@ -423,7 +420,5 @@ def discrete_gaussian(
             "mechanism": "discrete gaussian",
             "neighbouring": "as for the stated L2 sensitivity (add/remove one unit by default)",
             "sigma2": plan.sigma2,
-            "halfwidth": m,
-            "coverage": coverage,
         },
     )

@@ -18,7 +18,7 @@ import numpy as np
 from dpkit import noise
 from dpkit.events import DiscreteLaplace
 from dpkit.mechanisms import _validate as v
-from dpkit.mechanisms._accuracy import dlap_halfwidth, integer_interval
+from dpkit.mechanisms._accuracy import dlap_halfwidth, interval_release
 from dpkit.mechanisms._calibrate import dlap_scale_for
 from dpkit.mechanisms.release import Release
 from dpkit.noise import Source
@@ -104,11 +104,13 @@ def histogram(
     scale = dlap_scale_for(m_c, eps)
     y = counts + noise.discrete_laplace(scale, counts.shape, source=src)
     m, coverage = dlap_halfwidth(scale, lvl)
-    low, high = integer_interval(y, m)
-    return Release(
-        value=y,
+    return interval_release(
+        y,
+        m,
+        coverage,
+        k=None,
+        shape=counts.shape,
         event=DiscreteLaplace(scale, m_c),
-        ci=(low, high),
         level=lvl,
         insecure=src.insecure,
         details={
@@ -116,7 +118,5 @@ def histogram(
             "neighbouring": f"add/remove one unit contributing at most {m_c} values",
             "bins": labels,
             "scale": scale,
-            "halfwidth": m,
-            "coverage": coverage,
         },
     )

@@ -27,8 +27,6 @@ from dpkit.events import DiscreteLaplace
 from dpkit.mechanisms import _validate as v
 from dpkit.mechanisms._accuracy import (
     dlap_halfwidth,
-    grid_interval,
-    integer_interval,
     interval_release,
 )
 from dpkit.mechanisms._calibrate import dlap_scale_for, grid_l1, on_grid
@@ -106,13 +104,13 @@ def laplace(
     src = v.resolve_source(source)
     plan = _plan_laplace(sens, eps, x.size)
     y = plan.noisy_grid(x, (), src)
-    out = noise.grid.from_grid(y, plan.k)
     m, coverage = dlap_halfwidth(plan.scale, lvl)
-    low, high = grid_interval(y, m, plan.k)
     return interval_release(
-        out.reshape(x.shape),
-        low.reshape(x.shape),
-        high.reshape(x.shape),
+        y,
+        m,
+        coverage,
+        k=plan.k,
+        shape=x.shape,
         event=plan.event,
         level=lvl,
         insecure=src.insecure,
@@ -123,8 +121,6 @@ def laplace(
             "grid_sensitivity": plan.sensitivity,
             "grid_scale": plan.scale,
             "scale": math.ldexp(plan.scale, plan.k),
-            "halfwidth_grid_units": m,
-            "coverage": coverage,
         },
     )
 
@@ -182,11 +178,12 @@ def geometric(
     plan = _plan_geometric(sens, eps)
     y = x + noise.discrete_laplace(plan.scale, x.shape, source=src)
     m, coverage = dlap_halfwidth(plan.scale, lvl)
-    low, high = integer_interval(y, m)
     return interval_release(
-        y.reshape(x.shape),
-        low.reshape(x.shape),
-        high.reshape(x.shape),
+        y,
+        m,
+        coverage,
+        k=None,
+        shape=x.shape,
         event=plan.event,
         level=lvl,
         insecure=src.insecure,
@@ -194,7 +191,5 @@ def geometric(
             "mechanism": "geometric (discrete Laplace)",
             "neighbouring": "as for the stated L1 sensitivity (add/remove one unit by default)",
             "scale": plan.scale,
-            "halfwidth": m,
-            "coverage": coverage,
         },
     )
