@@ -170,6 +170,13 @@ def _exact_fallback_fraction(u: np.ndarray, idx: np.ndarray, p: Fraction, src: S
     return [LazyUniform(int(u[i]), 32, src).less_than_fraction(p) for i in idx]
 
 
+def _probability(p: Rational) -> Fraction:
+    pf = as_rational(p, "p")
+    if not 0 <= pf <= 1:
+        raise ValueError(f"p must be in [0, 1] (got {p!r})")
+    return pf
+
+
 def bernoulli(p: Rational, size: Size, *, source: Source | None = None) -> np.ndarray:
     """Exact Bernoulli(p) booleans, ``0 <= p <= 1`` rational (a float is taken exactly).
 
@@ -181,9 +188,7 @@ def bernoulli(p: Rational, size: Size, *, source: Source | None = None) -> np.nd
     >>> noise.bernoulli(0.5, 4, source=noise.seeded(1)).tolist()
     [True, False, False, False]
     """
-    pf = as_rational(p, "p")
-    if not 0 <= pf <= 1:
-        raise ValueError(f"p must be in [0, 1] (got {p!r})")
+    pf = _probability(p)
     shape = _shape(size)
     src = _source(source)
     n = math.prod(shape)
@@ -214,9 +219,7 @@ def bernoulli_matrix(p: Rational, size: Size, *, source: Source | None = None) -
     >>> noise.bernoulli_matrix(0.25, (2, 3), source=noise.seeded(1)).shape
     (2, 3)
     """
-    pf = as_rational(p, "p")
-    if not 0 <= pf <= 1:
-        raise ValueError(f"p must be in [0, 1] (got {p!r})")
+    pf = _probability(p)
     shape = _shape(size)
     src = _source(source)
     n = math.prod(shape)
