@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["count_packed_bits"]
+__all__ = ["count_packed_bits", "count_packed_bits_by_group"]
 
 _NIB = np.uint64(0x1111111111111111)  # one bit per 4-bit lane
 _BYTE = np.uint64(0x0F0F0F0F0F0F0F0F)  # low nibble of every byte
@@ -90,3 +90,21 @@ def count_packed_bits(
         tail = np.unpackbits(packed[full:], axis=1, bitorder="little")
         total[: tail.shape[1]] += tail.sum(axis=0, dtype=np.int64)
     return total[:nbits]
+
+
+def count_packed_bits_by_group(groups: np.ndarray, packed: np.ndarray, num_groups: int,
+                               nbits: int) -> np.ndarray:
+    """``(num_groups, nbits + 1)`` int64: per group, its number of rows, then its per-bit counts.
+
+    ``groups[i]`` in ``[0, num_groups)`` is row ``i``'s group (a RAPPOR cohort, a sketch's hash
+    row); rows are grouped with one stable sort, then counted with :func:`count_packed_bits`.
+    """
+    stats = np.zeros((num_groups, nbits + 1), dtype=np.int64)
+    order = np.argsort(groups, kind="stable")
+    bounds = np.searchsorted(groups[order], np.arange(num_groups + 1))
+    for g in range(num_groups):
+        idx = order[bounds[g] : bounds[g + 1]]
+        stats[g, 0] = idx.size
+        if idx.size:
+            stats[g, 1:] = count_packed_bits(packed[idx], nbits)
+    return stats

@@ -34,7 +34,7 @@ from dpkit import noise
 from dpkit.events import Event, PureDP
 from dpkit.noise import Source
 
-from ._bits import count_packed_bits
+from ._bits import count_packed_bits_by_group
 from ._exact import stated_epsilon
 from ._hashing import TabulationHash
 from .base import FrequencyEstimate, Reports, Tally
@@ -152,14 +152,7 @@ class Rappor:
         bits = np.asarray(reports["bits"])
         if c.size and (c.min() < 0 or c.max() >= self.m):
             raise ValueError(f"cohorts must lie in [0, {self.m})")
-        stats = np.zeros((self.m, self.k + 1), dtype=np.int64)
-        order = np.argsort(c, kind="stable")
-        bounds = np.searchsorted(c[order], np.arange(self.m + 1))
-        for coh in range(self.m):
-            idx = order[bounds[coh] : bounds[coh + 1]]
-            stats[coh, 0] = idx.size
-            if idx.size:
-                stats[coh, 1:] = count_packed_bits(bits[idx], self.k)
+        stats = count_packed_bits_by_group(c, bits, self.m, self.k)
         return Tally(self.kind, stats.ravel(), int(c.size), reports.insecure)
 
     def design(self, candidates: Any) -> np.ndarray:

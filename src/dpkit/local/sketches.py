@@ -34,7 +34,7 @@ from dpkit import noise
 from dpkit.events import Event, PureDP
 from dpkit.noise import Source
 
-from ._bits import count_packed_bits
+from ._bits import count_packed_bits_by_group
 from ._exact import check_epsilon, ratio_below, stated_epsilon
 from ._hashing import TabulationHash, fwht
 from .base import FrequencyEstimate, Reports, Tally
@@ -139,14 +139,7 @@ class CountMeanSketch(_Sketch):
             raise TypeError("CountMeanSketch.aggregate needs reports of kind 'cms'")
         j = np.asarray(reports["hash"]).astype(np.int64)
         bits = np.asarray(reports["bits"])
-        stats = np.zeros((self.k, self.m + 1), dtype=np.int64)
-        order = np.argsort(j, kind="stable")
-        bounds = np.searchsorted(j[order], np.arange(self.k + 1))
-        for row in range(self.k):
-            idx = order[bounds[row] : bounds[row + 1]]
-            stats[row, 0] = idx.size
-            if idx.size:
-                stats[row, 1:] = count_packed_bits(bits[idx], self.m)
+        stats = count_packed_bits_by_group(j, bits, self.k, self.m)
         return Tally(self.kind, stats.ravel(), int(j.size), reports.insecure)
 
     def _sketch_matrix(self, t: Tally) -> np.ndarray:
