@@ -625,8 +625,9 @@ class Curator(ReleaseQueries):
             n_keys = len(plan.keys) if plan.keys is not None else None
             u = dplan.top_k_utility(topk, n_keys or 1000, level)
             notes.append(
-                f"{topk.label}: each group shown within {u:.4g} of the true {topk.k}-th best "
-                f"with probability {level:g} "
+                f"{topk.label}: each group shown within {u:.4g} of the true "
+                f"{dplan.ordinal(topk.k)} {'largest' if topk.desc else 'smallest'} "
+                f"{topk.score_label} with probability {level:g} "
                 + (f"({n_keys} candidate groups)" if n_keys else
                    "(for 1000 candidate groups; grows like ln K)")
             )

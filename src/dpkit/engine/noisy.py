@@ -28,6 +28,7 @@ from dpkit.engine.plan import (
     QUANTILE_CI_SHARE,
     Measure,
     Plan,
+    ordinal,
     top_k_utility,
 )
 from dpkit.engine.results import Result
@@ -323,11 +324,11 @@ def _top_k(mm: Measure, score_mm: Measure, exact: Exact, candidates: np.ndarray,
         _check_event(mm.event, rel.event)
         chosen.append(remaining.pop(int(rel.value)))
     u = top_k_utility(mm, max(n_cand, 1), level)
-    what = score_mm.label or "the ordering aggregate"
+    what = mm.score_label or score_mm.label or "the ordering aggregate"
     note = (f"top-{mm.k} by {what}: with probability >= {level:g}, every group shown has a "
-            f"true {what} within {u:.4g} of the true {mm.k}-th "
+            f"true {what} within {u:.4g} of the true {ordinal(mm.k)} "
             f"{'largest' if mm.desc else 'smallest'} among {n_cand} candidate groups "
-            f"(exponential mechanism utility bound, union over {rounds} rounds)")
+            f"(exponential mechanism utility bound, union over the rounds)")
     meta = {"k": mm.k, "candidates": n_cand, "rounds": rounds,
             "round_epsilon": mm.round_epsilon, "monotonic": mm.monotonic,
             "sensitivity": math.ldexp(mm.score_sensitivity * 2 ** mm.score_shift, -mm.f),

@@ -129,6 +129,7 @@ class Measure:
     monotonic: bool = True
     desc: bool = True
     round_epsilon: float = 0.0  # epsilon of each of the k exponential-mechanism rounds
+    score_label: str = ""  # the ordering aggregate as the analyst wrote it
 
     @property
     def unit(self) -> float:
@@ -547,6 +548,7 @@ def build_plan(
             topk.k = k_top
             topk.desc = desc
             topk.score_key = ap.measures.get("count") or ap.measures["sum"]
+            topk.score_label = ap.call.label
             topk.label = (f"top-{k_top} groups by {ap.call.label} "
                           f"{'DESC' if desc else 'ASC'} (noisy max)")
 
@@ -585,10 +587,11 @@ def build_plan(
         _calibrate_topk(topk, next(x for x in measures if x.key == topk.score_key), m=m,
                         noise=noise, share_eps=share_eps[topk.key],
                         share_rho=share_rho[topk.key], level=float(level))
-        kk = "group" if topk.k == 1 else f"{topk.k} groups"
+        kk = "the group shown was" if topk.k == 1 else f"the {topk.k} groups shown were"
+        rounds = "1 round" if topk.k == 1 else f"{topk.k} rounds"
         notes.append(
-            f"the {kk} shown were chosen by noisy max ({topk.k} rounds of the exponential "
-            f"mechanism at epsilon {topk.round_epsilon:.4g} each) among all "
+            f"{kk} chosen by noisy max ({rounds} of the exponential mechanism at epsilon "
+            f"{topk.round_epsilon:.4g} each) among all "
             f"{'selected' if select is not None else 'candidate'} groups, before their values "
             f"were measured"
         )
@@ -961,6 +964,12 @@ def _calibrate_topk(mm: Measure, score: Measure, *, m: int, noise: str, share_ep
         mm.epsilon = mm.round_epsilon * mm.k
     mm.event = (ev.Exponential(mm.round_epsilon) if mm.k == 1
                 else ev.SelfComposed(ev.Exponential(mm.round_epsilon), mm.k))
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def top_k_utility(mm: Measure, candidates: int, level: float) -> float:
