@@ -37,15 +37,25 @@ add/remove of one unit, with ``L0 = min(g, m)`` groups touched (1 without GROUP 
   quarter each); three exponential mechanisms of ``ε_a + ε_b + ε_c = ε`` compose to ε-DP (basic
   composition) and to ``Σ ε²/8 <= ε²/8``-zCDP, so the charged ``Exponential(ε)`` covers them.
 
-**Budget split**: each measurement gets an equal share of the query's epsilon (Laplace noise:
-``ε_i = ε / k``, basic composition is exact for pure DP) or of its ρ (Gaussian noise). Private
-partition selection, when the group keys are not public, takes one more share and ``delta``.
+**Budget split**: each measurement gets a share of the query's epsilon (Laplace noise:
+``ε_i = ε·w_i/Σw``, basic composition is exact for pure DP) or of its ρ (Gaussian noise), equal
+by default; ``weights={"n": 1, "avg_age": 3}`` weighs the measurements of the named outputs
+(:func:`measure_weights`). Private partition selection, when the group keys are not public, and
+top-k selection take one more share each (weight 1, or ``"partition_selection"`` /
+``"top_k"`` in ``weights``); partition selection also spends ``delta``.
 
 **Partition selection** (Korolova et al. 2009; Wilson et al. 2020): the number of distinct units
 per group gets discrete Laplace noise of scale ``s = L0/ε_sel``; a group is released iff its
 noisy count is at least ``T = 1 + ceil(s·ln(L0 / (δ (1+q))))`` with ``q = e^{-1/s}``, so that a
 group made of a single unit appears with probability ``L0·q^{T-1}/(1+q) <= δ`` in total. Event:
-``ApproxDP(ε_sel, δ)``.
+``ApproxDP(ε_sel, δ)``. With ``noise="gaussian"``: discrete Gaussian noise of L2 sensitivity
+``√L0`` and the threshold of :func:`gaussian_threshold`; event
+``Composed(ZCDP(ρ_sel), ApproxDP(0, δ))`` (accountant ``approx``; zCDP cannot express δ).
+
+**Top-k groups** (``ORDER BY <COUNT/SUM> [DESC|ASC] LIMIT k``, no HAVING/OFFSET): ``k`` rounds of
+the exponential mechanism on the exact per-group scores (peeling = one-shot Gumbel top-k,
+Durfee-Rogers 2019), monotone with L∞ sensitivity ``m`` for counts; see
+:func:`_calibrate_topk`. Event ``SelfComposed(Exponential(ε_sel/k), k)``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,9 @@ table (optionally joined with public lookup tables) whose output is built from
 * arithmetic over those (evaluated after the noise, on the noisy values).
 
 ``WHERE`` may use any column with a fixed list of scalar functions; ``HAVING``, ``ORDER BY`` and
-``LIMIT`` act on the noisy results (post-processing, free). Everything else is refused by a
+``LIMIT`` act on the noisy results (post-processing, free), except ``ORDER BY <COUNT/SUM>
+LIMIT k`` over groups, whose ``k`` groups the planner chooses by noisy max before measuring
+them (``QuerySpec.order_aggs`` names the ordering aggregate). Everything else is refused by a
 :class:`QueryError` whose message says what to write instead: raw columns, ``SELECT *``,
 ``DISTINCT``, subqueries, CTEs, window functions, set operations, table functions, sampling,
 parameters, joins between private tables, unknown tables, columns and functions.
