@@ -1116,6 +1116,19 @@ class ReleaseQueries:
             spend = self.ledger.spend(who if who in self.ledger.analyst_budgets() else None)
             return finish(job, x, entry, spend.remaining)
 
+    def _unit_totals(self, meta: TableMeta) -> str | None:
+        """The hidden per-unit row-total column stored at load time, when there is one: units
+        whose total is within the cap skip the bounding work (the output is unchanged)."""
+        import inspect
+
+        name_of = getattr(dplan, "unit_rows_column_name", None)
+        if name_of is None or meta.storage != "copy" or meta.privacy_unit is None:
+            return None
+        if "total_col" not in inspect.signature(dplan.bounding_ctes).parameters:
+            return None
+        name = str(name_of(str(meta.privacy_unit)))
+        return name if name in self._backend.fixed_columns(meta.name) else None
+
     def _histogram(self, job: _Job) -> np.ndarray:
         """The exact integer histogram over the job's product grid (never leaves the engine)."""
         import duckdb
@@ -1128,8 +1141,12 @@ class ReleaseQueries:
                  for i, a in enumerate(job.axes)]
         cnames = [f"__c{i}" for i in range(len(job.axes))]
         proj = list(cells)
+        total_col = None
         if not meta.record_level:
             proj.insert(0, f"{alias}.{quote_ident(str(meta.privacy_unit))} AS __u")
+            total_col = self._unit_totals(meta)
+            if total_col is not None:
+                proj.append(f"{alias}.{quote_ident(total_col)} AS __nt")
         conds = [job.where_sql] if job.where_sql else []
         inner = (f"SELECT {', '.join(proj)} FROM {relation_name(meta.name, False)} AS {alias}"
                  + (f" WHERE {' AND '.join(conds)}" if conds else ""))
@@ -1138,9 +1155,10 @@ class ReleaseQueries:
         current = "__src"
         if not meta.record_level:
             seed = int(_noise.uniform_int(2**63 - 1, 1, source=self._source)[0])
+            extra = {"total_col": "__nt"} if total_col is not None else {}
             bound, current = dplan.bounding_ctes(
                 current, ["__u", *cnames], [], m=int(meta.max_rows_per_unit),
-                seed_lit=f"CAST({seed} AS UBIGINT)")
+                seed_lit=f"CAST({seed} AS UBIGINT)", **extra)
             ctes.extend(bound)
         cols = ", ".join(cnames)
         text = (f"WITH {', '.join(ctes)} SELECT {cols}, COUNT(*) AS __n FROM {current} "
