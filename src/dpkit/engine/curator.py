@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import getpass
 import math
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -71,6 +72,8 @@ __all__ = ["BudgetStatus", "Curator", "HistoryItem"]
 LEDGER_FILE = "ledger.sqlite"
 DATA_FILE = "data.duckdb"
 MAX_BUDGET_EPSILON = 1000.0
+# the SQL forms dpkit.engine.release_queries answers (DP_CDF(...), COUNT(*) FILTER (...), ...)
+_RELEASE_FORM = re.compile(r"\bDP_|\bFILTER\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -508,11 +511,12 @@ class Curator(ReleaseQueries):
         max (``res.selection`` has its utility bound).
         """
         who = analyst or self.analyst
-        special = self._release_sql(query, epsilon=epsilon, rho=rho, delta=delta,
-                                    accuracy=accuracy, noise=noise, level=level, bounds=bounds,
-                                    analyst=who)
-        if special is not None:  # a range/CDF/marginal family: answered by dpkit.release
-            return special
+        if _RELEASE_FORM.search(query) is not None:  # cheap test before parsing it twice
+            special = self._release_sql(query, epsilon=epsilon, rho=rho, delta=delta,
+                                        accuracy=accuracy, noise=noise, level=level,
+                                        bounds=bounds, analyst=who)
+            if special is not None:  # a range/CDF/marginal family: answered by dpkit.release
+                return special
         with self._lock:
             if accuracy is not None:
                 if epsilon is not None or rho is not None:
