@@ -161,7 +161,7 @@ def test_laplace_rejects_bad_parameters(kwargs: dict, match: str) -> None:
 
 
 def test_bad_values_and_keywords() -> None:
-    with pytest.raises(ValueError, match="finite"):
+    with pytest.raises(ValueError, match="NaN"):
         dp.mechanisms.laplace([1.0, math.nan], sensitivity=1, epsilon=1)
     with pytest.raises(ValueError, match="empty"):
         dp.mechanisms.laplace([], sensitivity=1, epsilon=1)
@@ -171,7 +171,5 @@ def test_bad_values_and_keywords() -> None:
         dp.mechanisms.geometric(1.5, sensitivity=1, epsilon=1)
     with pytest.raises(ValueError, match="sensitivity=1"):
         dp.mechanisms.geometric(1, sensitivity=1.5, epsilon=1)
-    with pytest.raises(ValueError, match="too large for the release grid"):
-        dp.mechanisms.laplace(1e20, sensitivity=1, epsilon=1)
     with pytest.raises(TypeError, match="source"):
         dp.mechanisms.laplace(1.0, sensitivity=1, epsilon=1, source=42)  # type: ignore[arg-type]

@@ -113,3 +113,28 @@ def test_mironov_outputs_share_one_grid() -> None:
         assert np.all(out / step == np.round(out / step))  # every output is a multiple of 2**k
         supports.append(set(np.unique(np.mod(out, step))))
     assert supports[0] == supports[1] == supports[2] == {0.0}
+
+
+def test_to_grid_saturates_beyond_the_grid_range() -> None:
+    C = 2**52 - 1
+    assert grid.max_grid_value(-10) == C == grid.max_grid_value(948)
+    assert grid.max_grid_value(960) == 2**40  # n * 2**k stays <= 2**1000, far from overflow
+    x = np.array([np.inf, -np.inf, 1e300, -1e300, 2.0**60, 2.0**52 - 1, 0.4, -2.5])
+    out = grid.to_grid(x, 0, saturate=True)
+    assert out.tolist() == [C, -C, C, -C, C, C, 0, -2]
+    assert grid.to_grid(np.array([np.inf]), 960, saturate=True).tolist() == [2**40]
+    with pytest.raises(ValueError, match="must be finite"):
+        grid.to_grid([1.0, float("nan")], 0, saturate=True)
+
+
+def test_saturation_is_one_lipschitz() -> None:
+    """|c(a) - c(b)| <= |rint(a) - rint(b)| for clamping c to [-C, C], on pairs around the ends."""
+    C = grid.max_grid_value(0)
+    a = np.arange(C - 40, C + 41, dtype=np.float64)
+    a = np.concatenate([a, -a, [np.inf, -np.inf]])
+    A, B = np.meshgrid(a, a)
+    ca, cb = grid.to_grid(A, 0, saturate=True), grid.to_grid(B, 0, saturate=True)
+    ra, rb = np.rint(A), np.rint(B)
+    with np.errstate(invalid="ignore"):
+        bound = np.abs(ra - rb)  # inf - inf = nan: both saturate to the same end, distance 0
+    assert np.all((np.abs(ca - cb) <= bound) | np.isnan(bound))

@@ -128,10 +128,14 @@ def l2_sensitivity_on_grid(sensitivity: float, k: int, n: int) -> float:
     return total
 
 
-def on_grid(x: np.ndarray, k: int, name: str = "value") -> np.ndarray:
-    """``round(x / 2**k)`` (int64), with an error that says what to do if ``x`` is too large."""
+def on_grid(x: np.ndarray, k: int, name: str = "value", *, saturate: bool = False) -> np.ndarray:
+    """``round(x / 2**k)`` (int64), with an error that says what to do if ``x`` is too large.
+
+    ``saturate=True``: clamped to ``±noise.grid.max_grid_value(k)`` instead (±inf included), which
+    keeps the sensitivity (clamping is 1-Lipschitz) and never fails on the value.
+    """
     try:
-        return grid.to_grid(x, k)
+        return grid.to_grid(x, k, saturate=saturate)
     except ValueError:
         raise ValueError(
             f"{name} is too large for the release grid 2**{k} chosen from the sensitivity "

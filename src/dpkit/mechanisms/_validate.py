@@ -111,8 +111,13 @@ def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
     return v
 
 
-def check_reals(value: Any, name: str = "value") -> np.ndarray:
-    """A scalar or array of finite reals, as float64 (shape kept; 0-d for a scalar)."""
+def check_reals(value: Any, name: str = "value", *, allow_inf: bool = False) -> np.ndarray:
+    """A scalar or array of finite reals, as float64 (shape kept; 0-d for a scalar).
+
+    ``allow_inf=True`` (private query answers, which the mechanism saturates) lets ±inf through;
+    NaN is refused either way: there is no sensible value to release for it, so the caller must
+    impute or drop it (with a public rule) before the mechanism.
+    """
     if isinstance(value, bool | np.bool_):
         raise TypeError(f"{name} must be a number or an array of numbers (got a bool)")
     try:
@@ -123,7 +128,13 @@ def check_reals(value: Any, name: str = "value") -> np.ndarray:
         ) from None
     if arr.size == 0:
         raise ValueError(f"{name} is empty: pass at least one number")
-    if not np.all(np.isfinite(arr)):
+    if allow_inf and np.any(np.isnan(arr)):
+        bad = np.flatnonzero(np.isnan(arr.ravel()))[0]
+        raise ValueError(
+            f"{name} holds NaN (entry {bad}), which has no value to release: impute or drop it "
+            "before the mechanism"
+        )
+    if not allow_inf and not np.all(np.isfinite(arr)):
         bad = np.flatnonzero(~np.isfinite(arr.ravel()))[0]
         raise ValueError(
             f"{name} must be finite (entry {bad} is {arr.ravel()[bad]!r}): clamp or drop "
@@ -132,43 +143,68 @@ def check_reals(value: Any, name: str = "value") -> np.ndarray:
     return arr
 
 
-def check_integers(value: Any, name: str = "value") -> np.ndarray:
-    """A scalar or array of integers (ints, or floats that are whole numbers), as int64."""
+def check_integers(value: Any, name: str = "value", *, saturate: bool = False) -> np.ndarray:
+    """A scalar or array of integers (ints, or floats that are whole numbers), as int64.
+
+    Magnitudes must be below 2**62. With ``saturate=True`` (private query answers) larger ones,
+    ±inf included, are clamped to ``±(2**62 - 1)`` instead of refused, so the call cannot fail
+    because of how large the value is; NaN and non-integers are still refused (NaN has no
+    sensible value: impute it before the mechanism).
+    """
     if isinstance(value, bool | np.bool_):
         raise TypeError(f"{name} must be an integer or an array of integers (got a bool)")
     arr = np.asarray(value)
     if arr.size == 0:
         raise ValueError(f"{name} is empty: pass at least one integer")
+    too_large = f"{name} must be below 2**62 in absolute value"
     if arr.dtype.kind in "iu":
         if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= 2**62:
-            raise ValueError(f"{name} must be below 2**62 in absolute value")
+            if not saturate:
+                raise ValueError(too_large)
+            arr = np.minimum(arr, np.uint64(_INT_LIMIT))
         out = arr.astype(np.int64)
     elif arr.dtype.kind == "f":
-        if not np.all(np.isfinite(arr)):
-            raise ValueError(f"{name} must be finite integers (got nan/inf)")
+        if np.any(np.isnan(arr)):
+            raise ValueError(f"{name} holds NaN, which has no integer to release: impute or drop "
+                             "it before the mechanism")
+        if not (saturate or np.all(np.isfinite(arr))):
+            raise ValueError(f"{name} must be finite integers (got inf)")
         if not np.all(arr == np.floor(arr)):
             raise ValueError(
                 f"{name} must hold integers (got non-integer values such as "
                 f"{arr[arr != np.floor(arr)].ravel()[0]!r}); use laplace()/gaussian() for reals"
             )
-        if np.any(np.abs(arr) >= 2.0**62):
-            raise ValueError(f"{name} must be below 2**62 in absolute value")
-        out = arr.astype(np.int64)
+        if not saturate and np.any(np.abs(arr) >= 2.0**62):
+            raise ValueError(too_large)
+        out = np.clip(arr, -(2.0**62), 2.0**62).astype(np.int64)  # clamped to the limit below
     elif arr.dtype == object:
+        flat = arr.ravel()
         try:
-            ints = [int(v) for v in arr.ravel()]
-        except (TypeError, ValueError):
+            ints = [_inf_to_limit(v) if saturate else int(v) for v in flat]
+        except (TypeError, ValueError, OverflowError):
             raise TypeError(f"{name} must hold integers") from None
-        if any(i != v for i, v in zip(ints, arr.ravel(), strict=True)):
+        if any(i != v for i, v in zip(ints, flat, strict=True) if abs(i) < _INT_LIMIT):
             raise ValueError(f"{name} must hold integers")
-        if any(abs(i) >= 2**62 for i in ints):
-            raise ValueError(f"{name} must be below 2**62 in absolute value")
-        out = np.array(ints, dtype=np.int64).reshape(arr.shape)
+        if not saturate and any(abs(i) >= 2**62 for i in ints):
+            raise ValueError(too_large)
+        out = np.array([max(-_INT_LIMIT, min(_INT_LIMIT, i)) for i in ints],
+                       dtype=np.int64).reshape(arr.shape)
     else:
         raise TypeError(f"{name} must be an integer or an array of integers (dtype {arr.dtype})")
+    if saturate:
+        return np.clip(out, -_INT_LIMIT, _INT_LIMIT)
     if np.any(np.abs(out) >= 2**62):
-        raise ValueError(f"{name} must be below 2**62 in absolute value")
+        raise ValueError(too_large)
     return out
+
+
+_INT_LIMIT = 2**62 - 1  # integer answers are clamped to this magnitude when saturating
+
+
+def _inf_to_limit(v: Any) -> int:
+    if isinstance(v, float | np.floating) and math.isinf(v):
+        return _INT_LIMIT if v > 0 else -_INT_LIMIT
+    return int(v)
 
 
 def check_categories(categories: Any, name: str = "categories") -> list[Any]:

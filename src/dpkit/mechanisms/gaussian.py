@@ -225,7 +225,7 @@ class _GridGaussian:
         return _event(self.sigma2, self.sensitivity, self.dimension)
 
     def noisy_grid(self, x: np.ndarray, size: tuple[int, ...], src: Source) -> np.ndarray:
-        n = on_grid(x, self.k)
+        n = on_grid(x, self.k, saturate=True)
         return n + noise.discrete_gaussian(self.sigma2, size + x.shape, source=src)
 
     def sample(self, x: np.ndarray, size: int, src: Source) -> np.ndarray:
@@ -269,7 +269,11 @@ def gaussian(
 
     **Guarantee**: ρ-zCDP, or (ε, δ)-DP, for the neighbouring relation under which
     ``sensitivity`` holds (add/remove one unit by default): ``||f(D) - f(D')||_2 <= sensitivity``
-    (L2 norm of the whole vector). Values are not clamped here.
+    (L2 norm of the whole vector). Values are not clamped to data bounds here,
+    but answers beyond the grid's range (``|x| >= 2**(52+k)``, ±inf) saturate at its ends,
+    ``±noise.grid.max_grid_value(k) 2**k``: clamping is 1-Lipschitz per coordinate, so the
+    guarantee is unchanged and whether the call succeeds never depends on the value. NaN is
+    refused (``ValueError``): it has no sensible value to release; impute or drop it first.
 
     **Calibration**: grid ``2**k`` with ``k = choose_exponent(sensitivity / sqrt(n), σ)``; L2
     sensitivity in grid units ``Δ_g = floor(sensitivity/2**k) + 1`` (scalar) or
@@ -293,7 +297,7 @@ def gaussian(
     sens = v.check_sensitivity(sensitivity)
     rho_, eps, dlt = _privacy_args(rho, epsilon, delta, "gaussian")
     lvl = v.check_level(level)
-    x = v.check_reals(value)
+    x = v.check_reals(value, allow_inf=True)
     src = v.resolve_source(source)
     plan = _plan_gaussian(sens, x.size, rho_, eps, dlt)
     y = plan.noisy_grid(x, (), src)
@@ -377,6 +381,9 @@ def discrete_gaussian(
     (ε, δ) curve of CKS Thm. 7; neighbouring relation: the one under which the L2
     ``sensitivity`` ``Δ`` holds (add/remove one unit by default). For a scalar the sensitivity
     is taken as ``floor(Δ)`` (an integer that moves by at most Δ moves by at most floor(Δ)).
+    Answers beyond ``±(2**62 - 1)`` (±inf included) saturate there (1-Lipschitz: the guarantee
+    is unchanged and the call never fails on the value); NaN is refused: there is no integer to
+    release for it.
 
     **Calibration**: ``σ² = Δ²/(2ρ)`` rounded up; for (ε, δ) the smallest σ² with exact
     ``δ(ε) <= delta`` (scalar) or via ``zcdp.epsilon_to_rho`` (vectors).
@@ -402,7 +409,7 @@ def discrete_gaussian(
         s2 = None
         rho_, eps, dlt = _privacy_args(rho, epsilon, delta, "discrete_gaussian")
     lvl = v.check_level(level)
-    x = v.check_integers(value)
+    x = v.check_integers(value, saturate=True)
     src = v.resolve_source(source)
     plan = _plan_discrete_gaussian(sens, x.size, rho_, eps, dlt, s2)
     y = x + noise.discrete_gaussian(plan.sigma2, x.shape, source=src)

@@ -50,7 +50,7 @@ class _GridLaplace:
 
     def noisy_grid(self, x: np.ndarray, size: tuple[int, ...], src: Source) -> np.ndarray:
         """``round(x / 2**k) + Z`` (int64) with ``size + x.shape`` independent noises."""
-        n = on_grid(x, self.k)
+        n = on_grid(x, self.k, saturate=True)
         return n + noise.discrete_laplace(self.scale, size + x.shape, source=src)
 
     def sample(self, x: np.ndarray, size: int, src: Source) -> np.ndarray:
@@ -76,7 +76,11 @@ def laplace(
     **Guarantee**: ε-differential privacy (pure), for the neighbouring relation under which
     ``sensitivity`` was computed (add/remove one privacy unit unless the caller says otherwise):
     the caller promises ``||f(D) - f(D')||_1 <= sensitivity`` for neighbours ``D, D'`` (for a
-    vector, the L1 norm of the whole vector). Values are not clamped here.
+    vector, the L1 norm of the whole vector). Values are not clamped to data bounds here,
+    but answers beyond the grid's range (``|x| >= 2**(52+k)``, ±inf) saturate at its ends,
+    ``±noise.grid.max_grid_value(k) 2**k``: clamping is 1-Lipschitz per coordinate, so the
+    guarantee is unchanged and whether the call succeeds never depends on the value. NaN is
+    refused (``ValueError``): it has no sensible value to release; impute or drop it first.
 
     **Calibration** (Mironov 2012, exact): ``k = noise.grid.choose_exponent(sensitivity / n, ...)``
     (grid step about ``sensitivity / (1024 n)``), ``S = floor(sensitivity / 2**k) + n`` (integer
@@ -100,7 +104,7 @@ def laplace(
     sens = v.check_sensitivity(sensitivity)
     eps = v.check_epsilon(epsilon)
     lvl = v.check_level(level)
-    x = v.check_reals(value)
+    x = v.check_reals(value, allow_inf=True)
     src = v.resolve_source(source)
     plan = _plan_laplace(sens, eps, x.size)
     y = plan.noisy_grid(x, (), src)
@@ -154,7 +158,9 @@ def geometric(
 
     **Guarantee**: ε-DP (pure) for the relation under which the integer L1 ``sensitivity``
     holds (add/remove one unit by default): ``||f(D) - f(D')||_1 <= sensitivity``. For a count,
-    ``sensitivity=1``. Ghosh-Roughgarden-Sundararajan 2009; sampler CKS 2020.
+    ``sensitivity=1``. Ghosh-Roughgarden-Sundararajan 2009; sampler CKS 2020. Answers beyond
+    ``±(2**62 - 1)`` (±inf included) saturate there (1-Lipschitz: the guarantee is unchanged and
+    the call never fails on the value); NaN is refused: there is no integer to release for it.
 
     **Calibration**: ``Z ~ DLap(s)`` with ``s = sensitivity / ε`` (rounded up by at most one ulp
     so that ``sensitivity / s <= ε`` exactly); event ``DiscreteLaplace(s, sensitivity)``.
@@ -173,7 +179,7 @@ def geometric(
     sens = v.check_integer_sensitivity(sensitivity, "geometric")
     eps = v.check_epsilon(epsilon)
     lvl = v.check_level(level)
-    x = v.check_integers(value)
+    x = v.check_integers(value, saturate=True)
     src = v.resolve_source(source)
     plan = _plan_geometric(sens, eps)
     y = x + noise.discrete_laplace(plan.scale, x.shape, source=src)

@@ -18,7 +18,7 @@ import numpy as np
 
 from .samplers import MAX_DLAP_SCALE
 
-__all__ = ["choose_exponent", "from_grid", "sensitivity_on_grid", "to_grid"]
+__all__ = ["choose_exponent", "from_grid", "max_grid_value", "sensitivity_on_grid", "to_grid"]
 
 #: Grid resolution: 2**k <= sensitivity / 2**RESOLUTION_BITS when the scale allows it.
 RESOLUTION_BITS = 10
@@ -74,12 +74,32 @@ def _check_k(k: int) -> int:
     return k
 
 
-def to_grid(x: np.ndarray | float, k: int) -> np.ndarray:
-    """``round(x / 2**k)`` as int64, exactly (ties to even). Raises on non-finite input or
-    ``|result| >= 2**52``; clamp ``x`` to its public bounds first.
+def max_grid_value(k: int) -> int:
+    """The largest ``|n|`` that ``to_grid(x, k, saturate=True)`` returns: ``2**52 - 1``, or
+    ``2**(1000 - k)`` when that is smaller (``k > 948``), so that ``n * 2**k`` plus noise stays far
+    below float64 overflow. Depends on the public ``k`` only.
+
+    >>> max_grid_value(-10) == 2**52 - 1
+    True
+    """
+    k = _check_k(k)
+    return min(int(_LIMIT) - 1, 2 ** max(0, 1000 - k))
+
+
+def to_grid(x: np.ndarray | float, k: int, *, saturate: bool = False) -> np.ndarray:
+    """``round(x / 2**k)`` as int64, exactly (ties to even).
+
+    By default raises on non-finite input or ``|result| >= 2**52``; clamp ``x`` to its public
+    bounds first. With ``saturate=True`` (private query answers) results beyond
+    ``max_grid_value(k)``, and ``x = ±inf``, are clamped to ``±max_grid_value(k)`` instead, so
+    nothing about ``x`` but NaN can make the call fail. Clamping to ``[-C, C]`` is 1-Lipschitz,
+    ``|c(a) - c(b)| <= |a - b|`` coordinatewise, so :func:`sensitivity_on_grid` bounds (L1 and
+    L2) still hold after it. NaN is always refused: it has no place on the line to clamp to.
 
     >>> to_grid([0.3, -1.5], -1).tolist()
     [1, -3]
+    >>> to_grid([float("inf"), -1e300], 0, saturate=True).tolist() == [2**52 - 1, 1 - 2**52]
+    True
     """
     k = _check_k(k)
     xa = np.asarray(x)
@@ -89,10 +109,14 @@ def to_grid(x: np.ndarray | float, k: int) -> np.ndarray:
     elif xa.dtype.kind != "f":
         raise TypeError(f"to_grid: x must be a float or integer array (got dtype {xa.dtype})")
     xa = xa.astype(np.float64)
-    if not np.all(np.isfinite(xa)):
+    if np.any(np.isnan(xa)) or not (saturate or np.all(np.isfinite(xa))):
         raise ValueError("to_grid: x must be finite (clamp or drop NaN/inf values first)")
-    y = np.rint(np.ldexp(xa, -k))  # ldexp is exact (barring underflow to tiny values -> 0)
-    if np.any(np.abs(y) >= _LIMIT):
+    with np.errstate(over="ignore"):  # a finite x may overflow to inf here: saturated below
+        y = np.rint(np.ldexp(xa, -k))  # ldexp is exact (barring underflow to tiny values -> 0)
+    if saturate:
+        c = float(max_grid_value(k))  # exact: an integer below 2**53
+        y = np.clip(y, -c, c)
+    elif np.any(np.abs(y) >= _LIMIT):
         raise ValueError(
             f"to_grid: |x / 2**{k}| must be < 2**52; clamp x or use a larger k (coarser grid)"
         )
