@@ -8,11 +8,13 @@ Parts (``--only``):
 
 * ``recovery`` -- Dinur-Nissim reconstruction (n = 256, m = 1024) against fresh noise of growing
   size: L1 LP with random subsets, L1 LP with hash-defined subsets, the Dinur-Nissim LP told
-  the bound, all against uniform ``±E`` noise, and the L1 LP against discrete Laplace noise of
-  scale ``E``; mean over ``--repeats`` populations; LP solve times. Figure
-  ``attack_recovery.png``.
-* ``curator`` -- the same attack against the dpkit curator (total ε = 1, spent evenly over the
-  1024 queries), then one query more (refused).
+  the bound, least squares (plain and box-constrained), all against uniform ``±E`` noise, and
+  the L1 LP against discrete Laplace noise of scale ``E``; mean over ``--repeats`` populations;
+  the least-squares prediction; seconds per attack; then all three attacks on the same 1024
+  answers of a dpkit curator (total ε = 1) and one query more (refused). Figure
+  ``attack_recovery.png``; numbers in ``benchmarks/results/attacks.json``.
+* ``curator`` -- the CLI's reconstruction summary against the dpkit curator (total ε = 1,
+  spent evenly over the 1024 queries), then one query more (refused).
 * ``difference`` / ``average`` -- the tables of :mod:`dpkit.attacks.cli_commands`.
 * ``membership`` -- ROC on a released count and LiRA on logistic regression; figures
   ``attack_roc_aggregate.png``, ``attack_roc_model.png``.
@@ -25,11 +27,15 @@ All randomness is seeded (``--seed``): the numbers are reproducible, and INSECUR
 from __future__ import annotations
 
 import argparse
+import json
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import dpkit as dp
 from dpkit.attacks import cli_commands as cc
+from dpkit.attacks import oracles as orc
 from dpkit.attacks import plots
 from dpkit.attacks import reconstruction as rec
 from dpkit.attacks.report import audit_mechanisms, to_markdown
@@ -45,37 +51,93 @@ def _markdown(summary: cc.AttackSummary) -> str:
         f"\n_{n}_" for n in summary.notes]])
 
 
-def recovery(out: Path, *, seed: int, repeats: int, quick: bool) -> None:
+N, M = 256, 1024
+#: (label, noise, subsets, attack, told the bound)
+CONFIGS = [
+    ("L1 LP, random subsets, uniform ±E", "uniform", "random", "lp", False),
+    ("L1 LP, hashed subsets, uniform ±E", "uniform", "hashed", "lp", False),
+    ("Dinur-Nissim LP told E, uniform ±E", "uniform", "random", "lp", True),
+    ("least squares, random subsets, uniform ±E", "uniform", "random", "lsq", False),
+    ("box least squares, random subsets, uniform ±E", "uniform", "random", "lsq-box", False),
+    ("L1 LP, random subsets, Laplace scale E", "laplace", "random", "lp", False),
+]
+LSQ_LABEL = "least squares, predicted (Φ(0.5/(σ·sqrt(diag (AᵀA)⁻¹))))"
+
+
+def _predicted(levels: list[float], *, seed: int, matrices: int = 4) -> list[tuple[float, float]]:
+    """The least-squares prediction, averaged over ``matrices`` realised random subset
+    matrices (``reconstruction.lsq_predicted_rate``)."""
+    src = dp.noise.seeded(seed)
+    As = [rec.subset_matrix(rec.random_subsets(rec.make_population(N, source=src).qid, M,
+                                               source=src)) for _ in range(matrices)]
+    return [(float(e), float(sum(rec.lsq_predicted_rate(A, rec.uniform_noise_variance(e))
+                                 for A in As) / matrices)) for e in levels]
+
+
+def _curator(*, seed: int) -> dict[str, Any]:
+    """1024 random-subset queries at ε = 1/1024 against a curator holding ε = 1, every attack
+    on the same answers, then one question more (refused)."""
+    t0 = time.perf_counter()
+    src = dp.noise.seeded(seed)
+    people = rec.make_population(N, source=src)
+    with tempfile.TemporaryDirectory(prefix="dpkit-bench-") as tmp:
+        cur = orc.curator_for(people, Path(tmp) / "t.dpkit", epsilon=1.0, source=src)
+        try:
+            oracle = orc.CuratorOracle(cur, epsilon=1 / M)
+            qs = rec.random_subsets(people.qid, M, source=src)
+            t1 = time.perf_counter()
+            y = oracle.ask(qs)
+            per_query = (time.perf_counter() - t1) / M
+            extra = orc.CuratorOracle(cur, epsilon=1 / M)
+            extra.ask(rec.random_subsets(people.qid, 1, source=src))
+            spent = cur.budget().spent
+        finally:
+            cur.close()
+    A = rec.subset_matrix(qs)
+    rates = {
+        "L1 LP": rec.recovery_rate(rec.lp_attack(A, y), people.secret),
+        "least squares": rec.recovery_rate(rec.lsq_attack(A, y), people.secret),
+        "box least squares": rec.recovery_rate(rec.lsq_attack(A, y, box=True), people.secret),
+    }
+    return {"answered": oracle.answered, "refused": oracle.refused + extra.refused,
+            "spent_epsilon": spent, "seconds_per_query": per_query, "rates": rates,
+            "seconds": time.perf_counter() - t0}
+
+
+def recovery(out: Path, *, seed: int, repeats: int, quick: bool) -> dict[str, Any]:
     levels = [0, 2, 4, 8, 16, 32, 64, 128] if not quick else [0, 4, 16, 64]
-    curves = {}
-    configs = [
-        ("L1 LP, random subsets, uniform ±E", "uniform", "random", False),
-        ("L1 LP, hashed subsets, uniform ±E", "uniform", "hashed", False),
-        ("Dinur-Nissim LP told E, uniform ±E", "uniform", "random", True),
-        ("L1 LP, random subsets, Laplace scale E", "laplace", "random", False),
-    ]
-    print("| noise E | " + " | ".join(c[0] for c in configs) + " |")
-    print("|---:|" + "---:|" * len(configs))
-    t0 = time.perf_counter()
-    for label, kind, subsets, known in configs:
-        curves[label] = rec.recovery_sweep(levels, n=256, queries=1024, noise=kind,
-                                           subsets=subsets, known_bound=known,
+    curves, seconds = {}, {}
+    for label, kind, subsets, attack, known in CONFIGS:
+        t0 = time.perf_counter()
+        curves[label] = rec.recovery_sweep(levels, n=N, queries=M, noise=kind,
+                                           subsets=subsets, known_bound=known, attack=attack,
                                            repeats=repeats, source=dp.noise.seeded(seed))
-    elapsed = time.perf_counter() - t0
+        seconds[label] = (time.perf_counter() - t0) / (len(levels) * repeats)
+    predicted = _predicted(levels, seed=seed + 1)
+    fine = _predicted([1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128], seed=seed + 1)
+    print(f"n = {N}, m = {M}, mean of {repeats} populations per point (seed {seed})\n")
+    print("| noise E | " + " | ".join(c[0] for c in CONFIGS) + " | least squares, predicted |")
+    print("|---:|" + "---:|" * (len(CONFIGS) + 1))
     for i, e in enumerate(levels):
-        print(f"| {e} | " + " | ".join(f"{100 * curves[c[0]][i][1]:.1f}%" for c in configs)
-              + " |")
-    solves = len(levels) * len(configs) * repeats
-    print(f"\n{solves} attacks (population, 1024 queries, LP) in {elapsed:.0f} s "
-          f"({elapsed / solves:.2f} s each)")
-    t0 = time.perf_counter()
-    cur = cc.attack_reconstruct(noise_levels=(), curator_epsilon=1.0, seed=seed)
-    rate = float(cur.rows[0][-1].rstrip("%")) / 100
-    print(f"\ndpkit curator, total ε = 1 over 1024 queries (DLap scale 1024 each): "
-          f"{100 * rate:.1f}% recovered; {cur.notes[-1]} ({time.perf_counter() - t0:.0f} s)")
-    p = plots.plot_recovery(curves, out / "attack_recovery.png", n=256, queries=1024,
-                            points={"dpkit curator, total ε = 1 (Laplace 1024)": (1024, rate)})
+        print(f"| {e} | " + " | ".join(f"{100 * curves[c[0]][i][1]:.1f}%" for c in CONFIGS)
+              + f" | {100 * predicted[i][1]:.1f}% |")
+    print("\nseconds per attack (population, 1024 queries, oracle, solve): "
+          + ", ".join(f"{k}: {v:.2f}" for k, v in seconds.items()))
+    c = _curator(seed=seed)
+    print("\ndpkit curator, total ε = 1 over 1024 queries (DLap scale 1024 each): "
+          + ", ".join(f"{k} {100 * v:.1f}%" for k, v in c["rates"].items())
+          + f"; answered {c['answered']}, refused {c['refused']} more, spent ε = "
+          f"{c['spent_epsilon']:.6g}; {1000 * c['seconds_per_query']:.0f} ms per query")
+    p = plots.plot_recovery(
+        curves, out / "attack_recovery.png", n=N, queries=M,
+        points={f"dpkit curator, total ε = 1 (Laplace 1024), {k}": (1024, v)
+                for k, v in c["rates"].items()},
+        predictions={LSQ_LABEL: [(0.0, 1.0), *fine]})
     print(f"wrote {p}")
+    return {"n": N, "queries": M, "seed": seed, "repeats": repeats, "levels": levels,
+            "curves": {k: [r for _, r in v] for k, v in curves.items()},
+            "least_squares_predicted": [r for _, r in predicted],
+            "seconds_per_attack": seconds, "curator": c}
 
 
 def curator(*, seed: int) -> None:
@@ -90,7 +152,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs"
                     / "img")
     ap.add_argument("--seed", type=int, default=2024)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=8)
+    ap.add_argument("--json", type=Path, default=Path(__file__).resolve().parent / "results"
+                    / "attacks.json", help="where the recovery numbers go ('' to skip)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default=",".join(PARTS))
     args = ap.parse_args()
@@ -103,8 +167,13 @@ def main() -> None:
         print(f"\n## {part}\n")
         t0 = time.perf_counter()
         if part == "recovery":
-            recovery(args.out, seed=args.seed, repeats=1 if args.quick else args.repeats,
-                     quick=args.quick)
+            res = recovery(args.out, seed=args.seed, repeats=1 if args.quick else args.repeats,
+                           quick=args.quick)
+            if str(args.json) and not args.quick:
+                args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.write_text(json.dumps({"recovery": res}, indent=1,
+                                                ensure_ascii=False) + "\n")
+                print(f"wrote {args.json}")
         elif part == "curator":
             curator(seed=args.seed)
         elif part == "difference":

@@ -54,7 +54,7 @@ def plot_recovery(
     analytic curves drawn as thin dashed lines without markers. Marks ``sqrt(n)`` (where
     Dinur-Nissim's guarantee ends), 60% and the 50% of guessing.
     """
-    fig = _figure()
+    fig = _figure(6.4, 6.0)
     ax = fig.add_subplot(1, 1, 1)
     for label, pts in curves.items():
         xs = [max(x, 0.5) for x, _ in pts]  # log axis: draw exact answers at 1/2
@@ -69,12 +69,14 @@ def plot_recovery(
     ax.set_xscale("log", base=2)
     ax.axvline(math.sqrt(n), color="grey", linestyle="--", linewidth=1)
     ax.text(math.sqrt(n), 98, r" $\sqrt{n}$", color="grey", va="top")
+    ax.axvline(4 * math.sqrt(n), color="grey", linestyle="--", linewidth=0.6)
+    ax.text(4 * math.sqrt(n), 98, r" $4\sqrt{n}$", color="grey", va="top")
     ax.axhline(50, color="grey", linestyle=":", linewidth=1)
     ax.set_ylim(40, 102)
     ax.set_xlabel("noise bound / scale per answer (0 drawn at 1/2)")
     ax.set_ylabel("secrets recovered (%)")
     ax.set_title(title or f"Reconstruction, n = {n} people, {queries} subset-sum queries")
-    ax.legend(loc="lower left", fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=8, ncol=1)
     ax.grid(alpha=0.3)
     return _save(fig, path)
 
