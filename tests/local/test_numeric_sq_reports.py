@@ -8,7 +8,6 @@ import math
 
 import numpy as np
 import pytest
-from scipy.stats import binomtest
 
 import dpkit.noise as noise
 from dpkit.events import from_dict
@@ -28,25 +27,12 @@ from dpkit.local import (
     Rappor,
     learn_naive_bayes,
 )
-from dpkit.local.numeric import bernoulli_per_lane
 from dpkit.local.reports import aggregate_jsonl, from_config, read_jsonl, report_line, write_jsonl
 
 from ._stats import ALPHA, chi2_band, z_two_sided
 
 
 # ------------------------------------------------------------------ local Laplace
-def test_bernoulli_per_lane_is_exact_for_each_lane() -> None:
-    p = np.array([0.3, 1e-3, 0.5 + 2**-40, 0.0, 1.0])
-    N = 60_000
-    draws = bernoulli_per_lane(np.tile(p, (N, 1)), source=noise.seeded(1))
-    for j, pj in enumerate(p):
-        ones = int(draws[:, j].sum())
-        if pj in (0.0, 1.0):
-            assert ones == int(pj) * N
-        else:
-            assert binomtest(ones, N, pj).pvalue > ALPHA / 3
-
-
 def test_local_laplace_reports_are_integers_and_private_by_construction() -> None:
     lap = LocalLaplace(lower=-5.0, upper=20.0, epsilon=0.5)
     assert lap.event.epsilon == 0.5

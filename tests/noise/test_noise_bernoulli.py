@@ -83,6 +83,35 @@ def test_bernoulli_matrix_endpoints_and_errors() -> None:
     with pytest.raises(TypeError, match="p must be an int"):
         noise.bernoulli_matrix("0.5", 3)  # type: ignore[arg-type]
 
+
+def test_bernoulli_lanes_is_exact_for_each_lane() -> None:
+    """Three Wilson intervals at 1e-6 / 3 each (1e-6 for the test); 0 and 1 are exact."""
+    p = np.array([0.3, 1e-3, 0.5 + 2**-40, 0.0, 1.0])
+    n = 60_000
+    draws = noise.bernoulli_lanes(np.tile(p, (n, 1)), source=noise.seeded(1))
+    assert draws.shape == (n, 5) and draws.dtype == bool
+    z = float(stats.norm.isf(P_FAIL / 6))
+    for j, pj in enumerate(p):
+        ones = int(draws[:, j].sum())
+        if pj in (0.0, 1.0):
+            assert ones == int(pj) * n
+        else:
+            lo, hi = wilson(ones, n, z)
+            assert lo <= pj <= hi, (pj, ones / n)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        noise.bernoulli_lanes([0.5, float("nan")])
+
+
+def test_bernoulli_lanes_tie_lane_is_driven() -> None:
+    # p = 1e-5 (its float has bits below 2**-62): T = floor(p 2**62); a word equal to T ties and
+    # finishes with Bernoulli(p 2**62 - T), drawn from the u32 queue (word 0: True, as rem > 0).
+    p = 1e-5
+    scaled = Fraction(p) * 2**62
+    T = math.floor(scaled)
+    assert scaled != T
+    src = ScriptedSource(u64=[T, T - 1, T + 1], u32=[0])
+    assert noise.bernoulli_lanes([p, p, p], source=src).tolist() == [True, True, False]
+
 @pytest.mark.parametrize(
     "gamma",
     [Fraction(1, 10**9), 1e-3, 0.5, 1, Fraction(7, 3), 2.5, 10, Fraction(10**30 + 7, 10**30)],

@@ -31,31 +31,7 @@ from ._exact import check_epsilon
 from .base import Reports, Tally
 from .grr import _insecure
 
-__all__ = ["LocalLaplace", "MeanEstimate", "bernoulli_per_lane"]
-
-_BITS = 62
-
-
-def bernoulli_per_lane(probs: np.ndarray, *, source: Source | None = None) -> np.ndarray:
-    """Exact independent Bernoulli(probs[i]) for float probabilities (taken exactly).
-
-    ``U < p`` with ``U`` uniform on [0, 1): 62 uniform bits decide unless they equal
-    ``floor(p 2^62)`` (probability 2^-62); those lanes finish with the exact remainder.
-    """
-    p = np.asarray(probs, dtype=np.float64)
-    if p.size and (p.min() < 0 or p.max() > 1 or not np.all(np.isfinite(p))):
-        raise ValueError("probabilities must lie in [0, 1]")
-    scaled = np.ldexp(p, _BITS)  # exact (power-of-two scaling)
-    T = np.floor(scaled)
-    u = noise.uniform_int(1 << _BITS, p.shape, source=source)
-    Ti = T.astype(np.int64)
-    out = u < Ti
-    tie = np.flatnonzero((u == Ti).ravel())
-    flat = out.ravel()
-    for i in tie:  # probability 2^-62 per lane
-        rem = Fraction(float(scaled.ravel()[i])) - int(T.ravel()[i])
-        flat[i] = bool(noise.bernoulli(rem, 1, source=source)[0])
-    return flat.reshape(p.shape)
+__all__ = ["LocalLaplace", "MeanEstimate"]
 
 
 @dataclass(frozen=True)
@@ -129,7 +105,7 @@ class LocalLaplace:
 
     def randomize(self, values: Any, *, source: Source | None = None) -> Reports:
         fl, frac = self._grid(values)
-        up = bernoulli_per_lane(frac, source=source)
+        up = noise.bernoulli_lanes(frac, source=source)
         g = fl.astype(np.int64) + up
         y = g + noise.discrete_laplace(self.scale, g.size, source=source)
         return Reports(self.kind, {"y": y}, _insecure(source))

@@ -29,7 +29,6 @@ from dpkit.events import Event, PureDP
 from dpkit.noise import Source
 
 from ._exact import check_epsilon, ratio_below, stated_epsilon
-from .numeric import bernoulli_per_lane
 
 __all__ = ["LocalSQOracle", "NaiveBayes", "learn_naive_bayes"]
 
@@ -88,7 +87,7 @@ class LocalSQOracle:
         vals = np.asarray(phi(rows), dtype=np.float64).reshape(m)
         if np.any(vals < 0) or np.any(vals > 1) or not np.all(np.isfinite(vals)):
             raise ValueError("a statistical query must map every record into [0, 1]")
-        bit = bernoulli_per_lane(vals, source=self.source)
+        bit = noise.bernoulli_lanes(vals, source=self.source)
         keep = noise.bernoulli(self.p, m, source=self.source)
         s = bit == keep
         self.queries_answered += 1

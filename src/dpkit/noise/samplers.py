@@ -30,6 +30,7 @@ __all__ = [
     "bernoulli",
     "bernoulli_exp",
     "bernoulli_exp_lanes",
+    "bernoulli_lanes",
     "bernoulli_matrix",
     "discrete_gaussian",
     "discrete_laplace",
@@ -232,6 +233,39 @@ def bernoulli_matrix(p: Rational, size: Size, *, source: Source | None = None) -
     if tie.size:
         out[tie] = bernoulli(pf * 256 - T, tie.size, source=src)
     return out.reshape(shape)
+
+
+def bernoulli_lanes(probs: np.ndarray, *, source: Source | None = None) -> np.ndarray:
+    """Independent exact Bernoulli(probs[i]) booleans, one per lane, for float probabilities
+    (each taken at its exact binary value), any shape.
+
+    ``[U < p]`` with ``U`` uniform on [0, 1): 62 uniform bits decide unless they equal
+    ``floor(p 2**62)`` (probability 2**-62); those lanes finish with an exact
+    ``Bernoulli(p 2**62 - floor(p 2**62))`` (:func:`bernoulli`). ``p 2**62`` is exact (a power of
+    two scaling), so ``P(True) = p`` exactly, as in :func:`bernoulli_matrix`.
+
+    >>> import dpkit.noise as noise
+    >>> noise.bernoulli_lanes([0.0, 1.0, 0.5], source=noise.seeded(1)).tolist()[:2]
+    [False, True]
+    """
+    p = np.asarray(probs, dtype=np.float64)
+    if p.size and (not np.all(np.isfinite(p)) or p.min() < 0 or p.max() > 1):
+        raise ValueError("probabilities must lie in [0, 1]")
+    src = _source(source)
+    scaled = np.ldexp(p, _LANE_BITS)  # exact (power-of-two scaling)
+    T = np.floor(scaled)
+    u = _uniform_below(1 << _LANE_BITS, p.size, src).reshape(p.shape)
+    Ti = T.astype(np.int64)
+    out = u < Ti
+    tie = np.flatnonzero((u == Ti).ravel())
+    flat = out.ravel()
+    for i in tie:  # probability 2**-62 per lane
+        rem = Fraction(float(scaled.ravel()[i])) - int(T.ravel()[i])
+        flat[i] = bool(bernoulli(rem, 1, source=src)[0])
+    return flat.reshape(p.shape)
+
+
+_LANE_BITS = 62
 
 
 def _exp_neg_floor32(gamma: Fraction) -> int:
