@@ -408,6 +408,22 @@ def test_preview_release_spends_nothing(rec: tuple[Curator, pd.DataFrame]) -> No
     assert float(np.max(half)) == pytest.approx(pv.outputs[0]["halfwidth"])
 
 
+def test_accuracy_picks_the_smallest_epsilon(rec: tuple[Curator, pd.DataFrame]) -> None:
+    cur, _ = rec
+    res = cur.ranges("people", "age", [(0, 9), (10, 100)], accuracy=20.0)
+    half = (res.ci("count")[1] - res.ci("count")[0]) / 2
+    assert float(np.max(half)) <= 20.0
+    # 1% less epsilon would miss the target (the search stops within 0.1%)
+    pv = cur.preview_release("ranges", "people", "age", [(0, 9), (10, 100)],
+                             epsilon=res.epsilon * 0.99)
+    assert pv.outputs[0]["halfwidth"] > 20.0
+    cdf = cur.sql("SELECT DP_CDF(age) FROM people", accuracy=80.0)
+    assert float(np.max(cdf["count_ci_high"] - cdf["count_ci_low"])) / 2 <= 80.0
+    with pytest.raises(QueryError, match="not both"):
+        cur.cdf("people", "age", epsilon=1.0, accuracy=5.0)
+    assert _charges(cur) == 2
+
+
 # ------------------------------------------------------------------------------ CLI
 
 

@@ -102,6 +102,8 @@ def _privacy(epsilon: float | None, delta: float | None, rho: float | None) -> d
 @click.argument("table")
 @click.argument("column")
 @_privacy_options
+@click.option("--accuracy", type=float, default=None,
+              help="Largest CI half-width wanted (instead of --epsilon).")
 @click.option("--bins", type=int, default=None, help="Equal cells over the bounds.")
 @click.option("--strategy", default=None, help="identity, tree, tree:b, optimized (default auto).")
 @click.option("--preview", "preview_only", is_flag=True, help="Cost and accuracy; spend nothing.")
@@ -110,8 +112,8 @@ def _privacy(epsilon: float | None, delta: float | None, rho: float | None) -> d
               help="Also write CSV/Parquet.")
 def cdf(project: Path, table: str, column: str, epsilon: float | None, delta: float | None,
         rho: float | None, where: str | None, level: float, analyst: str | None,
-        bins: int | None, strategy: str | None, preview_only: bool, show_all: bool,
-        output: Path | None) -> None:
+        accuracy: float | None, bins: int | None, strategy: str | None, preview_only: bool,
+        show_all: bool, output: Path | None) -> None:
     """The private CDF of a bounded numeric column, with a simultaneous band."""
     con = _console()
     with _open(project, analyst) as cur:
@@ -120,7 +122,7 @@ def cdf(project: Path, table: str, column: str, epsilon: float | None, delta: fl
         if preview_only:
             _preview(con, cur, "cdf", table, column, **kw)
             return
-        res = cur.cdf(table, column, **kw)
+        res = cur.cdf(table, column, accuracy=accuracy, **kw)
         _print(con, res, f"CDF of {table}.{column}", show_all=show_all)
         if output is not None:
             _write(res, output)
@@ -134,15 +136,18 @@ def cdf(project: Path, table: str, column: str, epsilon: float | None, delta: fl
 @click.option("-p", "--probability", "probabilities", type=float, multiple=True,
               required=True, help="A probability in [0, 1]; repeat for several.")
 @_privacy_options
+@click.option("--accuracy", type=float, default=None,
+              help="Largest CI half-width wanted (instead of --epsilon).")
 @click.option("--bins", type=int, default=None, help="Equal cells over the bounds.")
 def quantiles(project: Path, table: str, column: str, probabilities: tuple[float, ...],
               epsilon: float | None, delta: float | None, rho: float | None,
-              where: str | None, level: float, analyst: str | None, bins: int | None) -> None:
+              where: str | None, level: float, analyst: str | None, accuracy: float | None,
+              bins: int | None) -> None:
     """Quantiles of a bounded numeric column from one private CDF (one charge)."""
     con = _console()
     with _open(project, analyst) as cur:
         res = cur.quantiles(table, column, list(probabilities), where=where, bins=bins,
-                            level=level, **_privacy(epsilon, delta, rho))
+                            level=level, accuracy=accuracy, **_privacy(epsilon, delta, rho))
         _print(con, res, f"quantiles of {table}.{column}")
 
 
@@ -161,6 +166,8 @@ def _parse_range(text: str) -> tuple[float, float]:
 @click.option("-r", "--range", "ranges_", multiple=True, required=True,
               help="LOW:HIGH (inclusive); repeat for several.")
 @_privacy_options
+@click.option("--accuracy", type=float, default=None,
+              help="Largest CI half-width wanted (instead of --epsilon).")
 @click.option("--bins", type=int, default=None, help="Equal cells over the bounds.")
 @click.option("--strategy", default=None, help="identity, tree, tree:b, optimized (default auto).")
 @click.option("--preview", "preview_only", is_flag=True, help="Cost and accuracy; spend nothing.")
@@ -168,8 +175,8 @@ def _parse_range(text: str) -> tuple[float, float]:
               help="Also write CSV/Parquet.")
 def ranges(project: Path, table: str, column: str, ranges_: tuple[str, ...],
            epsilon: float | None, delta: float | None, rho: float | None, where: str | None,
-           level: float, analyst: str | None, bins: int | None, strategy: str | None,
-           preview_only: bool, output: Path | None) -> None:
+           level: float, analyst: str | None, accuracy: float | None, bins: int | None,
+           strategy: str | None, preview_only: bool, output: Path | None) -> None:
     """Counts of rows in many ranges of one column, answered together (one charge)."""
     con = _console()
     pairs = [_parse_range(r) for r in ranges_]
@@ -179,7 +186,7 @@ def ranges(project: Path, table: str, column: str, ranges_: tuple[str, ...],
         if preview_only:
             _preview(con, cur, "ranges", table, column, pairs, **kw)
             return
-        res = cur.ranges(table, column, pairs, **kw)
+        res = cur.ranges(table, column, pairs, accuracy=accuracy, **kw)
         _print(con, res, f"ranges of {table}.{column}", show_all=True)
         if output is not None:
             _write(res, output)
@@ -199,6 +206,8 @@ def _columns(text: str) -> list[str]:
 @click.option("--columns", required=True, help="Columns, comma-separated (e.g. ward,age).")
 @click.option("--k", type=int, default=None, help="Marginal order (default min(2, #columns)).")
 @_privacy_options
+@click.option("--accuracy", type=float, default=None,
+              help="Largest CI half-width wanted (instead of --epsilon).")
 @click.option("--bins", type=int, default=None, help="Cells for numeric columns.")
 @click.option("--preview", "preview_only", is_flag=True, help="Cost and accuracy; spend nothing.")
 @click.option("--all", "show_all", is_flag=True, help="Print every row.")
@@ -206,8 +215,8 @@ def _columns(text: str) -> list[str]:
               help="Also write CSV/Parquet.")
 def marginals(project: Path, table: str, columns: str, k: int | None, epsilon: float | None,
               delta: float | None, rho: float | None, where: str | None, level: float,
-              analyst: str | None, bins: int | None, preview_only: bool, show_all: bool,
-              output: Path | None) -> None:
+              analyst: str | None, accuracy: float | None, bins: int | None,
+              preview_only: bool, show_all: bool, output: Path | None) -> None:
     """All k-way marginal tables of the columns over their declared domains (one charge)."""
     con = _console()
     cols = _columns(columns)
@@ -216,7 +225,7 @@ def marginals(project: Path, table: str, columns: str, k: int | None, epsilon: f
         if preview_only:
             _preview(con, cur, "marginals", table, cols, **kw)
             return
-        res = cur.marginals(table, cols, **kw)
+        res = cur.marginals(table, cols, accuracy=accuracy, **kw)
         _print(con, res, f"marginals of {table}", show_all=show_all)
         if output is not None:
             _write(res, output)

@@ -451,6 +451,7 @@ class ReleaseQueries:
         bins: int | None = None,
         bounds: Mapping[str, Any] | None = None,
         level: float = 0.95,
+        accuracy: float | None = None,
         analyst: str | None = None,
     ) -> Result:
         """Counts of rows with ``low <= column <= high`` for every ``(low, high)`` in
@@ -469,15 +470,19 @@ class ReleaseQueries:
 
         Returns a :class:`~dpkit.engine.results.Result` with one row per range: ``low``,
         ``high``, ``count``, ``count_ci_low``, ``count_ci_high`` (each interval at ``level``
-        on its own).
+        on its own). ``accuracy=`` (instead of ``epsilon=``; also for :meth:`cdf`,
+        :meth:`quantiles`, :meth:`marginals`): the largest CI half-width wanted; the smallest
+        epsilon meeting it is found from the plans (no data) and spent.
 
         >>> res = cur.ranges("visits", "age", [(0, 17), (18, 64), (65, 100)], epsilon=0.5)
         ... # doctest: +SKIP
         """
         who = analyst or self.analyst
-        job = self._plan_ranges(table, column, ranges, where=where, epsilon=epsilon, rho=rho,
-                                delta=delta, strategy=strategy, bins=bins, bounds=bounds,
-                                level=level, query=None)
+        job = self._planned(
+            lambda **p: self._plan_ranges(table, column, ranges, where=where, strategy=strategy,
+                                          bins=bins, bounds=bounds, level=level, query=None,
+                                          **p),
+            {"epsilon": epsilon, "rho": rho, "delta": delta}, accuracy)
         return self._run(job, who, self._finish_ranges)
 
     def cdf(
@@ -493,6 +498,7 @@ class ReleaseQueries:
         bins: int | None = None,
         bounds: Mapping[str, Any] | None = None,
         level: float = 0.95,
+        accuracy: float | None = None,
         analyst: str | None = None,
     ) -> Result:
         """The cumulative distribution of ``column`` over its declared bounds, with a
@@ -510,9 +516,11 @@ class ReleaseQueries:
         ``fraction_ci_low/high`` from the band).
         """
         who = analyst or self.analyst
-        job = self._plan_cdf(table, column, where=where, epsilon=epsilon, rho=rho, delta=delta,
-                             strategy=strategy, bins=bins, bounds=bounds, level=level,
-                             query=None, probabilities=None)
+        job = self._planned(
+            lambda **p: self._plan_cdf(table, column, where=where, strategy=strategy, bins=bins,
+                                       bounds=bounds, level=level, query=None,
+                                       probabilities=None, **p),
+            {"epsilon": epsilon, "rho": rho, "delta": delta}, accuracy)
         return self._run(job, who, self._finish_cdf)
 
     def quantiles(
@@ -529,6 +537,7 @@ class ReleaseQueries:
         bins: int | None = None,
         bounds: Mapping[str, Any] | None = None,
         level: float = 0.95,
+        accuracy: float | None = None,
         analyst: str | None = None,
     ) -> Result:
         """Any number of quantiles of ``column`` from one private CDF (one charge): rows
@@ -536,9 +545,11 @@ class ReleaseQueries:
         (cell edges that contain the true quantile's cell, jointly for all rows at ``level``).
         Same guarantee as :meth:`cdf`."""
         who = analyst or self.analyst
-        job = self._plan_cdf(table, column, where=where, epsilon=epsilon, rho=rho, delta=delta,
-                             strategy=strategy, bins=bins, bounds=bounds, level=level,
-                             query=None, probabilities=probabilities)
+        job = self._planned(
+            lambda **p: self._plan_cdf(table, column, where=where, strategy=strategy, bins=bins,
+                                       bounds=bounds, level=level, query=None,
+                                       probabilities=probabilities, **p),
+            {"epsilon": epsilon, "rho": rho, "delta": delta}, accuracy)
         return self._run(job, who, self._finish_quantiles)
 
     def marginals(
@@ -555,6 +566,7 @@ class ReleaseQueries:
         bins: int | None = None,
         bounds: Mapping[str, Any] | None = None,
         level: float = 0.95,
+        accuracy: float | None = None,
         analyst: str | None = None,
     ) -> Result:
         """Marginal tables (contingency tables) over declared domains, answered together.
@@ -574,9 +586,11 @@ class ReleaseQueries:
         ``count`` and its interval; the expected RMSE per marginal is in ``split``/``notes``.
         """
         who = analyst or self.analyst
-        job = self._plan_marginals(table, columns, k=k, where=where, epsilon=epsilon, rho=rho,
-                                   delta=delta, strategy=strategy, bins=bins, bounds=bounds,
-                                   level=level, query=None)
+        job = self._planned(
+            lambda **p: self._plan_marginals(table, columns, k=k, where=where,
+                                             strategy=strategy, bins=bins, bounds=bounds,
+                                             level=level, query=None, **p),
+            {"epsilon": epsilon, "rho": rho, "delta": delta}, accuracy)
         return self._run(job, who, self._finish_marginals)
 
     def synthetic(
@@ -702,10 +716,6 @@ class ReleaseQueries:
                     bounds: Mapping[str, Any] | None, analyst: str) -> Any:
         from sqlglot import exp
 
-        if accuracy is not None:
-            raise dsql.QueryError(
-                "accuracy= is not available for DP_CDF / DP_RANGES / DP_MARGINALS / FILTER "
-                "families; give epsilon= (preview_release shows the expected error first)")
         allowed = {"expressions", "from", "from_", "where"}
         for key, value in stmt.args.items():
             if key in allowed or value is None or value is False or value == []:
@@ -732,14 +742,20 @@ class ReleaseQueries:
         where_node = stmt.args.get("where")
         where = where_node.this.sql(dialect="duckdb") if where_node is not None else None
         where_sql_alias = alias if alias and where is not None else None
-        privacy_kw = self._sql_privacy(epsilon=epsilon, rho=rho, delta=delta, noise=noise)
+        privacy_kw = self._sql_privacy(epsilon=epsilon, rho=rho, delta=delta, noise=noise,
+                                       accuracy=accuracy)
         outs = [e.unalias() for e in stmt.expressions]
         names = [e.alias_or_name if isinstance(e, exp.Alias) else "" for e in stmt.expressions]
         common = {"where": where, "level": level, "bounds": bounds, "query": query,
-                  "where_alias": where_sql_alias, **privacy_kw}
+                  "where_alias": where_sql_alias}
+
+        def planned(fn: Callable[..., _Job], **kw: Any) -> _Job:
+            return self._planned(lambda **p: fn(**kw, **common, **p), privacy_kw, accuracy)
+
         if all(isinstance(o, exp.Filter) for o in outs):
             column, pairs = self._filter_family(outs)
-            job = self._plan_ranges(table, column, pairs, strategy=None, bins=None, **common)
+            job = planned(self._plan_ranges, table=table, column=column, ranges=pairs,
+                          strategy=None, bins=None)
             job.details["names"] = [n or f"range_{i}" for i, n in enumerate(names)]
             return self._run(job, analyst, self._finish_ranges)
         if len(outs) != 1 or not isinstance(outs[0], exp.Anonymous) or str(
@@ -756,16 +772,16 @@ class ReleaseQueries:
                 raise dsql.QueryError(
                     "write DP_CDF(column) or DP_CDF(column, bins), e.g. DP_CDF(age)")
             bins = int(_number_of(args[1], "DP_CDF bins")) if len(args) == 2 else None
-            job = self._plan_cdf(table, _col_name(args[0], alias), strategy=None, bins=bins,
-                                 probabilities=None, **common)
+            job = planned(self._plan_cdf, table=table, column=_col_name(args[0], alias),
+                          strategy=None, bins=bins, probabilities=None)
             return self._run(job, analyst, self._finish_cdf)
         if fname == "DP_QUANTILES":
             if len(args) < 2 or not isinstance(args[0], exp.Column):
                 raise dsql.QueryError(
                     "write DP_QUANTILES(column, p1, p2, ...), e.g. DP_QUANTILES(age, 0.5, 0.9)")
             probs = [_number_of(a, "a quantile probability") for a in args[1:]]
-            job = self._plan_cdf(table, _col_name(args[0], alias), strategy=None, bins=None,
-                                 probabilities=probs, **common)
+            job = planned(self._plan_cdf, table=table, column=_col_name(args[0], alias),
+                          strategy=None, bins=None, probabilities=probs)
             return self._run(job, analyst, self._finish_quantiles)
         if fname == "DP_RANGES":
             if len(args) < 2 or not isinstance(args[0], exp.Column):
@@ -780,8 +796,8 @@ class ReleaseQueries:
                         f"{a.sql(dialect='duckdb')[:40]})")
                 pairs.append((_number_of(a.expressions[0], "a range end"),
                               _number_of(a.expressions[1], "a range end")))
-            job = self._plan_ranges(table, _col_name(args[0], alias), pairs, strategy=None,
-                                    bins=None, **common)
+            job = planned(self._plan_ranges, table=table, column=_col_name(args[0], alias),
+                          ranges=pairs, strategy=None, bins=None)
             return self._run(job, analyst, self._finish_ranges)
         # DP_MARGINALS(col, col, ... [, k])
         cols: list[str] = []
@@ -796,11 +812,12 @@ class ReleaseQueries:
                     "write DP_MARGINALS(col1, col2, ... [, k]), e.g. DP_MARGINALS(ward, age)")
         if not cols:
             raise dsql.QueryError("write DP_MARGINALS(col1, col2, ... [, k])")
-        job = self._plan_marginals(table, cols, k=kk, strategy=None, bins=None, **common)
+        job = planned(self._plan_marginals, table=table, columns=cols, k=kk, strategy=None,
+                      bins=None)
         return self._run(job, analyst, self._finish_marginals)
 
     def _sql_privacy(self, *, epsilon: float | None, rho: float | None, delta: float | None,
-                     noise: str) -> dict[str, Any]:
+                     noise: str, accuracy: Any = None) -> dict[str, Any]:
         kind = str(noise).lower()
         if kind not in (dplan.LAPLACE, dplan.GAUSSIAN):
             raise dsql.QueryError(f"noise must be 'laplace' or 'gaussian' (got {noise!r})")
@@ -811,7 +828,7 @@ class ReleaseQueries:
             if cfg.delta <= 0:
                 raise dsql.QueryError(
                     "Gaussian noise needs a project with delta > 0; use noise='laplace'")
-            return {"epsilon": epsilon, "rho": None,
+            return {"epsilon": epsilon if accuracy is None else None, "rho": None,
                     "delta": delta if delta is not None else cfg.delta / 10.0}
         return {"epsilon": epsilon, "rho": None, "delta": None}
 
@@ -842,6 +859,56 @@ class ReleaseQueries:
         return column, pairs
 
     # ------------------------------------------------------------------ planning
+
+    def _planned(self, plan_fn: Callable[..., _Job], privacy: dict[str, Any],
+                 accuracy: Any) -> _Job:
+        """``plan_fn(**privacy)``, or with ``accuracy=``: the plan at the smallest epsilon whose
+        largest CI half-width (the band's, for CDFs) is at most ``accuracy`` (data-independent:
+        found from the plans alone; ``delta`` given: Gaussian noise at (epsilon, delta))."""
+        if accuracy is None:
+            return plan_fn(**privacy)
+        if privacy.get("epsilon") is not None or privacy.get("rho") is not None:
+            raise dsql.QueryError("give epsilon= (or rho=) or accuracy=, not both")
+        if isinstance(accuracy, bool) or not isinstance(accuracy, (int, float)) or not (
+            math.isfinite(accuracy) and accuracy > 0
+        ):
+            raise dsql.QueryError(
+                f"accuracy must be a number > 0: the largest CI half-width wanted (got "
+                f"{accuracy!r})")
+        target = float(accuracy)
+        delta = privacy.get("delta")
+
+        def at(eps: float) -> tuple[_Job, float]:
+            job = plan_fn(epsilon=eps, rho=None, delta=delta)
+            assert job.plan is not None
+            lvl = job.level
+            if job.kind in ("cdf", "quantiles"):
+                from dpkit.release.quantiles import band_level
+
+                lvl = band_level(job.level, job.plan.workload.domain_size)
+            half = job.plan.halfwidths(lvl)
+            if half is None:
+                raise dsql.QueryError("accuracy= needs at most 8192 cells; give epsilon=")
+            return job, float(np.max(half))
+
+        lo, hi = 1e-4, dplan.MAX_QUERY_EPSILON
+        best, width = at(hi)
+        if width > target:
+            raise dsql.QueryError(
+                f"accuracy {target:g} cannot be reached even at epsilon {hi:g} (half-width "
+                f"{width:.4g}); relax it")
+        for _ in range(40):
+            if hi / lo < 1.0 + 1e-3:
+                break
+            mid = math.sqrt(lo * hi)
+            job, width = at(mid)
+            if width <= target:
+                best, hi = job, mid
+            else:
+                lo = mid
+        best.notes.append(f"accuracy {target:g}: epsilon {hi:.4g} is the smallest (to 0.1%) "
+                          f"whose largest CI half-width meets it")
+        return best
 
     def _table_meta(self, table: Any) -> TableMeta:
         catalog = self.tables()
