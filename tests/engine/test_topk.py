@@ -227,3 +227,37 @@ def test_gaussian_top_k_costs_its_rho_share(project: Callable[..., Curator]) -> 
     assert set(res["ward"]) == TOP3  # eps_r = sqrt(8·0.1/3) = 0.52: even safer than above
     # k rounds of Exponential(eps_r) are k·eps_r²/8 = 0.1 zCDP: with COUNT's 0.1, rho 0.2
     assert cur.budget().rho_spent == pytest.approx(0.2, rel=1e-9)
+
+
+def test_privacy_loss_when_a_unit_touches_several_groups(
+        project: Callable[..., Curator]) -> None:
+    """The sensitivity is ``m`` in L∞ whatever the number of groups a unit touches: exact law of
+    the selected sequence under every monotone change a unit with m = 3 rows can make (up to 3
+    rows spread over 4 groups, added or removed), against the charged epsilon."""
+    cur = project(epsilon=50.0)
+    cur.add_table("visits", _table(), privacy_unit="pid", max_rows_per_unit=3,
+                  bounds={"cost": (0, 100)}, domains={"ward": WARDS})
+    plan = cur._plan("SELECT ward, COUNT(*) AS n FROM visits GROUP BY ward ORDER BY n DESC "
+                     "LIMIT 2", epsilon=0.8, rho=None, delta=None, noise="laplace",
+                     level=0.95, bounds=None)
+    topk = plan.top_k
+    assert topk is not None and topk.score_sensitivity == 3 and topk.monotonic
+    charged = accounting.epsilon(topk.event, delta=0.0, method="pure")
+    factor = topk.round_epsilon / topk.score_sensitivity
+    counts = np.array([9.0, 8.0, 6.0, 5.0])
+    base = _peeling_probabilities(counts, factor, 2)
+    worst = 0.0
+    for v in itertools.product(range(4), repeat=4):
+        if sum(v) > 3 or sum(v) == 0:
+            continue
+        for sign in (1, -1):
+            law = _peeling_probabilities(counts + sign * np.array(v, dtype=float), factor, 2)
+            worst = max(worst, max(abs(math.log(base[s] / law[s])) for s in base))
+    assert worst <= charged * (1 + 1e-12)
+    # the SUM score's sensitivity covers m rows at the upper bound, on the shifted grid
+    p = cur._plan("SELECT ward, SUM(cost) AS s FROM visits GROUP BY ward ORDER BY s DESC "
+                  "LIMIT 2", epsilon=0.8, rho=None, delta=None, noise="laplace",
+                  level=0.95, bounds=None)
+    assert p.top_k is not None
+    sens = next(s for s in p.split() if "noisy max" in s["measurement"])["sensitivity"]
+    assert 3 * 100 <= sens <= 3 * 100 * (1 + 2.0**-9)
