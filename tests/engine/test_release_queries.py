@@ -322,6 +322,19 @@ def test_bad_input_is_refused_and_charges_nothing(rec: tuple[Curator, pd.DataFra
     assert _charges(cur) == 0
 
 
+def test_null_and_nan_are_not_counted(project: Callable[..., Curator]) -> None:
+    cur = project(epsilon=50.0)
+    df = pd.DataFrame({"score": [1.5, float("nan"), 3.0, None] * 50,
+                       "flag": [True, False, True, None] * 50})
+    cur.add_table("t", df, bounds={"score": (0, 5)}, domains={"flag": [True, False]})
+    res = cur.ranges("t", "score", [(0, 2), (2, 5)], epsilon=2.0, level=1 - 5e-7)
+    lo, hi = res.ci("count")
+    assert np.all((lo <= [50, 50]) & (np.array([50, 50]) <= hi))  # only 1.5 and 3.0 count
+    m = cur.marginals("t", ["flag"], epsilon=2.0, level=1 - 5e-7)
+    lo, hi = m.ci("count")
+    assert np.all((lo <= [100, 50]) & (np.array([100, 50]) <= hi))  # NULL flag not counted
+
+
 def test_no_bounds_declared(project: Callable[..., Curator]) -> None:
     cur = project()
     cur.add_table("t", _record_table(n=50))

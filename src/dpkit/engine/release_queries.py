@@ -126,7 +126,8 @@ class Axis:
         else:
             idx = (f"LEAST(CAST(FLOOR(({clamped} - {_num(self.lo)}) / {_num(self.step)}) AS "
                    f"BIGINT), {self.size - 1})")
-        return f"(CASE WHEN isnan({v}) THEN NULL ELSE {idx} END)"
+        # NULL must be tested first: DuckDB's GREATEST/LEAST skip NULL arguments
+        return f"(CASE WHEN {v} IS NULL OR isnan({v}) THEN NULL ELSE {idx} END)"
 
     def edges(self) -> np.ndarray:
         """``size + 1`` cell edges (numeric axes): cell ``i`` is ``[e_i, e_{i+1})``; for
@@ -1415,6 +1416,8 @@ class ReleaseQueries:
                        epsilon=p.epsilon if rho_m is None else None, rho=rho_m,
                        rounds=int(job.details["rounds"]), contributions=job.contributions,
                        source=self._source)
+            if rel.event != job.event:  # pragma: no cover - guards the planning above
+                raise RuntimeError("MWEM ran with another event than the one charged")
             hist = np.asarray(rel.value, dtype=np.float64)
             notes = [*job.notes, f"MWEM: {job.details['rounds']} rounds, estimated "
                                  f"{float(rel.details['total']):.1f} records"]
