@@ -272,6 +272,16 @@ def test_refusal_spends_nothing_and_reads_nothing(project: Callable[..., Curator
     assert cur.budget().spent == pytest.approx(0.6)
 
 
+def test_analyst_budget_applies(rec: tuple[Curator, pd.DataFrame]) -> None:
+    cur, _ = rec
+    cur.set_analyst_budget("bob", 0.5)
+    with pytest.raises(BudgetExceeded, match="bob"):
+        cur.cdf("people", "age", epsilon=1.0, analyst="bob")
+    res = cur.cdf("people", "age", epsilon=0.4, analyst="bob")
+    assert cur.budget("bob").history[-1].seq == res.ledger_seq
+    assert _charges(cur) == 1
+
+
 def test_pure_project_refuses_gaussian_clearly(project: Callable[..., Curator]) -> None:
     cur = project(epsilon=5.0, delta=0.0)
     cur.add_table("t", _record_table(n=100), bounds={"age": AGES})
