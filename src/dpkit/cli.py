@@ -253,6 +253,24 @@ def _parse_domains(items: tuple[str, ...]) -> dict[str, list[str]]:
     return domains
 
 
+def _query_options(f: Any) -> Any:
+    """--noise/--rho/--level/--weights for query and preview (passed to dpkit.engine.commands;
+    the same list as dpkit.engine.commands.query_options, kept here so the CLI starts fast)."""
+    for option in reversed([
+        click.option("--noise", type=click.Choice(["laplace", "gaussian"]), default="laplace",
+                     show_default=True,
+                     help="Laplace (pure DP) or discrete Gaussian noise (needs a project delta)."),
+        click.option("--rho", type=float, default=None,
+                     help="zCDP budget for --noise gaussian (instead of --epsilon)."),
+        click.option("--level", type=float, default=0.95, show_default=True,
+                     help="Confidence level of the intervals."),
+        click.option("--weights", default=None,
+                     help="Budget split per output name, e.g. n=1,avg_age=3 (others weigh 1)."),
+    ]):
+        f = option(f)
+    return f
+
+
 @main.command()
 @click.argument("project", type=click.Path(path_type=Path))
 @click.argument("sql")
@@ -270,6 +288,7 @@ def _parse_domains(items: tuple[str, ...]) -> dict[str, list[str]]:
 @click.option(
     "--output", type=click.Path(path_type=Path), default=None, help="Also write CSV/Parquet."
 )
+@_query_options
 def query(
     project: Path,
     sql: str,
@@ -278,6 +297,7 @@ def query(
     accuracy: float | None,
     analyst: str | None,
     output: Path | None,
+    **flags: Any,
 ) -> None:
     """Answer an aggregate SQL query privately (spends budget)."""
     _commands().query(
@@ -289,6 +309,7 @@ def query(
         analyst=analyst,
         output=output,
         console=console,
+        **flags,
     )
 
 
@@ -297,9 +318,11 @@ def query(
 @click.argument("sql")
 @click.option("--epsilon", type=float, default=None, help="Budget the query would spend.")
 @click.option("--delta", type=float, default=None)
-def preview(project: Path, sql: str, epsilon: float | None, delta: float | None) -> None:
+@_query_options
+def preview(project: Path, sql: str, epsilon: float | None, delta: float | None,
+            **flags: Any) -> None:
     """Show what a query would cost and how accurate it would be, spending nothing."""
-    _commands().preview(project, sql, epsilon=epsilon, delta=delta, console=console)
+    _commands().preview(project, sql, epsilon=epsilon, delta=delta, console=console, **flags)
 
 
 @main.command()
