@@ -156,6 +156,18 @@ def test_optimised_cdf_beats_identity_in_measured_error(
     assert b.mean() - a.mean() > 6 * se, (a.mean(), b.mean(), se)
 
 
+def test_gaussian_cdf_band_covers(rec: tuple[Curator, pd.DataFrame]) -> None:
+    cur, df = rec
+    res = cur.cdf("people", "age", epsilon=1.0, delta=1e-7, level=1 - 1e-6)
+    assert isinstance(res.event, dp.events.ZCDP)
+    exact = np.array([(df.age <= v).sum() for v in range(101)])
+    lo, hi = res.ci("count")
+    assert np.all((lo <= exact) & (exact <= hi))
+    assert res.epsilon <= 1.0 + 1e-9  # (1, 1e-7) charged as its own delta share
+    pv = cur.preview_release("quantiles", "people", "age", [0.5], rho=0.1)
+    assert pv.cost > 0 and len(cur.budget().history) == 1
+
+
 def test_quantiles_cover_the_truth(rec: tuple[Curator, pd.DataFrame]) -> None:
     cur, df = rec
     probs = [0.1, 0.5, 0.9]
