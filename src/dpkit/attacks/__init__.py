@@ -4,7 +4,8 @@
   (``empirical_epsilon``; ``audit.audit`` runs a vectorised sampler first);
   :mod:`~dpkit.attacks.audit_vector` for vector outputs and black-box mechanisms;
   :mod:`~dpkit.attacks.one_run` for the Steinke-Nasr-Jagielski one-run audit bound;
-- :mod:`~dpkit.attacks.reconstruction`: Dinur-Nissim reconstruction (exhaustive and LP);
+- :mod:`~dpkit.attacks.reconstruction`: Dinur-Nissim reconstruction (exhaustive, LP, least
+  squares with its predicted success rate);
 - :mod:`~dpkit.attacks.oracles`: systems to attack (exact, fresh or sticky noise, suppression,
   the dpkit curator); :mod:`~dpkit.attacks.differencing`: differencing and averaging attacks;
 - :mod:`~dpkit.attacks.membership`: membership inference (likelihood ratio, LiRA), ROC curves.
