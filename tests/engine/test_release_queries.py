@@ -500,3 +500,12 @@ def test_cli_commands(tmp_path: Path) -> None:
     with Curator.open(path) as cur2:
         assert len(cur2.budget().history) == 5  # preview and refusals spent nothing
         assert cur2.budget().spent == pytest.approx(3.0)
+
+
+def test_preview_cdf_bounds_the_band(rec: tuple[Curator, pd.DataFrame]) -> None:
+    cur, _ = rec
+    pv = cur.preview_release("cdf", "people", "age", epsilon=0.5)
+    res = cur.cdf("people", "age", epsilon=0.5)
+    band = (res["count_ci_high"] - res["count_ci_low"]) / 2
+    assert float(np.max(band)) <= pv.outputs[0]["halfwidth"] * (1 + 1e-9)
+    assert res.event == pv.event

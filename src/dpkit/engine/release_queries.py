@@ -674,14 +674,20 @@ class ReleaseQueries:
             cost = float(exc.requested.epsilon)
         outputs: list[dict[str, Any]] = []
         assert job.plan is not None
-        half = job.plan.halfwidths(job.level)
+        band = kind in ("cdf", "quantiles")
+        lvl = job.level
+        if band:
+            from dpkit.release.quantiles import band_level
+
+            lvl = band_level(job.level, job.plan.workload.domain_size)
+        half = job.plan.halfwidths(lvl)
         rmse = job.plan.expected_rmse
         outputs.append({
             "name": f"{kind} ({job.plan.workload.num_queries} queries)",
             "halfwidth": None if half is None else float(np.max(half)),
             "note": (f"expected RMSE {rmse:.4g} per query; strategy {job.plan.strategy.name}"
                      if rmse is not None else f"strategy {job.plan.strategy.name}")
-            + ("; the CDF band is wider (simultaneous)" if kind in ("cdf", "quantiles") else ""),
+            + ("; half-width of the simultaneous band (at most)" if band else ""),
         })
         return Preview(query=job.query, epsilon=float(job.privacy.epsilon or 0.0), cost=cost,
                        remaining=spend.remaining, delta=float(job.privacy.delta_share or 0.0),
