@@ -28,7 +28,7 @@ s = sqrt(p(1-p)/10240):
 * Agreement with the prediction (the analysis can fail): |pooled - p| <= 5.3 s, two-sided
   false failure 1.2e-7 per level.
 
-Runtime: ~6 s (40 populations x 1024 subsets; one least-squares solve per population and level).
+Runtime: ~7 s (40 populations x 1024 subsets; one least-squares solve per population and level).
 """
 
 from __future__ import annotations
