@@ -94,9 +94,9 @@ def _calibrate_scalar(sensitivity: int, epsilon: float, delta: float) -> float:
     def ok(s2: float) -> bool:
         return dgauss_delta(s2, sensitivity, epsilon) <= target
 
-    sigma = accounting.analytic_gaussian.calibrate_sigma(
-        epsilon, delta, sensitivity=float(sensitivity)
-    )
+    from dpkit.accounting import analytic_gaussian  # scipy: imported on first use
+
+    sigma = analytic_gaussian.calibrate_sigma(epsilon, delta, sensitivity=float(sensitivity))
     hi = sigma * sigma * (1.0 + 1e-6)
     step = 1e-3
     while not ok(hi):
@@ -239,7 +239,9 @@ def _plan_gaussian(
         hint = sensitivity / math.sqrt(2.0 * rho)
     else:
         assert epsilon is not None and delta is not None
-        hint = accounting.analytic_gaussian.calibrate_sigma(epsilon, delta, sensitivity=sensitivity)
+        from dpkit.accounting import analytic_gaussian  # scipy: imported on first use
+
+        hint = analytic_gaussian.calibrate_sigma(epsilon, delta, sensitivity=sensitivity)
     k = grid_l2_exponent(sensitivity, hint, n)
     while True:
         if k > 1000:
