@@ -387,6 +387,17 @@ def _attacks() -> Any:
 )
 @click.option("--subsets", type=click.Choice(["random", "hashed"]), default="random")
 @click.option(
+    "--attack",
+    "attack_kind",
+    type=click.Choice(["lp", "lsq", "lsq-box"]),
+    default="lp",
+    show_default=True,
+    help="lp: L1 linear program (or Dinur-Nissim LP with --known-bound); lsq: least squares "
+    "(with its predicted success rate); lsq-box: least squares within [0, 1].",
+)
+@click.option("--known-bound", is_flag=True,
+              help="LP attack: the attacker knows the noise bound E (Dinur-Nissim LP).")
+@click.option(
     "--curator-epsilon",
     type=float,
     default=1.0,
@@ -401,6 +412,8 @@ def attack_reconstruct(
     noise_levels: str,
     noise_kind: str,
     subsets: str,
+    attack_kind: str,
+    known_bound: bool,
     curator_epsilon: float,
     seed: int | None,
     plot_dir: Path | None,
@@ -414,6 +427,8 @@ def attack_reconstruct(
             noise_levels=levels,
             noise_kind=noise_kind,
             subsets=subsets,
+            attack=attack_kind,
+            known_bound=known_bound,
             curator_epsilon=curator_epsilon or None,
             seed=seed,
             plot_dir=plot_dir,
@@ -486,3 +501,16 @@ def attack_one_run(
             confidence=confidence,
         )
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# release families (range / CDF / quantiles / marginals / synthetic data), see dpkit.release
+
+def _register_release_commands() -> None:
+    from dpkit.engine import release_commands
+
+    for command in release_commands.commands:
+        main.add_command(command)
+
+
+_register_release_commands()
