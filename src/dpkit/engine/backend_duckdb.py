@@ -1,14 +1,17 @@
 """DuckDB, in process: where the rows live and where the one statement per query runs.
 
 The project's rows are in ``data.duckdb`` (schema ``priv`` for private tables, ``pub`` for public
-ones). Queries run on an in-memory connection that ATTACHes that file READ_ONLY, so many
-processes can answer queries at once; loading a table opens the file read-write for the duration
-of the load (DuckDB allows one writer process at a time, and none while readers are attached).
+ones; schema ``__dpkeys`` holds the declared domains of copied private tables, one hidden key
+table per column, see :func:`load_table`). Queries run on an in-memory connection that
+ATTACHes that file READ_ONLY, so many processes can answer queries at once; loading a table
+opens the file read-write for the duration of the load (DuckDB allows one writer process at a
+time, and none while readers are attached).
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -19,10 +22,14 @@ import duckdb
 from dpkit.engine.plan import FIXED_PREFIX
 from dpkit.engine.tables import Column, quote_ident
 
-__all__ = ["DuckBackend", "load_table"]
+__all__ = ["KEYS_SCHEMA", "DuckBackend", "key_table_relation", "load_table"]
 
 _SCHEMAS = {"private": "priv", "public": "pub"}
 _ALIAS = "dpdata"
+# hidden schema of the declared-domain key tables: no user table can be named into it (user
+# tables live in priv/pub, and analysts cannot name a schema)
+KEYS_SCHEMA = "__dpkeys"
+_KEY_COLUMN = "k"
 
 
 def _settings(con: duckdb.DuckDBPyConnection) -> None:
@@ -37,6 +44,95 @@ def _string_literal(text: str) -> str:
 def relation_name(name: str, public: bool) -> str:
     schema = _SCHEMAS["public" if public else "private"]
     return f"{quote_ident(_ALIAS)}.{schema}.{quote_ident(name)}"
+
+
+def key_table_relation(table_name: str) -> str:
+    """The relation (as the query connection sees it) of hidden key table ``table_name``."""
+    return f"{quote_ident(_ALIAS)}.{quote_ident(KEYS_SCHEMA)}.{quote_ident(table_name)}"
+
+
+def _key_parts(keys: Sequence[Any]) -> list[tuple[Any, str]]:
+    """The keys as Arrow columns, one per kind, each read the way its SQL literal would be.
+
+    ``plan._literal_sql`` writes a key as ``CAST(<literal> AS <type>)``: a bool as TRUE/FALSE,
+    an int as an integer literal, a float as its ``repr``, anything else as a string. Here the
+    same values are cast from BOOLEAN, BIGINT (ints beyond int64: their decimal text) and
+    VARCHAR (strings; floats as their ``repr``, which DuckDB reads correctly rounded), so
+    every key gets the value the literal would give.
+    """
+    import pyarrow as pa
+
+    bools: list[bool] = []
+    ints: list[int] = []
+    texts: list[str] = []
+    for v in keys:
+        if isinstance(v, bool):
+            bools.append(v)
+        elif isinstance(v, int) and -(2**63) <= v < 2**63:
+            ints.append(v)
+        elif isinstance(v, float):
+            texts.append(repr(v))
+        else:
+            texts.append(str(v))
+    parts: list[tuple[Any, str]] = []
+    if bools:
+        parts.append((pa.table({"v": pa.array(bools, pa.bool_())}), "bool"))
+    if ints:
+        parts.append((pa.table({"v": pa.array(ints, pa.int64())}), "int"))
+    if texts:
+        parts.append((pa.table({"v": pa.array(texts, pa.string())}), "text"))
+    return parts
+
+
+def _store_domain(con: duckdb.DuckDBPyConnection, *, column: str, type_: str,
+                  keys: Sequence[Any], target: str | None) -> None:
+    """Cast ``keys`` to the column's type (``type_``) and check them; store them as ``target``.
+
+    Refuses (ValueError) a key that cannot be read as the column's type and keys that become
+    equal in it (``1.0`` and ``1`` in an INTEGER column): such a key would be measured twice.
+    ``target=None`` (views) only checks.
+    """
+    parts = _key_parts(keys)
+    names = [f"__dp_keys{j}" for j in range(len(parts))]
+    for nm, (tbl, _) in zip(names, parts, strict=True):
+        con.register(nm, tbl)
+    try:
+        sel = " UNION ALL ".join(
+            f"SELECT CAST(v AS {type_}) AS {_KEY_COLUMN} FROM {nm}" for nm in names)
+        try:
+            if target is not None:
+                con.execute(f"CREATE TABLE {target} AS {sel}")
+                src = target
+            else:
+                con.execute(f"CREATE TEMP TABLE __dp_keycheck AS {sel}")
+                src = "__dp_keycheck"
+        except duckdb.ConversionException as exc:
+            raise ValueError(
+                f"domain of {column!r} ({type_}): a key cannot be read as {type_} "
+                f"({str(exc).splitlines()[0]}); list values of the column's type"
+            ) from None
+        try:
+            dup = con.execute(
+                f"SELECT {_KEY_COLUMN}, COUNT(*) FROM {src} GROUP BY {_KEY_COLUMN} "
+                f"HAVING COUNT(*) > 1 ORDER BY {_KEY_COLUMN} LIMIT 3").fetchall()
+            nulls = con.execute(
+                f"SELECT COUNT(*) FROM {src} WHERE {_KEY_COLUMN} IS NULL").fetchall()[0][0]
+        finally:
+            if target is None:
+                con.execute("DROP TABLE __dp_keycheck")
+        if nulls:
+            raise ValueError(f"domain of {column!r} ({type_}) has keys that are NULL as "
+                             f"{type_}; list only real values")
+        if dup:
+            shown = ", ".join(f"{k!r} ({n} times)" for k, n in dup)
+            raise ValueError(
+                f"domain of {column!r} ({type_}) lists keys that are equal as {type_}: "
+                f"{shown}; list each key once (each key's group is measured once)"
+            )
+    finally:
+        for nm in names:
+            with contextlib.suppress(duckdb.Error):
+                con.unregister(nm)
 
 
 def _source_sql(con: duckdb.DuckDBPyConnection, source: Any,
@@ -125,6 +221,7 @@ def load_table(
     source_table: str | None,
     validate: Callable[[list[Column], int], None],
     fixed: Callable[[], Sequence[tuple[str, str]]] | None = None,
+    domains: Callable[[], Sequence[tuple[str, str, Sequence[Any]]]] | None = None,
 ) -> tuple[list[Column], str, str]:
     """Load ``source`` into ``db_path`` as ``name`` (replacing it), in one DuckDB transaction.
 
@@ -133,7 +230,12 @@ def load_table(
     materialise as ``(name, SQL expression over the table's columns)``: the clamped fixed-point
     integers for the declared bounds, computed here once instead of in every query. They are
     recomputed on every load, bounds included, in the same transaction as the rows.
-    Returns (columns, storage, relation).
+    ``domains()`` (called after ``validate``) lists ``(column, key table name, keys)``: each
+    declared domain is cast to the column's type and checked (keys that cannot be read as that
+    type, or that coincide in it, are refused); for a copied private table it is stored as the
+    hidden table ``__dpkeys.<key table name>`` (one column ``k``), in the same transaction, and
+    the key tables of earlier loads of ``name`` are dropped. Returns (columns, storage,
+    relation).
     """
     try:
         con = duckdb.connect(str(db_path))
@@ -182,6 +284,8 @@ def load_table(
                     cols_sql = ", ".join(f"{expr} AS {quote_ident(n)}" for n, expr in extra)
                     con.execute(f"CREATE OR REPLACE TABLE {target} AS SELECT *, {cols_sql} "
                                 f"FROM {target}")
+                _replace_key_tables(con, name, columns, list(domains()) if domains else [],
+                                    store=copy and not public)
                 con.execute("COMMIT")
             except BaseException:
                 with contextlib.suppress(duckdb.Error):
@@ -195,6 +299,27 @@ def load_table(
     finally:
         con.close()
     return columns, ("copy" if copy else "view"), relation_name(name, public)
+
+
+def _replace_key_tables(con: duckdb.DuckDBPyConnection, name: str, columns: Sequence[Column],
+                        domains: Sequence[tuple[str, str, Sequence[Any]]], *,
+                        store: bool) -> None:
+    """Drop the key tables of earlier loads of ``name``; check (and, ``store``, save) the new
+    domains (see :func:`load_table`)."""
+    ks = quote_ident(KEYS_SCHEMA)
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {ks}")
+    mine = re.compile(re.escape(name) + r"__[0-9a-f]{32}")
+    for (old,) in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = ?", [KEYS_SCHEMA]).fetchall():
+        if mine.fullmatch(str(old)):
+            con.execute(f"DROP TABLE {ks}.{quote_ident(str(old))}")
+    types = {c.name: c.type for c in columns}
+    for column, table_name, keys in domains:
+        if not mine.fullmatch(table_name):
+            raise ValueError(f"internal error: key table name {table_name!r} for {name!r}")
+        _store_domain(con, column=column, type_=types[column], keys=keys,
+                      target=f"{ks}.{quote_ident(table_name)}" if store else None)
 
 
 def init_database(db_path: Path) -> None:
@@ -214,6 +339,7 @@ class DuckBackend:
         self._con: duckdb.DuckDBPyConnection | None = None
         self._lock = threading.Lock()
         self._fixed: dict[str, frozenset[str]] = {}
+        self._keys: frozenset[str] | None = None
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
@@ -235,6 +361,7 @@ class DuckBackend:
                 self._con.close()
                 self._con = None
             self._fixed = {}
+            self._keys = None
 
     def fixed_columns(self, name: str) -> frozenset[str]:
         """The hidden fixed-point columns of private table ``name`` (cached while attached:
@@ -248,6 +375,17 @@ class DuckBackend:
                 ).fetchall()
                 self._fixed[name] = frozenset(str(r[0]) for r in rows)
             return self._fixed[name]
+
+    def key_tables(self) -> frozenset[str]:
+        """Names of the hidden key tables (declared domains) in the project's file (cached
+        while attached, like :meth:`fixed_columns`)."""
+        with self._lock:
+            if self._keys is None:
+                rows = self._connect().execute(
+                    "SELECT table_name FROM duckdb_tables() WHERE database_name = ? AND "
+                    "schema_name = ?", [_ALIAS, KEYS_SCHEMA]).fetchall()
+                self._keys = frozenset(str(r[0]) for r in rows)
+            return self._keys
 
     def bind(self, text: str) -> None:
         """Bind and optimise without running (errors here cannot depend on the data)."""

@@ -53,7 +53,13 @@ from dpkit import events as ev
 from dpkit import noise as _noise
 from dpkit.engine import plan as dplan
 from dpkit.engine import sql as dsql
-from dpkit.engine.backend_duckdb import DuckBackend, init_database, load_table, relation_name
+from dpkit.engine.backend_duckdb import (
+    DuckBackend,
+    init_database,
+    key_table_relation,
+    load_table,
+    relation_name,
+)
 from dpkit.engine.ledger import Entry, Ledger
 from dpkit.engine.noisy import Exact, halfwidth, release
 from dpkit.engine.release_queries import ReleaseQueries
@@ -63,6 +69,7 @@ from dpkit.engine.tables import (
     TableMeta,
     check_identifier,
     describe_source,
+    domain_table_name,
     quote_ident,
     validate_declarations,
 )
@@ -376,10 +383,26 @@ class Curator(ReleaseQueries):
                 columns_seen["v"] = columns
                 inner_validate(columns, rows)
 
+            key_tables: dict[str, str] = {}
+
+            def key_domains() -> list[tuple[str, str, tuple[Any, ...]]]:
+                # each declared domain, cast to its column's type and checked at load; copied
+                # private tables keep it as a hidden key table named by a hash of the table,
+                # column, type and keys (a changed domain gets a new table, never a stale one)
+                doms_now = declared["v"][4]
+                types = {c.name: c.type for c in columns_seen["v"]}
+                out = []
+                for col, keys in doms_now.items():
+                    tname = domain_table_name(name, col, types[col], keys)
+                    key_tables[col] = tname
+                    out.append((col, tname, keys))
+                return out
+
             self._backend.close()  # DuckDB: one writer, no readers attached meanwhile
             columns, storage, relation = load_table(
                 self.path / DATA_FILE, name, source, public=public, copy=copy,
                 source_table=source_table, validate=validate_and_keep, fixed=fixed,
+                domains=key_domains,
             )
             unit, rows, groups, bnds, doms = declared["v"]
             meta = TableMeta(
@@ -387,6 +410,7 @@ class Curator(ReleaseQueries):
                 max_rows_per_unit=rows, max_groups_per_unit=groups, bounds=bnds, domains=doms,
                 storage=storage, source=describe_source(source), relation=relation,
                 description=description,
+                key_tables=key_tables if storage == "copy" and not public else {},
             )
             self.ledger.record("table", {"name": name, "table": meta.to_dict()},
                                analyst=self.analyst,
@@ -556,7 +580,15 @@ class Curator(ReleaseQueries):
         seed = int(_noise.uniform_int(2**63 - 1, 1, source=self._source)[0])
         fixed = (self._backend.fixed_columns(plan.table.name)
                  if plan.table.storage == "copy" and not plan.table.public else frozenset())
-        compiled = dplan.compile_sql(plan, relations=relations, seed=seed, fixed_columns=fixed)
+        # declared domains stored as hidden key tables at load (copied private tables): read
+        # the keys from them instead of inlining every key in the statement
+        key_rel: dict[str, str] = {}
+        if plan.table.key_tables and plan.table.storage == "copy" and not plan.table.public:
+            have = self._backend.key_tables()
+            key_rel = {col: key_table_relation(t) for col, t in plan.table.key_tables.items()
+                       if t in have}
+        compiled = dplan.compile_sql(plan, relations=relations, seed=seed, fixed_columns=fixed,
+                                     key_tables=key_rel)
         try:
             keys, cols = self._backend.run(compiled.text, compiled.group_cols,
                                            compiled.measure_cols)

@@ -1051,16 +1051,26 @@ class CompiledSQL:
 
 
 def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
-                fixed_columns: frozenset[str] | set[str] = frozenset()) -> CompiledSQL:
+                fixed_columns: frozenset[str] | set[str] = frozenset(),
+                key_tables: Mapping[str, str] | None = None) -> CompiledSQL:
     """The ONE statement that computes every exact measurement (never returned to analysts).
 
     ``fixed_columns``: hidden columns of the private table (named by :func:`fixed_column_name`)
     that hold ``round(clamp(x)·2^F)`` computed at load time; a SUM/AVG over a column whose current
     bounds name one of them reads it instead of clamping and converting every row again (same
     integers either way).
+
+    ``key_tables``: per private column, the relation of the hidden key table holding its
+    declared domain (stored at load time, named by a hash of the keys:
+    :func:`dpkit.engine.tables.domain_table_name`). A GROUP BY over a declared domain then reads
+    the keys from it: the row filter is a semi-join (``col IN (SELECT k FROM keys)``) and every
+    key is joined from it into the output. Without one (views, older projects) or for domains
+    of fewer than ``DOMAIN_TABLE_MIN_KEYS`` keys, the keys are written into the statement as
+    typed literals. Both give the same keys of the same type, so the same rows and groups.
     """
     spec = plan.spec
     table = plan.table
+    key_rel = _key_relations(plan, key_tables)
     value_cols: dict[str, str] = {}  # "alias.col" -> __c{j}
     for mm in plan.measures:
         if mm.column is not None and mm.column not in value_cols:
@@ -1117,8 +1127,12 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
         # row cap); at record level the join with the key set drops them anyway.
         if kind == "domain" and (not table.record_level or plan.group_mode != "public"):
             k = spec.group_by[i]
-            lits = ", ".join(_literal_sql(v, k.type) for v in values)
-            conds.append(f"{ref(k.source + '.' + k.column)} IN ({lits})")
+            if i in key_rel:
+                conds.append(f"{ref(k.source + '.' + k.column)} IN (SELECT {_KEY_COL} FROM "
+                             f"{key_rel[i]})")
+            else:
+                lits = ", ".join(_literal_sql(v, k.type) for v in values)
+                conds.append(f"{ref(k.source + '.' + k.column)} IN ({lits})")
     where = f" WHERE {' AND '.join(conds)}" if conds else ""
     ctes = [f"__src AS (SELECT {', '.join(proj)} FROM {frm}{where})"]
     current = "__src"
@@ -1240,7 +1254,9 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
     key_ctes: list[str] = []
     for i, (kind, values) in enumerate(plan.key_sources):
         k = spec.group_by[i]
-        if kind == "domain":
+        if kind == "domain" and i in key_rel:
+            key_ctes.append(f"__k{i} AS (SELECT {_KEY_COL} AS __g{i} FROM {key_rel[i]})")
+        elif kind == "domain":
             rows = ", ".join(f"({_literal_sql(v, k.type)})" for v in values)
             key_ctes.append(f"__k{i} AS (SELECT * FROM (VALUES {rows}) AS __v(__g{i}))")
         else:
@@ -1258,6 +1274,26 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
     text = ("WITH " + ", ".join(ctes) + f" SELECT {sel} FROM __keys LEFT JOIN __agg ON {on} "
             f"ORDER BY {', '.join(f'__keys.__g{i}' for i in range(len(group_cols)))}")
     return CompiledSQL(text, group_cols, mcols)
+
+
+# Declared domains with at least this many keys are read from their hidden key table (when
+# there is one); smaller ones are inlined as literals (measured: see benchmarks/
+# engine_domains_bench.py; below this size both take the same time).
+DOMAIN_TABLE_MIN_KEYS = 0
+_KEY_COL = '"k"'  # the key column of a hidden key table (backend_duckdb._KEY_COLUMN)
+
+
+def _key_relations(plan: Plan, key_tables: Mapping[str, str] | None) -> dict[int, str]:
+    """GROUP BY position -> key table relation, for declared domains read from key tables."""
+    out: dict[int, str] = {}
+    if not key_tables:
+        return out
+    for i, (kind, values) in enumerate(plan.key_sources):
+        k = plan.spec.group_by[i]
+        if (kind == "domain" and k.source == dsql.PRIVATE_ALIAS and k.column in key_tables
+                and len(values) >= DOMAIN_TABLE_MIN_KEYS):
+            out[i] = key_tables[k.column]
+    return out
 
 
 def _col_type(plan: Plan, alias_col: str) -> str:

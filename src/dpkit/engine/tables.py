@@ -33,6 +33,7 @@ __all__ = [
     "Column",
     "TableMeta",
     "check_identifier",
+    "domain_table_name",
     "quote_ident",
     "type_class",
 ]
@@ -119,6 +120,9 @@ class TableMeta:
     source: str = ""
     relation: str = ""  # the DuckDB relation holding the rows (schema-qualified, quoted)
     description: str = ""
+    # column -> hidden key table holding its declared domain (copied tables only; see
+    # :func:`domain_table_name`): queries read the keys from it instead of inlining them
+    key_tables: Mapping[str, str] = field(default_factory=dict)
 
     # ---------------------------------------------------------------- lookups
 
@@ -178,6 +182,7 @@ class TableMeta:
             "source": self.source,
             "relation": self.relation,
             "description": self.description,
+            "key_tables": dict(self.key_tables),
         }
 
     @classmethod
@@ -197,6 +202,7 @@ class TableMeta:
             source=str(d.get("source", "")),
             relation=str(d.get("relation", "")),
             description=str(d.get("description", "")),
+            key_tables={str(k): str(v) for k, v in d.get("key_tables", {}).items()},
         )
 
     def summary(self) -> str:
@@ -215,6 +221,25 @@ class TableMeta:
             parts.append("domains " + ", ".join(f"{k} ({len(v)} keys)"
                                                 for k, v in self.domains.items()))
         return "; ".join(parts)
+
+
+def domain_table_name(table: str, column: str, type_: str, keys: Sequence[Any]) -> str:
+    """Name of the hidden table holding ``column``'s declared domain ``keys`` (in the project's
+    DuckDB file, schema ``__dpkeys``; see :func:`dpkit.engine.backend_duckdb.load_table`).
+
+    ``<table>__<hash>``: the hash covers the table, the column, its type and every key with its
+    Python type, in order, so a changed domain (a reload with other keys, or another type) gets
+    another name and a query can never read a stale key table. The name ends in ``__`` and 32
+    hex digits, so it determines its table (everything before them): two tables' key tables
+    never share a name.
+    """
+    import hashlib
+
+    h = hashlib.sha256()
+    h.update(f"{table}\x00{column}\x00{type_}\x00".encode())
+    h.update("\x1f".join(f"{type(v).__name__}:{v!r}" for v in keys).encode("utf-8",
+                                                                           "surrogatepass"))
+    return f"{table}__{h.hexdigest()[:32]}"
 
 
 def _jsonable(x: Any) -> Any:
