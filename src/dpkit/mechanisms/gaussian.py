@@ -61,12 +61,13 @@ __all__ = ["dgauss_delta", "discrete_gaussian", "gaussian"]
 
 
 # ----------------------------------------------------------------------------- privacy curve
-def _prob_greater(t: float, sigma2: float, norm: float) -> float:
-    """``P[X > t]`` for ``X ~ N_Z(0, sigma2)`` and real ``t``."""
+def _prob_greater(t: float, sigma2: float, norm: float, *, upper: bool = True) -> float:
+    """``P[X > t]`` for ``X ~ N_Z(0, sigma2)`` and real ``t`` (exact for sigma <= 4096; beyond,
+    an upper or lower bound as asked)."""
     if t >= 0:
-        return dgauss_upper_sum(math.floor(t) + 1, sigma2) / norm
+        return dgauss_upper_sum(math.floor(t) + 1, sigma2, upper=upper) / norm
     # P[X > t] = 1 - P[X <= t] = 1 - P[X >= -t] = 1 - P[X >= ceil(-t)]
-    return 1.0 - dgauss_upper_sum(math.ceil(-t), sigma2) / norm
+    return 1.0 - dgauss_upper_sum(math.ceil(-t), sigma2, upper=not upper) / norm
 
 
 def dgauss_delta(sigma2: float, sensitivity: int, epsilon: float) -> float:
@@ -80,8 +81,9 @@ def dgauss_delta(sigma2: float, sensitivity: int, epsilon: float) -> float:
         raise ValueError(f"dgauss_delta needs an integer sensitivity >= 1 (got {sensitivity!r})")
     norm = dgauss_norm(sigma2)
     c = epsilon * sigma2 / sensitivity
-    first = _prob_greater(c - sensitivity / 2.0, sigma2, norm)
-    second = _prob_greater(c + sensitivity / 2.0, sigma2, norm)
+    # beyond exact summation (sigma > 4096), bounds that can only overstate delta
+    first = _prob_greater(c - sensitivity / 2.0, sigma2, norm, upper=True)
+    second = _prob_greater(c + sensitivity / 2.0, sigma2, norm, upper=False)
     return max(0.0, first - math.exp(epsilon) * second)
 
 
