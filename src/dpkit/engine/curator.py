@@ -55,6 +55,7 @@ from dpkit.engine import plan as dplan
 from dpkit.engine import sql as dsql
 from dpkit.engine.backend_duckdb import (
     DuckBackend,
+    columnar_type,
     init_database,
     key_table_relation,
     load_table,
@@ -589,9 +590,16 @@ class Curator(ReleaseQueries):
                        if t in have}
         compiled = dplan.compile_sql(plan, relations=relations, seed=seed, fixed_columns=fixed,
                                      key_tables=key_rel)
+        columnar = all(columnar_type(k.type) for k in plan.spec.group_by)
         try:
-            keys, cols = self._backend.run(compiled.text, compiled.group_cols,
-                                           compiled.measure_cols)
+            if columnar:  # column by column (Arrow): no Python object per group and value
+                n, key_cols, cols_np, nulls = self._backend.run_columns(
+                    compiled.text, compiled.group_cols, compiled.measure_cols)
+                exact = Exact(rows=n, key_columns=key_cols, columns=cols_np, nulls=nulls)
+            else:
+                keys, cols = self._backend.run(compiled.text, compiled.group_cols,
+                                               compiled.measure_cols)
+                exact = Exact(keys=keys, cols=cols)
         except (duckdb.BinderException, duckdb.ParserException, duckdb.CatalogException) as exc:
             # raised while binding the statement, before any row is read: data-independent
             raise dsql.QueryError(
@@ -603,11 +611,11 @@ class Curator(ReleaseQueries):
                 "the query failed while reading the data (nothing was charged); simplify the "
                 "WHERE clause (explicit casts, plain comparisons)"
             ) from None
-        if plan.group_mode == "public" and len(keys) > dplan.MAX_KEYS:
+        if plan.group_mode == "public" and exact.n_groups > dplan.MAX_KEYS:
             raise dsql.QueryError(
-                f"the public keys give {len(keys)} groups (at most {dplan.MAX_KEYS})"
+                f"the public keys give {exact.n_groups} groups (at most {dplan.MAX_KEYS})"
             )
-        return Exact(keys=keys, cols=cols)
+        return exact
 
     def _check_join_keys(self, plan: dplan.Plan, relations: dict[str, str]) -> None:
         """Record-level tables: a public join must match each private row at most once."""

@@ -40,12 +40,77 @@ from dpkit.noise import Source
 __all__ = ["Exact", "NoisyMeasure", "halfwidth", "release"]
 
 
-@dataclass
 class Exact:
-    """Exact aggregates straight from the backend (they never leave the engine)."""
+    """Exact aggregates straight from the backend (they never leave the engine).
 
-    keys: list[tuple[Any, ...]]
-    cols: dict[str, list[Any]]
+    Built from rows (``keys``: one tuple of group values per group; ``cols``: one list per
+    measurement column, NULL as None, as DuckDB's ``fetchall`` gives them) or from columns
+    (``key_columns``: one object array of the same Python values per group column;
+    ``columns``: int64 arrays with NULL read as 0, their NULL masks in ``nulls``, or lists).
+    Either view is available from both; the release reads the columnar one (no Python object
+    per group and measurement), ``keys``/``cols`` are built on first use.
+    """
+
+    def __init__(self, keys: list[tuple[Any, ...]] | None = None,
+                 cols: dict[str, list[Any]] | None = None, *, rows: int | None = None,
+                 key_columns: list[np.ndarray] | None = None,
+                 columns: dict[str, Any] | None = None,
+                 nulls: dict[str, np.ndarray | None] | None = None) -> None:
+        if key_columns is None or columns is None:
+            if keys is None or cols is None:
+                raise ValueError("Exact needs keys and cols, or key_columns and columns")
+            self._keys: list[tuple[Any, ...]] | None = keys
+            self._cols: dict[str, list[Any]] | None = cols
+            self.n_groups = len(keys)
+            self._key_columns: list[np.ndarray] | None = None
+            self._columns: dict[str, Any] = dict(cols)
+            self._nulls: dict[str, np.ndarray | None] = {}
+        else:
+            self._keys = self._cols = None
+            self.n_groups = int(rows if rows is not None else
+                                (len(key_columns[0]) if key_columns else 1))
+            self._key_columns = key_columns
+            self._columns = columns
+            self._nulls = dict(nulls or {})
+
+    @property
+    def keys(self) -> list[tuple[Any, ...]]:
+        if self._keys is None:
+            assert self._key_columns is not None
+            if self._key_columns:
+                self._keys = list(zip(*(c.tolist() for c in self._key_columns), strict=True))
+            else:
+                self._keys = [() for _ in range(self.n_groups)]
+        return self._keys
+
+    @property
+    def cols(self) -> dict[str, list[Any]]:
+        if self._cols is None:
+            out: dict[str, list[Any]] = {}
+            for name, col in self._columns.items():
+                if isinstance(col, np.ndarray):
+                    vals: list[Any] = col.tolist()
+                    mask = self._nulls.get(name)
+                    if mask is not None:
+                        for i in np.flatnonzero(mask).tolist():
+                            vals[i] = None
+                    out[name] = vals
+                else:
+                    out[name] = list(col)
+            self._cols = out
+        return self._cols
+
+    def key_column(self, index: int) -> np.ndarray:
+        """Group column ``index`` as an object array of Python values."""
+        if self._key_columns is not None:
+            return self._key_columns[index]
+        arr = np.empty(self.n_groups, dtype=object)
+        arr[:] = [k[index] for k in self.keys]
+        return arr
+
+    def column(self, name: str) -> Any:
+        """Measurement column ``name``: an int64 array (NULL as 0) or a list (NULL as None)."""
+        return self._columns[name]
 
 
 @dataclass
@@ -106,14 +171,41 @@ def _check_event(charged: ev.Event, got: ev.Event) -> None:
     )
 
 
-def _as_int(values: list[Any]) -> np.ndarray:
-    out = np.empty(len(values), dtype=np.int64)
-    lim = 2**62
-    for i, v in enumerate(values):
-        x = 0 if v is None else int(v)
-        # Clipping the exact total is 1-Lipschitz: it can only lower the sensitivity.
-        out[i] = min(max(x, -lim), lim)
+_INT_LIMIT = 2**62
+
+
+def _as_int(values: Any) -> np.ndarray:
+    """Exact integers as int64, NULL (None) as 0, clipped to ``±2^62``.
+
+    Clipping the exact total is 1-Lipschitz: it can only lower the sensitivity.
+    """
+    lim = _INT_LIMIT
+    if isinstance(values, np.ndarray) and values.dtype == np.int64:
+        return np.clip(values, -lim, lim)
+    vals = [0 if v is None else v for v in values]
+    if all(type(v) is int for v in vals):
+        try:
+            return np.clip(np.array(vals, dtype=np.int64).reshape(len(vals)), -lim, lim)
+        except OverflowError:  # a total beyond int64: clip in Python integers
+            pass
+    out = np.empty(len(vals), dtype=np.int64)
+    for i, v in enumerate(vals):
+        out[i] = min(max(int(v), -lim), lim)
     return out
+
+
+def _centred_sums(sums: Any, counts: Any, center: int) -> np.ndarray:
+    """``Σ(v - center) = Σv - n·center`` per group, exactly in integers, then :func:`_as_int`."""
+    if (isinstance(sums, np.ndarray) and isinstance(counts, np.ndarray)
+            and sums.dtype == np.int64 and counts.dtype == np.int64):
+        big = (abs(int(sums.min(initial=0))) + abs(int(sums.max(initial=0)))
+               + max(abs(int(counts.min(initial=0))), abs(int(counts.max(initial=0))))
+               * abs(int(center)))
+        if big < 2**63 - 1:  # every term and result fits in int64: same integers
+            return _as_int(sums - counts * np.int64(center))
+    s_list = sums.tolist() if isinstance(sums, np.ndarray) else sums
+    n_list = counts.tolist() if isinstance(counts, np.ndarray) else counts
+    return _as_int([(s or 0) - (n or 0) * center for s, n in zip(s_list, n_list, strict=True)])
 
 
 def _noisy_integer(mm: Measure, exact: np.ndarray, level: float,
@@ -213,14 +305,14 @@ def release(plan: Plan, exact: Exact, *, source: Source | None, insecure: bool, 
             ledger_seq: int | None, remaining: float | None) -> Result:
     """Add noise to every measurement, derive the aggregates, post-process; build the Result."""
     level = plan.level
-    n_groups = len(exact.keys) if plan.spec.group_by else 1
+    n_groups = exact.n_groups if plan.spec.group_by else 1
     keep = np.arange(n_groups)
     noisy: dict[str, NoisyMeasure] = {}
 
     # 1. partition selection first: only selected groups get (and show) other values
     for mm in plan.measures:
         if mm.kind == "select":
-            counts = _as_int(exact.cols[mm.sql_col])
+            counts = _as_int(exact.column(mm.sql_col))
             nm = _noisy_integer(mm, counts, level, source)
             noisy[mm.key] = nm
             keep = np.flatnonzero(nm.value >= mm.threshold)
@@ -235,14 +327,13 @@ def release(plan: Plan, exact: Exact, *, source: Source | None, insecure: bool, 
         if mm.key in noisy or mm.kind == "topk":
             continue
         if mm.kind == "quant":
-            noisy[mm.key] = _quantiles(mm, exact.cols[mm.sql_col], level, source, keep)
+            noisy[mm.key] = _quantiles(mm, exact.column(mm.sql_col), level, source, keep)
         else:
             if mm.kind == "csum":  # Σ(v - center) = Σv - n·center, exactly in integers
-                raw = [(s or 0) - (n or 0) * mm.center for s, n in
-                       zip(exact.cols[mm.sql_col], exact.cols[mm.count_col], strict=True)]
-                vals = _as_int(raw)
+                vals = _centred_sums(exact.column(mm.sql_col), exact.column(mm.count_col),
+                                     mm.center)
             else:
-                vals = _as_int(exact.cols[mm.sql_col])
+                vals = _as_int(exact.column(mm.sql_col))
             noisy[mm.key] = _noisy_integer(mm, vals, level, source)
 
     # 2. aggregates from measurements
@@ -251,11 +342,10 @@ def release(plan: Plan, exact: Exact, *, source: Source | None, insecure: bool, 
         agg_cols.append(_derive(plan, ap, noisy, level))
 
     # 3. the noisy table (selected groups only)
-    keys = [exact.keys[i] for i in keep] if plan.spec.group_by else [()]
     idx = keep if plan.spec.group_by else np.array([0])
     table: dict[str, np.ndarray] = {}
     for gi in range(len(plan.spec.group_by)):
-        table[f"__g{gi}"] = np.array([k[gi] for k in keys], dtype=object)
+        table[f"__g{gi}"] = exact.key_column(gi)[keep]
     for ai, (v, lo, hi) in enumerate(agg_cols):
         table[f"__a{ai}"] = v[idx]
         table[f"__a{ai}_lo"] = lo[idx]
@@ -302,10 +392,10 @@ def _top_k(mm: Measure, score_mm: Measure, exact: Exact, candidates: np.ndarray,
     """
     if score_mm.kind == "csum":  # pragma: no cover - SUM orders by its own sum measurement
         raise AssertionError("top-k scores come from a COUNT or SUM measurement")
-    raw = _as_int(exact.cols[score_mm.sql_col])
+    raw = _as_int(exact.column(score_mm.sql_col))
     lim = 1 << 52
-    shifted = [min(max(int(v) >> mm.score_shift, -lim), lim) for v in raw.tolist()]
-    scores_all = np.asarray(shifted, dtype=np.float64)  # exact: |score| <= 2^52
+    # arithmetic shift (floor), as Python's >> on the integers; exact: |score| <= 2^52
+    scores_all = np.clip(raw >> mm.score_shift, -lim, lim).astype(np.float64)
     if not mm.desc:
         scores_all = -scores_all
     remaining = [int(i) for i in candidates]

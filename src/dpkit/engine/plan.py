@@ -62,10 +62,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 from sqlglot import exp
@@ -92,6 +92,50 @@ QUANTILE_BINS = 1000
 # mechanism releases (low and high end), each getting half of it; the point estimate keeps the
 # rest. Powers of two, so the three shares add back to the charged epsilon exactly.
 QUANTILE_CI_SHARE = 0.5
+
+
+class KeyProduct(Sequence[tuple[Any, ...]]):
+    """The cross product of declared domains, in ``itertools.product`` order, without building
+    it: ``len`` is the product of the domain sizes, indexing and iteration give the tuples."""
+
+    def __init__(self, domains: list[list[Any]]) -> None:
+        self._domains = domains
+        self._len = math.prod(len(d) for d in domains)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return iter(itertools.product(*self._domains))
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[Any, ...]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[Any, ...]]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[Any, ...] | list[tuple[Any, ...]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._len))]
+        i = index + self._len if index < 0 else index
+        if not 0 <= i < self._len:
+            raise IndexError("key index out of range")
+        out: list[Any] = []
+        for d in reversed(self._domains):
+            i, r = divmod(i, len(d))
+            out.append(d[r])
+        return tuple(reversed(out))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return len(other) == self._len and all(
+                a == b for a, b in zip(self, other, strict=False))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"KeyProduct({self._len} keys)"
 
 
 class PlanError(dsql.QueryError):
@@ -198,7 +242,7 @@ class Plan:
     measures: list[Measure]
     aggs: list[AggPlan]
     group_mode: str  # none | public | select
-    keys: list[tuple[Any, ...]] | None  # public keys known in advance (domains)
+    keys: Sequence[tuple[Any, ...]] | None  # public keys known in advance (domains; lazy)
     key_sources: list[tuple[str, Any]]  # per group column: ("domain", values) | ("public", sql)
     epsilon: float
     rho: float
@@ -407,7 +451,7 @@ def build_plan(
                 f"the declared domains give {total} groups (at most {MAX_KEYS}); group by "
                 f"fewer columns"
             )
-        keys = [tuple(t) for t in itertools.product(*[v for _, v in key_sources])]
+        keys = KeyProduct([v for _, v in key_sources])
 
     # --- the query's delta: partition selection and (approx accountant) Gaussian conversion
     if delta is not None:
