@@ -77,10 +77,10 @@ def test_demo_runs_and_prints(tmp_path: Path) -> None:
     out, buf = _console()
     results = run_demo(tmp_path / "demo.dpkit", console=out, rows=20_000)
     text = buf.getvalue()
-    assert len(results) == 4
+    assert len(results) == 5
     assert "refused" in text and "Reopened from disk" in text
     again = Curator.open(tmp_path / "demo.dpkit")
-    assert again.budget().spent == pytest.approx(1.6)
+    assert again.budget().spent == pytest.approx(1.9)
 
 
 def test_analyst_budgets_through_the_curator(project: object) -> None:

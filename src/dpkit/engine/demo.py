@@ -108,9 +108,11 @@ DEMO_QUERIES: tuple[tuple[str, str, float], ...] = (
     ("Length of stay and cost for patients over 65",
      "SELECT AVG(length_of_stay) AS mean_stay, STDDEV(length_of_stay) AS sd_stay, "
      "SUM(cost) AS total_cost, MEDIAN(cost) AS median_cost FROM visits WHERE age > 65", 0.6),
-    ("Top 3 wards by total cost",
+    ("Top 3 wards by total cost (chosen by noisy max, then measured)",
      "SELECT ward, SUM(cost) AS total_cost FROM visits GROUP BY ward ORDER BY total_cost DESC "
      "LIMIT 3", 0.3),
+    ("Visits per age band: five overlapping bands answered together (correlated noise)",
+     "SELECT DP_RANGES(age, (0, 17), (18, 64), (65, 100), (0, 64), (18, 100)) FROM visits", 0.3),
 )
 
 

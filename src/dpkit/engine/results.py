@@ -116,6 +116,8 @@ class Result:
             cells: list[str] = []
             for c in shown:
                 v = _py(self.data[c][i])
+                if self.kinds[c] == "group" and isinstance(v, float) and v.is_integer():
+                    v = int(v)  # a whole-number key (a range end, a grid edge) reads as one
                 cells.append(_fmt(v))
                 if self.kinds[c] == "value":
                     lo = _py(self.data[f"{c}_ci_low"][i])
