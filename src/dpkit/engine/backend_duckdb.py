@@ -76,6 +76,13 @@ def _key_parts(keys: Sequence[Any]) -> list[tuple[Any, str]]:
     """
     import pyarrow as pa
 
+    if all(type(v) is str for v in keys):
+        return [(pa.table({"v": pa.array(keys, pa.string())}), "text")]
+    if all(type(v) is int for v in keys):
+        try:
+            return [(pa.table({"v": pa.array(keys, pa.int64())}), "int")]
+        except (OverflowError, pa.ArrowInvalid):
+            pass
     bools: list[bool] = []
     ints: list[int] = []
     texts: list[str] = []

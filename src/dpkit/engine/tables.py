@@ -177,7 +177,7 @@ class TableMeta:
             "max_rows_per_unit": self.max_rows_per_unit,
             "max_groups_per_unit": self.max_groups_per_unit,
             "bounds": {k: [float(v[0]), float(v[1])] for k, v in self.bounds.items()},
-            "domains": {k: [_jsonable(x) for x in v] for k, v in self.domains.items()},
+            "domains": {k: _jsonable_list(v) for k, v in self.domains.items()},
             "storage": self.storage,
             "source": self.source,
             "relation": self.relation,
@@ -234,12 +234,26 @@ def domain_table_name(table: str, column: str, type_: str, keys: Sequence[Any]) 
     never share a name.
     """
     import hashlib
+    import json
 
     h = hashlib.sha256()
-    h.update(f"{table}\x00{column}\x00{type_}\x00".encode())
-    h.update("\x1f".join(f"{type(v).__name__}:{v!r}" for v in keys).encode("utf-8",
-                                                                           "surrogatepass"))
+    h.update(json.dumps([table, column, type_]).encode())
+    try:
+        # keys are JSON values (validate_declarations): their JSON text is unambiguous
+        # (1, 1.0, true and "1" differ; floats round-trip)
+        text = json.dumps(list(keys), allow_nan=False)
+    except (TypeError, ValueError):
+        text = repr([(type(v).__name__, v) for v in keys])
+    h.update(text.encode("utf-8", "surrogatepass"))
     return f"{table}__{h.hexdigest()[:32]}"
+
+
+def _jsonable_list(values: Sequence[Any]) -> list[Any]:
+    """``[_jsonable(x) for x in values]``, without the per-key call when every key is already
+    a plain int or str (the common case, e.g. a million zip codes)."""
+    if all(type(x) is int or type(x) is str for x in values):
+        return list(values)
+    return [_jsonable(x) for x in values]
 
 
 def _jsonable(x: Any) -> Any:
@@ -324,23 +338,26 @@ def validate_declarations(
         values = list(keys)
         if not values:
             raise ValueError(f"domain of {col.name!r} is empty: list its possible values")
-        seen: set[Any] = set()
-        clean: list[Any] = []
-        for v in values:
+        cls = col.cls
+        numeric = cls in ("int", "decimal", "float")
+
+        def normal(v: Any, col: Column = col, cls: str = cls, numeric: bool = numeric) -> Any:
             v = _jsonable(v)
             if v is None:
                 raise ValueError(f"domain of {col.name!r} contains NULL; list only real values")
-            if col.cls in ("int", "decimal", "float") and isinstance(v, str):
+            if numeric and isinstance(v, str):
                 try:
-                    v = int(v) if col.cls == "int" else float(v)
+                    v = int(v) if cls == "int" else float(v)
                 except ValueError:
                     raise ValueError(
                         f"domain of {col.name!r} ({col.type}) contains {v!r}, not a number"
                     ) from None
-            if v in seen:
-                continue
-            seen.add(v)
-            clean.append(v)
+            return v
+
+        # plain ints (any column), plain strings (non-numeric columns) are already normal
+        if not all(type(v) is int or (type(v) is str and not numeric) for v in values):
+            values = [normal(v) for v in values]
+        clean = list(dict.fromkeys(values))  # first occurrence of each key, in order
         if len(clean) > 1_000_000:
             raise ValueError(f"domain of {col.name!r} has {len(clean)} keys; at most 1e6")
         out_domains[col.name] = tuple(clean)
