@@ -21,6 +21,7 @@ import numpy as np
 from dpkit import events as ev
 from dpkit import mechanisms
 from dpkit.engine import sql as dsql
+from dpkit.engine.backend_duckdb import columnar_type
 from dpkit.engine.plan import (
     GAUSSIAN,
     GAUSSIAN_THRESHOLD,
@@ -534,13 +535,16 @@ def _postprocess(plan: Plan, table: dict[str, np.ndarray]) -> tuple[
             else:
                 arr = table[n]
                 types.append("BIGINT" if np.asarray(arr).dtype.kind in "iu" else "DOUBLE")
-        con.execute("CREATE TABLE __noisy (" + ", ".join(
-            f"{n} {t}" for n, t in zip(names, types, strict=True)) + ")")
-        nrows = len(next(iter(table.values()))) if table else 0
-        if nrows:
-            rows = [tuple(_cell(table[n][i]) for n in names) for i in range(nrows)]
-            con.executemany(f"INSERT INTO __noisy VALUES ({', '.join('?' for _ in names)})",
-                            rows)
+        # key types whose values travel through Arrow unchanged: load and read column-wise
+        columnar = all(columnar_type(k.type) for k in spec.group_by)
+        if not (columnar and _load_columns(con, names, types, table)):
+            con.execute("CREATE TABLE __noisy (" + ", ".join(
+                f"{n} {t}" for n, t in zip(names, types, strict=True)) + ")")
+            nrows = len(next(iter(table.values()))) if table else 0
+            if nrows:
+                rows = [tuple(_cell(table[n][i]) for n in names) for i in range(nrows)]
+                con.executemany(
+                    f"INSERT INTO __noisy VALUES ({', '.join('?' for _ in names)})", rows)
         sel: list[str] = []
         out_kinds: dict[str, str] = {}
         order_cols: list[str] = []
@@ -570,28 +574,86 @@ def _postprocess(plan: Plan, table: dict[str, np.ndarray]) -> tuple[
             text += f" LIMIT {spec.limit}"
         if spec.offset is not None:
             text += f" OFFSET {spec.offset}"
+        data: dict[str, np.ndarray] = {}
         try:
-            cur = con.execute(text)
+            if columnar:
+                got = con.sql(text).to_arrow_table()
+                cols = list(got.column_names)
+                for j, c in enumerate(cols):
+                    data[c] = _column_values(got.column(j), out_kinds.get(c, "expr"))
+            else:
+                cur = con.execute(text)
+                cols = [d[0] for d in cur.description]
+                fetched = cur.fetchall()
+                for j, c in enumerate(cols):
+                    data[c] = _values([r[j] for r in fetched], out_kinds.get(c, "expr"))
         except duckdb.Error as exc:
             raise dsql.QueryError(
                 f"HAVING/ORDER BY/expressions could not be evaluated on the noisy results: "
                 f"{str(exc).splitlines()[0]}"
             ) from None
-        cols = [d[0] for d in cur.description]
-        fetched = cur.fetchall()
     finally:
         con.close()
-    data: dict[str, np.ndarray] = {}
-    for j, c in enumerate(cols):
-        vals = [r[j] for r in fetched]
-        kind = out_kinds.get(c, "expr")
-        if kind == "group":
-            data[c] = np.array(vals, dtype=object)
-        elif vals and all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
-            data[c] = np.array(vals, dtype=np.int64)
-        else:
-            data[c] = np.array([np.nan if v is None else v for v in vals], dtype=np.float64)
     return cols, data, {c: out_kinds.get(c, "expr") for c in cols}
+
+
+def _values(vals: list[Any], kind: str) -> np.ndarray:
+    """A post-processed column from its Python values: group keys as objects, all-int value
+    columns as int64, anything else as float64 (NULL as NaN)."""
+    if kind == "group":
+        out = np.empty(len(vals), dtype=object)
+        out[:] = vals
+        return out
+    if vals and all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+        return np.array(vals, dtype=np.int64)
+    return np.array([np.nan if v is None else v for v in vals], dtype=np.float64)
+
+
+def _column_values(col: Any, kind: str) -> np.ndarray:
+    """:func:`_values` of an Arrow column, without a Python object per cell where the result
+    is the same: int64 without NULLs stays int64, integers with NULLs and floats become
+    float64 (NULL as NaN); other types go through their Python values."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = col.type
+    if kind != "group":
+        signed = pa.types.is_signed_integer(t) or (pa.types.is_unsigned_integer(t)
+                                                   and t.bit_width < 64)
+        if signed and len(col) and col.null_count == 0:
+            return col.to_numpy().astype(np.int64)
+        if signed or pa.types.is_floating(t):
+            flt = pc.cast(col, pa.float64(), safe=False)
+            return pc.fill_null(flt, float("nan")).to_numpy().astype(np.float64)
+    return _values(col.to_pylist(), kind)
+
+
+def _load_columns(con: Any, names: list[str], types: list[str],
+                  table: dict[str, np.ndarray]) -> bool:
+    """Create ``__noisy`` from ``table`` column by column (through Arrow), each cast to its
+    type; False (nothing created) when a column cannot travel that way."""
+    import duckdb
+    import pyarrow as pa
+
+    try:
+        arrays = {}
+        for n in names:
+            arr = table[n]
+            arrays[n] = pa.array(arr.tolist() if arr.dtype == object else arr)
+        src = pa.table(arrays)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return False
+    con.register("__noisy_src", src)
+    try:
+        con.execute("CREATE TABLE __noisy AS SELECT " + ", ".join(
+            f"CAST({n} AS {t}) AS {n}" for n, t in zip(names, types, strict=True))
+            + " FROM __noisy_src")
+    except duckdb.Error:
+        con.execute("DROP TABLE IF EXISTS __noisy")
+        return False
+    finally:
+        con.unregister("__noisy_src")
+    return True
 
 
 def _cell(v: Any) -> Any:
