@@ -333,7 +333,10 @@ class Curator(ReleaseQueries):
         dropped at query time, chosen at random). ``max_groups_per_unit``: groups one unit may
         touch in a GROUP BY (default: max_rows_per_unit). ``bounds={"age": (0, 120)}``: values
         are clamped into these before summing. ``domains={"ward": ["A", "B"]}``: the public keys
-        of a column (GROUP BY ward then shows every key, and needs no delta). ``public=True``: a
+        of a column (GROUP BY ward then shows every key, and needs no delta; each key is cast
+        to the column's type at load, and keys that cannot be read as it, or that coincide in
+        it, are refused; a copied table keeps the keys in a hidden key table that queries join
+        with, so a million keys cost about what the GROUP BY itself costs). ``public=True``: a
         lookup table with no private data, joinable to private tables. ``copy=False``: keep a
         view over the CSV/Parquet file instead of copying it in.
         """

@@ -21,7 +21,7 @@ import numpy as np
 from dpkit import events as ev
 from dpkit import mechanisms
 from dpkit.engine import sql as dsql
-from dpkit.engine.backend_duckdb import columnar_type
+from dpkit.engine.backend_duckdb import arrow_result, columnar_type
 from dpkit.engine.plan import (
     GAUSSIAN,
     GAUSSIAN_THRESHOLD,
@@ -577,7 +577,7 @@ def _postprocess(plan: Plan, table: dict[str, np.ndarray]) -> tuple[
         data: dict[str, np.ndarray] = {}
         try:
             if columnar:
-                got = con.sql(text).to_arrow_table()
+                got = arrow_result(con, text)
                 cols = list(got.column_names)
                 for j, c in enumerate(cols):
                     data[c] = _column_values(got.column(j), out_kinds.get(c, "expr"))
