@@ -15,6 +15,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from dpkit.engine.cli_options import query_options
+
 console = Console()
 err_console = Console(stderr=True)
 
@@ -253,24 +255,6 @@ def _parse_domains(items: tuple[str, ...]) -> dict[str, list[str]]:
     return domains
 
 
-def _query_options(f: Any) -> Any:
-    """--noise/--rho/--level/--weights for query and preview (passed to dpkit.engine.commands;
-    the same list as dpkit.engine.commands.query_options, kept here so the CLI starts fast)."""
-    for option in reversed([
-        click.option("--noise", type=click.Choice(["laplace", "gaussian"]), default="laplace",
-                     show_default=True,
-                     help="Laplace (pure DP) or discrete Gaussian noise (needs a project delta)."),
-        click.option("--rho", type=float, default=None,
-                     help="zCDP budget for --noise gaussian (instead of --epsilon)."),
-        click.option("--level", type=float, default=0.95, show_default=True,
-                     help="Confidence level of the intervals."),
-        click.option("--weights", default=None,
-                     help="Budget split per output name, e.g. n=1,avg_age=3 (others weigh 1)."),
-    ]):
-        f = option(f)
-    return f
-
-
 @main.command()
 @click.argument("project", type=click.Path(path_type=Path))
 @click.argument("sql")
@@ -288,7 +272,7 @@ def _query_options(f: Any) -> Any:
 @click.option(
     "--output", type=click.Path(path_type=Path), default=None, help="Also write CSV/Parquet."
 )
-@_query_options
+@query_options
 def query(
     project: Path,
     sql: str,
@@ -318,7 +302,7 @@ def query(
 @click.argument("sql")
 @click.option("--epsilon", type=float, default=None, help="Budget the query would spend.")
 @click.option("--delta", type=float, default=None)
-@_query_options
+@query_options
 def preview(project: Path, sql: str, epsilon: float | None, delta: float | None,
             **flags: Any) -> None:
     """Show what a query would cost and how accurate it would be, spending nothing."""

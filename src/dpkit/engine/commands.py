@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dpkit.engine.cli_options import query_options
 from dpkit.engine.curator import Curator
 from dpkit.engine.demo import run_demo as _run_demo
 from dpkit.engine.results import split_table
@@ -193,28 +194,6 @@ def preview(project: str | Path, sql: str, *, epsilon: float | None = None,
             con.print(f"[dim]note: {note}[/]")
         con.print(split_table(pv.split))
         return pv
-
-
-def query_options(f: Any) -> Any:
-    """The click options ``--noise``, ``--rho``, ``--level``, ``--weights`` shared by ``dpkit
-    query`` and ``dpkit preview`` (``dpkit.cli`` applies this decorator and passes the values
-    through as keyword arguments of :func:`query` / :func:`preview`)."""
-    import click
-
-    options = [
-        click.option("--noise", type=click.Choice(["laplace", "gaussian"]), default="laplace",
-                     show_default=True,
-                     help="Laplace (pure DP) or discrete Gaussian noise (needs a project delta)."),
-        click.option("--rho", type=float, default=None,
-                     help="zCDP budget for --noise gaussian (instead of --epsilon)."),
-        click.option("--level", type=float, default=0.95, show_default=True,
-                     help="Confidence level of the intervals."),
-        click.option("--weights", default=None,
-                     help="Budget split per output name, e.g. n=1,avg_age=3 (others weigh 1)."),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
 
 
 def budget(project: str | Path, *, console: Any = None, as_json: bool = False,
