@@ -97,6 +97,15 @@ def _lit(value: Any) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
+def _typed_lit(value: Any, type_: str) -> str:
+    """``value`` as a constant of SQL type ``type_`` (no type: the plain literal)."""
+    if not type_:
+        return _lit(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"CAST('{value!r}' AS {type_})"
+    return f"CAST({_lit(value)} AS {type_})"
+
+
 @dataclass(frozen=True)
 class Axis:
     """A public grid over one column: ``size`` cells, each row falls in at most one.
@@ -113,11 +122,18 @@ class Axis:
     hi: float = 0.0
     step: float = 1.0
     keys: tuple[Any, ...] = ()
+    key_type: str = ""  # the column's SQL type (keys axes): keys are compared as that type
 
     def cell_sql(self, ref: str) -> str:
-        """SQL for the cell index (0 … size−1) of a row, NULL when the row is not counted."""
+        """SQL for the cell index (0 … size−1) of a row, NULL when the row is not counted.
+
+        Keys are cast to the column's type (as at load, where each key was checked to cast),
+        so the comparison never casts the column: an untyped ``WHEN 1`` against a VARCHAR
+        column made DuckDB cast every row to INTEGER and fail on one row holding ``'x'``, a
+        data-dependent refusal that charged nothing."""
         if self.kind == "keys":
-            whens = " ".join(f"WHEN {_lit(k)} THEN {i}" for i, k in enumerate(self.keys))
+            whens = " ".join(f"WHEN {_typed_lit(k, self.key_type)} THEN {i}"
+                             for i, k in enumerate(self.keys))
             return f"(CASE {ref} {whens} ELSE NULL END)"
         v = f"TRY_CAST({ref} AS DOUBLE)"
         clamped = f"LEAST(GREATEST({v}, {_num(self.lo)}), {_num(self.hi)})"
@@ -227,7 +243,7 @@ def _categorical_axis(meta: TableMeta, column: str, *, bins: int | None,
     col = _column(meta, column)
     if col.name in meta.domains:
         return Axis(col.name, "keys", len(meta.domains[col.name]),
-                    keys=tuple(meta.domains[col.name]))
+                    keys=tuple(meta.domains[col.name]), key_type=str(col.type))
     if not col.numeric:
         raise dsql.QueryError(
             f"column {col.name!r} of {meta.name!r} has no declared domain; the data owner "
