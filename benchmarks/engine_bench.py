@@ -64,7 +64,9 @@ from dpkit.engine import Curator
 QUERY = "SELECT g, COUNT(*) AS n, SUM(x) AS s, AVG(x) AS a FROM {t} GROUP BY g"
 
 
-def make_data(rows: int, seed: int = 7) -> dict[str, np.ndarray]:
+def make_data(rows: int, seed: int = 7, *, groups: int = 10) -> dict[str, np.ndarray]:
+    """``rows`` rows: key ``g`` uniform over ``[0, groups)``, value ``x`` in [-10, 110], unit
+    ``uid`` with 1 to 8 rows (also used by engine_domains_bench and engine_overhead_bench)."""
     src = dp.noise.seeded(seed)
     # units with 1..8 rows (mean 4.5): draw a row count per unit, then repeat
     n_units = rows // 4 + 1
@@ -74,7 +76,7 @@ def make_data(rows: int, seed: int = 7) -> dict[str, np.ndarray]:
         uid = np.concatenate([uid, np.arange(n_units, n_units + rows - len(uid))])
     perm = dp.noise.permutation(rows, source=src)
     uid = uid[perm]
-    g = dp.noise.uniform_int(10, rows, source=src).astype(np.int64)
+    g = dp.noise.uniform_int(groups, rows, source=src).astype(np.int64)
     x = np.round(dp.noise.uniform_float01(rows, source=src) * 120.0 - 10.0, 3)
     return {"uid": uid, "g": g, "x": x}
 

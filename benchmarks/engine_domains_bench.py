@@ -42,8 +42,10 @@ from typing import Any
 import duckdb
 import numpy as np
 
-import dpkit as dp
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import engine_bench
 from dpkit.engine import Curator
+from engine_bench import timed
 
 QUERY = "SELECT g, COUNT(*) AS n, SUM(x) AS s FROM {t} GROUP BY g"
 PLAIN = "SELECT g, COUNT(*), SUM(x) FROM {t} GROUP BY g"
@@ -52,23 +54,8 @@ PLAIN = "SELECT g, COUNT(*), SUM(x) FROM {t} GROUP BY g"
 def make_data(rows: int, keys: int, seed: int = 7) -> dict[str, np.ndarray]:
     """``rows`` rows: key ``g`` uniform over ``[0, 1.02·keys)`` (about 2% of rows fall outside
     the declared domain and are dropped), value ``x`` in [-10, 110] (clamped to [0, 100]),
-    unit ``uid`` with 1 to 8 rows."""
-    src = dp.noise.seeded(seed)
-    n_units = rows // 4 + 1
-    per = dp.noise.uniform_int(8, n_units, source=src) + 1
-    uid = np.repeat(np.arange(n_units, dtype=np.int64), per)[:rows]
-    if len(uid) < rows:
-        uid = np.concatenate([uid, np.arange(n_units, n_units + rows - len(uid))])
-    uid = uid[dp.noise.permutation(rows, source=src)]
-    g = dp.noise.uniform_int(keys + keys // 50, rows, source=src).astype(np.int64)
-    x = np.round(dp.noise.uniform_float01(rows, source=src) * 120.0 - 10.0, 3)
-    return {"uid": uid, "g": g, "x": x}
-
-
-def timed(fn: Any) -> float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
+    unit ``uid`` with 1 to 8 rows: engine_bench's data with more groups."""
+    return engine_bench.make_data(rows, seed, groups=keys + keys // 50)
 
 
 def _literal_switch(on: bool) -> Any:
