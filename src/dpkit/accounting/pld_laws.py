@@ -27,6 +27,7 @@ Canonne, Kamath, Steinke 2020 (discrete Gaussian).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -492,43 +493,37 @@ class SubsampledLaw(LossLaw):
                 return np.log(np.expm1(t) + q) - self._lq
             return -(np.log(np.expm1(-t) + q) - self._lq)
 
-    def log_cdf(self, t: np.ndarray, q: bool) -> np.ndarray:
-        t = _arr(t)
-        b = self.base
+    def _mixed(self, t: np.ndarray, q: bool, tail: Callable[[np.ndarray, bool], np.ndarray],
+               *, p_atom: bool = False) -> tuple[float, np.ndarray]:
+        """(edge, log of the subsampled pair's tail at t) from the base's ``tail`` (log_cdf or
+        log_sf) at s = g^-1(t): remove: Q' = Q, P' = (1-q) Q + q P; add: P' = P,
+        Q' = (1-q) P + q Q. ``p_atom`` adds P's atom at +inf to P's part (survival function).
+        Values beyond ``edge`` (the loss's end) are the caller's to set."""
         s = self._inv(t)
         if self.direction == "remove":
             edge = self._l1q
             s = np.where(t <= edge, -np.inf, s)
             if q:
-                val = b.log_cdf(s, True)
-            else:
-                val = np.logaddexp(self._l1q + b.log_cdf(s, True), self._lq + b.log_cdf(s, False))
-            return np.where(t < edge, -np.inf, val)
+                return edge, tail(s, True)
+            return edge, np.logaddexp(self._l1q + tail(s, True), self._lq + tail(s, False))
         edge = -self._l1q
         s = np.where(t >= edge, np.inf, s)
-        if q:
-            val = np.logaddexp(self._l1q + b.log_cdf(s, False), self._lq + b.log_cdf(s, True))
-        else:
-            val = b.log_cdf(s, False)
+        p_part = tail(s, False)
+        if p_atom:
+            p_part = np.logaddexp(p_part, _log(self.base.p_inf))
+        return edge, (np.logaddexp(self._l1q + p_part, self._lq + tail(s, True)) if q else p_part)
+
+    def log_cdf(self, t: np.ndarray, q: bool) -> np.ndarray:
+        t = _arr(t)
+        edge, val = self._mixed(t, q, self.base.log_cdf)
+        if self.direction == "remove":
+            return np.where(t < edge, -np.inf, val)
         return np.where(t >= edge, 0.0, val)
 
     def log_sf(self, t: np.ndarray, q: bool) -> np.ndarray:
         t = _arr(t)
-        b = self.base
-        s = self._inv(t)
+        edge, val = self._mixed(t, q, self.base.log_sf, p_atom=True)
         if self.direction == "remove":
-            edge = self._l1q
-            s = np.where(t <= edge, -np.inf, s)
-            if q:
-                val = b.log_sf(s, True)
-                below = 0.0
-            else:
-                val = np.logaddexp(self._l1q + b.log_sf(s, True), self._lq + b.log_sf(s, False))
-                below = math.log((1.0 - self.rate) + self.rate * (1.0 - b.p_inf))
+            below = 0.0 if q else math.log((1.0 - self.rate) + self.rate * (1.0 - self.base.p_inf))
             return np.where(t < edge, below, val)
-        edge = -self._l1q
-        s = np.where(t >= edge, np.inf, s)
-        lpinf = _log(b.p_inf)
-        p_part = np.logaddexp(b.log_sf(s, False), lpinf)
-        val = np.logaddexp(self._l1q + p_part, self._lq + b.log_sf(s, True)) if q else p_part
         return np.where(t >= edge, -np.inf, val)
