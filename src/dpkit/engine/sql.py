@@ -343,6 +343,38 @@ def _table_name(node: exp.Expression, catalog: Mapping[str, TableMeta]) -> tuple
     return meta, alias
 
 
+_JOIN_NUMERIC = frozenset({"int", "float", "decimal"})
+
+
+def _check_join_types(meta: TableMeta, col: str, jmeta: TableMeta, jcol: str) -> None:
+    """Refuse join keys that DuckDB could only compare by casting values that may fail.
+
+    Comparing, say, a VARCHAR private column with an INTEGER public one casts every private
+    value while rows are read; one value like ``'x'`` then raises, and whether the query fails
+    would depend on the private data (``WHERE unit = 'carol'`` asks about one person, for free).
+    Only keys of the same type class (any numeric types together) are joined; the check reads
+    the declarations only.
+    """
+    from dpkit.engine.tables import type_class
+
+    t1, t2 = meta.column(col).type, jmeta.column(jcol).type
+    c1, c2 = type_class(t1), type_class(t2)
+    b1, b2 = (t.upper().split("(")[0].strip() for t in (t1, t2))
+    if c1 in _JOIN_NUMERIC and c2 in _JOIN_NUMERIC:
+        same = True  # numbers compare by widening, never by parsing
+    elif c1 == c2 == "string":
+        same = (b1 == "UUID") == (b2 == "UUID")  # VARCHAR -> UUID parses (and can fail)
+    else:
+        same = t1.upper() == t2.upper()  # e.g. DATE vs TIME fails per row; TIMESTAMP vs TZ
+    if not same:
+        raise QueryError(
+            f"join keys {meta.name}.{col} ({t1}) and {jmeta.name}.{jcol} ({t2}) have different "
+            f"types; comparing them would cast the private values, which can fail on some rows. "
+            f"Give the public table's {jcol!r} the type {t1} (or the private column the public "
+            f"one's type) when loading it"
+        )
+
+
 def _from_clause(
     stmt: exp.Select, catalog: Mapping[str, TableMeta]
 ) -> tuple[_Scope, TableMeta, list[JoinSpec]]:
@@ -408,6 +440,7 @@ def _from_clause(
                     f"each join condition must compare a column of the private table with a "
                     f"column of {jmeta.name!r} (got {cond.sql(dialect='duckdb')})"
                 )
+            _check_join_types(meta, a[1], jmeta, b[1])
             pairs.append((a[1], b[1]))
         joins.append(JoinSpec(table=jmeta.name, alias=internal, kind=jkind, on=tuple(pairs)))
     return scope, meta, joins
