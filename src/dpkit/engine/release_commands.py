@@ -51,6 +51,13 @@ def _privacy_options(f: Any) -> Any:
                      help="Budget to spend (pure DP, discrete Laplace noise).")(f)
     return f
 
+_accuracy_option = click.option("--accuracy", type=float, default=None,
+                                help="Largest CI half-width wanted (instead of --epsilon).")
+_preview_option = click.option("--preview", "preview_only", is_flag=True,
+                               help="Cost and accuracy; spend nothing.")
+_output_option = click.option("--output", type=click.Path(path_type=Path), default=None,
+                              help="Also write CSV/Parquet.")
+
 
 def _shown(res: Any, show_all: bool) -> Any:
     """The result, or an evenly spaced subset of its rows (the last one included)."""
@@ -97,19 +104,31 @@ def _privacy(epsilon: float | None, delta: float | None, rho: float | None) -> d
     return {"epsilon": epsilon, "delta": delta, "rho": rho}
 
 
+def _release(con: Any, cur: Any, kind: str, *args: Any, preview_only: bool,
+             accuracy: float | None, title: str, show_all: bool, output: Path | None,
+             **kw: Any) -> None:
+    """Preview family ``kind`` (spends nothing) or release it, print it, and write ``output``."""
+    if preview_only:
+        _preview(con, cur, kind, *args, **kw)
+        return
+    res = getattr(cur, kind)(*args, accuracy=accuracy, **kw)
+    _print(con, res, title, show_all=show_all)
+    if output is not None:
+        _write(res, output)
+        con.print(f"wrote {output}")
+
+
 @click.command("cdf")
 @click.argument("project", type=click.Path(path_type=Path))
 @click.argument("table")
 @click.argument("column")
 @_privacy_options
-@click.option("--accuracy", type=float, default=None,
-              help="Largest CI half-width wanted (instead of --epsilon).")
+@_accuracy_option
 @click.option("--bins", type=int, default=None, help="Equal cells over the bounds.")
 @click.option("--strategy", default=None, help="identity, tree, tree:b, optimized (default auto).")
-@click.option("--preview", "preview_only", is_flag=True, help="Cost and accuracy; spend nothing.")
+@_preview_option
 @click.option("--all", "show_all", is_flag=True, help="Print every row.")
-@click.option("--output", type=click.Path(path_type=Path), default=None,
-              help="Also write CSV/Parquet.")
+@_output_option
 def cdf(project: Path, table: str, column: str, epsilon: float | None, delta: float | None,
         rho: float | None, where: str | None, level: float, analyst: str | None,
         accuracy: float | None, bins: int | None, strategy: str | None, preview_only: bool,
@@ -117,16 +136,10 @@ def cdf(project: Path, table: str, column: str, epsilon: float | None, delta: fl
     """The private CDF of a bounded numeric column, with a simultaneous band."""
     con = _console()
     with _open(project, analyst) as cur:
-        kw = dict(where=where, bins=bins, strategy=strategy, level=level,
-                  **_privacy(epsilon, delta, rho))
-        if preview_only:
-            _preview(con, cur, "cdf", table, column, **kw)
-            return
-        res = cur.cdf(table, column, accuracy=accuracy, **kw)
-        _print(con, res, f"CDF of {table}.{column}", show_all=show_all)
-        if output is not None:
-            _write(res, output)
-            con.print(f"wrote {output}")
+        _release(con, cur, "cdf", table, column, preview_only=preview_only, accuracy=accuracy,
+                 title=f"CDF of {table}.{column}", show_all=show_all, output=output,
+                 where=where, bins=bins, strategy=strategy, level=level,
+                 **_privacy(epsilon, delta, rho))
 
 
 @click.command("quantiles")
@@ -136,8 +149,7 @@ def cdf(project: Path, table: str, column: str, epsilon: float | None, delta: fl
 @click.option("-p", "--probability", "probabilities", type=float, multiple=True,
               required=True, help="A probability in [0, 1]; repeat for several.")
 @_privacy_options
-@click.option("--accuracy", type=float, default=None,
-              help="Largest CI half-width wanted (instead of --epsilon).")
+@_accuracy_option
 @click.option("--bins", type=int, default=None, help="Equal cells over the bounds.")
 def quantiles(project: Path, table: str, column: str, probabilities: tuple[float, ...],
               epsilon: float | None, delta: float | None, rho: float | None,
@@ -166,13 +178,11 @@ def _parse_range(text: str) -> tuple[float, float]:
 @click.option("-r", "--range", "ranges_", multiple=True, required=True,
               help="LOW:HIGH (inclusive); repeat for several.")
 @_privacy_options
-@click.option("--accuracy", type=float, default=None,
-              help="Largest CI half-width wanted (instead of --epsilon).")
+@_accuracy_option
 @click.option("--bins", type=int, default=None, help="Equal cells over the bounds.")
 @click.option("--strategy", default=None, help="identity, tree, tree:b, optimized (default auto).")
-@click.option("--preview", "preview_only", is_flag=True, help="Cost and accuracy; spend nothing.")
-@click.option("--output", type=click.Path(path_type=Path), default=None,
-              help="Also write CSV/Parquet.")
+@_preview_option
+@_output_option
 def ranges(project: Path, table: str, column: str, ranges_: tuple[str, ...],
            epsilon: float | None, delta: float | None, rho: float | None, where: str | None,
            level: float, analyst: str | None, accuracy: float | None, bins: int | None,
@@ -181,16 +191,10 @@ def ranges(project: Path, table: str, column: str, ranges_: tuple[str, ...],
     con = _console()
     pairs = [_parse_range(r) for r in ranges_]
     with _open(project, analyst) as cur:
-        kw = dict(where=where, bins=bins, strategy=strategy, level=level,
-                  **_privacy(epsilon, delta, rho))
-        if preview_only:
-            _preview(con, cur, "ranges", table, column, pairs, **kw)
-            return
-        res = cur.ranges(table, column, pairs, accuracy=accuracy, **kw)
-        _print(con, res, f"ranges of {table}.{column}", show_all=True)
-        if output is not None:
-            _write(res, output)
-            con.print(f"wrote {output}")
+        _release(con, cur, "ranges", table, column, pairs, preview_only=preview_only,
+                 accuracy=accuracy, title=f"ranges of {table}.{column}", show_all=True,
+                 output=output, where=where, bins=bins, strategy=strategy, level=level,
+                 **_privacy(epsilon, delta, rho))
 
 
 def _columns(text: str) -> list[str]:
@@ -206,13 +210,11 @@ def _columns(text: str) -> list[str]:
 @click.option("--columns", required=True, help="Columns, comma-separated (e.g. ward,age).")
 @click.option("--k", type=int, default=None, help="Marginal order (default min(2, #columns)).")
 @_privacy_options
-@click.option("--accuracy", type=float, default=None,
-              help="Largest CI half-width wanted (instead of --epsilon).")
+@_accuracy_option
 @click.option("--bins", type=int, default=None, help="Cells for numeric columns.")
-@click.option("--preview", "preview_only", is_flag=True, help="Cost and accuracy; spend nothing.")
+@_preview_option
 @click.option("--all", "show_all", is_flag=True, help="Print every row.")
-@click.option("--output", type=click.Path(path_type=Path), default=None,
-              help="Also write CSV/Parquet.")
+@_output_option
 def marginals(project: Path, table: str, columns: str, k: int | None, epsilon: float | None,
               delta: float | None, rho: float | None, where: str | None, level: float,
               analyst: str | None, accuracy: float | None, bins: int | None,
@@ -221,15 +223,10 @@ def marginals(project: Path, table: str, columns: str, k: int | None, epsilon: f
     con = _console()
     cols = _columns(columns)
     with _open(project, analyst) as cur:
-        kw = dict(k=k, where=where, bins=bins, level=level, **_privacy(epsilon, delta, rho))
-        if preview_only:
-            _preview(con, cur, "marginals", table, cols, **kw)
-            return
-        res = cur.marginals(table, cols, accuracy=accuracy, **kw)
-        _print(con, res, f"marginals of {table}", show_all=show_all)
-        if output is not None:
-            _write(res, output)
-            con.print(f"wrote {output}")
+        _release(con, cur, "marginals", table, cols, preview_only=preview_only,
+                 accuracy=accuracy, title=f"marginals of {table}", show_all=show_all,
+                 output=output, k=k, where=where, bins=bins, level=level,
+                 **_privacy(epsilon, delta, rho))
 
 
 @click.command("synthetic")
