@@ -214,18 +214,10 @@ def expected_error(
     >>> round(r.rmse, 2)
     22.64
     """
-    W = _as_workload(workload)
-    kind = _noise_kind(epsilon, rho, delta)
-    privacy = {"epsilon": epsilon, "rho": rho, "delta": delta, "contributions": contributions}
-    S = resolve_strategy(strategy, W, kind, privacy)
-    plan = plan_noise(
-        S.l1_sensitivity,
-        S.l2_sensitivity_sq,
-        epsilon=epsilon,
-        rho=rho,
-        delta=delta,
-        contributions=contributions,
+    wp = plan_workload(
+        workload, strategy, epsilon=epsilon, rho=rho, delta=delta, contributions=contributions
     )
+    W, S, plan = wp.workload, wp.strategy, wp.noise
     acc = _accuracy(W, S)
     if acc is None:
         raise ValueError(
@@ -244,6 +236,18 @@ def expected_error(
         lower_bound_rmse=lb,
         gamma2=g2,
     )
+
+
+
+def _check_histogram(x: Any, W: Workload) -> np.ndarray:
+    """``x`` as an integer array, refused unless it is a histogram over W's cells."""
+    xs = v.check_integers(x, "x")
+    if xs.shape != (W.domain_size,):
+        raise ValueError(
+            f"x must be the histogram over the workload's {W.domain_size} cells (got shape "
+            f"{xs.shape}); count rows per cell first"
+        )
+    return xs
 
 
 @dataclass(frozen=True)
@@ -314,12 +318,7 @@ class WorkloadPlan:
         """Measure the integer histogram ``x`` and answer the workload (see
         :func:`answer_workload` for the guarantee and the output)."""
         W, S, plan = self.workload, self.strategy, self.noise
-        xs = v.check_integers(x, "x")
-        if xs.shape != (W.domain_size,):
-            raise ValueError(
-                f"x must be the histogram over the workload's {W.domain_size} cells (got shape "
-                f"{xs.shape}); count rows per cell first"
-            )
+        xs = _check_histogram(x, W)
         lvl = v.check_level(level)
         src = v.resolve_source(v.check_source(source))
         exact = S.measure(xs)
@@ -447,12 +446,7 @@ def answer_workload(
     ((4,), DiscreteLaplace(scale=3.0, sensitivity=3))
     """
     W = _as_workload(workload)
-    xs = v.check_integers(x, "x")
-    if xs.shape != (W.domain_size,):
-        raise ValueError(
-            f"x must be the histogram over the workload's {W.domain_size} cells (got shape "
-            f"{xs.shape}); count rows per cell first"
-        )
+    xs = _check_histogram(x, W)
     lvl = v.check_level(level)
     src = v.resolve_source(v.check_source(source))
     plan = plan_workload(
