@@ -198,6 +198,16 @@ def _ordered_axis(meta: TableMeta, column: str, *, bins: int | None,
             f"column {col.name!r} of {meta.name!r} has type {col.type}; ranges and CDFs need a "
             f"numeric column with declared bounds"
         )
+    return _numeric_axis(meta, col, bins=bins, bounds=bounds, integer_cells=MAX_INTEGER_CELLS,
+                         target=DEFAULT_BINS)
+
+
+def _numeric_axis(meta: TableMeta, col: Any, *, bins: int | None,
+                  bounds: Mapping[str, Any] | None, integer_cells: int, target: int) -> Axis:
+    """The grid of a numeric column over its bounds: integer columns one cell per integer when
+    they hold at most ``bins`` (default ``integer_cells``) integers, else ``bins`` cells
+    (default: a round number of integers per cell, at most ``target`` cells); continuous
+    columns :func:`_float_axis`."""
     lo, hi = _bounds(meta, col.name, bounds)
     nb = _check_bins(bins)
     if col.cls in ("int", "bool"):
@@ -205,11 +215,11 @@ def _ordered_axis(meta: TableMeta, column: str, *, bins: int | None,
         if ihi < ilo:
             raise dsql.QueryError(f"bounds [{lo:g}, {hi:g}] of {col.name!r} contain no integer")
         n = ihi - ilo + 1
-        if nb is None and n <= MAX_INTEGER_CELLS:
+        if n <= (nb if nb is not None else integer_cells):
             return Axis(col.name, "int", n, float(ilo), float(ihi), 1.0)
-        step = math.ceil(n / nb) if nb is not None else _nice_int_step(n, DEFAULT_BINS)
+        step = math.ceil(n / nb) if nb is not None else _nice_int_step(n, target)
         return Axis(col.name, "int", math.ceil(n / step), float(ilo), float(ihi), float(step))
-    return _float_axis(col.name, lo, hi, nb, DEFAULT_BINS)
+    return _float_axis(col.name, lo, hi, nb, target)
 
 
 def _nice(x: float) -> float:
@@ -249,19 +259,21 @@ def _categorical_axis(meta: TableMeta, column: str, *, bins: int | None,
             f"column {col.name!r} of {meta.name!r} has no declared domain; the data owner "
             f"declares its keys with add_table(..., domains={{{col.name!r}: [...]}})"
         )
-    lo, hi = _bounds(meta, col.name, bounds)
-    nb = _check_bins(bins)
-    if col.cls in ("int", "bool"):
-        ilo, ihi = math.ceil(lo), math.floor(hi)
-        if ihi < ilo:
-            raise dsql.QueryError(f"bounds [{lo:g}, {hi:g}] of {col.name!r} contain no integer")
-        n = ihi - ilo + 1
-        limit = nb if nb is not None else MARGINAL_INTEGER_CELLS
-        if n <= limit:
-            return Axis(col.name, "int", n, float(ilo), float(ihi), 1.0)
-        step = math.ceil(n / nb) if nb is not None else _nice_int_step(n, MARGINAL_BINS)
-        return Axis(col.name, "int", math.ceil(n / step), float(ilo), float(ihi), float(step))
-    return _float_axis(col.name, lo, hi, nb, MARGINAL_BINS)
+    return _numeric_axis(meta, col, bins=bins, bounds=bounds,
+                         integer_cells=MARGINAL_INTEGER_CELLS, target=MARGINAL_BINS)
+
+
+def _product_axes(meta: TableMeta, names: Sequence[str], *, bins: int | None,
+                  bounds: Mapping[str, Any] | None) -> tuple[list[Axis], int]:
+    """The categorical axes of ``names`` and the number of cells of their product, refused
+    above MAX_PRODUCT_CELLS (marginals and synthetic data)."""
+    axes = [_categorical_axis(meta, c, bins=bins, bounds=bounds) for c in names]
+    cells = math.prod(a.size for a in axes)
+    if cells > MAX_PRODUCT_CELLS:
+        raise dsql.QueryError(
+            f"the product domain of {', '.join(names)} has {cells} cells (at most "
+            f"{MAX_PRODUCT_CELLS}): use fewer columns, or coarser grids (bins=)")
+    return axes, cells
 
 
 def _column(meta: TableMeta, column: Any) -> Any:
@@ -1099,12 +1111,7 @@ class ReleaseQueries:
 
         meta = self._table_meta(table)
         names, sets = _marginal_sets(meta, columns, k)
-        axes = [_categorical_axis(meta, c, bins=bins, bounds=bounds) for c in names]
-        cells = math.prod(a.size for a in axes)
-        if cells > MAX_PRODUCT_CELLS:
-            raise dsql.QueryError(
-                f"the product domain of {', '.join(names)} has {cells} cells (at most "
-                f"{MAX_PRODUCT_CELLS}): use fewer columns, or coarser grids (bins=)")
+        axes, cells = _product_axes(meta, names, bins=bins, bounds=bounds)
         text = (f"SELECT DP_MARGINALS({', '.join(names)}"
                 + (f", {k}" if k is not None else "") + f") FROM {meta.name}")
         if query is None and k is None and any(len(s) != len(sets[0]) for s in sets):
@@ -1136,12 +1143,7 @@ class ReleaseQueries:
         if not cols or not all(isinstance(c, str) for c in cols):
             raise dsql.QueryError("columns must be a list of column names, e.g. ['ward', 'age']")
         names, sets = _marginal_sets(meta, cols, k)
-        axes = [_categorical_axis(meta, c, bins=bins, bounds=bounds) for c in names]
-        cells = math.prod(a.size for a in axes)
-        if cells > MAX_PRODUCT_CELLS:
-            raise dsql.QueryError(
-                f"the product domain of {', '.join(names)} has {cells} cells (at most "
-                f"{MAX_PRODUCT_CELLS}): use fewer columns, or coarser grids (bins=)")
+        axes, cells = _product_axes(meta, names, bins=bins, bounds=bounds)
         if method not in ("mwem", "factorization"):
             raise dsql.QueryError(f"method must be 'mwem' or 'factorization' (got {method!r})")
         if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int)
