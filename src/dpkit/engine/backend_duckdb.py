@@ -13,16 +13,18 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
 from dpkit.engine.plan import FIXED_PREFIX
+from dpkit.engine.sql import QueryError
 from dpkit.engine.tables import Column, quote_ident
 
-__all__ = ["KEYS_SCHEMA", "DuckBackend", "columnar_type", "key_table_relation", "load_table"]
+__all__ = ["KEYS_SCHEMA", "DuckBackend", "columnar_type", "key_table_relation", "load_table",
+           "private_read_errors"]
 
 _SCHEMAS = {"private": "priv", "public": "pub"}
 _ALIAS = "dpdata"
@@ -73,6 +75,25 @@ def arrow_result(con: duckdb.DuckDBPyConnection, text: str) -> Any:
         warnings.filterwarnings("ignore", message="Arrow output on a DB-API result")
         return con.execute(text).to_arrow_table()
 
+
+
+@contextlib.contextmanager
+def private_read_errors(what: str) -> Iterator[None]:
+    """Turn DuckDB errors of a statement over private rows into :class:`QueryError` (nothing is
+    charged either way). Errors raised while binding the statement, before any row is read,
+    are data-independent and quoted; any other error could depend on the data (a value that
+    fails a cast), so it is reported without detail. ``what``: "query" or "release"."""
+    try:
+        yield
+    except (duckdb.BinderException, duckdb.ParserException, duckdb.CatalogException) as exc:
+        raise QueryError(
+            f"DuckDB cannot run this {what}: {str(exc).splitlines()[0]} (nothing charged)"
+        ) from None
+    except duckdb.Error:
+        raise QueryError(
+            f"the {what} failed while reading the data (nothing was charged); simplify the "
+            "WHERE clause (explicit casts, plain comparisons)"
+        ) from None
 
 def key_table_relation(table_name: str) -> str:
     """The relation (as the query connection sees it) of hidden key table ``table_name``."""

@@ -47,8 +47,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 from dpkit import events as ev
 from dpkit import noise as _noise
 from dpkit.engine import plan as dplan
@@ -59,6 +57,7 @@ from dpkit.engine.backend_duckdb import (
     init_database,
     key_table_relation,
     load_table,
+    private_read_errors,
     relation_name,
 )
 from dpkit.engine.ledger import Entry, Ledger
@@ -597,7 +596,7 @@ class Curator(ReleaseQueries):
         # Arrow pays off with many groups; for a few, one fetchall of tuples is ~1 ms faster
         few = not plan.spec.group_by or (plan.keys is not None and len(plan.keys) <= _FEW_GROUPS)
         columnar = not few and all(columnar_type(k.type) for k in plan.spec.group_by)
-        try:
+        with private_read_errors("query"):
             if columnar:  # column by column (Arrow): no Python object per group and value
                 n, key_cols, cols_np, nulls = self._backend.run_columns(
                     compiled.text, compiled.group_cols, compiled.measure_cols)
@@ -606,17 +605,6 @@ class Curator(ReleaseQueries):
                 keys, cols = self._backend.run(compiled.text, compiled.group_cols,
                                                compiled.measure_cols)
                 exact = Exact(keys=keys, cols=cols)
-        except (duckdb.BinderException, duckdb.ParserException, duckdb.CatalogException) as exc:
-            # raised while binding the statement, before any row is read: data-independent
-            raise dsql.QueryError(
-                f"DuckDB cannot run this query: {str(exc).splitlines()[0]} (nothing charged)"
-            ) from None
-        except duckdb.Error:
-            # An error while reading rows could depend on the data: say nothing about it.
-            raise dsql.QueryError(
-                "the query failed while reading the data (nothing was charged); simplify the "
-                "WHERE clause (explicit casts, plain comparisons)"
-            ) from None
         if plan.group_mode == "public" and exact.n_groups > dplan.MAX_KEYS:
             raise dsql.QueryError(
                 f"the public keys give {exact.n_groups} groups (at most {dplan.MAX_KEYS})"

@@ -1226,9 +1226,7 @@ class ReleaseQueries:
 
     def _histogram(self, job: _Job) -> np.ndarray:
         """The exact integer histogram over the job's product grid (never leaves the engine)."""
-        import duckdb
-
-        from dpkit.engine.backend_duckdb import relation_name
+        from dpkit.engine.backend_duckdb import private_read_errors, relation_name
 
         meta = job.meta
         alias = quote_ident(dsql.PRIVATE_ALIAS)
@@ -1258,16 +1256,8 @@ class ReleaseQueries:
         cols = ", ".join(cnames)
         text = (f"WITH {', '.join(ctes)} SELECT {cols}, COUNT(*) AS __n FROM {current} "
                 f"GROUP BY {cols}")
-        try:
+        with private_read_errors("release"):
             keys, out = self._backend.run(text, cnames, ["__n"])
-        except (duckdb.BinderException, duckdb.ParserException, duckdb.CatalogException) as exc:
-            raise dsql.QueryError(
-                f"DuckDB cannot run this release: {str(exc).splitlines()[0]} (nothing charged)"
-            ) from None
-        except duckdb.Error:
-            raise dsql.QueryError(
-                "the release failed while reading the data (nothing was charged); simplify the "
-                "WHERE clause (explicit casts, plain comparisons)") from None
         shape = tuple(a.size for a in job.axes)
         x = np.zeros(shape, dtype=np.int64)
         for key, n in zip(keys, out["__n"], strict=True):
