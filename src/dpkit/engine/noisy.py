@@ -36,6 +36,7 @@ from dpkit.engine.results import Result
 from dpkit.mechanisms.exponential import utility_bound as em_utility_bound
 from dpkit.mechanisms.plan import discrete_gaussian_halfwidth as dgauss_halfwidth
 from dpkit.mechanisms.plan import discrete_laplace_halfwidth as dlap_halfwidth
+from dpkit.mechanisms.plan import selected_count_lower
 from dpkit.noise import Source
 
 __all__ = ["Exact", "NoisyMeasure", "halfwidth", "release"]
@@ -317,6 +318,15 @@ def release(plan: Plan, exact: Exact, *, source: Source | None, insecure: bool, 
             nm = _noisy_integer(mm, counts, level, source)
             noisy[mm.key] = nm
             keep = np.flatnonzero(nm.value >= mm.threshold)
+            # COUNT(*) / COUNT(DISTINCT unit) reuse this noisy count, which also decided that
+            # the group is shown: its lower end must hold given Y >= T (Y - m misses the small
+            # groups that got through); the upper end Y + m stays valid (post-processing)
+            if keep.size:
+                gauss = mm.noise == GAUSSIAN_THRESHOLD
+                nm.low[keep] = np.minimum(nm.low[keep], selected_count_lower(
+                    nm.value[keep], mm.threshold, level,
+                    scale=None if gauss else float(nm.details["scale"]),
+                    sigma2=float(mm.sigma2) if gauss else None))
     # 2. top-k groups by noisy max, among the (selected) candidates
     selection: dict[str, Any] | None = None
     topk = plan.top_k

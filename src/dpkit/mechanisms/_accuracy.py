@@ -43,6 +43,7 @@ __all__ = [
     "grid_interval",
     "integer_interval",
     "interval_release",
+    "selected_count_lower",
 ]
 
 # A tail is accepted as <= alpha only with this relative margin, so that float rounding in the
@@ -208,3 +209,91 @@ def interval_release(
         insecure=insecure,
         details={**details, key: halfwidth, "coverage": coverage},
     )
+
+
+def _log_survival_dlap(t: np.ndarray, scale: float) -> np.ndarray:
+    """``log P(Z >= t)`` for ``Z ~ DLap(scale)`` (integers ``t``): ``q^t/(1+q)`` for ``t >= 1``,
+    ``1 - q^(1-t)/(1+q)`` for ``t <= 0``, ``q = exp(-1/scale)``."""
+    t = np.asarray(t, dtype=np.float64)
+    log_q = -1.0 / scale
+    log_norm = math.log1p(math.exp(log_q))
+    pos = t * log_q - log_norm
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        neg = np.log1p(-np.exp(np.minimum((1.0 - t) * log_q - log_norm, 0.0)))
+    return np.where(t >= 1, pos, neg)
+
+
+def _log_survival_dgauss(t: np.ndarray, sigma2: float, top: int) -> np.ndarray:
+    """``log P(Z >= t)`` for the discrete Gaussian, from the exact terms on ``[0, top]``
+    accumulated in log space (no underflow far in the tail; ``-inf`` beyond ``top``;
+    ``P(Z >= t) = 1 - P(Z >= 1 - t)`` for ``t <= 0``)."""
+    x = np.arange(top + 1, dtype=np.float64)
+    log_w = -(x * x) / (2.0 * sigma2)
+    log_upper = np.logaddexp.accumulate(log_w[::-1])[::-1] - math.log(dgauss_norm(sigma2))
+    log_upper = np.minimum(np.append(log_upper, -np.inf), 0.0)  # [a] = log P(Z >= a)
+    t = np.asarray(t, dtype=np.int64)
+    pos = log_upper[np.clip(t, 0, top + 1)]
+    other = log_upper[np.clip(1 - t, 0, top + 1)]
+    with np.errstate(divide="ignore"):
+        neg = np.log1p(-np.exp(other))
+    return np.where(t >= 0, pos, neg)
+
+
+def selected_count_lower(values: Any, threshold: int, level: float, *,
+                         scale: float | None = None, sigma2: float | None = None) -> np.ndarray:
+    """Lower interval ends for counts that were shown *because* ``Y = c + Z >= threshold``.
+
+    When the noisy count that decided partition selection is also the released count, a
+    shown group's noise is conditioned on ``Z >= T - c`` and ``Y - m`` (the unconditional
+    end) misses small groups that got through. This returns, per observed ``y >= T``,
+    ``c_lo(y) = min{c >= 1 : P(Y >= y | c, Y >= T) > (1 - level)/2}`` (``Z`` discrete Laplace
+    of ``scale`` or discrete Gaussian of ``sigma2``; counts of shown groups are >= 1). For
+    the true ``c``, ``P(c < c_lo(Y) | Y >= T) <= (1 - level)/2`` (the conditional p-value
+    ``P(Y >= y | c, Y >= T)`` is super-uniform), and the upper end ``Y + m`` of the
+    unconditional level-``level`` interval keeps ``P(c > Y + m | Y >= T) <= P(Z < -m) <=
+    (1 - level)/2`` (conditioning on ``Z >= T - c`` only moves ``Z`` up). So ``[c_lo(Y), Y +
+    m]`` covers ``c`` with probability ``>= level`` given that the group is shown. Both noise
+    laws are log-concave, so ``P(Y >= y | c, Y >= T) = S(y - c) / S(T - c)`` is
+    non-decreasing in ``c`` and ``c_lo`` is found by bisection. For ``sigma > 4096`` (no
+    exact table) the end is 1, which is always valid.
+    """
+    y = np.asarray(values, dtype=np.int64).reshape(-1)
+    out = np.ones(y.shape, dtype=np.int64)
+    if y.size == 0:
+        return out
+    cut = (1.0 - level) / 2.0 * (1.0 - 1e-9)  # accept borderline c: the end can only drop
+    log_cut = math.log(cut)
+    T = int(threshold)
+    if scale is not None:
+        def log_surv(t: np.ndarray) -> np.ndarray:
+            return _log_survival_dlap(t, scale)
+    elif sigma2 is not None:
+        sigma = math.sqrt(sigma2)
+        if sigma > 4096.0:
+            return out
+        # beyond T + 12 sigma the ratio S(y - c)/S(T - c) is below exp(-72): treat as 0
+        top = max(T, 0) + math.ceil(12.0 * sigma) + 2
+
+        def log_surv(t: np.ndarray) -> np.ndarray:
+            return _log_survival_dgauss(t, sigma2, top)
+    else:
+        raise ValueError("give scale= (discrete Laplace) or sigma2= (discrete Gaussian)")
+
+    def ok(c: np.ndarray) -> np.ndarray:
+        # NaN (both tails beyond reach) counts as accepted: the end can only move down
+        with np.errstate(invalid="ignore"):
+            return ~((log_surv(y - c) - log_surv(T - c)) < log_cut)
+
+    lo = np.ones_like(y)          # ok(lo) may be true: then the end is 1
+    hi = np.maximum(y, 1)         # ok(y) holds: S(0) >= 1/2 and S(T - y) <= 1
+    done = ok(lo) | (y <= 1)
+    lo_b, hi_b = lo[~done], hi[~done]
+    y_b = y[~done]
+    while lo_b.size and np.any(hi_b - lo_b > 1):
+        mid = (lo_b + hi_b) // 2
+        with np.errstate(invalid="ignore"):
+            good = ~((log_surv(y_b - mid) - log_surv(T - mid)) < log_cut)
+        hi_b = np.where(good, mid, hi_b)
+        lo_b = np.where(good, lo_b, mid)
+    out[~done] = hi_b
+    return out

@@ -32,6 +32,7 @@ __all__ = [
     "discrete_gaussian_plan",
     "discrete_laplace_halfwidth",
     "discrete_laplace_plan",
+    "selected_count_lower",
 ]
 
 
@@ -72,6 +73,15 @@ def discrete_gaussian_halfwidth(sigma2: float, level: float = 0.95) -> tuple[int
     """``(m, coverage)``: smallest ``m`` with ``P(|Z| <= m) >= level`` for the discrete Gaussian
     of variance parameter ``sigma2``, and that probability (from the exact law)."""
     return _accuracy.dgauss_halfwidth(_check_positive("sigma2", sigma2), _check_level(level))
+
+
+def selected_count_lower(values: object, threshold: int, level: float = 0.95, *,
+                         scale: float | None = None, sigma2: float | None = None) -> object:
+    """Lower interval ends, valid *given that* ``y >= threshold``, for noisy counts that also
+    decided whether they are shown (partition selection reusing its noisy count): see
+    :func:`dpkit.mechanisms._accuracy.selected_count_lower`. The upper end stays ``y + m``."""
+    return _accuracy.selected_count_lower(values, threshold, _check_level(level), scale=scale,
+                                          sigma2=sigma2)
 
 
 def _check_positive(name: str, value: object) -> float:
