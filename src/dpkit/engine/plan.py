@@ -820,7 +820,7 @@ def _calibrate(mm: Measure, *, table: TableMeta, m: int, l0: int, noise: str, sh
     if mm.kind in ("rows", "nonnull"):
         mm.f, mm.bound, mm.l1, mm.l2 = 0, 1, m, float(m)
     elif mm.kind == "units":
-        mm.f, mm.bound, mm.l1, mm.l2 = 0, 1, l0, math.sqrt(l0)
+        mm.f, mm.bound, mm.l1, mm.l2 = 0, 1, l0, _sqrt_up(l0)
     elif mm.kind in ("sum", "csum"):
         # every row contributes round(clamp(x)·2^f) in [lo_g, hi_g] (exact: scaling by a power
         # of two is exact and rounding is monotone); the centred sum subtracts ``center``
@@ -855,7 +855,7 @@ def _calibrate(mm: Measure, *, table: TableMeta, m: int, l0: int, noise: str, sh
                     else ev.SelfComposed(ev.Exponential(mm.quant_epsilon), l0))
         return
     elif mm.kind == "select":
-        mm.f, mm.bound, mm.l1, mm.l2 = 0, 1, l0, math.sqrt(l0)
+        mm.f, mm.bound, mm.l1, mm.l2 = 0, 1, l0, _sqrt_up(l0)
         mm.delta = q_delta
         if noise == GAUSSIAN:
             mm.noise = GAUSSIAN_THRESHOLD
@@ -891,6 +891,16 @@ def _calibrate(mm: Measure, *, table: TableMeta, m: int, l0: int, noise: str, sh
         # zCDP holds for a scalar or a vector release alike (CKS 2020); the mechanism reports
         # DiscreteGaussian for a scalar, ZCDP for a vector; either is at most what is charged.
         mm.event = ev.ZCDP(_rho_up(sens, mm.sigma2))
+
+
+def _sqrt_up(n: int) -> float:
+    """``sqrt(n)`` rounded up to a float: the L2 sensitivity ``sqrt(L0)`` of distinct-unit
+    counts. ``math.sqrt`` is correctly rounded, so for many ``n`` (3, 6, 11, ...) it is below
+    the root, and noise calibrated to it would be charged a ``rho`` below its true cost."""
+    r = math.sqrt(n)
+    if Fraction(r) ** 2 < n:
+        r = math.nextafter(r, math.inf)
+    return r
 
 
 def _rho_up(sensitivity: float, sigma2: float) -> float:
