@@ -597,11 +597,18 @@ class Curator(ReleaseQueries):
         few = not plan.spec.group_by or (plan.keys is not None and len(plan.keys) <= _FEW_GROUPS)
         columnar = not few and all(columnar_type(k.type) for k in plan.spec.group_by)
         with private_read_errors("query"):
+            exact: Exact | None = None
             if columnar:  # column by column (Arrow): no Python object per group and value
-                n, key_cols, cols_np, nulls = self._backend.run_columns(
-                    compiled.text, compiled.group_cols, compiled.measure_cols)
-                exact = Exact(rows=n, key_columns=key_cols, columns=cols_np, nulls=nulls)
-            else:
+                try:
+                    n, key_cols, cols_np, nulls = self._backend.run_columns(
+                        compiled.text, compiled.group_cols, compiled.measure_cols)
+                    exact = Exact(rows=n, key_columns=key_cols, columns=cols_np, nulls=nulls)
+                except (OverflowError, ValueError):
+                    # a key Python's date/datetime cannot hold (DATE 'infinity', year 10000)
+                    # fails the Arrow conversion; the row read converts it as DuckDB does, so
+                    # whether the query fails never depends on one row's value
+                    exact = None
+            if exact is None:
                 keys, cols = self._backend.run(compiled.text, compiled.group_cols,
                                                compiled.measure_cols)
                 exact = Exact(keys=keys, cols=cols)

@@ -343,6 +343,32 @@ def _table_name(node: exp.Expression, catalog: Mapping[str, TableMeta]) -> tuple
     return meta, alias
 
 
+def _check_key_readable(col: str, type_: str) -> None:
+    """Refuse GROUP BY keys that DuckDB cannot hand to Python in this environment.
+
+    Keys are read before the charge; DuckDB converts TIMESTAMP WITH TIME ZONE values with the
+    ``pytz`` module, so without it the query fails exactly when the selected rows hold a
+    non-NULL time (whether one person's value is NULL would be told for free). The refusal
+    depends only on the column's type and the installed modules.
+    """
+    import importlib.util
+
+    t = type_.upper()
+    if ("WITH TIME ZONE" in t or t.startswith(("TIMESTAMPTZ", "TIMETZ"))) and \
+            importlib.util.find_spec("pytz") is None:
+        raise QueryError(
+            f"GROUP BY {col} ({type_}) needs the 'pytz' module to read time-zone keys (pip "
+            f"install pytz), or group by a column of type TIMESTAMP or DATE"
+        )
+    # INTERVAL keys beyond 999999999 days (or nested values holding them) overflow Python's
+    # timedelta: whether the read fails would depend on the values
+    if t.startswith(("INTERVAL", "STRUCT", "MAP", "UNION")) or t.endswith("]"):
+        raise QueryError(
+            f"GROUP BY {col} ({type_}): keys of this type cannot always be read back; group by "
+            f"a column of a plain type (text, number, date, timestamp)"
+        )
+
+
 _JOIN_NUMERIC = frozenset({"int", "float", "decimal"})
 
 
@@ -481,6 +507,7 @@ def _group_by(stmt: exp.Select, scope: _Scope, private: TableMeta) -> list[Group
             )
         if any(k.source == internal and k.column == col for k in keys):
             continue
+        _check_key_readable(col, type_)
         keys.append(GroupKey(source=internal, column=col, type=type_))
     return keys
 
