@@ -93,3 +93,18 @@ def test_analyst_budgets_through_the_curator(project: object) -> None:
     cur.sql("SELECT COUNT(*) FROM t", epsilon=1.0, analyst="lead")
     assert cur.budget().spent == pytest.approx(1.25)
     assert cur.budget("intern").spent == pytest.approx(0.25)
+
+
+def test_write_columns_needs_no_pandas_and_takes_reversed_views(tmp_path: Path) -> None:
+    from dpkit.engine.results import write_columns
+
+    rev = np.arange(5.0)[::-1]  # a negative-stride view, as some interval columns are
+    keys = np.array(["a", "b", None, "d", "e"], dtype=object)
+    write_columns({"k": keys, "v": rev}, tmp_path / "out.csv")
+    lines = (tmp_path / "out.csv").read_text().splitlines()
+    assert lines[0] == "k,v" and lines[1] == "a,4.0" and lines[3] == ",2.0"
+    write_columns({"k": keys, "v": rev}, tmp_path / "out.bin", fmt="parquet")
+    import duckdb
+
+    back = duckdb.sql(f"SELECT * FROM read_parquet('{tmp_path / 'out.bin'}')").fetchall()
+    assert back[0] == ("a", 4.0) and back[2] == (None, 2.0)

@@ -25,7 +25,7 @@ from typing import Any
 from dpkit.engine.cli_options import query_options
 from dpkit.engine.curator import Curator
 from dpkit.engine.demo import run_demo as _run_demo
-from dpkit.engine.results import split_table
+from dpkit.engine.results import split_table, write_columns
 
 __all__ = ["add_table", "budget", "init_project", "parse_weights", "preview", "query",
            "query_options", "run_demo"]
@@ -161,17 +161,7 @@ def query(project: str | Path, sql: str, *, epsilon: float | None = None,
 
 
 def _write(res: Any, path: Path) -> None:
-    import duckdb
-
-    data = {c: res.data[c] for c in res.columns}
-    con = duckdb.connect()
-    try:
-        con.register("__result", data)
-        target = "'" + str(path).replace("'", "''") + "'"
-        fmt = "PARQUET" if path.suffix.lower() in (".parquet", ".pq") else "CSV, HEADER"
-        con.execute(f"COPY __result TO {target} (FORMAT {fmt})")
-    finally:
-        con.close()
+    write_columns({c: res.data[c] for c in res.columns}, path)
 
 
 def preview(project: str | Path, sql: str, *, epsilon: float | None = None,

@@ -80,11 +80,9 @@ def _print(con: Any, res: Any, title: str, *, show_all: bool = False) -> None:
 
 
 def _write(res: Any, path: Path) -> None:
-    frame = res.to_pandas()
-    if path.suffix.lower() in (".parquet", ".pq"):
-        frame.to_parquet(path, index=False)
-    else:
-        frame.to_csv(path, index=False)
+    from dpkit.engine.results import write_columns
+
+    write_columns({c: res.data[c] for c in res.columns}, path)
 
 
 def _open(project: Path, analyst: str | None) -> Any:
@@ -256,15 +254,12 @@ def synthetic(project: Path, table: str, columns: str, output: Path, rows: int |
         syn = cur.synthetic(table, cols, rows=rows, method=method, k=k, rounds=rounds,
                             bins=bins, where=where, level=level,
                             **_privacy(epsilon, delta, rho))
-        if output.suffix.lower() in (".parquet", ".pq"):
-            syn.to_parquet(output)
-        else:
-            syn.to_csv(output)
+        syn.write(output)
         t = Table(title=f"synthetic {table} ({len(syn)} records, first 10)", title_justify="left")
         for c in syn.columns:
             t.add_column(c)
-        for row in syn.data.head(10).itertuples(index=False):
-            t.add_row(*[str(v) for v in row])
+        for i in range(min(10, len(syn))):
+            t.add_row(*[str(syn.data[c][i]) for c in syn.columns])
         spend = cur.budget()
         t.caption = (f"epsilon spent {syn.epsilon:.4g} (ledger entry #{syn.ledger_seq}); "
                      f"remaining {spend.remaining:.4g}"

@@ -407,9 +407,10 @@ class _Job:
 class SyntheticData:
     """Synthetic records released by :meth:`ReleaseQueries.synthetic`, and what they cost.
 
-    ``data``: a pandas DataFrame with one column per requested column (values: declared keys,
-    integers, or cell midpoints for binned numeric columns). Post-processing of a private
-    release: any use of it costs no further privacy.
+    ``data``: one array per requested column, in order (values: declared keys, integers, or
+    cell midpoints for binned numeric columns); :meth:`to_pandas`, :meth:`write` (Parquet or
+    CSV, no pandas needed). Post-processing of a private release: any use of it costs no
+    further privacy.
     """
 
     data: Any
@@ -428,16 +429,32 @@ class SyntheticData:
     remaining: float | None = None
 
     def __len__(self) -> int:
-        return len(self.data)
+        return len(self.data[self.columns[0]]) if self.columns else 0
 
     def to_pandas(self) -> Any:
-        return self.data.copy()
+        """A pandas DataFrame of the records (needs pandas)."""
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - pandas is a test dependency
+            raise ImportError("to_pandas() needs pandas: pip install pandas; or use "
+                              "write(path) for Parquet/CSV") from exc
+        return pd.DataFrame({c: self.data[c] for c in self.columns})
+
+    def write(self, path: str | Path) -> None:
+        """Write the records as Parquet (``.parquet``/``.pq``) or CSV (anything else)."""
+        from dpkit.engine.results import write_columns
+
+        write_columns({c: self.data[c] for c in self.columns}, path)
 
     def to_parquet(self, path: str | Path) -> None:
-        self.data.to_parquet(path, index=False)
+        from dpkit.engine.results import write_columns
+
+        write_columns({c: self.data[c] for c in self.columns}, path, fmt="parquet")
 
     def to_csv(self, path: str | Path) -> None:
-        self.data.to_csv(path, index=False)
+        from dpkit.engine.results import write_columns
+
+        write_columns({c: self.data[c] for c in self.columns}, path, fmt="csv")
 
     def __repr__(self) -> str:
         flag = " INSECURE (seeded noise)" if self.insecure else ""
@@ -1417,8 +1434,6 @@ class ReleaseQueries:
 
     def _finish_synthetic(self, job: _Job, x: np.ndarray, entry: Any,
                           remaining: float) -> SyntheticData:
-        import pandas as pd
-
         from dpkit.release import mwem, synthetic_records
 
         p = job.privacy
@@ -1444,16 +1459,17 @@ class ReleaseQueries:
         cells = cells[order]
         idx = np.unravel_index(cells, tuple(a.size for a in job.axes)) if cells.size else [
             np.zeros(0, dtype=np.int64) for _ in job.axes]
-        frame = {}
+        frame: dict[str, np.ndarray] = {}
         for a, ii in zip(job.axes, idx, strict=True):
             vals = a.values()
             if a.kind == "keys":
-                frame[a.column] = pd.Series([vals[i] for i in ii], dtype=object)
+                keys = np.empty(len(vals), dtype=object)
+                keys[:] = list(vals)
+                frame[a.column] = keys[ii]
             else:
                 frame[a.column] = np.asarray(vals)[ii] if len(ii) else np.zeros(0)
-        df = pd.DataFrame(frame)
         return SyntheticData(
-            data=df, columns=[a.column for a in job.axes], method=str(job.details["method"]),
+            data=frame, columns=[a.column for a in job.axes], method=str(job.details["method"]),
             event=job.event, epsilon=float(entry.view["epsilon_cost"]),
             delta=float(entry.view.get("delta_cost") or 0.0), ledger_seq=entry.seq,
             query=job.query, level=job.level,

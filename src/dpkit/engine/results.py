@@ -13,8 +13,9 @@ values clamped into their bounds. They say nothing about the bias bounding may i
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -233,3 +234,25 @@ def _fmt(v: Any) -> str:
             return f"{f:,.1f}"
         return f"{f:.3f}"
     return str(v)
+
+
+def write_columns(data: Mapping[str, Any], path: str | Path, fmt: str | None = None) -> None:
+    """Write columns (name -> array, in order) as Parquet or CSV with a header, through DuckDB:
+    no pandas needed. NaN is written as NULL. ``fmt``: ``"parquet"`` or ``"csv"``; default: from
+    the suffix (``.parquet``/``.pq``: Parquet, anything else: CSV)."""
+    import duckdb
+
+    target = Path(path)
+    if fmt is None:
+        fmt = "parquet" if target.suffix.lower() in (".parquet", ".pq") else "csv"
+    if fmt not in ("parquet", "csv"):
+        raise ValueError(f"fmt must be 'parquet' or 'csv' (got {fmt!r})")
+    con = duckdb.connect()
+    try:
+        # contiguous copies: DuckDB cannot scan arrays with negative strides (reversed views)
+        con.register("__result", {c: np.ascontiguousarray(v) for c, v in data.items()})
+        literal = "'" + str(target).replace("'", "''") + "'"
+        options = "PARQUET" if fmt == "parquet" else "CSV, HEADER"
+        con.execute(f"COPY __result TO {literal} (FORMAT {options})")
+    finally:
+        con.close()
