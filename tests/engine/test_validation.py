@@ -52,6 +52,8 @@ def _unchanged(cur: Curator, before: tuple[int, str]) -> None:
         ("SELECT ward FROM visits GROUP BY ward", "no aggregate"),
         ("SELECT QUANTILE(age, 1.5) FROM visits", "in \\[0, 1\\]"),
         ("SELECT COUNT(*) FROM visits ORDER BY age", "neither aggregated"),
+        ("SELECT ward, COUNT(*) AS n FROM visits GROUP BY ward ORDER BY n DESC LIMIT 0",
+         "LIMIT 0 asks for no rows"),
         ("", "empty"),
         ("SELEC COUNT(*) FROM visits", "only SELECT|cannot parse"),
     ],

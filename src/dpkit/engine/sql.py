@@ -929,6 +929,9 @@ def _select(text: str, stmt: exp.Select, scope: _Scope, private: TableMeta,
             order_aggs.append(int(name[3:]) if name.startswith("__a") and name[3:].isdigit()
                               else None)
     limit = _int_clause(stmt, "limit")
+    if limit == 0:
+        raise QueryError("LIMIT 0 asks for no rows: nothing to answer, nothing charged; drop it "
+                         "or ask for at least one row")
     offset = _int_clause(stmt, "offset")
     alias = next((k for k, v in scope.user_alias.items() if v == PRIVATE_ALIAS), private.name)
     return QuerySpec(
