@@ -200,8 +200,31 @@ def _ceil_tol(v: np.ndarray) -> np.ndarray:
         return np.ceil(v - 1e-9 * np.maximum(1.0, np.abs(v)))
 
 
+class _IntegerShiftLaw(LossLaw):
+    """A symmetric integer noise law shifted by an integer sensitivity Δ: the loss is decreasing
+    in the sample x, so ``L <= t`` iff ``x >= k(t)`` for an integer threshold; subclasses give
+    ``_k(t)`` and ``_log_ge(k) = log P[X >= k]``. By symmetry the shifted law (``q``) has
+    ``P[X + Δ >= k] = P[X >= k - Δ]`` and ``P[X + Δ < k] = P[X >= 1 - k + Δ]``."""
+
+    sensitivity: int
+
+    def _k(self, t: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _log_ge(self, k: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def log_cdf(self, t: np.ndarray, q: bool) -> np.ndarray:
+        k = self._k(t)
+        return self._log_ge(k - self.sensitivity if q else k)
+
+    def log_sf(self, t: np.ndarray, q: bool) -> np.ndarray:
+        k = self._k(t)
+        return self._log_ge(1.0 - k + self.sensitivity if q else 1.0 - k)
+
+
 @dataclass(frozen=True)
-class DiscreteLaplaceLaw(LossLaw):
+class DiscreteLaplaceLaw(_IntegerShiftLaw):
     """Discrete Laplace P(x) ∝ e^(-|x|/scale) on integers, integer sensitivity Δ.
 
     L(x) = (|x - Δ| - |x|)/scale takes the values Δ/s (x <= 0), (Δ - 2x)/s (0 < x < Δ) and
@@ -240,13 +263,6 @@ class DiscreteLaplaceLaw(LossLaw):
         k = np.clip(k, 1.0, d)
         return np.where(t >= d / s, -np.inf, np.where(t < -d / s, np.inf, k))
 
-    def log_cdf(self, t: np.ndarray, q: bool) -> np.ndarray:
-        k = self._k(t)
-        return self._log_ge(k - self.sensitivity if q else k)
-
-    def log_sf(self, t: np.ndarray, q: bool) -> np.ndarray:
-        k = self._k(t)
-        return self._log_ge(1.0 - k + self.sensitivity if q else 1.0 - k)
 
 
 def _log_theta(sigma2: float) -> float:
@@ -258,7 +274,7 @@ def _log_theta(sigma2: float) -> float:
 
 
 @dataclass(frozen=True)
-class DiscreteGaussianLaw(LossLaw):
+class DiscreteGaussianLaw(_IntegerShiftLaw):
     """Discrete Gaussian P(x) ∝ e^(-x²/(2 sigma2)) on integers, integer sensitivity Δ.
 
     L(x) = Δ(Δ - 2x)/(2 sigma2); the tails P[X >= k] come from a table of log masses over
@@ -306,13 +322,6 @@ class DiscreteGaussianLaw(LossLaw):
         k = _ceil_tol(v)
         return np.where(np.isposinf(t), -np.inf, np.where(np.isneginf(t), np.inf, k))
 
-    def log_cdf(self, t: np.ndarray, q: bool) -> np.ndarray:
-        k = self._k(t)
-        return self._log_ge(k - self.sensitivity if q else k)
-
-    def log_sf(self, t: np.ndarray, q: bool) -> np.ndarray:
-        k = self._k(t)
-        return self._log_ge(1.0 - k + self.sensitivity if q else 1.0 - k)
 
 
 @dataclass(frozen=True)

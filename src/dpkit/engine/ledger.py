@@ -512,7 +512,7 @@ class Ledger:
             self._check(event, analyst, delta_share)
 
     def _check(self, event: ev.Event, analyst: str | None, delta_share: float | None) -> None:
-        from dpkit.accounting import Budget, BudgetExceeded
+        from dpkit.accounting import Budget
 
         share = self._share(delta_share)
         project = self._budget(None)
@@ -522,14 +522,7 @@ class Ledger:
         if analyst is not None and analyst in self.analyst_budgets():
             mine = self._budget(analyst)
             if not mine.can_afford(event, delta=share):
-                try:
-                    Budget.from_dict(mine.to_dict()).charge(event, delta=share)
-                except BudgetExceeded as exc:
-                    raise BudgetExceeded(
-                        requested=exc.requested, remaining=exc.remaining, missing=exc.missing,
-                        accountant=exc.accountant, event=event,
-                        detail=f"analyst {analyst!r} has a budget of epsilon {mine.epsilon:g}",
-                    ) from None
+                _charge_analyst(Budget.from_dict(mine.to_dict()), event, share, analyst)
 
     # ------------------------------------------------------------------ writing
 
@@ -596,7 +589,6 @@ class Ledger:
         ``delta_share`` is the δ booked for events with Gaussian steps under ``approx``.
         Returns the committed entry; only after this returns may the caller compute noise.
         """
-        from dpkit.accounting import BudgetExceeded
 
         if not isinstance(event, ev.Event):
             raise TypeError(f"charge needs a dpkit event (got {event!r})")
@@ -611,14 +603,8 @@ class Ledger:
             mine = self._budget(analyst) if own else None
             cost = after.charge(event, delta=share)
             if mine is not None:
-                try:
-                    mine.charge(event, delta=share)
-                except BudgetExceeded as exc:
-                    raise BudgetExceeded(
-                        requested=exc.requested, remaining=exc.remaining, missing=exc.missing,
-                        accountant=exc.accountant, event=event,
-                        detail=f"analyst {analyst!r} has a budget of epsilon {mine.epsilon:g}",
-                    ) from None
+                assert analyst is not None
+                _charge_analyst(mine, event, share, analyst)
             spent = after.spent
             view: dict[str, Any] = {
                 "accountant": self.config.accountant,
@@ -654,3 +640,18 @@ class Ledger:
 
     def pid_note(self) -> str:  # pragma: no cover - debugging aid
         return f"ledger {self.path} (pid {os.getpid()})"
+
+
+def _charge_analyst(budget: Any, event: ev.Event, share: float | None, analyst: str) -> None:
+    """Charge ``event`` to an analyst's own :class:`~dpkit.accounting.Budget`; a refusal
+    names the analyst's budget."""
+    from dpkit.accounting import BudgetExceeded
+
+    try:
+        budget.charge(event, delta=share)
+    except BudgetExceeded as exc:
+        raise BudgetExceeded(
+            requested=exc.requested, remaining=exc.remaining, missing=exc.missing,
+            accountant=exc.accountant, event=event,
+            detail=f"analyst {analyst!r} has a budget of epsilon {budget.epsilon:g}",
+        ) from None
