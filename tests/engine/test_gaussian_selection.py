@@ -110,3 +110,24 @@ def test_bad_delta_for_selection(project: Callable[..., Curator]) -> None:
     with pytest.raises(Exception, match="0 < delta < 1"):
         gaussian_threshold(4.0, 1, 0.0)
     assert cur.budget().spent == 0.0
+
+
+@pytest.mark.parametrize(("sigma2", "l0", "delta", "seed"), [(4.0, 1, 0.05, 41),
+                                                            (30.0, 3, 0.02, 42)])
+def test_singleton_groups_show_with_probability_at_most_delta(sigma2: float, l0: int,
+                                                              delta: float, seed: int) -> None:
+    """The sampler itself, not the tail formula: a unit alone in its l0 groups (distinct-unit
+    count 1 each) makes at least one of them appear with frequency <= delta, over n draws of
+    the exact discrete Gaussian. Bound: delta + 5.3 sd of a binomial frequency (false failure
+    <= 1e-7); and the frequency is within 5.3 sd of the formula's value, so a threshold set far
+    too high (over-conservative) or a wrong tail would also be caught."""
+    import dpkit as dp
+
+    t = gaussian_threshold(sigma2, l0, delta)
+    p = gaussian_selection_delta(t, sigma2, l0)
+    n = 200_000
+    z = dp.noise.discrete_gaussian(sigma2, (n, l0), source=dp.noise.seeded(seed))
+    freq = float(np.mean(np.any(1 + z >= t, axis=1)))
+    sd = math.sqrt(delta * (1 - delta) / n)
+    assert freq <= delta + 5.3 * sd
+    assert abs(freq - p) <= 5.3 * math.sqrt(p * (1 - p) / n) + 1e-12
