@@ -170,8 +170,12 @@ def test_orderings_and_sensitivities(project: Callable[..., Curator]) -> None:
     # utility of a non-monotone selection has the factor 2
     assert res.selection["utility_bound"] == pytest.approx(top_k_utility(p.top_k, 10, 0.95))
     p.top_k.monotonic = True
-    assert res.selection["utility_bound"] == pytest.approx(
-        2 * top_k_utility(p.top_k, 10, 0.95))
+    # in shifted score units the bound is c·u0, plus one step of the floor when shifted
+    step = math.ldexp(2.0 ** p.top_k.score_shift, -p.top_k.f)
+    floor_steps = 1.0 if p.top_k.score_shift else 0.0
+    assert p.top_k.score_shift > 0  # SUM(signed) has a wide grid: the floor term is exercised
+    assert res.selection["utility_bound"] / step - floor_steps == pytest.approx(
+        2 * (top_k_utility(p.top_k, 10, 0.95) / step - floor_steps))
     # not COUNT/SUM, HAVING, or LIMIT >= the number of keys: no noisy-max measurement
     for sql, why in [
         ("SELECT ward, AVG(cost) AS a FROM visits GROUP BY ward ORDER BY a DESC LIMIT 2",

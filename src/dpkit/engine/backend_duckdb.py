@@ -458,6 +458,17 @@ class DuckBackend:
         cols = {c: [r[ng + j] for r in rows] for j, c in enumerate(measure_cols)}
         return keys, cols
 
+    def run_rows(self, text: str, chunk: int = 4096) -> Iterator[tuple[Any, ...]]:
+        """The result's rows, read in chunks (a caller that keeps only some of many rows
+        never holds them all)."""
+        with self._lock:
+            cur = self._connect().execute(text)
+            while True:
+                rows = cur.fetchmany(chunk)
+                if not rows:
+                    return
+                yield from rows
+
     def run_columns(self, text: str, group_cols: Sequence[str], measure_cols: Sequence[str],
                     ) -> tuple[int, list[Any], dict[str, Any], dict[str, Any]]:
         """Like :meth:`run`, column by column through Arrow (no Python object per cell).

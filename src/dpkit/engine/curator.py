@@ -186,6 +186,8 @@ class Curator(ReleaseQueries):
         self._lock = threading.RLock()
         self._tables_cache: tuple[int, dict[str, TableMeta]] | None = None
         self._spec_cache: dict[tuple[str, int], dsql.QuerySpec] = {}
+        self._keys_cache: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
+        self._plan_cache: dict[tuple[Any, ...], dplan.Plan] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -459,6 +461,12 @@ class Curator(ReleaseQueries):
                 self._spec_cache.clear()
             self._spec_cache[key] = spec
         cfg = self.ledger.config
+        # a plan depends only on public inputs: the same query with the same parameters under
+        # the same declarations gets the same plan (compile_sql sets the same columns again)
+        plan_key = _plan_cache_key(key, epsilon, rho, delta, noise, level, bounds, weights)
+        cached = self._plan_cache.get(plan_key) if plan_key is not None else None
+        if cached is not None:
+            return cached
         plan = dplan.build_plan(spec, catalog, epsilon=epsilon, rho=rho, delta=delta,
                                 noise=noise, level=level, bounds=dict(bounds or {}),
                                 budget_delta=cfg.delta, weights=weights,
@@ -479,6 +487,10 @@ class Curator(ReleaseQueries):
                    " (or Laplace noise)")
                 + ". Nothing was charged"
             )
+        if plan_key is not None:
+            if len(self._plan_cache) >= 64:
+                self._plan_cache.clear()
+            self._plan_cache[plan_key] = plan
         return plan
 
     def _delta_share(self, plan: dplan.Plan, delta: float | None) -> float | None:
@@ -591,11 +603,20 @@ class Curator(ReleaseQueries):
             have = self._backend.key_tables()
             key_rel = {col: key_table_relation(t) for col, t in plan.table.key_tables.items()
                        if t in have}
+        # a few declared keys: DuckDB returns the groups present and Python fills in the
+        # missing keys (the LEFT JOIN with the keys costs ~1 ms at any data size)
+        fill = dplan.can_fill_keys(plan)
         compiled = dplan.compile_sql(plan, relations=relations, seed=seed, fixed_columns=fixed,
-                                     key_tables=key_rel)
+                                     key_tables=key_rel, fill_keys=fill)
         # Arrow pays off with many groups; for a few, one fetchall of tuples is ~1 ms faster
         few = not plan.spec.group_by or (plan.keys is not None and len(plan.keys) <= _FEW_GROUPS)
         columnar = not few and all(columnar_type(k.type) for k in plan.spec.group_by)
+        if compiled.keys_text is not None:
+            declared = self._declared_keys(compiled.keys_text)
+            with private_read_errors("query"):
+                keys, cols = dplan.fill_declared_keys(
+                    declared, self._backend.run_rows(compiled.text), len(compiled.measure_cols))
+            return Exact(keys=keys, cols=dict(zip(compiled.measure_cols, cols, strict=True)))
         with private_read_errors("query"):
             exact: Exact | None = None
             if columnar:  # column by column (Arrow): no Python object per group and value
@@ -617,6 +638,18 @@ class Curator(ReleaseQueries):
                 f"the public keys give {exact.n_groups} groups (at most {dplan.MAX_KEYS})"
             )
         return exact
+
+    def _declared_keys(self, keys_text: str) -> list[tuple[Any, ...]]:
+        """The declared keys a statement's key CTEs give, in DuckDB's order and types (public;
+        cached until a table is registered again)."""
+        version = self._tables_cache[0] if self._tables_cache is not None else -1
+        keys = self._keys_cache.get((keys_text, version))
+        if keys is None:
+            keys = [tuple(r) for r in self._backend.query_public(keys_text)]
+            if len(self._keys_cache) >= 64:
+                self._keys_cache.clear()
+            self._keys_cache[(keys_text, version)] = keys
+        return keys
 
     def _check_join_keys(self, plan: dplan.Plan, relations: dict[str, str]) -> None:
         """Record-level tables: a public join must match each private row at most once."""
@@ -759,6 +792,23 @@ class Curator(ReleaseQueries):
 
     def entries(self) -> list[Entry]:
         return self.ledger.entries()
+
+
+def _plan_cache_key(spec_key: tuple[str, int], *params: Any) -> tuple[Any, ...] | None:
+    """A hashable key for a plan's inputs (mappings as sorted items), or None when some input
+    is not hashable as given (then the plan is built afresh)."""
+    parts: list[Any] = [spec_key]
+    for p in params:
+        if isinstance(p, Mapping):
+            p = tuple(sorted((str(k), v if not isinstance(v, list) else tuple(v))
+                             for k, v in p.items()))
+        parts.append((type(p).__name__, p))
+    key = tuple(parts)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _json_safe(d: dict[str, Any]) -> dict[str, Any]:

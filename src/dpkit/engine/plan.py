@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, overload
@@ -1000,7 +1000,8 @@ def _calibrate_topk(mm: Measure, score: Measure, *, m: int, noise: str, share_ep
     probability ``>= 1 - β/k`` the winner is within ``u = c·(Δ/ε_r)(ln K + ln(k/β))`` of it
     (Dwork-Roth Thm 3.11, ``c = 1`` monotone, 2 otherwise; ``K`` candidates). A union bound over
     the rounds: every selected group's score is within ``u`` of the true k-th best score with
-    probability ``>= 1 - β`` (``β = 1 - level``).
+    probability ``>= 1 - β`` (``β = 1 - level``). With a shift ``s > 0`` the bound on the
+    unshifted aggregate is ``(u + 1)·2^s`` (``2^s·floor(S/2^s) ∈ (S - 2^s, S]``).
     """
     assert mm.k >= 1
     mm.noise = "topk"
@@ -1045,6 +1046,10 @@ def top_k_utility(mm: Measure, candidates: int, level: float) -> float:
     beta = 1.0 - level
     u = c * mm.score_sensitivity / mm.round_epsilon * (math.log(max(candidates, 1))
                                                         + math.log(k / beta))
+    # the scores are floor(S / 2^s): a shifted score within u of the k-th best shifted score
+    # puts S within (u + 1)·2^s of the k-th best S (floor loses less than one step)
+    if mm.score_shift:
+        u += 1.0
     return math.ldexp(u * (2 ** mm.score_shift), -mm.f)
 
 
@@ -1102,11 +1107,13 @@ class CompiledSQL:
     text: str
     group_cols: list[str]
     measure_cols: list[str]
+    keys_text: str | None = None  # fill_keys: the declared keys, in output order
 
 
 def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
                 fixed_columns: frozenset[str] | set[str] = frozenset(),
-                key_tables: Mapping[str, str] | None = None) -> CompiledSQL:
+                key_tables: Mapping[str, str] | None = None,
+                fill_keys: bool = False) -> CompiledSQL:
     """The ONE statement that computes every exact measurement (never returned to analysts).
 
     ``fixed_columns``: hidden columns of the private table (named by :func:`fixed_column_name`)
@@ -1121,6 +1128,11 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
     key is joined from it into the output. Without one (views, older projects) or for domains
     of fewer than ``DOMAIN_TABLE_MIN_KEYS`` keys, the keys are written into the statement as
     typed literals. Both give the same keys of the same type, so the same rows and groups.
+
+    ``fill_keys`` (public keys that are all declared domains; see :func:`can_fill_keys`): the
+    statement returns only the groups present in the data, and ``keys_text`` the declared keys
+    in output order; the caller fills every key (absent groups as NULL measurements, as the
+    LEFT JOIN gives them) with :func:`fill_declared_keys`. Same exact aggregates, one join less.
     """
     spec = plan.spec
     table = plan.table
@@ -1305,6 +1317,24 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
         text = "WITH " + ", ".join(ctes) + f" SELECT {gsel}, {', '.join(mcols)} FROM __agg"
         return CompiledSQL(text, group_cols, mcols)
     # public keys: every key appears, empty groups as zeros
+    key_ctes = _key_ctes(plan, key_rel, relations)
+    order = ", ".join(f"__keys.__g{i}" for i in range(len(group_cols)))
+    if fill_keys:
+        text = "WITH " + ", ".join(ctes) + f" SELECT {gsel}, {', '.join(mcols)} FROM __agg"
+        keys_text = "WITH " + ", ".join(key_ctes) + f" SELECT * FROM __keys ORDER BY {order}"
+        return CompiledSQL(text, group_cols, mcols, keys_text=keys_text)
+    ctes.extend(key_ctes)
+    on = " AND ".join(f"__keys.__g{i} = __agg.__g{i}" for i in range(len(group_cols)))
+    sel = ", ".join([*(f"__keys.__g{i}" for i in range(len(group_cols))),
+                     *(f"__agg.{c}" for c in mcols)])
+    text = ("WITH " + ", ".join(ctes) + f" SELECT {sel} FROM __keys LEFT JOIN __agg ON {on} "
+            f"ORDER BY {order}")
+    return CompiledSQL(text, group_cols, mcols)
+
+
+def _key_ctes(plan: Plan, key_rel: dict[int, str], relations: dict[str, str]) -> list[str]:
+    """CTEs ``__k{i}`` (the public keys of GROUP BY column i) and ``__keys`` (their product)."""
+    spec = plan.spec
     key_ctes: list[str] = []
     for i, (kind, values) in enumerate(plan.key_sources):
         k = spec.group_by[i]
@@ -1320,14 +1350,44 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
                 f"{relations[join.table]} WHERE {quote_ident(k.column)} IS NOT NULL)"
             )
     cross = " CROSS JOIN ".join(f"__k{i}" for i in range(len(plan.key_sources)))
-    ctes.extend(key_ctes)
-    ctes.append(f"__keys AS (SELECT * FROM {cross})")
-    on = " AND ".join(f"__keys.__g{i} = __agg.__g{i}" for i in range(len(group_cols)))
-    sel = ", ".join([*(f"__keys.__g{i}" for i in range(len(group_cols))),
-                     *(f"__agg.{c}" for c in mcols)])
-    text = ("WITH " + ", ".join(ctes) + f" SELECT {sel} FROM __keys LEFT JOIN __agg ON {on} "
-            f"ORDER BY {', '.join(f'__keys.__g{i}' for i in range(len(group_cols)))}")
-    return CompiledSQL(text, group_cols, mcols)
+    key_ctes.append(f"__keys AS (SELECT * FROM {cross})")
+    return key_ctes
+
+
+# Group-column types whose DuckDB equality is Python's equality on the values fetchall gives
+# (no NaN, no collations, no values Python cannot hold): the key fill may match them in Python.
+_FILL_TYPES = frozenset({
+    "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+    "UBIGINT", "UHUGEINT", "BOOLEAN", "VARCHAR",
+})
+FILL_MAX_KEYS = 256  # above this, the LEFT JOIN in DuckDB is as cheap as the Python fill
+
+
+def can_fill_keys(plan: Plan) -> bool:
+    """Whether the declared keys of a public GROUP BY can be filled in Python (few keys, all
+    from declared domains, of types compared alike by DuckDB and Python)."""
+    return (plan.group_mode == "public" and bool(plan.spec.group_by)
+            and plan.keys is not None and len(plan.keys) <= FILL_MAX_KEYS
+            and all(kind == "domain" for kind, _ in plan.key_sources)
+            and all(k.type.upper() in _FILL_TYPES for k in plan.spec.group_by))
+
+
+def fill_declared_keys(keys: Sequence[tuple[Any, ...]], rows: Iterable[tuple[Any, ...]],
+                       n_measures: int) -> tuple[list[tuple[Any, ...]], list[list[Any]]]:
+    """Every declared key (in ``keys``' order) with its group's measurements from ``rows``
+    (``(*key, *measurements)`` per group present in the data); absent keys get NULL (None)
+    measurements, groups outside the keys are dropped: what ``keys LEFT JOIN groups`` gives."""
+    ng = len(keys[0]) if keys else 0
+    found: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for r in rows:
+        found[tuple(r[:ng])] = r
+    empty = (None,) * (ng + n_measures)
+    cols: list[list[Any]] = [[] for _ in range(n_measures)]
+    for key in keys:
+        r = found.get(key, empty)
+        for j in range(n_measures):
+            cols[j].append(r[ng + j])
+    return list(keys), cols
 
 
 # Declared domains with at least this many keys are read from their hidden key table (when
