@@ -264,43 +264,73 @@ def _quantiles(mm: Measure, hists: list[Any], level: float, source: Source | Non
     sens = mm.quant_sensitivity
     end_level = 1.0 - (1.0 - level) / 2.0  # union bound over the two ends
     t = em_utility_bound(nbins, sens, eps_end, False, end_level)
-    bins = list(range(nbins))
     values = np.full(len(hists), np.nan)
     lows = np.full(len(hists), np.nan)
     highs = np.full(len(hists), np.nan)
-    bounds: list[float] = []
-    for i in rows:
-        h = np.zeros(nbins, dtype=np.int64)
-        for k, c in (hists[i] or {}).items():
-            if k is not None and 0 <= int(k) < nbins:
-                h[int(k)] += int(c)
-        n = int(h.sum())
-        cum = np.concatenate([[0], np.cumsum(h)])
-        rank = cum[: len(cands)]  # rank_j = #{rows in bins < j}
-        scores = -np.abs(rank.astype(np.float64) - mm.q * n)
-        rel = mechanisms.exponential(list(cands), scores, sensitivity=sens,
-                                     epsilon=eps_point, level=level, source=source)
+    rows = np.asarray(rows, dtype=np.int64)
+    bound = math.nan
+    # groups in blocks (the score matrices are groups x bins); within a block, each of the three
+    # mechanisms runs for all groups at once (exponential_rows: one independent exact
+    # exponential mechanism per group, the same law as one call per group)
+    per = max(1, _QUANT_BLOCK // (nbins + 1))
+    for start in range(0, rows.size, per):
+        blk = rows[start : start + per]
+        cum = _cum_hist(hists, blk, nbins)  # (groups, nbins + 1): cum[:, j] = #{rows in bins < j}
+        n = cum[:, -1].astype(np.float64)[:, None]
+        rank = cum[:, : len(cands)].astype(np.float64)
+        rel = mechanisms.exponential_rows(-np.abs(rank - mm.q * n), sensitivity=sens,
+                                          epsilon=eps_point, level=level, source=source)
         spent = rel.event.epsilon if isinstance(rel.event, ev.Exponential) else math.inf
-        a = cum[:nbins].astype(np.float64)
-        b = cum[1:nbins + 1].astype(np.float64)
-        a[0], b[-1] = -math.inf, math.inf
-        ends: list[int] = []
+        a = cum[:, :nbins].astype(np.float64)
+        b = cum[:, 1 : nbins + 1].astype(np.float64)
+        a[:, 0], b[:, -1] = -math.inf, math.inf
+        ends: list[np.ndarray] = []
         for tau in (mm.q * n - t, mm.q * n + t):
             dist = np.maximum(np.maximum(a - tau, tau - b), 0.0)
-            r = mechanisms.exponential(bins, -dist, sensitivity=sens, epsilon=eps_end,
-                                       level=end_level, source=source)
+            r = mechanisms.exponential_rows(-dist, sensitivity=sens, epsilon=eps_end,
+                                            level=end_level, source=source)
             spent += r.event.epsilon if isinstance(r.event, ev.Exponential) else math.inf
-            ends.append(int(r.value))
+            ends.append(r.value)
+        # the per-group event (every group in the block ran the same three mechanisms)
         _check_event(mm.event, ev.Exponential(spent))
-        values[i] = float(rel.value)
-        lo_v = float(cands[ends[0]])
-        hi_v = float(cands[ends[1]] if integer_bins else cands[ends[1] + 1])
-        lows[i] = min(lo_v, hi_v, values[i])
-        highs[i] = max(lo_v, hi_v, values[i])
-        bounds.append(float(rel.details.get("utility_bound", math.nan)))
+        point = cands[rel.value].astype(np.float64)
+        lo_v = cands[ends[0]].astype(np.float64)
+        hi_v = cands[ends[1] if integer_bins else ends[1] + 1].astype(np.float64)
+        values[blk] = point
+        lows[blk] = np.minimum(np.minimum(lo_v, hi_v), point)
+        highs[blk] = np.maximum(np.maximum(lo_v, hi_v), point)
+        bound = float(rel.details.get("utility_bound", math.nan))
     return NoisyMeasure(values, lows, highs, "float",
-                        {"rank_error_bound": max(bounds) if bounds else math.nan,
-                         "interval_rank_margin": t})
+                        {"rank_error_bound": bound, "interval_rank_margin": t})
+
+
+_QUANT_BLOCK = 1 << 20  # histogram cells per block of groups in _quantiles
+
+
+def _cum_hist(hists: list[Any], groups: np.ndarray, nbins: int) -> np.ndarray:
+    """Cumulative bin counts of ``groups``: ``(len(groups), nbins + 1)`` int64 with
+    ``out[i, j]`` the rows of group ``groups[i]`` in bins ``< j`` (bins outside ``[0, nbins)``
+    and NULL keys ignored, as the per-group loop did)."""
+    gi: list[int] = []
+    ks: list[int] = []
+    cs: list[int] = []
+    for i, g in enumerate(groups.tolist()):
+        h = hists[g]
+        if h:
+            for k, c in h.items():
+                if k is not None:
+                    gi.append(i)
+                    ks.append(int(k))
+                    cs.append(int(c))
+    h2 = np.zeros((groups.size, nbins), dtype=np.int64)
+    if gi:
+        k_arr = np.asarray(ks, dtype=np.int64)
+        ok = (k_arr >= 0) & (k_arr < nbins)
+        np.add.at(h2, (np.asarray(gi, dtype=np.int64)[ok], k_arr[ok]),
+                  np.asarray(cs, dtype=np.int64)[ok])
+    out = np.zeros((groups.size, nbins + 1), dtype=np.int64)
+    np.cumsum(h2, axis=1, out=out[:, 1:])
+    return out
 
 
 def release(plan: Plan, exact: Exact, *, source: Source | None, insecure: bool, epsilon_cost: float,
@@ -398,8 +428,11 @@ def _top_k(mm: Measure, score_mm: Measure, exact: Exact, candidates: np.ndarray,
     mechanism (see :func:`dpkit.engine.plan._calibrate_topk` for the proof), and metadata.
 
     The scores are the exact per-group values of the ordering measurement (never released);
-    each round is one call of :func:`dpkit.mechanisms.exponential` over the remaining
-    candidates, whose event is checked against the charged ``SelfComposed(Exponential, k)``.
+    each round is one exact exponential mechanism over the remaining candidates
+    (:func:`dpkit.mechanisms.exponential_rows` with one row: the law of
+    :func:`dpkit.mechanisms.exponential`), whose event is checked against the charged
+    ``SelfComposed(Exponential, k)``. The remaining candidates are a boolean mask over the
+    candidate array (candidate order kept), so a round is O(n) numpy work.
     """
     if score_mm.kind == "csum":  # pragma: no cover - SUM orders by its own sum measurement
         raise AssertionError("top-k scores come from a COUNT or SUM measurement")
@@ -409,21 +442,25 @@ def _top_k(mm: Measure, score_mm: Measure, exact: Exact, candidates: np.ndarray,
     scores_all = np.clip(raw >> mm.score_shift, -lim, lim).astype(np.float64)
     if not mm.desc:
         scores_all = -scores_all
-    remaining = [int(i) for i in candidates]
-    n_cand = len(remaining)
+    cand = np.asarray(candidates, dtype=np.int64)
+    n_cand = int(cand.size)
+    alive = np.ones(n_cand, dtype=bool)  # candidates not chosen yet, in candidate order
     chosen: list[int] = []
     rounds = min(mm.k, n_cand)
     assert isinstance(mm.event, (ev.Exponential, ev.SelfComposed))
-    for _ in range(rounds):
-        if len(remaining) == 1:  # the last candidate: selecting it reveals nothing
-            chosen.append(remaining.pop())
-            continue
-        rel = mechanisms.exponential(list(range(len(remaining))), scores_all[remaining],
-                                     sensitivity=mm.score_sensitivity,
-                                     epsilon=mm.round_epsilon, monotonic=mm.monotonic,
-                                     level=level, source=source)
-        _check_event(mm.event, rel.event)
-        chosen.append(remaining.pop(int(rel.value)))
+    for rnd in range(rounds):
+        left = np.flatnonzero(alive)  # positions of the remaining candidates: O(n) per round
+        if n_cand - rnd == 1:  # the last candidate: selecting it reveals nothing
+            pick = int(left[0])
+        else:
+            rel = mechanisms.exponential_rows(scores_all[cand[left]][None, :],
+                                              sensitivity=mm.score_sensitivity,
+                                              epsilon=mm.round_epsilon, monotonic=mm.monotonic,
+                                              level=level, source=source)
+            _check_event(mm.event, rel.event)
+            pick = int(left[int(rel.value[0])])
+        alive[pick] = False
+        chosen.append(int(cand[pick]))
     u = top_k_utility(mm, max(n_cand, 1), level)
     what = mm.score_label or score_mm.label or "the ordering aggregate"
     note = (f"top-{mm.k} by {what}: with probability >= {level:g}, every group shown has a "

@@ -9,7 +9,7 @@ See ``docs/mechanisms.md``.
 
 from __future__ import annotations
 
-from dpkit.mechanisms.exponential import exponential
+from dpkit.mechanisms.exponential import exponential, exponential_rows
 from dpkit.mechanisms.gaussian import discrete_gaussian, gaussian
 from dpkit.mechanisms.histogram import histogram
 from dpkit.mechanisms.laplace import geometric, laplace
@@ -25,6 +25,7 @@ __all__ = [
     "above_threshold",
     "discrete_gaussian",
     "exponential",
+    "exponential_rows",
     "gaussian",
     "geometric",
     "histogram",

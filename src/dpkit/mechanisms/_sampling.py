@@ -34,9 +34,18 @@ import numpy as np
 from dpkit import noise
 from dpkit.noise import Source
 
-__all__ = ["Weights", "coins", "exponential_sample", "permute_and_flip_sample", "uniform_head"]
+__all__ = [
+    "RowWeights",
+    "Weights",
+    "coins",
+    "exponential_rows_sample",
+    "exponential_sample",
+    "permute_and_flip_sample",
+    "uniform_head",
+]
 
 _BLOCK_LANES = 1 << 18
+_ROW_LANES = 1 << 20  # proposals (or scores) held at once by the batched sampler
 
 
 class Weights:
@@ -122,3 +131,76 @@ def uniform_head(heads: np.ndarray, src: Source) -> np.ndarray:
     csum = np.cumsum(heads, axis=1)
     return np.argmax(csum > pick[:, None], axis=1).astype(np.int64)
 
+
+
+# ------------------------------------------------------------------ many instances at once
+class RowWeights:
+    """``gamma_ij = c (q*_i - q_ij)`` for a matrix of scores (one instance per row, ``q*_i`` its
+    row maximum), with the same float approximations and exact values as :class:`Weights`."""
+
+    def __init__(self, scores: np.ndarray, factor: Fraction) -> None:
+        self.scores = scores
+        self.factor = factor
+        cf = float(factor)
+        if not cf > 0 or not math.isfinite(cf):
+            raise ValueError(
+                "epsilon / sensitivity is outside the floating-point range; use values within "
+                "[1e-300, 1e300]"
+            )
+        self.best = scores.max(axis=1)
+        with np.errstate(over="ignore"):
+            # the same three correctly rounded operations per entry as Weights.g
+            self.g = cf * (self.best[:, None] - scores)
+        self._cache: dict[tuple[int, int], Fraction] = {}
+
+    def exact(self, i: int, j: int) -> Fraction:
+        got = self._cache.get((i, j))
+        if got is None:
+            got = self.factor * (Fraction(float(self.best[i])) - Fraction(float(self.scores[i, j])))
+            self._cache[(i, j)] = got
+        return got
+
+    def acceptance(self) -> np.ndarray:
+        """Per row, the mean of exp(-g): the rejection rate (for block sizing only)."""
+        with np.errstate(under="ignore"):
+            return np.asarray(np.mean(np.exp(-self.g), axis=1))
+
+
+def _row_coins(w: RowWeights, rows: np.ndarray, cols: np.ndarray, src: Source) -> np.ndarray:
+    """Exact Bernoulli(exp(-gamma_{rows[l], cols[l]})) for each lane ``l`` (1-d arrays)."""
+    return noise.bernoulli_exp_lanes(
+        w.g[rows, cols], lambda lane: w.exact(int(rows[lane]), int(cols[lane])), source=src
+    )
+
+
+def exponential_rows_sample(w: RowWeights, src: Source) -> np.ndarray:
+    """One draw per row ``i`` with ``P(j) ∝ exp(-gamma_ij)``, rows independent, by exact
+    rejection sampling: each row's uniform proposals and exact coins are its own, and its
+    output is its first accepted proposal (exactly as :func:`exponential_sample` with size 1).
+
+    Proposals are drawn in blocks per row, sized from the row's acceptance rate (rounded up to
+    a power of two so that rows with similar rates share one matrix of proposals); block sizes
+    depend only on the scores, never on earlier draws, and the first accepted proposal of an
+    i.i.d. sequence has the same law however the sequence is cut into blocks.
+    """
+    m, n = w.g.shape
+    out = np.full(m, -1, dtype=np.int64)
+    rate = np.maximum(w.acceptance(), 1.0 / n)
+    want = np.minimum(np.ceil(4.0 / rate), float(_ROW_LANES))
+    size = np.exp2(np.ceil(np.log2(np.maximum(want, 1.0)))).astype(np.int64)
+    pending = np.arange(m)
+    while pending.size:
+        still: list[np.ndarray] = []
+        for s in np.unique(size[pending]).tolist():
+            group = pending[size[pending] == s]
+            per = max(1, _ROW_LANES // s)
+            for start in range(0, group.size, per):
+                rows = group[start : start + per]
+                r = noise.uniform_int(n, (rows.size, s), source=src)
+                acc = _row_coins(w, np.repeat(rows, s), r.ravel(), src).reshape(r.shape)
+                hit = acc.any(axis=1)
+                first = np.argmax(acc, axis=1)
+                out[rows[hit]] = r[hit, first[hit]]
+                still.append(rows[~hit])
+        pending = np.concatenate(still) if still else pending[:0]
+    return out
