@@ -19,6 +19,7 @@ would exceed what the samplers accept.
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 
@@ -40,12 +41,24 @@ _MAX_SCALE = float(noise.MAX_DLAP_SCALE)
 _MAX_SIGMA2 = float(noise.MAX_DGAUSS_SIGMA2)
 
 
+_CACHEABLE = (int, float, Fraction, np.float64, np.int64)
+
+
 def dlap_scale_for(sensitivity: int | Fraction, epsilon: float) -> float:
     """Smallest float ``s`` with ``sensitivity / s <= epsilon`` *exactly* (as rationals), such
     that the discrete Laplace sampler uses ``s`` itself (``noise.dlap_effective_scale(s) == s``).
 
     The event ``DiscreteLaplace(s, sensitivity)`` then describes the noise exactly and its pure
-    ε, ``sensitivity / s``, is at most the ``epsilon`` asked for."""
+    ε, ``sensitivity / s``, is at most the ``epsilon`` asked for.
+
+    A pure function of the two exact values, cached for plain numbers (the exact rational search
+    is most of the fixed cost of a small release; errors are not cached)."""
+    if type(sensitivity) in _CACHEABLE and type(epsilon) in _CACHEABLE:
+        return _dlap_scale_for_cached(sensitivity, epsilon)
+    return _dlap_scale_for(sensitivity, epsilon)
+
+
+def _dlap_scale_for(sensitivity: int | Fraction, epsilon: float) -> float:
     sens = Fraction(sensitivity)
     eps = Fraction(epsilon)
     s = float(sens / eps)
@@ -61,6 +74,9 @@ def dlap_scale_for(sensitivity: int | Fraction, epsilon: float) -> float:
         s = math.nextafter(float(eff), math.inf)
         eff = noise.dlap_effective_scale(s)
     return s
+
+
+_dlap_scale_for_cached = functools.lru_cache(maxsize=4096, typed=True)(_dlap_scale_for)
 
 
 def dgauss_sigma2_for_rho(sensitivity: float, rho: float) -> float:

@@ -31,6 +31,11 @@ __all__ = [
 
 
 def _number(value: Any, name: str, hint: str) -> float:
+    if type(value) is float or type(value) is int:  # the common case, without the ABC checks
+        out = float(value)
+        if out != out:
+            raise ValueError(f"{name} must be a number {hint} (got nan)")
+        return out
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number {hint} (got {value!r})")
     out = float(value)
@@ -151,6 +156,14 @@ def check_integers(value: Any, name: str = "value", *, saturate: bool = False) -
     because of how large the value is; NaN and non-integers are still refused (NaN has no
     sensible value: impute it before the mechanism).
     """
+    if type(value) is np.ndarray and value.dtype == np.int64 and value.size:
+        # fast path for the common case (a non-empty int64 array): the same checks and result
+        # as below, a fresh int64 array, without the dtype dispatch and the copy before clipping
+        if saturate:
+            return np.minimum(np.maximum(value, -_INT_LIMIT), _INT_LIMIT)
+        if np.any(np.abs(value) >= 2**62):
+            raise ValueError(f"{name} must be below 2**62 in absolute value")
+        return value.copy()
     if isinstance(value, bool | np.bool_):
         raise TypeError(f"{name} must be an integer or an array of integers (got a bool)")
     arr = np.asarray(value)

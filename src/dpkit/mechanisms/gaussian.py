@@ -222,7 +222,7 @@ class _GridGaussian:
     sigma2: float  # discrete Gaussian variance parameter in grid units
     dimension: int = 1
 
-    @property
+    @functools.cached_property
     def event(self) -> Event:
         return _event(self.sigma2, self.sensitivity, self.dimension)
 
@@ -234,6 +234,7 @@ class _GridGaussian:
         return noise.grid.from_grid(self.noisy_grid(x, (size,), src), self.k)
 
 
+@functools.lru_cache(maxsize=1024)  # pure and immutable; errors are not cached
 def _plan_gaussian(
     sensitivity: float, n: int, rho: float | None, epsilon: float | None, delta: float | None
 ) -> _GridGaussian:
@@ -333,7 +334,7 @@ class _DiscreteGaussian:
     sigma2: float
     dimension: int = 1
 
-    @property
+    @functools.cached_property
     def event(self) -> Event:
         return _event(self.sigma2, self.sensitivity, self.dimension)
 
@@ -341,6 +342,7 @@ class _DiscreteGaussian:
         return x + noise.discrete_gaussian(self.sigma2, (size, *x.shape), source=src)
 
 
+@functools.lru_cache(maxsize=1024)  # pure and immutable; errors are not cached
 def _plan_discrete_gaussian(
     sensitivity: float,
     n: int,

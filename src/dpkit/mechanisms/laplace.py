@@ -16,6 +16,7 @@ the event ``DiscreteLaplace(S / ε, S)`` has pure ε exactly ``ε`` (up to one u
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +45,7 @@ class _GridLaplace:
     sensitivity: int  # integer L1 sensitivity in grid units
     scale: float  # discrete Laplace scale in grid units (used exactly)
 
-    @property
+    @functools.cached_property
     def event(self) -> DiscreteLaplace:
         return DiscreteLaplace(self.scale, self.sensitivity)
 
@@ -58,6 +59,9 @@ class _GridLaplace:
         return noise.grid.from_grid(self.noisy_grid(x, (size,), src), self.k)
 
 
+# Plans are pure functions of the (checked) privacy parameters and immutable, so they are cached:
+# a curator releases many small vectors with the same parameters (errors are never cached).
+@functools.lru_cache(maxsize=1024)
 def _plan_laplace(sensitivity: float, epsilon: float, n: int) -> _GridLaplace:
     k, S = grid_l1(sensitivity, n, 1.0 / epsilon)
     return _GridLaplace(k=k, sensitivity=S, scale=dlap_scale_for(S, epsilon))
@@ -134,7 +138,7 @@ class _Geometric:
     sensitivity: int
     scale: float
 
-    @property
+    @functools.cached_property
     def event(self) -> DiscreteLaplace:
         return DiscreteLaplace(self.scale, self.sensitivity)
 
@@ -142,6 +146,7 @@ class _Geometric:
         return x + noise.discrete_laplace(self.scale, (size, *x.shape), source=src)
 
 
+@functools.lru_cache(maxsize=1024)
 def _plan_geometric(sensitivity: int, epsilon: float) -> _Geometric:
     return _Geometric(sensitivity=sensitivity, scale=dlap_scale_for(sensitivity, epsilon))
 

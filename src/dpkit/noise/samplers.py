@@ -12,6 +12,7 @@ or ``float``; a float is taken at its exact binary value (``Fraction(x)``), neve
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections.abc import Callable
@@ -82,6 +83,8 @@ def as_rational(x: object, name: str) -> Fraction:
 
 
 def _shape(size: Size | None) -> tuple[int, ...]:
+    if type(size) is tuple and all(type(d) is int and d >= 0 for d in size):
+        return size  # the common case (an array's .shape): already a valid tuple of ints
     if size is None:
         return ()
     if isinstance(size, numbers.Integral) and not isinstance(size, bool):
@@ -321,8 +324,71 @@ def _exp_neg_int_table(count: int) -> np.ndarray:
 
 
 _EXP_NEG_INT = _exp_neg_int_table(64)  # exp(-m) for m = 0..63, each correctly rounded
+_EXP_NEG_INT_LIST = _EXP_NEG_INT.tolist()
 _GUARD = 2.0**-40  # relative guard; the proven error is < 2**-43 (docs/noise.md)
 _BIG_GAMMA = 64.0  # g_f >= 64 implies gamma >= 63.9 and exp(-gamma) < 2**-63
+_LO_FACTOR = (1.0 - _GUARD) * _TWO32  # lo = p * _LO_FACTOR (see _bern_exp_lanes)
+_HI_FACTOR = (1.0 + _GUARD) * _TWO32
+#: Up to this many lanes, _bern_exp_lanes evaluates lane by lane in Python floats: numpy's
+#: per-call cost (about 40 ufunc calls) dominates small batches, and Python floats are the same
+#: IEEE-754 doubles with the same correctly rounded operations in the same order (no fused
+#: multiply-add), so both paths compute bit-identical bounds and decisions.
+_SMALL_LANES = 48
+
+
+def _taylor_horner(
+    fs: list[float],
+    a: tuple[float, ...] = tuple(_TAYLOR),
+) -> list[float]:
+    """``p(f)`` for each ``f`` (the degree-17 Horner scheme of :func:`_bern_exp_lanes`, written
+    out so that every product and sum is one correctly rounded double operation in the same
+    order as the numpy loop there: ``p = f a17; p += a16; p *= f; p += a15; ...``)."""
+    a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17 = a
+    return [
+        ((((((((((((((((f * a17 + a16) * f + a15) * f + a14) * f + a13) * f + a12) * f + a11)
+                  * f + a10) * f + a9) * f + a8) * f + a7) * f + a6) * f + a5) * f + a4)
+             * f + a3) * f + a2) * f + a1) * f + a0
+        for f in fs
+    ]
+
+
+def _bern_exp_lanes_small(
+    g: np.ndarray,
+    u: np.ndarray,
+    force_exact: np.ndarray | None,
+    below_one: bool,
+) -> tuple[np.ndarray, list[int]]:
+    """The decisions of :func:`_bern_exp_lanes` for a small batch, lane by lane in Python floats:
+    the same operations on the same doubles (so the same ``lo``, ``hi`` and outcomes), returned
+    as the boolean array ``out`` and the ambiguous lanes (ascending) still to resolve exactly.
+
+    ``u + 1.0`` and ``u < hi`` for a Python int ``u < 2**32`` are exactly the float64 operations
+    of the numpy path (the int converts exactly; int/float comparison is exact)."""
+    gl = g.tolist()
+    ul = u.tolist()
+    lo_f, hi_f = _LO_FACTOR, _HI_FACTOR
+    if below_one:
+        ps = _taylor_horner(gl)
+        los = [p * lo_f for p in ps]
+        his = [p * hi_f for p in ps]
+    else:
+        table = _EXP_NEG_INT_LIST
+        big = _BIG_GAMMA
+        ms = [0 if x >= big else math.floor(x) for x in gl]
+        fs = [0.0 if x >= big else x - m for x, m in zip(gl, ms, strict=True)]
+        ps = [p * table[m] for p, m in zip(_taylor_horner(fs), ms, strict=True)]
+        # big lanes: exp(-gamma) < 2**-63, bracketed by [0, 2**-63] (times 2**32)
+        los = [0.0 if x >= big else p * lo_f for x, p in zip(gl, ps, strict=True)]
+        his = [2.0**-31 if x >= big else p * hi_f for x, p in zip(gl, ps, strict=True)]
+    out = [uj + 1.0 <= lo for uj, lo in zip(ul, los, strict=True)]
+    if force_exact is None:
+        amb = [j for j, (o, uj, hi) in enumerate(zip(out, ul, his, strict=True))
+               if not o and uj < hi]
+    else:
+        amb = [j for j, (o, uj, hi, fj) in enumerate(zip(out, ul, his, force_exact.tolist(),
+                                                          strict=True))
+               if (not o and uj < hi) or fj]
+    return np.array(out, dtype=bool), amb
 
 
 def _bern_exp_lanes(
@@ -347,6 +413,11 @@ def _bern_exp_lanes(
     """
     n = g.size
     u = src.uint32(n)
+    if n <= _SMALL_LANES:
+        out, lanes = _bern_exp_lanes_small(g, u, force_exact, below_one)
+        for j in lanes:
+            out[j] = LazyUniform(int(u[j]), 32, src).less_than_exp_neg(exact_gamma(j))
+        return out
     if below_one:  # caller guarantees 0 <= g < 1: m = 0, f = g
         any_big = False
         f = g
@@ -377,7 +448,7 @@ def _bern_exp_lanes(
     amb &= uf < hi
     if force_exact is not None:
         amb |= force_exact
-    for j in np.flatnonzero(amb).tolist():
+    for j in amb.nonzero()[0].tolist():
         out[j] = LazyUniform(int(u[j]), 32, src).less_than_exp_neg(exact_gamma(j))
     return out
 
@@ -477,7 +548,7 @@ def dlap_effective_scale(scale: Rational) -> Fraction:
     """The scale :func:`discrete_laplace` really uses for ``scale``: equal to it, or rounded *up*
     to a dyadic rational t/2**e with t <= 2**56, e <= 62 when the exact rational does not fit
     int64 arithmetic (e.g. floats below about 2**-9 with long mantissas)."""
-    t, s = _dlap_params(_check_scale(scale))
+    t, s, _ = _dlap_setup(scale)
     return Fraction(t, s)
 
 
@@ -504,7 +575,7 @@ def _dlap_attempts(m: int, t: int, s: int, src: Source) -> np.ndarray:
         U = np.zeros(m, dtype=np.int64)  # U = 0 is accepted with probability exp(0) = 1
     else:
         U = _uniform_below(t, m, src)
-        nz = np.flatnonzero(U)
+        nz = U.nonzero()[0]  # U is 1-D: its non-zero lanes, as np.flatnonzero(U)
         Unz = U[nz]
         g = Unz.astype(np.float64)
         g /= float(t)  # |g - U/t| <= 3.0001 * 2**-53 * U/t  (three roundings)
@@ -569,12 +640,35 @@ def discrete_laplace(scale: Rational, size: Size, *, source: Source | None = Non
     >>> noise.discrete_laplace(3, 5, source=noise.seeded(1)).tolist()
     [-1, -2, 8, 3, -2]
     """
-    t, s = _dlap_params(_check_scale(scale))
+    t, s, rate = _dlap_setup(scale)
     shape = _shape(size)
     src = _source(source)
     n = math.prod(shape)
-    out = _fill(n, lambda m: _dlap_attempts(m, t, s, src), _dlap_rate(t, s))
+    out = _fill(n, lambda m: _dlap_attempts(m, t, s, src), rate)
     return out.reshape(shape)
+
+
+#: Parameter types whose values are cached as keys (typed, so 1, 1.0 and Fraction(1) are
+#: separate entries and a bool never reaches a cached entry of 1): each is validated on its
+#: first use, and errors are never cached.
+_CACHEABLE = (float, int, Fraction, np.float64)
+
+
+def _dlap_setup(scale: Rational) -> tuple[int, int, float]:
+    """``(t, s, rate)`` for :func:`discrete_laplace`: ``_dlap_params(_check_scale(scale))`` and
+    the batch-sizing rate, cached for plain floats, ints and Fractions (a pure function of the
+    exact value: the per-call cost of a small release is mostly this rational arithmetic)."""
+    if type(scale) in _CACHEABLE:
+        return _dlap_setup_cached(scale)
+    return _dlap_setup_uncached(scale)
+
+
+def _dlap_setup_uncached(scale: Rational) -> tuple[int, int, float]:
+    t, s = _dlap_params(_check_scale(scale))
+    return t, s, _dlap_rate(t, s)
+
+
+_dlap_setup_cached = functools.lru_cache(maxsize=1024, typed=True)(_dlap_setup_uncached)
 
 
 # --------------------------------------------------------------------------- discrete Gaussian
@@ -594,15 +688,10 @@ def discrete_gaussian(sigma2: Rational, size: Size, *, source: Source | None = N
     >>> noise.discrete_gaussian(10, 5, source=noise.seeded(1)).tolist()
     [-3, 3, 2, -6, -2]
     """
-    s2 = _check_sigma2(sigma2)
+    a, t, c_f, k_f, bt, den, rate = _dgauss_setup(sigma2)
     shape = _shape(size)
     src = _source(source)
     n = math.prod(shape)
-    a, b = s2.numerator, s2.denominator
-    t = math.isqrt(a // b) + 1
-    c_f = float(Fraction(a, b * t))  # sigma2 / t, correctly rounded
-    k_f = float(Fraction(b, 2 * a))  # 1 / (2 sigma2), correctly rounded
-    bt, den = b * t, 2 * a * b * t * t
 
     def attempt(m: int) -> np.ndarray:
         Y = _dlap_attempts(m, t, 1, src)
@@ -620,8 +709,29 @@ def discrete_gaussian(sigma2: Rational, size: Size, *, source: Source | None = N
         )
         return Y[acc]
 
-    rate = 0.7 * _dlap_rate(t, 1)
     return _fill(n, attempt, rate).reshape(shape)
+
+
+def _dgauss_setup_uncached(sigma2: Rational) -> tuple[int, int, float, float, int, int, float]:
+    """``(a, t, c_f, k_f, bt, den, rate)`` for :func:`discrete_gaussian` with ``sigma2 = a/b``:
+    ``t = floor(sqrt(sigma2)) + 1``, ``c_f = fl(sigma2 / t)``, ``k_f = fl(1 / (2 sigma2))``,
+    ``bt = b t``, ``den = 2 a b t**2`` and the batch-sizing rate."""
+    s2 = _check_sigma2(sigma2)
+    a, b = s2.numerator, s2.denominator
+    t = math.isqrt(a // b) + 1
+    c_f = float(Fraction(a, b * t))  # sigma2 / t, correctly rounded
+    k_f = float(Fraction(b, 2 * a))  # 1 / (2 sigma2), correctly rounded
+    return a, t, c_f, k_f, b * t, 2 * a * b * t * t, 0.7 * _dlap_rate(t, 1)
+
+
+_dgauss_setup_cached = functools.lru_cache(maxsize=1024, typed=True)(_dgauss_setup_uncached)
+
+
+def _dgauss_setup(sigma2: Rational) -> tuple[int, int, float, float, int, int, float]:
+    """:func:`_dgauss_setup_uncached`, cached for plain floats, ints and Fractions."""
+    if type(sigma2) in _CACHEABLE:
+        return _dgauss_setup_cached(sigma2)
+    return _dgauss_setup_uncached(sigma2)
 
 
 # --------------------------------------------------------------------------- helpers
