@@ -333,7 +333,7 @@ _HI_FACTOR = (1.0 + _GUARD) * _TWO32
 #: per-call cost (about 40 ufunc calls) dominates small batches, and Python floats are the same
 #: IEEE-754 doubles with the same correctly rounded operations in the same order (no fused
 #: multiply-add), so both paths compute bit-identical bounds and decisions.
-_SMALL_LANES = 48
+_SMALL_LANES = 24
 
 
 def _taylor_horner(
@@ -505,20 +505,31 @@ def _geometric_e1(n: int, src: Source) -> np.ndarray:
     the whole interval iff ``u < A_v`` and for none of it iff ``u > A_v``; lanes with
     ``u == A_v`` for some v (or ``u == 0``, below every threshold v >= 23) are finished exactly.
     """
+    return _geometric_e1_bound(n, src)[0]
+
+
+_GEO_T0 = np.concatenate([np.zeros(1, dtype=np.uint32), _GEO_T])  # 0, A_22, ..., A_1
+
+
+def _geometric_e1_bound(n: int, src: Source) -> tuple[np.ndarray, int]:
+    """:func:`_geometric_e1` and an upper bound on its largest value (``T.size`` unless a lane
+    was finished exactly), so that callers can skip a reduction on small batches."""
     u = src.uint32(n)
     T = _GEO_T
     pos = np.searchsorted(T, u, side="right")
-    V = (T.size - pos).astype(np.int64)
-    left = np.searchsorted(T, u, side="left")
-    amb = left < pos  # u equals some A_v
-    amb |= u == 0
-    for i in np.flatnonzero(amb):
+    V = (T.size - pos).astype(np.int64, copy=False)
+    # u equals some A_v iff T[pos - 1] == u (pos >= 1); u == 0 iff pos == 0 and u == 0: both
+    # are "_GEO_T0[pos] == u" (the same lanes as searchsorted left < right, or u == 0)
+    amb = (_GEO_T0[pos] == u).nonzero()[0]
+    if not amb.size:
+        return V, T.size
+    for i in amb.tolist():
         lazy = LazyUniform(int(u[i]), 32, src)
         v = 0
         while lazy.less_than_exp_neg(Fraction(v + 1)):
             v += 1
         V[i] = v
-    return V
+    return V, max(T.size, int(V.max()))
 
 
 def _random_bits(n: int, src: Source) -> np.ndarray:
@@ -584,9 +595,9 @@ def _dlap_attempts(m: int, t: int, s: int, src: Source) -> np.ndarray:
         acc[nz] = _bern_exp_lanes(g, src, lambda i: Fraction(int(Unz[i]), t), below_one=t <= 2**53)
         U = U[acc]
     k = U.size
-    V = _geometric_e1(k, src)
+    V, vbound = _geometric_e1_bound(k, src)
     vmax = (2**63 - 1 - (t - 1)) // t
-    if k and int(V.max()) > vmax:
+    if k and vbound > vmax and int(V.max()) > vmax:
         Z = np.array([int(a) + t * int(b) for a, b in zip(U, V, strict=True)], dtype=object)
         Y_obj = Z // s
         if any(abs(int(y)) >= 2**62 for y in Y_obj):
