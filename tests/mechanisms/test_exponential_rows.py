@@ -55,8 +55,7 @@ KINDS = [[0.0, 1.0, 2.0], [5.0, 5.0, 2.0, 4.0], [3.0, 0.5, 2.5], [7.0, 7.25, 6.5
 
 def _matrix(kinds: list[list[float]], reps: int) -> np.ndarray:
     """``reps`` copies of each kind, interleaved; short rows padded with a very low score (the
-    padded columns have probability < exp(-500), never chosen at these sample sizes: they are
-    folded into the chi-square as the zero-probability tail, i.e. ignored)."""
+    padded columns have probability < exp(-400): a pick of one fails the size check)."""
     width = max(len(k) for k in kinds)
     rows = [k + [-1000.0] * (width - len(k)) for k in kinds]
     return np.tile(np.asarray(rows), (reps, 1))
@@ -87,6 +86,21 @@ def test_law_across_blocks_and_low_acceptance(monkeypatch: pytest.MonkeyPatch) -
     r = exponential_rows(_matrix(kinds, reps), sensitivity=1.0, epsilon=2.0,
                          source=dp.noise.seeded(13))
     _check_law(r.value, kinds, 1.0)
+
+
+def test_law_with_many_poor_candidates() -> None:
+    # one good candidate, 1000 poor ones (gamma = 8: the sampler's envelope levels and its exact
+    # tie-break at the level thresholds) and 10 middling ones (gamma = 3.5); c = ε/(2Δ) = 1.
+    # Cells pool equal-score columns: {0}, five chunks of 200 poor columns, the 10 middling.
+    row = [0.0] + [-8.0] * 1000 + [-3.5] * 10
+    reps = 8000
+    r = exponential_rows(np.tile(row, (reps, 1)), sensitivity=1.0, epsilon=2.0,
+                         source=dp.noise.seeded(15))
+    cell = np.concatenate([[0], 1 + np.arange(1000) // 200, [6] * 10])
+    counts = np.bincount(cell[r.value], minlength=7).astype(np.float64)
+    w = np.array([1.0] + [200 * math.exp(-8.0)] * 5 + [10 * math.exp(-3.5)])
+    stat = _chi2(counts, w / w.sum())
+    assert stat < stats.chi2.ppf(1 - ALPHA, 6), stat
 
 
 def test_rows_are_independent() -> None:

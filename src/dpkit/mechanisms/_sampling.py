@@ -27,12 +27,14 @@ lanes the float bound cannot decide.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
 
 from dpkit import noise
 from dpkit.noise import Source
+from dpkit.noise._exact import LazyUniform, exp_neg_fixed
 
 __all__ = [
     "RowWeights",
@@ -160,47 +162,123 @@ class RowWeights:
             self._cache[(i, j)] = got
         return got
 
-    def acceptance(self) -> np.ndarray:
-        """Per row, the mean of exp(-g): the rejection rate (for block sizing only)."""
-        with np.errstate(under="ignore"):
-            return np.asarray(np.mean(np.exp(-self.g), axis=1))
+
+# Levels of the envelope: candidate (i, j) sits at level K_ij = min(floor(g_ij - 2**-40), _TOP)
+# (>= 0), an integer <= gamma_ij; its envelope weight is B_K = A_K + 1 (A_K = floor(e^-K 2^32),
+# K >= 1) or B_0 = 2**32, i.e. a dyadic upper bound of e^-K 2^32.
+_TOP = 23  # e^-23 * 2^32 < 1: A_23 = 0, B_23 = 1 (every candidate with gamma >= 23)
 
 
-def _row_coins(w: RowWeights, rows: np.ndarray, cols: np.ndarray, src: Source) -> np.ndarray:
-    """Exact Bernoulli(exp(-gamma_{rows[l], cols[l]})) for each lane ``l`` (1-d arrays)."""
-    return noise.bernoulli_exp_lanes(
-        w.g[rows, cols], lambda lane: w.exact(int(rows[lane]), int(cols[lane])), source=src
-    )
+def _level_thresholds() -> np.ndarray:
+    out = [1 << 32]
+    for k in range(1, _TOP + 1):
+        P = 96
+        while True:  # floor(e^-k 2^32) from certified bounds (e^-k 2^32 is irrational)
+            lo, hi = exp_neg_fixed(k, 1, P)
+            a, b = lo >> (P - 32), hi >> (P - 32)
+            if a == b:
+                break
+            P += 64
+        out.append(a)
+    return np.array(out, dtype=np.int64)
+
+
+_A = _level_thresholds()  # A_K, K = 0.._TOP (A_0 = 2**32: level 0 always passes)
+_B = _A + (np.arange(_TOP + 1) > 0)  # B_0 = 2**32, B_K = A_K + 1
+
+
+def _residual(
+    w: RowWeights, rows: np.ndarray, cols: np.ndarray, levels: np.ndarray
+) -> Callable[[int], Fraction]:
+    """Lane ``t`` -> ``gamma - K`` exactly, for the coin after the level's envelope."""
+    return lambda t: w.exact(int(rows[t]), int(cols[t])) - int(levels[t])
 
 
 def exponential_rows_sample(w: RowWeights, src: Source) -> np.ndarray:
-    """One draw per row ``i`` with ``P(j) ∝ exp(-gamma_ij)``, rows independent, by exact
-    rejection sampling: each row's uniform proposals and exact coins are its own, and its
-    output is its first accepted proposal (exactly as :func:`exponential_sample` with size 1).
+    """One draw per row ``i`` with ``P(j) ∝ exp(-gamma_ij)``, rows independent, exactly.
 
-    Proposals are drawn in blocks per row, sized from the row's acceptance rate (rounded up to
-    a power of two so that rows with similar rates share one matrix of proposals); block sizes
-    depend only on the scores, never on earlier draws, and the first accepted proposal of an
-    i.i.d. sequence has the same law however the sequence is cut into blocks.
+    Rejection sampling with a stepped envelope instead of uniform proposals, so that the cost
+    does not grow with the number of poor candidates (a row whose mass sits on a few of its
+    ``n`` candidates needs ``O(1)`` proposals, not ``O(n)``):
+
+    * **Levels.** ``K_j = min(floor(g_j - 2**-40), 23)`` clipped at 0 is an integer with
+      ``K_j <= gamma_j`` (``|g_j - gamma_j| <= 2**-44.4`` when ``g_j < 64``, else
+      ``gamma_j >= 63.9``). Envelope weight ``B_K = floor(e^-K 2^32) + 1 >= e^-K 2^32``
+      (``B_0 = 2^32``), an integer.
+    * **Proposal** ``∝ B_{K_j}``: an exact uniform integer ``u`` below ``2^b >= T = Σ_j B_{K_j}``
+      (``u >= T``: no proposal this time); ``u`` falls in the block of candidate ``j`` (blocks
+      of ``B_{K_j}`` integers) at offset ``o``.
+    * **Acceptance** ``e^-gamma_j 2^32 / B_{K_j}`` as two independent exact events:
+      ``U' = (o + V)/2^32 < e^-K`` with ``V`` uniform (``o < A_K`` decides it; ``o == A_K`` is
+      finished by :class:`dpkit.noise._exact.LazyUniform`), probability ``e^-K 2^32 / B_K``;
+      and a Bernoulli(exp(-(gamma_j - K))) coin (``g_j - K`` is exact in floats; ``g_j >= 64``
+      lanes are decided with the exact rational).
+
+    So one trial outputs ``j`` with probability ``e^-gamma_j 2^32 / 2^b``, the same for every
+    ``j`` up to the factor; the first accepted trial has law ``∝ exp(-gamma_j)``. A trial
+    succeeds with probability ``>= Σ e^-gamma_j / (2 Σ e^-K_j (1 + 2^-32 e^K_j))``, about
+    ``e^-1 / 2`` or better whatever ``n``. Trials are drawn in blocks per row; the first accepted
+    trial of an i.i.d. sequence has the same law however the sequence is cut.
     """
     m, n = w.g.shape
+    if n * int(_B[0]) >= 1 << 62:  # pragma: no cover - 2^30 candidates per instance
+        raise ValueError(f"at most 2**30 candidates per instance (got {n})")
     out = np.full(m, -1, dtype=np.int64)
-    rate = np.maximum(w.acceptance(), 1.0 / n)
-    want = np.minimum(np.ceil(4.0 / rate), float(_ROW_LANES))
-    size = np.exp2(np.ceil(np.log2(np.maximum(want, 1.0)))).astype(np.int64)
+    g = w.g
+    t = g - 2.0**-40  # g >= 64 (or inf) lands on _TOP, as gamma >= 63.9 allows
+    np.floor(t, out=t)
+    np.clip(t, 0, _TOP, out=t)
+    lev = t.astype(np.int8)
+    del t
+    order = np.argsort(lev, axis=1, kind="stable")  # members of each level, level by level
+    key = lev.astype(np.int64)
+    key += (np.arange(m, dtype=np.int64) * (_TOP + 1))[:, None]
+    counts = np.bincount(key.ravel(), minlength=m * (_TOP + 1)).reshape(m, _TOP + 1)
+    del key
+    first = np.zeros((m, _TOP + 2), dtype=np.int64)  # first sorted position of each level
+    np.cumsum(counts, axis=1, out=first[:, 1:])
+    cw = np.zeros((m, _TOP + 2), dtype=np.int64)  # cumulative envelope weight by level
+    np.cumsum(counts * _B[None, :], axis=1, out=cw[:, 1:])
+    total = cw[:, -1]
+    bits = np.array([int(x).bit_length() for x in total.tolist()], dtype=np.int64)
+    # a trial succeeds with probability >= about e^-1 / 2 (see above): 6 per row and round
+    trials = 6
     pending = np.arange(m)
     while pending.size:
         still: list[np.ndarray] = []
-        for s in np.unique(size[pending]).tolist():
-            group = pending[size[pending] == s]
-            per = max(1, _ROW_LANES // s)
-            for start in range(0, group.size, per):
-                rows = group[start : start + per]
-                r = noise.uniform_int(n, (rows.size, s), source=src)
-                acc = _row_coins(w, np.repeat(rows, s), r.ravel(), src).reshape(r.shape)
-                hit = acc.any(axis=1)
-                first = np.argmax(acc, axis=1)
-                out[rows[hit]] = r[hit, first[hit]]
-                still.append(rows[~hit])
+        for b in np.unique(bits[pending]).tolist():
+            grp = pending[bits[pending] == b]
+            s = trials
+            rows = np.repeat(grp, s)
+            u = noise.uniform_int(1 << b, rows.size, source=src)
+            ok = u < total[rows]
+            lane_rows = rows[ok]
+            uu = u[ok]
+            crow = cw[lane_rows]
+            k = (uu[:, None] >= crow[:, 1:]).sum(axis=1)  # level of the proposal
+            off = uu - crow[np.arange(k.size), k]
+            bk = _B[k]
+            member, o = off // bk, off % bk
+            col = order[lane_rows, first[lane_rows, k] + member]
+            ak = _A[k]
+            acc = o < ak
+            for t in np.flatnonzero(o == ak).tolist():
+                acc[t] = LazyUniform(int(o[t]), 32, src).less_than_exp_neg(Fraction(int(k[t])))
+            live = np.flatnonzero(acc)
+            if live.size:
+                lr, lc, lk = lane_rows[live], col[live], k[live]
+                g1 = g[lr, lc]
+                g2 = g1 - lk  # exact: an integer <= g subtracted from a float < 2^53
+                g2[~(g1 < 64.0)] = np.inf  # no float promise there: decided exactly
+                acc[live] = noise.bernoulli_exp_lanes(g2, _residual(w, lr, lc, lk), source=src)
+            # first accepted trial of each row, in trial order
+            hit = np.zeros((grp.size, s), dtype=bool)
+            hit.ravel()[np.flatnonzero(ok)] = acc
+            done = hit.any(axis=1)
+            pick = np.full(rows.size, -1, dtype=np.int64)
+            pick[np.flatnonzero(ok)] = col
+            firsts = np.argmax(hit, axis=1)
+            out[grp[done]] = pick.reshape(grp.size, s)[done, firsts[done]]
+            still.append(grp[~done])
         pending = np.concatenate(still) if still else pending[:0]
     return out
