@@ -192,6 +192,8 @@ def init(project: Path, epsilon: float, delta: float, accountant: str | None) ->
 @click.option("--max-rows-per-unit", type=int, default=None, help="Contribution bound per unit.")
 @click.option("--max-groups-per-unit", type=int, default=None, help="Groups one unit may touch.")
 @click.option("--domain", multiple=True, help="Public keys of a column: ward=A,B,C (repeatable).")
+@click.option("--not-null", "not_null", multiple=True,
+              help="A column with no NULL/NaN (checked at load); AVG of it shares COUNT(*).")
 @click.option("--public", is_flag=True, help="A public lookup table (no privacy; joinable).")
 @click.option(
     "--no-copy", "no_copy", is_flag=True, help="Keep a view over the file instead of a copy."
@@ -206,6 +208,7 @@ def add_table(
     max_rows_per_unit: int | None,
     max_groups_per_unit: int | None,
     domain: tuple[str, ...],
+    not_null: tuple[str, ...],
     public: bool,
     no_copy: bool,
     replace: bool,
@@ -220,6 +223,7 @@ def add_table(
         max_rows_per_unit=max_rows_per_unit,
         max_groups_per_unit=max_groups_per_unit,
         domains=_parse_domains(domain),
+        not_null=[c for item in not_null for c in item.split(",") if c] or None,
         public=public,
         copy=not no_copy,
         replace=replace,

@@ -278,6 +278,7 @@ def load_table(
     validate: Callable[[list[Column], int], None],
     fixed: Callable[[], Sequence[tuple[str, str]]] | None = None,
     domains: Callable[[], Sequence[tuple[str, str, Sequence[Any]]]] | None = None,
+    not_null: Callable[[], Sequence[str]] | None = None,
 ) -> tuple[list[Column], str, str]:
     """Load ``source`` into ``db_path`` as ``name`` (replacing it), in one DuckDB transaction.
 
@@ -290,8 +291,9 @@ def load_table(
     declared domain is cast to the column's type and checked (keys that cannot be read as that
     type, or that coincide in it, are refused); for a copied private table it is stored as the
     hidden table ``__dpkeys.<key table name>`` (one column ``k``), in the same transaction, and
-    the key tables of earlier loads of ``name`` are dropped. Returns (columns, storage,
-    relation).
+    the key tables of earlier loads of ``name`` are dropped. ``not_null()`` (called after
+    ``validate``) lists columns declared complete: a NULL (or NaN) in one of them refuses the
+    load. Returns (columns, storage, relation).
     """
     try:
         con = duckdb.connect(str(db_path))
@@ -335,6 +337,8 @@ def load_table(
                         )
                 rows = int(con.execute(f"SELECT COUNT(*) FROM {target}").fetchone()[0])
                 validate(columns, rows)
+                if not_null is not None:
+                    _check_complete(con, target, columns, not_null())
                 extra = list(fixed()) if fixed is not None and copy else []
                 if extra:
                     cols_sql = ", ".join(f"{expr} AS {quote_ident(n)}" for n, expr in extra)
@@ -355,6 +359,25 @@ def load_table(
     finally:
         con.close()
     return columns, ("copy" if copy else "view"), relation_name(name, public)
+
+
+def _check_complete(con: duckdb.DuckDBPyConnection, target: str, columns: Sequence[Column],
+                    names: Sequence[str]) -> None:
+    """Refuse the load when a column declared complete (``not_null``) holds NULL or NaN (the
+    data owner's check: the message goes to the owner, who sees the data anyway)."""
+    types = {c.name: c for c in columns}
+    for name in names:
+        col = quote_ident(name)
+        missing = f"{col} IS NULL"
+        if types[name].cls == "float":
+            missing += f" OR isnan({col})"
+        n = int(con.execute(f"SELECT COUNT(*) FROM {target} WHERE {missing}").fetchone()[0])
+        if n:
+            raise ValueError(
+                f"column {name!r} is declared not_null, but {n} row(s) hold NULL"
+                + (" or NaN" if types[name].cls == "float" else "")
+                + "; drop it from not_null, or fill or drop those rows in the source"
+            )
 
 
 def _replace_key_tables(con: duckdb.DuckDBPyConnection, name: str, columns: Sequence[Column],

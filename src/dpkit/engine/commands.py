@@ -56,7 +56,8 @@ def init_project(project: str | Path, *, epsilon: float, delta: float = 0.0,
 def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str | None = None,
               bounds: Mapping[str, tuple[float, float]] | None = None,
               max_rows_per_unit: int | None = None, max_groups_per_unit: int | None = None,
-              domains: Mapping[str, Sequence[Any]] | None = None, public: bool = False,
+              domains: Mapping[str, Sequence[Any]] | None = None,
+              not_null: Sequence[str] | None = None, public: bool = False,
               copy: bool = True, replace: bool = False, console: Any = None) -> None:
     """Register a table from a CSV / Parquet / JSON file or a DuckDB database (``db::table``)."""
     con = _console(console)
@@ -66,8 +67,8 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
             meta = cur.add_table(name, source, privacy_unit=privacy_unit, bounds=bounds or None,
                                  max_rows_per_unit=max_rows_per_unit,
                                  max_groups_per_unit=max_groups_per_unit,
-                                 domains=domains or None, public=public, copy=copy,
-                                 replace=replace)
+                                 domains=domains or None, not_null=not_null,
+                                 public=public, copy=copy, replace=replace)
         from rich.table import Table
 
         t = Table(title=f"table {name} ({meta.storage}, {time.perf_counter() - t0:.1f} s)",
@@ -84,6 +85,8 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
                 notes.append(f"bounds [{lo:g}, {hi:g}]")
             if c.name in meta.domains:
                 notes.append(f"domain of {len(meta.domains[c.name])} keys")
+            if c.name in meta.not_null:
+                notes.append("not null")
             t.add_row(c.name, c.type, ", ".join(notes))
         con.print(t)
         con.print(meta.summary())

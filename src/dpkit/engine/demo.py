@@ -148,7 +148,7 @@ def run_demo(path: str | Path | None = None, console: Any = None, *, rows: int =
             meta = cur.add_table(
                 "visits", data, privacy_unit="patient_id", max_rows_per_unit=5,
                 bounds={"age": (0, 100), "length_of_stay": (0, 30), "cost": (0, 50_000)},
-                domains={"ward": list(WARDS)},
+                domains={"ward": list(WARDS)}, not_null=["age", "length_of_stay", "cost"],
             )
         con.print(
             f"The data owner created [bold]{project}[/] with a budget of epsilon 3.0, delta 1e-6 "

@@ -533,6 +533,17 @@ def build_plan(
             )
         return b
 
+    def nonnull_count(source: str, column: str) -> Measure:
+        # a column the owner declared complete has COUNT(col) = COUNT(*) (bounded rows): one
+        # measurement of the row count serves both, and AVG/VAR of it
+        if source == dsql.PRIVATE_ALIAS and table.column(column).name in table.not_null:
+            mm = measure("rows")
+            mm.label = "COUNT(*)"
+            return mm
+        mm = measure("nonnull", f"{source}.{column}")
+        mm.label = f"COUNT({column})"
+        return mm
+
     select: Measure | None = None
     if group_mode == "select":
         select = measure("select")
@@ -558,8 +569,7 @@ def build_plan(
                 roles["count"] = mm.key
         elif call.func == dsql.COUNT_COL:
             assert call.column is not None
-            mm = measure("nonnull", f"{call.source}.{call.column}")
-            mm.label = f"COUNT({call.column})"
+            mm = nonnull_count(call.source, call.column)
             roles["count"] = mm.key
         else:
             assert call.column is not None
@@ -574,8 +584,7 @@ def build_plan(
                 mm.label, mm.lo, mm.hi = call.label, lo, hi
                 roles["quant"] = mm.key
             else:
-                c = measure("nonnull", ref)
-                c.label = f"COUNT({call.column})"
+                c = nonnull_count(call.source, call.column)
                 s = measure("csum", ref)
                 s.label, s.lo, s.hi = f"SUM({call.column} - mid)", lo, hi
                 roles["count"], roles["csum"] = c.key, s.key

@@ -123,6 +123,9 @@ class TableMeta:
     # column -> hidden key table holding its declared domain (copied tables only; see
     # :func:`domain_table_name`): queries read the keys from it instead of inlining them
     key_tables: Mapping[str, str] = field(default_factory=dict)
+    # columns the owner declared complete (no NULL, no NaN; checked at load): COUNT(col) is
+    # COUNT(*), so AVG/VAR/STDDEV of them share the row count's measurement
+    not_null: tuple[str, ...] = ()
 
     # ---------------------------------------------------------------- lookups
 
@@ -183,6 +186,7 @@ class TableMeta:
             "relation": self.relation,
             "description": self.description,
             "key_tables": dict(self.key_tables),
+            "not_null": list(self.not_null),
         }
 
     @classmethod
@@ -203,6 +207,7 @@ class TableMeta:
             relation=str(d.get("relation", "")),
             description=str(d.get("description", "")),
             key_tables={str(k): str(v) for k, v in d.get("key_tables", {}).items()},
+            not_null=tuple(str(c) for c in d.get("not_null", ())),
         )
 
     def summary(self) -> str:
@@ -220,7 +225,22 @@ class TableMeta:
         if self.domains:
             parts.append("domains " + ", ".join(f"{k} ({len(v)} keys)"
                                                 for k, v in self.domains.items()))
+        if self.not_null:
+            parts.append("not null " + ", ".join(self.not_null))
         return "; ".join(parts)
+
+
+def validate_not_null(columns: Sequence[Column], not_null: Any, *, public: bool) -> tuple[str, ...]:
+    """The columns declared complete, by their exact names (unknown names raise)."""
+    if not_null is None:
+        return ()
+    if isinstance(not_null, (str, bytes)) or not isinstance(not_null, Sequence | set | frozenset):
+        raise TypeError(f"not_null must be a list of column names, e.g. ['age'] (got "
+                        f"{not_null!r})")
+    if public and not_null:
+        raise ValueError("not_null is for private tables (a public table's NULLs are public)")
+    probe = TableMeta(name="", columns=tuple(columns))
+    return tuple(dict.fromkeys(probe.column(str(c)).name for c in not_null))
 
 
 def domain_table_name(table: str, column: str, type_: str, keys: Sequence[Any]) -> str:
