@@ -16,6 +16,11 @@ exact (dpkit.noise), and:
   of heads (non-empty: the best candidate has ``gamma = 0``). We flip all coins and pick a
   uniform head with ``noise.uniform_int``: the same law, vectorised.
 
+* **Many instances at once** (:func:`exponential_rows_sample`): one exponential mechanism per
+  row of a score matrix, by rejection with a stepped envelope (integer levels ``K <= gamma``,
+  weights ``floor(e^-K 2^32) + 1``) so that a draw needs O(1) trials however many poor
+  candidates a row has; see its docstring for the proof.
+
 The float values ``g_r`` handed to the vectorised coin satisfy the noise layer's contract
 ``|g_r - gamma_r| <= 2**-44.4`` when ``g_r < 64`` and ``gamma_r >= 63.9`` otherwise: ``g_r`` is
 ``float(c) * (q* - q_r)`` in float64, three correctly rounded operations, so its relative error

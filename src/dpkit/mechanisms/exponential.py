@@ -179,10 +179,14 @@ def exponential_rows(
     row.
 
     **Law**: row ``i`` picks column ``j`` with probability
-    ``exp(ε q_ij / (2Δ)) / Σ_l exp(ε q_il / (2Δ))`` (``ε/Δ`` when ``monotonic``), sampled
-    exactly as :func:`exponential` does (rejection with uniform proposals and exact
-    Bernoulli(exp(-γ)) coins on rational ``γ``), rows mutually independent. Rows are processed in
-    blocks so that memory stays bounded whatever the number of instances.
+    ``exp(ε q_ij / (2Δ)) / Σ_l exp(ε q_il / (2Δ))`` (``ε/Δ`` when ``monotonic``), the law of
+    :func:`exponential`, rows mutually independent. Sampled exactly, with no float exponential
+    or Gumbel noise: rejection sampling whose proposals follow a stepped envelope (integer levels
+    below each ``γ_ij``, dyadic weights) and whose acceptance is an exact uniform comparison and
+    an exact Bernoulli(exp(-γ)) coin on rational ``γ``
+    (:func:`dpkit.mechanisms._sampling.exponential_rows_sample`), so a draw needs O(1) trials
+    even when the mass sits on a few of many candidates. Rows are processed in blocks of about
+    2^20 scores, so memory stays bounded whatever the number of instances.
 
     **Guarantee, per instance**: each row is an ε-DP (ε-bounded-range) exponential mechanism on
     its own instance, under the relation for which ``sensitivity`` holds: for neighbours, every
