@@ -5,8 +5,9 @@ The small-call work (cached exact calibration, the lane-by-lane Python path of
 bit-identical: same words drawn in the same order, same samples, intervals, events, details.
 Three kinds of checks pin that:
 
-* the scalar path of ``_bern_exp_lanes`` against its numpy path, on the same lanes and words
-  (including forced, big-gamma and ambiguous lanes), and the words left in the source after;
+* the scalar and the screened paths of ``_bern_exp_lanes`` against its plain numpy path, on the
+  same lanes and words (including forced, big-gamma, near-threshold and ambiguous lanes), and
+  the words left in the source after;
 * each cached calibration function against the uncached function it wraps;
 * whole releases of the current code against the code of :data:`BASE` (the commit before these
   fast paths), run from ``git archive`` in a subprocess, for many (parameter, size, seed)
@@ -38,20 +39,21 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------ scalar vs numpy lane path
-def _lanes_both_ways(g, seed, force=None, below_one=False):
-    """(out, next words) from the small scalar path and from the numpy path, same inputs."""
+def _lanes_all_ways(g, seed, force=None, below_one=False):
+    """(out, next words) from the scalar, screened and plain numpy paths, on the same inputs."""
     results = []
-    for small in (True, False):
+    for small, screen in ((True, True), (False, True), (False, False)):
         src = dp.noise.seeded(seed)
-        limit = samplers._SMALL_LANES
+        limit, flag = samplers._SMALL_LANES, samplers._FILTER
         samplers._SMALL_LANES = 10**9 if small else -1
+        samplers._FILTER = screen
         try:
             out = samplers._bern_exp_lanes(
                 np.array(g, dtype=np.float64), src,
                 lambda i: Fraction(g[i]), None if force is None else np.array(force), below_one,
             )
         finally:
-            samplers._SMALL_LANES = limit
+            samplers._SMALL_LANES, samplers._FILTER = limit, flag
         results.append((out.tolist(), src.uint64(4).tolist()))
     return results
 
@@ -65,10 +67,10 @@ def test_scalar_lanes_match_numpy_lanes(seed):
     g = (raw * 70.0).tolist()
     g[: min(n, 4)] = [0.0, 1.0, 63.999, 64.0][: min(n, 4)]
     force = (raw < 0.1).tolist()
-    small, big = _lanes_both_ways(g, seed, force)
-    assert small == big
-    small, big = _lanes_both_ways((raw * 0.999).tolist(), seed, None, below_one=True)
-    assert small == big
+    small, screened, plain = _lanes_all_ways(g, seed, force)
+    assert small == screened == plain
+    small, screened, plain = _lanes_all_ways((raw * 0.999).tolist(), seed, None, below_one=True)
+    assert small == screened == plain
 
 
 def test_scalar_lanes_resolve_ambiguous_lanes_alike():
@@ -77,8 +79,14 @@ def test_scalar_lanes_resolve_ambiguous_lanes_alike():
     u0 = int(dp.noise.seeded(7).uint32(1)[0])
     gamma = -math.log((u0 + 0.5) / 2**32)
     g = [gamma] * 5
-    small, big = _lanes_both_ways(g, 7)
-    assert small == big
+    small, screened, plain = _lanes_all_ways(g, 7)
+    assert small == screened == plain
+    # lanes near the threshold (inside the screen's margin) on every path, with forced lanes
+    words = dp.noise.seeded(8).uint32(300).tolist()
+    g = [-math.log((w + 0.5) / 2**32) - 1e-4 * (i % 7) for i, w in enumerate(words)]
+    force = [i % 11 == 0 for i in range(300)]
+    small, screened, plain = _lanes_all_ways(g, 8, force)
+    assert small == screened == plain
 
 
 # ------------------------------------------------------------------ cached = uncached

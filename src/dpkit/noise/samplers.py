@@ -333,7 +333,7 @@ _HI_FACTOR = (1.0 + _GUARD) * _TWO32
 #: per-call cost (about 40 ufunc calls) dominates small batches, and Python floats are the same
 #: IEEE-754 doubles with the same correctly rounded operations in the same order (no fused
 #: multiply-add), so both paths compute bit-identical bounds and decisions.
-_SMALL_LANES = 24
+_SMALL_LANES = 12
 
 
 def _taylor_horner(
@@ -415,9 +415,91 @@ def _bern_exp_lanes(
     u = src.uint32(n)
     if n <= _SMALL_LANES:
         out, lanes = _bern_exp_lanes_small(g, u, force_exact, below_one)
-        for j in lanes:
-            out[j] = LazyUniform(int(u[j]), 32, src).less_than_exp_neg(exact_gamma(j))
-        return out
+    elif _FILTER:
+        out, lanes = _bern_exp_lanes_filtered(g, u, force_exact, below_one)
+    else:
+        out, lanes = _bern_exp_lanes_numpy(g, u, force_exact, below_one)
+    for j in lanes:
+        out[j] = LazyUniform(int(u[j]), 32, src).less_than_exp_neg(exact_gamma(j))
+    return out
+
+
+#: Degree of the screening polynomial and its relative margin (see _bern_exp_lanes_filtered).
+_SCREEN_DEG = 6
+_SCREEN_MARGIN = 2.0**-9
+_SCREEN_LO = (1.0 - _SCREEN_MARGIN) * _TWO32
+_SCREEN_HI = (1.0 + _SCREEN_MARGIN) * _TWO32
+_FILTER = True  # False: always the plain numpy path (tests compare the two)
+
+
+def _bern_exp_lanes_filtered(
+    g: np.ndarray,
+    u: np.ndarray,
+    force_exact: np.ndarray | None,
+    below_one: bool,
+) -> tuple[np.ndarray, list[int]]:
+    """The decisions of :func:`_bern_exp_lanes_numpy` (same ``out``, same ambiguous lanes),
+    screening each lane with a degree-6 Taylor value first and evaluating the degree-17 bracket
+    (lane by lane, :func:`_bern_exp_lanes_small`) only where the screen cannot tell.
+
+    Why the screen gives the same answers: for ``f`` in [0, 1) the alternating Taylor series
+    has ``|exp(-f) - T6(f)| <= f**7/7! <= 1/5040``, i.e. relative error below ``e/5040 <
+    2**-10.8`` (``exp(-f) >= 1/e``); its float evaluation adds under ``2**-45``, and the table
+    factor and the scaling three roundings of ``2**-53``. The degree-17 value is within
+    ``2**-42`` of the same ``exp(-f) exp(-m)`` (docs/noise.md). So with ``M = 2**-9``:
+    ``qlo = q6 (1 - M) 2**32 < (1 - 2**-10) X 2**32 < lo`` and ``qhi = q6 (1 + M) 2**32 >
+    (1 + 2**-10) X 2**32 > hi`` (``X = exp(-f) exp(-m)``, ``lo``/``hi`` the degree-17 bracket).
+    Hence ``u + 1 <= qlo`` implies ``u + 1 <= lo`` (True, not ambiguous) and ``u >= qhi``
+    implies ``u >= hi`` (False, not ambiguous): exactly the numpy path's answers. The other
+    lanes (probability about ``2**-8`` each, plus big-gamma lanes) get the full computation."""
+    if below_one:  # 0 <= g < 1: m = 0, f = g
+        f = g
+        big = None
+    else:
+        big = g >= _BIG_GAMMA
+        if not big.any():
+            big = None
+        m = np.floor(g)
+        f = g - m  # exact (Sterbenz), in [0, 1)
+        if big is not None:
+            m[big] = 0.0
+            f[big] = 0.0
+    a = _TAYLOR
+    q = f * a[_SCREEN_DEG]
+    q += a[_SCREEN_DEG - 1]
+    for i in range(_SCREEN_DEG - 2, -1, -1):
+        q *= f
+        q += a[i]
+    if not below_one:
+        q *= _EXP_NEG_INT[m.astype(np.intp)]
+    uf = u.astype(np.float64)
+    out = (uf + 1.0) <= q * _SCREEN_LO
+    near = uf < q * _SCREEN_HI
+    near &= ~out
+    if big is not None:  # decided by the full path (lo = 0, hi = 2**-31)
+        out[big] = False
+        near[big] = True
+    idx = near.nonzero()[0]
+    if idx.size:
+        sub_out, sub_amb = _bern_exp_lanes_small(g[idx], u[idx], None, below_one)
+        out[idx] = sub_out
+        amb = idx[sub_amb]
+    else:
+        amb = idx
+    if force_exact is None:
+        return out, amb.tolist()
+    mask = force_exact.copy()
+    mask[amb] = True
+    return out, mask.nonzero()[0].tolist()
+
+
+def _bern_exp_lanes_numpy(
+    g: np.ndarray,
+    u: np.ndarray,
+    force_exact: np.ndarray | None,
+    below_one: bool,
+) -> tuple[np.ndarray, list[int]]:
+    """The degree-17 bracket for every lane with numpy: ``out`` and the ambiguous lanes."""
     if below_one:  # caller guarantees 0 <= g < 1: m = 0, f = g
         any_big = False
         f = g
@@ -448,9 +530,7 @@ def _bern_exp_lanes(
     amb &= uf < hi
     if force_exact is not None:
         amb |= force_exact
-    for j in amb.nonzero()[0].tolist():
-        out[j] = LazyUniform(int(u[j]), 32, src).less_than_exp_neg(exact_gamma(j))
-    return out
+    return out, amb.nonzero()[0].tolist()
 
 
 def bernoulli_exp_lanes(
