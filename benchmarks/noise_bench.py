@@ -2,6 +2,15 @@
 
     python benchmarks/noise_bench.py            # full run (~1-2 minutes on 2 cores)
     python benchmarks/noise_bench.py --quick    # smaller sizes, fewer scales (~20 s)
+    python benchmarks/noise_bench.py --small-calls              # per-call cost, small vectors
+    python benchmarks/noise_bench.py --small-calls --against 4e86c9f   # ... vs a git revision
+
+``--small-calls`` times what a curator query does once per measurement: one
+``mechanisms.geometric`` / ``mechanisms.discrete_gaussian`` call on a small integer vector
+(1, 10, 256 lanes), in microseconds per call (best of several repeats, CPU time), next to
+``np.add`` on the same vector as a floor. ``--against REV`` runs the same cases with the package
+of git revision ``REV`` (``git archive`` into a temporary folder, in a subprocess), alternating
+runs, and prints the ratio old/new: the machine may be shared, so compare ratios, not times.
 
 Columns: samples per second for dpkit with the secure source (os.urandom, the default), dpkit
 with the seeded (insecure) source, OpenDP 0.16 vectorised ``make_laplace`` / ``make_gaussian`` on
@@ -29,7 +38,8 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "src"))
+# DPKIT_BENCH_SRC: the package to time instead of this checkout's (used by --against)
+sys.path.insert(0, os.environ.get("DPKIT_BENCH_SRC") or str(HERE.parent / "src"))
 
 import dpkit.noise as noise  # noqa: E402
 
@@ -89,12 +99,96 @@ def run_opendp(scales: list[float], n: int, repeat: int) -> dict | None:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+SMALL_SIZES = (1, 10, 256)
+
+
+def small_call_cases() -> list[tuple[str, dict]]:
+    """(mechanism, keyword arguments) of the --small-calls mode."""
+    return [
+        ("geometric", {"sensitivity": 1, "epsilon": 0.0033}),
+        ("geometric", {"sensitivity": 800, "epsilon": 0.0033}),
+        ("geometric", {"sensitivity": 1, "epsilon": 1.0}),
+        ("discrete_gaussian", {"sensitivity": 1, "sigma2": 1e6}),
+        ("discrete_gaussian", {"sensitivity": 3, "rho": 0.01}),
+    ]
+
+
+def time_small_calls(number: int, repeat: int) -> dict[str, float]:
+    """Microseconds per call (best of ``repeat`` CPU-time runs of ``number`` calls) per case."""
+    import timeit
+
+    import dpkit.mechanisms as mech
+
+    out: dict[str, float] = {}
+    for secure in (False, True):
+        for size in SMALL_SIZES:
+            x = np.arange(size, dtype=np.int64) * 7
+            src = None if secure else noise.seeded(0)
+            out[f"np.add n={size}"] = min(
+                timeit.Timer(lambda x=x: np.add(x, x), timer=time.process_time).repeat(
+                    repeat, number)) / number * 1e6
+            for name, kw in small_call_cases():
+                if secure and size != 10:
+                    continue
+                f = getattr(mech, name)
+
+                def call(f=f, x=x, kw=kw, src=src) -> object:
+                    return f(x, source=src, **kw)
+
+                call()  # caches and buffers warm
+                args = ",".join(f"{k}={v:g}" for k, v in kw.items())
+                key = f"{name}({args}) n={size}{' secure' if secure else ''}"
+                t = timeit.Timer(call, timer=time.process_time)
+                out[key] = min(t.repeat(repeat, number)) / number * 1e6
+    return out
+
+
+def run_small_calls(against: str | None, rounds: int) -> int:
+    """The --small-calls mode (see the module docstring)."""
+    if os.environ.get("DPKIT_BENCH_JSON"):  # child of --against: print the numbers only
+        print(json.dumps(time_small_calls(200, 5)))
+        return 0
+    if against is None:
+        res = time_small_calls(300, 7)
+        print(f"{'case (per call, CPU time)':<62}{'us':>9}")
+        for k, v in res.items():
+            print(f"{k:<62}{v:>9.1f}")
+        return 0
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tar = subprocess.run(["git", "-C", str(HERE.parent), "archive", against, "src/dpkit"],
+                             capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=tar, check=True)
+        runs: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
+        for _ in range(rounds):  # alternate, so that machine load hits both alike
+            for which, src in (("old", str(Path(tmp) / "src")), ("new", str(HERE.parent / "src"))):
+                env = {**os.environ, "DPKIT_BENCH_SRC": src, "DPKIT_BENCH_JSON": "1"}
+                done = subprocess.run([sys.executable, __file__, "--small-calls"], env=env,
+                                      capture_output=True, text=True, check=True)
+                runs[which].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    print(f"{'case (per call, CPU time, best of ' + str(rounds) + ' rounds)':<62}"
+          f"{against[:10]:>11}{'now':>9}{'old/new':>9}")
+    for k in runs["new"][0]:
+        old = min(r[k] for r in runs["old"])
+        new = min(r[k] for r in runs["new"])
+        print(f"{k:<62}{old:>9.1f}us{new:>7.1f}us{old / new:>8.2f}x")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer scales")
     ap.add_argument("--no-opendp", action="store_true", help="skip the OpenDP column")
     ap.add_argument("--out", type=Path, default=RESULTS, help="JSON output path")
+    ap.add_argument("--small-calls", action="store_true",
+                    help="per-call microseconds of the integer mechanisms on small vectors")
+    ap.add_argument("--against", metavar="REV", default=None,
+                    help="with --small-calls: also time git revision REV and print old/new")
+    ap.add_argument("--rounds", type=int, default=4, help="alternating rounds for --against")
     args = ap.parse_args(argv)
+    if args.small_calls:
+        return run_small_calls(args.against, args.rounds)
 
     scales = [1.0, 1e3, 1e6] if args.quick else [1.0, 10.0, 1e3, 1e6]
     n = 200_000 if args.quick else 1_000_000
