@@ -8,6 +8,7 @@ Three kinds of checks pin that:
 * the scalar and the screened paths of ``_bern_exp_lanes`` against its plain numpy path, on the
   same lanes and words (including forced, big-gamma, near-threshold and ambiguous lanes), and
   the words left in the source after;
+* the tabulated acceptance brackets against the ones computed per lane;
 * each cached calibration function against the uncached function it wraps;
 * whole releases of the current code against the code of :data:`BASE` (the commit before these
   fast paths), run from ``git archive`` in a subprocess, for many (parameter, size, seed)
@@ -87,6 +88,50 @@ def test_scalar_lanes_resolve_ambiguous_lanes_alike():
     force = [i % 11 == 0 for i in range(300)]
     small, screened, plain = _lanes_all_ways(g, 8, force)
     assert small == screened == plain
+
+
+@pytest.mark.parametrize("t", [2, 3, 1001, 40000])
+def test_tabulated_brackets_match_computed_ones(t):
+    # discrete Laplace acceptance: g = fl(U / t), looked up by U
+    for seed in range(4):
+        keys = dp.noise.uniform_int(t, 300, source=dp.noise.seeded(seed))
+        keys = keys[keys > 0]
+        g = keys.astype(np.float64)
+        g /= float(t)
+        runs = []
+
+        def exact_u(i, keys=keys):
+            return Fraction(int(keys[i]), t)
+
+        for tabulated in (True, False):
+            src = dp.noise.seeded(50 + seed)
+            if tabulated:
+                out = samplers._bern_exp_table(keys, samplers._dlap_accept_table(t), src, exact_u)
+            else:
+                out = samplers._bern_exp_lanes(g, src, exact_u, below_one=True)
+            runs.append((out.tolist(), src.uint64(3).tolist()))
+        assert runs[0] == runs[1]
+    # discrete Gaussian acceptance: g = fl(fl(|Y| - c)**2 k), looked up by |Y|
+    sigma2 = Fraction(min(t, 3000) ** 2, 7) + Fraction(1, 3)  # table size about 12 sigma
+    a, _, c_f, k_f, bt, den, _rate = samplers._dgauss_setup(sigma2)
+    table = samplers._dgauss_accept_table(c_f, k_f)
+    assert table is not None
+    ay = dp.noise.uniform_int(table[0].size, 400, source=dp.noise.seeded(t))
+    d = ay.astype(np.float64)
+    d -= c_f
+    g = d * d
+    g *= k_f
+    runs = []
+    for tabulated in (True, False):
+        src = dp.noise.seeded(t + 1)
+
+        def exact(i):
+            return Fraction((bt * int(ay[i]) - a) ** 2, den)
+
+        out = (samplers._bern_exp_table(ay, table, src, exact) if tabulated
+               else samplers._bern_exp_lanes(g, src, exact))
+        runs.append((out.tolist(), src.uint64(3).tolist()))
+    assert runs[0] == runs[1]
 
 
 # ------------------------------------------------------------------ cached = uncached

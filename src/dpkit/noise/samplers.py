@@ -500,6 +500,13 @@ def _bern_exp_lanes_numpy(
     below_one: bool,
 ) -> tuple[np.ndarray, list[int]]:
     """The degree-17 bracket for every lane with numpy: ``out`` and the ambiguous lanes."""
+    lo, hi = _brackets(g, below_one)
+    return _decide(u, lo, hi, force_exact)
+
+
+def _brackets(g: np.ndarray, below_one: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(lo, hi)``: the certified bracket of ``exp(-gamma) 2**32`` for each lane (see
+    :func:`_bern_exp_lanes`); elementwise, so a lane's bracket depends on its ``g`` only."""
     if below_one:  # caller guarantees 0 <= g < 1: m = 0, f = g
         any_big = False
         f = g
@@ -524,6 +531,13 @@ def _bern_exp_lanes_numpy(
     if any_big:
         lo[big] = 0.0
         hi[big] = 2.0**-31  # 2**-63 * 2**32
+    return lo, hi
+
+
+def _decide(
+    u: np.ndarray, lo: np.ndarray, hi: np.ndarray, force_exact: np.ndarray | None
+) -> tuple[np.ndarray, list[int]]:
+    """``out = [u + 1 <= lo]`` and the ambiguous lanes ``not out and u < hi`` (or forced)."""
     uf = u.astype(np.float64)
     out = (uf + 1.0) <= lo
     amb = ~out
@@ -531,6 +545,58 @@ def _bern_exp_lanes_numpy(
     if force_exact is not None:
         amb |= force_exact
     return out, amb.nonzero()[0].tolist()
+
+
+# Tabulated brackets. Where a lane's g can take only a few values (g = fl(U / t) with U in
+# [0, t) for the discrete Laplace acceptance; g = fl(fl(|Y| - c)**2 k) for the discrete Gaussian
+# one, |Y| below a bound), the brackets of :func:`_brackets` are computed once for every value
+# and looked up: the same float operations on the same inputs, so the same brackets, decisions
+# and words as computing them per lane.
+_TABLE_MAX = 1 << 16  # entries per table (two float64 arrays: 1 MiB)
+
+
+@functools.lru_cache(maxsize=16)
+def _dlap_accept_table(t: int) -> tuple[np.ndarray, np.ndarray]:
+    """Brackets for ``g = fl(U / t)``, indexed by ``U`` in [0, t) (``2 <= t <= _TABLE_MAX``),
+    computed as in :func:`_dlap_attempts`."""
+    g = np.arange(t, dtype=np.int64).astype(np.float64)
+    g /= float(t)
+    lo, hi = _brackets(g, below_one=True)
+    lo.flags.writeable = hi.flags.writeable = False
+    return lo, hi
+
+
+@functools.lru_cache(maxsize=16)
+def _dgauss_accept_table(c_f: float, k_f: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """Brackets for ``g = fl(fl(fl(y) - c_f)**2 k_f)``, indexed by ``y = |Y|`` from 0 while
+    ``g < 64`` (then on, every lane is a big-gamma lane), computed as in
+    :func:`discrete_gaussian`; None when that would take more than ``_TABLE_MAX`` entries."""
+    size = math.ceil(c_f + math.sqrt(_BIG_GAMMA / k_f)) + 2
+    if size > _TABLE_MAX:
+        return None
+    d = np.arange(size, dtype=np.int64).astype(np.float64)
+    d -= c_f
+    g = d * d
+    g *= k_f
+    lo, hi = _brackets(g, below_one=False)
+    lo.flags.writeable = hi.flags.writeable = False
+    return lo, hi
+
+
+def _bern_exp_table(
+    keys: np.ndarray,
+    table: tuple[np.ndarray, np.ndarray],
+    src: Source,
+    exact_gamma: Callable[[int], Fraction],
+) -> np.ndarray:
+    """:func:`_bern_exp_lanes` for lanes whose brackets are ``table[0][keys]``,
+    ``table[1][keys]`` (every key inside the table): one word per lane, then the ambiguous
+    lanes exactly, in lane order, as there."""
+    u = src.uint32(keys.size)
+    out, lanes = _decide(u, table[0][keys], table[1][keys], None)
+    for j in lanes:
+        out[j] = LazyUniform(int(u[j]), 32, src).less_than_exp_neg(exact_gamma(j))
+    return out
 
 
 def bernoulli_exp_lanes(
@@ -668,11 +734,16 @@ def _dlap_attempts(m: int, t: int, s: int, src: Source) -> np.ndarray:
         U = _uniform_below(t, m, src)
         nz = U.nonzero()[0]  # U is 1-D: its non-zero lanes, as np.flatnonzero(U)
         Unz = U[nz]
-        g = Unz.astype(np.float64)
-        g /= float(t)  # |g - U/t| <= 3.0001 * 2**-53 * U/t  (three roundings)
         acc = np.ones(m, dtype=bool)
-        # t <= 2**53 makes fl(U/t) <= 1 - 2**-53 < 1, so the m = 0 shortcut is valid
-        acc[nz] = _bern_exp_lanes(g, src, lambda i: Fraction(int(Unz[i]), t), below_one=t <= 2**53)
+        if t <= _TABLE_MAX:  # brackets looked up by U (the same values as computed below)
+            acc[nz] = _bern_exp_table(Unz, _dlap_accept_table(t), src,
+                                      lambda i: Fraction(int(Unz[i]), t))
+        else:
+            g = Unz.astype(np.float64)
+            g /= float(t)  # |g - U/t| <= 3.0001 * 2**-53 * U/t  (three roundings)
+            # t <= 2**53 makes fl(U/t) <= 1 - 2**-53 < 1, so the m = 0 shortcut is valid
+            acc[nz] = _bern_exp_lanes(g, src, lambda i: Fraction(int(Unz[i]), t),
+                                      below_one=t <= 2**53)
         U = U[acc]
     k = U.size
     V, vbound = _geometric_e1_bound(k, src)
@@ -784,9 +855,15 @@ def discrete_gaussian(sigma2: Rational, size: Size, *, source: Source | None = N
     src = _source(source)
     n = math.prod(shape)
 
+    table = _dgauss_accept_table(c_f, k_f)
+
     def attempt(m: int) -> np.ndarray:
         Y = _dlap_attempts(m, t, 1, src)
         ay = np.abs(Y)
+        if table is not None and (not ay.size or int(ay.max()) < table[0].size):
+            acc = _bern_exp_table(ay, table, src,
+                                  lambda i: Fraction((bt * int(ay[i]) - a) ** 2, den))
+            return Y[acc]
         d = ay.astype(np.float64)
         d -= c_f
         g = d * d
