@@ -136,9 +136,7 @@ def _uniform_below(high: int, n: int, src: Source) -> np.ndarray:
             filled += k
         return out
     # 64-bit words: accept w < lim (a multiple of high), return w mod high
-    lim = (1 << 64) - (1 << 64) % high
-    reject = ((1 << 64) % high) / 2.0**64
-    lim_u, h = np.uint64(lim), np.uint64(high)
+    lim_u, h, reject = _u64_rejection(high)
     while filled < n:
         need = n - filled
         w = src.uint64(need + int(need * reject * 1.2) + 8)
@@ -147,6 +145,14 @@ def _uniform_below(high: int, n: int, src: Source) -> np.ndarray:
         out[filled : filled + k] = vals[:k]
         filled += k
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _u64_rejection(high: int) -> tuple[np.uint64, np.uint64, float]:
+    """``(lim, high, rejection rate)`` for 64-bit words: ``lim`` the largest multiple of
+    ``high`` not above ``2**64``."""
+    lim = (1 << 64) - (1 << 64) % high
+    return np.uint64(lim), np.uint64(high), ((1 << 64) % high) / 2.0**64
 
 
 def uniform_int(high: int, size: Size, *, source: Source | None = None) -> np.ndarray:
@@ -734,17 +740,21 @@ def _dlap_attempts(m: int, t: int, s: int, src: Source) -> np.ndarray:
         U = _uniform_below(t, m, src)
         nz = U.nonzero()[0]  # U is 1-D: its non-zero lanes, as np.flatnonzero(U)
         Unz = U[nz]
-        acc = np.ones(m, dtype=bool)
         if t <= _TABLE_MAX:  # brackets looked up by U (the same values as computed below)
-            acc[nz] = _bern_exp_table(Unz, _dlap_accept_table(t), src,
-                                      lambda i: Fraction(int(Unz[i]), t))
+            acc_nz = _bern_exp_table(Unz, _dlap_accept_table(t), src,
+                                     lambda i: Fraction(int(Unz[i]), t))
         else:
             g = Unz.astype(np.float64)
             g /= float(t)  # |g - U/t| <= 3.0001 * 2**-53 * U/t  (three roundings)
             # t <= 2**53 makes fl(U/t) <= 1 - 2**-53 < 1, so the m = 0 shortcut is valid
-            acc[nz] = _bern_exp_lanes(g, src, lambda i: Fraction(int(Unz[i]), t),
-                                      below_one=t <= 2**53)
-        U = U[acc]
+            acc_nz = _bern_exp_lanes(g, src, lambda i: Fraction(int(Unz[i]), t),
+                                     below_one=t <= 2**53)
+        if nz.size == m:  # no U = 0 lane (the usual case for large t)
+            U = Unz[acc_nz]
+        else:
+            acc = np.ones(m, dtype=bool)  # U = 0 is accepted with probability exp(0) = 1
+            acc[nz] = acc_nz
+            U = U[acc]
     k = U.size
     V, vbound = _geometric_e1_bound(k, src)
     vmax = (2**63 - 1 - (t - 1)) // t
@@ -767,9 +777,17 @@ def _dlap_attempts(m: int, t: int, s: int, src: Source) -> np.ndarray:
 
 def _fill(n: int, attempt: Callable[[int], np.ndarray], rate: float) -> np.ndarray:
     """Collect ``n`` accepted samples from independent batches of attempts."""
+    if n == 0:  # no attempt, no words
+        return np.empty(0, dtype=np.int64)
+    m = min(_CHUNK, int(n / rate * 1.03) + 16)  # the first batch, as in the loop below
+    got = attempt(m)
+    if got.size >= n:  # the usual case: one batch is enough
+        return got[:n]
     out = np.empty(n, dtype=np.int64)
-    filled = 0
-    tried = got_total = 0
+    out[: got.size] = got
+    filled = got.size
+    tried, got_total = m, got.size
+    rate = max(got_total / tried, 0.02)
     while filled < n:
         need = n - filled
         m = min(_CHUNK, int(need / rate * 1.03) + 16)
