@@ -253,6 +253,13 @@ def _quantiles(mm: Measure, hists: list[Any], level: float, source: Source | Non
     ``P[low <= Q <= high] >= level``. Widening the interval to contain the point estimate is
     post-processing and keeps the coverage. ``n`` is the group's exact (bounded) row count: it
     only enters the scores, whose sensitivity already accounts for it.
+
+    **Batching.** Each of the three mechanisms runs for a block of groups at once
+    (:func:`dpkit.mechanisms.exponential_rows`: one independent exact exponential mechanism per
+    group, the law above for each group). Its event ``Exponential(ε)`` is per row; a group's
+    rows are its own units' data, so the per-group event, checked against ``mm.event`` once per
+    block (every group runs the same three mechanisms), is what the plan charged (with the
+    composition over the ``l0`` groups a unit may touch already inside ``mm.event``).
     """
     assert mm.candidates is not None and mm.q is not None
     cands = mm.candidates
