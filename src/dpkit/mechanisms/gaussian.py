@@ -156,7 +156,7 @@ def _bump_for_accountant(
     return hi
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=1024, typed=True)
 def _sigma2(
     sensitivity: float, n: int, rho: float | None, epsilon: float | None, delta: float | None
 ) -> float:
@@ -234,7 +234,7 @@ class _GridGaussian:
         return noise.grid.from_grid(self.noisy_grid(x, (size,), src), self.k)
 
 
-@functools.lru_cache(maxsize=1024)  # pure and immutable; errors are not cached
+@functools.lru_cache(maxsize=1024, typed=True)  # pure, immutable; errors not cached
 def _plan_gaussian(
     sensitivity: float, n: int, rho: float | None, epsilon: float | None, delta: float | None
 ) -> _GridGaussian:
@@ -342,7 +342,7 @@ class _DiscreteGaussian:
         return x + noise.discrete_gaussian(self.sigma2, (size, *x.shape), source=src)
 
 
-@functools.lru_cache(maxsize=1024)  # pure and immutable; errors are not cached
+@functools.lru_cache(maxsize=1024, typed=True)  # pure, immutable; errors not cached
 def _plan_discrete_gaussian(
     sensitivity: float,
     n: int,

@@ -61,7 +61,7 @@ class _GridLaplace:
 
 # Plans are pure functions of the (checked) privacy parameters and immutable, so they are cached:
 # a curator releases many small vectors with the same parameters (errors are never cached).
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=1024, typed=True)
 def _plan_laplace(sensitivity: float, epsilon: float, n: int) -> _GridLaplace:
     k, S = grid_l1(sensitivity, n, 1.0 / epsilon)
     return _GridLaplace(k=k, sensitivity=S, scale=dlap_scale_for(S, epsilon))
@@ -146,7 +146,7 @@ class _Geometric:
         return x + noise.discrete_laplace(self.scale, (size, *x.shape), source=src)
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=1024, typed=True)
 def _plan_geometric(sensitivity: int, epsilon: float) -> _Geometric:
     return _Geometric(sensitivity=sensitivity, scale=dlap_scale_for(sensitivity, epsilon))
 
