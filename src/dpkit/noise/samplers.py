@@ -559,6 +559,7 @@ def _decide(
 # and looked up: the same float operations on the same inputs, so the same brackets, decisions
 # and words as computing them per lane.
 _TABLE_MAX = 1 << 16  # entries per table (two float64 arrays: 1 MiB)
+_TABLE_MIN_LANES = 512  # fewer lanes: computing their brackets is cheaper than a new table
 
 
 @functools.lru_cache(maxsize=16)
@@ -740,7 +741,8 @@ def _dlap_attempts(m: int, t: int, s: int, src: Source) -> np.ndarray:
         U = _uniform_below(t, m, src)
         nz = U.nonzero()[0]  # U is 1-D: its non-zero lanes, as np.flatnonzero(U)
         Unz = U[nz]
-        if t <= _TABLE_MAX:  # brackets looked up by U (the same values as computed below)
+        if t <= _TABLE_MAX and (m >= _TABLE_MIN_LANES or t <= m):  # brackets looked up by U
+            # (the same values as computed below; a table is worth building for many lanes)
             acc_nz = _bern_exp_table(Unz, _dlap_accept_table(t), src,
                                      lambda i: Fraction(int(Unz[i]), t))
         else:
@@ -873,7 +875,8 @@ def discrete_gaussian(sigma2: Rational, size: Size, *, source: Source | None = N
     src = _source(source)
     n = math.prod(shape)
 
-    table = _dgauss_accept_table(c_f, k_f)
+    # a table of brackets pays off over many lanes; for a few, computing theirs is cheaper
+    table = _dgauss_accept_table(c_f, k_f) if n >= _TABLE_MIN_LANES else None
 
     def attempt(m: int) -> np.ndarray:
         Y = _dlap_attempts(m, t, 1, src)
