@@ -285,7 +285,10 @@ def _quantiles(mm: Measure, hists: list[Any], level: float, source: Source | Non
         cum = _cum_hist(hists, blk, nbins)  # (groups, nbins + 1): cum[:, j] = #{rows in bins < j}
         n = cum[:, -1].astype(np.float64)[:, None]
         rank = cum[:, : len(cands)].astype(np.float64)
-        rel = mechanisms.exponential_rows(-np.abs(rank - mm.q * n), sensitivity=sens,
+        point_scores = rank - mm.q * n  # -|rank - q·n|, computed in place
+        np.abs(point_scores, out=point_scores)
+        np.negative(point_scores, out=point_scores)
+        rel = mechanisms.exponential_rows(point_scores, sensitivity=sens,
                                           epsilon=eps_point, level=level, source=source)
         spent = rel.event.epsilon if isinstance(rel.event, ev.Exponential) else math.inf
         a = cum[:, :nbins].astype(np.float64)
@@ -293,8 +296,11 @@ def _quantiles(mm: Measure, hists: list[Any], level: float, source: Source | Non
         a[:, 0], b[:, -1] = -math.inf, math.inf
         ends: list[np.ndarray] = []
         for tau in (mm.q * n - t, mm.q * n + t):
-            dist = np.maximum(np.maximum(a - tau, tau - b), 0.0)
-            r = mechanisms.exponential_rows(-dist, sensitivity=sens, epsilon=eps_end,
+            dist = a - tau  # -max(a - τ, τ - b, 0), computed in place
+            np.maximum(dist, tau - b, out=dist)
+            np.maximum(dist, 0.0, out=dist)
+            np.negative(dist, out=dist)
+            r = mechanisms.exponential_rows(dist, sensitivity=sens, epsilon=eps_end,
                                             level=end_level, source=source)
             spent += r.event.epsilon if isinstance(r.event, ev.Exponential) else math.inf
             ends.append(r.value)
