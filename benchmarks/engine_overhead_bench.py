@@ -1,10 +1,13 @@
 """Where a record-level curator query spends its time beyond the SQL statement.
 
-``python benchmarks/engine_overhead_bench.py [--rows 1000000] [--repeat 30]``: builds the same
+``python benchmarks/engine_overhead_bench.py [--rows 1000000] [--repeat 30] [--history N]``:
+builds the same
 table as ``engine_bench.py`` (record level, 10 declared groups), then times each step of
 ``Curator.sql`` separately (plan, budget pre-check, DuckDB execution, durable ledger commit,
 noise + intervals + result) next to the whole call and the same plain DuckDB query, interleaved,
 and prints medians and bests. The steps are the curator's own methods, called in its order.
+``--history N`` first appends N small charges to the ledger (a project's long history: a query
+must not slow down as it grows).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--history", type=int, default=0, help="charges in the ledger beforehand")
     args = ap.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="dpkit-overhead-"))
     cur = Curator.create(folder / "p.dpkit", epsilon=1000.0, accountant="pure")
@@ -35,6 +39,13 @@ def main() -> None:
                   domains={"g": list(range(10))})
     cur.close()
     cur = Curator.open(folder / "p.dpkit")
+    if args.history:
+        from dpkit import events as ev
+
+        for _ in range(args.history):
+            cur.ledger.charge(ev.PureDP(1e-9), analyst="history", query="earlier")
+        cur.close()
+        cur = Curator.open(folder / "p.dpkit")  # as a later session would find it
     query = QUERY.format(t="rec")
     con = duckdb.connect()
     con.execute(f"ATTACH '{folder / 'p.dpkit' / 'data.duckdb'}' AS d (READ_ONLY)")
@@ -67,7 +78,8 @@ def main() -> None:
         for k, a, b in zip(steps, [t0, t1, t2, t3, t4, t5, t6], [t1, t2, t3, t4, t5, t6, t7],
                            strict=True):
             times[k].append((b - a) * 1000.0)
-    print(f"{args.rows:,} rows, {args.repeat} interleaved rounds (ms)")
+    print(f"{args.rows:,} rows, {args.history:,} earlier charges, {args.repeat} interleaved "
+          f"rounds (ms)")
     for k, v in times.items():
         print(f"  {k:18s} median {statistics.median(v):7.2f}   best {min(v):7.2f}")
     ratio = statistics.median(a / b for a, b in zip(times["whole cur.sql"],

@@ -8,6 +8,8 @@ import math
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dpkit import events as ev
 from dpkit.accounting import Budget, BudgetExceeded, UnsupportedEvent, analytic_gaussian, rdp, zcdp
@@ -190,3 +192,26 @@ def test_calibrate_dpsgd_and_errors() -> None:
         calibrate(lambda m: ev.Gaussian(m), target_epsilon=0.0, delta=1e-5)
     # a target that even the least noise meets returns the lower end
     assert calibrate(lambda m: ev.Laplace(m), target_epsilon=1e9, delta=0.0, lower=1e-3) == 1e-3
+
+
+# --------------------------------------------------------------------- exact running sums
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(min_value=0.0, max_value=1e3, allow_nan=False,
+                          allow_infinity=False), min_size=1, max_size=80))
+def test_running_sums_equal_fsum_of_the_history(costs: list[float]) -> None:
+    """The O(1) running total (integers in units of 2**-1074) rounds exactly as math.fsum
+    over the whole history does, for any finite costs."""
+    from dpkit.accounting.budget import _exact_float, _exact_units
+
+    assert _exact_float(sum(_exact_units(c) for c in costs)) == math.fsum(costs)
+
+
+def test_a_long_history_spends_what_fsum_says() -> None:
+    b = Budget(epsilon=100.0)
+    costs = [0.1, 1e-17, 0.2, 1e-300, 0.3, 5e-324] * 50
+    for c in costs[:300]:
+        if c:
+            b.charge(ev.PureDP(c))
+    assert b.spent.epsilon == math.fsum(c for c in costs[:300] if c)

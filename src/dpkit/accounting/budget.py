@@ -155,8 +155,11 @@ class Budget:
             _rdp._as_orders(self.orders)
         self._lock = threading.RLock()
         self._charges: list[Charge] = []
-        self._eps_sum: list[float] = []
-        self._delta_sum: list[float] = []
+        # exact running sums of the recorded costs, as integers in units of 2**-1074 (every
+        # finite double is one): O(1) per charge, and the same correctly rounded totals as
+        # math.fsum over the whole history
+        self._eps_sum = 0
+        self._delta_sum = 0
         self._rho_total = 0.0
         self._rdp_total = np.zeros(len(self._orders())) if accountant == "rdp" else None
         self._rho_budget = (_zcdp.epsilon_to_rho(self.epsilon, self.delta)
@@ -226,7 +229,7 @@ class Budget:
         if not self._charges:
             return Cost(0.0, 0.0, 0.0 if self.accountant == "zcdp" else None)
         if self.accountant in ("pure", "approx"):
-            return Cost(math.fsum(self._eps_sum), min(1.0, math.fsum(self._delta_sum)))
+            return Cost(_exact_float(self._eps_sum), min(1.0, _exact_float(self._delta_sum)))
         if self.accountant == "zcdp":
             eps = _zcdp.rho_to_epsilon(self._rho_total, self.delta)
             return Cost(eps, self.delta if eps else 0.0, self._rho_total)
@@ -257,8 +260,8 @@ class Budget:
             remaining = self._remaining_from(spent)
             acc = self.accountant
             if acc in ("pure", "approx"):
-                eps_after = math.fsum([*self._eps_sum, cost.epsilon])
-                delta_after = math.fsum([*self._delta_sum, cost.delta])
+                eps_after = _exact_float(self._eps_sum + _exact_units(cost.epsilon))
+                delta_after = _exact_float(self._delta_sum + _exact_units(cost.delta))
                 ok = self._fits(eps_after, self.epsilon) and self._fits(delta_after, self.delta)
                 missing = Cost(max(0.0, eps_after - self.epsilon),
                                max(0.0, delta_after - self.delta))
@@ -288,8 +291,8 @@ class Budget:
 
     def _record(self, charge: Charge, inc: Any) -> None:
         self._charges.append(charge)
-        self._eps_sum.append(charge.cost.epsilon)
-        self._delta_sum.append(charge.cost.delta)
+        self._eps_sum += _exact_units(charge.cost.epsilon)
+        self._delta_sum += _exact_units(charge.cost.delta)
         if self.accountant == "zcdp":
             self._rho_total += float(inc)
         elif self.accountant == "rdp":
@@ -393,3 +396,20 @@ class Budget:
         s = self.spent
         return (f"Budget(epsilon={self.epsilon!r}, delta={self.delta!r}, "
                 f"accountant={self.accountant!r}, spent=({s}), charges={len(self._charges)})")
+
+
+_UNIT_BITS = 1074  # every finite double is an integer multiple of 2**-1074
+
+
+def _exact_units(x: float) -> int:
+    """``x`` (a finite double) as an exact integer number of ``2**-1074``."""
+    num, den = float(x).as_integer_ratio()  # den is a power of two <= 2**1074
+    return num << (_UNIT_BITS - (den.bit_length() - 1))
+
+
+def _exact_float(units: int) -> float:
+    """``units · 2**-1074`` correctly rounded (as ``math.fsum`` rounds the exact sum)."""
+    try:
+        return units / (1 << _UNIT_BITS)  # int / int: correctly rounded
+    except OverflowError:
+        return math.inf if units > 0 else -math.inf

@@ -213,6 +213,11 @@ class Ledger:
         self._conn = conn
         self._lock = threading.RLock()
         self._entries: list[Entry] = []
+        # indices over _entries, kept in step with it (every query reads them: a scan of the
+        # whole history per query would grow with the project's age)
+        self._by_kind: dict[str, list[Entry]] = {}
+        self._charges_of: dict[str, list[Entry]] = {}  # analyst -> their charges
+        self._analyst_caps: dict[str, float] = {}
         self._config: LedgerConfig | None = None
         self._budget_cache: dict[str | None, tuple[int, float, Any]] = {}
 
@@ -302,8 +307,25 @@ class Ledger:
         """All rows (after bringing the in-memory copy up to date), optionally of one kind."""
         with self._lock:
             self._sync()
-            rows = list(self._entries)
-        return rows if kind is None else [e for e in rows if e.kind == kind]
+            return list(self._entries if kind is None else self._by_kind.get(kind, ()))
+
+    def _index(self, new: Sequence[Entry]) -> None:
+        """Add rows just appended to ``_entries`` to the indices."""
+        for e in new:
+            self._by_kind.setdefault(e.kind, []).append(e)
+            if e.kind == "charge":
+                self._charges_of.setdefault(e.analyst, []).append(e)
+            elif e.kind == "analyst":
+                name = str(e.payload["analyst"])
+                eps = e.payload.get("epsilon")
+                if eps is None:
+                    self._analyst_caps.pop(name, None)
+                else:
+                    self._analyst_caps[name] = float(eps)
+
+    def _reindex(self) -> None:
+        self._by_kind, self._charges_of, self._analyst_caps = {}, {}, {}
+        self._index(self._entries)
 
     def head(self) -> tuple[int, str]:
         """``(seq, hash)`` of the newest row: keep it elsewhere to detect tail truncation."""
@@ -336,6 +358,7 @@ class Ledger:
                     raise LedgerTampered(seq, "its hash differs from the recorded head",
                                          self.path)
             self._entries = entries
+            self._reindex()
             self._budget_cache.clear()
             self._load_config()
             return len(entries)
@@ -385,6 +408,7 @@ class Ledger:
         if rows:
             new = self._verify_rows(rows, start_seq=last_seq + 1, prev=prev)
             self._entries.extend(new)
+            self._index(new)
             if self._config is None:
                 self._load_config()
         elif not self._entries:
@@ -412,19 +436,15 @@ class Ledger:
 
     def analyst_budgets(self) -> dict[str, float]:
         """Per-analyst epsilon budgets (the latest ``analyst`` row for each name wins)."""
-        out: dict[str, float] = {}
-        for e in self.entries("analyst"):
-            name = str(e.payload["analyst"])
-            eps = e.payload.get("epsilon")
-            if eps is None:
-                out.pop(name, None)
-            else:
-                out[name] = float(eps)
-        return out
+        with self._lock:
+            self._sync()
+            return dict(self._analyst_caps)
 
     def _charges(self, analyst: str | None) -> list[Entry]:
-        return [e for e in self._entries if e.kind == "charge"
-                and (analyst is None or e.analyst == analyst)]
+        """The charge rows (all, or one analyst's), oldest first; do not modify."""
+        if analyst is None:
+            return self._by_kind.get("charge", [])
+        return self._charges_of.get(analyst, [])
 
     def _budget(self, analyst: str | None) -> Any:
         """The history replayed into a :class:`dpkit.accounting.Budget`, kept up to date.
@@ -447,10 +467,12 @@ class Ledger:
             if seq == last:
                 return budget
             if seq < last:
+                newer = len(charges)  # the rows after seq: walk back from the newest
+                while newer > 0 and charges[newer - 1].seq > seq:
+                    newer -= 1
                 try:
-                    for e in charges:
-                        if e.seq > seq:
-                            budget.charge(e.event, delta=self._share(e.view.get("delta_share")))
+                    for e in charges[newer:]:
+                        budget.charge(e.event, delta=self._share(e.view.get("delta_share")))
                 except Exception:  # fall back to a full rebuild from the recorded costs
                     pass
                 else:
@@ -552,6 +574,7 @@ class Ledger:
         # Rows appended to the in-memory copy inside a rolled-back transaction must go.
         n = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM ledger").fetchone()[0]
         self._entries = [e for e in self._entries if e.seq <= n]
+        self._reindex()
         self._budget_cache.clear()
 
     def _append(self, cur: sqlite3.Cursor, *, kind: str, analyst: str, query: str,
@@ -577,6 +600,7 @@ class Ledger:
         entry = Entry(seq, kind, analyst, fields["time"], query, event, view, payload, prev,
                       digest)
         self._entries.append(entry)
+        self._index([entry])
         return entry
 
     def charge(self, event: ev.Event, *, analyst: str, query: str,
