@@ -279,6 +279,7 @@ def load_table(
     fixed: Callable[[], Sequence[tuple[str, str]]] | None = None,
     domains: Callable[[], Sequence[tuple[str, str, Sequence[Any]]]] | None = None,
     not_null: Callable[[], Sequence[str]] | None = None,
+    progress: Callable[[str, float], None] | None = None,
 ) -> tuple[list[Column], str, str]:
     """Load ``source`` into ``db_path`` as ``name`` (replacing it), in one DuckDB transaction.
 
@@ -293,7 +294,9 @@ def load_table(
     hidden table ``__dpkeys.<key table name>`` (one column ``k``), in the same transaction, and
     the key tables of earlier loads of ``name`` are dropped. ``not_null()`` (called after
     ``validate``) lists columns declared complete: a NULL (or NaN) in one of them refuses the
-    load. Returns (columns, storage, relation).
+    load. ``progress(step, fraction)`` (optional) is called about ten times a second while the
+    long statements run (copying the rows, computing the hidden columns), with DuckDB's own
+    estimate of how far each is. Returns (columns, storage, relation).
     """
     try:
         con = duckdb.connect(str(db_path))
@@ -304,6 +307,10 @@ def load_table(
         ) from None
     try:
         _settings(con)
+        if progress is not None:  # DuckDB tracks a statement's progress only with this on
+            con.execute("SET enable_progress_bar=true")
+            con.execute("SET enable_progress_bar_print=false")
+            con.execute("SET progress_bar_time=0")
         rel_sql, kind, cleanup = _source_sql(con, source, source_table)
         try:
             schema = _SCHEMAS["public" if public else "private"]
@@ -324,7 +331,8 @@ def load_table(
                 con.execute(f"DROP TABLE IF EXISTS {target}")
                 con.execute(f"DROP VIEW IF EXISTS {target}")
                 if copy:
-                    con.execute(f"CREATE TABLE {target} AS SELECT * FROM {rel_sql}")
+                    _run_tracked(con, f"CREATE TABLE {target} AS SELECT * FROM {rel_sql}",
+                                 "copying rows", progress)
                 else:
                     con.execute(f"CREATE VIEW {target} AS SELECT * FROM {rel_sql}")
                 desc = con.execute(f"DESCRIBE SELECT * FROM {target}").fetchall()
@@ -342,8 +350,9 @@ def load_table(
                 extra = list(fixed()) if fixed is not None and copy else []
                 if extra:
                     cols_sql = ", ".join(f"{expr} AS {quote_ident(n)}" for n, expr in extra)
-                    con.execute(f"CREATE OR REPLACE TABLE {target} AS SELECT *, {cols_sql} "
-                                f"FROM {target}")
+                    _run_tracked(con, f"CREATE OR REPLACE TABLE {target} AS SELECT *, "
+                                      f"{cols_sql} FROM {target}",
+                                 "clamped values and unit totals", progress)
                 _replace_key_tables(con, name, columns, list(domains()) if domains else [],
                                     store=copy and not public)
                 con.execute("COMMIT")
@@ -359,6 +368,42 @@ def load_table(
     finally:
         con.close()
     return columns, ("copy" if copy else "view"), relation_name(name, public)
+
+
+def _run_tracked(con: duckdb.DuckDBPyConnection, sql: str, step: str,
+                 progress: Callable[[str, float], None] | None) -> None:
+    """Run one statement; with ``progress``, in a worker thread while this one reports DuckDB's
+    progress estimate (an interrupt here interrupts the statement, which then fails and the
+    load's transaction rolls back)."""
+    if progress is None:
+        con.execute(sql)
+        return
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            con.execute(sql)
+        except BaseException as exc:  # handed to the caller's thread below
+            failure.append(exc)
+
+    worker = threading.Thread(target=work, name="dpkit-load", daemon=True)
+    progress(step, 0.0)
+    worker.start()
+    try:
+        while True:
+            worker.join(0.1)
+            if not worker.is_alive():
+                break
+            done = con.query_progress()
+            if done >= 0:
+                progress(step, min(done, 100.0) / 100.0)
+    except BaseException:
+        con.interrupt()
+        worker.join()
+        raise
+    if failure:
+        raise failure[0]
+    progress(step, 1.0)
 
 
 def _check_complete(con: duckdb.DuckDBPyConnection, target: str, columns: Sequence[Column],

@@ -16,9 +16,10 @@ with rich and close the project again (so that several processes can take turns 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,12 +64,12 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
     con = _console(console)
     with Curator.open(project) as cur:
         t0 = time.perf_counter()
-        with con.status(f"loading {source} into {project} ..."):
+        with load_progress(con, f"loading {source}") as progress:
             meta = cur.add_table(name, source, privacy_unit=privacy_unit, bounds=bounds or None,
                                  max_rows_per_unit=max_rows_per_unit,
                                  max_groups_per_unit=max_groups_per_unit,
                                  domains=domains or None, not_null=not_null,
-                                 public=public, copy=copy, replace=replace)
+                                 public=public, copy=copy, replace=replace, progress=progress)
         from rich.table import Table
 
         t = Table(title=f"table {name} ({meta.storage}, {time.perf_counter() - t0:.1f} s)",
@@ -93,6 +94,25 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
         if not meta.public and meta.privacy_unit is None:
             con.print("[yellow]record-level privacy: each row is its own unit. If a person can "
                       "have several rows, name the column with --privacy-unit.[/]")
+
+
+@contextlib.contextmanager
+def load_progress(console: Any, title: str) -> Iterator[Callable[[str, float], None]]:
+    """A rich progress bar for :meth:`Curator.add_table`'s ``progress`` callback: one bar per
+    step of the load, filled as DuckDB reports its progress."""
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+    bars = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                    TimeElapsedColumn(), console=console, transient=False)
+    tasks: dict[str, Any] = {}
+
+    def update(step: str, fraction: float) -> None:
+        if step not in tasks:
+            tasks[step] = bars.add_task(f"{title}: {step}", total=1.0)
+        bars.update(tasks[step], completed=fraction)
+
+    with bars:
+        yield update
 
 
 def parse_weights(text: str | Mapping[str, float] | None) -> dict[str, float] | None:

@@ -327,6 +327,7 @@ class Curator(ReleaseQueries):
         source_table: str | None = None,
         replace: bool = False,
         description: str = "",
+        progress: Any = None,
     ) -> TableMeta:
         """Register a table (the data owner's job); spends nothing.
 
@@ -346,7 +347,8 @@ class Curator(ReleaseQueries):
         query's noisy row count instead of measuring their own (less budget per measurement).
         ``public=True``: a lookup table with no private data, joinable to private tables.
         ``copy=False``: keep a view over the CSV/Parquet file instead of copying it in (columns
-        in ``not_null`` are checked at load only).
+        in ``not_null`` are checked at load only). ``progress(step, fraction)``: called while the
+        long steps of the load run (the CLI draws a progress bar with it).
         """
         check_identifier(name, "table")
         with self._lock:
@@ -416,6 +418,7 @@ class Curator(ReleaseQueries):
                 self.path / DATA_FILE, name, source, public=public, copy=copy,
                 source_table=source_table, validate=validate_and_keep, fixed=fixed,
                 domains=key_domains, not_null=lambda: declared["not_null"],
+                progress=progress,
             )
             unit, rows, groups, bnds, doms = declared["v"]
             meta = TableMeta(
