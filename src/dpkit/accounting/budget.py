@@ -260,8 +260,11 @@ class Budget:
             remaining = self._remaining_from(spent)
             acc = self.accountant
             if acc in ("pure", "approx"):
-                eps_after = _exact_float(self._eps_sum + _exact_units(cost.epsilon))
-                delta_after = _exact_float(self._delta_sum + _exact_units(cost.delta))
+                # an infinite (or NaN) cost has no exact units: it is refused below
+                eps_after = (_exact_float(self._eps_sum + _exact_units(cost.epsilon))
+                             if math.isfinite(cost.epsilon) else cost.epsilon)
+                delta_after = (_exact_float(self._delta_sum + _exact_units(cost.delta))
+                               if math.isfinite(cost.delta) else cost.delta)
                 ok = self._fits(eps_after, self.epsilon) and self._fits(delta_after, self.delta)
                 missing = Cost(max(0.0, eps_after - self.epsilon),
                                max(0.0, delta_after - self.delta))
@@ -282,7 +285,7 @@ class Budget:
                 eps_after = self._pld_epsilon([*(c.event for c in self._charges), event])
                 ok = self._fits(eps_after, self.epsilon)
                 missing = Cost(max(0.0, eps_after - self.epsilon), 0.0)
-            if not ok or math.isinf(cost.epsilon):
+            if not ok or not (math.isfinite(cost.epsilon) and math.isfinite(cost.delta)):
                 raise BudgetExceeded(requested=cost, remaining=remaining, missing=missing,
                                      accountant=acc, event=event)
             if record:

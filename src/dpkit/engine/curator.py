@@ -624,10 +624,16 @@ class Curator(ReleaseQueries):
         columnar = not few and all(columnar_type(k.type) for k in plan.spec.group_by)
         if compiled.keys_text is not None:
             declared = self._declared_keys(compiled.keys_text)
-            with private_read_errors("query"):
-                keys, cols = dplan.fill_declared_keys(
-                    declared, self._backend.run_rows(compiled.text), len(compiled.measure_cols))
-            return Exact(keys=keys, cols=dict(zip(compiled.measure_cols, cols, strict=True)))
+            try:
+                with private_read_errors("query"):
+                    keys, cols = dplan.fill_declared_keys(
+                        declared, self._backend.run_rows(compiled.text),
+                        len(compiled.measure_cols), strict=True)
+                return Exact(keys=keys, cols=dict(zip(compiled.measure_cols, cols, strict=True)))
+            except dplan.KeyFillMismatchError:  # DuckDB's equality is not Python's (a collation):
+                compiled = dplan.compile_sql(  # the join gives the same answer as always
+                    plan, relations=relations, seed=seed, fixed_columns=fixed,
+                    key_tables=key_rel, fill_keys=False)
         with private_read_errors("query"):
             exact: Exact | None = None
             if columnar:  # column by column (Arrow): no Python object per group and value

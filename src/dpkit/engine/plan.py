@@ -1199,8 +1199,10 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
         conds.append(f"COALESCE(TRY({w}), FALSE)" if spec.where_risky else f"({w})")
     for i, (kind, values) in enumerate(plan.key_sources):
         # Rows outside a declared domain are dropped before bounding (so they use up no unit's
-        # row cap); at record level the join with the key set drops them anyway.
-        if kind == "domain" and (not table.record_level or plan.group_mode != "public"):
+        # row cap); at record level the join with the key set drops them anyway (the key fill
+        # filters too: every group it reads must then be a declared key by DuckDB's equality).
+        if kind == "domain" and (fill_keys or not table.record_level
+                                 or plan.group_mode != "public"):
             k = spec.group_by[i]
             if i in key_rel:
                 conds.append(f"{ref(k.source + '.' + k.column)} IN (SELECT {_KEY_COL} FROM "
@@ -1381,15 +1383,34 @@ def can_fill_keys(plan: Plan) -> bool:
             and all(k.type.upper() in _FILL_TYPES for k in plan.spec.group_by))
 
 
+class KeyFillMismatchError(Exception):
+    """A group DuckDB matched to a declared key that Python's equality does not match (a
+    collated VARCHAR column: DuckDB's type names do not show the collation): use the join."""
+
+
 def fill_declared_keys(keys: Sequence[tuple[Any, ...]], rows: Iterable[tuple[Any, ...]],
-                       n_measures: int) -> tuple[list[tuple[Any, ...]], list[list[Any]]]:
+                       n_measures: int, *, strict: bool = False,
+                       ) -> tuple[list[tuple[Any, ...]], list[list[Any]]]:
     """Every declared key (in ``keys``' order) with its group's measurements from ``rows``
     (``(*key, *measurements)`` per group present in the data); absent keys get NULL (None)
-    measurements, groups outside the keys are dropped: what ``keys LEFT JOIN groups`` gives."""
+    measurements, groups outside the keys are dropped: what ``keys LEFT JOIN groups`` gives.
+
+    ``strict`` (the rows were filtered to the declared keys by DuckDB): a row whose key is not
+    one of ``keys`` by Python's equality raises :class:`KeyFillMismatchError` once all rows were
+    read (DuckDB compares the column otherwise, e.g. under a collation; dropping that group
+    would make a whole group's presence depend on one row's spelling)."""
     ng = len(keys[0]) if keys else 0
+    declared = set(keys)
     found: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    unknown = False
     for r in rows:
-        found[tuple(r[:ng])] = r
+        k = tuple(r[:ng])
+        if k in declared:
+            found[k] = r
+        else:
+            unknown = True
+    if strict and unknown:
+        raise KeyFillMismatchError
     empty = (None,) * (ng + n_measures)
     cols: list[list[Any]] = [[] for _ in range(n_measures)]
     for key in keys:
