@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
+import pandas as pd
 import pytest
 
 import dpkit as dp
@@ -78,6 +80,30 @@ def test_fill_matches_join_on_a_collated_varchar_column(
                                  monkeypatch)
     assert filled.keys == joined.keys == [("B",), ("a",)]
     assert filled.cols == joined.cols
+
+
+# ----------------------------------------------------------------------------- plan cache
+
+@pytest.mark.parametrize(("ok", "bad"), [
+    ({"weights": {"n": 1}}, {"weights": {"n": True}}),
+    ({"weights": {"n": 2.0}}, {"weights": {"n": np.float32(2.0)}}),
+    ({"bounds": {"x": (1, 5)}}, {"bounds": {"x": (True, 5)}}),
+], ids=["weight_bool", "weight_float32", "bound_bool"])
+def test_a_cached_plan_never_skips_validation(project: Callable[..., Curator],
+                                              ok: dict[str, Any], bad: dict[str, Any]) -> None:
+    """True == 1 and np.float32(2) == 2.0 hash alike, so the plan cache keyed by values
+    returned the plan of an accepted call for arguments that validation refuses: whether a
+    call was refused depended on the calls before it."""
+    cur = project()
+    cur.add_table("t", pd.DataFrame({"u": np.arange(20), "x": np.arange(20) * 1.0,
+                                     "k": ["a", "b"] * 10}),
+                  privacy_unit="u", bounds={"x": (0, 20)}, domains={"k": ["a", "b"]})
+    q = "SELECT k, COUNT(*) AS n, SUM(x) AS s FROM t GROUP BY k"
+    with pytest.raises((TypeError, ValueError)):
+        cur.sql(q, epsilon=1.0, **bad)
+    cur.sql(q, epsilon=1.0, **ok)
+    with pytest.raises((TypeError, ValueError)):
+        cur.sql(q, epsilon=1.0, **bad)
 
 
 # ----------------------------------------------------------------------------- budget sums

@@ -814,14 +814,18 @@ class Curator(ReleaseQueries):
 def _plan_cache_key(spec_key: tuple[str, int], *params: Any) -> tuple[Any, ...] | None:
     """A hashable key for a plan's inputs (mappings as sorted items), or None when some input
     is not hashable as given (then the plan is built afresh)."""
-    parts: list[Any] = [spec_key]
-    for p in params:
-        if isinstance(p, Mapping):
-            p = tuple(sorted((str(k), v if not isinstance(v, list) else tuple(v))
-                             for k, v in p.items()))
-        parts.append((type(p).__name__, p))
-    key = tuple(parts)
+    def frozen(v: Any) -> Any:
+        # every value with its type: 1, 1.0, True and np.float32(1) compare and hash alike,
+        # but validation accepts only some of them (a cached plan must not skip the check)
+        if isinstance(v, Mapping):
+            return ("Mapping", tuple(sorted((str(k), type(k).__name__, frozen(x))
+                                            for k, x in v.items())))
+        if isinstance(v, (list, tuple)):
+            return (type(v).__name__, tuple(frozen(x) for x in v))
+        return (type(v).__name__, v)
+
     try:
+        key = (spec_key, *(frozen(p) for p in params))
         hash(key)
     except TypeError:
         return None
