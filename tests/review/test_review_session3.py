@@ -124,3 +124,20 @@ def test_an_infinite_cost_is_refused_as_budget_exceeded(accountant: str,
     assert math.isinf(info.value.requested.epsilon)
     assert not b.can_afford(event)
     assert b.spent.epsilon == 0.25 and len(b.charges) == 1
+
+
+# ----------------------------------------------------------------------------- exponential_rows
+
+@pytest.mark.parametrize("rows", [True, False], ids=["exponential_rows", "exponential"])
+def test_an_extreme_epsilon_over_sensitivity_is_a_clear_value_error(rows: bool) -> None:
+    """epsilon / sensitivity beyond the float range (1e300 / 1e-300): the samplers mean to
+    refuse it with a ValueError naming the range, but float(Fraction) overflowed first and
+    raised a bare OverflowError."""
+    src = dp.noise.seeded(2)
+    with pytest.raises(ValueError, match="floating-point range"):
+        if rows:
+            dp.mechanisms.exponential_rows([[0.0, -1.0]], sensitivity=1e-300, epsilon=1e300,
+                                           source=src)
+        else:
+            dp.mechanisms.exponential(["a", "b"], [0.0, -1.0], sensitivity=1e-300,
+                                      epsilon=1e300, source=src)

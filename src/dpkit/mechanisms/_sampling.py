@@ -55,6 +55,15 @@ _BLOCK_LANES = 1 << 18
 _ROW_LANES = 1 << 20  # proposals (or scores) held at once by the batched sampler
 
 
+def _as_float(factor: Fraction) -> float:
+    """``float(factor)``, inf beyond the float range (refused by the callers with a clear
+    message rather than an OverflowError)."""
+    try:
+        return float(factor)
+    except OverflowError:
+        return math.inf
+
+
 class Weights:
     """``gamma_r = c (q* - q_r)`` for float scores, with float approximations and exact values."""
 
@@ -62,7 +71,7 @@ class Weights:
         self.scores = scores
         self.factor = factor
         self.best = float(scores.max())
-        cf = float(factor)
+        cf = _as_float(factor)
         if not cf > 0 or not math.isfinite(cf):
             raise ValueError(
                 "epsilon / sensitivity is outside the floating-point range; use values within "
@@ -148,7 +157,7 @@ class RowWeights:
     def __init__(self, scores: np.ndarray, factor: Fraction) -> None:
         self.scores = scores
         self.factor = factor
-        cf = float(factor)
+        cf = _as_float(factor)
         if not cf > 0 or not math.isfinite(cf):
             raise ValueError(
                 "epsilon / sensitivity is outside the floating-point range; use values within "
