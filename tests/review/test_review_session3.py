@@ -82,6 +82,27 @@ def test_fill_matches_join_on_a_collated_varchar_column(
     assert filled.cols == joined.cols
 
 
+
+def test_keys_equal_under_the_columns_collation_are_refused_at_load(
+        project: Callable[..., Curator], tmp_path: Path) -> None:
+    """Declared keys 'a' and 'A' on a VARCHAR COLLATE NOCASE column passed the load's check
+    (distinct as plain VARCHAR), and the LEFT JOIN then gave the one group {'a', 'A'} to both
+    keys: a unit's row counted in two groups while the plan allows one (sensitivity doubled).
+    Keys that coincide under the column's own equality must be refused, as '1' and '1.0' are
+    for an INTEGER column."""
+    db = tmp_path / "nocase.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE z (uid INTEGER, s VARCHAR COLLATE NOCASE, x DOUBLE)")
+    con.execute("INSERT INTO z VALUES (1, 'a', 1), (2, 'b', 1)")
+    con.close()
+    cur = project()
+    with pytest.raises(ValueError, match="equal"):
+        cur.add_table("t", str(db), source_table="z", privacy_unit="uid",
+                      bounds={"x": (0, 1)}, domains={"s": ["a", "A", "b"]})
+    assert "t" not in cur.tables()
+    cur.add_table("t", str(db), source_table="z", privacy_unit="uid", bounds={"x": (0, 1)},
+                  domains={"s": ["a", "b"]})  # distinct keys still load
+
 # ----------------------------------------------------------------------------- plan cache
 
 @pytest.mark.parametrize(("ok", "bad"), [
@@ -141,3 +162,22 @@ def test_an_extreme_epsilon_over_sensitivity_is_a_clear_value_error(rows: bool) 
         else:
             dp.mechanisms.exponential(["a", "b"], [0.0, -1.0], sensitivity=1e-300,
                                       epsilon=1e300, source=src)
+
+
+def test_running_sums_equal_fsum_over_the_history_and_survive_a_round_trip() -> None:
+    """The exact running sums must give math.fsum of the recorded costs (what the budget
+    reported before), also with subnormal and large costs, and Budget.from_dict(to_dict())
+    must report the same totals and refuse the same next charge."""
+    costs = [0.1] * 10 + [5e-324, 2.5e-310, 3.0, 1e-17, 123.456, 5e-324]
+    b = Budget(epsilon=1000.0, delta=1e-6, accountant="approx")
+    for c in costs:
+        b.charge(ev.PureDP(c))
+    assert b.spent.epsilon == math.fsum(costs)
+    assert sum(costs[:10]) != math.fsum(costs[:10])  # the naive float sum drifts here
+    again = Budget.from_dict(b.to_dict())
+    assert again.spent == b.spent and again.remaining == b.remaining
+    rest = b.remaining.epsilon
+    for budget in (b, again):
+        assert not budget.can_afford(ev.PureDP(rest * (1 + 1e-9)))
+        budget.charge(ev.PureDP(rest))
+    assert b.spent == again.spent

@@ -141,12 +141,14 @@ def _key_parts(keys: Sequence[Any]) -> list[tuple[Any, str]]:
 
 
 def _store_domain(con: duckdb.DuckDBPyConnection, *, column: str, type_: str,
-                  keys: Sequence[Any], target: str | None) -> None:
+                  keys: Sequence[Any], target: str | None, table: str | None = None) -> None:
     """Cast ``keys`` to the column's type (``type_``) and check them; store them as ``target``.
 
     Refuses (ValueError) a key that cannot be read as the column's type and keys that become
     equal in it (``1.0`` and ``1`` in an INTEGER column): such a key would be measured twice.
-    ``target=None`` (views) only checks.
+    ``target=None`` (views) only checks. ``table`` (the loaded relation): the keys are also
+    compared with the column's own equality, which its type name does not show (a VARCHAR
+    ``COLLATE NOCASE`` column makes 'a' and 'A' one group, joined to both keys).
     """
     parts = _key_parts(keys)
     names = [f"__dp_keys{j}" for j in range(len(parts))]
@@ -171,6 +173,13 @@ def _store_domain(con: duckdb.DuckDBPyConnection, *, column: str, type_: str,
             dup = con.execute(
                 f"SELECT {_KEY_COLUMN}, COUNT(*) FROM {src} GROUP BY {_KEY_COLUMN} "
                 f"HAVING COUNT(*) > 1 ORDER BY {_KEY_COLUMN} LIMIT 3").fetchall()
+            if not dup and table is not None and type_.upper() == "VARCHAR":
+                # a UNION with the (empty) column takes the column's collation
+                col = quote_ident(column)
+                dup = con.execute(
+                    f"SELECT MIN(v), COUNT(*) FROM (SELECT {col} AS v FROM {table} WHERE FALSE "
+                    f"UNION ALL SELECT {_KEY_COLUMN} FROM {src}) GROUP BY v "
+                    f"HAVING COUNT(*) > 1 LIMIT 3").fetchall()
             nulls = con.execute(
                 f"SELECT COUNT(*) FROM {src} WHERE {_KEY_COLUMN} IS NULL").fetchall()[0][0]
         finally:
@@ -354,7 +363,7 @@ def load_table(
                                       f"{cols_sql} FROM {target}",
                                  "clamped values and unit totals", progress)
                 _replace_key_tables(con, name, columns, list(domains()) if domains else [],
-                                    store=copy and not public)
+                                    store=copy and not public, table=target)
                 con.execute("COMMIT")
             except BaseException:
                 with contextlib.suppress(duckdb.Error):
@@ -427,7 +436,7 @@ def _check_complete(con: duckdb.DuckDBPyConnection, target: str, columns: Sequen
 
 def _replace_key_tables(con: duckdb.DuckDBPyConnection, name: str, columns: Sequence[Column],
                         domains: Sequence[tuple[str, str, Sequence[Any]]], *,
-                        store: bool) -> None:
+                        store: bool, table: str | None = None) -> None:
     """Drop the key tables of earlier loads of ``name``; check (and, ``store``, save) the new
     domains (see :func:`load_table`)."""
     ks = quote_ident(KEYS_SCHEMA)
@@ -443,7 +452,8 @@ def _replace_key_tables(con: duckdb.DuckDBPyConnection, name: str, columns: Sequ
         if not mine.fullmatch(table_name):
             raise ValueError(f"internal error: key table name {table_name!r} for {name!r}")
         _store_domain(con, column=column, type_=types[column], keys=keys,
-                      target=f"{ks}.{quote_ident(table_name)}" if store else None)
+                      target=f"{ks}.{quote_ident(table_name)}" if store else None,
+                      table=table)
 
 
 def init_database(db_path: Path) -> None:
