@@ -181,3 +181,25 @@ def test_running_sums_equal_fsum_over_the_history_and_survive_a_round_trip() -> 
         assert not budget.can_afford(ev.PureDP(rest * (1 + 1e-9)))
         budget.charge(ev.PureDP(rest))
     assert b.spent == again.spent
+
+
+# ----------------------------------------------------------------------------- not_null
+
+def test_replacing_a_table_without_not_null_drops_the_shared_count(
+        project: Callable[..., Curator]) -> None:
+    """The declaration belongs to one load: after replace=True without it (and NULLs in the
+    new rows) the same query text must measure COUNT(x) again, not reuse the cached plan that
+    divided by COUNT(*)."""
+    cur = project()
+    full = pd.DataFrame({"u": np.arange(40), "x": np.arange(40) % 7 * 1.0})
+    cur.add_table("t", full, privacy_unit="u", bounds={"x": (0, 10)}, not_null=["X"])
+    assert cur.tables()["t"].not_null == ("x",)
+    q = "SELECT COUNT(*) AS n, AVG(x) AS a, COUNT(x) AS c FROM t"
+    kinds = sorted(m.kind for m in _plan(cur, q).measures)
+    assert kinds == ["csum", "rows"]
+    holes = full.assign(x=[None if i % 4 == 0 else v for i, v in enumerate(full["x"])])
+    cur.add_table("t", holes, privacy_unit="u", bounds={"x": (0, 10)}, replace=True)
+    assert cur.tables()["t"].not_null == ()
+    assert sorted(m.kind for m in _plan(cur, q).measures) == ["csum", "nonnull", "rows"]
+    res = cur.sql(q, epsilon=1.0)
+    assert len(res.split) == 3
