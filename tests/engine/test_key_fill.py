@@ -150,7 +150,7 @@ def test_noisy_answers_are_the_same_either_way(project: Callable[..., Curator],
     answers = []
     for fill in (True, False):
         if not fill:
-            monkeypatch.setattr(dplan, "can_fill_keys", lambda plan: False)
+            monkeypatch.setattr(dplan, "can_fill_keys", lambda *a, **k: False)
         c = project(epsilon=1000.0, seed=29)
         c.add_table("u", df, privacy_unit="uid", max_rows_per_unit=3, bounds={"x": (0, 100)},
                     domains=DOMAINS)
@@ -167,3 +167,13 @@ def test_fill_declared_keys_semantics() -> None:
     got_keys, cols = dplan.fill_declared_keys(keys, iter(rows), 2)
     assert got_keys == keys
     assert cols == [[3, None, 10], [None, None, 20]]
+
+
+def test_collated_columns_are_read_from_the_create_statement() -> None:
+    from dpkit.engine.backend_duckdb import _collated_in
+
+    sql = ('CREATE TABLE priv."t"(a VARCHAR COLLATE NOCASE, "b c" VARCHAR, '
+           'c VARCHAR COLLATE NOACCENT.NOCASE, n INTEGER);')
+    assert _collated_in(sql) == {"a", "c"}
+    assert _collated_in('CREATE TABLE t(a VARCHAR, n INTEGER);') == frozenset()
+    assert "anything" in _collated_in("CREATE TABLE t(a VARCHAR COLLATE ((( nonsense")

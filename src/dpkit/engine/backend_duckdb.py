@@ -379,6 +379,31 @@ def load_table(
     return columns, ("copy" if copy else "view"), relation_name(name, public)
 
 
+class _AllColumns(frozenset[str]):
+    """Contains every name (an unparsable CREATE statement: assume any column is collated)."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+def _collated_in(create_sql: str) -> frozenset[str]:
+    """Names of the columns a ``CREATE TABLE`` statement gives a collation."""
+    if "collate" not in create_sql.lower():
+        return frozenset()
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        tree = sqlglot.parse_one(create_sql, read="duckdb")
+    except sqlglot.errors.ParseError:
+        return _AllColumns()
+    return frozenset(
+        cd.name for cd in tree.find_all(exp.ColumnDef)
+        if any(isinstance(c.args.get("kind"), exp.CollateColumnConstraint)
+               for c in cd.args.get("constraints") or [])
+    )
+
+
 def _run_tracked(con: duckdb.DuckDBPyConnection, sql: str, step: str,
                  progress: Callable[[str, float], None] | None) -> None:
     """Run one statement; with ``progress``, in a worker thread while this one reports DuckDB's
@@ -473,6 +498,7 @@ class DuckBackend:
         self._con: duckdb.DuckDBPyConnection | None = None
         self._lock = threading.Lock()
         self._fixed: dict[str, frozenset[str]] = {}
+        self._collated: dict[str, frozenset[str]] = {}
         self._keys: frozenset[str] | None = None
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
@@ -495,6 +521,7 @@ class DuckBackend:
                 self._con.close()
                 self._con = None
             self._fixed = {}
+            self._collated = {}
             self._keys = None
 
     def fixed_columns(self, name: str) -> frozenset[str]:
@@ -509,6 +536,20 @@ class DuckBackend:
                 ).fetchall()
                 self._fixed[name] = frozenset(str(r[0]) for r in rows)
             return self._fixed[name]
+
+    def collated_columns(self, name: str) -> frozenset[str]:
+        """The columns of private table ``name`` declared with a collation (``VARCHAR COLLATE
+        NOCASE``, kept from a DuckDB source; type names do not show it), read from the table's
+        CREATE statement (cached while attached, like :meth:`fixed_columns`). If that statement
+        cannot be parsed, every column counts as collated."""
+        with self._lock:
+            if name not in self._collated:
+                rows = self._connect().execute(
+                    "SELECT sql FROM duckdb_tables() WHERE database_name = ? AND "
+                    "schema_name = ? AND table_name = ?", [_ALIAS, _SCHEMAS["private"], name],
+                ).fetchall()
+                self._collated[name] = _collated_in(str(rows[0][0])) if rows else frozenset()
+            return self._collated[name]
 
     def key_tables(self) -> frozenset[str]:
         """Names of the hidden key tables (declared domains) in the project's file (cached

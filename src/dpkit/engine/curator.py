@@ -616,7 +616,9 @@ class Curator(ReleaseQueries):
                        if t in have}
         # a few declared keys: DuckDB returns the groups present and Python fills in the
         # missing keys (the LEFT JOIN with the keys costs ~1 ms at any data size)
-        fill = dplan.can_fill_keys(plan)
+        collated = (self._backend.collated_columns(plan.table.name)
+                    if plan.table.storage == "copy" and not plan.table.public else frozenset())
+        fill = dplan.can_fill_keys(plan, collated)
         compiled = dplan.compile_sql(plan, relations=relations, seed=seed, fixed_columns=fixed,
                                      key_tables=key_rel, fill_keys=fill)
         # Arrow pays off with many groups; for a few, one fetchall of tuples is ~1 ms faster
@@ -628,7 +630,7 @@ class Curator(ReleaseQueries):
                 with private_read_errors("query"):
                     keys, cols = dplan.fill_declared_keys(
                         declared, self._backend.run_rows(compiled.text),
-                        len(compiled.measure_cols), strict=True)
+                        len(compiled.measure_cols), strict=not plan.table.record_level)
                 return Exact(keys=keys, cols=dict(zip(compiled.measure_cols, cols, strict=True)))
             except dplan.KeyFillMismatchError:  # DuckDB's equality is not Python's (a collation):
                 compiled = dplan.compile_sql(  # the join gives the same answer as always

@@ -1199,10 +1199,9 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
         conds.append(f"COALESCE(TRY({w}), FALSE)" if spec.where_risky else f"({w})")
     for i, (kind, values) in enumerate(plan.key_sources):
         # Rows outside a declared domain are dropped before bounding (so they use up no unit's
-        # row cap); at record level the join with the key set drops them anyway (the key fill
-        # filters too: every group it reads must then be a declared key by DuckDB's equality).
-        if kind == "domain" and (fill_keys or not table.record_level
-                                 or plan.group_mode != "public"):
+        # row cap); at record level the join with the key set (or the key fill) drops them
+        # after the aggregate, which costs far less than a filter on every row.
+        if kind == "domain" and (not table.record_level or plan.group_mode != "public"):
             k = spec.group_by[i]
             if i in key_rel:
                 conds.append(f"{ref(k.source + '.' + k.column)} IN (SELECT {_KEY_COL} FROM "
@@ -1374,13 +1373,18 @@ _FILL_TYPES = frozenset({
 FILL_MAX_KEYS = 256  # above this, the LEFT JOIN in DuckDB is as cheap as the Python fill
 
 
-def can_fill_keys(plan: Plan) -> bool:
+def can_fill_keys(plan: Plan, collated: frozenset[str] | set[str] = frozenset()) -> bool:
     """Whether the declared keys of a public GROUP BY can be filled in Python (few keys, all
-    from declared domains, of types compared alike by DuckDB and Python)."""
+    from declared domains, of types compared alike by DuckDB and Python). ``collated``: the
+    private table's columns with a collation (``VARCHAR COLLATE NOCASE`` from a DuckDB source;
+    the type name does not show it): DuckDB's equality on them is not Python's, so they keep
+    the join."""
     return (plan.group_mode == "public" and bool(plan.spec.group_by)
             and plan.keys is not None and len(plan.keys) <= FILL_MAX_KEYS
             and all(kind == "domain" for kind, _ in plan.key_sources)
-            and all(k.type.upper() in _FILL_TYPES for k in plan.spec.group_by))
+            and all(k.type.upper() in _FILL_TYPES for k in plan.spec.group_by)
+            and not any(k.source == dsql.PRIVATE_ALIAS and k.column in collated
+                        for k in plan.spec.group_by))
 
 
 class KeyFillMismatchError(Exception):
@@ -1395,10 +1399,11 @@ def fill_declared_keys(keys: Sequence[tuple[Any, ...]], rows: Iterable[tuple[Any
     (``(*key, *measurements)`` per group present in the data); absent keys get NULL (None)
     measurements, groups outside the keys are dropped: what ``keys LEFT JOIN groups`` gives.
 
-    ``strict`` (the rows were filtered to the declared keys by DuckDB): a row whose key is not
-    one of ``keys`` by Python's equality raises :class:`KeyFillMismatchError` once all rows were
-    read (DuckDB compares the column otherwise, e.g. under a collation; dropping that group
-    would make a whole group's presence depend on one row's spelling)."""
+    ``strict`` (the rows were filtered to the declared keys by DuckDB, as at user level): a row
+    whose key is not one of ``keys`` by Python's equality raises :class:`KeyFillMismatchError`
+    once all rows were read (DuckDB compares the column otherwise, e.g. under a collation that
+    :func:`can_fill_keys` was not told of; dropping that group would make a whole group's
+    presence depend on one row's spelling)."""
     ng = len(keys[0]) if keys else 0
     declared = set(keys)
     found: dict[tuple[Any, ...], tuple[Any, ...]] = {}
