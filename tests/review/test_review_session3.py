@@ -58,58 +58,83 @@ def _both_paths(cur: Curator, query: str,
 
 # ----------------------------------------------------------------------------- key fill
 
+def _collated_source(tmp_path: Path, name: str, rows: str) -> Path:
+    db = tmp_path / f"{name}.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE z (uid INTEGER, s VARCHAR COLLATE NOCASE, x DOUBLE)")
+    con.execute(f"INSERT INTO z VALUES {rows}")
+    con.close()
+    return db
+
+
+_ROWS = "(1, 'b', 1), (2, 'B', 1), (3, 'a', 1), (4, 'A', 1), (5, 'A', 1), (6, 'c', 1)"
+
+
 @pytest.mark.parametrize("unit", ["uid", None])
-def test_fill_matches_join_on_a_collated_varchar_column(
+def test_a_collated_source_column_is_stored_plain_and_compared_exactly(
         project: Callable[..., Curator], tmp_path: Path, unit: str | None,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A VARCHAR column declared ``COLLATE NOCASE`` in a source DuckDB file reports as plain
-    VARCHAR, and its groups come back from DuckDB as whichever spelling it met first ('b' for
-    'b'/'B'). Python's exact match then missed the declared key 'B': its whole group read as
-    empty, and whether it did depended on one row's spelling (a group's count could jump from
-    0 to its full size between neighbours). The fill must give what the join gives."""
-    db = tmp_path / f"src_{unit}.duckdb"
-    con = duckdb.connect(str(db))
-    con.execute("CREATE TABLE z (uid INTEGER, s VARCHAR COLLATE NOCASE, x DOUBLE)")
-    con.execute("INSERT INTO z VALUES (1, 'b', 1), (2, 'B', 1), (3, 'a', 1), (4, 'A', 1), "
-                "(5, 'A', 1), (6, 'c', 1)")
-    con.close()
+    VARCHAR, and under the collation DuckDB returns a group under whichever spelling it met
+    first ('b' for 'b'/'B'): with private partition selection the released spelling would
+    depend on one unit's rows, and the key fill missed the declared key 'B' (a whole group read
+    as empty). The load now stores the column without its collation (with a warning), so keys
+    are compared exactly everywhere, and the fill and the join agree."""
+    db = _collated_source(tmp_path, f"src_{unit}", _ROWS)
     cur = project()
-    cur.add_table("t", str(db), source_table="z", privacy_unit=unit, bounds={"x": (0, 1)},
+    with pytest.warns(UserWarning, match="had a collation"):
+        cur.add_table("t", str(db), source_table="z", privacy_unit=unit,
+                      bounds={"x": (0, 1)}, domains={"s": ["a", "A", "B"]})
+    assert cur._backend.collated_columns("t") == frozenset()
+    q = "SELECT s, COUNT(*) AS n, SUM(x) AS sx FROM t GROUP BY s"
+    filled, joined = _both_paths(cur, q, monkeypatch)
+    assert filled.keys == joined.keys == [("A",), ("B",), ("a",)]
+    assert filled.cols == joined.cols
+    counts = filled.cols[_plan(cur, q).measures[0].sql_col]
+    assert counts == [2, 1, 1]  # exact spellings: 'A' twice, 'B' once, 'a' once
+
+
+def test_a_project_with_a_collated_column_keeps_the_join(
+        project: Callable[..., Curator], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Projects loaded before collations were dropped may still hold one: the curator reads it
+    from the table's CREATE statement and keeps the join for it; and at user level, where
+    DuckDB filters the rows to the declared keys, a fill not told of it still notices the
+    group it cannot match and falls back to the join."""
+    from dpkit.engine import backend_duckdb
+
+    db = _collated_source(tmp_path, "old", _ROWS)
+    cur = project()
+    monkeypatch.setattr(backend_duckdb, "_drop_collations", lambda con, target: None)
+    cur.add_table("t", str(db), source_table="z", privacy_unit="uid", bounds={"x": (0, 1)},
                   domains={"s": ["a", "B"]})
-    assert cur._backend.collated_columns("t") == {"s"}  # seen in the table's CREATE statement
+    monkeypatch.undo()
+    assert cur._backend.collated_columns("t") == {"s"}
     q = "SELECT s, COUNT(*) AS n, SUM(x) AS sx FROM t GROUP BY s"
     filled, joined = _both_paths(cur, q, monkeypatch)
     assert filled.keys == joined.keys == [("B",), ("a",)]
     assert filled.cols == joined.cols
-    if unit is not None:
-        # defence in depth: at user level DuckDB filters the rows to the declared keys, so a
-        # fill not told of the collation finds a group it cannot match and uses the join
-        with monkeypatch.context() as m:
-            m.setattr(cur._backend, "collated_columns", lambda name: frozenset())
-            blind = cur._execute(_plan(cur, q))
-        assert blind.keys == joined.keys and blind.cols == joined.cols
+    with monkeypatch.context() as m:
+        m.setattr(cur._backend, "collated_columns", lambda name: frozenset())
+        blind = cur._execute(_plan(cur, q))
+    assert blind.keys == joined.keys and blind.cols == joined.cols
 
 
-
-def test_keys_equal_under_the_columns_collation_are_refused_at_load(
+def test_keys_of_a_collated_source_are_distinct_once_stored_plain(
         project: Callable[..., Curator], tmp_path: Path) -> None:
-    """Declared keys 'a' and 'A' on a VARCHAR COLLATE NOCASE column passed the load's check
-    (distinct as plain VARCHAR), and the LEFT JOIN then gave the one group {'a', 'A'} to both
-    keys: a unit's row counted in two groups while the plan allows one (sensitivity doubled).
-    Keys that coincide under the column's own equality must be refused, as '1' and '1.0' are
-    for an INTEGER column."""
-    db = tmp_path / "nocase.duckdb"
-    con = duckdb.connect(str(db))
-    con.execute("CREATE TABLE z (uid INTEGER, s VARCHAR COLLATE NOCASE, x DOUBLE)")
-    con.execute("INSERT INTO z VALUES (1, 'a', 1), (2, 'b', 1)")
-    con.close()
-    cur = project()
-    with pytest.raises(ValueError, match="equal"):
+    """Declared keys 'a' and 'A' on a NOCASE source column: before, they passed the load's
+    check and the LEFT JOIN gave the one group {'a', 'A'} to both keys (a unit counted in two
+    groups). Stored plain, they are two keys with their own rows."""
+    db = _collated_source(tmp_path, "nocase", "(1, 'a', 1), (2, 'b', 1), (3, 'A', 1)")
+    cur = project(epsilon=1000.0)
+    with pytest.warns(UserWarning, match="had a collation"):
         cur.add_table("t", str(db), source_table="z", privacy_unit="uid",
                       bounds={"x": (0, 1)}, domains={"s": ["a", "A", "b"]})
-    assert "t" not in cur.tables()
-    cur.add_table("t", str(db), source_table="z", privacy_unit="uid", bounds={"x": (0, 1)},
-                  domains={"s": ["a", "b"]})  # distinct keys still load
+    plan = _plan(cur, "SELECT s, COUNT(*) AS n FROM t GROUP BY s")
+    ex = cur._execute(plan)
+    assert ex.keys == [("A",), ("a",), ("b",)]
+    assert ex.cols[plan.measures[0].sql_col] == [1, 1, 1]
+
 
 # ----------------------------------------------------------------------------- plan cache
 

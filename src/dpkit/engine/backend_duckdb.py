@@ -342,6 +342,7 @@ def load_table(
                 if copy:
                     _run_tracked(con, f"CREATE TABLE {target} AS SELECT * FROM {rel_sql}",
                                  "copying rows", progress)
+                    _drop_collations(con, target)
                 else:
                     con.execute(f"CREATE VIEW {target} AS SELECT * FROM {rel_sql}")
                 desc = con.execute(f"DESCRIBE SELECT * FROM {target}").fetchall()
@@ -401,6 +402,34 @@ def _collated_in(create_sql: str) -> frozenset[str]:
         cd.name for cd in tree.find_all(exp.ColumnDef)
         if any(isinstance(c.args.get("kind"), exp.CollateColumnConstraint)
                for c in cd.args.get("constraints") or [])
+    )
+
+
+def _drop_collations(con: duckdb.DuckDBPyConnection, target: str) -> None:
+    """Store collated columns (``VARCHAR COLLATE NOCASE`` from a DuckDB source) as plain
+    VARCHAR, values unchanged, with a warning: the curator compares keys exactly, and under a
+    collation DuckDB would show a group under whichever spelling it met first (a spelling that
+    depends on one unit's rows)."""
+    schema, _, table = target.partition(".")
+    rows = con.execute("SELECT sql FROM duckdb_tables() WHERE database_name = current_database() "
+                       "AND schema_name = ? AND table_name = ?",
+                       [schema, table.strip('"').replace('""', '"')]).fetchall()
+    collated = _collated_in(str(rows[0][0])) if rows else frozenset()
+    if not collated:
+        return
+    described = con.execute(f"DESCRIBE SELECT * FROM {target}").fetchall()
+    names = [str(r[0]) for r in described if str(r[1]) == "VARCHAR" and str(r[0]) in collated]
+    if not names:
+        return
+    plain = ", ".join(f"decode(encode({quote_ident(c)})) AS {quote_ident(c)}" for c in names)
+    con.execute(f"CREATE OR REPLACE TABLE {target} AS SELECT * REPLACE ({plain}) FROM {target}")
+    import warnings
+
+    warnings.warn(
+        f"column(s) {', '.join(names)} had a collation in the source; dpkit stores them as plain "
+        f"VARCHAR and compares values exactly ('a' and 'A' are different keys). Normalise them "
+        f"in the source (e.g. lower(col)) if such spellings mean the same thing",
+        UserWarning, stacklevel=4,
     )
 
 
