@@ -315,6 +315,11 @@ class Budget:
         """
         return self._try(event, delta, record=True)
 
+    def cost(self, event: ev.Event, *, delta: float | None = None) -> Cost:
+        """What :meth:`charge` would return for ``event`` now, recording nothing; raises
+        :class:`BudgetExceeded` exactly when it would."""
+        return self._try(event, delta, record=False)
+
     def can_afford(self, event: ev.Event, *, delta: float | None = None) -> bool:
         """Whether :meth:`charge` would accept ``event`` now (records nothing)."""
         try:

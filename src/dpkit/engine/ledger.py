@@ -518,13 +518,10 @@ class Ledger:
 
         Raises :class:`dpkit.accounting.BudgetExceeded` exactly when :meth:`charge` would.
         """
-        from dpkit.accounting import Budget
-
         with self._lock:
             self._sync()
             self.check(event, analyst=analyst, delta_share=delta_share)
-            copy = Budget.from_dict(self._budget(None).to_dict())
-            return copy.charge(event, delta=self._share(delta_share))
+            return self._budget(None).cost(event, delta=self._share(delta_share))
 
     def check(self, event: ev.Event, *, analyst: str | None = None,
               delta_share: float | None = None) -> None:
