@@ -70,8 +70,8 @@ def _exact(cur: Curator, plan: dplan.Plan, *, fill: bool) -> Exact:
         fill_keys=fill)
     if fill:
         assert compiled.keys_text is not None and "LEFT JOIN" not in compiled.text
-        keys, cols = dplan.fill_declared_keys(cur._declared_keys(compiled.keys_text),
-                                              cur._backend.run_rows(compiled.text),
+        rows, _ = cur._backend.run_rows(compiled.text)
+        keys, cols = dplan.fill_declared_keys(cur._declared_keys(compiled.keys_text), rows,
                                               len(compiled.measure_cols))
         return Exact(keys=keys, cols=dict(zip(compiled.measure_cols, cols, strict=True)))
     assert compiled.keys_text is None and "LEFT JOIN" in compiled.text
@@ -177,3 +177,15 @@ def test_collated_columns_are_read_from_the_create_statement() -> None:
     assert _collated_in(sql) == {"a", "c"}
     assert _collated_in('CREATE TABLE t(a VARCHAR, n INTEGER);') == frozenset()
     assert "anything" in _collated_in("CREATE TABLE t(a VARCHAR COLLATE ((( nonsense")
+
+
+def test_a_failure_while_reading_rows_leaves_the_backend_usable(cur: Curator) -> None:
+    """run_rows reads under the backend's lock and returns a list: an exception half-way (an
+    interrupt, say) must not leave the lock held, or the next query would hang."""
+    def boom(row: tuple[Any, ...]) -> bool:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        cur._backend.run_rows('SELECT * FROM range(10)', keep=boom)
+    res = cur.sql("SELECT i, COUNT(*) AS n FROM r GROUP BY i", epsilon=1.0)
+    assert len(res) == len(DOMAINS["i"])

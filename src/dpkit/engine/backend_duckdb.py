@@ -606,16 +606,24 @@ class DuckBackend:
         cols = {c: [r[ng + j] for r in rows] for j, c in enumerate(measure_cols)}
         return keys, cols
 
-    def run_rows(self, text: str, chunk: int = 4096) -> Iterator[tuple[Any, ...]]:
-        """The result's rows, read in chunks (a caller that keeps only some of many rows
-        never holds them all)."""
+    def run_rows(self, text: str, *, keep: Callable[[tuple[Any, ...]], bool] | None = None,
+                 chunk: int = 4096) -> tuple[list[tuple[Any, ...]], int]:
+        """The result's rows for which ``keep`` holds, read in chunks (so many unwanted rows are
+        never all held at once), and how many were left out."""
+        kept: list[tuple[Any, ...]] = []
+        dropped = 0
         with self._lock:
             cur = self._connect().execute(text)
-            while True:
-                rows = cur.fetchmany(chunk)
-                if not rows:
-                    return
-                yield from rows
+            while rows := cur.fetchmany(chunk):
+                if keep is None:
+                    kept.extend(rows)
+                    continue
+                for r in rows:
+                    if keep(r):
+                        kept.append(r)
+                    else:
+                        dropped += 1
+        return kept, dropped
 
     def run_columns(self, text: str, group_cols: Sequence[str], measure_cols: Sequence[str],
                     ) -> tuple[int, list[Any], dict[str, Any], dict[str, Any]]:

@@ -626,16 +626,18 @@ class Curator(ReleaseQueries):
         columnar = not few and all(columnar_type(k.type) for k in plan.spec.group_by)
         if compiled.keys_text is not None:
             declared = self._declared_keys(compiled.keys_text)
-            try:
-                with private_read_errors("query"):
-                    keys, cols = dplan.fill_declared_keys(
-                        declared, self._backend.run_rows(compiled.text),
-                        len(compiled.measure_cols), strict=not plan.table.record_level)
+            wanted, ng = set(declared), len(compiled.group_cols)
+            with private_read_errors("query"):
+                rows, unmatched = self._backend.run_rows(
+                    compiled.text, keep=lambda r: tuple(r[:ng]) in wanted)
+            # at user level DuckDB kept only rows with declared keys: a group Python cannot
+            # match means DuckDB's equality is not Python's (a collation it was not told of);
+            # dropping it would hinge a whole group on one row's spelling, so use the join
+            if not unmatched or plan.table.record_level:
+                keys, cols = dplan.fill_declared_keys(declared, rows, len(compiled.measure_cols))
                 return Exact(keys=keys, cols=dict(zip(compiled.measure_cols, cols, strict=True)))
-            except dplan.KeyFillMismatchError:  # DuckDB's equality is not Python's (a collation):
-                compiled = dplan.compile_sql(  # the join gives the same answer as always
-                    plan, relations=relations, seed=seed, fixed_columns=fixed,
-                    key_tables=key_rel, fill_keys=False)
+            compiled = dplan.compile_sql(plan, relations=relations, seed=seed,
+                                         fixed_columns=fixed, key_tables=key_rel)
         with private_read_errors("query"):
             exact: Exact | None = None
             if columnar:  # column by column (Arrow): no Python object per group and value

@@ -1387,35 +1387,15 @@ def can_fill_keys(plan: Plan, collated: frozenset[str] | set[str] = frozenset())
                         for k in plan.spec.group_by))
 
 
-class KeyFillMismatchError(Exception):
-    """A group DuckDB matched to a declared key that Python's equality does not match (a
-    collated VARCHAR column: DuckDB's type names do not show the collation): use the join."""
-
-
 def fill_declared_keys(keys: Sequence[tuple[Any, ...]], rows: Iterable[tuple[Any, ...]],
-                       n_measures: int, *, strict: bool = False,
-                       ) -> tuple[list[tuple[Any, ...]], list[list[Any]]]:
+                       n_measures: int) -> tuple[list[tuple[Any, ...]], list[list[Any]]]:
     """Every declared key (in ``keys``' order) with its group's measurements from ``rows``
     (``(*key, *measurements)`` per group present in the data); absent keys get NULL (None)
-    measurements, groups outside the keys are dropped: what ``keys LEFT JOIN groups`` gives.
-
-    ``strict`` (the rows were filtered to the declared keys by DuckDB, as at user level): a row
-    whose key is not one of ``keys`` by Python's equality raises :class:`KeyFillMismatchError`
-    once all rows were read (DuckDB compares the column otherwise, e.g. under a collation that
-    :func:`can_fill_keys` was not told of; dropping that group would make a whole group's
-    presence depend on one row's spelling)."""
+    measurements, groups outside the keys are dropped: what ``keys LEFT JOIN groups`` gives."""
     ng = len(keys[0]) if keys else 0
-    declared = set(keys)
     found: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-    unknown = False
     for r in rows:
-        k = tuple(r[:ng])
-        if k in declared:
-            found[k] = r
-        else:
-            unknown = True
-    if strict and unknown:
-        raise KeyFillMismatchError
+        found[tuple(r[:ng])] = r
     empty = (None,) * (ng + n_measures)
     cols: list[list[Any]] = [[] for _ in range(n_measures)]
     for key in keys:
