@@ -230,3 +230,30 @@ def test_cost_quotes_what_charge_would_take_and_records_nothing(accountant: str)
     with pytest.raises(BudgetExceeded):
         b.cost(ev.PureDP(50.0))
     assert len(b.charges) == 2
+
+
+def test_pld_compositions_are_remembered_not_redone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A curator query asks the pld budget can_afford, charge and spent: the composition of the
+    history with the new event is computed once, and the answers equal a fresh budget's."""
+    calls: list[int] = []
+    real = Budget._pld_epsilon
+
+    def counting(self: Budget, events: list[ev.Event]) -> float:
+        calls.append(len(events))
+        return real(self, events)
+
+    monkeypatch.setattr(Budget, "_pld_epsilon", counting)
+    b = Budget(epsilon=5.0, delta=1e-6, accountant="pld")
+    events = [ev.DiscreteLaplace(10.0, 1), ev.Gaussian(3.0), ev.DiscreteLaplace(10.0, 1)]
+    for e in events:
+        calls.clear()
+        assert b.can_afford(e)
+        b.charge(e)
+        _ = b.spent, b.remaining
+        # at most the event alone and the whole history with it, each once
+        assert len(calls) <= 2 and len(set(calls)) == len(calls)
+        assert calls[-1] == len(b.charges)
+    fresh = Budget(epsilon=5.0, delta=1e-6, accountant="pld")
+    for e in events:
+        fresh.charge(e)
+    assert b.spent == fresh.spent

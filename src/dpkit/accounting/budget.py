@@ -161,6 +161,7 @@ class Budget:
         self._eps_sum = 0
         self._delta_sum = 0
         self._rho_total = 0.0
+        self._pld_memo: dict[tuple[int, ev.Event | None], float] = {}
         self._rdp_total = np.zeros(len(self._orders())) if accountant == "rdp" else None
         self._rho_budget = (_zcdp.epsilon_to_rho(self.epsilon, self.delta)
                             if accountant == "zcdp" else None)
@@ -216,8 +217,29 @@ class Budget:
             eps = _rdp.epsilon_from_rdp(self._orders(), curve, self.delta)[0]
             return Cost(eps, self.delta if eps else 0.0), curve
         # pld: cost of the event alone
-        eps = self._pld_epsilon([event])
+        eps = self._pld_cached(0, event)
         return Cost(eps, self.delta if eps else 0.0), None
+
+    def _pld_cached(self, first: int, extra: ev.Event | None) -> float:
+        """ε of the first ``first`` recorded charges composed with ``extra``, remembered: charges
+        are only ever appended, so the key names the same composition for the budget's life
+        (a query's pre-check, charge and the spend shown after it compose it once, not 9 times)."""
+        if extra is None and first > 0:  # the same composition as its last step's check
+            first, extra = first - 1, self._charges[first - 1].event
+        key = (first, extra)
+        try:
+            hit = self._pld_memo.get(key)
+        except TypeError:  # an unhashable event: compute it
+            hit, key = None, None
+        if hit is not None:
+            return hit
+        events = [c.event for c in self._charges[:first]]
+        eps = self._pld_epsilon(events if extra is None else [*events, extra])
+        if key is not None:
+            if len(self._pld_memo) >= 64:
+                self._pld_memo.clear()
+            self._pld_memo[key] = eps
+        return eps
 
     def _pld_epsilon(self, events: list[ev.Event]) -> float:
         from dpkit.accounting import api
@@ -236,7 +258,7 @@ class Budget:
         if self.accountant == "rdp":
             eps = _rdp.epsilon_from_rdp(self._orders(), self._rdp_total, self.delta)[0]
             return Cost(eps, self.delta if eps else 0.0)
-        eps = self._pld_epsilon([c.event for c in self._charges])
+        eps = self._pld_cached(len(self._charges), None)
         return Cost(eps, self.delta if eps else 0.0)
 
     def _remaining_from(self, spent: Cost) -> Cost:
@@ -282,7 +304,7 @@ class Budget:
                 ok = self._fits(eps_after, self.epsilon)
                 missing = Cost(max(0.0, eps_after - self.epsilon), 0.0)
             else:
-                eps_after = self._pld_epsilon([*(c.event for c in self._charges), event])
+                eps_after = self._pld_cached(len(self._charges), event)
                 ok = self._fits(eps_after, self.epsilon)
                 missing = Cost(max(0.0, eps_after - self.epsilon), 0.0)
             if not ok or not (math.isfinite(cost.epsilon) and math.isfinite(cost.delta)):
