@@ -229,13 +229,14 @@ class Budget:
         key = (first, extra)
         try:
             hit = self._pld_memo.get(key)
+            memoizable = True
         except TypeError:  # an unhashable event: compute it
-            hit, key = None, None
+            hit, memoizable = None, False
         if hit is not None:
             return hit
         events = [c.event for c in self._charges[:first]]
         eps = self._pld_epsilon(events if extra is None else [*events, extra])
-        if key is not None:
+        if memoizable:
             if len(self._pld_memo) >= 64:
                 self._pld_memo.clear()
             self._pld_memo[key] = eps
@@ -256,6 +257,7 @@ class Budget:
             eps = _zcdp.rho_to_epsilon(self._rho_total, self.delta)
             return Cost(eps, self.delta if eps else 0.0, self._rho_total)
         if self.accountant == "rdp":
+            assert self._rdp_total is not None
             eps = _rdp.epsilon_from_rdp(self._orders(), self._rdp_total, self.delta)[0]
             return Cost(eps, self.delta if eps else 0.0)
         eps = self._pld_cached(len(self._charges), None)

@@ -130,6 +130,7 @@ def _int_sensitivity(value: float, event: ev.Event) -> int:
 
 def _leaf_laws(event: ev.Event, scale: float, replace_lower: bool) -> tuple[LossLaw, LossLaw]:
     """(upper law, lower law) of a leaf; ``scale`` multiplies sensitivities (2 for replace)."""
+    law: LossLaw
     if isinstance(event, ev.Laplace):
         law = LaplaceLaw(scale / event.noise_multiplier)
         return law, law

@@ -301,10 +301,10 @@ def _remove_concave(m: np.ndarray, h: float) -> np.ndarray | None:
     spent = 0
     start = 0
     while True:
-        neg = np.nonzero(m[active[start:]] < 0)[0]
-        if neg.size == 0:
+        neg_at = np.nonzero(m[active[start:]] < 0)[0]
+        if neg_at.size == 0:
             break
-        p = start + int(neg[0])
+        p = start + int(neg_at[0])
         used, end = _hull_region(m, active, p, h)
         spent += used + 200  # (a region costs Python overhead too)
         if spent > budget:

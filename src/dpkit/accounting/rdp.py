@@ -55,6 +55,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 from scipy import special
 
 from dpkit import events as ev
@@ -351,7 +352,7 @@ def supports(event: ev.Event, *, neighboring: str = "add_remove") -> bool:
 # Conversion
 
 
-def epsilon_from_rdp(orders: Sequence[float], rdp_values: Sequence[float],
+def epsilon_from_rdp(orders: Sequence[float], rdp_values: npt.ArrayLike,
                      delta: float) -> tuple[float, float]:
     """(ε, optimal order) from an RDP curve at ``delta`` (Balle et al. 2020, Prop. 12).
 
@@ -376,7 +377,7 @@ def epsilon_from_rdp(orders: Sequence[float], rdp_values: Sequence[float],
     return max(0.0, float(eps[i])), float(a[i])
 
 
-def delta_from_rdp(orders: Sequence[float], rdp_values: Sequence[float],
+def delta_from_rdp(orders: Sequence[float], rdp_values: npt.ArrayLike,
                    epsilon: float) -> tuple[float, float]:
     """(δ, optimal order) from an RDP curve at ``epsilon`` (Balle et al. 2020, Prop. 12)."""
     epsilon = check_epsilon(epsilon, allow_zero=True, allow_inf=True)
