@@ -31,8 +31,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from scipy import optimize, special
-
 from dpkit.accounting._common import check_delta, check_epsilon
 
 __all__ = [
@@ -51,6 +49,8 @@ _SQRTPI = math.sqrt(math.pi)
 
 def _log_erfcx_diff(z1: float, z2: float) -> float:
     """log(erfcx(z1) − erfcx(z2)) for 0 <= z1 < z2 (erfcx is decreasing)."""
+    from scipy import special  # imported on use: scipy costs ~0.5 s to import
+
     if z1 > 1e3:
         # Asymptotic series erfcx(z) = (1/√π)(1/z − 1/(2z³) + 3/(4z⁵) − …), differenced
         # term by term so that nothing cancels: 1/z1^n − 1/z2^n = (z2 − z1)·P_n / (z1 z2)^n.
@@ -78,6 +78,8 @@ def _log_mean_excess(a: float) -> float:
     a > 100: 1 − a R(a) <= 1/a² − 3/a⁴ + 15/a⁶ (the Mills-ratio asymptotic series alternates
     and brackets R; cut after a negative term of R it bounds 1 − aR from above).
     """
+    from scipy import special  # imported on use: scipy costs ~0.5 s to import
+
     log_phi = -0.5 * a * a - _LOG_SQRT_2PI
     if a <= 0.0:
         value = math.log(math.exp(log_phi) + (-a) * float(special.ndtr(a * -1.0)))
@@ -105,6 +107,8 @@ def log_delta_for_mu(mu: float, epsilon: float) -> float:
 
     Exact (closed form) for μ >= 1e-6; below that an upper bound within relative ~μ of the
     truth (:func:`_log_delta_small_mu`), because the closed forms cancel there."""
+    from scipy import special  # imported on use: scipy costs ~0.5 s to import
+
     if epsilon == math.inf or mu == 0.0:
         return -math.inf
     if mu == math.inf:
@@ -149,6 +153,8 @@ def delta_for(sigma: float, epsilon: float, sensitivity: float = 1.0) -> float:
 
 def epsilon_for_mu(mu: float, delta: float) -> float:
     """Smallest ε with δ(ε) <= ``delta`` for μ-GDP (``math.inf`` at δ = 0, 0 if δ >= TV)."""
+    from scipy import optimize  # imported on use: scipy costs ~0.5 s to import
+
     delta = check_delta(delta)
     if not mu >= 0 or math.isnan(mu):
         raise ValueError(f"mu must be >= 0 (got {mu!r})")
@@ -189,6 +195,8 @@ def epsilon_for(sigma: float, delta: float, sensitivity: float = 1.0) -> float:
 
 def mu_for(epsilon: float, delta: float) -> float:
     """Largest μ = Δ/σ for which the Gaussian mechanism is (``epsilon``, ``delta``)-DP."""
+    from scipy import optimize  # imported on use: scipy costs ~0.5 s to import
+
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta, allow_zero=False)
     log_target = math.log(delta)

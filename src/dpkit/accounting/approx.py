@@ -41,7 +41,6 @@ import math
 from collections.abc import Callable, Iterable
 
 import numpy as np
-from scipy import special
 
 from dpkit import events as ev
 from dpkit.accounting import analytic_gaussian as _ag
@@ -122,6 +121,8 @@ def _check_count(count: int) -> int:
 
 def _log_s(epsilon: float, k: int, eps_g: float) -> float:
     """log S(ε_g) of the KOV / Murtagh-Vadhan sum (−inf when S = 0)."""
+    from scipy import special  # imported on use: scipy costs ~0.5 s to import
+
     if k == 0:
         return -math.inf
     # Terms are positive for (k − 2l)ε > ε_g, i.e. l < (kε − ε_g)/(2ε).
