@@ -74,7 +74,8 @@ def fwht(x: np.ndarray) -> np.ndarray:
 
     ``out[..., v] = Σ_j (-1)^{popcount(j & v)} x[..., j]``; O(D log D).
     """
-    a = np.array(x, dtype=np.float64 if x.dtype.kind == "f" else np.int64, copy=True)
+    # float64 or int64 by the input: one ndarray type for both branches
+    a: np.ndarray = np.array(x, dtype=np.float64 if x.dtype.kind == "f" else np.int64, copy=True)
     D = a.shape[-1]
     if D & (D - 1):
         raise ValueError(f"fwht needs a power-of-two length (got {D})")
@@ -120,10 +121,10 @@ class TabulationHash:
         u = np.asarray(keys).astype(np.uint64, copy=False).ravel()
         byte = [((u >> np.uint64(8 * c)) & np.uint64(255)).astype(np.intp) for c in range(8)]
         if which is None:
-            acc = np.zeros((self.k, u.size), dtype=np.int64)
+            acc_all = np.zeros((self.k, u.size), dtype=np.int64)
             for c in range(8):
-                acc += self.tables[:, c, :][:, byte[c]]
-            return acc % self.m
+                acc_all += self.tables[:, c, :][:, byte[c]]
+            return acc_all % self.m
         w = np.broadcast_to(np.asarray(which, dtype=np.intp), u.shape)
         acc = np.zeros(u.size, dtype=np.int64)
         for c in range(8):

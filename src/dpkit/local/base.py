@@ -236,7 +236,7 @@ class PureOracle(FrequencyOracle):
             insecure=t.insecure,
         )
 
-    def _variance(self, counts: np.ndarray, n: int) -> np.ndarray:
+    def _variance(self, counts: np.ndarray, n: float) -> np.ndarray:
         p, q = float(self.p_star), float(self.q_star)
         return (counts * p * (1 - p) + (n - counts) * q * (1 - q)) / (p - q) ** 2
 

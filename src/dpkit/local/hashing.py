@@ -166,7 +166,7 @@ def lh_support(seeds: np.ndarray, y: np.ndarray, g: int, d: int) -> np.ndarray:
     # OpenBLAS is far faster for (2^L2 x g^L2) @ (g^L2 x 2^L1) than the other orientation.
     support_t = np.zeros((lo, H), dtype=np.float64)
     for r in range(g):
-        mask_t = np.ascontiguousarray((r == R).T, dtype=np.float64)
+        mask_t = np.ascontiguousarray(np.equal(R, r).T, dtype=np.float64)
         support_t += mask_t @ np.ascontiguousarray(hist3[:, :, r])
     return np.rint(support_t.T).astype(np.int64).ravel()[:d]
 

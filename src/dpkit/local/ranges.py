@@ -78,7 +78,7 @@ class RangeEstimate:
         """Smallest v whose estimated CDF reaches ``q``."""
         if not 0 <= q <= 1:
             raise ValueError(f"q must be in [0, 1] (got {q})")
-        return int(min(np.searchsorted(self.cdf(), q), self.leaves.size - 1))
+        return min(int(np.searchsorted(self.cdf(), q)), self.leaves.size - 1)
 
 
 def _best_oracle(d: int, epsilon: Fraction, choice: str) -> FrequencyOracle:
@@ -155,7 +155,7 @@ class HierarchicalRanges:
                 s = rep["seeds"]
                 seeds[idx, : s.shape[1] - 1] = s[:, :-1]
                 seeds[idx, -1] = s[:, -1]
-        arrays = {"level": level.astype(np.uint8), "y": y}
+        arrays: dict[str, np.ndarray] = {"level": level.astype(np.uint8), "y": y}
         if self.seed_width:
             arrays["seeds"] = seeds
         return Reports(self.kind, arrays, _insecure(source))

@@ -49,6 +49,7 @@ class _Sketch:
     m: int
     c: Fraction
     epsilon: float
+    requested_epsilon: float
     hashes: TabulationHash
 
     def _init_hashes(self, num_hashes: int, width: int, hashes: TabulationHash | None,

@@ -129,10 +129,14 @@ def learn_naive_bayes(oracle: LocalSQOracle, *, n_features: int,
                             if j != (label_column % (n_features + 1))]
     lab = label_column
 
+    def and_label(j: int) -> Callable[[np.ndarray], np.ndarray]:  # 1{x_j = 1, y = 1}
+        return lambda r: r[:, j] * r[:, lab]
+
+    def and_not_label(j: int) -> Callable[[np.ndarray], np.ndarray]:  # 1{x_j = 1, y = 0}
+        return lambda r: r[:, j] * (1 - r[:, lab])
+
     prior = oracle.query(lambda r: r[:, lab], batch_size=m)
-    joint1 = np.array([oracle.query(lambda r, j=j: r[:, j] * r[:, lab], batch_size=m)
-                       for j in feats])
-    joint0 = np.array([oracle.query(lambda r, j=j: r[:, j] * (1 - r[:, lab]), batch_size=m)
-                       for j in feats])
+    joint1 = np.array([oracle.query(and_label(j), batch_size=m) for j in feats])
+    joint0 = np.array([oracle.query(and_not_label(j), batch_size=m) for j in feats])
     pr = min(max(prior, 1e-6), 1 - 1e-6)
     return NaiveBayes(prior, np.clip(joint1 / pr, 0, 1), np.clip(joint0 / (1 - pr), 0, 1))
