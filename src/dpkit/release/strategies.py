@@ -243,11 +243,11 @@ class TreeStrategy(Strategy):
         # top-down: spread the parent's discrepancy in proportion to the children's variances
         final = z[-1]
         for level in range(len(self.sizes) - 2, -1, -1):
-            S, VS = child_sum[level + 1], child_var[level + 1]
-            assert S is not None and VS is not None
+            kid_sum, kid_var = child_sum[level + 1], child_var[level + 1]
+            assert kid_sum is not None and kid_var is not None
             parent = np.arange(self.counts[level]) // self.branching
-            share = (v[level] / VS[parent]).reshape(-1, *extra)
-            final = z[level] + (final - S)[parent] * share
+            share = (v[level] / kid_var[parent]).reshape(-1, *extra)
+            final = z[level] + (final - kid_sum)[parent] * share
         return final
 
     def dense(self) -> np.ndarray:

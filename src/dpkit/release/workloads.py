@@ -444,7 +444,7 @@ class MarginalWorkload(Workload):
         n = self.domain_size
         G = np.zeros((n, n))
         for t in self.attribute_sets:
-            K = np.ones((1, 1))
+            K: np.ndarray = np.ones((1, 1))  # grows by Kronecker products
             for a, na in enumerate(self.dims):
                 K = np.kron(K, np.eye(na) if a in t else np.ones((na, na)))
             G += K
