@@ -56,7 +56,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
-from scipy import special
 
 from dpkit import events as ev
 from dpkit.accounting import pure as _pure
@@ -148,6 +147,8 @@ def _discrete_laplace_rdp(scale: float, sensitivity: int, a: np.ndarray) -> np.n
     With t = 1/s and c = tanh(t/2) the normaliser, Σ_x P(x)^α Q(x)^{1−α} is
     c[e^{t(α−1)d} + e^{−tαd}]/(1 − e^{−t}) + c e^{t(α−1)d} Σ_{x=1}^{d−1} e^{−t(2α−1)x}.
     """
+    from scipy import special  # imported on use: scipy costs ~0.5 s to import
+
     t = 1.0 / scale
     eps = sensitivity * t
     bound = _pure_rdp(eps, a)
@@ -170,12 +171,16 @@ def _discrete_laplace_rdp(scale: float, sensitivity: int, a: np.ndarray) -> np.n
 
 
 def _log_erfc(x: np.ndarray) -> np.ndarray:
+    from scipy import special  # imported on use: scipy costs ~0.5 s to import
+
     return math.log(2.0) + special.log_ndtr(-x * math.sqrt(2.0))
 
 
 @functools.lru_cache(maxsize=4096)
 def _log_a_int(q: float, sigma: float, alpha: int) -> float:
     """log A_α for integer α (MTZ19 §3.2): log Σ_i C(α,i) q^i (1−q)^{α−i} e^{(i²−i)/(2σ²)}."""
+    from scipy import special  # imported on use: scipy costs ~0.5 s to import
+
     i = np.arange(alpha + 1, dtype=float)
     log_coef = (special.gammaln(alpha + 1.0) - special.gammaln(i + 1.0)
                 - special.gammaln(alpha - i + 1.0))
@@ -194,6 +199,8 @@ def _log_a_frac(q: float, sigma: float, alpha: float) -> float:
     dp_accounting's rule (both term sequences decreasing and below total − 30) and adds a bound on
     the tail; returns ``inf`` (order excluded) if that has not happened after 20000 terms.
     """
+    from scipy import special  # imported on use: scipy costs ~0.5 s to import
+
     z0 = sigma**2 * math.log(1.0 / q - 1.0) + 0.5
     log_q, log_1mq = math.log(q), math.log1p(-q)
     total_0 = total_1 = -np.inf
