@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from dpkit import events as ev
 from dpkit.mechanisms import _accuracy, _calibrate
 
@@ -76,7 +78,7 @@ def discrete_gaussian_halfwidth(sigma2: float, level: float = 0.95) -> tuple[int
 
 
 def selected_count_lower(values: object, threshold: int, level: float = 0.95, *,
-                         scale: float | None = None, sigma2: float | None = None) -> object:
+                         scale: float | None = None, sigma2: float | None = None) -> np.ndarray:
     """Lower interval ends, valid *given that* ``y >= threshold``, for noisy counts that also
     decided whether they are shown (partition selection reusing its noisy count): see
     :func:`dpkit.mechanisms._accuracy.selected_count_lower`. The upper end stays ``y + m``."""
