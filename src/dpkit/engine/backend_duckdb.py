@@ -201,9 +201,10 @@ def _store_domain(con: duckdb.DuckDBPyConnection, *, column: str, type_: str,
 
 
 def _source_sql(con: duckdb.DuckDBPyConnection, source: Any,
-                source_table: str | None) -> tuple[str, str, Callable[[], None]]:
-    """SQL for a relation over ``source``, its storage kind hint, and a cleanup callback."""
-    cleanup: Callable[[], None] = lambda: None  # noqa: E731
+                source_table: str | None) -> tuple[str, str, Callable[[], object]]:
+    """SQL for a relation over ``source``, its storage kind hint, and a cleanup callback
+    (its return value, e.g. the connection from ``con.execute``, is ignored)."""
+    cleanup: Callable[[], object] = lambda: None  # noqa: E731
     if isinstance(source, (str, Path)):
         text = str(source)
         if "::" in text and not Path(text).exists():
@@ -353,7 +354,9 @@ def load_table(
                             f"column {c.name!r} starts with {FIXED_PREFIX!r}, reserved for the "
                             f"curator's hidden columns; rename it"
                         )
-                rows = int(con.execute(f"SELECT COUNT(*) FROM {target}").fetchone()[0])
+                count_row = con.execute(f"SELECT COUNT(*) FROM {target}").fetchone()
+                assert count_row is not None  # an aggregate without GROUP BY: always one row
+                rows = int(count_row[0])
                 validate(columns, rows)
                 if not_null is not None:
                     _check_complete(con, target, columns, not_null())
@@ -479,7 +482,9 @@ def _check_complete(con: duckdb.DuckDBPyConnection, target: str, columns: Sequen
         missing = f"{col} IS NULL"
         if types[name].cls == "float":
             missing += f" OR isnan({col})"
-        n = int(con.execute(f"SELECT COUNT(*) FROM {target} WHERE {missing}").fetchone()[0])
+        count_row = con.execute(f"SELECT COUNT(*) FROM {target} WHERE {missing}").fetchone()
+        assert count_row is not None  # an aggregate without GROUP BY: always one row
+        n = int(count_row[0])
         if n:
             raise ValueError(
                 f"column {name!r} is declared not_null, but {n} row(s) hold NULL"

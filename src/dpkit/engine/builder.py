@@ -29,7 +29,7 @@ def _col(name: str) -> exp.Column:
     return exp.Column(this=exp.to_identifier(name, quoted=True))
 
 
-def _expr(text: str, what: str) -> exp.Expression:
+def _expr(text: str, what: str) -> exp.Expr:
     if not isinstance(text, str) or not text.strip():
         raise QueryError(f"{what} takes a SQL expression as text, e.g. \"age >= 18\"")
     try:
@@ -49,10 +49,10 @@ class QueryBuilder:
     def __init__(self, curator: Any, table: str) -> None:
         self._curator = curator
         self._table = table
-        self._where: list[exp.Expression] = []
+        self._where: list[exp.Expr] = []
         self._groups: list[str] = []
-        self._aggs: list[exp.Expression] = []
-        self._having: list[exp.Expression] = []
+        self._aggs: list[exp.Expr] = []
+        self._having: list[exp.Expr] = []
         self._order: list[tuple[str, bool]] = []
         self._limit: int | None = None
         self._names: set[str] = set()

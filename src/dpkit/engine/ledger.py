@@ -578,11 +578,12 @@ class Ledger:
                 event: ev.Event, view: dict[str, Any], payload: dict[str, Any]) -> Entry:
         prev = self._entries[-1].hash if self._entries else GENESIS_PREV
         seq = (self._entries[-1].seq if self._entries else 0) + 1
+        now = _now()
         fields = {
             "seq": seq,
             "kind": kind,
             "analyst": analyst,
-            "time": _now(),
+            "time": now,
             "query": query,
             "event": event.to_json(),
             "view": canonical_json(view),
@@ -594,8 +595,7 @@ class Ledger:
             "prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (*[fields[c] for c in _COLUMNS], prev, digest),
         )
-        entry = Entry(seq, kind, analyst, fields["time"], query, event, view, payload, prev,
-                      digest)
+        entry = Entry(seq, kind, analyst, now, query, event, view, payload, prev, digest)
         self._entries.append(entry)
         self._index([entry])
         return entry

@@ -443,7 +443,7 @@ def build_plan(
         else:
             key_sources.append(("public", k))
     group_mode = "none" if not grouped else ("public" if public_keys else "select")
-    keys: list[tuple[Any, ...]] | None = None
+    keys: Sequence[tuple[Any, ...]] | None = None
     if group_mode == "public" and all(s == "domain" for s, _ in key_sources):
         total = math.prod(len(v) for _, v in key_sources)
         if total > MAX_KEYS:
@@ -568,11 +568,11 @@ def build_plan(
                 mm.label = call.label
                 roles["count"] = mm.key
         elif call.func == dsql.COUNT_COL:
-            assert call.column is not None
+            assert call.source is not None and call.column is not None  # only COUNT(*) has None
             mm = nonnull_count(call.source, call.column)
             roles["count"] = mm.key
         else:
-            assert call.column is not None
+            assert call.source is not None and call.column is not None  # only COUNT(*) has None
             lo, hi = col_bounds(call.column, call)
             ref = f"{call.source}.{call.column}"
             if call.func == dsql.SUM:
@@ -584,10 +584,10 @@ def build_plan(
                 mm.label, mm.lo, mm.hi = call.label, lo, hi
                 roles["quant"] = mm.key
             else:
-                c = nonnull_count(call.source, call.column)
+                cnt = nonnull_count(call.source, call.column)
                 s = measure("csum", ref)
                 s.label, s.lo, s.hi = f"SUM({call.column} - mid)", lo, hi
-                roles["count"], roles["csum"] = c.key, s.key
+                roles["count"], roles["csum"] = cnt.key, s.key
                 if call.func != dsql.AVG:
                     s2 = measure("csq", ref)
                     s2.label, s2.lo, s2.hi = f"SUM(({call.column} - mid)^2)", lo, hi
@@ -1185,14 +1185,14 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
         proj.append("1 AS __one")
 
     frm = f"{relations[table.name]} AS {quote_ident(dsql.PRIVATE_ALIAS)}"
-    for j in spec.joins:
+    for join in spec.joins:
         on = " AND ".join(
             f"{quote_ident(dsql.PRIVATE_ALIAS)}.{quote_ident(a)} = "
-            f"{quote_ident(j.alias)}.{quote_ident(b)}"
-            for a, b in j.on
+            f"{quote_ident(join.alias)}.{quote_ident(b)}"
+            for a, b in join.on
         )
-        frm += f" {'LEFT' if j.kind == 'left' else 'INNER'} JOIN {relations[j.table]} AS " \
-               f"{quote_ident(j.alias)} ON {on}"
+        frm += f" {'LEFT' if join.kind == 'left' else 'INNER'} JOIN {relations[join.table]} AS " \
+               f"{quote_ident(join.alias)} ON {on}"
     conds: list[str] = []
     if spec.where is not None:
         w = spec.where.sql(dialect="duckdb")

@@ -207,11 +207,11 @@ class _Scope:
         hits = []
         for internal, meta in self.tables.items():
             try:
-                c = meta.find(name)
+                found = meta.find(name)
             except ValueError as exc:
                 raise QueryError(str(exc)) from None
-            if c is not None:
-                hits.append((internal, c.name, c.type))
+            if found is not None:
+                hits.append((internal, found.name, found.type))
         if not hits:
             if len(self.tables) == 1:
                 (meta,) = self.tables.values()
@@ -574,14 +574,14 @@ def _agg_from(node: exp.Expression, scope: _Scope, private: TableMeta) -> AggCal
         if type(node) is cls:
             fname = cls.__name__.upper()
             internal, col, type_ = column_arg(node.this, fname)
-            q = None
+            fixed_q: float | None = None  # the quantile MEDIAN/MIN/MAX stand for; None otherwise
             if cls is exp.Median:
-                q = 0.5
+                fixed_q = 0.5
             elif cls is exp.Min:
-                q = MIN_QUANTILE
+                fixed_q = MIN_QUANTILE
             elif cls is exp.Max:
-                q = MAX_QUANTILE
-            agg = _numeric_agg(func, internal, col, type_, q, private)
+                fixed_q = MAX_QUANTILE
+            agg = _numeric_agg(func, internal, col, type_, fixed_q, private)
             if cls in (exp.Min, exp.Max):
                 agg = AggCall(agg.func, agg.source, agg.column, agg.q,
                               label=f"{fname}({col})", default_name=f"{fname.lower()}_{col}")
