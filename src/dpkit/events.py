@@ -341,8 +341,8 @@ def from_dict(data: Mapping[str, Any]) -> Event:
     try:
         return cls(**kwargs)
     except TypeError as exc:
-        names = ", ".join(f.name for f in dataclasses.fields(cls))
-        raise ValueError(f"{kind}: {exc}; its fields are: {names}") from None
+        field_list = ", ".join(f.name for f in dataclasses.fields(cls))
+        raise ValueError(f"{kind}: {exc}; its fields are: {field_list}") from None
 
 
 def _decode(value: Any) -> Any:
