@@ -367,6 +367,22 @@ def test_sources(project: Callable[..., Curator], tmp_path: Any) -> None:
     assert again.tables()["csv"].privacy_unit == "u"
 
 
+def test_polars_source(project: Callable[..., Curator]) -> None:
+    """A polars DataFrame loads like the other frames (polars is not a test dependency: it is
+    ~180 MB; this runs where it is installed)."""
+    pl = pytest.importorskip("polars")
+    cur = project()
+    df = pl.DataFrame({"u": [1, 1, 2], "x": [1.0, None, 3.0], "g": ["a", "b", "a"]})
+    meta = cur.add_table("pl", df, privacy_unit="u", max_rows_per_unit=2,
+                         bounds={"x": (0, 5)}, domains={"g": ["a", "b"]})
+    assert [(c.name, c.type) for c in meta.columns] == [("u", "BIGINT"), ("x", "DOUBLE"),
+                                                        ("g", "VARCHAR")]
+    plan, ex = _exact(cur, "SELECT g, COUNT(*), COUNT(x) FROM pl GROUP BY g")
+    assert ex.keys == [("a",), ("b",)]
+    assert ex.cols[plan.measures[0].sql_col] == [2, 1]
+    assert ex.cols[plan.measures[1].sql_col] == [2, 0]  # the NULL x is not counted
+
+
 @pytest.mark.parametrize("m", [1, 2, 3, 7])
 def test_bounding_is_exact_with_duplicate_rows(project: Callable[..., Curator], m: int) -> None:
     """Identical rows hash alike; the unit still keeps exactly m of its rows."""
