@@ -458,26 +458,7 @@ def _bern_exp_lanes_filtered(
     Hence ``u + 1 <= qlo`` implies ``u + 1 <= lo`` (True, not ambiguous) and ``u >= qhi``
     implies ``u >= hi`` (False, not ambiguous): exactly the numpy path's answers. The other
     lanes (probability about ``2**-8`` each, plus big-gamma lanes) get the full computation."""
-    if below_one:  # 0 <= g < 1: m = 0, f = g
-        f = g
-        big = None
-    else:
-        big = g >= _BIG_GAMMA
-        if not big.any():
-            big = None
-        m = np.floor(g)
-        f = g - m  # exact (Sterbenz), in [0, 1)
-        if big is not None:
-            m[big] = 0.0
-            f[big] = 0.0
-    a = _TAYLOR
-    q = f * a[_SCREEN_DEG]
-    q += a[_SCREEN_DEG - 1]
-    for i in range(_SCREEN_DEG - 2, -1, -1):
-        q *= f
-        q += a[i]
-    if not below_one:
-        q *= _EXP_NEG_INT[m.astype(np.intp)]
+    q, big = _taylor_exp_neg(g, below_one, _SCREEN_DEG)
     uf = u.astype(np.float64)
     out = (uf + 1.0) <= q * _SCREEN_LO
     near = uf < q * _SCREEN_HI
@@ -513,31 +494,42 @@ def _bern_exp_lanes_numpy(
 def _brackets(g: np.ndarray, below_one: bool) -> tuple[np.ndarray, np.ndarray]:
     """``(lo, hi)``: the certified bracket of ``exp(-gamma) 2**32`` for each lane (see
     :func:`_bern_exp_lanes`); elementwise, so a lane's bracket depends on its ``g`` only."""
-    if below_one:  # caller guarantees 0 <= g < 1: m = 0, f = g
-        any_big = False
+    p, big = _taylor_exp_neg(g, below_one, _TAYLOR_DEG)
+    lo = p * ((1.0 - _GUARD) * _TWO32)  # exact scaling by 2**32 folded in; see docs/noise.md
+    hi = p * ((1.0 + _GUARD) * _TWO32)
+    if big is not None:
+        lo[big] = 0.0
+        hi[big] = 2.0**-31  # 2**-63 * 2**32
+    return lo, hi
+
+
+def _taylor_exp_neg(g: np.ndarray, below_one: bool,
+                    degree: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """``fl(T(f)·e^-m)`` per lane, ``T`` the degree-``degree`` Taylor polynomial of ``exp(-f)``
+    by Horner, ``m = floor(g)``, ``f = g - m`` (exact, Sterbenz), and the mask of big-gamma lanes
+    (``g >= 64``, whose value is meaningless; None when there is none). ``below_one``: the
+    caller guarantees ``0 <= g < 1`` (``m = 0``, no table factor)."""
+    big: np.ndarray | None = None
+    if below_one:
         f = g
     else:
         big = g >= _BIG_GAMMA
-        any_big = bool(big.any())
+        if not big.any():
+            big = None
         m = np.floor(g)
-        f = g - m  # exact (Sterbenz), in [0, 1)
-        if any_big:
+        f = g - m
+        if big is not None:
             m[big] = 0.0
             f[big] = 0.0
     a = _TAYLOR
-    p = f * a[_TAYLOR_DEG]
-    p += a[_TAYLOR_DEG - 1]
-    for i in range(_TAYLOR_DEG - 2, -1, -1):
+    p = f * a[degree]
+    p += a[degree - 1]
+    for i in range(degree - 2, -1, -1):
         p *= f
         p += a[i]
     if not below_one:
         p *= _EXP_NEG_INT[m.astype(np.intp)]
-    lo = p * ((1.0 - _GUARD) * _TWO32)  # exact scaling by 2**32 folded in; see docs/noise.md
-    hi = p * ((1.0 + _GUARD) * _TWO32)
-    if any_big:
-        lo[big] = 0.0
-        hi[big] = 2.0**-31  # 2**-63 * 2**32
-    return lo, hi
+    return p, big
 
 
 def _decide(
