@@ -257,3 +257,21 @@ def test_pld_compositions_are_remembered_not_redone(monkeypatch: pytest.MonkeyPa
     for e in events:
         fresh.charge(e)
     assert b.spent == fresh.spent
+
+
+def test_pld_memo_still_refuses_overspending() -> None:
+    """The remembered compositions never let a charge through that a fresh budget refuses:
+    the same event, asked twice near the edge, is refused both times and records nothing."""
+    b = Budget(epsilon=1.0, delta=1e-6, accountant="pld")
+    small = ev.DiscreteLaplace(4.0, 1)  # epsilon 0.25 alone
+    while b.can_afford(small):
+        b.charge(small)
+    spent = b.spent
+    for _ in range(2):
+        with pytest.raises(BudgetExceeded):
+            b.charge(small)
+    assert b.spent == spent and b.spent.epsilon <= 1.0
+    fresh = Budget(epsilon=1.0, delta=1e-6, accountant="pld")
+    for _ in b.charges:
+        fresh.charge(small)
+    assert not fresh.can_afford(small)
