@@ -464,7 +464,7 @@ class Curator(ReleaseQueries):
         catalog = self.tables()
         # parsing + validation depend only on the text and the declarations: cache the spec
         # (treated as immutable downstream) until a table is (re)registered
-        key = (query, self._tables_cache[0] if self._tables_cache is not None else -1)
+        key = (query, self._tables_version())
         spec = self._spec_cache.get(key)
         if spec is None:
             spec = dsql.parse_query(query, catalog)
@@ -605,25 +605,22 @@ class Curator(ReleaseQueries):
         if plan.table.record_level:
             self._check_join_keys(plan, relations)
         seed = int(_noise.uniform_int(2**63 - 1, 1, source=self._source)[0])
-        fixed = (self._backend.fixed_columns(plan.table.name)
-                 if plan.table.storage == "copy" and not plan.table.public else frozenset())
+        # a copied private table carries hidden columns and key tables from its load
+        copied = plan.table.storage == "copy" and not plan.table.public
+        fixed = self._backend.fixed_columns(plan.table.name) if copied else frozenset()
         # declared domains stored as hidden key tables at load (copied private tables): read
         # the keys from them instead of inlining every key in the statement
         key_rel: dict[str, str] = {}
-        if plan.table.key_tables and plan.table.storage == "copy" and not plan.table.public:
+        if plan.table.key_tables and copied:
             have = self._backend.key_tables()
             key_rel = {col: key_table_relation(t) for col, t in plan.table.key_tables.items()
                        if t in have}
         # a few declared keys: DuckDB returns the groups present and Python fills in the
         # missing keys (the LEFT JOIN with the keys costs ~1 ms at any data size)
-        collated = (self._backend.collated_columns(plan.table.name)
-                    if plan.table.storage == "copy" and not plan.table.public else frozenset())
-        fill = dplan.can_fill_keys(plan, collated)
+        collated = self._backend.collated_columns(plan.table.name) if copied else frozenset()
         compiled = dplan.compile_sql(plan, relations=relations, seed=seed, fixed_columns=fixed,
-                                     key_tables=key_rel, fill_keys=fill)
-        # Arrow pays off with many groups; for a few, one fetchall of tuples is ~1 ms faster
-        few = not plan.spec.group_by or (plan.keys is not None and len(plan.keys) <= _FEW_GROUPS)
-        columnar = not few and all(columnar_type(k.type) for k in plan.spec.group_by)
+                                     key_tables=key_rel,
+                                     fill_keys=dplan.can_fill_keys(plan, collated))
         if compiled.keys_text is not None:
             declared = self._declared_keys(compiled.keys_text)
             wanted, ng = set(declared), len(compiled.group_cols)
@@ -638,6 +635,9 @@ class Curator(ReleaseQueries):
                 return Exact(keys=keys, cols=dict(zip(compiled.measure_cols, cols, strict=True)))
             compiled = dplan.compile_sql(plan, relations=relations, seed=seed,
                                          fixed_columns=fixed, key_tables=key_rel)
+        # Arrow pays off with many groups; for a few, one fetchall of tuples is ~1 ms faster
+        few = not plan.spec.group_by or (plan.keys is not None and len(plan.keys) <= _FEW_GROUPS)
+        columnar = not few and all(columnar_type(k.type) for k in plan.spec.group_by)
         with private_read_errors("query"):
             exact: Exact | None = None
             if columnar:  # column by column (Arrow): no Python object per group and value
@@ -660,10 +660,14 @@ class Curator(ReleaseQueries):
             )
         return exact
 
+    def _tables_version(self) -> int:
+        """The ledger seq of the last table registration read (-1 before any read)."""
+        return self._tables_cache[0] if self._tables_cache is not None else -1
+
     def _declared_keys(self, keys_text: str) -> list[tuple[Any, ...]]:
         """The declared keys a statement's key CTEs give, in DuckDB's order and types (public;
         cached until a table is registered again)."""
-        version = self._tables_cache[0] if self._tables_cache is not None else -1
+        version = self._tables_version()
         keys = self._keys_cache.get((keys_text, version))
         if keys is None:
             keys = [tuple(r) for r in self._backend.query_public(keys_text)]
