@@ -54,12 +54,13 @@ from dpkit.engine import sql as dsql
 from dpkit.engine.backend_duckdb import (
     DuckBackend,
     columnar_type,
+    dry_run_errors,
     init_database,
     key_table_relation,
     load_table,
-    private_read_errors,
     relation_name,
 )
+from dpkit.engine.charge import charged_read
 from dpkit.engine.ledger import Entry, Ledger
 from dpkit.engine.noisy import Exact, halfwidth, release
 from dpkit.engine.release_queries import ReleaseQueries
@@ -163,6 +164,18 @@ class BudgetStatus:
         return self.table()
 
 
+@dataclass(frozen=True)
+class _Read:
+    """A query ready to read: its statement (and the join form it falls back to when Python
+    cannot match DuckDB's key equality), the declared keys to fill, and how to fetch."""
+
+    plan: dplan.Plan
+    compiled: dplan.CompiledSQL
+    fallback: dplan.CompiledSQL | None
+    declared: list[tuple[Any, ...]] | None
+    columnar: bool
+
+
 def _default_analyst() -> str:
     try:
         return getpass.getuser() or "analyst"
@@ -189,6 +202,7 @@ class Curator(ReleaseQueries):
         self._spec_cache: dict[tuple[str, int], dsql.QuerySpec] = {}
         self._keys_cache: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
         self._plan_cache: dict[tuple[Any, ...], dplan.Plan] = {}
+        self._dry_ok: set[str] = set()  # statements whose dry run passed (this connection)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -346,11 +360,19 @@ class Curator(ReleaseQueries):
         finds one is refused): COUNT(age) is then COUNT(*), and AVG/VAR/STDDEV(age) share the
         query's noisy row count instead of measuring their own (less budget per measurement).
         ``public=True``: a lookup table with no private data, joinable to private tables.
-        ``copy=False``: keep a view over the CSV/Parquet file instead of copying it in (columns
-        in ``not_null`` are checked at load only). ``progress(step, fraction)``: called while the
+        ``copy=False`` (public tables only): keep a view over the CSV/Parquet file instead of
+        copying it in; private tables are always copied, so their rows are a snapshot the
+        ledger's declarations describe. ``progress(step, fraction)``: called while the
         long steps of the load run (the CLI draws a progress bar with it).
         """
         check_identifier(name, "table")
+        if not copy and not public:
+            raise ValueError(
+                f"copy=False keeps a view that re-reads the file at every query, so a row "
+                f"appended or changed after loading (or a malformed one) would change answers "
+                f"and errors without the ledger knowing; private tables are always copied in. "
+                f"Drop copy=False for {name!r} (public lookup tables may stay views)"
+            )
         with self._lock:
             existing = self.tables()
             if name in existing and not replace:
@@ -581,30 +603,32 @@ class Curator(ReleaseQueries):
             # Gaussian conversion plus partition selection)
             booked = plan.charge_delta if plan.charge_delta is not None else delta
             self._cost(plan, who, booked, check_only=True)  # early refusal, nothing read
-            exact = self._execute(plan)
+            prepared = self._prepare(plan)
             details: dict[str, Any] = {"split": [_json_safe(s) for s in plan.split()],
                                        "noise": plan.noise, "level": plan.level}
             if plan.weights:
                 details["weights"] = dict(plan.weights)
-            entry = self.ledger.charge(
-                plan.event, analyst=who, query=query,
-                delta_share=self._delta_share(plan, booked),
-                details=details,
-            )
-            # ---- from here on the charge is durable: noise, then the answer
-            spend = self.ledger.spend(who if who in self.ledger.analyst_budgets() else None)
             src = self._source
             insecure = bool(src is not None and src.insecure)
-            return release(plan, exact, source=src, insecure=insecure,
-                           epsilon_cost=float(entry.view["epsilon_cost"]),
-                           ledger_seq=entry.seq, remaining=spend.remaining)
 
-    def _execute(self, plan: dplan.Plan) -> Exact:
+            def finish(exact: Exact, entry: Entry) -> Result:
+                spend = self.ledger.spend(who if who in self.ledger.analyst_budgets() else None)
+                return release(plan, exact, source=src, insecure=insecure,
+                               epsilon_cost=float(entry.view["epsilon_cost"]),
+                               ledger_seq=entry.seq, remaining=spend.remaining)
+
+            return charged_read(self.ledger, plan.event, analyst=who, query=query,
+                                delta_share=self._delta_share(plan, booked), details=details,
+                                read=lambda: self._read(prepared), finish=finish)
+
+    def _prepare(self, plan: dplan.Plan) -> _Read:
+        """Everything before the charge: public look-ups, the compiled statement, and its dry
+        run over empty tables of the same schema (so every error that does not depend on
+        rows surfaces here, and spends nothing)."""
         catalog = plan.catalog
         relations = {name: relation_name(name, meta.public) for name, meta in catalog.items()}
         if plan.table.record_level:
             self._check_join_keys(plan, relations)
-        seed = int(_noise.uniform_int(2**63 - 1, 1, source=self._source)[0])
         # a copied private table carries hidden columns and key tables from its load
         copied = plan.table.storage == "copy" and not plan.table.public
         fixed = self._backend.fixed_columns(plan.table.name) if copied else frozenset()
@@ -618,47 +642,74 @@ class Curator(ReleaseQueries):
         # a few declared keys: DuckDB returns the groups present and Python fills in the
         # missing keys (the LEFT JOIN with the keys costs ~1 ms at any data size)
         collated = self._backend.collated_columns(plan.table.name) if copied else frozenset()
-        compiled = dplan.compile_sql(plan, relations=relations, seed=seed, fixed_columns=fixed,
-                                     key_tables=key_rel,
-                                     fill_keys=dplan.can_fill_keys(plan, collated))
+        fill = dplan.can_fill_keys(plan, collated)
+
+        def compile_with(rels: Mapping[str, str], keys: Mapping[str, str], seed: int,
+                         fill_keys: bool) -> dplan.CompiledSQL:
+            return dplan.compile_sql(plan, relations=dict(rels), seed=seed, fixed_columns=fixed,
+                                     key_tables=keys, fill_keys=fill_keys)
+
+        shadow_rel = {n: self._backend.shadow(r) for n, r in relations.items()
+                      if n == plan.table.name or any(j.table == n for j in plan.spec.joins)
+                      or (catalog[n].public and plan.group_mode == "public")}
+        shadow_keys = {c: self._backend.shadow(r) for c, r in key_rel.items()}
+        for variant in ((fill, False) if fill else (False,)):
+            self._dry_run(compile_with(shadow_rel, shadow_keys, 0, variant).text)
+        seed = int(_noise.uniform_int(2**63 - 1, 1, source=self._source)[0])
+        compiled = compile_with(relations, key_rel, seed, fill)
+        declared = None
+        fallback = None
         if compiled.keys_text is not None:
             declared = self._declared_keys(compiled.keys_text)
-            wanted, ng = set(declared), len(compiled.group_cols)
-            with private_read_errors("query"):
-                rows, unmatched = self._backend.run_rows(
-                    compiled.text, keep=lambda r: tuple(r[:ng]) in wanted)
+            fallback = compile_with(relations, key_rel, seed, False)
+        # Arrow pays off with many groups; for a few, one fetchall of tuples is ~1 ms faster
+        few = not plan.spec.group_by or (plan.keys is not None and len(plan.keys) <= _FEW_GROUPS)
+        columnar = not few and all(columnar_type(k.type) for k in plan.spec.group_by)
+        return _Read(plan, compiled, fallback, declared, columnar)
+
+    def _execute(self, plan: dplan.Plan) -> Exact:
+        """The exact aggregates of ``plan``, uncharged: for tests and benchmarks of the read
+        path only (no public method returns them, and :meth:`sql` charges first)."""
+        return self._read(self._prepare(plan))
+
+    def _dry_run(self, text: str) -> None:
+        """Run ``text`` (compiled over empty shadow tables, seed 0) once per distinct text."""
+        if text in self._dry_ok:
+            return
+        with dry_run_errors("query"):
+            self._backend.dry_run(text)
+        if len(self._dry_ok) >= 256:
+            self._dry_ok.clear()
+        self._dry_ok.add(text)
+
+    def _read(self, r: _Read) -> Exact:
+        """The exact aggregates (after the charge; the statement is total)."""
+        plan, compiled = r.plan, r.compiled
+        if r.declared is not None:
+            wanted, ng = set(r.declared), len(compiled.group_cols)
+            rows, unmatched = self._backend.run_rows(
+                compiled.text, keep=lambda row: tuple(row[:ng]) in wanted)
             # at user level DuckDB kept only rows with declared keys: a group Python cannot
             # match means DuckDB's equality is not Python's (a collation it was not told of);
             # dropping it would hinge a whole group on one row's spelling, so use the join
             if not unmatched or plan.table.record_level:
-                keys, cols = dplan.fill_declared_keys(declared, rows, len(compiled.measure_cols))
+                keys, cols = dplan.fill_declared_keys(r.declared, rows,
+                                                      len(compiled.measure_cols))
                 return Exact(keys=keys, cols=dict(zip(compiled.measure_cols, cols, strict=True)))
-            compiled = dplan.compile_sql(plan, relations=relations, seed=seed,
-                                         fixed_columns=fixed, key_tables=key_rel)
-        # Arrow pays off with many groups; for a few, one fetchall of tuples is ~1 ms faster
-        few = not plan.spec.group_by or (plan.keys is not None and len(plan.keys) <= _FEW_GROUPS)
-        columnar = not few and all(columnar_type(k.type) for k in plan.spec.group_by)
-        with private_read_errors("query"):
-            exact: Exact | None = None
-            if columnar:  # column by column (Arrow): no Python object per group and value
-                try:
-                    n, key_cols, cols_np, nulls = self._backend.run_columns(
-                        compiled.text, compiled.group_cols, compiled.measure_cols)
-                    exact = Exact(rows=n, key_columns=key_cols, columns=cols_np, nulls=nulls)
-                except (OverflowError, ValueError):
-                    # a key Python's date/datetime cannot hold (DATE 'infinity', year 10000)
-                    # fails the Arrow conversion; the row read converts it as DuckDB does, so
-                    # whether the query fails never depends on one row's value
-                    exact = None
-            if exact is None:
-                keys, cols = self._backend.run(compiled.text, compiled.group_cols,
-                                               compiled.measure_cols)
-                exact = Exact(keys=keys, cols=cols)
-        if plan.group_mode == "public" and exact.n_groups > dplan.MAX_KEYS:
-            raise dsql.QueryError(
-                f"the public keys give {exact.n_groups} groups (at most {dplan.MAX_KEYS})"
-            )
-        return exact
+            assert r.fallback is not None
+            compiled = r.fallback
+        if r.columnar:  # column by column (Arrow): no Python object per group and value
+            try:
+                n, key_cols, cols_np, nulls = self._backend.run_columns(
+                    compiled.text, compiled.group_cols, compiled.measure_cols)
+                return Exact(rows=n, key_columns=key_cols, columns=cols_np, nulls=nulls)
+            except (OverflowError, ValueError):
+                # a key Python's date/datetime cannot hold (DATE 'infinity', year 10000)
+                # fails the Arrow conversion; the row read converts it as DuckDB does, so
+                # whether the query fails never depends on one row's value
+                pass
+        keys, cols = self._backend.run(compiled.text, compiled.group_cols, compiled.measure_cols)
+        return Exact(keys=keys, cols=cols)
 
     def _tables_version(self) -> int:
         """The ledger seq of the last table registration read (-1 before any read)."""

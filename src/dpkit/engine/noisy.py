@@ -212,6 +212,12 @@ def _centred_sums(sums: Any, counts: Any, center: int) -> np.ndarray:
 
 def _noisy_integer(mm: Measure, exact: np.ndarray, level: float,
                    source: Source | None) -> NoisyMeasure:
+    if exact.size == 0:
+        # no group in the data (or none selected): the same mechanism on one dummy lane,
+        # sliced away, so an empty answer is built exactly as a non-empty one
+        one = _noisy_integer(mm, np.zeros(1, dtype=np.int64), level, source)
+        return NoisyMeasure(one.value[:0], one.low[:0], one.high[:0], one.scale_kind,
+                            one.details)
     if mm.noise in (LAPLACE, "threshold"):
         rel = mechanisms.geometric(exact, sensitivity=mm.l1, epsilon=mm.epsilon, level=level,
                                    source=source)
