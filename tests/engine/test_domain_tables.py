@@ -26,7 +26,8 @@ import dpkit as dp
 from dpkit.engine import Curator
 from dpkit.engine import plan as dplan
 from dpkit.engine.backend_duckdb import KEYS_SCHEMA, key_table_relation, relation_name
-from dpkit.engine.noisy import Exact, _as_int, _centred_sums
+from dpkit.engine.noisy import _as_int, _centred_sums
+from dpkit.engine.read import Exact
 from dpkit.engine.sql import QueryError
 from dpkit.engine.tables import domain_table_name
 
@@ -178,7 +179,7 @@ def test_columnar_and_row_reads_give_the_same_results(project: Callable[..., Cur
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The Arrow reads (exact aggregates, post-processing) against the row-by-row reads, with
     the same seeded noise: identical values, intervals, keys and types."""
-    from dpkit.engine import curator as dcur
+    from dpkit.engine import read as dread
     from dpkit.engine import noisy as dnoisy
 
     df = _frame()
@@ -193,7 +194,7 @@ def test_columnar_and_row_reads_give_the_same_results(project: Callable[..., Cur
     answers = []
     for rows in (False, True):
         if rows:
-            monkeypatch.setattr(dcur, "columnar_type", lambda t: False)
+            monkeypatch.setattr(dread, "columnar_type", lambda t: False)
             monkeypatch.setattr(dnoisy, "columnar_type", lambda t: False)
         cur = project(epsilon=1000.0, seed=23)
         cur.add_table("u", df, privacy_unit="uid", max_rows_per_unit=3,

@@ -17,7 +17,8 @@ import dpkit as dp
 from dpkit import mechanisms
 from dpkit.attacks.audit import audit
 from dpkit.engine import Curator, QueryError
-from dpkit.engine.noisy import Exact, release
+from dpkit.engine.noisy import release
+from dpkit.engine.read import Exact
 
 Z = 5.33
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from dpkit import events as ev
 from dpkit.engine.ledger import Entry, Ledger
-from dpkit.engine.sql import QueryError
+from dpkit.engine.spec import QueryError
 
 __all__ = ["AFTER_CHARGE", "ChargedQueryError", "charged_read"]
 

@@ -53,16 +53,13 @@ from dpkit.engine import plan as dplan
 from dpkit.engine import sql as dsql
 from dpkit.engine.backend_duckdb import (
     DuckBackend,
-    columnar_type,
-    dry_run_errors,
     init_database,
-    key_table_relation,
     load_table,
-    relation_name,
 )
 from dpkit.engine.charge import charged_read
 from dpkit.engine.ledger import Entry, Ledger
-from dpkit.engine.noisy import Exact, halfwidth, release
+from dpkit.engine.noisy import halfwidth, release
+from dpkit.engine.read import Exact, Reader
 from dpkit.engine.release_queries import ReleaseQueries
 from dpkit.engine.results import Preview, Result
 from dpkit.engine.tables import (
@@ -81,7 +78,6 @@ __all__ = ["BudgetStatus", "Curator", "HistoryItem"]
 LEDGER_FILE = "ledger.sqlite"
 DATA_FILE = "data.duckdb"
 MAX_BUDGET_EPSILON = 1000.0
-_FEW_GROUPS = 256  # results with at most this many public keys are read as tuples, not Arrow
 # the SQL forms dpkit.engine.release_queries answers (DP_CDF(...), COUNT(*) FILTER (...), ...)
 _RELEASE_FORM = re.compile(r"\bDP_|\bFILTER\b", re.IGNORECASE)
 
@@ -164,18 +160,6 @@ class BudgetStatus:
         return self.table()
 
 
-@dataclass(frozen=True)
-class _Read:
-    """A query ready to read: its statement (and the join form it falls back to when Python
-    cannot match DuckDB's key equality), the declared keys to fill, and how to fetch."""
-
-    plan: dplan.Plan
-    compiled: dplan.CompiledSQL
-    fallback: dplan.CompiledSQL | None
-    declared: list[tuple[Any, ...]] | None
-    columnar: bool
-
-
 def _default_analyst() -> str:
     try:
         return getpass.getuser() or "analyst"
@@ -197,12 +181,11 @@ class Curator(ReleaseQueries):
         self.analyst = analyst or _default_analyst()
         self._source = source
         self._backend = DuckBackend(path / DATA_FILE)
+        self._reader = Reader(self._backend, source)
         self._lock = threading.RLock()
         self._tables_cache: tuple[int, dict[str, TableMeta]] | None = None
         self._spec_cache: dict[tuple[str, int], dsql.QuerySpec] = {}
-        self._keys_cache: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
         self._plan_cache: dict[tuple[Any, ...], dplan.Plan] = {}
-        self._dry_ok: set[str] = set()  # statements whose dry run passed (this connection)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -603,7 +586,7 @@ class Curator(ReleaseQueries):
             # Gaussian conversion plus partition selection)
             booked = plan.charge_delta if plan.charge_delta is not None else delta
             self._cost(plan, who, booked, check_only=True)  # early refusal, nothing read
-            prepared = self._prepare(plan)
+            prepared = self._reader.prepare(plan, self._tables_version())
             details: dict[str, Any] = {"split": [_json_safe(s) for s in plan.split()],
                                        "noise": plan.noise, "level": plan.level}
             if plan.weights:
@@ -619,130 +602,16 @@ class Curator(ReleaseQueries):
 
             return charged_read(self.ledger, plan.event, analyst=who, query=query,
                                 delta_share=self._delta_share(plan, booked), details=details,
-                                read=lambda: self._read(prepared), finish=finish)
-
-    def _prepare(self, plan: dplan.Plan) -> _Read:
-        """Everything before the charge: public look-ups, the compiled statement, and its dry
-        run over empty tables of the same schema (so every error that does not depend on
-        rows surfaces here, and spends nothing)."""
-        catalog = plan.catalog
-        relations = {name: relation_name(name, meta.public) for name, meta in catalog.items()}
-        if plan.table.record_level:
-            self._check_join_keys(plan, relations)
-        # a copied private table carries hidden columns and key tables from its load
-        copied = plan.table.storage == "copy" and not plan.table.public
-        fixed = self._backend.fixed_columns(plan.table.name) if copied else frozenset()
-        # declared domains stored as hidden key tables at load (copied private tables): read
-        # the keys from them instead of inlining every key in the statement
-        key_rel: dict[str, str] = {}
-        if plan.table.key_tables and copied:
-            have = self._backend.key_tables()
-            key_rel = {col: key_table_relation(t) for col, t in plan.table.key_tables.items()
-                       if t in have}
-        # a few declared keys: DuckDB returns the groups present and Python fills in the
-        # missing keys (the LEFT JOIN with the keys costs ~1 ms at any data size)
-        collated = self._backend.collated_columns(plan.table.name) if copied else frozenset()
-        fill = dplan.can_fill_keys(plan, collated)
-
-        def compile_with(rels: Mapping[str, str], keys: Mapping[str, str], seed: int,
-                         fill_keys: bool) -> dplan.CompiledSQL:
-            return dplan.compile_sql(plan, relations=dict(rels), seed=seed, fixed_columns=fixed,
-                                     key_tables=keys, fill_keys=fill_keys)
-
-        shadow_rel = {n: self._backend.shadow(r) for n, r in relations.items()
-                      if n == plan.table.name or any(j.table == n for j in plan.spec.joins)
-                      or (catalog[n].public and plan.group_mode == "public")}
-        shadow_keys = {c: self._backend.shadow(r) for c, r in key_rel.items()}
-        for variant in ((fill, False) if fill else (False,)):
-            self._dry_run(compile_with(shadow_rel, shadow_keys, 0, variant).text)
-        seed = int(_noise.uniform_int(2**63 - 1, 1, source=self._source)[0])
-        compiled = compile_with(relations, key_rel, seed, fill)
-        declared = None
-        fallback = None
-        if compiled.keys_text is not None:
-            declared = self._declared_keys(compiled.keys_text)
-            fallback = compile_with(relations, key_rel, seed, False)
-        # Arrow pays off with many groups; for a few, one fetchall of tuples is ~1 ms faster
-        few = not plan.spec.group_by or (plan.keys is not None and len(plan.keys) <= _FEW_GROUPS)
-        columnar = not few and all(columnar_type(k.type) for k in plan.spec.group_by)
-        return _Read(plan, compiled, fallback, declared, columnar)
+                                read=lambda: self._reader.read(prepared), finish=finish)
 
     def _execute(self, plan: dplan.Plan) -> Exact:
         """The exact aggregates of ``plan``, uncharged: for tests and benchmarks of the read
         path only (no public method returns them, and :meth:`sql` charges first)."""
-        return self._read(self._prepare(plan))
-
-    def _dry_run(self, text: str) -> None:
-        """Run ``text`` (compiled over empty shadow tables, seed 0) once per distinct text."""
-        if text in self._dry_ok:
-            return
-        with dry_run_errors("query"):
-            self._backend.dry_run(text)
-        if len(self._dry_ok) >= 256:
-            self._dry_ok.clear()
-        self._dry_ok.add(text)
-
-    def _read(self, r: _Read) -> Exact:
-        """The exact aggregates (after the charge; the statement is total)."""
-        plan, compiled = r.plan, r.compiled
-        if r.declared is not None:
-            wanted, ng = set(r.declared), len(compiled.group_cols)
-            rows, unmatched = self._backend.run_rows(
-                compiled.text, keep=lambda row: tuple(row[:ng]) in wanted)
-            # at user level DuckDB kept only rows with declared keys: a group Python cannot
-            # match means DuckDB's equality is not Python's (a collation it was not told of);
-            # dropping it would hinge a whole group on one row's spelling, so use the join
-            if not unmatched or plan.table.record_level:
-                keys, cols = dplan.fill_declared_keys(r.declared, rows,
-                                                      len(compiled.measure_cols))
-                return Exact(keys=keys, cols=dict(zip(compiled.measure_cols, cols, strict=True)))
-            assert r.fallback is not None
-            compiled = r.fallback
-        if r.columnar:  # column by column (Arrow): no Python object per group and value
-            try:
-                n, key_cols, cols_np, nulls = self._backend.run_columns(
-                    compiled.text, compiled.group_cols, compiled.measure_cols)
-                return Exact(rows=n, key_columns=key_cols, columns=cols_np, nulls=nulls)
-            except (OverflowError, ValueError):
-                # a key Python's date/datetime cannot hold (DATE 'infinity', year 10000)
-                # fails the Arrow conversion; the row read converts it as DuckDB does, so
-                # whether the query fails never depends on one row's value
-                pass
-        keys, cols = self._backend.run(compiled.text, compiled.group_cols, compiled.measure_cols)
-        return Exact(keys=keys, cols=cols)
+        return self._reader.read(self._reader.prepare(plan, self._tables_version()))
 
     def _tables_version(self) -> int:
         """The ledger seq of the last table registration read (-1 before any read)."""
         return self._tables_cache[0] if self._tables_cache is not None else -1
-
-    def _declared_keys(self, keys_text: str) -> list[tuple[Any, ...]]:
-        """The declared keys a statement's key CTEs give, in DuckDB's order and types (public;
-        cached until a table is registered again)."""
-        version = self._tables_version()
-        keys = self._keys_cache.get((keys_text, version))
-        if keys is None:
-            keys = [tuple(r) for r in self._backend.query_public(keys_text)]
-            if len(self._keys_cache) >= 64:
-                self._keys_cache.clear()
-            self._keys_cache[(keys_text, version)] = keys
-        return keys
-
-    def _check_join_keys(self, plan: dplan.Plan, relations: dict[str, str]) -> None:
-        """Record-level tables: a public join must match each private row at most once."""
-        from dpkit.engine.tables import quote_ident
-
-        for j in plan.spec.joins:
-            cols = ", ".join(quote_ident(b) for _, b in j.on)
-            rows = self._backend.query_public(
-                f"SELECT COUNT(*) FROM (SELECT {cols} FROM {relations[j.table]} GROUP BY {cols} "
-                f"HAVING COUNT(*) > 1)"
-            )
-            if rows[0][0]:
-                raise dsql.QueryError(
-                    f"public table {j.table!r} has repeated join keys ({cols}); a row of the "
-                    f"record-level table {plan.table.name!r} would be counted several times. "
-                    f"Make the keys unique, or declare a privacy unit"
-                )
 
     # ------------------------------------------------------------------ accuracy and preview
 
