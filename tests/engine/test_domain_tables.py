@@ -179,8 +179,8 @@ def test_columnar_and_row_reads_give_the_same_results(project: Callable[..., Cur
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The Arrow reads (exact aggregates, post-processing) against the row-by-row reads, with
     the same seeded noise: identical values, intervals, keys and types."""
-    from dpkit.engine import read as dread
     from dpkit.engine import noisy as dnoisy
+    from dpkit.engine import read as dread
 
     df = _frame()
     queries = [

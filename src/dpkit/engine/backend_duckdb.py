@@ -295,8 +295,10 @@ def _source_sql(con: duckdb.DuckDBPyConnection, source: Any,
             f"cannot load a {type(source).__name__}; pass a path (CSV, Parquet, JSON, DuckDB) or "
             f"a pandas / polars DataFrame or a pyarrow Table"
         )
-    names = (list(obj) if isinstance(obj, Mapping) else list(getattr(obj, "columns", None)
-             if hasattr(obj, "columns") else getattr(obj, "column_names", [])))
+    found: Any = obj if isinstance(obj, Mapping) else (
+        getattr(obj, "columns", None) if hasattr(obj, "columns")
+        else getattr(obj, "column_names", None))
+    names = list(found) if found is not None else []
     check_case_distinct([str(n) for n in names])
     con.register("__dp_frame", obj)
     cleanup = lambda: con.unregister("__dp_frame")  # noqa: E731

@@ -186,9 +186,10 @@ class Reader:
             # match means DuckDB's equality is not Python's (a collation it was not told of);
             # dropping it would hinge a whole group on one row's spelling, so use the join
             if not unmatched or plan.table.record_level:
-                keys, cols = dplan.fill_declared_keys(r.declared, rows,
-                                                      len(compiled.measure_cols))
-                return Exact(keys=keys, cols=dict(zip(compiled.measure_cols, cols, strict=True)))
+                filled, lists = dplan.fill_declared_keys(r.declared, rows,
+                                                         len(compiled.measure_cols))
+                return Exact(keys=filled,
+                             cols=dict(zip(compiled.measure_cols, lists, strict=True)))
             assert r.fallback is not None
             compiled = r.fallback
         if r.columnar:  # column by column (Arrow): no Python object per group and value

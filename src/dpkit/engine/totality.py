@@ -99,9 +99,9 @@ def _comparable(a: str | None, b: str | None, same_type: bool) -> bool:
 
 
 def _same_type(a: exp.Expression, b: exp.Expression, column_type: ColumnType) -> bool:
-    a, b = a.unnest(), b.unnest()
-    return (isinstance(a, exp.Column) and isinstance(b, exp.Column)
-            and column_type(a).upper() == column_type(b).upper())
+    x, y = a.unnest(), b.unnest()
+    return (isinstance(x, exp.Column) and isinstance(y, exp.Column)
+            and column_type(x).upper() == column_type(y).upper())
 
 
 def is_total(node: exp.Expression, column_type: ColumnType) -> bool:
@@ -110,7 +110,7 @@ def is_total(node: exp.Expression, column_type: ColumnType) -> bool:
     ``column_type`` gives a column's declared DuckDB type. False means "not proved", never
     "will fail": such a condition is evaluated under ``TRY``.
     """
-    node = node.unnest()
+    node = node.unnest()  # type: ignore[assignment]  # sqlglot 30 types it as Expr
     if isinstance(node, exp.And | exp.Or | exp.Xor):
         return is_total(node.this, column_type) and is_total(node.expression, column_type)
     if isinstance(node, exp.Not):
