@@ -36,7 +36,7 @@ from dpkit.noise import Source
 
 from ._bits import count_packed_bits_by_group
 from ._exact import stated_epsilon
-from ._hashing import TabulationHash
+from ._hashing import TabulationHash, tables_to_text
 from .base import FrequencyEstimate, Reports, Tally
 from .grr import _insecure
 
@@ -91,8 +91,6 @@ class Rappor:
 
     def config(self) -> dict[str, Any]:
         """Public configuration, hash tables included (see :mod:`dpkit.local.reports`)."""
-        from .reports import tables_to_text
-
         return {"kind": self.kind, "num_bits": self.k, "num_hashes": self.h,
                 "num_cohorts": self.m, "f": str(self.f), "p": str(self.p), "q": str(self.q),
                 "tables": tables_to_text(self.hashes.tables)}

@@ -36,7 +36,7 @@ from dpkit.noise import Source
 
 from ._bits import count_packed_bits_by_group
 from ._exact import check_epsilon, ratio_below, stated_epsilon
-from ._hashing import TabulationHash, fwht
+from ._hashing import TabulationHash, fwht, tables_to_text
 from .base import FrequencyEstimate, Reports, Tally
 from .grr import _insecure
 
@@ -71,8 +71,6 @@ class _Sketch:
 
     def config(self) -> dict[str, Any]:
         """Public configuration, hash tables included (see :mod:`dpkit.local.reports`)."""
-        from .reports import tables_to_text
-
         return {"kind": self.kind, "epsilon": self.requested_epsilon, "num_hashes": self.k,
                 "width": self.m, "tables": tables_to_text(self.hashes.tables)}
 
