@@ -37,8 +37,7 @@ from dpkit.noise import Source
 from ._bits import count_packed_bits_by_group
 from ._exact import stated_epsilon
 from ._hashing import TabulationHash, tables_to_text
-from .base import FrequencyEstimate, Reports, Tally
-from .grr import _insecure
+from .base import FrequencyEstimate, Reports, Tally, is_insecure
 
 __all__ = ["Rappor", "RapporClient"]
 
@@ -141,7 +140,7 @@ class Rappor:
         s = self.instantaneous(self.permanent(self.bloom(x, c), source=source), source=source)
         return Reports(self.kind, {"cohort": c.astype(np.int32),
                                    "bits": np.packbits(s, axis=1, bitorder="little")},
-                       _insecure(source))
+                       is_insecure(source))
 
     def aggregate(self, reports: Reports) -> Tally:
         if not isinstance(reports, Reports) or reports.kind != self.kind:
