@@ -947,7 +947,7 @@ def dgauss_upper_tail(a: int, sigma2: float) -> float:
     """``P(Z >= a)`` for the discrete Gaussian ``P(Z = x) ∝ exp(-x²/(2 sigma2))``, ``a >= 0``,
     from the exact sums (``Σ_{x>=a} e^{-x²/(2σ²)} / Σ_x e^{-x²/(2σ²)}``), times ``1 + 1e-6``
     so that float rounding can only overstate it."""
-    from dpkit.mechanisms._accuracy import dgauss_norm, dgauss_upper_sum
+    from dpkit.mechanisms.accuracy import dgauss_norm, dgauss_upper_sum
 
     if a <= 0:
         return 1.0

@@ -337,7 +337,7 @@ class _Privacy:
 
 
 def _privacy(ledger: Any, epsilon: Any, rho: Any, delta: Any) -> _Privacy:
-    from dpkit.mechanisms import _validate as v
+    from dpkit.mechanisms import validate as v
 
     cfg = ledger.config
     if rho is not None:
@@ -1001,7 +1001,7 @@ class ReleaseQueries:
     def _new_job(self, kind: str, meta: TableMeta, axes: list[Axis], *, where: str | None,
                  where_alias: str | None, epsilon: Any, rho: Any, delta: Any, level: Any,
                  query: str | None, default_query: str) -> _Job:
-        from dpkit.mechanisms import _validate as v
+        from dpkit.mechanisms import validate as v
 
         try:
             lvl = v.check_level(level)

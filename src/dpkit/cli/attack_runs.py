@@ -2,7 +2,8 @@
 
 Each function takes keyword arguments with defaults that reproduce ``docs/attacks.md``, draws
 all randomness from ``dpkit.noise`` (``seed=None``: the secure source; an int: a reproducible,
-INSECURE seeded source), and returns an :class:`AttackSummary` the CLI prints with rich.
+INSECURE seeded source), and returns an :class:`AttackSummary` the CLI prints with rich
+(:mod:`dpkit.cli.attack`; ``benchmarks/attacks_bench.py`` calls these functions too).
 """
 
 from __future__ import annotations

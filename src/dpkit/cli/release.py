@@ -270,5 +270,5 @@ def synthetic(project: Path, table: str, columns: str, output: Path, rows: int |
         con.print(f"wrote {output}")
 
 
-#: what dpkit.cli registers: ``for c in release_commands.commands: main.add_command(c)``
+#: what :mod:`dpkit.cli` registers on the ``dpkit`` group
 commands = (cdf, quantiles, ranges, marginals, synthetic)
