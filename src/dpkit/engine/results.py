@@ -12,9 +12,8 @@ values clamped into their bounds. They say nothing about the bias bounding may i
 
 from __future__ import annotations
 
-import os
-
 import math
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
