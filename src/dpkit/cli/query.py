@@ -43,7 +43,7 @@ def query(project: str | Path, sql: str, *, epsilon: float | None = None,
     n=1,avg=3``: budget split per output name) are passed to :meth:`Curator.sql`.
     """
     from dpkit.engine.curator import Curator
-    from dpkit.engine.results import split_table
+    from dpkit.engine.results import check_output_path, split_table
 
     con = make_console(console)
     if epsilon is None and accuracy is None and rho is None:
@@ -51,6 +51,8 @@ def query(project: str | Path, sql: str, *, epsilon: float | None = None,
                          "or --accuracy (a target CI half-width)")
     extra = _noise_args(noise, epsilon, rho)
     wts = parse_weights(weights)
+    if output is not None:
+        check_output_path(output)
     with Curator.open(project, analyst=analyst) as cur:
         t0 = time.perf_counter()
         res = cur.sql(sql, epsilon=epsilon, delta=delta, accuracy=accuracy,

@@ -32,6 +32,7 @@ from dpkit.engine.plan import (
     ordinal,
     top_k_utility,
 )
+from dpkit.engine.read import Exact
 from dpkit.engine.results import Result
 from dpkit.mechanisms.exponential import utility_bound as em_utility_bound
 from dpkit.mechanisms.plan import discrete_gaussian_halfwidth as dgauss_halfwidth
@@ -40,79 +41,6 @@ from dpkit.mechanisms.plan import selected_count_lower
 from dpkit.noise import Source
 
 __all__ = ["Exact", "NoisyMeasure", "halfwidth", "release"]
-
-
-class Exact:
-    """Exact aggregates straight from the backend (they never leave the engine).
-
-    Built from rows (``keys``: one tuple of group values per group; ``cols``: one list per
-    measurement column, NULL as None, as DuckDB's ``fetchall`` gives them) or from columns
-    (``key_columns``: one object array of the same Python values per group column;
-    ``columns``: int64 arrays with NULL read as 0, their NULL masks in ``nulls``, or lists).
-    Either view is available from both; the release reads the columnar one (no Python object
-    per group and measurement), ``keys``/``cols`` are built on first use.
-    """
-
-    def __init__(self, keys: list[tuple[Any, ...]] | None = None,
-                 cols: dict[str, list[Any]] | None = None, *, rows: int | None = None,
-                 key_columns: list[np.ndarray] | None = None,
-                 columns: dict[str, Any] | None = None,
-                 nulls: dict[str, np.ndarray | None] | None = None) -> None:
-        if key_columns is None or columns is None:
-            if keys is None or cols is None:
-                raise ValueError("Exact needs keys and cols, or key_columns and columns")
-            self._keys: list[tuple[Any, ...]] | None = keys
-            self._cols: dict[str, list[Any]] | None = cols
-            self.n_groups = len(keys)
-            self._key_columns: list[np.ndarray] | None = None
-            self._columns: dict[str, Any] = dict(cols)
-            self._nulls: dict[str, np.ndarray | None] = {}
-        else:
-            self._keys = self._cols = None
-            self.n_groups = int(rows if rows is not None else
-                                (len(key_columns[0]) if key_columns else 1))
-            self._key_columns = key_columns
-            self._columns = columns
-            self._nulls = dict(nulls or {})
-
-    @property
-    def keys(self) -> list[tuple[Any, ...]]:
-        if self._keys is None:
-            assert self._key_columns is not None
-            if self._key_columns:
-                self._keys = list(zip(*(c.tolist() for c in self._key_columns), strict=True))
-            else:
-                self._keys = [() for _ in range(self.n_groups)]
-        return self._keys
-
-    @property
-    def cols(self) -> dict[str, list[Any]]:
-        if self._cols is None:
-            out: dict[str, list[Any]] = {}
-            for name, col in self._columns.items():
-                if isinstance(col, np.ndarray):
-                    vals: list[Any] = col.tolist()
-                    mask = self._nulls.get(name)
-                    if mask is not None:
-                        for i in np.flatnonzero(mask).tolist():
-                            vals[i] = None
-                    out[name] = vals
-                else:
-                    out[name] = list(col)
-            self._cols = out
-        return self._cols
-
-    def key_column(self, index: int) -> np.ndarray:
-        """Group column ``index`` as an object array of Python values."""
-        if self._key_columns is not None:
-            return self._key_columns[index]
-        arr = np.empty(self.n_groups, dtype=object)
-        arr[:] = [k[index] for k in self.keys]
-        return arr
-
-    def column(self, name: str) -> Any:
-        """Measurement column ``name``: an int64 array (NULL as 0) or a list (NULL as None)."""
-        return self._columns[name]
 
 
 @dataclass
@@ -212,6 +140,12 @@ def _centred_sums(sums: Any, counts: Any, center: int) -> np.ndarray:
 
 def _noisy_integer(mm: Measure, exact: np.ndarray, level: float,
                    source: Source | None) -> NoisyMeasure:
+    if exact.size == 0:
+        # no group in the data (or none selected): the same mechanism on one dummy lane,
+        # sliced away, so an empty answer is built exactly as a non-empty one
+        one = _noisy_integer(mm, np.zeros(1, dtype=np.int64), level, source)
+        return NoisyMeasure(one.value[:0], one.low[:0], one.high[:0], one.scale_kind,
+                            one.details)
     if mm.noise in (LAPLACE, "threshold"):
         rel = mechanisms.geometric(exact, sensitivity=mm.l1, epsilon=mm.epsilon, level=level,
                                    source=source)
