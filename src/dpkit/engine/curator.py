@@ -51,6 +51,7 @@ from dpkit import events as ev
 from dpkit import noise as _noise
 from dpkit.engine import plan as dplan
 from dpkit.engine import sql as dsql
+from dpkit.engine.accuracy import epsilon_for_accuracy, expected_errors
 from dpkit.engine.backend_duckdb import (
     DuckBackend,
     init_database,
@@ -58,7 +59,7 @@ from dpkit.engine.backend_duckdb import (
 )
 from dpkit.engine.charge import charged_read
 from dpkit.engine.ledger import Entry, Ledger
-from dpkit.engine.noisy import halfwidth, release
+from dpkit.engine.noisy import release
 from dpkit.engine.read import Exact, Reader
 from dpkit.engine.release_queries import ReleaseQueries
 from dpkit.engine.results import Preview, Result
@@ -577,9 +578,11 @@ class Curator(ReleaseQueries):
             if accuracy is not None:
                 if epsilon is not None or rho is not None:
                     raise dsql.QueryError("give epsilon= or accuracy=, not both")
-                epsilon = self._epsilon_for_accuracy(query, accuracy, delta=delta, noise=noise,
-                                                     level=level, bounds=bounds,
-                                                     weights=weights)
+                epsilon = epsilon_for_accuracy(
+                    lambda eps: expected_errors(self._plan(
+                        query, epsilon=eps, rho=None, delta=delta, noise=noise, level=level,
+                        bounds=bounds, weights=weights)),
+                    accuracy)
             plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
                               level=level, bounds=bounds, weights=weights)
             # under 'approx' with Gaussian noise the plan books one delta for the query (the
@@ -642,7 +645,7 @@ class Curator(ReleaseQueries):
             cost = self._cost(plan, who, booked).epsilon
         except BudgetExceeded as exc:
             cost = float(exc.requested.epsilon)
-        outputs = _expected_errors(plan)
+        outputs = expected_errors(plan)
         notes = list(plan.notes)
         topk = plan.top_k
         if topk is not None:
@@ -658,58 +661,6 @@ class Curator(ReleaseQueries):
         return Preview(query=query, epsilon=plan.epsilon, cost=cost, remaining=spend.remaining,
                        delta=plan.delta, level=level, split=plan.split(), outputs=outputs,
                        event=plan.event, notes=notes, weights=dict(plan.weights))
-
-    def _epsilon_for_accuracy(self, query: str, accuracy: float | Mapping[str, float], *,
-                              delta: float | None, noise: str, level: float,
-                              bounds: Mapping[str, Any] | None,
-                              weights: Mapping[str, float] | None = None) -> float:
-        """Smallest epsilon whose data-independent CI half-widths meet ``accuracy`` (under the
-        given ``weights`` split)."""
-        targets: dict[str, float] = {}
-
-        def ok_at(eps: float) -> bool:
-            plan = self._plan(query, epsilon=eps, rho=None, delta=delta, noise=noise,
-                              level=level, bounds=bounds, weights=weights)
-            outs = _expected_errors(plan)
-            if not targets:
-                for o in outs:
-                    if isinstance(accuracy, Mapping):
-                        if o["name"] in accuracy:
-                            targets[o["name"]] = float(accuracy[o["name"]])
-                    else:
-                        targets[o["name"]] = float(accuracy)
-                unknown = set(accuracy) - {o["name"] for o in outs} if isinstance(
-                    accuracy, Mapping) else set()
-                if unknown:
-                    raise dsql.QueryError(f"accuracy= names unknown outputs: {sorted(unknown)}")
-                for o in outs:
-                    if o["name"] in targets and o["halfwidth"] is None:
-                        raise dsql.QueryError(
-                            f"accuracy= cannot be met for {o['name']}: its error depends on the "
-                            f"data ({o['note']}); give epsilon= instead"
-                        )
-                    t = targets.get(o["name"])
-                    if t is not None and not (t > 0 and math.isfinite(t)):
-                        raise dsql.QueryError(f"accuracy must be a positive number (got {t!r})")
-            return all(o["halfwidth"] <= targets[o["name"]] for o in outs
-                       if o["name"] in targets)
-
-        lo, hi = 1e-6, dplan.MAX_QUERY_EPSILON
-        if not ok_at(hi):
-            raise dsql.QueryError(
-                f"accuracy {accuracy!r} cannot be reached even at epsilon {hi:g}; relax it"
-            )
-        if ok_at(lo):
-            return lo
-        for _ in range(60):
-            mid = math.sqrt(lo * hi)
-            if ok_at(mid):
-                hi = mid
-            else:
-                lo = mid
-            if hi / lo < 1 + 1e-4:
-                break
-        return hi
 
     # ------------------------------------------------------------------ budget
 
@@ -767,42 +718,4 @@ def _json_safe(d: dict[str, Any]) -> dict[str, Any]:
         if isinstance(v, float) and not math.isfinite(v):
             v = None
         out[k] = v
-    return out
-
-
-def _expected_errors(plan: dplan.Plan) -> list[dict[str, Any]]:
-    """Per output: the CI half-width when it does not depend on the data, else a note."""
-    out: list[dict[str, Any]] = []
-    by_index = {i: ap for i, ap in enumerate(plan.aggs)}
-    for o in plan.spec.outputs:
-        if o.kind != "agg":
-            continue
-        ap = by_index[o.index]  # type: ignore[index]
-        func = ap.call.func
-        if func in (dsql.COUNT, dsql.COUNT_COL, dsql.COUNT_UNITS, dsql.SUM):
-            mm = plan.measure(ap.measures.get("count") or ap.measures["sum"])
-            out.append({"name": o.name, "halfwidth": halfwidth(mm, plan.level),
-                        "note": "exact noise quantile"
-                        + (" (selected groups only)" if mm.kind == "select" else "")})
-        elif func == dsql.AVG:
-            c = plan.measure(ap.measures["count"])
-            s = plan.measure(ap.measures["csum"])
-            out.append({"name": o.name, "halfwidth": None,
-                        "note": f"about (±{halfwidth(s, plan.level):.4g} + |avg - mid| × "
-                                f"±{halfwidth(c, plan.level):.4g}) / n for n rows in a group"})
-        elif func == dsql.QUANTILE:
-            mm = plan.measure(ap.measures["quant"])
-            assert mm.candidates is not None
-            eps_point = mm.quant_epsilon * (1.0 - dplan.QUANTILE_CI_SHARE)
-            eps_end = mm.quant_epsilon * dplan.QUANTILE_CI_SHARE / 2.0
-            u = 2 * mm.quant_sensitivity / eps_point * (
-                math.log(len(mm.candidates)) + math.log(1 / (1 - plan.level)))
-            t = 2 * mm.quant_sensitivity / eps_end * (
-                math.log(len(mm.candidates)) + math.log(2 / (1 - plan.level)))
-            out.append({"name": o.name, "halfwidth": None,
-                        "note": f"rank within ±{u:.3g} rows of the target (exponential "
-                                f"mechanism); interval ends aimed ±{t:.3g} rows away"})
-        else:
-            out.append({"name": o.name, "halfwidth": None,
-                        "note": "depends on the group sizes (shrinks like 1/n)"})
     return out
