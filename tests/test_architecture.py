@@ -216,3 +216,21 @@ def test_no_private_name_imported_from_another_module() -> None:
             if name is not None and name.startswith("_") and not name.startswith("__"):
                 found.append(f"{module}:{line} imports {name} from {target}")
     assert not found, "private names imported across modules: " + "; ".join(found)
+
+
+def test_only_charge_py_charges_the_ledger() -> None:
+    """DESIGN's one charge point: outside the ledger itself, only ``engine/charge.py`` calls
+    ``Ledger.charge`` (a second caller could read rows before charging, or refund)."""
+    offenders = []
+    for path in _python_files():
+        rel = path.relative_to(SRC)
+        if rel.parts[:2] in (("engine", "charge.py"), ("engine", "ledger.py")):
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "charge"):
+                owner = ast.unparse(node.func.value)
+                if "ledger" in owner.lower():
+                    offenders.append(f"{rel}:{node.lineno} {ast.unparse(node.func)}")
+    assert not offenders, f"only engine/charge.py may charge the ledger: {offenders}"

@@ -36,7 +36,6 @@ ALLOWED: dict[str, str] = {
     "engine/curator.py::Curator.add_table": _ENGINE,
     "engine/ledger.py": _ENGINE,
     "engine/ledger.py::Ledger": _ENGINE,
-    "engine/noisy.py": _ENGINE,
     "engine/noisy.py::release": _ENGINE,
     "engine/plan.py": _ENGINE,
     "engine/plan.py::build_plan": _ENGINE,

@@ -179,7 +179,7 @@ def test_columnar_and_row_reads_give_the_same_results(project: Callable[..., Cur
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The Arrow reads (exact aggregates, post-processing) against the row-by-row reads, with
     the same seeded noise: identical values, intervals, keys and types."""
-    from dpkit.engine import noisy as dnoisy
+    from dpkit.engine import postprocess as dpost
     from dpkit.engine import read as dread
 
     df = _frame()
@@ -195,7 +195,7 @@ def test_columnar_and_row_reads_give_the_same_results(project: Callable[..., Cur
     for rows in (False, True):
         if rows:
             monkeypatch.setattr(dread, "columnar_type", lambda t: False)
-            monkeypatch.setattr(dnoisy, "columnar_type", lambda t: False)
+            monkeypatch.setattr(dpost, "columnar_type", lambda t: False)
         cur = project(epsilon=1000.0, seed=23)
         cur.add_table("u", df, privacy_unit="uid", max_rows_per_unit=3,
                       bounds={"x": (0, 100)}, domains=DOMAINS)

@@ -665,6 +665,13 @@ class DuckBackend:
             self._shadows[relation] = name
             return name
 
+    @contextlib.contextmanager
+    def scratch(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The query connection, held, for post-processing noisy tables in its in-memory
+        catalog (no second database; callers drop what they create)."""
+        with self._lock:
+            yield self._connect()
+
     def dry_run(self, text: str) -> None:
         """Run a statement compiled over :meth:`shadow` relations (no private row exists
         there): every error it raises comes from the query and the schema alone."""

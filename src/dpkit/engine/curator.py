@@ -598,7 +598,8 @@ class Curator(ReleaseQueries):
                 spend = self.ledger.spend(who if who in self.ledger.analyst_budgets() else None)
                 return release(plan, exact, source=src, insecure=insecure,
                                epsilon_cost=float(entry.view["epsilon_cost"]),
-                               ledger_seq=entry.seq, remaining=spend.remaining)
+                               ledger_seq=entry.seq, remaining=spend.remaining,
+                               scratch=self._backend.scratch)
 
             return charged_read(self.ledger, plan.event, analyst=who, query=query,
                                 delta_share=self._delta_share(plan, booked), details=details,
