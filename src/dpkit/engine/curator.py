@@ -58,10 +58,10 @@ from dpkit.engine.backend_duckdb import (
     load_table,
 )
 from dpkit.engine.charge import charged_read
+from dpkit.engine.families.plan import ReleaseQueries
 from dpkit.engine.ledger import Entry, Ledger
 from dpkit.engine.noisy import release
 from dpkit.engine.read import Exact, Reader
-from dpkit.engine.release_queries import ReleaseQueries
 from dpkit.engine.results import Preview, Result
 from dpkit.engine.tables import (
     Column,

@@ -1,0 +1,1 @@
+"""Release families on tables: cdf, ranges, quantiles, marginals, synthetic data."""
