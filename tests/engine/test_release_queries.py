@@ -483,7 +483,7 @@ def test_cli_commands(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
     from dpkit.cli import _FriendlyGroup
-    from dpkit.engine import release_commands
+    from dpkit.cli import release as release_commands
 
     group = _FriendlyGroup()
     for c in release_commands.commands:

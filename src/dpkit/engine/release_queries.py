@@ -337,7 +337,7 @@ class _Privacy:
 
 
 def _privacy(ledger: Any, epsilon: Any, rho: Any, delta: Any) -> _Privacy:
-    from dpkit.mechanisms import _validate as v
+    from dpkit.mechanisms import validate as v
 
     cfg = ledger.config
     if rho is not None:
@@ -996,13 +996,12 @@ class ReleaseQueries:
                 or spec.where is None or spec.table != meta.name):
             raise dsql.QueryError(
                 f"where= must be one condition on the columns of {meta.name!r} (got {where!r})")
-        w = spec.where.sql(dialect="duckdb")
-        return f"COALESCE(TRY({w}), FALSE)" if spec.where_risky else f"({w})"
+        return dsql.where_sql(spec)
 
     def _new_job(self, kind: str, meta: TableMeta, axes: list[Axis], *, where: str | None,
                  where_alias: str | None, epsilon: Any, rho: Any, delta: Any, level: Any,
                  query: str | None, default_query: str) -> _Job:
-        from dpkit.mechanisms import _validate as v
+        from dpkit.mechanisms import validate as v
 
         try:
             lvl = v.check_level(level)
@@ -1215,18 +1214,30 @@ class ReleaseQueries:
                 f"release's event: {str(exc).splitlines()[0]}. Nothing was charged") from None
 
     def _run(self, job: _Job, who: str, finish: Callable[..., Any]) -> Any:
+        from dpkit.engine.backend_duckdb import dry_run_errors, relation_name
+        from dpkit.engine.charge import charged_read
+
         with self._lock:
             self._release_cost(job, who, check_only=True)  # early refusal, nothing read
-            x = self._histogram(job)
+            relation = relation_name(job.meta.name, False)
+            with dry_run_errors("release"):  # over an empty table: errors from the query only
+                self._backend.dry_run(self._histogram_sql(job, self._backend.shadow(relation),
+                                                          seed=0))
+            seed = int(_noise.uniform_int(2**63 - 1, 1, source=self._source)[0])
+            text = self._histogram_sql(job, relation, seed=seed)
             details = {k: v for k, v in job.details.items() if k != "workload"}
             details.update({"kind": job.kind, "level": job.level, "table": job.meta.name,
                             "contributions": job.contributions})
-            entry = self.ledger.charge(job.event, analyst=who, query=job.query,
-                                       delta_share=job.privacy.delta_share,
-                                       details=_jsonable(details))
-            # ---- from here on the charge is durable: noise, then the answer
-            spend = self.ledger.spend(who if who in self.ledger.analyst_budgets() else None)
-            return finish(job, x, entry, spend.remaining)
+
+            def done(x: np.ndarray, entry: Any) -> Any:
+                spend = self.ledger.spend(who if who in self.ledger.analyst_budgets() else None)
+                return finish(job, x, entry, spend.remaining)
+
+            return charged_read(self.ledger, job.event, analyst=who, query=job.query,
+                                delta_share=job.privacy.delta_share,
+                                details=_jsonable(details),
+                                read=lambda: self._histogram(job, text), finish=done,
+                                what="release")
 
     def _unit_totals(self, meta: TableMeta) -> str | None:
         """The hidden per-unit row-total column stored at load time, when there is one: units
@@ -1241,10 +1252,8 @@ class ReleaseQueries:
         name = str(name_of(str(meta.privacy_unit)))
         return name if name in self._backend.fixed_columns(meta.name) else None
 
-    def _histogram(self, job: _Job) -> np.ndarray:
-        """The exact integer histogram over the job's product grid (never leaves the engine)."""
-        from dpkit.engine.backend_duckdb import private_read_errors, relation_name
-
+    def _histogram_sql(self, job: _Job, relation: str, *, seed: int) -> str:
+        """The one statement computing the job's exact histogram over ``relation``."""
         meta = job.meta
         alias = quote_ident(dsql.PRIVATE_ALIAS)
         cells = [f"{a.cell_sql(f'{alias}.{quote_ident(a.column)}')} AS __c{i}"
@@ -1258,23 +1267,31 @@ class ReleaseQueries:
             if total_col is not None:
                 proj.append(f"{alias}.{quote_ident(total_col)} AS __nt")
         conds = [job.where_sql] if job.where_sql else []
-        inner = (f"SELECT {', '.join(proj)} FROM {relation_name(meta.name, False)} AS {alias}"
+        inner = (f"SELECT {', '.join(proj)} FROM {relation} AS {alias}"
                  + (f" WHERE {' AND '.join(conds)}" if conds else ""))
         keep = " AND ".join(f"{c} IS NOT NULL" for c in cnames)
         ctes = [f"__src0 AS ({inner})", f"__src AS (SELECT * FROM __src0 WHERE {keep})"]
         current = "__src"
         if not meta.record_level:
-            seed = int(_noise.uniform_int(2**63 - 1, 1, source=self._source)[0])
             extra = {"total_col": "__nt"} if total_col is not None else {}
             bound, current = dplan.bounding_ctes(
                 current, ["__u", *cnames], [], m=int(meta.max_rows_per_unit),
                 seed_lit=f"CAST({seed} AS UBIGINT)", **extra)
             ctes.extend(bound)
         cols = ", ".join(cnames)
-        text = (f"WITH {', '.join(ctes)} SELECT {cols}, COUNT(*) AS __n FROM {current} "
+        return (f"WITH {', '.join(ctes)} SELECT {cols}, COUNT(*) AS __n FROM {current} "
                 f"GROUP BY {cols}")
-        with private_read_errors("release"):
-            keys, out = self._backend.run(text, cnames, ["__n"])
+
+    def _histogram(self, job: _Job, text: str | None = None) -> np.ndarray:
+        """The exact integer histogram over the job's product grid (never leaves the engine);
+        ``text`` from :meth:`_histogram_sql` (default: a fresh seed, for tests)."""
+        if text is None:
+            from dpkit.engine.backend_duckdb import relation_name
+
+            seed = int(_noise.uniform_int(2**63 - 1, 1, source=self._source)[0])
+            text = self._histogram_sql(job, relation_name(job.meta.name, False), seed=seed)
+        cnames = [f"__c{i}" for i in range(len(job.axes))]
+        keys, out = self._backend.run(text, cnames, ["__n"])
         shape = tuple(a.size for a in job.axes)
         x = np.zeros(shape, dtype=np.int64)
         for key, n in zip(keys, out["__n"], strict=True):
