@@ -39,6 +39,12 @@ SMALL = TableMeta("t", (Column("uid", "BIGINT"), Column("k", "VARCHAR"), Column(
                   privacy_unit="uid", bounds={"x": (0, 10)}, domains={"k": ("a", "b")})
 
 
+def _one(con: duckdb.DuckDBPyConnection, sql: str) -> Any:
+    row = con.execute(sql).fetchone()
+    assert row is not None
+    return row[0]
+
+
 # ---------------------------------------------------------------------- a planted leak
 
 
@@ -66,7 +72,7 @@ class _Leaky:
 def _leaky_factory(path: Path, data_file: Path, table: TableMeta, public: Any, **kw: Any) -> Any:
     cur = sc.make_project(path, data_file, table, public, **kw)
     con = duckdb.connect(str(data_file), read_only=True)
-    rows = con.execute(f'SELECT COUNT(*) FROM "{table.name}"').fetchone()[0]
+    rows = _one(con, f'SELECT COUNT(*) FROM "{table.name}"')
     con.close()
     return _Leaky(cur, odd=rows % 2 == 1)
 
@@ -161,15 +167,15 @@ def test_neighbours_differ_by_one_unit(tmp_path: Path) -> None:
     s = sc.Scratch(tmp_path, PEOPLE, [WARDS])
     s.generate(sc.Draw(1), units=12)
     units = "SELECT COUNT(DISTINCT uid) FROM {}"
-    n0 = s.con.execute(units.format("d0")).fetchone()[0]
+    n0 = _one(s.con, units.format("d0"))
     assert n0 == 12
     d = sc.Draw(2)
     for kind, delta in (("add", 1), ("remove", -1), ("add_extreme", 1), ("add_many", 1),
                         ("change_extreme", 0)):
         name = s.neighbour(kind, d)
-        assert s.con.execute(units.format(name)).fetchone()[0] == n0 + delta, kind
-    many = s.con.execute("SELECT COUNT(*) FROM n_add_many").fetchone()[0]
-    assert many - s.con.execute("SELECT COUNT(*) FROM d0").fetchone()[0] >= 20
+        assert _one(s.con, units.format(name)) == n0 + delta, kind
+    many = _one(s.con, "SELECT COUNT(*) FROM n_add_many")
+    assert many - _one(s.con, "SELECT COUNT(*) FROM d0") >= 20
     floats = {r[0] for r in s.con.execute("SELECT CAST(score AS VARCHAR) FROM d0").fetchall()}
     assert {"-0.0", "nan", "inf"} <= floats  # D itself holds the odd floats
     s.close()
