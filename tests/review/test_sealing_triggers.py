@@ -75,7 +75,7 @@ def text_pair(tmp_path: Path) -> tuple[Any, Any]:
     """D: a text column whose values all cast to BOOLEAN and INTEGER; D' adds 'x'."""
     d = pd.DataFrame({"uid": [1, 2, 3], "s": ["1", "0", "1"], "x": [1.0, 2.0, 3.0]})
     d1 = pd.concat([d, pd.DataFrame({"uid": [4], "s": ["x"], "x": [5.0]})])
-    decl = {"privacy_unit": "uid", "bounds": {"x": (0, 10)}}
+    decl: dict[str, Any] = {"privacy_unit": "uid", "bounds": {"x": (0, 10)}}
     return _project(tmp_path, d, **decl), _project(tmp_path, d1, **decl)
 
 
@@ -120,7 +120,7 @@ def test_where_of_dp_cdf_sql(text_pair: tuple[Any, Any]) -> None:
 def test_where_of_synthetic(tmp_path: Path) -> None:
     d = pd.DataFrame({"uid": [1, 2, 3], "s": ["1", "0", "1"], "g": ["a", "b", "a"]})
     d1 = pd.concat([d, pd.DataFrame({"uid": [4], "s": ["x"], "g": ["b"]})])
-    decl = {"privacy_unit": "uid", "domains": {"g": ["a", "b"]}}
+    decl: dict[str, Any] = {"privacy_unit": "uid", "domains": {"g": ["a", "b"]}}
     a, b = _project(tmp_path, d, **decl), _project(tmp_path, d1, **decl)
     _same(a, b, lambda cur: cur.synthetic("t", ["g"], where="s", epsilon=1.0))
 
@@ -156,7 +156,7 @@ def test_private_views_are_refused(tmp_path: Path) -> None:
 
 def test_csv_with_a_row_appended_after_loading(tmp_path: Path) -> None:
     # private tables are copied: a row appended to the file later changes nothing
-    decl = {"privacy_unit": "uid", "bounds": {"x": (0, 10)}}
+    decl: dict[str, Any] = {"privacy_unit": "uid", "bounds": {"x": (0, 10)}}
     files = []
     for name in ("d0.csv", "d1.csv"):
         f = tmp_path / name
@@ -173,7 +173,7 @@ def test_csv_with_a_malformed_row_beyond_the_type_sample(tmp_path: Path) -> None
     # DuckDB sniffs the types of a CSV from its first rows; a bad row past them fails the load
     # (the owner sees it), never a query
     good = "".join(f"{i},{i % 10}\n" for i in range(25_000))
-    decl = {"privacy_unit": "uid", "bounds": {"x": (0, 10)}}
+    decl: dict[str, Any] = {"privacy_unit": "uid", "bounds": {"x": (0, 10)}}
     (tmp_path / "d0.csv").write_text("uid,x\n" + good)
     (tmp_path / "d1.csv").write_text("uid,x\n" + good + "99999,abc\n")
     a = _project(tmp_path, str(tmp_path / "d0.csv"), **decl)
@@ -187,7 +187,7 @@ def test_csv_with_a_malformed_row_beyond_the_type_sample(tmp_path: Path) -> None
 def test_undeclared_group_by_with_no_matching_row(tmp_path: Path) -> None:
     d = pd.DataFrame({"uid": range(5), "x": [1.0] * 5, "k": list("abcde")})
     d1 = pd.concat([d, pd.DataFrame({"uid": [9], "x": [50.0], "k": ["z"]})])
-    decl = {"privacy_unit": "uid", "bounds": {"x": (0, 100)}}
+    decl: dict[str, Any] = {"privacy_unit": "uid", "bounds": {"x": (0, 100)}}
     a, b = _project(tmp_path, d, **decl), _project(tmp_path, d1, **decl)
     _same(a, b, _sql("SELECT k, COUNT(*) AS n FROM t WHERE x > 10 GROUP BY k"))
 

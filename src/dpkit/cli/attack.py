@@ -175,3 +175,33 @@ def attack_one_run(
             confidence=confidence,
         )
     )
+
+
+@attack.command("side-channels")
+@click.argument("project", type=click.Path(path_type=Path))
+@click.option("--table", default=None, help="The private table to fuzz (if there are several).")
+@click.option("--queries", default=2000, show_default=True, help="D/D' comparisons to run.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the queries, datasets and (insecure, throwaway) noise.")
+@click.option("--units", default=200, show_default=True,
+              help="Units of the table's rows copied into the throwaway D / D' projects.")
+@click.option("--neighbours", default=None,
+              help="Comma-separated neighbour kinds (default: add, remove, add_extreme, "
+              "change_extreme, add_many).")
+@click.option("--accountants", default="approx,pld,zcdp", show_default=True)
+@click.option("--max-findings", type=int, default=None, help="Stop after this many findings.")
+def attack_side_channels(project: Path, table: str | None, queries: int, seed: int, units: int,
+                         neighbours: str | None, accountants: str,
+                         max_findings: int | None) -> None:
+    """Fuzz the curator for side channels on your own project's table (owner only).
+
+    Copies a sample of the table's rows into throwaway D and D' projects (D' = D with one unit
+    added, removed or given extreme values), runs the same random queries on both and reports
+    anything but noisy values that differs. Spends nothing from PROJECT's budget.
+    """
+    _show(
+        _attacks().attack_side_channels(
+            project=project, table=table, queries=queries, seed=seed, units=units,
+            neighbours=neighbours, accountants=accountants, max_findings=max_findings,
+        )
+    )

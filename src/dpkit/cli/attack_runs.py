@@ -32,6 +32,7 @@ __all__ = [
     "attack_membership",
     "attack_one_run",
     "attack_reconstruct",
+    "attack_side_channels",
 ]
 
 
@@ -437,3 +438,29 @@ def attack_one_run(
         columns=["canaries", "guesses", "correct", "δ", "confidence", "ε ≥"],
         rows=[[canaries, guesses, correct, delta, confidence, eps]],
     )
+
+
+def attack_side_channels(*, project: Path, table: str | None, queries: int, seed: int,
+                         units: int, neighbours: str | None, accountants: str,
+                         max_findings: int | None) -> AttackSummary:
+    """The side-channel fuzzer (:mod:`dpkit.attacks.side_channels`) on the owner's project."""
+    from dpkit.attacks import side_channels as sc
+
+    kinds = tuple(k.strip() for k in (neighbours or ",".join(sc.NEIGHBOURS)).split(",")
+                  if k.strip())
+    rep = sc.fuzz(project, table=table, queries=queries, seed=seed, units=units,
+                  neighbours=kinds, accountants=tuple(a.strip() for a in accountants.split(",")
+                                                      if a.strip()),
+                  max_findings=max_findings)
+    rows: list[list[Any]] = [["D/D' comparisons", rep.comparisons],
+                             ["seconds", round(rep.seconds, 1)]]
+    rows += [[f"outcome on D: {k}", v] for k, v in sorted(rep.outcomes.items())]
+    causes = rep.by_cause()
+    rows += [[f"findings: {c}", len(fs)] for c, fs in sorted(causes.items())]
+    rows.append(["findings (total)", len(rep.findings)])
+    notes = [f"skipped {s}" for s in rep.skipped]
+    for fs in causes.values():
+        notes.append(fs[0].reproducer())
+    if not rep.findings:
+        notes.append("no side channel found: only noisy values differed between D and D'")
+    return AttackSummary(f"side channels (seed {seed})", ["what", "count"], rows, notes=notes)

@@ -31,6 +31,7 @@ class Query:
     noise: str = "laplace"
     delta: float | None = None
     weights: tuple[tuple[str, float], ...] = ()
+    bins: int | None = None
     noisy_rows: bool = False
     noisy_order: bool = False
     tags: tuple[str, ...] = field(default=(), compare=False)
@@ -52,6 +53,8 @@ class Query:
         kw: dict[str, Any] = {"epsilon": self.epsilon}
         if self.delta is not None:
             kw["delta"] = self.delta
+        if self.bins is not None and self.family == "cdf":
+            kw["bins"] = self.bins
         if self.family == "sql":
             if self.noise != "laplace":
                 kw["noise"] = self.noise

@@ -29,6 +29,9 @@ __all__ = ["ACCOUNTANTS", "Finding", "Report", "fuzz"]
 ACCOUNTANTS = ("approx", "pld", "zcdp")
 _BUDGET = 1000.0  # the throwaway projects' budget (the curator's maximum)
 _REFRESH_AT = 600.0  # rebuild a pair before its budget runs out (refusals would mask leaks)
+# the PLD accountant composes the whole history on every check (~0.3 s after 40 charges):
+# start its pairs afresh after this many charges
+_PLD_HISTORY = 10
 
 
 @dataclass(frozen=True)
@@ -129,18 +132,20 @@ class _Pair:
     """Projects over D and D' with the same seed, asked the same queries in the same order."""
 
     def __init__(self, folder: Path, files: tuple[Path, Path], table: TableMeta,
-                 public: Sequence[TableMeta], accountant: str, seed: int) -> None:
+                 public: Sequence[TableMeta], accountant: str, seed: int,
+                 factory: Callable[..., Any]) -> None:
         self.args = (folder, files, table, public, accountant, seed)
+        self.factory = factory
         self.generation = 0
         self.d, self.d1 = self._open()
 
-    def _open(self) -> tuple[Curator, Curator]:
+    def _open(self) -> tuple[Any, Any]:
         folder, files, table, public, accountant, seed = self.args
         self.generation += 1
         out = []
         for side, f in zip(("d", "d1"), files, strict=True):
             path = folder / f"{files[1].stem}_{accountant}_{self.generation}_{side}.dpkit"
-            out.append(make_project(path, f, table, public, accountant=accountant, seed=seed))
+            out.append(self.factory(path, f, table, public, accountant=accountant, seed=seed))
         return out[0], out[1]
 
     def refresh(self) -> None:
@@ -152,8 +157,10 @@ class _Pair:
         b = observe(self.d1, q, (str(self.d1.path),))
         return a, b
 
-    def spent(self) -> float:
-        return float(self.d.ledger.spend().spent)
+    def stale(self) -> bool:
+        """Whether to start afresh: budget nearly spent, or a long (slow) PLD history."""
+        s = self.d.ledger.spend()
+        return s.spent > _REFRESH_AT or (self.args[4] == "pld" and s.charges >= _PLD_HISTORY)
 
     def close(self) -> None:
         for c in (self.d, self.d1):
@@ -240,8 +247,11 @@ def fuzz(
     units: int = 12,
     families: Sequence[str] | None = None,
     minimise: bool = True,
+    max_findings: int | None = None,
+    slow: bool = False,
     folder: str | Path | None = None,
     progress: Callable[[int, int], None] | None = None,
+    factory: Callable[..., Any] = make_project,
 ) -> Report:
     """Fuzz the curator for side channels on neighbouring datasets; returns a :class:`Report`.
 
@@ -256,12 +266,18 @@ def fuzz(
     nothing, duplicate keys, an internal exception), are findings. The run is reproducible
     from ``seed`` (all choices come from ``dpkit.noise.seeded``). Nothing is written to the
     target project.
+
+    ``max_findings``: stop after this many (a CI run that only needs to know "any?");
+    ``slow``: also generate the queries known to take seconds each (a noisy top-k with a huge
+    LIMIT); ``folder``: keep the scratch projects there (default: a temporary folder, removed);
+    ``factory(path, data_file, table, public, accountant=, seed=)``: makes each project
+    (default :func:`make_project`; tests plant a leak with it).
     """
     start = time.perf_counter()
     meta, pubs, project = _resolve(target, table)
     pubs = list(public) or pubs
     d = Draw(seed)
-    grammar = Grammar(meta, pubs, **({"families": families} if families else {}))
+    grammar = Grammar(meta, pubs, slow=slow, **({"families": families} if families else {}))
     report = Report(seed=seed)
     tmp = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="dpkit-fuzz-"))
     tmp.mkdir(parents=True, exist_ok=True)
@@ -275,12 +291,14 @@ def fuzz(
             f1 = scratch.write(scratch.neighbour(kind, d), tmp / f"{kind}.duckdb")
             for acct in accountants:
                 try:
-                    pairs.append((kind, _Pair(tmp, (base, f1), meta, pubs, acct, project_seed)))
+                    pairs.append((kind, _Pair(tmp, (base, f1), meta, pubs, acct, project_seed,
+                                              factory)))
                 except (ValueError, duckdb.Error) as exc:
                     report.skipped.append(f"{kind}/{acct}: {str(exc).splitlines()[0]}")
         scratch.close()
         if pairs:
-            _loop(pairs, grammar, d, max(1, queries // len(pairs)), report, minimise, progress)
+            _loop(pairs, grammar, d, max(1, queries // len(pairs)), report, minimise,
+                  max_findings, progress)
     finally:
         for _, p in pairs:
             p.close()
@@ -292,13 +310,14 @@ def fuzz(
 
 
 def _loop(pairs: list[tuple[str, _Pair]], grammar: Grammar, d: Draw, per_pair: int,
-          report: Report, minimise: bool, progress: Callable[[int, int], None] | None) -> None:
+          report: Report, minimise: bool, max_findings: int | None,
+          progress: Callable[[int, int], None] | None) -> None:
     seen: set[tuple[str, tuple[str, ...], str]] = set()
     total = per_pair * len(pairs)
     for _ in range(per_pair):
         q = grammar.query(d)
         for kind, pair in pairs:
-            if pair.spent() > _REFRESH_AT:
+            if pair.stale():
                 pair.refresh()
             a, b = pair.run(q)
             report.comparisons += 1
@@ -319,3 +338,5 @@ def _loop(pairs: list[tuple[str, _Pair]], grammar: Grammar, d: Draw, per_pair: i
                     report.findings.append(Finding(check, (check,), q, kind, acct, a, b))
             if progress is not None:
                 progress(report.comparisons, total)
+            if max_findings is not None and len(report.findings) >= max_findings:
+                return
