@@ -60,345 +60,95 @@ Durfee-Rogers 2019), monotone with L∞ sensitivity ``m`` for counts; see
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 from sqlglot import exp
 
 from dpkit import events as ev
 from dpkit.engine import sql as dsql
+from dpkit.engine.plan.fixed import (
+    FIXED_PREFIX,
+    SHIFT_ZERO,
+    clamp_sql,
+    double_lit,
+    fixed_column_name,
+    fixed_column_sql,
+    fixed_point_exponent,
+    grid_bound,
+    pow2_lit,
+    round_half_away,
+    row_exponent,
+    shift_round,
+    unit_rows_column_name,
+)
+from dpkit.engine.plan.fixed import double_lit as _lit
+from dpkit.engine.plan.fixed import pow2_lit as _pow2
+from dpkit.engine.plan.model import (
+    GAUSSIAN,
+    GAUSSIAN_THRESHOLD,
+    LAPLACE,
+    MAX_KEYS,
+    MAX_QUERY_EPSILON,
+    MAX_TOP_K,
+    MIN_QUERY_EPSILON,
+    MIN_QUERY_RHO,
+    NOISES,
+    QUANTILE_BINS,
+    QUANTILE_CI_SHARE,
+    SELECTION_WEIGHT,
+    TOP_K_WEIGHT,
+    AggPlan,
+    KeyProduct,
+    Measure,
+    Plan,
+    PlanError,
+    check_delta,
+    check_epsilon,
+)
 from dpkit.engine.tables import TableMeta, check_bounds, quote_ident, type_class
 from dpkit.mechanisms.plan import discrete_gaussian_plan, discrete_laplace_plan
 
-__all__ = ["Measure", "Plan", "PlanError", "build_plan"]
-
-LAPLACE = "laplace"
-GAUSSIAN = "gaussian"
-GAUSSIAN_THRESHOLD = "gaussian_threshold"  # partition selection with discrete Gaussian noise
-NOISES = (LAPLACE, GAUSSIAN)
-MAX_QUERY_EPSILON = 100.0
-MIN_QUERY_EPSILON = 1e-9  # below it the noise scale is beyond any use (and overflows floats)
-MIN_QUERY_RHO = 1e-12
-MAX_KEYS = 1_000_000
-MAX_TOP_K = 10_000  # LIMIT of a top-k by noisy max over undeclared keys (k rounds of eps/k)
-# Per-row fixed-point magnitude: at most 2**32 (sums of 2**30 rows stay in int64) and small
-# enough that the noise scale in grid units stays below the samplers' limits.
-_ROW_BITS = 32
-_MAX_GRID_SCALE_BITS = 38
-QUANTILE_BINS = 1000
-# Share of each quantile's (per group) epsilon spent on its interval: two more exponential
-# mechanism releases (low and high end), each getting half of it; the point estimate keeps the
-# rest. Powers of two, so the three shares add back to the charged epsilon exactly.
-QUANTILE_CI_SHARE = 0.5
-
-
-class KeyProduct(Sequence[tuple[Any, ...]]):
-    """The cross product of declared domains, in ``itertools.product`` order, without building
-    it: ``len`` is the product of the domain sizes, indexing and iteration give the tuples."""
-
-    def __init__(self, domains: list[list[Any]]) -> None:
-        self._domains = domains
-        self._len = math.prod(len(d) for d in domains)
-
-    def __len__(self) -> int:
-        return self._len
-
-    def __iter__(self) -> Iterator[tuple[Any, ...]]:
-        return iter(itertools.product(*self._domains))
-
-    @overload
-    def __getitem__(self, index: int) -> tuple[Any, ...]: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[tuple[Any, ...]]: ...
-
-    def __getitem__(self, index: int | slice) -> tuple[Any, ...] | list[tuple[Any, ...]]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self._len))]
-        i = index + self._len if index < 0 else index
-        if not 0 <= i < self._len:
-            raise IndexError("key index out of range")
-        out: list[Any] = []
-        for d in reversed(self._domains):
-            i, r = divmod(i, len(d))
-            out.append(d[r])
-        return tuple(reversed(out))
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
-            return len(other) == self._len and all(
-                a == b for a, b in zip(self, other, strict=False))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"KeyProduct({self._len} keys)"
-
-
-class PlanError(dsql.QueryError):
-    """The query is valid SQL but cannot be answered as asked (bounds, budget parameters)."""
-
-
-@dataclass
-class Measure:
-    """One noisy, integer-valued aggregate (a vector over the groups)."""
-
-    key: str
-    kind: str  # rows | nonnull | units | sum | csum | csq | quant | select
-    column: str | None = None
-    label: str = ""
-    lo: float = 0.0
-    hi: float = 0.0
-    f: int = 0  # values are integers in units of 2**-f
-    bound: int = 1  # per-row |integer| bound
-    l1: int = 1
-    l2: float = 1.0
-    weight: float = 1.0
-    noise: str = LAPLACE  # laplace | gaussian | exponential | threshold
-    epsilon: float = 0.0
-    rho: float = 0.0
-    scale: float = 0.0  # discrete Laplace scale (integer units)
-    sigma2: float = 0.0  # discrete Gaussian variance (integer units)
-    q: float | None = None
-    candidates: np.ndarray | None = None
-    quant_sensitivity: float = 0.0
-    quant_epsilon: float = 0.0  # per group
-    sql_col: str = ""
-    count_col: str = ""  # csum: exact = SUM(v) - COUNT(v)·center, derived from the sum column
-    center: int = 0  # csum: round(mid·2^f), subtracted from every row's integer
-    threshold: int = 0
-    delta: float = 0.0
-    event: ev.Event = field(default_factory=ev.NoOp)
-    share: float = 0.0  # this measurement's fraction of the query's budget (weight / Σ weights)
-    lo_int: int = 0  # sum/csum: every row's integer lies in [lo_int, hi_int] (grid units)
-    hi_int: int = 0
-    # top-k selection (kind "topk"): k rounds of the exponential mechanism over the groups
-    k: int = 0
-    score_key: str = ""  # the measurement whose exact per-group values are the scores
-    score_shift: int = 0  # scores are the exact integers shifted right by this many bits
-    score_sensitivity: float = 0.0  # per-group sensitivity of the (shifted) scores
-    monotonic: bool = True
-    desc: bool = True
-    round_epsilon: float = 0.0  # epsilon of each of the k exponential-mechanism rounds
-    score_label: str = ""  # the ordering aggregate as the analyst wrote it
-
-    @property
-    def unit(self) -> float:
-        return math.ldexp(1.0, -self.f)
-
-    def describe(self) -> dict[str, Any]:
-        gauss = self.noise in (GAUSSIAN, GAUSSIAN_THRESHOLD)
-        if self.kind == "quant":
-            sens: float = self.quant_sensitivity
-        elif self.kind == "topk":
-            sens = self.score_sensitivity * (2 ** self.score_shift) * self.unit
-        else:
-            sens = (self.l2 if gauss else self.l1) * self.unit
-        d: dict[str, Any] = {
-            "measurement": self.label,
-            "mechanism": {"laplace": "discrete Laplace", "gaussian": "discrete Gaussian",
-                          "exponential": "exponential mechanism",
-                          "threshold": "discrete Laplace + threshold",
-                          GAUSSIAN_THRESHOLD: "discrete Gaussian + threshold",
-                          "topk": "exponential mechanism, k rounds (peeling noisy max)",
-                          }[self.noise],
-            "epsilon": self.epsilon if not gauss else None,
-            "rho": self.rho if gauss else None,
-            "sensitivity": sens,
-            "weight": self.weight,
-            "share": self.share,
-        }
-        if self.kind == "topk":
-            d["split"] = f"{self.k} rounds of epsilon {self.round_epsilon:.6g}"
-            d["monotonic"] = self.monotonic
-        if self.kind == "quant":
-            point = self.epsilon * (1.0 - QUANTILE_CI_SHARE)
-            end = self.epsilon * QUANTILE_CI_SHARE / 2.0
-            d["split"] = f"point {point:.6g} + interval low {end:.6g} + interval high {end:.6g}"
-        if self.kind == "select":
-            d["delta"] = self.delta
-            d["threshold"] = self.threshold
-        return d
-
-
-@dataclass
-class AggPlan:
-    """How one analyst-facing aggregate is computed from measurements."""
-
-    call: dsql.AggCall
-    measures: dict[str, str]  # role -> measure key (count, sum, csum, csq, quant)
-    lo: float = 0.0
-    hi: float = 0.0
-
-
-@dataclass
-class Plan:
-    spec: dsql.QuerySpec
-    table: TableMeta
-    catalog: dict[str, TableMeta]
-    measures: list[Measure]
-    aggs: list[AggPlan]
-    group_mode: str  # none | public | select
-    keys: Sequence[tuple[Any, ...]] | None  # public keys known in advance (domains; lazy)
-    key_sources: list[tuple[str, Any]]  # per group column: ("domain", values) | ("public", sql)
-    epsilon: float
-    rho: float
-    delta: float
-    noise: str
-    level: float
-    m: int
-    g: int
-    l0: int
-    event: ev.Event
-    notes: list[str] = field(default_factory=list)
-    # the delta share to book under the 'approx' accountant (Gaussian noise: the conversion
-    # delta plus the partition-selection delta); None: the accountant needs none from the plan
-    charge_delta: float | None = None
-    weights: dict[str, float] = field(default_factory=dict)  # per output name, as given
-
-    @property
-    def top_k(self) -> Measure | None:
-        return next((x for x in self.measures if x.kind == "topk"), None)
-
-    def measure(self, key: str) -> Measure:
-        for x in self.measures:
-            if x.key == key:
-                return x
-        raise KeyError(key)
-
-    def split(self) -> list[dict[str, Any]]:
-        return [m.describe() for m in self.measures]
-
-
-# ------------------------------------------------------------------------------ parameters
-
-
-def check_epsilon(epsilon: Any, what: str = "epsilon") -> float:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)):
-        raise PlanError(f"{what} must be a number > 0 (got {epsilon!r}); e.g. {what}=0.5")
-    e = float(epsilon)
-    if math.isnan(e) or e <= 0:
-        raise PlanError(f"{what} must be > 0 (got {epsilon!r}); e.g. {what}=0.5")
-    if e < MIN_QUERY_EPSILON:
-        raise PlanError(
-            f"{what}={epsilon!r} is below {MIN_QUERY_EPSILON:g}: the noise would be so large "
-            f"that the answer carries no information (and its scale overflows). Give at least "
-            f"{what}={MIN_QUERY_EPSILON:g}; typical values are 0.1 to 2"
-        )
-    if not math.isfinite(e) or e > MAX_QUERY_EPSILON:
-        raise PlanError(
-            f"{what}={epsilon!r} offers no meaningful privacy; one query may spend at most "
-            f"{MAX_QUERY_EPSILON:g} (typical values are 0.1 to 2)"
-        )
-    return e
-
-
-def check_delta(delta: Any, budget_delta: float) -> float:
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)):
-        raise PlanError(f"delta must be a number in (0, 1) (got {delta!r}); e.g. delta=1e-7")
-    d = float(delta)
-    if math.isnan(d) or not 0.0 <= d < 1.0:
-        raise PlanError(f"delta must lie in [0, 1) (got {delta!r}); e.g. delta=1e-7")
-    if d > budget_delta:
-        raise PlanError(
-            f"delta={d:g} exceeds the project's total delta {budget_delta:g}; ask for less"
-        )
-    return d
-
-
-def _fixed_point_exponent(magnitude: float, l1_rows: int, epsilon_share: float) -> int:
-    """``f`` so that ``magnitude·2^f <= 2^32`` and the grid noise scale stays below 2^38.
-
-    Depends only on public parameters (bounds, contribution bound, the budget share).
-    """
-    if magnitude <= 0:
-        return 0
-    top = math.floor(_ROW_BITS - math.log2(magnitude))
-    # noise scale in grid units ≈ l1_rows · magnitude · 2^f / ε  <= 2^38
-    cap = math.floor(_MAX_GRID_SCALE_BITS - math.log2(l1_rows * magnitude / epsilon_share))
-    f = min(top, cap)
-    return max(min(f, 1000), -1000)
-
-
-def round_half_away(x: Fraction) -> int:
-    """Round to the nearest integer, halves away from zero (DuckDB's ``round`` on DOUBLE)."""
-    n = math.floor(abs(x) + Fraction(1, 2))
-    return n if x >= 0 else -n
-
-
-def row_exponent(lo: float, hi: float) -> int:
-    """``F``: the finest fixed-point exponent for values in ``[lo, hi]`` (``|x|·2^F <= 2^32``).
-
-    Depends on the bounds only, so the integer column ``round(clamp(x)·2^F)`` can be computed once
-    when a table is loaded (see :func:`fixed_column_name`); a query whose budget share asks for a
-    coarser grid ``f < F`` shifts those integers right by ``F - f`` (see :func:`shift_round`).
-    """
-    magnitude = max(abs(lo), abs(hi))
-    if magnitude <= 0:
-        return 0
-    return max(min(math.floor(_ROW_BITS - math.log2(magnitude)), 1000), -1000)
-
-
-def shift_round(v: int, d: int) -> int:
-    """``floor((v + 2^(d-1)) / 2^d)``: ``v·2^-d`` rounded half up; monotone in ``v``.
-
-    The SQL compiled for sums applies exactly this to every row's integer (``>>`` on BIGINT is an
-    arithmetic shift in DuckDB); for ``|v| <= 2^32`` and ``d >= 34`` it is 0.
-    """
-    if d <= 0:
-        return v
-    if d >= _SHIFT_ZERO:
-        return 0
-    return (v + (1 << (d - 1))) >> d
-
-
-_SHIFT_ZERO = 34
-FIXED_PREFIX = "__dpfx_"
-
-
-def fixed_column_name(column: str, lo: float, hi: float) -> str:
-    """Name of the hidden, materialised column ``round(clamp(column, lo, hi)·2^F)`` (BIGINT).
-
-    The name is a hash of the column, the exact bounds and ``F``: a column computed for other
-    bounds can never be mistaken for this one, so changed bounds can never use stale integers
-    (the stale-truncation-bound bug of OpenDP #2949 cannot happen by construction).
-    """
-    import hashlib
-
-    tag = f"{column}\x00{float(lo).hex()}\x00{float(hi).hex()}\x00{row_exponent(lo, hi)}"
-    return FIXED_PREFIX + hashlib.sha256(tag.encode()).hexdigest()[:24]
-
-
-def unit_rows_column_name(unit: str) -> str:
-    """Name of the hidden column holding, on every row, its unit's row count in the table.
-
-    Computed once at load (``COUNT(*) OVER (PARTITION BY unit)``); a query without joins keeps
-    every row of a unit whose *total* is at most ``m`` without any per-unit work, because its
-    rows after ``WHERE`` are a subset of its rows in the table. Named after the unit column so a
-    reload with another privacy unit can never reuse it.
-    """
-    import hashlib
-
-    return FIXED_PREFIX + "n_" + hashlib.sha256(unit.encode()).hexdigest()[:21]
-
-
-def fixed_column_sql(col_sql: str, lo: float, hi: float, cls: str) -> str:
-    """SQL for ``round(clamp(col)·2^F)`` as BIGINT (NULL for NULL/NaN), ``F = row_exponent``."""
-    x = clamp_sql(col_sql, lo, hi, cls)
-    return f"CAST(round({x} * {_pow2(row_exponent(lo, hi))}) AS BIGINT)"
-
-
-def _grid_bound(magnitude: float, f: int) -> int:
-    return max(1, math.ceil(math.ldexp(magnitude, f)))
-
-
-# ------------------------------------------------------------------------------ the plan
+__all__ = [
+    "FIXED_PREFIX",
+    "GAUSSIAN",
+    "GAUSSIAN_THRESHOLD",
+    "LAPLACE",
+    "MAX_KEYS",
+    "MAX_QUERY_EPSILON",
+    "MAX_TOP_K",
+    "MIN_QUERY_EPSILON",
+    "MIN_QUERY_RHO",
+    "NOISES",
+    "QUANTILE_BINS",
+    "QUANTILE_CI_SHARE",
+    "SELECTION_WEIGHT",
+    "SHIFT_ZERO",
+    "TOP_K_WEIGHT",
+    "AggPlan",
+    "KeyProduct",
+    "Measure",
+    "Plan",
+    "PlanError",
+    "build_plan",
+    "check_delta",
+    "check_epsilon",
+    "clamp_sql",
+    "double_lit",
+    "fixed_column_name",
+    "fixed_column_sql",
+    "fixed_point_exponent",
+    "grid_bound",
+    "pow2_lit",
+    "round_half_away",
+    "row_exponent",
+    "shift_round",
+    "unit_rows_column_name",
+]
 
 
 def build_plan(
@@ -654,7 +404,7 @@ def build_plan(
     for mm in measures:
         if mm.kind in ("sum", "csum"):
             mag = max(abs(mm.lo), abs(mm.hi)) if mm.kind == "sum" else (mm.hi - mm.lo) / 2.0
-            fx = _fixed_point_exponent(mag, m, share_eps[mm.key])
+            fx = fixed_point_exponent(mag, m, share_eps[mm.key])
             assert mm.column is not None
             col_f[mm.column] = min(col_f.get(mm.column, fx), fx)
     for mm in measures:
@@ -732,10 +482,6 @@ def _plan_event(events: list[ev.Event]) -> ev.Event:
             up = math.nextafter(up, math.inf)
         flat = [ev.ZCDP(up), *rest]
     return flat[0] if len(flat) == 1 else ev.Composed(tuple(flat))
-
-
-TOP_K_WEIGHT = "top_k"  # reserved weights= names for the selection measurements
-SELECTION_WEIGHT = "partition_selection"
 
 
 def top_k_request(spec: dsql.QuerySpec) -> tuple[int, bool, int] | str | None:
@@ -866,8 +612,8 @@ def _calibrate(mm: Measure, *, table: TableMeta, m: int, l0: int, noise: str, sh
         mm.l2 = float(m * mm.bound)
     elif mm.kind == "csq":
         magnitude = ((mm.hi - mm.lo) / 2.0) ** 2
-        mm.f = _fixed_point_exponent(magnitude, m, share_eps)
-        mm.bound = _grid_bound(magnitude, mm.f)
+        mm.f = fixed_point_exponent(magnitude, m, share_eps)
+        mm.bound = grid_bound(magnitude, mm.f)
         mm.l1 = m * mm.bound
         mm.l2 = float(m * mm.bound)
     elif mm.kind == "quant":
@@ -1096,29 +842,6 @@ def quantile_candidates(lo: float, hi: float, cls: str) -> np.ndarray:
     return np.linspace(lo, hi, QUANTILE_BINS + 1)
 
 
-# ------------------------------------------------------------------------------ SQL
-
-
-def _lit(value: float) -> str:
-    return f"CAST({float(value)!r} AS DOUBLE)"
-
-
-def _pow2(f: int) -> str:
-    return _lit(math.ldexp(1.0, f))
-
-
-def clamp_sql(col: str, lo: float, hi: float, cls: str) -> str:
-    """``col`` clamped into [lo, hi] as DOUBLE; NULL and NaN give NULL (they are ignored).
-
-    ``greatest``/``least`` alone would turn NULL into a bound (DuckDB skips NULL arguments), and
-    NaN compares above every number, hence the CASE.
-    """
-    x = f"CAST({col} AS DOUBLE)"  # a no-op for DOUBLE columns
-    nan = f" AND NOT isnan({x})" if cls == "float" else ""
-    return (f"(CASE WHEN {x} <= {_lit(hi)} THEN greatest({x}, {_lit(lo)}) "
-            f"WHEN {x} > {_lit(hi)}{nan} THEN {_lit(hi)} END)")
-
-
 def _literal_sql(value: Any, type_: str) -> str:
     if isinstance(value, bool):
         lit = "TRUE" if value else "FALSE"
@@ -1269,7 +992,7 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
             d = row_exponent(mm.lo, mm.hi) - mm.f
             if d <= 0:
                 v = big_v
-            elif d >= _SHIFT_ZERO:
+            elif d >= SHIFT_ZERO:
                 v = f"({big_v} * 0)"  # |v| <= 2^32: every row rounds to 0 (NULL stays NULL)
             else:
                 v = f"(({big_v} + {1 << (d - 1)}) >> {d})"
