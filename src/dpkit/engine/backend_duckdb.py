@@ -19,9 +19,8 @@ from typing import Any
 
 import duckdb
 
-from dpkit.engine.plan import FIXED_PREFIX
-from dpkit.engine.sql import QueryError
-from dpkit.engine.tables import Column, quote_ident
+from dpkit.engine.spec import QueryError
+from dpkit.engine.tables import FIXED_PREFIX, Column, quote_ident
 
 __all__ = ["KEYS_SCHEMA", "DuckBackend", "columnar_type", "dry_run_errors", "key_table_relation",
            "load_table", "private_read_errors"]

@@ -14,13 +14,14 @@ import hashlib
 import math
 from fractions import Fraction
 
+from dpkit.engine.tables import FIXED_PREFIX
+
 # Per-row fixed-point magnitude: at most 2**32 (sums of 2**30 rows stay in int64) and small
 # enough that the noise scale in grid units stays below the samplers' limits.
 ROW_BITS = 32
 MAX_GRID_SCALE_BITS = 38
 # A shift by this many bits sends every row integer (|v| <= 2^32) to 0.
 SHIFT_ZERO = 34
-FIXED_PREFIX = "__dpfx_"
 
 
 def fixed_point_exponent(magnitude: float, l1_rows: int, epsilon_share: float) -> int:
