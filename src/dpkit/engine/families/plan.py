@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from dpkit.accounting import zcdp
-from dpkit.engine import plan as dplan
+from dpkit.engine.accuracy import epsilon_for_accuracy
 from dpkit.engine.families.axes import Axis, column_of, ordered_axis, product_axes
 from dpkit.engine.families.job import (
     OPTIMIZE_CELLS,
@@ -93,29 +93,15 @@ def plan_with_accuracy(ctx: Context, ask: Ask, target: Target, accuracy: object)
             f"{accuracy!r})")
     wanted = float(accuracy)
 
-    def at(eps: float) -> tuple[Job, float]:
-        job = plan(ctx, ask, Target(epsilon=eps, delta=target.delta))
-        half = band_halfwidth(job)
+    def band_at(eps: float) -> list[dict[str, Any]]:
+        half = band_halfwidth(plan(ctx, ask, Target(epsilon=eps, delta=target.delta)))
         if half is None:
             raise QueryError("accuracy= needs at most 8192 cells; give epsilon=")
-        return job, half
+        return [{"name": "band", "halfwidth": half, "note": "the largest CI half-width"}]
 
-    lo, hi = 1e-4, dplan.MAX_QUERY_EPSILON
-    best, width = at(hi)
-    if width > wanted:
-        raise QueryError(
-            f"accuracy {wanted:g} cannot be reached even at epsilon {hi:g} (half-width "
-            f"{width:.4g}); relax it")
-    for _ in range(40):
-        if hi / lo < 1.0 + 1e-3:
-            break
-        mid = math.sqrt(lo * hi)
-        job, width = at(mid)
-        if width <= wanted:
-            best, hi = job, mid
-        else:
-            lo = mid
-    best.notes.append(f"accuracy {wanted:g}: epsilon {hi:.4g} is the smallest (to 0.1%) "
+    eps = epsilon_for_accuracy(band_at, wanted)
+    best = plan(ctx, ask, Target(epsilon=eps, delta=target.delta))
+    best.notes.append(f"accuracy {wanted:g}: epsilon {eps:.4g} is the smallest (to 0.01%) "
                       f"whose largest CI half-width meets it")
     return best
 
