@@ -57,8 +57,7 @@ class Grammar:
     """
 
     def __init__(self, table: TableMeta, public: Sequence[TableMeta], *,
-                 families: Sequence[str] = FAMILIES,
-                 slow: bool = False) -> None:
+                 families: Sequence[str] = FAMILIES) -> None:
         if table.public:
             raise ValueError(f"table {table.name!r} is public; fuzz a private table")
         self.table = table
@@ -68,7 +67,6 @@ class Grammar:
         self.t = next(a for a in ("t", "t1", "t2", "t3") if a not in names)
         self.p = next(a for a in ("p", "p1", "p2", "p3") if a not in names)
         self.families = tuple(families)
-        self.slow = slow
         self.cols = [c for c in table.columns if not c.name.startswith("__")]
         self.bounded = [c for c in self.cols if table.bounds_for(c.name) is not None
                         and c.numeric]
@@ -319,10 +317,7 @@ class Grammar:
                 text += " ORDER BY " + ("n DESC" if by_value else group[0])
                 noisy_order = by_value
                 if d.chance(2, 3):
-                    # a huge top-k LIMIT took 5-8 s per query (FINDINGS.md B1): kept to public
-                    # orders unless asked for
-                    huge = (HUGE_LIMIT,) if self.slow or not by_value else ()
-                    lim = d.pick(("0", "1", "3", *huge))
+                    lim = d.pick(("0", "1", "3", HUGE_LIMIT))
                     text += f" LIMIT {lim}"
                     noisy_rows = noisy_rows or by_value
                     tags.append("limit_huge" if lim == HUGE_LIMIT else "limit")

@@ -76,8 +76,10 @@ def observe(cur: Any, query: Query, scrub: tuple[str, ...] = ()) -> Outcome:
         for s in scrub:
             text = text.replace(s, "<project>")
         name = type(exc).__name__
+        # a refusal is a QueryError or BudgetExceeded, or a subclass (PlanError, ...)
+        refused = any(c.__name__ in _REFUSALS for c in type(exc).__mro__)
         return Outcome(
-            kind="refusal" if name in _REFUSALS else "exception", error_class=name,
+            kind="refusal" if refused else "exception", error_class=name,
             error_text=text, charged_epsilon=after.spent - before.spent,
             charged_delta=after.delta_spent - before.delta_spent,
             charges=after.charges - before.charges)

@@ -248,7 +248,6 @@ def fuzz(
     families: Sequence[str] | None = None,
     minimise: bool = True,
     max_findings: int | None = None,
-    slow: bool = False,
     folder: str | Path | None = None,
     progress: Callable[[int, int], None] | None = None,
     factory: Callable[..., Any] = make_project,
@@ -268,8 +267,7 @@ def fuzz(
     target project.
 
     ``max_findings``: stop after this many (a CI run that only needs to know "any?");
-    ``slow``: also generate the queries known to take seconds each (a noisy top-k with a huge
-    LIMIT); ``folder``: keep the scratch projects there (default: a temporary folder, removed);
+    ``folder``: keep the scratch projects there (default: a temporary folder, removed);
     ``factory(path, data_file, table, public, accountant=, seed=)``: makes each project
     (default :func:`make_project`; tests plant a leak with it).
     """
@@ -277,7 +275,7 @@ def fuzz(
     meta, pubs, project = _resolve(target, table)
     pubs = list(public) or pubs
     d = Draw(seed)
-    grammar = Grammar(meta, pubs, slow=slow, **({"families": families} if families else {}))
+    grammar = Grammar(meta, pubs, **({"families": families} if families else {}))
     report = Report(seed=seed)
     tmp = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="dpkit-fuzz-"))
     tmp.mkdir(parents=True, exist_ok=True)
