@@ -126,7 +126,9 @@ class Reader:
     def __init__(self, backend: DuckBackend, source: _noise.Source | None) -> None:
         self._backend = backend
         self._source = source
-        self._dry_ok: set[str] = set()  # statements whose dry run passed
+        # statements whose dry run passed, per tables version (a reload may change a schema
+        # under the same text)
+        self._dry_ok: set[tuple[int, str]] = set()
         self._keys_cache: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
 
     def prepare(self, plan: dplan.Plan, tables_version: int) -> Prepared:
@@ -163,7 +165,7 @@ class Reader:
                       if n in used or (plan.catalog[n].public and plan.group_mode == "public")}
         shadow_keys = {c: self._backend.shadow(r) for c, r in key_rel.items()}
         for variant in ((True, False) if fill else (False,)):
-            self._dry_run(compile_with(shadow_rel, shadow_keys, 0, variant).text)
+            self._dry_run(compile_with(shadow_rel, shadow_keys, 0, variant).text, tables_version)
         seed = int(_noise.uniform_int(2**63 - 1, 1, source=self._source)[0])
         compiled = compile_with(relations, key_rel, seed, fill)
         declared = fallback = None
@@ -205,15 +207,16 @@ class Reader:
         keys, cols = self._backend.run(compiled.text, compiled.group_cols, compiled.measure_cols)
         return Exact(keys=keys, cols=cols)
 
-    def _dry_run(self, text: str) -> None:
-        """Run ``text`` (compiled over empty shadow tables, seed 0) once per distinct text."""
-        if text in self._dry_ok:
+    def _dry_run(self, text: str, version: int) -> None:
+        """Run ``text`` (compiled over empty shadow tables, seed 0) once per distinct text and
+        tables version."""
+        if (version, text) in self._dry_ok:
             return
         with dry_run_errors("query"):
             self._backend.dry_run(text)
         if len(self._dry_ok) >= 256:
             self._dry_ok.clear()
-        self._dry_ok.add(text)
+        self._dry_ok.add((version, text))
 
     def _declared_keys(self, keys_text: str, version: int) -> list[tuple[Any, ...]]:
         """The declared keys a statement's key CTEs give, in DuckDB's order and types (public;

@@ -94,6 +94,26 @@ def column_ref(alias_col: str) -> str:
     return f"{quote_ident(alias)}.{quote_ident(col)}"
 
 
+def canonical_key_sql(ref: str, type_: str) -> str:
+    """A group key as one value per group, exactly as Python reads it back.
+
+    Two keys DuckDB keeps apart but Python would merge or mangle would make the released keys
+    depend on one unit's row: ``-0.0`` and ``0.0`` become ``0.0``; a DATE or TIMESTAMP outside
+    Python's years 1-9999 (``'infinity'`` reads back as 9999-12-31, year 294247 as a string)
+    groups with NULL.
+    """
+    base = type_.upper().split("(")[0].strip()
+    if type_class(type_) == "float":
+        return f"(CASE WHEN {ref} = 0 THEN CAST(0 AS {type_}) ELSE {ref} END)"
+    if base == "DATE":
+        return (f"(CASE WHEN isfinite({ref}) AND {ref} BETWEEN DATE '0001-01-01' AND "
+                f"DATE '9999-12-31' THEN {ref} END)")
+    if base.startswith("TIMESTAMP") or base == "DATETIME":
+        return (f"(CASE WHEN isfinite({ref}) AND {ref} BETWEEN TIMESTAMP '0001-01-01' AND "
+                f"TIMESTAMP '9999-12-31 23:59:59.999999' THEN {ref} END)")
+    return ref
+
+
 def project_columns(st: SqlState) -> None:
     """The columns the statement reads: unit, group keys, values, stored integers, totals."""
     plan, spec, table = st.plan, st.plan.spec, st.plan.table
@@ -105,10 +125,8 @@ def project_columns(st: SqlState) -> None:
             f"{column_ref(dsql.PRIVATE_ALIAS + '.' + str(table.privacy_unit))} AS __u")
     st.group_cols = [f"__g{i}" for i in range(len(spec.group_by))]
     for i, k in enumerate(spec.group_by):
-        key = column_ref(k.source + '.' + k.column)
-        if type_class(k.type) == "float":  # -0.0 and 0.0 are one key (one group, one label)
-            key = f"(CASE WHEN {key} = 0 THEN CAST(0 AS {k.type}) ELSE {key} END)"
-        st.proj.append(f"{key} AS __g{i}")
+        st.proj.append(f"{canonical_key_sql(column_ref(k.source + '.' + k.column), k.type)} "
+                       f"AS __g{i}")
     for src_col, c in st.value_cols.items():
         st.proj.append(f"{column_ref(src_col)} AS {c}")
     # materialised fixed-point integers for SUM / AVG (private table, current bounds only)
