@@ -38,11 +38,13 @@ refused or failed query spends nothing; a crash after the commit loses budget, n
 from __future__ import annotations
 
 import contextlib
-import getpass
+import fcntl
+import hashlib
 import math
+import os
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,15 +56,16 @@ from dpkit.engine import sql as dsql
 from dpkit.engine.backend_duckdb import (
     DuckBackend,
     columnar_type,
+    drop_orphans,
     init_database,
     key_table_relation,
     load_table,
     private_read_errors,
     relation_name,
 )
-from dpkit.engine.ledger import Entry, Ledger
+from dpkit.engine.ledger import Entry, Ledger, head_path, key_path
 from dpkit.engine.noisy import Exact, halfwidth, release
-from dpkit.engine.release_queries import ReleaseQueries
+from dpkit.engine.release_queries import ReleaseQueries, charged_analyst
 from dpkit.engine.results import Preview, Result
 from dpkit.engine.tables import (
     Column,
@@ -79,6 +82,12 @@ __all__ = ["BudgetStatus", "Curator", "HistoryItem"]
 
 LEDGER_FILE = "ledger.sqlite"
 DATA_FILE = "data.duckdb"
+LOAD_LOCK = ".load.lock"  # held across a table load, its ledger row and the orphan cleanup
+OWNER = "owner"  # the name the owner's own charges are recorded under
+TOKEN_ENV = "DPKIT_TOKEN"
+_TOKEN = re.compile(r"dpkit_[0-9a-f]{64}")
+_ANALYST_NAME = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
+_NOT_GIVEN: Any = object()  # marks a removed keyword argument that the caller did not pass
 MAX_BUDGET_EPSILON = 1000.0
 _FEW_GROUPS = 256  # results with at most this many public keys are read as tuples, not Arrow
 # the SQL forms dpkit.engine.release_queries answers (DP_CDF(...), COUNT(*) FILTER (...), ...)
@@ -163,25 +172,40 @@ class BudgetStatus:
         return self.table()
 
 
-def _default_analyst() -> str:
-    try:
-        return getpass.getuser() or "analyst"
-    except Exception:  # pragma: no cover - no user database (containers)
-        return "analyst"
+def _reopen_seed(seed: int, rows: int) -> int:
+    """The seed of an insecure project's source after reopening: a function of the recorded
+    seed and the ledger's length (reproducible, never the secure source in disguise)."""
+    digest = hashlib.sha256(f"dpkit-reopen:{seed}:{rows}".encode("ascii")).hexdigest()
+    return int(digest[:15], 16)
+
+
+def _project_source(source: Any) -> tuple[_noise.Source | None, int | None]:
+    """(source to use now, seed to record) for ``Curator.create(source=...)``."""
+    if source is None or isinstance(source, _noise.SecureSource):
+        return None, None
+    if isinstance(source, _noise.SeededSource):
+        return source, source.seed
+    raise TypeError(
+        f"source= takes dp.noise.secure() (the default) or dp.noise.seeded(seed) for an "
+        f"INSECURE test project (got {source!r})"
+    )
 
 
 class Curator(ReleaseQueries):
     """A project: private tables behind aggregate-only queries and an enforced, durable budget.
 
-    Create with :meth:`create`, reopen from any process with :meth:`open`. ``source`` (tests
-    only) replaces the secure noise source with a seeded one; every result then says INSECURE.
+    Create with :meth:`create` (the owner), reopen from any process with :meth:`open`: without
+    a token as the owner, with ``token=`` (or ``DPKIT_TOKEN``) as the analyst it names. The
+    noise source is fixed at creation: ``source=dp.noise.seeded(s)`` makes an INSECURE test
+    project, and every result of it says so, after reopening too.
     """
 
-    def __init__(self, path: Path, ledger: Ledger, *, analyst: str | None,
+    def __init__(self, path: Path, ledger: Ledger, *, analyst: str, owner: bool,
                  source: _noise.Source | None) -> None:
         self.path = path
         self.ledger = ledger
-        self.analyst = analyst or _default_analyst()
+        self.analyst = analyst
+        self.is_owner = owner
         self._source = source
         self._backend = DuckBackend(path / DATA_FILE)
         self._lock = threading.RLock()
@@ -189,6 +213,12 @@ class Curator(ReleaseQueries):
         self._spec_cache: dict[tuple[str, int], dsql.QuerySpec] = {}
         self._keys_cache: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
         self._plan_cache: dict[tuple[Any, ...], dplan.Plan] = {}
+
+    @property
+    def insecure(self) -> bool:
+        """True for a test project with seeded (reproducible) noise: its answers are not
+        private and say INSECURE."""
+        return self.ledger.config.noise_seed is not None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -201,16 +231,20 @@ class Curator(ReleaseQueries):
         epsilon: float | None = None,
         delta: float = 0.0,
         accountant: str | None = None,
-        analyst: str | None = None,
         source: _noise.Source | None = None,
     ) -> Curator:
-        """Create a project folder with a total budget.
+        """Create a project folder with a total budget; the caller is its owner.
 
         Give ``budget=dp.Budget(epsilon=3.0, delta=1e-6, accountant=...)`` or ``epsilon=``,
         ``delta=``, ``accountant=`` (default: ``pure`` when delta is 0, else ``approx``; both are
-        valid privacy filters for adaptively chosen queries).
+        valid privacy filters for adaptively chosen queries). The owner key (``ledger.key``,
+        mode 0600) is written into the folder: it authenticates the ledger, and whoever can
+        read it (and the data beside it) is the owner. ``source``: the secure OS CSPRNG
+        (default) or ``dp.noise.seeded(s)`` for an INSECURE, reproducible test project; it is
+        recorded in the ledger and cannot be changed later.
         """
         path = Path(path)
+        src, noise_seed = _project_source(source)
         if budget is not None:
             if epsilon is not None or accountant is not None:
                 raise ValueError("give budget= or epsilon=/delta=/accountant=, not both")
@@ -252,31 +286,65 @@ class Curator(ReleaseQueries):
         path.mkdir(parents=True, exist_ok=True)
         try:
             ledger = Ledger.create(path / LEDGER_FILE, epsilon=float(epsilon), delta=float(delta),
-                                   accountant=accountant, orders=orders,
-                                   analyst=analyst or _default_analyst())
+                                   accountant=accountant, orders=orders, analyst=OWNER,
+                                   noise_seed=noise_seed)
             init_database(path / DATA_FILE)
         except BaseException:
-            for f in (LEDGER_FILE, LEDGER_FILE + "-wal", LEDGER_FILE + "-shm", DATA_FILE):
+            made = (LEDGER_FILE, LEDGER_FILE + "-wal", LEDGER_FILE + "-shm", DATA_FILE,
+                    key_path(LEDGER_FILE).name, head_path(LEDGER_FILE).name)
+            for f in made:
                 with contextlib.suppress(OSError):
                     (path / f).unlink()
             with contextlib.suppress(OSError):
                 path.rmdir()
             raise
-        return cls(path, ledger, analyst=analyst, source=source)
+        return cls(path, ledger, analyst=OWNER, owner=True, source=src)
 
     @classmethod
-    def open(cls, path: str | Path, *, analyst: str | None = None,
-             source: _noise.Source | None = None,
-             expected_head: tuple[int, str] | None = None) -> Curator:
-        """Open an existing project; the ledger's hash chain is verified first."""
+    def open(cls, path: str | Path, *, token: str | None = None,
+             expected_head: tuple[int, str] | None = None,
+             source: Any = _NOT_GIVEN, analyst: Any = _NOT_GIVEN) -> Curator:
+        """Open an existing project; the ledger's keyed chain is verified first.
+
+        ``token``: act as the analyst it names (default: ``$DPKIT_TOKEN``; neither: the owner,
+        who holds the project's files). Unknown, revoked or malformed tokens are refused.
+        ``source=`` and ``analyst=`` are refused: the noise source is the project's, fixed at
+        creation, and the analyst is whoever the token names.
+        """
+        if source is not _NOT_GIVEN:
+            raise ValueError(
+                "Curator.open takes no source=: the noise source is fixed when the project is "
+                "created (the OS CSPRNG, or dp.noise.seeded(s) for an INSECURE test project "
+                "via Curator.create(..., source=...)); a source chosen at open would let a "
+                "caller replay the same noise in two queries and subtract it"
+            )
+        if analyst is not _NOT_GIVEN:
+            charged_analyst(OWNER, analyst if analyst is not None else "")
         path = Path(path)
         if not (path / LEDGER_FILE).exists():
             raise FileNotFoundError(
                 f"{path} is not a dpkit project (no {LEDGER_FILE}); create one with "
                 f"Curator.create({str(path)!r}, budget=...) or `dpkit init`"
             )
+        if token is None:
+            token = os.environ.get(TOKEN_ENV) or None
         ledger = Ledger.open(path / LEDGER_FILE, expected_head=expected_head)
-        return cls(path, ledger, analyst=analyst, source=source)
+        try:
+            who = OWNER if token is None else _identify(ledger, token)
+        except BaseException:
+            ledger.close()
+            raise
+        seed = ledger.config.noise_seed
+        src = None if seed is None else _noise.seeded(_reopen_seed(seed, len(ledger.entries())))
+        return cls(path, ledger, analyst=who, owner=token is None, source=src)
+
+    def _require_owner(self, action: str) -> None:
+        if not self.is_owner:
+            raise PermissionError(
+                f"{action} needs the owner's credential; analyst {self.analyst!r} (opened with "
+                f"a token) cannot do it. The owner opens the project without a token, from an "
+                f"account that can read its files. Nothing was changed"
+            )
 
     def close(self) -> None:
         self._backend.close()
@@ -351,7 +419,8 @@ class Curator(ReleaseQueries):
         long steps of the load run (the CLI draws a progress bar with it).
         """
         check_identifier(name, "table")
-        with self._lock:
+        self._require_owner("adding, replacing or declaring a table")
+        with self._lock, self._load_lock():
             existing = self.tables()
             if name in existing and not replace:
                 raise ValueError(
@@ -414,11 +483,14 @@ class Curator(ReleaseQueries):
                 return out
 
             self._backend.close()  # DuckDB: one writer, no readers attached meanwhile
+            # a fresh relation per load: the ledger row below is what switches queries to it,
+            # so the rows and the declarations change together or not at all
+            physical = f"{name}__v{_noise.token_hex(16)[:16]}"
             columns, storage, relation = load_table(
                 self.path / DATA_FILE, name, source, public=public, copy=copy,
                 source_table=source_table, validate=validate_and_keep, fixed=fixed,
                 domains=key_domains, not_null=lambda: declared["not_null"],
-                progress=progress,
+                progress=progress, physical=physical,
             )
             unit, rows, groups, bnds, doms = declared["v"]
             meta = TableMeta(
@@ -427,23 +499,94 @@ class Curator(ReleaseQueries):
                 storage=storage, source=describe_source(source), relation=relation,
                 description=description,
                 key_tables=key_tables if storage == "copy" and not public else {},
-                not_null=declared["not_null"],
+                not_null=declared["not_null"], physical=physical,
             )
             self.ledger.record("table", {"name": name, "table": meta.to_dict()},
                                analyst=self.analyst,
                                query=f"ADD TABLE {name} ({meta.summary()})")
+            self._drop_orphans_locked()
             return meta
+
+    @contextlib.contextmanager
+    def _load_lock(self) -> Iterator[None]:
+        """One table load per project at a time, across processes (a load's relation is an
+        orphan until its ledger row commits: a concurrent cleanup must not drop it)."""
+        with open(self.path / LOAD_LOCK, "a") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+    def drop_orphans(self) -> list[str]:
+        """Drop stored relations no table in force names (the old rows of a replaced table, or
+        the new rows of a load that crashed before its ledger row); owner only. Best effort:
+        returns [] while another process reads the data (the next load retries)."""
+        self._require_owner("cleaning up the project's data")
+        with self._lock, self._load_lock():
+            return self._drop_orphans_locked()
+
+    def _drop_orphans_locked(self) -> list[str]:
+        with self._lock:  # the caller holds the load lock (flock is per open file: not again)
+            tables = self.tables()
+            keep = {(m.public, m.stored_name) for m in tables.values()}
+            keys = {k for m in tables.values() for k in m.key_tables.values()}
+            self._backend.close()
+            try:
+                return drop_orphans(self.path / DATA_FILE, keep, keys)
+            except RuntimeError:
+                return []
 
     def add_public_table(self, name: str, source: Any, **kwargs: Any) -> TableMeta:
         """Register a public lookup table (no privacy; may be joined and used as group keys)."""
         return self.add_table(name, source, public=True, **kwargs)
 
     def set_analyst_budget(self, analyst: str, epsilon: float | None) -> None:
-        """Give ``analyst`` their own epsilon cap inside the project's budget (None removes it)."""
+        """Give ``analyst`` their own epsilon cap inside the project's budget (None removes it);
+        owner only."""
+        self._require_owner("setting a budget")
         if epsilon is not None:
             dplan.check_epsilon(epsilon, "epsilon")
         self.ledger.record("analyst", {"analyst": analyst, "epsilon": epsilon},
                            analyst=self.analyst, query=f"SET BUDGET {analyst} = {epsilon}")
+
+    # ------------------------------------------------------------------ roles
+
+    def add_analyst(self, name: str, *, epsilon: float | None = None) -> str:
+        """Add an analyst and return their token (owner only). The token is shown once: only
+        its SHA-256 is stored. It carries 256 bits from the OS CSPRNG; ``epsilon``: the
+        analyst's own cap inside the project's budget (None: only the project's budget)."""
+        self._require_owner("adding an analyst")
+        if not isinstance(name, str) or not _ANALYST_NAME.fullmatch(name) or name == OWNER:
+            raise ValueError(
+                f"analyst name {name!r}: use 1-64 letters, digits or _.@- (and not {OWNER!r})")
+        if name in self.ledger.analysts():
+            raise ValueError(f"analyst {name!r} exists already (names are never reused, so "
+                             f"the history stays theirs); choose another name")
+        if epsilon is not None:
+            dplan.check_epsilon(epsilon, "epsilon")
+        token = "dpkit_" + _noise.token_hex(32)
+        digest = hashlib.sha256(token.encode("ascii")).hexdigest()
+        self.ledger.record("analyst", {"analyst": name, "epsilon": epsilon,
+                                       "token_sha256": digest},
+                           analyst=self.analyst, query=f"ADD ANALYST {name} (epsilon {epsilon})")
+        return token
+
+    def revoke_analyst(self, name: str) -> None:
+        """Revoke an analyst's token (owner only): it opens nothing from now on, and a curator
+        already open with it can charge nothing more. Their history stays."""
+        self._require_owner("revoking an analyst")
+        info = self.ledger.analysts().get(name)
+        if info is None or not info["active"]:
+            active = sorted(n for n, i in self.ledger.analysts().items() if i["active"])
+            raise ValueError(f"no active analyst {name!r}; active ones: {active}")
+        self.ledger.record("analyst", {"analyst": name, "revoked": True},
+                           analyst=self.analyst, query=f"REVOKE ANALYST {name}")
+
+    def analysts(self) -> dict[str, dict[str, Any]]:
+        """Every analyst added: ``{name: {"active": bool, "epsilon": cap}}`` (owner only)."""
+        self._require_owner("listing analysts")
+        return self.ledger.analysts()
 
     # ------------------------------------------------------------------ queries
 
@@ -545,7 +688,7 @@ class Curator(ReleaseQueries):
         noise: str = dplan.LAPLACE,
         level: float = 0.95,
         bounds: Mapping[str, Any] | None = None,
-        analyst: str | None = None,
+        analyst: None = None,
         weights: Mapping[str, float] | None = None,
     ) -> Result:
         """Answer an aggregate query privately, spending ``epsilon`` (or what ``accuracy`` needs).
@@ -561,7 +704,7 @@ class Curator(ReleaseQueries):
         ``ORDER BY <COUNT/SUM> [DESC] LIMIT k`` over groups chooses the ``k`` groups by noisy
         max (``res.selection`` has its utility bound).
         """
-        who = analyst or self.analyst
+        who = charged_analyst(self.analyst, analyst)
         if _RELEASE_FORM.search(query) is not None:  # cheap test before parsing it twice
             special = self._release_sql(query, epsilon=epsilon, rho=rho, delta=delta,
                                         accuracy=accuracy, noise=noise, level=level,
@@ -601,13 +744,14 @@ class Curator(ReleaseQueries):
 
     def _execute(self, plan: dplan.Plan) -> Exact:
         catalog = plan.catalog
-        relations = {name: relation_name(name, meta.public) for name, meta in catalog.items()}
+        relations = {name: meta.relation or relation_name(name, meta.public)
+                     for name, meta in catalog.items()}
         if plan.table.record_level:
             self._check_join_keys(plan, relations)
         seed = int(_noise.uniform_int(2**63 - 1, 1, source=self._source)[0])
         # a copied private table carries hidden columns and key tables from its load
         copied = plan.table.storage == "copy" and not plan.table.public
-        fixed = self._backend.fixed_columns(plan.table.name) if copied else frozenset()
+        fixed = self._backend.fixed_columns(plan.table.stored_name) if copied else frozenset()
         # declared domains stored as hidden key tables at load (copied private tables): read
         # the keys from them instead of inlining every key in the statement
         key_rel: dict[str, str] = {}
@@ -617,7 +761,8 @@ class Curator(ReleaseQueries):
                        if t in have}
         # a few declared keys: DuckDB returns the groups present and Python fills in the
         # missing keys (the LEFT JOIN with the keys costs ~1 ms at any data size)
-        collated = self._backend.collated_columns(plan.table.name) if copied else frozenset()
+        collated = (self._backend.collated_columns(plan.table.stored_name) if copied
+                    else frozenset())
         compiled = dplan.compile_sql(plan, relations=relations, seed=seed, fixed_columns=fixed,
                                      key_tables=key_rel,
                                      fill_keys=dplan.can_fill_keys(plan, collated))
@@ -705,14 +850,14 @@ class Curator(ReleaseQueries):
         noise: str = dplan.LAPLACE,
         level: float = 0.95,
         bounds: Mapping[str, Any] | None = None,
-        analyst: str | None = None,
+        analyst: None = None,
         weights: Mapping[str, float] | None = None,
     ) -> Preview:
         """Cost and expected error of a query, without reading data or spending anything
         (same parameters as :meth:`sql`; ``weights`` shows the weighted split)."""
         from dpkit.accounting import BudgetExceeded
 
-        who = analyst or self.analyst
+        who = charged_analyst(self.analyst, analyst)
         plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
                           level=level, bounds=bounds, weights=weights)
         booked = plan.charge_delta if plan.charge_delta is not None else delta
@@ -793,8 +938,22 @@ class Curator(ReleaseQueries):
     # ------------------------------------------------------------------ budget
 
     def budget(self, analyst: str | None = None) -> BudgetStatus:
-        """Spent, remaining and the history of charges (project-wide or for one analyst)."""
+        """Spent, remaining and the history of charges: project-wide or for one analyst (the
+        owner), or the caller's own (an analyst sees only its own charges; ``remaining`` is
+        the smaller of its cap's and the project's)."""
+        if not self.is_owner:
+            if analyst not in (None, self.analyst):
+                raise PermissionError(f"analyst {self.analyst!r} may see only its own budget, "
+                                      f"not {analyst!r}")
+            analyst = self.analyst
         spend = self.ledger.spend(analyst)
+        remaining, delta_remaining = spend.remaining, spend.delta_remaining
+        caps = self.ledger.analyst_budgets()
+        if not self.is_owner:
+            project = self.ledger.spend()
+            remaining = min(remaining, project.remaining)
+            delta_remaining = min(delta_remaining, project.delta_remaining)
+            caps = {k: v for k, v in caps.items() if k == self.analyst}
         history = [
             HistoryItem(seq=e.seq, time=e.time, analyst=e.analyst, query=e.query, event=e.event,
                         epsilon=float(e.view.get("epsilon_cost", 0.0)),
@@ -805,10 +964,10 @@ class Curator(ReleaseQueries):
         ]
         return BudgetStatus(
             epsilon=spend.epsilon, delta=spend.delta, accountant=spend.accountant,
-            spent=spend.spent, remaining=spend.remaining, delta_spent=spend.delta_spent,
-            delta_remaining=spend.delta_remaining, history=history, head=self.ledger.head(),
+            spent=spend.spent, remaining=remaining, delta_spent=spend.delta_spent,
+            delta_remaining=delta_remaining, history=history, head=self.ledger.head(),
             analyst=analyst, rho_spent=spend.rho_spent, rho_remaining=spend.rho_remaining,
-            analysts=self.ledger.analyst_budgets(),
+            analysts=caps,
         )
 
     def verify(self, *, expected_head: tuple[int, str] | None = None) -> int:
@@ -816,7 +975,30 @@ class Curator(ReleaseQueries):
         return self.ledger.verify(expected_head=expected_head)
 
     def entries(self) -> list[Entry]:
-        return self.ledger.entries()
+        """The ledger's rows; an analyst gets only its own charges and no other analyst's."""
+        rows = self.ledger.entries()
+        if self.is_owner:
+            return rows
+        return [e for e in rows
+                if (e.kind == "charge" and e.analyst == self.analyst)
+                or (e.kind == "analyst" and e.payload.get("analyst") == self.analyst)
+                or e.kind not in ("charge", "analyst")]
+
+
+def _identify(ledger: Ledger, token: str) -> str:
+    """The analyst a token names, or a refusal that says why (malformed, unknown, revoked)."""
+    if not isinstance(token, str) or not _TOKEN.fullmatch(token.strip()):
+        raise ValueError(
+            "malformed analyst token: expected 'dpkit_' and 64 hex digits, as printed once by "
+            "`dpkit analyst add` / cur.add_analyst(...); check DPKIT_TOKEN or --token"
+        )
+    name = ledger.analyst_for_token(token.strip())
+    if name is None:
+        raise PermissionError(
+            "this analyst token is unknown to the project, or was revoked: ask the project's "
+            "owner for a (new) token (`dpkit analyst add`)"
+        )
+    return name
 
 
 def _plan_cache_key(spec_key: tuple[str, int], *params: Any) -> tuple[Any, ...] | None:

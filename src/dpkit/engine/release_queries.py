@@ -57,7 +57,7 @@ from dpkit.engine.tables import TableMeta, quote_ident
 if TYPE_CHECKING:
     from dpkit.release.mechanism import WorkloadPlan
 
-__all__ = ["Axis", "ReleaseQueries", "SyntheticData"]
+__all__ = ["Axis", "ReleaseQueries", "SyntheticData", "charged_analyst"]
 
 #: integer columns get one cell per integer up to this many values (else ``bins`` cells)
 MAX_INTEGER_CELLS = 4096
@@ -462,6 +462,19 @@ class SyntheticData:
                 f"{self.method}, epsilon {self.epsilon:.4g}{flag})")
 
 
+def charged_analyst(own: str, given: object) -> str:
+    """The analyst a query is charged to: always the one the curator was opened as (by its
+    token, or the owner). A caller-chosen name (the removed ``analyst=``) is refused: it would
+    let anyone spend another analyst's budget, or escape their own cap."""
+    if given is not None:
+        raise TypeError(
+            f"analyst= was removed: charges go to the analyst whose token opened the project "
+            f"(now {own!r}). Open it as that analyst: dp.Curator.open(path, token=...), or set "
+            f"DPKIT_TOKEN (the owner makes tokens with cur.add_analyst / `dpkit analyst add`)"
+        )
+    return own
+
+
 # ------------------------------------------------------------------------------ the mixin
 
 
@@ -523,7 +536,7 @@ class ReleaseQueries:
         >>> res = cur.ranges("visits", "age", [(0, 17), (18, 64), (65, 100)], epsilon=0.5)
         ... # doctest: +SKIP
         """
-        who = analyst or self.analyst
+        who = charged_analyst(self.analyst, analyst)
         job = self._planned(
             lambda **p: self._plan_ranges(table, column, ranges, where=where, strategy=strategy,
                                           bins=bins, bounds=bounds, level=level, query=None,
@@ -561,7 +574,7 @@ class ReleaseQueries:
         with ``count_ci_low/high``) and ``fraction`` (``count`` over the total, with
         ``fraction_ci_low/high`` from the band).
         """
-        who = analyst or self.analyst
+        who = charged_analyst(self.analyst, analyst)
         job = self._planned(
             lambda **p: self._plan_cdf(table, column, where=where, strategy=strategy, bins=bins,
                                        bounds=bounds, level=level, query=None,
@@ -590,7 +603,7 @@ class ReleaseQueries:
         ``probability``, ``quantile`` (interpolated in its cell), ``quantile_ci_low/high``
         (cell edges that contain the true quantile's cell, jointly for all rows at ``level``).
         Same guarantee as :meth:`cdf`."""
-        who = analyst or self.analyst
+        who = charged_analyst(self.analyst, analyst)
         job = self._planned(
             lambda **p: self._plan_cdf(table, column, where=where, strategy=strategy, bins=bins,
                                        bounds=bounds, level=level, query=None,
@@ -631,7 +644,7 @@ class ReleaseQueries:
         ``"ward x age"``), the columns (``None`` where a column is not in that marginal),
         ``count`` and its interval; the expected RMSE per marginal is in ``split``/``notes``.
         """
-        who = analyst or self.analyst
+        who = charged_analyst(self.analyst, analyst)
         job = self._planned(
             lambda **p: self._plan_marginals(table, columns, k=k, where=where,
                                              strategy=strategy, bins=bins, bounds=bounds,
@@ -680,7 +693,7 @@ class ReleaseQueries:
         Returns :class:`SyntheticData` (``.to_pandas()``, ``.to_parquet(path)``,
         ``.to_csv(path)``), with the ledger entry's sequence number and cost.
         """
-        who = analyst or self.analyst
+        who = charged_analyst(self.analyst, analyst)
         job = self._plan_synthetic(table, columns, where=where, epsilon=epsilon, rho=rho,
                                    delta=delta, rows=rows, method=method, k=k, rounds=rounds,
                                    bins=bins, bounds=bounds, level=level)
@@ -699,7 +712,7 @@ class ReleaseQueries:
         anything. ``outputs`` lists the expected RMSE and the largest CI half-width."""
         from dpkit.accounting import BudgetExceeded
 
-        who = analyst or self.analyst
+        who = charged_analyst(self.analyst, analyst)
         if kind == "ranges":
             job = self._plan_ranges(table, *args, query=None, **kwargs)
         elif kind == "cdf":
@@ -1239,7 +1252,7 @@ class ReleaseQueries:
         if "total_col" not in inspect.signature(dplan.bounding_ctes).parameters:
             return None
         name = str(name_of(str(meta.privacy_unit)))
-        return name if name in self._backend.fixed_columns(meta.name) else None
+        return name if name in self._backend.fixed_columns(meta.stored_name) else None
 
     def _histogram(self, job: _Job) -> np.ndarray:
         """The exact integer histogram over the job's product grid (never leaves the engine)."""
@@ -1258,7 +1271,8 @@ class ReleaseQueries:
             if total_col is not None:
                 proj.append(f"{alias}.{quote_ident(total_col)} AS __nt")
         conds = [job.where_sql] if job.where_sql else []
-        inner = (f"SELECT {', '.join(proj)} FROM {relation_name(meta.name, False)} AS {alias}"
+        rel = meta.relation or relation_name(meta.name, False)
+        inner = (f"SELECT {', '.join(proj)} FROM {rel} AS {alias}"
                  + (f" WHERE {' AND '.join(conds)}" if conds else ""))
         keep = " AND ".join(f"{c} IS NOT NULL" for c in cnames)
         ctes = [f"__src0 AS ({inner})", f"__src AS (SELECT * FROM __src0 WHERE {keep})"]
