@@ -908,8 +908,7 @@ def migrate(path: Path | str) -> Path:
             if r[0] == 1:
                 payload = {**payload, "format": FORMAT, "migrated_from": {"seq": len(rows),
                                                                           "hash": prev}}
-            fields = dict(zip(_COLUMNS, r[:7], strict=True))
-            fields["payload"] = canonical_json(payload)
+            fields = dict(zip(_COLUMNS, (*r[:7], canonical_json(payload)), strict=True))
             row_prev = led._entries[-1].hash if led._entries else GENESIS_PREV
             digest = row_hash(row_prev, fields, key)
             cur.execute("INSERT INTO ledger (seq, kind, analyst, time, query, event, view, "
