@@ -203,7 +203,7 @@ _RACE_SCRIPT = textwrap.dedent(
     import json, sys
     import dpkit as dp
     from dpkit.accounting import BudgetExceeded
-    cur = dp.Curator.open(sys.argv[1], analyst="w" + sys.argv[2])
+    cur = dp.Curator.open(sys.argv[1], token=sys.argv[2])  # each worker its own analyst
     ok = refused = 0
     for _ in range(6):
         try:
@@ -265,9 +265,10 @@ def test_eight_processes_never_overspend(tmp_path: Path, visits_data: Any) -> No
     path = tmp_path / "p"
     cur = Curator.create(path, epsilon=1.0, accountant="pure")
     cur.add_table("t", visits_data(200), privacy_unit="pid")
+    tokens = [cur.add_analyst(f"w{i}") for i in range(8)]
     cur.close()
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    procs = [subprocess.Popen([sys.executable, "-c", _RACE_SCRIPT, str(path), str(i)],
+    procs = [subprocess.Popen([sys.executable, "-c", _RACE_SCRIPT, str(path), tokens[i]],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for i in range(8)]
     results = []
