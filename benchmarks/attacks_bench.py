@@ -18,7 +18,7 @@ Parts (``--only``):
   simplex for the Dinur-Nissim LP at E = 16 (about 2 minutes).
 * ``curator`` -- the CLI's reconstruction summary against the dpkit curator (total ε = 1,
   spent evenly over the 1024 queries), then one query more (refused).
-* ``difference`` / ``average`` -- the tables of :mod:`dpkit.attacks.cli_commands`.
+* ``difference`` / ``average`` -- the tables of :mod:`dpkit.cli.attack_runs`.
 * ``membership`` -- ROC on a released count and LiRA on logistic regression; figures
   ``attack_roc_aggregate.png``, ``attack_roc_model.png``.
 * ``audit`` -- the per-mechanism audit report; ``one_run`` -- the one-run calculator figure
@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Any
 
 import dpkit as dp
-from dpkit.attacks import cli_commands as cc
 from dpkit.attacks import oracles as orc
 from dpkit.attacks import plots
 from dpkit.attacks import reconstruction as rec
 from dpkit.attacks.report import audit_mechanisms, to_markdown
+from dpkit.cli import attack_runs as cc
 
 PARTS = ("recovery", "near_line", "curator", "difference", "average", "membership", "audit",
          "one_run")

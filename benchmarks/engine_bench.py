@@ -18,7 +18,11 @@ of 5). Timed, each the best and the median of ``--repeat`` runs, interleaved:
 * ``hand bounded (arbitrary rows)``: the same with no ORDER BY in the window (cheaper, but which
   rows survive then depends on the execution, not only on the unit's own rows);
 * ``dpkit user``: ``cur.sql(...)`` on the table registered with ``privacy_unit="uid"``,
-  ``max_rows_per_unit=5``.
+  ``max_rows_per_unit=5``;
+* ``dpkit select record`` / ``dpkit select user``: ``SELECT g, COUNT(*) FROM t GROUP BY g`` with
+  *undeclared* keys, in an (ε, δ) project (accountant ``approx``): private partition selection,
+  charged through the (ε, δ) accountants; against ``plain count`` (the same in DuckDB) and
+  ``hand bounded count`` (COUNT(DISTINCT uid) after the same hand-written bounding).
 
 Ratios are reported three ways: best over best, median over median, and the median of the
 ratios measured within each round (the most robust on a shared machine whose load drifts).
@@ -62,6 +66,8 @@ import dpkit as dp
 from dpkit.engine import Curator
 
 QUERY = "SELECT g, COUNT(*) AS n, SUM(x) AS s, AVG(x) AS a FROM {t} GROUP BY g"
+# undeclared keys: the groups are selected privately (an (eps, delta) project)
+SEL_QUERY = "SELECT g, COUNT(*) AS n FROM {t} GROUP BY g"
 
 
 def make_data(rows: int, seed: int = 7, *, groups: int = 10) -> dict[str, np.ndarray]:
@@ -98,6 +104,12 @@ def bench(rows: int, repeat: int, workdir: Path) -> dict[str, Any]:
                   domains={"g": keys})
     cur.close()
     cur = Curator.open(project)
+    # undeclared keys (issue 12): groups chosen by private partition selection, an (eps, delta)
+    # project whose every query is charged through the approx accountant
+    sel_project = workdir / f"bench{rows}_sel.dpkit"
+    sel = Curator.create(sel_project, epsilon=1000.0, delta=1e-3)
+    sel.add_table("rec", data, bounds={"x": (0, 100)})
+    sel.add_table("usr", data, privacy_unit="uid", max_rows_per_unit=5, bounds={"x": (0, 100)})
 
     con = duckdb.connect()
     con.execute("SET enable_progress_bar=false")
@@ -108,6 +120,9 @@ def bench(rows: int, repeat: int, workdir: Path) -> dict[str, Any]:
     hand = (f"SELECT g, COUNT(*), SUM({clamp}), AVG({clamp}) FROM (SELECT * FROM d.priv.usr "
             f"QUALIFY ROW_NUMBER() OVER (PARTITION BY uid ORDER BY hash(uid, g, x, 42::UBIGINT))"
             f" <= 5) GROUP BY g")
+    hand_count = (f"SELECT g, COUNT(DISTINCT uid) FROM (SELECT * FROM d.priv.usr QUALIFY "
+                  f"ROW_NUMBER() OVER (PARTITION BY uid ORDER BY hash(uid, g, x, 42::UBIGINT))"
+                  f" <= 5) GROUP BY g")
     hand_any = (f"SELECT g, COUNT(*), SUM({clamp}), AVG({clamp}) FROM (SELECT * FROM d.priv.usr "
                 f"QUALIFY ROW_NUMBER() OVER (PARTITION BY uid) <= 5) GROUP BY g")
     cases = {
@@ -116,6 +131,10 @@ def bench(rows: int, repeat: int, workdir: Path) -> dict[str, Any]:
         "hand bounded": lambda: con.execute(hand).fetchall(),
         "hand bounded (arbitrary rows)": lambda: con.execute(hand_any).fetchall(),
         "dpkit user": lambda: cur.sql(QUERY.format(t="usr"), epsilon=0.01),
+        "plain count": lambda: con.execute(SEL_QUERY.format(t=rel)).fetchall(),
+        "dpkit select record": lambda: sel.sql(SEL_QUERY.format(t="rec"), epsilon=0.01, delta=1e-9),
+        "hand bounded count": lambda: con.execute(hand_count).fetchall(),
+        "dpkit select user": lambda: sel.sql(SEL_QUERY.format(t="usr"), epsilon=0.01, delta=1e-9),
     }
     for fn in cases.values():  # warm caches once
         fn()
@@ -125,6 +144,7 @@ def bench(rows: int, repeat: int, workdir: Path) -> dict[str, Any]:
             times[k].append(timed(fn))
     con.close()
     cur.close()
+    sel.close()
     out = {k: {"best_s": min(v), "median_s": statistics.median(v)} for k, v in times.items()}
     out["_load_s"] = t_load
     def paired(a: str, b: str) -> float:
@@ -139,6 +159,10 @@ def bench(rows: int, repeat: int, workdir: Path) -> dict[str, Any]:
         "user / hand bounded (best)": out["dpkit user"]["best_s"] / out["hand bounded"]["best_s"],
         "user / hand bounded (median)":
             out["dpkit user"]["median_s"] / out["hand bounded"]["median_s"],
+        "select record / plain count (paired median)":
+            paired("dpkit select record", "plain count"),
+        "select user / hand bounded count (paired median)":
+            paired("dpkit select user", "hand bounded count"),
         "user / hand arbitrary (best)":
             out["dpkit user"]["best_s"] / out["hand bounded (arbitrary rows)"]["best_s"],
     }

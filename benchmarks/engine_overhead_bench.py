@@ -53,8 +53,8 @@ def main() -> None:
     for _ in range(5):
         cur.sql(query, epsilon=0.01)
         con.execute(plain).fetchall()
-    steps = ["plan", "pre-check", "execute (DuckDB)", "ledger commit", "noise + result",
-             "whole cur.sql", "plain DuckDB"]
+    steps = ["plan", "pre-check", "prepare + dry run", "read (DuckDB)", "ledger commit",
+             "noise + result", "whole cur.sql", "plain DuckDB"]
     times: dict[str, list[float]] = {k: [] for k in steps}
     for _ in range(args.repeat):
         t0 = time.perf_counter()
@@ -63,20 +63,22 @@ def main() -> None:
         t1 = time.perf_counter()
         cur._cost(plan, cur.analyst, None, check_only=True)
         t2 = time.perf_counter()
-        exact = cur._execute(plan)
+        prepared = cur._reader.prepare(plan, cur._tables_version())
         t3 = time.perf_counter()
+        exact = cur._reader.read(prepared)
+        t4 = time.perf_counter()
         entry = cur.ledger.charge(plan.event, analyst=cur.analyst, query=query,
                                   delta_share=None, details={})
-        t4 = time.perf_counter()
-        release(plan, exact, source=None, insecure=False, epsilon_cost=0.01,
-                ledger_seq=entry.seq, remaining=None)
         t5 = time.perf_counter()
-        cur.sql(query, epsilon=0.01)
+        release(plan, exact, source=None, insecure=False, epsilon_cost=0.01,
+                ledger_seq=entry.seq, remaining=None, scratch=cur._backend.scratch)
         t6 = time.perf_counter()
-        con.execute(plain).fetchall()
+        cur.sql(query, epsilon=0.01)
         t7 = time.perf_counter()
-        for k, a, b in zip(steps, [t0, t1, t2, t3, t4, t5, t6], [t1, t2, t3, t4, t5, t6, t7],
-                           strict=True):
+        con.execute(plain).fetchall()
+        t8 = time.perf_counter()
+        marks = [t0, t1, t2, t3, t4, t5, t6, t7, t8]
+        for k, a, b in zip(steps, marks[:-1], marks[1:], strict=True):
             times[k].append((b - a) * 1000.0)
     print(f"{args.rows:,} rows, {args.history:,} earlier charges, {args.repeat} interleaved "
           f"rounds (ms)")

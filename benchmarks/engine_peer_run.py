@@ -5,8 +5,10 @@ Runs inside the peer's own virtual environment (it imports neither dpkit nor the
     benchmarks/.venvs/opendp/bin/python benchmarks/engine_peer_run.py opendp record data.parquet 3
 
 Prints one JSON object: the peer's version, the times of ``repeat`` runs (seconds) and the shape
-of the last answer. Timed: building the private query and releasing it, from a DataFrame already
-in memory (reading the Parquet file is not timed, as the curator's table is loaded beforehand).
+of the last answer. Each peer is set up as its users would: OpenDP's ``Context`` and SmartNoise's
+reader are built once (not timed) and reused by every query; timed is building the private query
+and releasing it, from a DataFrame already in memory (reading the Parquet file is not timed, as
+the curator's table is loaded beforehand).
 The query: per group ``g`` (10 groups, keys 0-9), COUNT(*), SUM(x), AVG(x) with x clamped to
 [0, 100], epsilon 1.0 in total. ``record``: one row per privacy unit; ``user``: at most 5 rows per
 unit ``uid``.
@@ -36,19 +38,21 @@ def run_opendp(level: str, path: str, repeat: int) -> dict[str, Any]:
     n = df.height
     keys = pl.DataFrame({"g": list(range(10))}, schema={"g": df.schema["g"]})
 
+    # one Context for the whole run, as OpenDP's users keep it: each query gets EPSILON
+    if level == "record":
+        unit = dp.unit_of(contributions=1)
+    else:
+        unit = dp.unit_of(contributions=CAP, identifier="uid")
+    ctx = dp.Context.compositor(
+        data=lf,
+        privacy_unit=unit,
+        privacy_loss=dp.loss_of(epsilon=EPSILON * repeat),
+        split_evenly_over=repeat,
+        margins=[dp.polars.Margin(by=["g"], invariant="keys", max_length=n),
+                 dp.polars.Margin(by=[], max_length=n)],
+    )
+
     def once() -> Any:
-        if level == "record":
-            unit = dp.unit_of(contributions=1)
-        else:
-            unit = dp.unit_of(contributions=CAP, identifier="uid")
-        ctx = dp.Context.compositor(
-            data=lf,
-            privacy_unit=unit,
-            privacy_loss=dp.loss_of(epsilon=EPSILON),
-            split_evenly_over=1,
-            margins=[dp.polars.Margin(by=["g"], invariant="keys", max_length=n),
-                     dp.polars.Margin(by=[], max_length=n)],
-        )
         q = ctx.query()
         if level == "user":
             q = q.truncate_per_group(CAP)
@@ -93,8 +97,10 @@ def run_smartnoise(level: str, path: str, repeat: int) -> dict[str, Any]:
         del meta["bench"]["t"]["t"]["uid"]
         df = df.drop(columns=["uid"])
 
+    # one reader for the whole run, as SmartNoise's users keep it (each query spends EPSILON)
+    reader = snsql.from_df(df, privacy=Privacy(epsilon=EPSILON, delta=1e-6), metadata=meta)
+
     def once() -> Any:
-        reader = snsql.from_df(df, privacy=Privacy(epsilon=EPSILON, delta=1e-6), metadata=meta)
         return reader.execute("SELECT g, COUNT(*) AS n, SUM(x) AS s, AVG(x) AS a FROM t.t "
                               "GROUP BY g")
 

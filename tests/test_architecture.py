@@ -1,4 +1,6 @@
-"""DESIGN.md's layering: lower rooms never import higher ones; only dpkit.noise draws randomness."""
+"""DESIGN.md's layering: floors import down only, no file-level cycles, no private name across
+modules; only dpkit.noise draws randomness. (import-linter checks the same contracts and the
+engine's inner floors in .ci/run; see docs/architecture.md.)"""
 
 from __future__ import annotations
 
@@ -13,25 +15,27 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "dpkit"
 
-# noise <- events <- accounting <- mechanisms
-#   <- (engine, release, local, learn, attacks, markets) <- (cli, server)
+# DESIGN.md's floors, F1 lowest. Rooms on one floor are independent siblings: they never import
+# one another (release | local; engine | learn | markets | adaptive | robust; cli | server).
+# import-linter checks the same floors, and the ones inside the engine, in .ci/run (pyproject.toml).
 RANK = {
-    "noise": 0,
+    "noise": 1,
     "events": 1,
     "accounting": 2,
     "mechanisms": 3,
-    "engine": 4,
     "release": 4,
     "local": 4,
-    "learn": 4,
-    "attacks": 4,
-    "markets": 4,
-    "cli": 5,
-    "server": 5,
+    "engine": 5,
+    "learn": 5,
+    "markets": 5,
+    "adaptive": 5,
+    "robust": 5,
+    "attacks": 6,
+    "cli": 7,
+    "server": 7,
 }
-# Rooms on the same level may use one another only where DESIGN.md says so: the curator plugs in
-# correlated-noise release, and the attacks audit the curator.
-ALLOWED_SIDEWAYS = {("engine", "release"), ("attacks", "engine"), ("attacks", "release")}
+# Sideways imports DESIGN.md allows between rooms of one floor: none today.
+ALLOWED_SIDEWAYS: set[tuple[str, str]] = set()
 
 
 def _room(module: str) -> str | None:
@@ -104,3 +108,129 @@ def test_core_rooms_import_without_scipy() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(SRC.parent)})
     assert out.stdout.strip() == "[]", f"scipy imported eagerly: {out.stdout[:300]}"
+
+
+# --------------------------------------------------------------------------- file-level imports
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in _python_files()}
+
+
+def _resolved_imports(module: str) -> list[tuple[str, str | None, int]]:
+    """Every dpkit import of ``module`` (top level, in functions, under TYPE_CHECKING) as
+    ``(target module, imported name or None, line)``; relative imports resolved."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out: list[tuple[str, str | None, int]] = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out.extend((a.name, None, node.lineno) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*up, *([node.module] if node.module else [])])
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                out.append((sub, None, node.lineno) if sub in MODULES else
+                           (base, a.name, node.lineno))
+    return [(t, n, line) for t, n, line in out if t == "dpkit" or t.startswith("dpkit.")]
+
+
+def _file_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for module in MODULES:
+        targets = set()
+        for target, _, _ in _resolved_imports(module):
+            while target not in MODULES and "." in target:
+                target = target.rpartition(".")[0]
+            if target in MODULES and target != module:
+                targets.add(target)
+        graph[module] = targets
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    component.append(top)
+                    if top == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return cycles
+
+
+def test_find_cycles_finds_a_cycle_and_no_false_one() -> None:
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert find_cycles({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+
+
+def test_no_import_cycles_between_files() -> None:
+    """DESIGN.md: no cycles between files, counting imports inside functions and under
+    TYPE_CHECKING (which hide a cycle from the interpreter, not from the reader)."""
+    cycles = find_cycles(_file_graph())
+    assert not cycles, f"import cycles between files: {cycles}; move the shared part down"
+
+
+def test_no_private_name_imported_from_another_module() -> None:
+    """What another module needs gets a public name (DESIGN.md); a ``_private`` *module* may
+    still be imported inside its own package (import-linter's private_modules contract)."""
+    found = []
+    for module in MODULES:
+        for target, name, line in _resolved_imports(module):
+            if name is not None and name.startswith("_") and not name.startswith("__"):
+                found.append(f"{module}:{line} imports {name} from {target}")
+    assert not found, "private names imported across modules: " + "; ".join(found)
+
+
+def test_only_charge_py_charges_the_ledger() -> None:
+    """DESIGN's one charge point: outside the ledger itself, only ``engine/charge.py`` calls
+    ``Ledger.charge`` (a second caller could read rows before charging, or refund)."""
+    offenders = []
+    for path in _python_files():
+        rel = path.relative_to(SRC)
+        if rel.parts[:2] in (("engine", "charge.py"), ("engine", "ledger.py")):
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "charge"):
+                owner = ast.unparse(node.func.value)
+                if "ledger" in owner.lower():
+                    offenders.append(f"{rel}:{node.lineno} {ast.unparse(node.func)}")
+    assert not offenders, f"only engine/charge.py may charge the ledger: {offenders}"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dpkit.attacks import cli_commands as cc
+from dpkit.cli import attack_runs as cc
 
 
 def test_reconstruct_summary() -> None:

@@ -1,7 +1,7 @@
 """``dpkit query`` / ``dpkit preview`` flags: --noise, --rho, --delta, --level, --weights.
 
-The flags are defined by :func:`dpkit.engine.commands.query_options` and passed through to
-:func:`dpkit.engine.commands.query` / :func:`~dpkit.engine.commands.preview`; the tests drive
+The flags are defined by :func:`dpkit.cli.options.query_options` and passed through to
+:func:`dpkit.cli.query.query` / :func:`~dpkit.cli.query.preview`; the tests drive
 them through click's CliRunner (a command built from those options, and ``dpkit`` itself once
 ``dpkit.cli`` carries them).
 """
@@ -18,7 +18,9 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from dpkit.engine import Curator, commands
+from dpkit.cli import options
+from dpkit.cli import query as commands
+from dpkit.engine import Curator
 from dpkit.mechanisms.plan import discrete_gaussian_plan, discrete_laplace_plan
 
 QUERY = "SELECT g, COUNT(*) AS n, SUM(x) AS s FROM t GROUP BY g"
@@ -52,7 +54,7 @@ def _cli() -> click.Group:
     @click.argument("sql")
     @click.option("--epsilon", type=float, default=None)
     @click.option("--delta", type=float, default=None)
-    @commands.query_options
+    @options.query_options
     def query(project: str, sql: str, epsilon: float | None, delta: float | None,
               **flags: Any) -> None:
         res = commands.query(project, sql, epsilon=epsilon, delta=delta, console=out, **flags)
@@ -63,7 +65,7 @@ def _cli() -> click.Group:
     @click.argument("sql")
     @click.option("--epsilon", type=float, default=None)
     @click.option("--delta", type=float, default=None)
-    @commands.query_options
+    @options.query_options
     def preview(project: str, sql: str, epsilon: float | None, delta: float | None,
                 **flags: Any) -> None:
         pv = commands.preview(project, sql, epsilon=epsilon, delta=delta, console=out,
@@ -78,12 +80,12 @@ def _cli() -> click.Group:
 
 
 def test_parse_weights() -> None:
-    assert commands.parse_weights("n=1, avg_age=3") == {"n": 1.0, "avg_age": 3.0}
-    assert commands.parse_weights(None) is None and commands.parse_weights("") is None
-    assert commands.parse_weights({"n": 2}) == {"n": 2}
+    assert options.parse_weights("n=1, avg_age=3") == {"n": 1.0, "avg_age": 3.0}
+    assert options.parse_weights(None) is None and options.parse_weights("") is None
+    assert options.parse_weights({"n": 2}) == {"n": 2}
     for bad, match in [("n", "output=number"), ("=2", "output=number"), ("n=x", "number")]:
         with pytest.raises(ValueError, match=match):
-            commands.parse_weights(bad)
+            options.parse_weights(bad)
 
 
 def test_preview_flags_through_click(project_path: Path) -> None:

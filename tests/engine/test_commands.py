@@ -11,7 +11,9 @@ import pytest
 from rich.console import Console
 
 from dpkit.accounting import BudgetExceeded
-from dpkit.engine import Curator, commands
+from dpkit.cli import project as commands
+from dpkit.cli import query as queries
+from dpkit.engine import Curator
 from dpkit.engine.demo import WARDS, make_hospital_visits, run_demo
 
 
@@ -53,11 +55,11 @@ def test_cli_functions_end_to_end(tmp_path: Path) -> None:
     commands.add_table(project, "visits", str(tmp_path / "visits.csv"),
                        privacy_unit="patient_id", bounds={"age": (0, 120)},
                        max_rows_per_unit=3, domains={"ward": list(WARDS)}, console=out)
-    res = commands.query(project, "SELECT ward, COUNT(*), AVG(age) FROM visits GROUP BY ward",
+    res = queries.query(project, "SELECT ward, COUNT(*), AVG(age) FROM visits GROUP BY ward",
                          epsilon=0.5, output=tmp_path / "out.csv", console=out)
     assert len(res) == len(WARDS)
     assert (tmp_path / "out.csv").read_text().startswith("ward,count,count_ci_low")
-    pv = commands.preview(project, "SELECT COUNT(*) FROM visits", epsilon=0.2, console=out)
+    pv = queries.preview(project, "SELECT COUNT(*) FROM visits", epsilon=0.2, console=out)
     assert pv.cost == pytest.approx(0.2)
     status = commands.budget(project, console=out)
     assert status.spent == pytest.approx(0.5)
@@ -68,9 +70,9 @@ def test_cli_functions_end_to_end(tmp_path: Path) -> None:
     text = buf.getvalue()
     assert "privacy unit" in text and "95% CI" in text and "budget split" in text
     with pytest.raises(ValueError, match="--epsilon"):
-        commands.query(project, "SELECT COUNT(*) FROM visits", console=out)
+        queries.query(project, "SELECT COUNT(*) FROM visits", console=out)
     with pytest.raises(BudgetExceeded):
-        commands.query(project, "SELECT COUNT(*) FROM visits", epsilon=2.9, console=out)
+        queries.query(project, "SELECT COUNT(*) FROM visits", epsilon=2.9, console=out)
 
 
 def test_demo_runs_and_prints(tmp_path: Path) -> None:

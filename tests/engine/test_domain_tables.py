@@ -26,7 +26,8 @@ import dpkit as dp
 from dpkit.engine import Curator
 from dpkit.engine import plan as dplan
 from dpkit.engine.backend_duckdb import KEYS_SCHEMA, key_table_relation, relation_name
-from dpkit.engine.noisy import Exact, _as_int, _centred_sums
+from dpkit.engine.noisy import _as_int, _centred_sums
+from dpkit.engine.read import Exact
 from dpkit.engine.sql import QueryError
 from dpkit.engine.tables import domain_table_name
 
@@ -178,8 +179,8 @@ def test_columnar_and_row_reads_give_the_same_results(project: Callable[..., Cur
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The Arrow reads (exact aggregates, post-processing) against the row-by-row reads, with
     the same seeded noise: identical values, intervals, keys and types."""
-    from dpkit.engine import curator as dcur
-    from dpkit.engine import noisy as dnoisy
+    from dpkit.engine import postprocess as dpost
+    from dpkit.engine import read as dread
 
     df = _frame()
     queries = [
@@ -193,8 +194,8 @@ def test_columnar_and_row_reads_give_the_same_results(project: Callable[..., Cur
     answers = []
     for rows in (False, True):
         if rows:
-            monkeypatch.setattr(dcur, "columnar_type", lambda t: False)
-            monkeypatch.setattr(dnoisy, "columnar_type", lambda t: False)
+            monkeypatch.setattr(dread, "columnar_type", lambda t: False)
+            monkeypatch.setattr(dpost, "columnar_type", lambda t: False)
         cur = project(epsilon=1000.0, seed=23)
         cur.add_table("u", df, privacy_unit="uid", max_rows_per_unit=3,
                       bounds={"x": (0, 100)}, domains=DOMAINS)
@@ -273,37 +274,35 @@ def test_missing_key_table_falls_back_to_literals(typed: Curator) -> None:
     assert got.cols[plan.measures[0].sql_col] != [] and got.n_groups == len(DOMAINS["s"])
 
 
-def test_views_keep_the_literal_path(project: Callable[..., Curator], tmp_path: Path) -> None:
+def test_private_views_are_refused_public_ones_keep_literals(
+        project: Callable[..., Curator], tmp_path: Path) -> None:
+    """A private view would re-read its file at every query (a row appended later, or a
+    malformed one, would change answers and errors behind the ledger's back): refused, nothing
+    recorded. A public view stays a view."""
     df = _frame().drop(columns=["d", "dec"])
     path = tmp_path / "v.parquet"
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path)
     doms = {k: DOMAINS[k] for k in ("i", "s", "f")}
     cur = project(epsilon=1000.0)
-    # record level: no random row choice, so the two tables' answers can be compared exactly
-    cur.add_table("v", str(path), copy=False, bounds={"x": (0, 100)}, domains=doms)
-    cur.add_table("c", df, bounds={"x": (0, 100)}, domains=doms)
-    assert cur.tables()["v"].key_tables == {}
-    assert all(not n.startswith("v__") for n in cur._backend.key_tables())
-    for col in doms:
-        q = "SELECT {c}, COUNT(*) AS n, SUM(x) AS s FROM {t} GROUP BY {c}"
-        pv = _plan(cur, q.format(c=col, t="v"))
-        pc = _plan(cur, q.format(c=col, t="c"))
-        ev, ec = cur._execute(pv), cur._execute(pc)
-        assert _typed(ev.keys) == _typed(ec.keys)
-        assert ev.cols == ec.cols
-        assert "VALUES" in dplan.compile_sql(pv, relations={"v": "r"}, seed=1).text
+    before = len(cur.entries())
+    with pytest.raises(ValueError, match="copy=False"):
+        cur.add_table("v", str(path), copy=False, bounds={"x": (0, 100)}, domains=doms)
+    assert len(cur.entries()) == before and "v" not in cur.tables()
+    cur.add_table("pv", str(path), public=True, copy=False)
+    assert cur.tables()["pv"].storage == "view"
 
 
 # ------------------------------------------------------------------------------ bad input
 
 
-@pytest.mark.parametrize("copy", [True, False])
+@pytest.mark.parametrize("from_file", [True, False])
 def test_keys_that_cannot_be_read_are_refused_at_load(project: Callable[..., Curator],
-                                                      tmp_path: Path, copy: bool) -> None:
+                                                      tmp_path: Path, from_file: bool) -> None:
     df = pd.DataFrame({"d": [dt.date(2024, 1, 1)] * 3, "i": [1, 2, 3], "x": [1.0, 2.0, 3.0]})
     path = tmp_path / "bad.parquet"
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path)
-    src: Any = df if copy else str(path)
+    src: Any = str(path) if from_file else df
+    copy = True
     cur = project()
     with pytest.raises(ValueError, match=r"domain of 'd' \(DATE\).*cannot be read as DATE"):
         cur.add_table("t", src, copy=copy, domains={"d": ["2024-01-01", "not a date"]})

@@ -89,13 +89,13 @@ def test_stored_and_per_query_integers_agree_with_the_definition(
     kw: dict[str, Any] = {"privacy_unit": unit, "max_rows_per_unit": 50 if unit else None,
                           "bounds": {"x": (-20.5, 70.25)}, "domains": {"g": [0, 1, 2]}}
     cur.add_table("stored", data, **kw)
-    cur.add_table("view", str(path), copy=False, **kw)
+    cur.add_table("view", str(path), **kw)
     # one fixed-point column, plus each row's unit total when there is a unit
     assert len(cur._backend.fixed_columns("stored")) == 1 + (unit is not None)
-    assert cur._backend.fixed_columns("view") == frozenset()
+    cur._backend._fixed["view"] = frozenset()  # as a project loaded before they existed
     q = "SELECT g, SUM(x), AVG(x) FROM {} GROUP BY g"
     p1, e1 = _exact(cur, q.format("stored"), epsilon)
-    _p2, e2 = _exact(cur, q.format("view"), epsilon)
+    _p2, e2 = _exact(cur, q.format("view"), epsilon)  # clamps and converts every row
     assert "__x0" in dplan.compile_sql(p1, relations={"stored": "r"}, seed=1,
                                        fixed_columns=cur._backend.fixed_columns("stored")).text
     sm = next(m for m in p1.measures if m.kind == "sum")

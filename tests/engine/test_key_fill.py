@@ -20,7 +20,7 @@ import dpkit as dp
 from dpkit.engine import Curator
 from dpkit.engine import plan as dplan
 from dpkit.engine.backend_duckdb import key_table_relation, relation_name
-from dpkit.engine.noisy import Exact
+from dpkit.engine.read import Exact
 
 N = 2000
 
@@ -71,7 +71,8 @@ def _exact(cur: Curator, plan: dplan.Plan, *, fill: bool) -> Exact:
     if fill:
         assert compiled.keys_text is not None and "LEFT JOIN" not in compiled.text
         rows, _ = cur._backend.run_rows(compiled.text)
-        keys, cols = dplan.fill_declared_keys(cur._declared_keys(compiled.keys_text), rows,
+        declared = cur._reader._declared_keys(compiled.keys_text, 0)
+        keys, cols = dplan.fill_declared_keys(declared, rows,
                                               len(compiled.measure_cols))
         return Exact(keys=keys, cols=dict(zip(compiled.measure_cols, cols, strict=True)))
     assert compiled.keys_text is None and "LEFT JOIN" in compiled.text

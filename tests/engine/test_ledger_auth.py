@@ -147,7 +147,7 @@ def test_verify_catches_tampering_while_open(tmp_path: Path) -> None:
 def test_missing_key_is_a_clear_error(tmp_path: Path) -> None:
     path = _ledger(tmp_path)
     key_path(path).unlink()
-    with pytest.raises(LedgerError, match="owner key .* is missing"):
+    with pytest.raises(LedgerError, match=r"owner key .* is missing"):
         Ledger.open(path)
 
 

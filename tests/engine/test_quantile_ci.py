@@ -19,8 +19,9 @@ from scipy import stats
 import dpkit as dp
 from dpkit import accounting
 from dpkit.engine import Curator
-from dpkit.engine.noisy import Exact, release
+from dpkit.engine.noisy import release
 from dpkit.engine.plan import QUANTILE_CI_SHARE
+from dpkit.engine.read import Exact
 from dpkit.engine.sql import MAX_QUANTILE, MIN_QUANTILE
 
 FALSE_FAILURE = 1e-6

@@ -17,7 +17,8 @@ import dpkit as dp
 from dpkit import mechanisms
 from dpkit.attacks.audit import audit
 from dpkit.engine import Curator, QueryError
-from dpkit.engine.noisy import Exact, release
+from dpkit.engine.noisy import release
+from dpkit.engine.read import Exact
 
 Z = 5.33
 
@@ -353,7 +354,11 @@ def test_sources(project: Callable[..., Curator], tmp_path: Any) -> None:
     con.execute("CREATE TABLE t AS SELECT * FROM df")
     con.close()
     cur.add_table("csv", tmp_path / "a.csv", privacy_unit="u")
-    cur.add_table("pq", str(tmp_path / "a.parquet"), privacy_unit="u", copy=False)
+    with pytest.raises(ValueError, match="private tables are always copied"):
+        cur.add_table("pq", str(tmp_path / "a.parquet"), privacy_unit="u", copy=False)
+    assert "pq" not in cur.tables()
+    cur.add_table("pq", str(tmp_path / "a.parquet"), privacy_unit="u")
+    cur.add_table("pq_view", str(tmp_path / "a.parquet"), public=True, copy=False)
     cur.add_table("db", f"{tmp_path / 'db.duckdb'}::t", privacy_unit="u")
     cur.add_table("pd", df, privacy_unit="u")
     cur.add_table("arrow", pa.Table.from_pandas(df), privacy_unit="u")
@@ -361,7 +366,8 @@ def test_sources(project: Callable[..., Curator], tmp_path: Any) -> None:
     for name in ("csv", "pq", "db", "pd", "arrow"):
         plan, ex = _exact(cur, f"SELECT COUNT(*) FROM {name}")
         assert ex.cols[plan.measures[0].sql_col][0] == 2  # one row per unit by default
-    assert cur.tables()["pq"].storage == "view"
+    assert cur.tables()["pq"].storage == "copy"
+    assert cur.tables()["pq_view"].storage == "view"
     # reopened, declarations intact
     again = Curator.open(cur.path)
     assert again.tables()["csv"].privacy_unit == "u"

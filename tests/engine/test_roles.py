@@ -138,7 +138,7 @@ def test_analyst_names_are_checked(owned: tuple[Curator, str, str]) -> None:
 
 
 def test_caller_chosen_analyst_is_refused(owned: tuple[Curator, str, str]) -> None:
-    cur, ann, _ = owned
+    cur, _, _ = owned
     before = _state(cur)
     with pytest.raises(TypeError, match="token"):
         Curator.open(cur.path, analyst="ann")

@@ -20,8 +20,9 @@ import dpkit as dp
 from dpkit import accounting
 from dpkit import events as ev
 from dpkit.engine import Curator
-from dpkit.engine.noisy import Exact, _top_k
+from dpkit.engine.noisy import _top_k
 from dpkit.engine.plan import top_k_utility
+from dpkit.engine.read import Exact
 from dpkit.engine.sql import QueryError
 
 WARDS = [f"w{i}" for i in range(10)]

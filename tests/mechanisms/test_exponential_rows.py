@@ -79,8 +79,8 @@ def test_law_monotonic_and_sensitivity() -> None:
 def test_law_across_blocks_and_low_acceptance(monkeypatch: pytest.MonkeyPatch) -> None:
     # tiny blocks: rows split into many blocks and proposals into many rounds; a row whose
     # best candidate is rare among many poorer ones (acceptance 0.2) must keep its law
-    monkeypatch.setattr(_sampling, "_ROW_LANES", 16)
-    monkeypatch.setattr(exp_mod, "_ROW_LANES", 16)
+    monkeypatch.setattr(_sampling, "ROW_LANES", 16)
+    monkeypatch.setattr(exp_mod, "ROW_LANES", 16)
     kinds = [[0.0] + [-2.0] * 11, [1.0, 0.0, 0.5, -0.5, 0.25, 0.0]]
     reps = 8000
     r = exponential_rows(_matrix(kinds, reps), sensitivity=1.0, epsilon=2.0,

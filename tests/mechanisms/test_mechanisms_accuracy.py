@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from dpkit.mechanisms._accuracy import (
+from dpkit.mechanisms.accuracy import (
     dgauss_halfwidth,
     dgauss_tail,
     dlap_halfwidth,

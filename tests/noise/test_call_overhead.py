@@ -31,7 +31,7 @@ import pytest
 
 import dpkit as dp
 from dpkit.mechanisms import _calibrate
-from dpkit.mechanisms import _validate as v
+from dpkit.mechanisms import validate as v
 from dpkit.noise import samplers
 
 #: The commit before the per-call fast paths: the reference for bit-identical outputs.

@@ -15,7 +15,7 @@ from scipy import stats
 
 import dpkit.noise as noise
 from dpkit.noise import samplers
-from dpkit.noise._exact import LazyUniform, exp_neg_fixed
+from dpkit.noise.exact import LazyUniform, exp_neg_fixed
 
 N = 200_000
 

@@ -118,7 +118,7 @@ def test_numpy_random_only_in_sources() -> None:
         assert "np.random" not in path.read_text(encoding="utf-8"), path.name
 
 
-@pytest.mark.parametrize("module", ["__init__", "sources", "samplers", "grid", "_exact"])
+@pytest.mark.parametrize("module", ["__init__", "sources", "samplers", "grid", "exact"])
 def test_docstring_examples_run(module: str) -> None:
     import doctest
     import importlib

@@ -65,7 +65,7 @@ def _conditional_coverage(c: int, threshold: int, level: float, *, scale: float 
     """Exact ``P(c in [low(Y), Y + m] | Y >= T)`` for ``Y = c + Z`` (pmf summed over the
     shown outcomes, in log space; the support is cut where the terms are below e^-700 of the
     largest)."""
-    from dpkit.mechanisms._accuracy import dgauss_halfwidth, dlap_halfwidth, selected_count_lower
+    from dpkit.mechanisms.accuracy import dgauss_halfwidth, dlap_halfwidth, selected_count_lower
 
     if scale is not None:
         m, _ = dlap_halfwidth(scale, level)

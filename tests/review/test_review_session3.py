@@ -22,7 +22,7 @@ from dpkit import events as ev
 from dpkit.accounting import Budget, BudgetExceeded
 from dpkit.engine import Curator
 from dpkit.engine import plan as dplan
-from dpkit.engine.noisy import Exact
+from dpkit.engine.read import Exact
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dpkit import events as ev
 from dpkit.accounting._common import check_delta, check_epsilon
 
-__all__ = ["calibrate", "dpsgd_noise_multiplier"]
+__all__ = ["calibrate", "dpsgd_noise_multiplier", "smallest_passing"]
 
 
 def calibrate(family: Callable[[float], ev.Event], *, target_epsilon: float, delta: float,
@@ -37,10 +37,6 @@ def calibrate(family: Callable[[float], ev.Event], *, target_epsilon: float, del
 
     target_epsilon = check_epsilon(target_epsilon, name="target_epsilon")
     delta = check_delta(delta)
-    if not 0 < rtol < 1:
-        raise ValueError(f"rtol must lie in (0, 1) (got {rtol!r})")
-    if not 0 < lower < upper:
-        raise ValueError(f"need 0 < lower < upper (got lower={lower!r}, upper={upper!r})")
 
     def ok(m: float) -> bool:
         event = family(m)
@@ -49,7 +45,28 @@ def calibrate(family: Callable[[float], ev.Event], *, target_epsilon: float, del
         eps = api.epsilon(event, delta, method, neighboring=neighboring)
         return eps <= target_epsilon
 
-    # Bracket: lo fails, hi succeeds.
+    found = smallest_passing(ok, lower=lower, upper=upper, rtol=rtol)
+    if found is None:
+        raise ValueError(
+            f"no noise multiplier up to {upper:g} reaches epsilon <= {target_epsilon:g} at "
+            f"delta = {delta:g}; raise `upper`, the target epsilon or delta")
+    return found
+
+
+def smallest_passing(ok: Callable[[float], bool], *, lower: float, upper: float,
+                     rtol: float = 1e-6) -> float | None:
+    """The smallest x in [``lower``, ``upper``] with ``ok(x)``, to a factor ``1 + rtol``, for a
+    predicate that is monotone (false below a threshold, true above); None when ``ok(upper)``
+    is false. Bracketing by factors of 4 from 1, then bisection in log x; the x returned was
+    itself checked (``ok(x)`` holds), so it is never below the threshold.
+
+    The one "smallest parameter that meets a target" search: noise multipliers here
+    (:func:`calibrate`), and the curator's accuracy → epsilon.
+    """
+    if not 0 < rtol < 1:
+        raise ValueError(f"rtol must lie in (0, 1) (got {rtol!r})")
+    if not 0 < lower < upper:
+        raise ValueError(f"need 0 < lower < upper (got lower={lower!r}, upper={upper!r})")
     hi = min(max(1.0, lower), upper)
     if ok(hi):
         lo = hi
@@ -66,9 +83,7 @@ def calibrate(family: Callable[[float], ev.Event], *, target_epsilon: float, del
         lo = hi
         while True:
             if hi >= upper:
-                raise ValueError(
-                    f"no noise multiplier up to {upper:g} reaches epsilon <= {target_epsilon:g} at "
-                    f"delta = {delta:g}; raise `upper`, the target epsilon or delta")
+                return None
             hi = min(hi * 4.0, upper)
             if ok(hi):
                 break

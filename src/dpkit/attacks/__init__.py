@@ -11,8 +11,8 @@
 - :mod:`~dpkit.attacks.membership`: membership inference (likelihood ratio, LiRA), ROC curves.
 
 ``dpkit.attacks.audit`` stays the *module* (its function ``audit`` is not re-exported here, so
-that ``dpkit.attacks.audit.empirical_epsilon`` keeps working). ``plots`` and ``cli_commands``
-are imported on demand: they need matplotlib and rich.
+that ``dpkit.attacks.audit.empirical_epsilon`` keeps working). ``plots`` is imported on
+demand: it needs matplotlib. What ``dpkit attack`` runs is in :mod:`dpkit.cli.attack_runs`.
 """
 
 from __future__ import annotations

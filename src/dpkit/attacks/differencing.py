@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from dpkit.attacks.oracles import Oracle
-from dpkit.attacks.reconstruction import SubsetQuery
+from dpkit.attacks.subsets import SubsetQuery
 
 __all__ = [
     "AveragingResult",

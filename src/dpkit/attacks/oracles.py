@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from dpkit import noise
-from dpkit.attacks.reconstruction import Population, SubsetQuery, subset_matrix
+from dpkit.attacks.subsets import Population, SubsetQuery, subset_matrix
 from dpkit.noise import Source
 
 __all__ = [

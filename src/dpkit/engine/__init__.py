@@ -12,8 +12,8 @@ See ``docs/curator.md`` (data owner's and analyst's guides) and the modules:
 :mod:`~dpkit.engine.curator` (the project), :mod:`~dpkit.engine.ledger` (the hash-chained
 budget), :mod:`~dpkit.engine.sql` (validation), :mod:`~dpkit.engine.plan` (bounding, sensitivity,
 budget split, the pushed-down SQL), :mod:`~dpkit.engine.noisy` (noise and intervals),
-:mod:`~dpkit.engine.results`, :mod:`~dpkit.engine.builder`, :mod:`~dpkit.engine.demo`,
-:mod:`~dpkit.engine.commands` (what the CLI calls).
+:mod:`~dpkit.engine.results`, :mod:`~dpkit.engine.builder`, :mod:`~dpkit.engine.demo`. The
+command line that drives the curator is :mod:`dpkit.cli`.
 """
 
 from __future__ import annotations

@@ -21,10 +21,10 @@ import duckdb
 
 from dpkit.engine.plan import FIXED_PREFIX
 from dpkit.engine.sql import QueryError
-from dpkit.engine.tables import Column, quote_ident
+from dpkit.engine.tables import Column, TableMeta, quote_ident
 
-__all__ = ["KEYS_SCHEMA", "DuckBackend", "columnar_type", "drop_orphans", "key_table_relation",
-           "load_table", "private_read_errors"]
+__all__ = ["KEYS_SCHEMA", "DuckBackend", "columnar_type", "drop_orphans", "dry_run_errors",
+           "key_table_relation", "load_table", "private_read_errors", "table_relation"]
 
 _SCHEMAS = {"private": "priv", "public": "pub"}
 _ALIAS = "dpdata"
@@ -32,6 +32,9 @@ _ALIAS = "dpdata"
 # tables live in priv/pub, and analysts cannot name a schema)
 KEYS_SCHEMA = "__dpkeys"
 _KEY_COLUMN = "k"
+# in-memory database (per query connection) of empty tables shaped like the real ones, where
+# statements are dry-run before anything is charged
+_SHADOW = "__dpshadow"
 
 
 def _settings(con: duckdb.DuckDBPyConnection) -> None:
@@ -46,6 +49,12 @@ def _string_literal(text: str) -> str:
 def relation_name(name: str, public: bool) -> str:
     schema = _SCHEMAS["public" if public else "private"]
     return f"{quote_ident(_ALIAS)}.{schema}.{quote_ident(name)}"
+
+
+def table_relation(meta: TableMeta) -> str:
+    """The relation holding a registered table's rows now: the one its ledger row names (a
+    fresh one per load, see :func:`load_table`'s ``physical``)."""
+    return meta.relation or relation_name(meta.stored_name, meta.public)
 
 
 # DuckDB key types whose Arrow export reads back (to_pylist) as the same Python values as
@@ -94,6 +103,20 @@ def private_read_errors(what: str) -> Iterator[None]:
             f"the {what} failed while reading the data (nothing was charged); simplify the "
             "WHERE clause (explicit casts, plain comparisons)"
         ) from None
+
+@contextlib.contextmanager
+def dry_run_errors(what: str) -> Iterator[None]:
+    """Turn DuckDB errors of a dry run over empty shadow tables into :class:`QueryError`.
+
+    No private row exists there, so the error depends on the query and the schema only and is
+    quoted in full; nothing has been charged yet."""
+    try:
+        yield
+    except duckdb.Error as exc:
+        raise QueryError(
+            f"DuckDB cannot run this {what}: {str(exc).splitlines()[0]} (nothing charged)"
+        ) from None
+
 
 def key_table_relation(table_name: str) -> str:
     """The relation (as the query connection sees it) of hidden key table ``table_name``."""
@@ -215,8 +238,14 @@ def _source_sql(con: duckdb.DuckDBPyConnection, source: Any,
         p = _string_literal(str(path.resolve()))
         suffixes = [s.lower() for s in path.suffixes]
         if any(s in (".csv", ".tsv", ".txt") for s in suffixes):
+            header = con.execute(f"SELECT * FROM read_csv_auto({p}, header=false, "
+                                 f"all_varchar=true) LIMIT 1").fetchall()
+            check_case_distinct([str(v) for v in header[0]] if header else [])
             return f"read_csv_auto({p})", "file", cleanup
         if any(s in (".parquet", ".pq") for s in suffixes):
+            check_case_distinct([str(r[0]) for r in con.execute(
+                f"SELECT name FROM parquet_schema({p}) WHERE num_children IS NULL OR "
+                f"num_children = 0").fetchall()])
             return f"read_parquet({p})", "file", cleanup
         if any(s in (".json", ".jsonl", ".ndjson") for s in suffixes):
             return f"read_json_auto({p})", "file", cleanup
@@ -272,9 +301,28 @@ def _source_sql(con: duckdb.DuckDBPyConnection, source: Any,
             f"cannot load a {type(source).__name__}; pass a path (CSV, Parquet, JSON, DuckDB) or "
             f"a pandas / polars DataFrame or a pyarrow Table"
         )
+    found: Any = obj if isinstance(obj, Mapping) else (
+        getattr(obj, "columns", None) if hasattr(obj, "columns")
+        else getattr(obj, "column_names", None))
+    names = list(found) if found is not None else []
+    check_case_distinct([str(n) for n in names])
     con.register("__dp_frame", obj)
     cleanup = lambda: con.unregister("__dp_frame")  # noqa: E731
     return "__dp_frame", "frame", cleanup
+
+
+def check_case_distinct(names: Sequence[str]) -> None:
+    """Refuse column names equal but for case: DuckDB's names are case-insensitive, so it
+    would rename one (``x`` -> ``x_1``) and ``x`` in a query or a declaration would then name
+    the other column (bounds attached to the wrong values)."""
+    seen: dict[str, str] = {}
+    for n in names:
+        other = seen.setdefault(n.lower(), n)
+        if other != n:
+            raise ValueError(
+                f"the source has columns {other!r} and {n!r}, which differ only by case; "
+                f"column names are case-insensitive here, so rename one before loading"
+            )
 
 
 def load_table(
@@ -578,6 +626,7 @@ class DuckBackend:
         self._fixed: dict[str, frozenset[str]] = {}
         self._collated: dict[str, frozenset[str]] = {}
         self._keys: frozenset[str] | None = None
+        self._shadows: dict[str, str] = {}  # relation -> its empty shadow (dry runs)
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
@@ -601,6 +650,7 @@ class DuckBackend:
             self._fixed = {}
             self._collated = {}
             self._keys = None
+            self._shadows = {}
 
     def fixed_columns(self, name: str) -> frozenset[str]:
         """The hidden fixed-point columns of private table ``name`` (cached while attached:
@@ -644,6 +694,39 @@ class DuckBackend:
         """Bind and optimise without running (errors here cannot depend on the data)."""
         with self._lock:
             self._connect().execute("EXPLAIN " + text)
+
+    def shadow(self, relation: str) -> str:
+        """An empty table with the columns and types of ``relation``, for dry runs.
+
+        Created once per connection in an in-memory database attached beside the data (a
+        reload closes the connection, so a shadow never outlives its table's schema). Only the
+        schema is read (``DESCRIBE`` binds the relation; no row is scanned)."""
+        with self._lock:
+            hit = self._shadows.get(relation)
+            if hit is not None:
+                return hit
+            con = self._connect()
+            if not self._shadows:
+                con.execute(f"ATTACH ':memory:' AS {_SHADOW}")
+            cols = con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()
+            name = f"{_SHADOW}.main.{quote_ident(f's{len(self._shadows)}')}"
+            con.execute(f"CREATE TABLE {name} ("
+                        + ", ".join(f"{quote_ident(str(c[0]))} {c[1]}" for c in cols) + ")")
+            self._shadows[relation] = name
+            return name
+
+    @contextlib.contextmanager
+    def scratch(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The query connection, held, for post-processing noisy tables in its in-memory
+        catalog (no second database; callers drop what they create)."""
+        with self._lock:
+            yield self._connect()
+
+    def dry_run(self, text: str) -> None:
+        """Run a statement compiled over :meth:`shadow` relations (no private row exists
+        there): every error it raises comes from the query and the schema alone."""
+        with self._lock:
+            self._connect().execute(text).fetchall()
 
     def run(self, text: str, group_cols: Sequence[str],
             measure_cols: Sequence[str]) -> tuple[list[tuple[Any, ...]], dict[str, list[Any]]]:

@@ -44,28 +44,27 @@ import math
 import os
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dpkit import events as ev
 from dpkit import noise as _noise
+from dpkit.engine import families
 from dpkit.engine import plan as dplan
 from dpkit.engine import sql as dsql
+from dpkit.engine.accuracy import epsilon_for_accuracy, expected_errors
 from dpkit.engine.backend_duckdb import (
     DuckBackend,
-    columnar_type,
     drop_orphans,
     init_database,
-    key_table_relation,
     load_table,
-    private_read_errors,
-    relation_name,
 )
+from dpkit.engine.charge import charged_read
 from dpkit.engine.ledger import Entry, Ledger, head_path, key_path
-from dpkit.engine.noisy import Exact, halfwidth, release
-from dpkit.engine.release_queries import ReleaseQueries, charged_analyst
+from dpkit.engine.noisy import release
+from dpkit.engine.read import Exact, Reader
 from dpkit.engine.results import Preview, Result
 from dpkit.engine.tables import (
     Column,
@@ -89,8 +88,8 @@ _TOKEN = re.compile(r"dpkit_[0-9a-f]{64}")
 _ANALYST_NAME = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 _NOT_GIVEN: Any = object()  # marks a removed keyword argument that the caller did not pass
 MAX_BUDGET_EPSILON = 1000.0
-_FEW_GROUPS = 256  # results with at most this many public keys are read as tuples, not Arrow
-# the SQL forms dpkit.engine.release_queries answers (DP_CDF(...), COUNT(*) FILTER (...), ...)
+STRATEGY_CACHE = "strategies"  # folder (inside the project) holding optimised strategies
+# the SQL forms dpkit.engine.families answers (DP_CDF(...), COUNT(*) FILTER (...), ...)
 _RELEASE_FORM = re.compile(r"\bDP_|\bFILTER\b", re.IGNORECASE)
 
 
@@ -172,6 +171,19 @@ class BudgetStatus:
         return self.table()
 
 
+def charged_analyst(own: str, given: object) -> str:
+    """The analyst a query is charged to: always the one the curator was opened as (by its
+    token, or the owner). A caller-chosen name (the removed ``analyst=``) is refused: it would
+    let anyone spend another analyst's budget, or escape their own cap."""
+    if given is not None:
+        raise TypeError(
+            f"analyst= was removed: charges go to the analyst whose token opened the project "
+            f"(now {own!r}). Open it as that analyst: dp.Curator.open(path, token=...), or set "
+            f"DPKIT_TOKEN (the owner makes tokens with cur.add_analyst / `dpkit analyst add`)"
+        )
+    return own
+
+
 def _reopen_seed(seed: int, rows: int) -> int:
     """The seed of an insecure project's source after reopening: a function of the recorded
     seed and the ledger's length (reproducible, never the secure source in disguise)."""
@@ -191,7 +203,7 @@ def _project_source(source: Any) -> tuple[_noise.Source | None, int | None]:
     )
 
 
-class Curator(ReleaseQueries):
+class Curator:
     """A project: private tables behind aggregate-only queries and an enforced, durable budget.
 
     Create with :meth:`create` (the owner), reopen from any process with :meth:`open`: without
@@ -208,10 +220,10 @@ class Curator(ReleaseQueries):
         self.is_owner = owner
         self._source = source
         self._backend = DuckBackend(path / DATA_FILE)
+        self._reader = Reader(self._backend, source)
         self._lock = threading.RLock()
         self._tables_cache: tuple[int, dict[str, TableMeta]] | None = None
         self._spec_cache: dict[tuple[str, int], dsql.QuerySpec] = {}
-        self._keys_cache: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
         self._plan_cache: dict[tuple[Any, ...], dplan.Plan] = {}
 
     @property
@@ -414,12 +426,20 @@ class Curator(ReleaseQueries):
         finds one is refused): COUNT(age) is then COUNT(*), and AVG/VAR/STDDEV(age) share the
         query's noisy row count instead of measuring their own (less budget per measurement).
         ``public=True``: a lookup table with no private data, joinable to private tables.
-        ``copy=False``: keep a view over the CSV/Parquet file instead of copying it in (columns
-        in ``not_null`` are checked at load only). ``progress(step, fraction)``: called while the
+        ``copy=False`` (public tables only): keep a view over the CSV/Parquet file instead of
+        copying it in; private tables are always copied, so their rows are a snapshot the
+        ledger's declarations describe. ``progress(step, fraction)``: called while the
         long steps of the load run (the CLI draws a progress bar with it).
         """
         check_identifier(name, "table")
         self._require_owner("adding, replacing or declaring a table")
+        if not copy and not public:
+            raise ValueError(
+                f"copy=False keeps a view that re-reads the file at every query, so a row "
+                f"appended or changed after loading (or a malformed one) would change answers "
+                f"and errors without the ledger knowing; private tables are always copied in. "
+                f"Drop copy=False for {name!r} (public lookup tables may stay views)"
+            )
         with self._lock, self._load_lock():
             existing = self.tables()
             if name in existing and not replace:
@@ -706,137 +726,53 @@ class Curator(ReleaseQueries):
         """
         who = charged_analyst(self.analyst, analyst)
         if _RELEASE_FORM.search(query) is not None:  # cheap test before parsing it twice
-            special = self._release_sql(query, epsilon=epsilon, rho=rho, delta=delta,
-                                        accuracy=accuracy, noise=noise, level=level,
-                                        bounds=bounds, analyst=who)
+            special = families.answer_sql(self._families(), query, epsilon=epsilon,
+                                          rho=rho, delta=delta, accuracy=accuracy,
+                                          noise=noise, level=level, bounds=bounds)
             if special is not None:  # a range/CDF/marginal family: answered by dpkit.release
                 return special
         with self._lock:
             if accuracy is not None:
                 if epsilon is not None or rho is not None:
                     raise dsql.QueryError("give epsilon= or accuracy=, not both")
-                epsilon = self._epsilon_for_accuracy(query, accuracy, delta=delta, noise=noise,
-                                                     level=level, bounds=bounds,
-                                                     weights=weights)
+                epsilon = epsilon_for_accuracy(
+                    lambda eps: expected_errors(self._plan(
+                        query, epsilon=eps, rho=None, delta=delta, noise=noise, level=level,
+                        bounds=bounds, weights=weights)),
+                    accuracy)
             plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
                               level=level, bounds=bounds, weights=weights)
             # under 'approx' with Gaussian noise the plan books one delta for the query (the
             # Gaussian conversion plus partition selection)
             booked = plan.charge_delta if plan.charge_delta is not None else delta
             self._cost(plan, who, booked, check_only=True)  # early refusal, nothing read
-            exact = self._execute(plan)
+            prepared = self._reader.prepare(plan, self._tables_version())
             details: dict[str, Any] = {"split": [_json_safe(s) for s in plan.split()],
                                        "noise": plan.noise, "level": plan.level}
             if plan.weights:
                 details["weights"] = dict(plan.weights)
-            entry = self.ledger.charge(
-                plan.event, analyst=who, query=query,
-                delta_share=self._delta_share(plan, booked),
-                details=details,
-            )
-            # ---- from here on the charge is durable: noise, then the answer
-            spend = self.ledger.spend(who if who in self.ledger.analyst_budgets() else None)
             src = self._source
             insecure = bool(src is not None and src.insecure)
-            return release(plan, exact, source=src, insecure=insecure,
-                           epsilon_cost=float(entry.view["epsilon_cost"]),
-                           ledger_seq=entry.seq, remaining=spend.remaining)
+
+            def finish(exact: Exact, entry: Entry) -> Result:
+                spend = self.ledger.spend(who if who in self.ledger.analyst_budgets() else None)
+                return release(plan, exact, source=src, insecure=insecure,
+                               epsilon_cost=float(entry.view["epsilon_cost"]),
+                               ledger_seq=entry.seq, remaining=spend.remaining,
+                               scratch=self._backend.scratch)
+
+            return charged_read(self.ledger, plan.event, analyst=who, query=query,
+                                delta_share=self._delta_share(plan, booked), details=details,
+                                read=lambda: self._reader.read(prepared), finish=finish)
 
     def _execute(self, plan: dplan.Plan) -> Exact:
-        catalog = plan.catalog
-        relations = {name: meta.relation or relation_name(name, meta.public)
-                     for name, meta in catalog.items()}
-        if plan.table.record_level:
-            self._check_join_keys(plan, relations)
-        seed = int(_noise.uniform_int(2**63 - 1, 1, source=self._source)[0])
-        # a copied private table carries hidden columns and key tables from its load
-        copied = plan.table.storage == "copy" and not plan.table.public
-        fixed = self._backend.fixed_columns(plan.table.stored_name) if copied else frozenset()
-        # declared domains stored as hidden key tables at load (copied private tables): read
-        # the keys from them instead of inlining every key in the statement
-        key_rel: dict[str, str] = {}
-        if plan.table.key_tables and copied:
-            have = self._backend.key_tables()
-            key_rel = {col: key_table_relation(t) for col, t in plan.table.key_tables.items()
-                       if t in have}
-        # a few declared keys: DuckDB returns the groups present and Python fills in the
-        # missing keys (the LEFT JOIN with the keys costs ~1 ms at any data size)
-        collated = (self._backend.collated_columns(plan.table.stored_name) if copied
-                    else frozenset())
-        compiled = dplan.compile_sql(plan, relations=relations, seed=seed, fixed_columns=fixed,
-                                     key_tables=key_rel,
-                                     fill_keys=dplan.can_fill_keys(plan, collated))
-        if compiled.keys_text is not None:
-            declared = self._declared_keys(compiled.keys_text)
-            wanted, ng = set(declared), len(compiled.group_cols)
-            with private_read_errors("query"):
-                rows, unmatched = self._backend.run_rows(
-                    compiled.text, keep=lambda r: tuple(r[:ng]) in wanted)
-            # at user level DuckDB kept only rows with declared keys: a group Python cannot
-            # match means DuckDB's equality is not Python's (a collation it was not told of);
-            # dropping it would hinge a whole group on one row's spelling, so use the join
-            if not unmatched or plan.table.record_level:
-                keys, cols = dplan.fill_declared_keys(declared, rows, len(compiled.measure_cols))
-                return Exact(keys=keys, cols=dict(zip(compiled.measure_cols, cols, strict=True)))
-            compiled = dplan.compile_sql(plan, relations=relations, seed=seed,
-                                         fixed_columns=fixed, key_tables=key_rel)
-        # Arrow pays off with many groups; for a few, one fetchall of tuples is ~1 ms faster
-        few = not plan.spec.group_by or (plan.keys is not None and len(plan.keys) <= _FEW_GROUPS)
-        columnar = not few and all(columnar_type(k.type) for k in plan.spec.group_by)
-        with private_read_errors("query"):
-            exact: Exact | None = None
-            if columnar:  # column by column (Arrow): no Python object per group and value
-                try:
-                    n, key_cols, cols_np, nulls = self._backend.run_columns(
-                        compiled.text, compiled.group_cols, compiled.measure_cols)
-                    exact = Exact(rows=n, key_columns=key_cols, columns=cols_np, nulls=nulls)
-                except (OverflowError, ValueError):
-                    # a key Python's date/datetime cannot hold (DATE 'infinity', year 10000)
-                    # fails the Arrow conversion; the row read converts it as DuckDB does, so
-                    # whether the query fails never depends on one row's value
-                    exact = None
-            if exact is None:
-                keys, cols = self._backend.run(compiled.text, compiled.group_cols,
-                                               compiled.measure_cols)
-                exact = Exact(keys=keys, cols=cols)
-        if plan.group_mode == "public" and exact.n_groups > dplan.MAX_KEYS:
-            raise dsql.QueryError(
-                f"the public keys give {exact.n_groups} groups (at most {dplan.MAX_KEYS})"
-            )
-        return exact
+        """The exact aggregates of ``plan``, uncharged: for tests and benchmarks of the read
+        path only (no public method returns them, and :meth:`sql` charges first)."""
+        return self._reader.read(self._reader.prepare(plan, self._tables_version()))
 
     def _tables_version(self) -> int:
         """The ledger seq of the last table registration read (-1 before any read)."""
         return self._tables_cache[0] if self._tables_cache is not None else -1
-
-    def _declared_keys(self, keys_text: str) -> list[tuple[Any, ...]]:
-        """The declared keys a statement's key CTEs give, in DuckDB's order and types (public;
-        cached until a table is registered again)."""
-        version = self._tables_version()
-        keys = self._keys_cache.get((keys_text, version))
-        if keys is None:
-            keys = [tuple(r) for r in self._backend.query_public(keys_text)]
-            if len(self._keys_cache) >= 64:
-                self._keys_cache.clear()
-            self._keys_cache[(keys_text, version)] = keys
-        return keys
-
-    def _check_join_keys(self, plan: dplan.Plan, relations: dict[str, str]) -> None:
-        """Record-level tables: a public join must match each private row at most once."""
-        from dpkit.engine.tables import quote_ident
-
-        for j in plan.spec.joins:
-            cols = ", ".join(quote_ident(b) for _, b in j.on)
-            rows = self._backend.query_public(
-                f"SELECT COUNT(*) FROM (SELECT {cols} FROM {relations[j.table]} GROUP BY {cols} "
-                f"HAVING COUNT(*) > 1)"
-            )
-            if rows[0][0]:
-                raise dsql.QueryError(
-                    f"public table {j.table!r} has repeated join keys ({cols}); a row of the "
-                    f"record-level table {plan.table.name!r} would be counted several times. "
-                    f"Make the keys unique, or declare a privacy unit"
-                )
 
     # ------------------------------------------------------------------ accuracy and preview
 
@@ -866,7 +802,7 @@ class Curator(ReleaseQueries):
             cost = self._cost(plan, who, booked).epsilon
         except BudgetExceeded as exc:
             cost = float(exc.requested.epsilon)
-        outputs = _expected_errors(plan)
+        outputs = expected_errors(plan)
         notes = list(plan.notes)
         topk = plan.top_k
         if topk is not None:
@@ -883,57 +819,109 @@ class Curator(ReleaseQueries):
                        delta=plan.delta, level=level, split=plan.split(), outputs=outputs,
                        event=plan.event, notes=notes, weights=dict(plan.weights))
 
-    def _epsilon_for_accuracy(self, query: str, accuracy: float | Mapping[str, float], *,
-                              delta: float | None, noise: str, level: float,
-                              bounds: Mapping[str, Any] | None,
-                              weights: Mapping[str, float] | None = None) -> float:
-        """Smallest epsilon whose data-independent CI half-widths meet ``accuracy`` (under the
-        given ``weights`` split)."""
-        targets: dict[str, float] = {}
+    # ------------------------------------------------------------------ release families
 
-        def ok_at(eps: float) -> bool:
-            plan = self._plan(query, epsilon=eps, rho=None, delta=delta, noise=noise,
-                              level=level, bounds=bounds, weights=weights)
-            outs = _expected_errors(plan)
-            if not targets:
-                for o in outs:
-                    if isinstance(accuracy, Mapping):
-                        if o["name"] in accuracy:
-                            targets[o["name"]] = float(accuracy[o["name"]])
-                    else:
-                        targets[o["name"]] = float(accuracy)
-                unknown = set(accuracy) - {o["name"] for o in outs} if isinstance(
-                    accuracy, Mapping) else set()
-                if unknown:
-                    raise dsql.QueryError(f"accuracy= names unknown outputs: {sorted(unknown)}")
-                for o in outs:
-                    if o["name"] in targets and o["halfwidth"] is None:
-                        raise dsql.QueryError(
-                            f"accuracy= cannot be met for {o['name']}: its error depends on the "
-                            f"data ({o['note']}); give epsilon= instead"
-                        )
-                    t = targets.get(o["name"])
-                    if t is not None and not (t > 0 and math.isfinite(t)):
-                        raise dsql.QueryError(f"accuracy must be a positive number (got {t!r})")
-            return all(o["halfwidth"] <= targets[o["name"]] for o in outs
-                       if o["name"] in targets)
+    def _families(self, analyst: None = None) -> families.Context:
+        """What the release families need from this project (:mod:`dpkit.engine.families`),
+        charged to the analyst the curator was opened as (``analyst=`` is refused)."""
+        return families.Context(
+            tables=self.tables, ledger=self.ledger, backend=self._backend, source=self._source,
+            lock=self._lock, strategy_cache=self.path / STRATEGY_CACHE,
+            analyst=charged_analyst(self.analyst, analyst))
 
-        lo, hi = 1e-6, dplan.MAX_QUERY_EPSILON
-        if not ok_at(hi):
-            raise dsql.QueryError(
-                f"accuracy {accuracy!r} cannot be reached even at epsilon {hi:g}; relax it"
-            )
-        if ok_at(lo):
-            return lo
-        for _ in range(60):
-            mid = math.sqrt(lo * hi)
-            if ok_at(mid):
-                hi = mid
-            else:
-                lo = mid
-            if hi / lo < 1 + 1e-4:
-                break
-        return hi
+    def ranges(self, table: str, column: str, ranges: Sequence[tuple[float, float]], *,
+               where: str | None = None, epsilon: float | None = None,
+               rho: float | None = None, delta: float | None = None, strategy: Any = None,
+               bins: int | None = None, bounds: Mapping[str, Any] | None = None,
+               level: float = 0.95, accuracy: float | None = None,
+               analyst: None = None) -> Result:
+        """Counts of rows with ``low <= column <= high`` for every ``(low, high)`` in
+        ``ranges``, answered together with correlated noise and charged once.
+
+        ε-DP (``epsilon=``), ρ-zCDP (``rho=``) or the Gaussian mechanism at (ε, δ)
+        (``epsilon=, delta=``) for add/remove one privacy unit with at most
+        ``max_rows_per_unit`` rows. ``accuracy=`` (instead of ``epsilon=``; also for
+        :meth:`cdf`, :meth:`quantiles`, :meth:`marginals`): the largest CI half-width wanted.
+        Grid, strategy and columns: :func:`dpkit.engine.families.answer.ranges`.
+
+        >>> res = cur.ranges("visits", "age", [(0, 17), (18, 64), (65, 100)], epsilon=0.5)
+        ... # doctest: +SKIP
+        """
+        ask = families.RangesAsk(table=table, column=column, ranges=ranges, where=where,
+                                 strategy=strategy, bins=bins, bounds=bounds, level=level)
+        target = families.Target(epsilon=epsilon, rho=rho, delta=delta)
+        return families.ranges(self._families(analyst), ask, target, accuracy=accuracy)
+
+    def cdf(self, table: str, column: str, *, where: str | None = None,
+            epsilon: float | None = None, rho: float | None = None,
+            delta: float | None = None, strategy: Any = None, bins: int | None = None,
+            bounds: Mapping[str, Any] | None = None, level: float = 0.95,
+            accuracy: float | None = None, analyst: None = None) -> Result:
+        """The cumulative distribution of ``column`` over its declared bounds, with a
+        **simultaneous** confidence band (all rows at once at ``level``). Same guarantee as
+        :meth:`ranges`; details: :func:`dpkit.engine.families.answer.cdf`."""
+        ask = families.CdfAsk(table=table, column=column, where=where, strategy=strategy,
+                              bins=bins, bounds=bounds, level=level)
+        target = families.Target(epsilon=epsilon, rho=rho, delta=delta)
+        return families.cdf(self._families(analyst), ask, target, accuracy=accuracy)
+
+    def quantiles(self, table: str, column: str, probabilities: Sequence[float], *,
+                  where: str | None = None, epsilon: float | None = None,
+                  rho: float | None = None, delta: float | None = None, strategy: Any = None,
+                  bins: int | None = None, bounds: Mapping[str, Any] | None = None,
+                  level: float = 0.95, accuracy: float | None = None,
+                  analyst: None = None) -> Result:
+        """Any number of quantiles of ``column`` from one private CDF (one charge), with
+        intervals holding jointly at ``level``. Same guarantee as :meth:`cdf`; details:
+        :func:`dpkit.engine.families.answer.quantiles`."""
+        ask = families.CdfAsk(table=table, column=column, probabilities=probabilities,
+                              where=where, strategy=strategy, bins=bins, bounds=bounds,
+                              level=level)
+        target = families.Target(epsilon=epsilon, rho=rho, delta=delta)
+        return families.quantiles(self._families(analyst), ask, target, accuracy=accuracy)
+
+    def marginals(self, table: str, columns: Sequence[str | Sequence[str]], *,
+                  k: int | None = None, where: str | None = None,
+                  epsilon: float | None = None, rho: float | None = None,
+                  delta: float | None = None, strategy: Any = None, bins: int | None = None,
+                  bounds: Mapping[str, Any] | None = None, level: float = 0.95,
+                  accuracy: float | None = None, analyst: None = None) -> Result:
+        """Marginal tables (contingency tables) over declared domains, answered together
+        (mutually consistent). Same guarantee as :meth:`ranges`; ``columns`` and ``k``:
+        :func:`dpkit.engine.families.answer.marginals`."""
+        ask = families.MarginalsAsk(table=table, columns=columns, k=k, where=where,
+                                    strategy=strategy, bins=bins, bounds=bounds, level=level)
+        target = families.Target(epsilon=epsilon, rho=rho, delta=delta)
+        return families.marginals(self._families(analyst), ask, target, accuracy=accuracy)
+
+    def synthetic(self, table: str, columns: Sequence[str], *, where: str | None = None,
+                  epsilon: float | None = None, rho: float | None = None,
+                  delta: float | None = None, rows: int | None = None,
+                  method: str = "factorization", k: int | None = None, rounds: int = 20,
+                  bins: int | None = None, bounds: Mapping[str, Any] | None = None,
+                  level: float = 0.95, analyst: None = None) -> families.SyntheticData:
+        """Synthetic records over the declared domains of ``columns``, charged to the ledger.
+
+        Post-processing of one ε-DP (``epsilon=``) or ρ-zCDP (``rho=``; ``epsilon=, delta=``
+        converts to the largest ρ meeting (ε, δ)) release of the table's histogram over the
+        public product grid of ``columns``, for add/remove one privacy unit: no record is a
+        real row, and only the ``k``-way marginals are preserved, approximately. ``method``
+        ``"factorization"`` (default) or ``"mwem"``: see
+        :func:`dpkit.engine.families.answer.synthetic`. Returns
+        :class:`~dpkit.engine.families.SyntheticData`.
+        """
+        ask = families.SyntheticAsk(table=table, columns=columns, where=where, rows=rows,
+                                    method=method, k=k, rounds=rounds, bins=bins,
+                                    bounds=bounds, level=level)
+        target = families.Target(epsilon=epsilon, rho=rho, delta=delta)
+        return families.synthetic(self._families(analyst), ask, target)
+
+    def preview_release(self, kind: str, table: str, *args: Any, analyst: None = None,
+                        **kwargs: Any) -> Preview:
+        """Cost and expected accuracy of :meth:`ranges` / :meth:`cdf` / :meth:`quantiles` /
+        :meth:`marginals` (``kind``) with the same arguments, without reading data or spending
+        anything. ``outputs`` lists the expected RMSE and the largest CI half-width."""
+        return families.preview(self._families(analyst), kind, table, *args, **kwargs)
 
     # ------------------------------------------------------------------ budget
 
@@ -1028,42 +1016,4 @@ def _json_safe(d: dict[str, Any]) -> dict[str, Any]:
         if isinstance(v, float) and not math.isfinite(v):
             v = None
         out[k] = v
-    return out
-
-
-def _expected_errors(plan: dplan.Plan) -> list[dict[str, Any]]:
-    """Per output: the CI half-width when it does not depend on the data, else a note."""
-    out: list[dict[str, Any]] = []
-    by_index = {i: ap for i, ap in enumerate(plan.aggs)}
-    for o in plan.spec.outputs:
-        if o.kind != "agg":
-            continue
-        ap = by_index[o.index]  # type: ignore[index]
-        func = ap.call.func
-        if func in (dsql.COUNT, dsql.COUNT_COL, dsql.COUNT_UNITS, dsql.SUM):
-            mm = plan.measure(ap.measures.get("count") or ap.measures["sum"])
-            out.append({"name": o.name, "halfwidth": halfwidth(mm, plan.level),
-                        "note": "exact noise quantile"
-                        + (" (selected groups only)" if mm.kind == "select" else "")})
-        elif func == dsql.AVG:
-            c = plan.measure(ap.measures["count"])
-            s = plan.measure(ap.measures["csum"])
-            out.append({"name": o.name, "halfwidth": None,
-                        "note": f"about (±{halfwidth(s, plan.level):.4g} + |avg - mid| × "
-                                f"±{halfwidth(c, plan.level):.4g}) / n for n rows in a group"})
-        elif func == dsql.QUANTILE:
-            mm = plan.measure(ap.measures["quant"])
-            assert mm.candidates is not None
-            eps_point = mm.quant_epsilon * (1.0 - dplan.QUANTILE_CI_SHARE)
-            eps_end = mm.quant_epsilon * dplan.QUANTILE_CI_SHARE / 2.0
-            u = 2 * mm.quant_sensitivity / eps_point * (
-                math.log(len(mm.candidates)) + math.log(1 / (1 - plan.level)))
-            t = 2 * mm.quant_sensitivity / eps_end * (
-                math.log(len(mm.candidates)) + math.log(2 / (1 - plan.level)))
-            out.append({"name": o.name, "halfwidth": None,
-                        "note": f"rank within ±{u:.3g} rows of the target (exponential "
-                                f"mechanism); interval ends aimed ±{t:.3g} rows away"})
-        else:
-            out.append({"name": o.name, "halfwidth": None,
-                        "note": "depends on the group sizes (shrinks like 1/n)"})
     return out

@@ -21,7 +21,6 @@ import numpy as np
 from dpkit import events as ev
 from dpkit import mechanisms
 from dpkit.engine import sql as dsql
-from dpkit.engine.backend_duckdb import arrow_result, columnar_type
 from dpkit.engine.plan import (
     GAUSSIAN,
     GAUSSIAN_THRESHOLD,
@@ -32,6 +31,8 @@ from dpkit.engine.plan import (
     ordinal,
     top_k_utility,
 )
+from dpkit.engine.postprocess import Scratch, project
+from dpkit.engine.read import Exact
 from dpkit.engine.results import Result
 from dpkit.mechanisms.exponential import utility_bound as em_utility_bound
 from dpkit.mechanisms.plan import discrete_gaussian_halfwidth as dgauss_halfwidth
@@ -40,79 +41,6 @@ from dpkit.mechanisms.plan import selected_count_lower
 from dpkit.noise import Source
 
 __all__ = ["Exact", "NoisyMeasure", "halfwidth", "release"]
-
-
-class Exact:
-    """Exact aggregates straight from the backend (they never leave the engine).
-
-    Built from rows (``keys``: one tuple of group values per group; ``cols``: one list per
-    measurement column, NULL as None, as DuckDB's ``fetchall`` gives them) or from columns
-    (``key_columns``: one object array of the same Python values per group column;
-    ``columns``: int64 arrays with NULL read as 0, their NULL masks in ``nulls``, or lists).
-    Either view is available from both; the release reads the columnar one (no Python object
-    per group and measurement), ``keys``/``cols`` are built on first use.
-    """
-
-    def __init__(self, keys: list[tuple[Any, ...]] | None = None,
-                 cols: dict[str, list[Any]] | None = None, *, rows: int | None = None,
-                 key_columns: list[np.ndarray] | None = None,
-                 columns: dict[str, Any] | None = None,
-                 nulls: dict[str, np.ndarray | None] | None = None) -> None:
-        if key_columns is None or columns is None:
-            if keys is None or cols is None:
-                raise ValueError("Exact needs keys and cols, or key_columns and columns")
-            self._keys: list[tuple[Any, ...]] | None = keys
-            self._cols: dict[str, list[Any]] | None = cols
-            self.n_groups = len(keys)
-            self._key_columns: list[np.ndarray] | None = None
-            self._columns: dict[str, Any] = dict(cols)
-            self._nulls: dict[str, np.ndarray | None] = {}
-        else:
-            self._keys = self._cols = None
-            self.n_groups = int(rows if rows is not None else
-                                (len(key_columns[0]) if key_columns else 1))
-            self._key_columns = key_columns
-            self._columns = columns
-            self._nulls = dict(nulls or {})
-
-    @property
-    def keys(self) -> list[tuple[Any, ...]]:
-        if self._keys is None:
-            assert self._key_columns is not None
-            if self._key_columns:
-                self._keys = list(zip(*(c.tolist() for c in self._key_columns), strict=True))
-            else:
-                self._keys = [() for _ in range(self.n_groups)]
-        return self._keys
-
-    @property
-    def cols(self) -> dict[str, list[Any]]:
-        if self._cols is None:
-            out: dict[str, list[Any]] = {}
-            for name, col in self._columns.items():
-                if isinstance(col, np.ndarray):
-                    vals: list[Any] = col.tolist()
-                    mask = self._nulls.get(name)
-                    if mask is not None:
-                        for i in np.flatnonzero(mask).tolist():
-                            vals[i] = None
-                    out[name] = vals
-                else:
-                    out[name] = list(col)
-            self._cols = out
-        return self._cols
-
-    def key_column(self, index: int) -> np.ndarray:
-        """Group column ``index`` as an object array of Python values."""
-        if self._key_columns is not None:
-            return self._key_columns[index]
-        arr = np.empty(self.n_groups, dtype=object)
-        arr[:] = [k[index] for k in self.keys]
-        return arr
-
-    def column(self, name: str) -> Any:
-        """Measurement column ``name``: an int64 array (NULL as 0) or a list (NULL as None)."""
-        return self._columns[name]
 
 
 @dataclass
@@ -212,6 +140,12 @@ def _centred_sums(sums: Any, counts: Any, center: int) -> np.ndarray:
 
 def _noisy_integer(mm: Measure, exact: np.ndarray, level: float,
                    source: Source | None) -> NoisyMeasure:
+    if exact.size == 0:
+        # no group in the data (or none selected): the same mechanism on one dummy lane,
+        # sliced away, so an empty answer is built exactly as a non-empty one
+        one = _noisy_integer(mm, np.zeros(1, dtype=np.int64), level, source)
+        return NoisyMeasure(one.value[:0], one.low[:0], one.high[:0], one.scale_kind,
+                            one.details)
     if mm.noise in (LAPLACE, "threshold"):
         rel = mechanisms.geometric(exact, sensitivity=mm.l1, epsilon=mm.epsilon, level=level,
                                    source=source)
@@ -347,7 +281,8 @@ def _cum_hist(hists: list[Any], groups: np.ndarray, nbins: int) -> np.ndarray:
 
 
 def release(plan: Plan, exact: Exact, *, source: Source | None, insecure: bool, epsilon_cost: float,
-            ledger_seq: int | None, remaining: float | None) -> Result:
+            ledger_seq: int | None, remaining: float | None,
+            scratch: Scratch | None = None) -> Result:
     """Add noise to every measurement, derive the aggregates, post-process; build the Result."""
     level = plan.level
     n_groups = exact.n_groups if plan.spec.group_by else 1
@@ -405,7 +340,7 @@ def release(plan: Plan, exact: Exact, *, source: Source | None, insecure: bool, 
         table[f"__a{ai}_lo"] = lo[idx]
         table[f"__a{ai}_hi"] = hi[idx]
 
-    columns, data, kinds = _project(plan, table)
+    columns, data, kinds = project(plan, table, scratch=scratch)
     notes = list(plan.notes)
     if selection is not None:
         notes.append(selection["note"])
@@ -549,174 +484,3 @@ def _derive(plan: Plan, ap: Any, noisy: dict[str, NoisyMeasure],
     if func in (dsql.STDDEV, dsql.STDDEV_POP):
         return np.sqrt(var), np.sqrt(v_lo), np.sqrt(v_hi)
     return var, v_lo, v_hi
-
-
-def _project(plan: Plan, table: dict[str, np.ndarray]) -> tuple[list[str], dict[str, np.ndarray],
-                                                                 dict[str, str]]:
-    spec = plan.spec
-    if spec.postprocess:
-        return _postprocess(plan, table)
-    columns: list[str] = []
-    data: dict[str, np.ndarray] = {}
-    kinds: dict[str, str] = {}
-    for o in spec.outputs:
-        if o.kind == "group":
-            columns.append(o.name)
-            data[o.name] = table[f"__g{o.index}"]
-            kinds[o.name] = "group"
-        else:
-            for suffix, src, kind in (("", "", "value"), ("_ci_low", "_lo", "ci_low"),
-                                      ("_ci_high", "_hi", "ci_high")):
-                name = o.name + suffix
-                columns.append(name)
-                data[name] = table[f"__a{o.index}{src}"]
-                kinds[name] = kind
-    return columns, data, kinds
-
-
-def _postprocess(plan: Plan, table: dict[str, np.ndarray]) -> tuple[
-        list[str], dict[str, np.ndarray], dict[str, str]]:
-    """HAVING / ORDER BY / LIMIT / expressions on the noisy table, in an in-memory DuckDB."""
-    import duckdb
-
-    from dpkit.engine.tables import quote_ident
-
-    spec = plan.spec
-    con = duckdb.connect()
-    try:
-        con.execute("SET enable_progress_bar=false")
-        con.execute("SET error_on_division_by_zero=false")
-        names = list(table)
-        types: list[str] = []
-        for n in names:
-            if n.startswith("__g"):
-                gi = int(n[3:])
-                types.append(spec.group_by[gi].type)
-            else:
-                arr = table[n]
-                types.append("BIGINT" if np.asarray(arr).dtype.kind in "iu" else "DOUBLE")
-        # key types whose values travel through Arrow unchanged: load and read column-wise
-        columnar = all(columnar_type(k.type) for k in spec.group_by)
-        if not (columnar and _load_columns(con, names, types, table)):
-            con.execute("CREATE TABLE __noisy (" + ", ".join(
-                f"{n} {t}" for n, t in zip(names, types, strict=True)) + ")")
-            nrows = len(next(iter(table.values()))) if table else 0
-            if nrows:
-                rows = [tuple(_cell(table[n][i]) for n in names) for i in range(nrows)]
-                con.executemany(
-                    f"INSERT INTO __noisy VALUES ({', '.join('?' for _ in names)})", rows)
-        sel: list[str] = []
-        out_kinds: dict[str, str] = {}
-        order_cols: list[str] = []
-        for o in spec.outputs:
-            if o.kind == "group":
-                sel.append(f"__g{o.index} AS {quote_ident(o.name)}")
-                out_kinds[o.name] = "group"
-            elif o.kind == "agg":
-                sel.append(f"__a{o.index} AS {quote_ident(o.name)}")
-                sel.append(f"__a{o.index}_lo AS {quote_ident(o.name + '_ci_low')}")
-                sel.append(f"__a{o.index}_hi AS {quote_ident(o.name + '_ci_high')}")
-                out_kinds[o.name] = "value"
-                out_kinds[o.name + "_ci_low"] = "ci_low"
-                out_kinds[o.name + "_ci_high"] = "ci_high"
-            else:
-                assert o.expr is not None
-                sel.append(f"{o.expr.sql(dialect='duckdb')} AS {quote_ident(o.name)}")
-                out_kinds[o.name] = "expr"
-        for e, desc in spec.order:
-            order_cols.append(e.sql(dialect="duckdb") + (" DESC" if desc else " ASC"))
-        text = f"SELECT {', '.join(sel)} FROM __noisy"
-        if spec.having is not None:
-            text += f" WHERE {spec.having.sql(dialect='duckdb')}"
-        if order_cols:
-            text += " ORDER BY " + ", ".join(order_cols)
-        if spec.limit is not None:
-            text += f" LIMIT {spec.limit}"
-        if spec.offset is not None:
-            text += f" OFFSET {spec.offset}"
-        data: dict[str, np.ndarray] = {}
-        try:
-            if columnar:
-                got = arrow_result(con, text)
-                cols = list(got.column_names)
-                for j, c in enumerate(cols):
-                    data[c] = _column_values(got.column(j), out_kinds.get(c, "expr"))
-            else:
-                cur = con.execute(text)
-                cols = [d[0] for d in cur.description]
-                fetched = cur.fetchall()
-                for j, c in enumerate(cols):
-                    data[c] = _values([r[j] for r in fetched], out_kinds.get(c, "expr"))
-        except duckdb.Error as exc:
-            raise dsql.QueryError(
-                f"HAVING/ORDER BY/expressions could not be evaluated on the noisy results: "
-                f"{str(exc).splitlines()[0]}"
-            ) from None
-    finally:
-        con.close()
-    return cols, data, {c: out_kinds.get(c, "expr") for c in cols}
-
-
-def _values(vals: list[Any], kind: str) -> np.ndarray:
-    """A post-processed column from its Python values: group keys as objects, all-int value
-    columns as int64, anything else as float64 (NULL as NaN)."""
-    if kind == "group":
-        out = np.empty(len(vals), dtype=object)
-        out[:] = vals
-        return out
-    if vals and all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
-        return np.array(vals, dtype=np.int64)
-    return np.array([np.nan if v is None else v for v in vals], dtype=np.float64)
-
-
-def _column_values(col: Any, kind: str) -> np.ndarray:
-    """:func:`_values` of an Arrow column, without a Python object per cell where the result
-    is the same: int64 without NULLs stays int64, integers with NULLs and floats become
-    float64 (NULL as NaN); other types go through their Python values."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    t = col.type
-    if kind != "group":
-        signed = pa.types.is_signed_integer(t) or (pa.types.is_unsigned_integer(t)
-                                                   and t.bit_width < 64)
-        if signed and len(col) and col.null_count == 0:
-            return col.to_numpy().astype(np.int64)
-        if signed or pa.types.is_floating(t):
-            flt = pc.cast(col, pa.float64(), safe=False)
-            return pc.fill_null(flt, float("nan")).to_numpy().astype(np.float64)
-    return _values(col.to_pylist(), kind)
-
-
-def _load_columns(con: Any, names: list[str], types: list[str],
-                  table: dict[str, np.ndarray]) -> bool:
-    """Create ``__noisy`` from ``table`` column by column (through Arrow), each cast to its
-    type; False (nothing created) when a column cannot travel that way."""
-    import duckdb
-    import pyarrow as pa
-
-    try:
-        arrays = {}
-        for n in names:
-            arr = table[n]
-            arrays[n] = pa.array(arr.tolist() if arr.dtype == object else arr)
-        src = pa.table(arrays)
-    except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        return False
-    con.register("__noisy_src", src)
-    try:
-        con.execute("CREATE TABLE __noisy AS SELECT " + ", ".join(
-            f"CAST({n} AS {t}) AS {n}" for n, t in zip(names, types, strict=True))
-            + " FROM __noisy_src")
-    except duckdb.Error:
-        con.execute("DROP TABLE IF EXISTS __noisy")
-        return False
-    finally:
-        con.unregister("__noisy_src")
-    return True
-
-
-def _cell(v: Any) -> Any:
-    if isinstance(v, np.generic):
-        return v.item()
-    return v

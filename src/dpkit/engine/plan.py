@@ -82,7 +82,10 @@ GAUSSIAN = "gaussian"
 GAUSSIAN_THRESHOLD = "gaussian_threshold"  # partition selection with discrete Gaussian noise
 NOISES = (LAPLACE, GAUSSIAN)
 MAX_QUERY_EPSILON = 100.0
+MIN_QUERY_EPSILON = 1e-9  # below it the noise scale is beyond any use (and overflows floats)
+MIN_QUERY_RHO = 1e-12
 MAX_KEYS = 1_000_000
+MAX_TOP_K = 10_000  # LIMIT of a top-k by noisy max over undeclared keys (k rounds of eps/k)
 # Per-row fixed-point magnitude: at most 2**32 (sums of 2**30 rows stay in int64) and small
 # enough that the noise scale in grid units stays below the samplers' limits.
 _ROW_BITS = 32
@@ -282,6 +285,12 @@ def check_epsilon(epsilon: Any, what: str = "epsilon") -> float:
     e = float(epsilon)
     if math.isnan(e) or e <= 0:
         raise PlanError(f"{what} must be > 0 (got {epsilon!r}); e.g. {what}=0.5")
+    if e < MIN_QUERY_EPSILON:
+        raise PlanError(
+            f"{what}={epsilon!r} is below {MIN_QUERY_EPSILON:g}: the noise would be so large "
+            f"that the answer carries no information (and its scale overflows). Give at least "
+            f"{what}={MIN_QUERY_EPSILON:g}; typical values are 0.1 to 2"
+        )
     if not math.isfinite(e) or e > MAX_QUERY_EPSILON:
         raise PlanError(
             f"{what}={epsilon!r} offers no meaningful privacy; one query may spend at most "
@@ -502,9 +511,10 @@ def build_plan(
             if epsilon is not None:
                 raise PlanError("give rho= or epsilon=, not both")
             if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not (
-                math.isfinite(rho) and 0 < rho <= 50
+                math.isfinite(rho) and MIN_QUERY_RHO <= rho <= 50
             ):
-                raise PlanError(f"rho must be a number in (0, 50] (got {rho!r}); e.g. rho=0.05")
+                raise PlanError(f"rho must be a number in [{MIN_QUERY_RHO:g}, 50] (got {rho!r}); "
+                                f"e.g. rho=0.05")
             rho_total = float(rho)
             eps = float("nan")
 
@@ -603,6 +613,14 @@ def build_plan(
     elif request is not None:
         agg_index, desc, k_top = request
         ap = agg_plans[agg_index]
+        if keys is None and k_top > MAX_TOP_K:
+            raise PlanError(
+                f"LIMIT {k_top} asks for the top {k_top} groups by noisy max; with undeclared "
+                f"keys at most {MAX_TOP_K} can be chosen (each of the k rounds gets 1/k of the "
+                f"budget, so beyond a few hundred the choice is noise). Ask for LIMIT "
+                f"{MAX_TOP_K} or fewer, or declare the keys (domains=) to see every group. "
+                f"Nothing was charged"
+            )
         if keys is not None and k_top >= len(keys):
             notes.append(f"LIMIT {k_top} keeps all {len(keys)} declared groups: no selection "
                          f"needed; ORDER BY sorts the noisy values (post-processing)")
@@ -929,7 +947,7 @@ def dgauss_upper_tail(a: int, sigma2: float) -> float:
     """``P(Z >= a)`` for the discrete Gaussian ``P(Z = x) ∝ exp(-x²/(2 sigma2))``, ``a >= 0``,
     from the exact sums (``Σ_{x>=a} e^{-x²/(2σ²)} / Σ_x e^{-x²/(2σ²)}``), times ``1 + 1e-6``
     so that float rounding can only overstate it."""
-    from dpkit.mechanisms._accuracy import dgauss_norm, dgauss_upper_sum
+    from dpkit.mechanisms.accuracy import dgauss_norm, dgauss_upper_sum
 
     if a <= 0:
         return 1.0
@@ -1161,7 +1179,10 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
         proj.append(f"{ref(dsql.PRIVATE_ALIAS + '.' + str(table.privacy_unit))} AS __u")
     group_cols = [f"__g{i}" for i in range(len(spec.group_by))]
     for i, k in enumerate(spec.group_by):
-        proj.append(f"{ref(k.source + '.' + k.column)} AS __g{i}")
+        key = ref(k.source + '.' + k.column)
+        if type_class(k.type) == "float":  # -0.0 and 0.0 are one key (one group, one label)
+            key = f"(CASE WHEN {key} = 0 THEN CAST(0 AS {k.type}) ELSE {key} END)"
+        proj.append(f"{key} AS __g{i}")
     for src_col, c in value_cols.items():
         proj.append(f"{ref(src_col)} AS {c}")
     # materialised fixed-point integers for SUM / AVG (private table, current bounds only)
@@ -1194,9 +1215,9 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
         frm += f" {'LEFT' if join.kind == 'left' else 'INNER'} JOIN {relations[join.table]} AS " \
                f"{quote_ident(join.alias)} ON {on}"
     conds: list[str] = []
-    if spec.where is not None:
-        w = spec.where.sql(dialect="duckdb")
-        conds.append(f"COALESCE(TRY({w}), FALSE)" if spec.where_risky else f"({w})")
+    w = dsql.where_sql(spec)
+    if w is not None:
+        conds.append(w)
     for i, (kind, values) in enumerate(plan.key_sources):
         # Rows outside a declared domain are dropped before bounding (so they use up no unit's
         # row cap); at record level the join with the key set (or the key fill) drops them
@@ -1324,7 +1345,10 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
         return CompiledSQL(text, [], mcols)
     ctes.append(f"__agg AS (SELECT {gsel}, {', '.join(aggs)} FROM {current} GROUP BY {gsel})")
     if plan.group_mode == "select":
-        text = "WITH " + ", ".join(ctes) + f" SELECT {gsel}, {', '.join(mcols)} FROM __agg"
+        # groups in key order: DuckDB's aggregation order depends on the rows (one unit's row
+        # can move a group), and released rows must be ordered by a public rule
+        text = ("WITH " + ", ".join(ctes) + f" SELECT {gsel}, {', '.join(mcols)} FROM __agg "
+                f"ORDER BY {gsel}")
         return CompiledSQL(text, group_cols, mcols)
     # public keys: every key appears, empty groups as zeros
     key_ctes = _key_ctes(plan, key_rel, relations)

@@ -13,6 +13,7 @@ values clamped into their bounds. They say nothing about the bias bounding may i
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -234,6 +235,22 @@ def _fmt(v: Any) -> str:
             return f"{f:,.1f}"
         return f"{f:.3f}"
     return str(v)
+
+
+def check_output_path(path: str | Path) -> Path:
+    """Refuse an output file that cannot be written, before anything is charged: a write that
+    fails after the charge would spend budget on an answer nobody sees."""
+    target = Path(path).expanduser()
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise ValueError(f"cannot write {target}: the folder {folder} does not exist; create it "
+                         f"first (nothing was charged)")
+    if target.is_dir():
+        raise ValueError(f"cannot write {target}: it is a folder; give a file name such as "
+                         f"{target / 'answer.csv'} (nothing was charged)")
+    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise ValueError(f"cannot write {target}: no write permission (nothing was charged)")
+    return target
 
 
 def write_columns(data: Mapping[str, Any], path: str | Path, fmt: str | None = None) -> None:

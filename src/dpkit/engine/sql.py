@@ -29,110 +29,43 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 import sqlglot
 from sqlglot import exp
 
+from dpkit.engine.spec import (
+    AVG,
+    COUNT,
+    COUNT_COL,
+    COUNT_UNITS,
+    MAX_QUANTILE,
+    MIN_QUANTILE,
+    NUMERIC_AGGS,
+    PRIVATE_ALIAS,
+    QUANTILE,
+    STDDEV,
+    STDDEV_POP,
+    SUM,
+    VAR,
+    VAR_POP,
+    AggCall,
+    GroupKey,
+    JoinSpec,
+    Output,
+    QueryError,
+    QuerySpec,
+    where_sql,
+)
 from dpkit.engine.tables import TableMeta
+from dpkit.engine.totality import is_total
 
-__all__ = ["AggCall", "JoinSpec", "Output", "QueryError", "QuerySpec", "parse_query"]
-
-
-class QueryError(ValueError):
-    """The curator refuses this query; nothing was charged. The message says what to write."""
-
-
-# Aggregate function kinds
-COUNT = "count"  # COUNT(*)
-COUNT_COL = "count_col"  # COUNT(col): non-NULL values
-COUNT_UNITS = "count_units"  # COUNT(DISTINCT privacy unit)
-SUM = "sum"
-AVG = "avg"
-VAR = "var"  # sample variance (n - 1); for DP purposes n is noisy, we report S2/n - mean^2
-VAR_POP = "var_pop"
-STDDEV = "stddev"
-STDDEV_POP = "stddev_pop"
-QUANTILE = "quantile"
-
-NUMERIC_AGGS = {SUM, AVG, VAR, VAR_POP, STDDEV, STDDEV_POP, QUANTILE}
-MIN_QUANTILE = 0.01  # MIN/MAX are released as these extreme quantiles (see docs/curator.md)
-MAX_QUANTILE = 0.99
+# the spec's names stay reachable as dsql.X for the planner and the tests
+__all__ = ["AVG", "COUNT", "COUNT_COL", "COUNT_UNITS", "MAX_QUANTILE", "MIN_QUANTILE",
+           "NUMERIC_AGGS", "PRIVATE_ALIAS", "QUANTILE", "STDDEV", "STDDEV_POP", "SUM", "VAR",
+           "VAR_POP", "AggCall", "GroupKey", "JoinSpec", "Output", "QueryError", "QuerySpec",
+           "parse_query", "where_sql"]
 
 
-@dataclass(frozen=True)
-class AggCall:
-    """One aggregate the analyst asked for (before it is split into noisy measurements)."""
-
-    func: str
-    source: str | None  # scope alias of the column's table ("" for the private table)
-    column: str | None
-    q: float | None = None
-    label: str = ""  # as the analyst would write it, e.g. "AVG(age)"
-    default_name: str = ""  # output column name when no alias is given
-
-    @property
-    def key(self) -> tuple[Any, ...]:
-        return (self.func, self.source, self.column, self.q)
-
-
-@dataclass
-class Output:
-    name: str
-    kind: str  # "group" | "agg" | "expr"
-    index: int | None = None  # group or aggregate index
-    expr: exp.Expression | None = None  # for "expr": over __g{i} / __a{i}
-
-
-@dataclass(frozen=True)
-class JoinSpec:
-    table: str  # a public table
-    alias: str
-    kind: str  # "inner" | "left"
-    on: tuple[tuple[str, str], ...]  # (private-side column, public-side column) pairs
-
-
-@dataclass
-class GroupKey:
-    source: str  # "" = private table, else the public table's alias
-    column: str
-    type: str
-
-
-@dataclass
-class QuerySpec:
-    text: str
-    table: str
-    alias: str
-    joins: list[JoinSpec]
-    where: exp.Expression | None  # columns as __t."col" / <alias>."col"
-    where_risky: bool
-    group_by: list[GroupKey]
-    aggs: list[AggCall]
-    outputs: list[Output]
-    having: exp.Expression | None
-    order: list[tuple[exp.Expression, bool]]
-    limit: int | None
-    offset: int | None
-    columns_used: set[tuple[str, str]] = field(default_factory=set)
-    # per ORDER BY term: the index of the aggregate it orders by when the term is exactly one
-    # aggregate (directly, by output alias or by position), else None; the planner uses it to
-    # choose top-k groups with a noisy-max mechanism (ORDER BY <agg> LIMIT k)
-    order_aggs: list[int | None] = field(default_factory=list)
-
-    @property
-    def postprocess(self) -> bool:
-        return (
-            self.having is not None
-            or bool(self.order)
-            or self.limit is not None
-            or self.offset is not None
-            or any(o.kind == "expr" for o in self.outputs)
-        )
-
-
-PRIVATE_ALIAS = "__t"
 
 # --------------------------------------------------------------------------- scalar allowlist
 
@@ -159,7 +92,6 @@ _ANON_ALLOWED = {
     "dayofweek", "dayofmonth", "weekday", "hour", "minute", "second", "ltrim", "rtrim",
     "regexp_matches", "starts_with", "least", "greatest", "ifnull", "trunc",
 }
-_SAFE_ANON = {"isfinite", "ends_with", "suffix", "prefix", "starts_with", "ifnull"}
 
 
 def _allowed_function_list() -> str:
@@ -387,7 +319,11 @@ def _check_join_types(meta: TableMeta, col: str, jmeta: TableMeta, jcol: str) ->
     c1, c2 = type_class(t1), type_class(t2)
     b1, b2 = (t.upper().split("(")[0].strip() for t in (t1, t2))
     if c1 in _JOIN_NUMERIC and c2 in _JOIN_NUMERIC:
-        same = True  # numbers compare by widening, never by parsing
+        # integers and floats compare by widening; a DECIMAL against an integer or another
+        # DECIMAL is cast to a common DECIMAL(<=38) that a large value can overflow (BIGINT
+        # vs DECIMAL(38,20) fails on 10^18), so only identical DECIMAL types are joined
+        same = "decimal" not in (c1, c2) or "float" in (c1, c2) or (
+            c1 == c2 and t1.upper().replace(" ", "") == t2.upper().replace(" ", ""))
     elif c1 == c2 == "string":
         same = (b1 == "UUID") == (b2 == "UUID")  # VARCHAR -> UUID parses (and can fail)
     else:
@@ -420,6 +356,15 @@ def _from_clause(
     joins: list[JoinSpec] = []
     for i, join in enumerate(stmt.args.get("joins") or []):
         jmeta, jalias = _table_name(join.this, catalog)
+        method = str(join.args.get("method") or "").upper()
+        extra = sorted(k.upper() for k, v in join.args.items()
+                       if v and k not in ("this", "on", "side", "kind", "method", "using",
+                                          "pivots"))
+        if method or extra:
+            raise QueryError(
+                f"{method or ' '.join(extra)} JOIN is not supported (it would not join on "
+                f"equal keys); write INNER JOIN or LEFT JOIN {jmeta.name} ON a.col = b.col"
+            )
         if not jmeta.public:
             raise QueryError(
                 f"joins between private tables ({meta.name!r} and {jmeta.name!r}) are refused: "
@@ -443,7 +388,16 @@ def _from_clause(
                 "write the join condition with ON a.col = b.col (USING is not supported)"
             )
         internal = f"__p{i}"
-        scope.add(internal, jmeta, [jalias, jmeta.name] if jalias else [jmeta.name])
+        if jalias and jmeta.name.lower() in scope.user_alias:
+            # the same public table again under another alias: only the aliases name it
+            scope.add(internal, jmeta, [jalias])
+        else:
+            if not jalias and jmeta.name.lower() in scope.user_alias:
+                raise QueryError(
+                    f"table {jmeta.name!r} appears twice in FROM/JOIN; give each occurrence "
+                    f"its own alias (JOIN {jmeta.name} AS a ... JOIN {jmeta.name} AS b)"
+                )
+            scope.add(internal, jmeta, [jalias, jmeta.name] if jalias else [jmeta.name])
         on = join.args.get("on")
         if on is None:
             raise QueryError(f"JOIN {jmeta.name} needs an ON condition (a.col = b.col)")
@@ -664,12 +618,11 @@ def _qname(q: float | None) -> str:
 def _check_scalar(
     node: exp.Expression, scope: _Scope, where: str, columns_used: set[tuple[str, str]]
 ) -> tuple[exp.Expression, bool]:
-    """Validate a row-level expression; return it with columns resolved and casts made safe,
-    plus whether it could raise a data-dependent error."""
-    risky = False
+    """Validate a row-level condition; return it with columns resolved and casts of stored
+    values made non-raising (TRY_CAST), plus whether it must run under TRY (not proved total
+    by :func:`dpkit.engine.totality.is_total`)."""
 
     def visit(n: exp.Expression) -> exp.Expression:
-        nonlocal risky
         if isinstance(n, exp.AggFunc):
             raise QueryError(
                 f"aggregate {n.sql(dialect='duckdb')} in {where}: filter on aggregates with "
@@ -683,32 +636,18 @@ def _check_scalar(
             return _col_ref(internal, col)
         if isinstance(n, exp.Cast) and not isinstance(n, exp.TryCast):
             if isinstance(n.this, exp.Literal | exp.Null):
-                return n  # a constant conversion: checked when the statement is bound
-            risky = True
+                return n  # a constant conversion: checked when the statement is dry-run
             return exp.TryCast(this=n.this, to=n.args["to"])
-        if isinstance(n, _LOGIC + _COMPARE + _PRED + _ATOMS + _SAFE_FUNCS):
+        if isinstance(n, _LOGIC + _COMPARE + _PRED + _ATOMS + _SAFE_FUNCS + _ARITH + _RISKY_FUNCS):
             if isinstance(n, exp.In) and n.args.get("query"):
                 raise QueryError("IN (SELECT ...) is not allowed; list the values: IN ('a', 'b')")
-            if isinstance(n, exp.Like | exp.ILike | exp.RegexpLike | exp.Glob):
-                pattern = n.expression
-                if not isinstance(pattern, exp.Literal):
-                    risky = True
-            return n
-        if isinstance(n, _ARITH):
-            risky = True
-            return n
-        if isinstance(n, _RISKY_FUNCS):
-            risky = True
             return n
         if isinstance(n, exp.Anonymous):
-            name = n.name.lower()
-            if name not in _ANON_ALLOWED:
+            if n.name.lower() not in _ANON_ALLOWED:
                 raise QueryError(
                     f"function {n.name}() is not allowed in {where}; allowed functions: "
                     f"{_allowed_function_list()}"
                 )
-            if name not in _SAFE_ANON:
-                risky = True
             return n
         raise QueryError(
             f"{type(n).__name__.upper()} ({n.sql(dialect='duckdb')[:60]}) is not allowed in "
@@ -716,65 +655,7 @@ def _check_scalar(
         )
 
     out = node.copy().transform(visit)
-    if not risky:
-        risky = _type_risk(node, scope)
-    return out, risky
-
-
-def _type_risk(node: exp.Expression, scope: _Scope) -> bool:
-    """True when a comparison mixes types so that DuckDB would cast data at run time."""
-    def kind(n: exp.Expression) -> str:
-        if isinstance(n, exp.Paren):
-            return kind(n.this)
-        if isinstance(n, exp.Column):
-            return _type_kind(scope.resolve(n)[2])
-        if isinstance(n, exp.Null):
-            return "null"
-        if isinstance(n, exp.Boolean):
-            return "bool"
-        if isinstance(n, exp.Literal):
-            return "str" if n.is_string else "num"
-        if isinstance(n, exp.Neg):
-            return kind(n.this)
-        if isinstance(n, exp.Cast):
-            return _type_kind(n.args["to"].sql(dialect="duckdb"))
-        if isinstance(n, exp.Lower | exp.Upper | exp.Trim):
-            return "string"
-        if isinstance(n, exp.Length):
-            return "num"
-        return "unknown"
-
-    def compatible(a: exp.Expression, b: exp.Expression) -> bool:
-        ka, kb = kind(a), kind(b)
-        ka = "string" if ka == "str" and not isinstance(a, exp.Literal) else ka
-        kb = "string" if kb == "str" and not isinstance(b, exp.Literal) else kb
-        if "null" in (ka, kb):
-            return True
-        if "unknown" in (ka, kb) or "other" in (ka, kb):
-            return False
-        norm = {"str": "string"}
-        if norm.get(ka, ka) == norm.get(kb, kb):
-            return True
-        # a temporal column against a string constant: the constant is converted once
-        return (ka == "temporal" and kb == "str") or (kb == "temporal" and ka == "str")
-
-    for n in node.walk():
-        if isinstance(n, _COMPARE):
-            if not compatible(n.this, n.expression):
-                return True
-        elif isinstance(n, exp.In):
-            for v in n.expressions:
-                if not compatible(n.this, v):
-                    return True
-        elif isinstance(n, exp.Between):
-            if not (compatible(n.this, n.args["low"]) and compatible(n.this, n.args["high"])):
-                return True
-        elif isinstance(n, exp.Like | exp.ILike):
-            if kind(n.this) not in ("string", "null"):
-                return True
-        elif isinstance(n, exp.IsNan | exp.IsInf) and kind(n.this) != "num":
-            return True
-    return False
+    return out, not is_total(node, lambda c: scope.resolve(c)[2])
 
 
 def _select(text: str, stmt: exp.Select, scope: _Scope, private: TableMeta,

@@ -10,10 +10,10 @@ needs to be discovered from the data). Public lookup tables (``public=True``) ho
 data; they may be joined to a private table and used as key sets.
 
 Storage. By default the rows are **copied** into the project's DuckDB file (``data.duckdb``):
-the project is then self-contained, a consistent snapshot, and fast. ``copy=False`` (CSV and
-Parquet paths only) stores a DuckDB *view* over the file instead: nothing is copied, but the
-file must stay where it is, and if it changes the answers follow it (the privacy guarantee still
-holds for whatever data is there when a query runs; the bounds are enforced at query time).
+the project is then self-contained, a consistent snapshot, and fast. Private tables are always
+copied. ``copy=False`` (CSV and Parquet paths, public tables only) stores a DuckDB *view* over
+the file instead: nothing is copied, the file must stay where it is, and if it changes the
+answers follow it.
 
 The metadata itself is written to the ledger (a ``table`` row), so it is hash-chained with the
 budget: changing a table's bounds after the fact is visible in the history.

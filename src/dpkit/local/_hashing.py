@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import base64
 import math
 
 import numpy as np
@@ -130,3 +131,14 @@ class TabulationHash:
         for c in range(8):
             acc += self.tables[w, c, byte[c]]
         return acc % self.m
+
+
+def tables_to_text(tables: np.ndarray) -> str:
+    """A :class:`TabulationHash`'s tables as base64 of little-endian int32 (the public
+    configuration a header of :mod:`dpkit.local.reports` carries to clients and servers)."""
+    return base64.b64encode(np.asarray(tables, dtype="<i4").tobytes()).decode("ascii")
+
+
+def tables_from_text(text: str, k: int) -> np.ndarray:
+    """The ``(k, 8, 256)`` tables written by :func:`tables_to_text`."""
+    return np.frombuffer(base64.b64decode(text), dtype="<i4").astype(np.int64).reshape(k, 8, 256)

@@ -183,6 +183,11 @@ class FrequencyOracle:
         return check_values(values, self.domain_size)
 
 
+def is_insecure(source: Source | None) -> bool:
+    """Whether reports drawn from ``source`` must say ``insecure`` (a seeded test source)."""
+    return bool(source is not None and getattr(source, "insecure", False))
+
+
 def check_values(values: Any, domain_size: int) -> np.ndarray:
     """``values`` as a 1-d int64 array in ``[0, domain_size)``, or an error naming the fix."""
     x = np.asarray(values)

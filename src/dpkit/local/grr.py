@@ -22,7 +22,7 @@ from dpkit.events import Event, RandomizedResponse
 from dpkit.noise import Source
 
 from ._exact import check_epsilon, ratio_below, stated_epsilon
-from .base import PureOracle, Reports, Tally, check_domain
+from .base import PureOracle, Reports, Tally, check_domain, is_insecure
 
 __all__ = ["GeneralizedRR"]
 
@@ -62,7 +62,7 @@ class GeneralizedRR(PureOracle):
         other = noise.uniform_int(self.domain_size - 1, n, source=source)
         y = np.where(keep, x, (x + 1 + other) % self.domain_size)
         dtype = np.uint16 if self.domain_size <= 1 << 16 else np.int64
-        return Reports(self.kind, {"y": y.astype(dtype)}, _insecure(source))
+        return Reports(self.kind, {"y": y.astype(dtype)}, is_insecure(source))
 
     def aggregate(self, reports: Reports) -> Tally:
         self._check_reports(reports)
@@ -75,7 +75,3 @@ class GeneralizedRR(PureOracle):
     def config(self) -> dict[str, Any]:
         return {"kind": self.kind, "domain_size": self.domain_size,
                 "epsilon": self.requested_epsilon}
-
-
-def _insecure(source: Source | None) -> bool:
-    return bool(source is not None and getattr(source, "insecure", False))

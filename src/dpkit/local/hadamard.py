@@ -24,8 +24,7 @@ from dpkit.noise import Source
 
 from ._exact import check_epsilon, ratio_below, stated_epsilon
 from ._hashing import domain_bits, fwht
-from .base import FrequencyEstimate, FrequencyOracle, Reports, Tally, check_domain
-from .grr import _insecure
+from .base import FrequencyEstimate, FrequencyOracle, Reports, Tally, check_domain, is_insecure
 
 __all__ = ["HadamardResponse"]
 
@@ -55,7 +54,7 @@ class HadamardResponse(FrequencyOracle):
         bit = parity != keep  # s = +1 iff (H = +1 and keep) or (H = -1 and flip)
         dt = np.uint16 if self.D <= 1 << 16 else np.int64
         return Reports(self.kind, {"rows": j.astype(dt), "bits": bit.astype(np.uint8)},
-                       _insecure(source))
+                       is_insecure(source))
 
     def aggregate(self, reports: Reports) -> Tally:
         self._check_reports(reports)

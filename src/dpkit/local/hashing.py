@@ -31,8 +31,7 @@ from dpkit.noise import Source
 
 from ._exact import check_epsilon, ratio_below, stated_epsilon
 from ._hashing import bitlinear_hash, domain_bits, uniform_digits
-from .base import PureOracle, Reports, Tally, check_domain
-from .grr import _insecure
+from .base import PureOracle, Reports, Tally, check_domain, is_insecure
 
 __all__ = ["BinaryLocalHashing", "LocalHashing", "OptimizedLocalHashing", "lh_support",
            "lh_support_candidates"]
@@ -73,7 +72,7 @@ class LocalHashing(PureOracle):
         other = noise.uniform_int(g - 1, n, source=source)
         y = np.where(keep, h, (h + 1 + other) % g)
         return Reports(self.kind, {"seeds": np.ascontiguousarray(seeds.T), "y": y.astype(dt)},
-                       _insecure(source))
+                       is_insecure(source))
 
     def aggregate(self, reports: Reports) -> Tally:
         self._check_reports(reports)

@@ -22,8 +22,7 @@ from dpkit.events import Event, PureDP
 from dpkit.noise import Source
 
 from ._exact import check_epsilon
-from .base import Reports
-from .grr import _insecure
+from .base import Reports, is_insecure
 from .hashing import OptimizedLocalHashing, lh_support_candidates
 
 __all__ = ["HeavyHitters", "PrefixExtension"]
@@ -83,7 +82,7 @@ class PrefixExtension:
             seeds[idx, : lt] = s[:, :-1]
             seeds[idx, -1] = s[:, -1]
         return Reports(self.kind, {"group": group.astype(np.uint8), "y": y, "seeds": seeds},
-                       _insecure(source))
+                       is_insecure(source))
 
     def identify(self, reports: Reports) -> HeavyHitters:
         if not isinstance(reports, Reports) or reports.kind != self.kind:

@@ -28,8 +28,7 @@ from dpkit.events import Event, PureDP
 from dpkit.noise import Source
 
 from ._exact import check_epsilon
-from .base import Reports, Tally
-from .grr import _insecure
+from .base import Reports, Tally, is_insecure
 
 __all__ = ["LocalLaplace", "MeanEstimate"]
 
@@ -108,7 +107,7 @@ class LocalLaplace:
         up = noise.bernoulli_lanes(frac, source=source)
         g = fl.astype(np.int64) + up
         y = g + noise.discrete_laplace(self.scale, g.size, source=source)
-        return Reports(self.kind, {"y": y}, _insecure(source))
+        return Reports(self.kind, {"y": y}, is_insecure(source))
 
     def aggregate(self, reports: Reports) -> Tally:
         if not isinstance(reports, Reports) or reports.kind != self.kind:

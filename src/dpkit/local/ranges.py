@@ -37,8 +37,8 @@ from dpkit.noise import Source
 
 from ._exact import check_epsilon
 from ._hashing import fwht
-from .base import FrequencyOracle, Reports, Tally, check_domain, check_values
-from .grr import GeneralizedRR, _insecure
+from .base import FrequencyOracle, Reports, Tally, check_domain, check_values, is_insecure
+from .grr import GeneralizedRR
 from .hadamard import HadamardResponse
 from .hashing import OptimizedLocalHashing
 
@@ -158,7 +158,7 @@ class HierarchicalRanges:
         arrays: dict[str, np.ndarray] = {"level": level.astype(np.uint8), "y": y}
         if self.seed_width:
             arrays["seeds"] = seeds
-        return Reports(self.kind, arrays, _insecure(source))
+        return Reports(self.kind, arrays, is_insecure(source))
 
     def _sub_reports(self, reports: Reports, lvl: int, idx: np.ndarray) -> Reports:
         oracle = self.oracles[lvl - 1]
@@ -308,7 +308,7 @@ class HaarRanges:
         keep = noise.bernoulli(self.hr.p, n, source=source)
         bits = (negative != h_neg) != keep  # 1 means +1, as in HadamardResponse
         return Reports(self.kind, {"level": level.astype(np.uint8), "rows": rows,
-                                   "bits": bits.astype(np.uint8)}, _insecure(source))
+                                   "bits": bits.astype(np.uint8)}, is_insecure(source))
 
     def aggregate(self, reports: Reports) -> Tally:
         if not isinstance(reports, Reports) or reports.kind != self.kind:

@@ -36,9 +36,8 @@ from dpkit.noise import Source
 
 from ._bits import count_packed_bits_by_group
 from ._exact import stated_epsilon
-from ._hashing import TabulationHash
-from .base import FrequencyEstimate, Reports, Tally
-from .grr import _insecure
+from ._hashing import TabulationHash, tables_to_text
+from .base import FrequencyEstimate, Reports, Tally, is_insecure
 
 __all__ = ["Rappor", "RapporClient"]
 
@@ -91,8 +90,6 @@ class Rappor:
 
     def config(self) -> dict[str, Any]:
         """Public configuration, hash tables included (see :mod:`dpkit.local.reports`)."""
-        from .reports import tables_to_text
-
         return {"kind": self.kind, "num_bits": self.k, "num_hashes": self.h,
                 "num_cohorts": self.m, "f": str(self.f), "p": str(self.p), "q": str(self.q),
                 "tables": tables_to_text(self.hashes.tables)}
@@ -143,7 +140,7 @@ class Rappor:
         s = self.instantaneous(self.permanent(self.bloom(x, c), source=source), source=source)
         return Reports(self.kind, {"cohort": c.astype(np.int32),
                                    "bits": np.packbits(s, axis=1, bitorder="little")},
-                       _insecure(source))
+                       is_insecure(source))
 
     def aggregate(self, reports: Reports) -> Tally:
         if not isinstance(reports, Reports) or reports.kind != self.kind:

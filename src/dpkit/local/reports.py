@@ -18,9 +18,9 @@ files with :func:`read_jsonl` (or streams them, chunk by chunk, with :func:`aggr
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Iterable, Iterator
+from fractions import Fraction
 from typing import IO, Any
 
 import numpy as np
@@ -28,7 +28,16 @@ import numpy as np
 from dpkit.events import Event, from_dict
 from dpkit.noise import Source
 
+from ._hashing import TabulationHash, tables_from_text
 from .base import Reports, Tally
+from .grr import GeneralizedRR
+from .hadamard import HadamardResponse
+from .hashing import BinaryLocalHashing, LocalHashing, OptimizedLocalHashing
+from .numeric import LocalLaplace
+from .ranges import HaarRanges, HierarchicalRanges
+from .rappor import Rappor
+from .sketches import CountMeanSketch, HadamardCountMeanSketch
+from .unary import OptimizedUnaryEncoding, SymmetricUnaryEncoding, UnaryEncoding
 
 __all__ = ["aggregate_jsonl", "from_config", "header", "read_jsonl", "report_line",
            "write_jsonl"]
@@ -165,13 +174,6 @@ def event_of(head: dict[str, Any]) -> Event:
 
 def from_config(config: dict[str, Any]) -> Any:
     """Rebuild a mechanism from its public configuration (the header's ``config``)."""
-    from .grr import GeneralizedRR
-    from .hadamard import HadamardResponse
-    from .hashing import BinaryLocalHashing, LocalHashing, OptimizedLocalHashing
-    from .numeric import LocalLaplace
-    from .ranges import HaarRanges, HierarchicalRanges
-    from .unary import OptimizedUnaryEncoding, SymmetricUnaryEncoding, UnaryEncoding
-
     cfg = dict(config)
     kind = cfg.pop("kind", None)
     simple = {"grr": GeneralizedRR, "oue": OptimizedUnaryEncoding, "sue": SymmetricUnaryEncoding,
@@ -189,24 +191,10 @@ def from_config(config: dict[str, Any]) -> Any:
     return cls(**cfg)
 
 
-def tables_to_text(tables: np.ndarray) -> str:
-    return base64.b64encode(np.asarray(tables, dtype="<i4").tobytes()).decode("ascii")
-
-
-def tables_from_text(text: str, k: int) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(text), dtype="<i4").astype(np.int64).reshape(k, 8, 256)
-
-
 def _sketch_from_config(kind: str, cfg: dict[str, Any]) -> Any:
-    from ._hashing import TabulationHash
-    from .rappor import Rappor
-    from .sketches import CountMeanSketch, HadamardCountMeanSketch
-
     if kind == "rappor":
         k = cfg["num_cohorts"] * cfg["num_hashes"]
         hashes = TabulationHash(tables_from_text(cfg.pop("tables"), k), cfg["num_bits"])
-        from fractions import Fraction
-
         for key in ("f", "p", "q"):
             cfg[key] = Fraction(cfg[key])
         return Rappor(hashes=hashes, **cfg)

@@ -36,9 +36,8 @@ from dpkit.noise import Source
 
 from ._bits import count_packed_bits_by_group
 from ._exact import check_epsilon, ratio_below, stated_epsilon
-from ._hashing import TabulationHash, fwht
-from .base import FrequencyEstimate, Reports, Tally
-from .grr import _insecure
+from ._hashing import TabulationHash, fwht, tables_to_text
+from .base import FrequencyEstimate, Reports, Tally, is_insecure
 
 __all__ = ["CountMeanSketch", "HadamardCountMeanSketch"]
 
@@ -71,8 +70,6 @@ class _Sketch:
 
     def config(self) -> dict[str, Any]:
         """Public configuration, hash tables included (see :mod:`dpkit.local.reports`)."""
-        from .reports import tables_to_text
-
         return {"kind": self.kind, "epsilon": self.requested_epsilon, "num_hashes": self.k,
                 "width": self.m, "tables": tables_to_text(self.hashes.tables)}
 
@@ -133,7 +130,7 @@ class CountMeanSketch(_Sketch):
         bits[np.arange(n), pos] ^= True  # +1 at h_j(x), flipped w.p. 1/(1+ρ) like the rest
         return Reports(self.kind, {"hash": j.astype(np.int32),
                                    "bits": np.packbits(bits, axis=1, bitorder="little")},
-                       _insecure(source))
+                       is_insecure(source))
 
     def aggregate(self, reports: Reports) -> Tally:
         if not isinstance(reports, Reports) or reports.kind != self.kind:
@@ -183,7 +180,7 @@ class HadamardCountMeanSketch(_Sketch):
         keep = noise.bernoulli(self.keep, n, source=source)
         bit = neg != keep  # 1 means +1
         return Reports(self.kind, {"hash": j.astype(np.int32), "row": row.astype(np.int32),
-                                   "bits": bit.astype(np.uint8)}, _insecure(source))
+                                   "bits": bit.astype(np.uint8)}, is_insecure(source))
 
     def aggregate(self, reports: Reports) -> Tally:
         if not isinstance(reports, Reports) or reports.kind != self.kind:

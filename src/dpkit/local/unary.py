@@ -25,8 +25,7 @@ from dpkit.noise import Source
 
 from ._bits import count_packed_bits
 from ._exact import check_epsilon, ratio_below, stated_epsilon
-from .base import PureOracle, Reports, Tally, check_domain
-from .grr import _insecure
+from .base import PureOracle, Reports, Tally, check_domain, is_insecure
 
 __all__ = ["OptimizedUnaryEncoding", "SymmetricUnaryEncoding", "UnaryEncoding"]
 
@@ -71,7 +70,7 @@ class UnaryEncoding(PureOracle):
             bits = noise.bernoulli_matrix(self.q, (m, d), source=source)
             bits[np.arange(m), xs] = noise.bernoulli(self.p, m, source=source)
             out[s : s + m] = np.packbits(bits, axis=1, bitorder="little")
-        return Reports(self.kind, {"bits": out}, _insecure(source))
+        return Reports(self.kind, {"bits": out}, is_insecure(source))
 
     def aggregate(self, reports: Reports) -> Tally:
         self._check_reports(reports)

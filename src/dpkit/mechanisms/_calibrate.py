@@ -29,7 +29,7 @@ from dpkit import noise
 from dpkit.noise import grid
 
 __all__ = [
-    "dgauss_sigma2_for_rho",
+    "dgausssigma2_for_rho",
     "dlap_scale_for",
     "grid_l1",
     "grid_l2_exponent",
@@ -79,7 +79,7 @@ def _dlap_scale_for(sensitivity: int | Fraction, epsilon: float) -> float:
 _dlap_scale_for_cached = functools.lru_cache(maxsize=4096, typed=True)(_dlap_scale_for)
 
 
-def dgauss_sigma2_for_rho(sensitivity: float, rho: float) -> float:
+def dgausssigma2_for_rho(sensitivity: float, rho: float) -> float:
     """Smallest float ``sigma2`` with ``sensitivity**2 / (2 sigma2) <= rho`` exactly."""
     sens = Fraction(sensitivity)
     r = Fraction(rho)

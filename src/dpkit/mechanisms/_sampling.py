@@ -39,7 +39,7 @@ import numpy as np
 
 from dpkit import noise
 from dpkit.noise import Source
-from dpkit.noise._exact import LazyUniform, exp_neg_fixed
+from dpkit.noise.exact import LazyUniform, exp_neg_fixed
 
 __all__ = [
     "RowWeights",
@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 _BLOCK_LANES = 1 << 18
-_ROW_LANES = 1 << 20  # proposals (or scores) held at once by the batched sampler
+ROW_LANES = 1 << 20  # proposals (or scores) held at once by the batched sampler
 
 
 def _as_float(factor: Fraction) -> float:
@@ -224,7 +224,7 @@ def exponential_rows_sample(w: RowWeights, src: Source) -> np.ndarray:
       of ``B_{K_j}`` integers) at offset ``o``.
     * **Acceptance** ``e^-gamma_j 2^32 / B_{K_j}`` as two independent exact events:
       ``U' = (o + V)/2^32 < e^-K`` with ``V`` uniform (``o < A_K`` decides it; ``o == A_K`` is
-      finished by :class:`dpkit.noise._exact.LazyUniform`), probability ``e^-K 2^32 / B_K``;
+      finished by :class:`dpkit.noise.exact.LazyUniform`), probability ``e^-K 2^32 / B_K``;
       and a Bernoulli(exp(-(gamma_j - K))) coin (``g_j - K`` is exact in floats; ``g_j >= 64``
       lanes are decided with the exact rational).
 

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from dpkit.events import Exponential
-from dpkit.mechanisms import _validate as v
+from dpkit.mechanisms import validate as v
 from dpkit.mechanisms._sampling import (
-    _ROW_LANES,
+    ROW_LANES,
     RowWeights,
     Weights,
     exponential_rows_sample,
@@ -215,7 +215,7 @@ def exponential_rows(
     factor = selection_factor(eps, sens, bool(monotonic))
     m, n = q.shape
     out = np.empty(m, dtype=np.int64)
-    per = max(1, _ROW_LANES // n)  # rows per block: at most ~_ROW_LANES scores in float work
+    per = max(1, ROW_LANES // n)  # rows per block: at most ~ROW_LANES scores in float work
     for start in range(0, m, per):
         w = RowWeights(q[start : start + per], factor)
         out[start : start + per] = exponential_rows_sample(w, src)

@@ -10,7 +10,7 @@ Noise is the exact discrete Gaussian ``P(z) ∝ exp(-z² / (2 σ²))`` on the in
 
       δ(ε) = P[X > εσ²/Δ − Δ/2] − e^ε P[X > εσ²/Δ + Δ/2],   X ~ N_Z(0, σ²)
 
-  computed here with exact tail sums (:mod:`dpkit.mechanisms._accuracy`). For vectors the
+  computed here with exact tail sums (:mod:`dpkit.mechanisms.accuracy`). For vectors the
   (ε, δ) target is met through zCDP: ``ρ = accounting.zcdp.epsilon_to_rho(ε, δ)`` (the largest ρ
   whose CKS conversion gives (ε, δ)), which is sound for the multivariate discrete Gaussian.
   Either way σ² is then raised, if needed, until the accountant certifies (ε, δ) both ways:
@@ -40,19 +40,19 @@ import numpy as np
 from dpkit import accounting, noise
 from dpkit.accounting import zcdp  # analytic_gaussian (scipy) is reached lazily, on first use
 from dpkit.events import ZCDP, DiscreteGaussian, Event
-from dpkit.mechanisms import _validate as v
-from dpkit.mechanisms._accuracy import (
+from dpkit.mechanisms import validate as v
+from dpkit.mechanisms._calibrate import (
+    MAX_SIGMA2,
+    dgausssigma2_for_rho,
+    grid_l2_exponent,
+    l2_sensitivity_on_grid,
+    on_grid,
+)
+from dpkit.mechanisms.accuracy import (
     dgauss_halfwidth,
     dgauss_norm,
     dgauss_upper_sum,
     interval_release,
-)
-from dpkit.mechanisms._calibrate import (
-    MAX_SIGMA2,
-    dgauss_sigma2_for_rho,
-    grid_l2_exponent,
-    l2_sensitivity_on_grid,
-    on_grid,
 )
 from dpkit.mechanisms.release import Release
 from dpkit.noise import Source
@@ -164,12 +164,12 @@ def _sigma2(
 
     Cached: the (ε, δ) path consults the accountant, which may be slow (PLD)."""
     if rho is not None:
-        return dgauss_sigma2_for_rho(sensitivity, rho)
+        return dgausssigma2_for_rho(sensitivity, rho)
     assert epsilon is not None and delta is not None
     if n == 1 and sensitivity == math.floor(sensitivity) and sensitivity >= 1:
         s2 = _calibrate_scalar(int(sensitivity), epsilon, delta)
     else:
-        s2 = dgauss_sigma2_for_rho(sensitivity, zcdp.epsilon_to_rho(epsilon, delta))
+        s2 = dgausssigma2_for_rho(sensitivity, zcdp.epsilon_to_rho(epsilon, delta))
     return _bump_for_accountant(s2, sensitivity, n, epsilon, delta)
 
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from dpkit import noise as _noise
 from dpkit.events import Event, Exponential, PureDP
-from dpkit.mechanisms import _validate as v
+from dpkit.mechanisms import validate as v
 from dpkit.mechanisms._calibrate import dlap_scale_for, grid_l1, on_grid
 from dpkit.mechanisms._sampling import Weights, exponential_sample, permute_and_flip_sample
 from dpkit.mechanisms.exponential import check_scores, selection_factor, utility_bound

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpkit import events as ev
-from dpkit.mechanisms import _accuracy, _calibrate
+from dpkit.mechanisms import _calibrate
+from dpkit.mechanisms import accuracy as _accuracy
 
 __all__ = [
     "NoisePlan",
@@ -81,7 +82,7 @@ def selected_count_lower(values: object, threshold: int, level: float = 0.95, *,
                          scale: float | None = None, sigma2: float | None = None) -> np.ndarray:
     """Lower interval ends, valid *given that* ``y >= threshold``, for noisy counts that also
     decided whether they are shown (partition selection reusing its noisy count): see
-    :func:`dpkit.mechanisms._accuracy.selected_count_lower`. The upper end stays ``y + m``."""
+    :func:`dpkit.mechanisms.accuracy.selected_count_lower`. The upper end stays ``y + m``."""
     return _accuracy.selected_count_lower(values, threshold, _check_level(level), scale=scale,
                                           sigma2=sigma2)
 
@@ -119,7 +120,7 @@ def discrete_gaussian_plan(*, sensitivity: float, rho: float) -> NoisePlan:
     """
     sens = _check_positive("sensitivity", sensitivity)
     r = _check_positive("rho", rho)
-    sigma2 = float(_calibrate.dgauss_sigma2_for_rho(sens, r))
+    sigma2 = float(_calibrate.dgausssigma2_for_rho(sens, r))
     if sigma2 > _calibrate.MAX_SIGMA2:
         raise ValueError(f"the noise variance {sigma2:.4g} exceeds the sampler's limit "
                          f"{_calibrate.MAX_SIGMA2:.4g}: raise rho or lower the sensitivity")

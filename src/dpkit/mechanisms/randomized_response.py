@@ -29,7 +29,7 @@ import numpy as np
 
 from dpkit import noise
 from dpkit.events import RandomizedResponse
-from dpkit.mechanisms import _validate as v
+from dpkit.mechanisms import validate as v
 from dpkit.mechanisms.release import Release
 from dpkit.noise import Source
 

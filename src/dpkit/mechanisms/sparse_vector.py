@@ -35,9 +35,9 @@ import numpy as np
 
 from dpkit import noise
 from dpkit.events import PureDP
-from dpkit.mechanisms import _validate as v
-from dpkit.mechanisms._accuracy import dlap_halfwidth, grid_interval
+from dpkit.mechanisms import validate as v
 from dpkit.mechanisms._calibrate import dlap_scale_for, grid_l1, on_grid
+from dpkit.mechanisms.accuracy import dlap_halfwidth, grid_interval
 from dpkit.mechanisms.release import Release
 from dpkit.noise import Source
 

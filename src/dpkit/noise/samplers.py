@@ -4,7 +4,7 @@ Every sampler returns numbers whose distribution is *exactly* the stated one, gi
 uniform words from the :class:`~dpkit.noise.sources.Source`. Floating point is used only where a
 rigorous IEEE-754 error bound proves the decision it makes; the lanes where the bound cannot
 decide (probability about 2**-31 per decision) are finished with Python integers
-(:mod:`dpkit.noise._exact`). The proofs are in ``docs/noise.md``.
+(:mod:`dpkit.noise.exact`). The proofs are in ``docs/noise.md``.
 
 Parameters (``p``, ``gamma``, ``scale``, ``sigma2``) may be ``int``, :class:`fractions.Fraction`
 or ``float``; a float is taken at its exact binary value (``Fraction(x)``), never re-rounded.
@@ -21,7 +21,7 @@ from typing import TypeAlias
 
 import numpy as np
 
-from ._exact import LazyUniform, exp_neg_fixed
+from .exact import LazyUniform, exp_neg_fixed
 from .sources import Source, default_source
 
 __all__ = [

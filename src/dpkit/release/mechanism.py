@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from dpkit.events import Event
-from dpkit.mechanisms import _validate as v
+from dpkit.mechanisms import validate as v
 from dpkit.mechanisms.release import Release
 from dpkit.noise import Source
 from dpkit.release import bounds as _bounds

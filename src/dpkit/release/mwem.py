@@ -42,12 +42,12 @@ from dpkit.events import (
     Exponential,
     SelfComposed,
 )
-from dpkit.mechanisms import _validate as v
+from dpkit.mechanisms import validate as v
 from dpkit.mechanisms.exponential import exponential
 from dpkit.mechanisms.plan import discrete_laplace_plan
 from dpkit.mechanisms.release import Release
 from dpkit.noise import Source
-from dpkit.release.noise_plan import _sigma2_for
+from dpkit.release.noise_plan import sigma2_for
 from dpkit.release.workloads import Workload, from_matrix
 
 __all__ = ["mwem", "mwem_event", "synthetic_records"]
@@ -63,7 +63,7 @@ def _measurement(kind: str, sens: int, budget: float) -> tuple[Event, float, str
     if kind == "laplace":
         lap = discrete_laplace_plan(sensitivity=sens, epsilon=budget)
         return lap.event, lap.scale, kind
-    sigma2 = _sigma2_for(sens * sens, budget)
+    sigma2 = sigma2_for(sens * sens, budget)
     return DiscreteGaussian(sigma2, sens), sigma2, kind
 
 

@@ -40,7 +40,7 @@ import numpy as np
 from dpkit import noise
 from dpkit.accounting import zcdp
 from dpkit.events import ZCDP, DiscreteLaplace, Event
-from dpkit.mechanisms import _validate as v
+from dpkit.mechanisms import validate as v
 from dpkit.mechanisms.plan import discrete_laplace_plan
 from dpkit.noise import Source
 
@@ -124,7 +124,7 @@ class NoisePlan:
         return np.where(V > 0, best * (1.0 + 1e-12), 0.0)
 
 
-def _sigma2_for(s2: int, rho: float) -> float:
+def sigma2_for(s2: int, rho: float) -> float:
     """Smallest float ``σ²`` with ``s2 / (2σ²) <= rho`` exactly (``s2`` an integer)."""
     r = Fraction(rho)
     sigma2 = float(Fraction(s2) / (2 * r))
@@ -183,7 +183,7 @@ def plan_noise(
         )
     assert r is not None
     s2 = c * c * int(l2_sensitivity_sq)
-    sigma2 = _sigma2_for(s2, r)
+    sigma2 = sigma2_for(s2, r)
     if sigma2 > float(noise.MAX_DGAUSS_SIGMA2):
         raise ValueError(
             f"the noise variance {sigma2:.3g} exceeds the sampler's limit 2**80: raise rho"

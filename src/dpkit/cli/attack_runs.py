@@ -2,7 +2,8 @@
 
 Each function takes keyword arguments with defaults that reproduce ``docs/attacks.md``, draws
 all randomness from ``dpkit.noise`` (``seed=None``: the secure source; an int: a reproducible,
-INSECURE seeded source), and returns an :class:`AttackSummary` the CLI prints with rich.
+INSECURE seeded source), and returns an :class:`AttackSummary` the CLI prints with rich
+(:mod:`dpkit.cli.attack`; ``benchmarks/attacks_bench.py`` calls these functions too).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = [
     "attack_membership",
     "attack_one_run",
     "attack_reconstruct",
+    "attack_side_channels",
 ]
 
 
@@ -290,6 +292,74 @@ def attack_average(
 
 
 # --------------------------------------------------------------------------- membership
+def _mia_row(label: str, roc: mia.ROC, eps_claim: float | None, delta: float = 0.0) -> list[Any]:
+    b = (mia.dp_tpr_bound([1e-3, 1e-2], epsilon=eps_claim, delta=delta)
+         if eps_claim is not None else [1.0, 1.0])
+    return [label, roc.auc, roc.tpr_at(1e-3), roc.tpr_at(1e-2), float(b[0]), float(b[1])]
+
+
+def _mia_on_count(epsilon: float, trials: int, src: Source | None,
+                  plot_dir: str | Path | None) -> tuple[list[list[Any]], list[Path]]:
+    """Membership inference on a released count: exact vs ε-DP geometric (rows, figure)."""
+    from dpkit import mechanisms
+
+    base = 100
+
+    def exact(member: bool, size: int) -> np.ndarray:
+        return np.full(size, base + int(member), dtype=np.float64)
+
+    def private(member: bool, size: int) -> np.ndarray:
+        # `size` independent runs of the scalar count release: geometric noise is drawn
+        # per coordinate with scale sensitivity / epsilon (its documented calibration).
+        return np.asarray(mechanisms.geometric(np.full(size, base + int(member)),
+                                               sensitivity=1, epsilon=epsilon,
+                                               source=src).value, dtype=np.float64)
+
+    r_exact = mia.aggregate_membership(exact, trials=trials, member_mean=base + 1,
+                                       nonmember_mean=base, audit=False)
+    r_dp = mia.aggregate_membership(private, trials=trials, member_mean=base + 1,
+                                    nonmember_mean=base)
+    rows = [_mia_row("count, exact", r_exact.roc, None),
+            _mia_row(f"count, ε = {epsilon:g} geometric", r_dp.roc, epsilon)]
+    files: list[Path] = []
+    if plot_dir is not None:
+        from dpkit.attacks.plots import plot_roc
+
+        files.append(plot_roc({"exact count": r_exact.roc,
+                               f"ε = {epsilon:g} noisy count": r_dp.roc},
+                              Path(plot_dir) / "attack_roc_aggregate.png", epsilon=epsilon,
+                              title="Membership inference on a released count"))
+    return rows, files
+
+
+def _mia_on_model(epsilon: float, population: int, dimension: int, shadow_models: int,
+                  src: Source | None,
+                  plot_dir: str | Path | None) -> tuple[list[list[Any]], list[Path]]:
+    """LiRA and threshold attacks on logistic regression, plain vs (ε, 1e-5)-DP (rows, figure)."""
+    X, y = mia.make_classification(population, dimension, source=src)
+    plain = mia.lira(X, y, shadow_models=shadow_models, source=src,
+                     fit=lambda a, b: mia.fit_logistic(a, b, l2=1e-2, intercept=False))
+    private_fit = mia.lira(
+        X, y, shadow_models=shadow_models, source=src,
+        fit=lambda a, b: mia.fit_logistic(a, b, l2=1e-2, intercept=False, epsilon=epsilon,
+                                          delta=1e-5, source=src))
+    rows = [_mia_row("model: LiRA", plain.lira, None),
+            _mia_row("model: threshold", plain.threshold, None),
+            _mia_row(f"DP model (ε = {epsilon:g}): LiRA", private_fit.lira, epsilon, 1e-5)]
+    files: list[Path] = []
+    if plot_dir is not None:
+        from dpkit.attacks.plots import plot_roc
+
+        files.append(plot_roc({"LiRA, plain model": plain.lira,
+                               "threshold, plain model": plain.threshold,
+                               f"LiRA, ε = {epsilon:g} DP model": private_fit.lira},
+                              Path(plot_dir) / "attack_roc_model.png", epsilon=epsilon,
+                              delta=1e-5,
+                              title=f"Membership inference on logistic regression "
+                                    f"({shadow_models} shadow models)"))
+    return rows, files
+
+
 def attack_membership(
     *,
     epsilon: float = 1.0,
@@ -308,64 +378,18 @@ def attack_membership(
     if kind not in ("aggregate", "model", "both"):
         raise ValueError(f"kind must be 'aggregate', 'model' or 'both' (got {kind!r})")
     src = _source(seed)
-    from dpkit import mechanisms
-
     rows: list[list[Any]] = []
     files: list[Path] = []
     bound = mia.dp_tpr_bound([1e-3, 1e-2], epsilon=epsilon)
-
-    def row(label: str, roc: mia.ROC, eps_claim: float | None, delta: float = 0.0) -> list[Any]:
-        b = (mia.dp_tpr_bound([1e-3, 1e-2], epsilon=eps_claim, delta=delta)
-             if eps_claim is not None else [1.0, 1.0])
-        return [label, roc.auc, roc.tpr_at(1e-3), roc.tpr_at(1e-2), float(b[0]), float(b[1])]
-
     if kind in ("aggregate", "both"):
-        base = 100
-
-        def exact(member: bool, size: int) -> np.ndarray:
-            return np.full(size, base + int(member), dtype=np.float64)
-
-        def private(member: bool, size: int) -> np.ndarray:
-            # `size` independent runs of the scalar count release: geometric noise is drawn
-            # per coordinate with scale sensitivity / epsilon (its documented calibration).
-            return np.asarray(mechanisms.geometric(np.full(size, base + int(member)),
-                                                   sensitivity=1, epsilon=epsilon,
-                                                   source=src).value, dtype=np.float64)
-
-        r_exact = mia.aggregate_membership(exact, trials=trials, member_mean=base + 1,
-                                           nonmember_mean=base, audit=False)
-        r_dp = mia.aggregate_membership(private, trials=trials, member_mean=base + 1,
-                                        nonmember_mean=base)
-        rows.append(row("count, exact", r_exact.roc, None))
-        rows.append(row(f"count, ε = {epsilon:g} geometric", r_dp.roc, epsilon))
-        if plot_dir is not None:
-            from dpkit.attacks.plots import plot_roc
-
-            files.append(plot_roc({"exact count": r_exact.roc,
-                                   f"ε = {epsilon:g} noisy count": r_dp.roc},
-                                  Path(plot_dir) / "attack_roc_aggregate.png", epsilon=epsilon,
-                                  title="Membership inference on a released count"))
+        more_rows, more_files = _mia_on_count(epsilon, trials, src, plot_dir)
+        rows += more_rows
+        files += more_files
     if kind in ("model", "both"):
-        X, y = mia.make_classification(population, dimension, source=src)
-        plain = mia.lira(X, y, shadow_models=shadow_models, source=src,
-                         fit=lambda a, b: mia.fit_logistic(a, b, l2=1e-2, intercept=False))
-        private_fit = mia.lira(
-            X, y, shadow_models=shadow_models, source=src,
-            fit=lambda a, b: mia.fit_logistic(a, b, l2=1e-2, intercept=False, epsilon=epsilon,
-                                              delta=1e-5, source=src))
-        rows.append(row("model: LiRA", plain.lira, None))
-        rows.append(row("model: threshold", plain.threshold, None))
-        rows.append(row(f"DP model (ε = {epsilon:g}): LiRA", private_fit.lira, epsilon, 1e-5))
-        if plot_dir is not None:
-            from dpkit.attacks.plots import plot_roc
-
-            files.append(plot_roc({"LiRA, plain model": plain.lira,
-                                   "threshold, plain model": plain.threshold,
-                                   f"LiRA, ε = {epsilon:g} DP model": private_fit.lira},
-                                  Path(plot_dir) / "attack_roc_model.png", epsilon=epsilon,
-                                  delta=1e-5,
-                                  title=f"Membership inference on logistic regression "
-                                        f"({shadow_models} shadow models)"))
+        more_rows, more_files = _mia_on_model(epsilon, population, dimension, shadow_models,
+                                              src, plot_dir)
+        rows += more_rows
+        files += more_files
     return AttackSummary(
         title="Membership inference",
         columns=["target", "AUC", "TPR@1e-3", "TPR@1e-2", "DP bound@1e-3", "DP bound@1e-2"],
@@ -414,3 +438,29 @@ def attack_one_run(
         columns=["canaries", "guesses", "correct", "δ", "confidence", "ε ≥"],
         rows=[[canaries, guesses, correct, delta, confidence, eps]],
     )
+
+
+def attack_side_channels(*, project: Path, table: str | None, queries: int, seed: int,
+                         units: int, neighbours: str | None, accountants: str,
+                         max_findings: int | None) -> AttackSummary:
+    """The side-channel fuzzer (:mod:`dpkit.attacks.side_channels`) on the owner's project."""
+    from dpkit.attacks import side_channels as sc
+
+    kinds = tuple(k.strip() for k in (neighbours or ",".join(sc.NEIGHBOURS)).split(",")
+                  if k.strip())
+    rep = sc.fuzz(project, table=table, queries=queries, seed=seed, units=units,
+                  neighbours=kinds, accountants=tuple(a.strip() for a in accountants.split(",")
+                                                      if a.strip()),
+                  max_findings=max_findings)
+    rows: list[list[Any]] = [["D/D' comparisons", rep.comparisons],
+                             ["seconds", round(rep.seconds, 1)]]
+    rows += [[f"outcome on D: {k}", v] for k, v in sorted(rep.outcomes.items())]
+    causes = rep.by_cause()
+    rows += [[f"findings: {c}", len(fs)] for c, fs in sorted(causes.items())]
+    rows.append(["findings (total)", len(rep.findings)])
+    notes = [f"skipped {s}" for s in rep.skipped]
+    for fs in causes.values():
+        notes.append(fs[0].reproducer())
+    if not rep.findings:
+        notes.append("no side channel found: only noisy values differed between D and D'")
+    return AttackSummary(f"side channels (seed {seed})", ["what", "count"], rows, notes=notes)

@@ -1,7 +1,7 @@
 """Command-line front ends for the curator's release families (``dpkit cdf`` and friends).
 
 Click commands, registered on the ``dpkit`` group by :mod:`dpkit.cli`; each opens the project,
-answers one family through :class:`~dpkit.engine.release_queries.ReleaseQueries` (charged to
+answers one family through :mod:`dpkit.engine.families` (the curator's methods; charged to
 the ledger once), prints it with rich and closes the project again.
 
 ===============  ==========================================================================
@@ -109,6 +109,10 @@ def _release(con: Any, cur: Any, kind: str, *args: Any, preview_only: bool,
     if preview_only:
         _preview(con, cur, kind, *args, **kw)
         return
+    if output is not None:
+        from dpkit.engine.results import check_output_path
+
+        check_output_path(output)
     res = getattr(cur, kind)(*args, accuracy=accuracy, **kw)
     _print(con, res, title, show_all=show_all)
     if output is not None:
@@ -249,7 +253,10 @@ def synthetic(project: Path, table: str, columns: str, output: Path, rows: int |
     from rich.table import Table
 
     con = _console()
+    from dpkit.engine.results import check_output_path
+
     cols = _columns(columns)
+    check_output_path(output)
     with _open(project, analyst) as cur:
         syn = cur.synthetic(table, cols, rows=rows, method=method, k=k, rounds=rounds,
                             bins=bins, where=where, level=level,
@@ -270,5 +277,5 @@ def synthetic(project: Path, table: str, columns: str, output: Path, rows: int |
         con.print(f"wrote {output}")
 
 
-#: what dpkit.cli registers: ``for c in release_commands.commands: main.add_command(c)``
+#: what :mod:`dpkit.cli` registers on the ``dpkit`` group
 commands = (cdf, quantiles, ranges, marginals, synthetic)

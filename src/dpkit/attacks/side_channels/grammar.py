@@ -1,0 +1,348 @@
+"""A query grammar over a table's declared schema, biased towards row-dependent failures.
+
+Every rule here uses public things only (declared columns and types, privacy unit, bounds,
+domains, public tables): the queries are what any analyst may send. The WHERE grammar
+deliberately includes the constructs that made DuckDB fail on some rows only (issue 12):
+implicit casts (text as a boolean, ``CASE x WHEN``, ``IN`` / ``BETWEEN`` / ``COALESCE`` /
+``NULLIF`` across types), casts of columns and of constants, arithmetic that overflows
+(INTEGER, BIGINT, HUGEINT, DECIMAL), math domain errors and date arithmetic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from dpkit.attacks.side_channels.draw import Draw
+from dpkit.attacks.side_channels.query import Query
+from dpkit.engine.tables import Column, TableMeta, quote_ident
+
+__all__ = ["EPSILONS", "FAMILIES", "Grammar"]
+
+# mostly ordinary budgets, and the extremes that broke the engine (5e-324 overflowed)
+EPSILONS = (0.05, 0.1, 0.2, 0.5, 1.0)
+EXTREME_EPSILONS = (5e-324, 1e-300, 1e3)
+HUGE_LIMIT = "1000000000000000000"
+# aggregate SQL three times as often as each release family (a family may be named twice to
+# weigh it more); the release families are the slow ones (a CDF plans a strategy per query)
+FAMILIES = ("sql", "sql", "sql", "filter", "dp_cdf", "cdf", "synthetic")
+
+_BINS = (8, 16, 16, None)  # None: the default grid (up to 1024 cells, slower)
+_NUM_LITERALS = ("0", "1", "-1", "2.5", "-0.0", "1e308", "CAST('nan' AS DOUBLE)",
+                 "CAST('inf' AS DOUBLE)", "9223372036854775807",
+                 "170141183460469231731687303715884105727", "NULL")
+_STR_LITERALS = ("'a'", "''", "'true'", "'x'", "'1'", "'1e400'", "'Ω'", "'2020-01-01'")
+# DECIMAL(p, s) targets are refused in WHERE (public, no leak), so none here
+_CAST_TARGETS = ("INTEGER", "BIGINT", "DOUBLE", "DATE", "BOOLEAN", "HUGEINT",
+                 "TIMESTAMP", "UTINYINT")
+_OVERFLOW_CONST = {"INTEGER": "2147483647", "BIGINT": "9223372036854775807",
+                   "HUGEINT": "170141183460469231731687303715884105727"}
+
+
+@dataclass(frozen=True)
+class _Ref:
+    sql: str
+    col: Column
+
+
+class Grammar:
+    """Random queries over ``table`` (a private :class:`TableMeta`) and ``public`` tables.
+
+    >>> from dpkit.engine.tables import Column, TableMeta
+    >>> meta = TableMeta("t", (Column("u", "BIGINT"), Column("x", "DOUBLE")),
+    ...                  privacy_unit="u", bounds={"x": (0.0, 10.0)})
+    >>> q = Grammar(meta, []).query(Draw(1))
+    >>> q.table
+    't'
+    """
+
+    def __init__(self, table: TableMeta, public: Sequence[TableMeta], *,
+                 families: Sequence[str] = FAMILIES,
+                 slow: bool = False) -> None:
+        if table.public:
+            raise ValueError(f"table {table.name!r} is public; fuzz a private table")
+        self.table = table
+        self.public = [p for p in public if p.columns]
+        # aliases that name no table (an alias equal to a table's name is refused)
+        names = {table.name.lower(), *(p.name.lower() for p in self.public)}
+        self.t = next(a for a in ("t", "t1", "t2", "t3") if a not in names)
+        self.p = next(a for a in ("p", "p1", "p2", "p3") if a not in names)
+        self.families = tuple(families)
+        self.slow = slow
+        self.cols = [c for c in table.columns if not c.name.startswith("__")]
+        self.bounded = [c for c in self.cols if table.bounds_for(c.name) is not None
+                        and c.numeric]
+        self.keys = [c for c in self.cols if c.name != table.privacy_unit]
+
+    # ------------------------------------------------------------------ helpers
+
+    def _ref(self, col: Column, alias: str) -> _Ref:
+        return _Ref(f"{alias}.{quote_ident(col.name)}" if alias else quote_ident(col.name), col)
+
+    def _of(self, d: Draw, cls: Sequence[str], alias: str) -> _Ref | None:
+        hits = [c for c in self.cols if c.cls in cls]
+        return self._ref(d.pick(hits), alias) if hits else None
+
+    def _any(self, d: Draw, alias: str) -> _Ref:
+        return self._ref(d.pick(self.cols), alias)
+
+    def _literal(self, d: Draw, col: Column) -> str:
+        b = self.table.bounds.get(col.name)
+        dom = self.table.domains.get(col.name)
+        if dom and d.chance(1, 2):
+            v = d.pick(dom)
+            return repr(v) if not isinstance(v, str) else "'" + v.replace("'", "''") + "'"
+        if col.numeric:
+            if b is not None and d.chance(1, 2):
+                return repr(d.pick(b))
+            return d.pick(_NUM_LITERALS)
+        if col.cls == "temporal":
+            return d.pick(("DATE '2020-01-01'", "'2020-06-01'", "'infinity'", "NULL",
+                           "TIMESTAMP '1970-01-01 00:00:00'"))
+        return d.pick(_STR_LITERALS)
+
+    # ------------------------------------------------------------------ WHERE atoms
+
+    def _atom(self, d: Draw, alias: str, tags: list[str], depth: int = 0) -> str:
+        rules: list[tuple[str, Callable[[Draw, str, list[str]], str | None]]] = [
+            ("compare", self._compare), ("text_as_bool", self._text_bool),
+            ("case", self._case), ("nullif_coalesce", self._nullif), ("cast", self._cast),
+            ("overflow", self._overflow), ("like", self._like), ("in", self._in),
+            ("between", self._between), ("is_null", self._is_null), ("date", self._date),
+            ("math", self._math), ("string_fn", self._string_fn),
+            ("cross_type", self._cross_type),
+        ]
+        if depth < 1:
+            rules.append(("bool_ops", lambda dd, a, t: self._bool_ops(dd, a, t, depth)))
+        for _ in range(8):
+            name, rule = d.pick(rules)
+            out = rule(d, alias, tags)
+            if out is not None:
+                tags.append(name)
+                return out
+        return "TRUE"
+
+    def _compare(self, d: Draw, alias: str, tags: list[str]) -> str | None:
+        r = self._any(d, alias)
+        op = d.pick(("=", "<>", "<", ">=", "IS DISTINCT FROM"))
+        return f"{r.sql} {op} {self._literal(d, r.col)}"
+
+    def _text_bool(self, d: Draw, alias: str, tags: list[str]) -> str | None:
+        r = self._of(d, ("string",), alias)
+        if r is None:
+            return None
+        return d.pick((r.sql, f"NOT {r.sql}", f"{r.sql} AND TRUE", f"{r.sql} OR FALSE"))
+
+    def _case(self, d: Draw, alias: str, tags: list[str]) -> str | None:
+        r = self._any(d, alias)
+        when = d.pick(("1", "'a'", "TRUE", "DATE '2020-01-01'", "2.5"))
+        form = d.below(4)
+        if form == 0:
+            return f"CASE {r.sql} WHEN {when} THEN TRUE ELSE FALSE END"
+        if form == 1:
+            return f"CASE {r.sql} WHEN {when} THEN 1 ELSE 0 END = 1"
+        const = d.pick(("'x'", "'1e400'", "'abc'", "''"))
+        target = d.pick(("INTEGER", "DOUBLE", "DATE", "BOOLEAN"))
+        cond = self._compare(d, alias, tags)
+        if form == 2:
+            return f"CASE WHEN {cond} THEN CAST({const} AS {target}) ELSE NULL END IS NULL"
+        return f"CASE WHEN {cond} THEN 1 ELSE CAST({const} AS {target}) END IS NOT NULL"
+
+    def _nullif(self, d: Draw, alias: str, tags: list[str]) -> str | None:
+        r = self._any(d, alias)
+        other = d.pick(("1", "'a'", "0.5", "DATE '2020-01-01'", "TRUE"))
+        if d.chance(1, 2):
+            return f"NULLIF({r.sql}, {other}) IS NULL"
+        return f"COALESCE({r.sql}, {other}) = {other}"
+
+    def _cast(self, d: Draw, alias: str, tags: list[str]) -> str | None:
+        r = self._any(d, alias)
+        target = d.pick(_CAST_TARGETS)
+        fn = "TRY_CAST" if d.chance(1, 5) else "CAST"
+        return f"{fn}({r.sql} AS {target}) IS NOT NULL"
+
+    def _overflow(self, d: Draw, alias: str, tags: list[str]) -> str | None:
+        r = self._of(d, ("int", "decimal", "float"), alias)
+        if r is None:
+            return None
+        other = self._of(d, ("int", "decimal"), alias) or r
+        base = r.col.type.upper().split("(")[0]
+        big = _OVERFLOW_CONST.get(base, d.pick(tuple(_OVERFLOW_CONST.values())))
+        return d.pick((
+            f"{r.sql} * {r.sql} > 0", f"{r.sql} + {other.sql} > 0", f"{r.sql} * {big} > 0",
+            f"{r.sql} + {big} > 0", f"ABS({r.sql}) > 0", f"-{r.sql} < 0",
+            f"{r.sql} * 1.5 > 0", f"1 / {r.sql} > 0", f"{r.sql} % 0 = 0",
+            f"{r.sql} // 0 = 0", f"CAST({r.sql} AS HUGEINT) * {big} > 0",
+        ))
+
+    def _like(self, d: Draw, alias: str, tags: list[str]) -> str | None:
+        r = self._of(d, ("string",), alias) or self._any(d, alias)
+        op = d.pick(("LIKE", "ILIKE", "NOT LIKE"))
+        pattern = d.pick(("'a%'", "'%1'", "'_'", "'%'"))
+        return f"{r.sql} {op} {pattern}"
+
+    def _in(self, d: Draw, alias: str, tags: list[str]) -> str | None:
+        r = self._any(d, alias)
+        items = ", ".join(self._literal(d, r.col) for _ in range(1 + d.below(3)))
+        if d.chance(1, 2):  # mixed types: an implicit cast of the column or of the items
+            items += ", " + d.pick(("'x'", "1", "DATE '2020-01-01'", "TRUE"))
+        return f"{r.sql} {d.pick(('IN', 'NOT IN'))} ({items})"
+
+    def _between(self, d: Draw, alias: str, tags: list[str]) -> str | None:
+        r = self._any(d, alias)
+        return f"{r.sql} BETWEEN {self._literal(d, r.col)} AND {self._literal(d, r.col)}"
+
+    def _is_null(self, d: Draw, alias: str, tags: list[str]) -> str | None:
+        r = self._any(d, alias)
+        return f"{r.sql} IS {d.pick(('', 'NOT '))}NULL"
+
+    def _date(self, d: Draw, alias: str, tags: list[str]) -> str | None:
+        r = self._of(d, ("temporal",), alias) or self._of(d, ("string",), alias)
+        if r is None:
+            return None
+        return d.pick((
+            f"YEAR({r.sql}) = 2020", f"MONTH({r.sql}) > 6", f"date_part('year', {r.sql}) > 2000",
+            f"{r.sql} + INTERVAL 1 DAY > DATE '2020-01-01'",
+            f"{r.sql} + INTERVAL 1000000 YEAR > DATE '2020-01-01'",
+            f"DATE_TRUNC('month', {r.sql}) = DATE '2020-01-01'", f"{r.sql} > '2020-01-01'",
+            f"DATEDIFF('day', {r.sql}, DATE '2020-01-01') > 0",
+        ))
+
+    def _math(self, d: Draw, alias: str, tags: list[str]) -> str | None:
+        r = self._of(d, ("int", "float", "decimal"), alias)
+        if r is None:
+            return None
+        return d.pick((f"SQRT({r.sql}) > 1", f"LN({r.sql}) > 0", f"POW({r.sql}, 400) > 0",
+                       f"EXP({r.sql}) > 1", f"ROUND({r.sql}, 2) = 0", f"FLOOR({r.sql}) > 0",
+                       f"LOG({r.sql}) < 1", f"ISNAN({r.sql})", f"ISINF({r.sql})"))
+
+    def _string_fn(self, d: Draw, alias: str, tags: list[str]) -> str | None:
+        r = self._of(d, ("string",), alias) or self._any(d, alias)
+        return d.pick((f"LENGTH({r.sql}) > 1", f"LOWER({r.sql}) = 'x'",
+                       f"CAST(SUBSTRING({r.sql}, 1, 1) AS INTEGER) = 1",
+                       f"STARTS_WITH({r.sql}, 'a')", f"CONCAT({r.sql}, 'z') = 'az'"))
+
+    def _cross_type(self, d: Draw, alias: str, tags: list[str]) -> str | None:
+        a, b = self._any(d, alias), self._any(d, alias)
+        if a.col.cls == b.col.cls:
+            op, lit = d.pick((">", "=", "<")), d.pick(("5", "'x'"))
+            return f"{a.sql} {op} {lit}"
+        return f"{a.sql} {d.pick(('=', '<', '>'))} {b.sql}"
+
+    def _bool_ops(self, d: Draw, alias: str, tags: list[str], depth: int) -> str | None:
+        x = self._atom(d, alias, tags, depth + 1)
+        y = self._atom(d, alias, tags, depth + 1)
+        return d.pick((f"({x}) OR ({y})", f"NOT ({x})", f"({x}) AND NOT ({y})"))
+
+    def where(self, d: Draw, alias: str, tags: list[str]) -> tuple[str, ...]:
+        n = d.pick((0, 1, 1, 1, 2, 2, 3))
+        return tuple(self._atom(d, alias, tags) for _ in range(n))
+
+    # ------------------------------------------------------------------ whole queries
+
+    def _params(self, d: Draw) -> tuple[float, str, float | None]:
+        eps = d.pick(EXTREME_EPSILONS) if d.chance(1, 25) else d.pick(EPSILONS)
+        if d.chance(1, 8):
+            return eps, "gaussian", d.pick((None, 1e-6))
+        return eps, "laplace", None
+
+    def query(self, d: Draw) -> Query:
+        """One random query (a family, then its parts)."""
+        family = d.pick(self.families)
+        eps, noise, delta = self._params(d)
+        tags: list[str] = [family]
+        name = self.table.name
+        if family == "cdf" and self.bounded:
+            return Query("cdf", name, where=self.where(d, "", tags),
+                         column=d.pick(self.bounded).name, epsilon=eps, bins=d.pick(_BINS),
+                         tags=tuple(tags))
+        if family == "synthetic":
+            cols = [c for c in self.cols if c.name in self.table.domains] + self.bounded
+            if cols:
+                pick = tuple(dict.fromkeys(d.pick(cols).name for _ in range(2)))
+                return Query("synthetic", name, where=self.where(d, "", tags), columns=pick,
+                             epsilon=eps, tags=tuple(tags))
+        if family == "dp_cdf" and self.bounded:
+            c = quote_ident(d.pick(self.bounded).name)
+            bins = d.pick(_BINS)
+            form = d.pick((f"DP_CDF({c}{'' if bins is None else f', {bins}'})",
+                           f"DP_QUANTILES({c}, 0.5)"))
+            lo, hi = self.table.bounds_for(d.pick(self.bounded).name) or (0.0, 1.0)
+            if d.chance(1, 3) and lo is not None:
+                mid = (lo + hi) / 2
+                form = f"DP_RANGES({c}, ({lo!r}, {mid!r}), ({mid!r}, {hi!r}))"
+            return Query("sql", name, text=f"SELECT {form} FROM {quote_ident(name)}{{where}}",
+                         where=self.where(d, "", tags), epsilon=eps, tags=tuple(tags))
+        if family == "filter" and self.bounded:
+            col = d.pick(self.bounded)
+            c = quote_ident(col.name)
+            lo, hi = self.table.bounds_for(col.name) or (0.0, 1.0)
+            mid = (lo + hi) / 2 if d.chance(7, 8) else hi + 1e6  # beyond the bounds: refused
+            outs = ", ".join(f"COUNT(*) FILTER (WHERE {c} BETWEEN {a!r} AND {b!r}) AS m{i}"
+                             for i, (a, b) in enumerate(((lo, mid), (mid, hi))))
+            return Query("sql", name, text=f"SELECT {outs} FROM {quote_ident(name)}{{where}}",
+                         where=self.where(d, "", tags), epsilon=eps, tags=tuple(tags))
+        return self._aggregate(d, eps, noise, delta, tags)
+
+    def _aggregate(self, d: Draw, eps: float, noise: str, delta: float | None,
+                   tags: list[str]) -> Query:
+        join, on = "", ""
+        alias, t, pa = self.t, self.t, self.p
+        group: list[str] = []
+        if self.public and d.chance(1, 4):
+            p = d.pick(self.public)
+            pc = d.pick(p.columns)
+            mine = d.pick(self.keys or self.cols)
+            tags.append("join_match" if pc.cls == mine.cls else "join_mismatch")
+            join = f" JOIN {quote_ident(p.name)} AS {pa}"
+            on = f" ON {t}.{quote_ident(mine.name)} = {pa}.{quote_ident(pc.name)}"
+            if d.chance(1, 2):
+                group.append(f"{pa}.{quote_ident(d.pick(p.columns).name)}")
+        elif self.keys and d.chance(3, 5):
+            k = d.pick(self.keys)
+            tags.append("group_declared" if k.name in self.table.domains else "group_undeclared")
+            group.append(f"{t}.{quote_ident(k.name)}")
+        aggs = ["COUNT(*) AS n"]
+        for i in range(d.below(3)):
+            aggs.append(self._agg(d, tags) + f" AS a{i}")
+        select = ", ".join(group + aggs)
+        text = f"SELECT {select} FROM {quote_ident(self.table.name)} AS {t}{join}{on}{{where}}"
+        noisy_rows = noisy_order = False
+        if group:
+            text += " GROUP BY " + ", ".join(group)
+            if d.chance(1, 6):
+                text += f" HAVING COUNT(*) > {d.pick((0, 2, 10))}"
+                noisy_rows = True
+                tags.append("having")
+            if d.chance(1, 2):
+                by_value = d.chance(1, 2)
+                text += " ORDER BY " + ("n DESC" if by_value else group[0])
+                noisy_order = by_value
+                if d.chance(2, 3):
+                    # a huge top-k LIMIT took 5-8 s per query (FINDINGS.md B1): kept to public
+                    # orders unless asked for
+                    huge = (HUGE_LIMIT,) if self.slow or not by_value else ()
+                    lim = d.pick(("0", "1", "3", *huge))
+                    text += f" LIMIT {lim}"
+                    noisy_rows = noisy_rows or by_value
+                    tags.append("limit_huge" if lim == HUGE_LIMIT else "limit")
+        weights: tuple[tuple[str, float], ...] = ()
+        if len(aggs) > 1 and d.chance(1, 6):
+            weights = (("n", float(d.pick((1, 3, 100)))),)
+        return Query("sql", self.table.name, text=text, where=self.where(d, alias, tags),
+                     epsilon=eps, noise=noise, delta=delta, weights=weights,
+                     noisy_rows=noisy_rows, noisy_order=noisy_order, tags=tuple(tags))
+
+    def _agg(self, d: Draw, tags: list[str]) -> str:
+        unit = self.table.privacy_unit
+        options = ["COUNT(*)"]
+        if unit is not None:
+            options.append(f"COUNT(DISTINCT {self.t}.{quote_ident(unit)})")
+        options.append(f"COUNT({self.t}.{quote_ident(d.pick(self.cols).name)})")
+        if self.bounded:
+            c = f"{self.t}.{quote_ident(d.pick(self.bounded).name)}"
+            options += [f"SUM({c})", f"AVG({c})", f"VAR({c})", f"STDDEV({c})", f"MEDIAN({c})",
+                        f"QUANTILE({c}, 0.9)", f"MIN({c})", f"MAX({c})", f"SUM({c})"]
+        out = d.pick(options)
+        tags.append("agg_" + out.split("(")[0].lower())
+        return out

@@ -1,0 +1,144 @@
+"""What a query showed besides its noisy values, and the comparison of two of them.
+
+The curator's promise (DESIGN.md, "one sealed line"): the outcome kind, the exception class
+and text, the result's columns, the released keys and their order, the number of rows and the
+budget charged are functions of public things only (the query, the declarations, the budget).
+On neighbouring datasets D and D' run with the same seed and the same query sequence, they
+must therefore be equal; only the noisy values may differ. Where the released rows depend on
+noise (private partition selection, HAVING, ORDER BY an aggregate), only what noise cannot
+explain is compared: the relative order of the keys released on both sides.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from dpkit.attacks.side_channels.query import Query
+
+__all__ = ["Outcome", "compare", "observe", "self_check"]
+
+_REFUSALS = ("QueryError", "BudgetExceeded")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The public face of one query's outcome on one project."""
+
+    kind: str  # "answer", "refusal" (QueryError / BudgetExceeded) or "exception" (anything else)
+    error_class: str = ""
+    error_text: str = ""
+    columns: tuple[str, ...] = ()
+    keys: tuple[tuple[Any, ...], ...] = ()
+    rows: int = 0
+    charged_epsilon: float = 0.0
+    charged_delta: float = 0.0
+    charges: int = 0  # ledger charges this query added
+    selected: bool = False  # groups chosen by private partition selection (delta > 0)
+    noisy_rows: bool = False  # the number of rows is itself noisy (synthetic records)
+
+    def short(self) -> str:
+        if self.kind != "answer":
+            return f"{self.kind} {self.error_class}: {self.error_text[:160]}"
+        keys = f", keys {list(self.keys)[:6]}" if self.keys else ""
+        return (f"answer {list(self.columns)[:4]}, {self.rows} rows{keys}, charged "
+                f"eps={self.charged_epsilon:.6g} delta={self.charged_delta:.3g} "
+                f"({self.charges} charges)")
+
+
+def _key(v: Any) -> Any:
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and math.isnan(v):
+        return "NaN"
+    return v
+
+
+def _keys(res: Any) -> tuple[tuple[Any, ...], ...]:
+    kinds = getattr(res, "kinds", None) or {}
+    cols = [c for c in res.columns if kinds.get(c) == "group"]
+    if not cols:
+        return ()
+    arrays = [list(res.data[c]) for c in cols]
+    return tuple(tuple(_key(a[i]) for a in arrays) for i in range(len(arrays[0])))
+
+
+def observe(cur: Any, query: Query, scrub: tuple[str, ...] = ()) -> Outcome:
+    """Run ``query`` on ``cur`` and record its public face (``scrub``: text to blank out of
+    error messages, e.g. the project's own folder, which differs between D and D')."""
+    before = cur.ledger.spend()
+    try:
+        res = query.call(cur)
+    except Exception as exc:  # every exception is an outcome to compare
+        after = cur.ledger.spend()
+        text = str(exc)
+        for s in scrub:
+            text = text.replace(s, "<project>")
+        name = type(exc).__name__
+        return Outcome(
+            kind="refusal" if name in _REFUSALS else "exception", error_class=name,
+            error_text=text, charged_epsilon=after.spent - before.spent,
+            charged_delta=after.delta_spent - before.delta_spent,
+            charges=after.charges - before.charges)
+    after = cur.ledger.spend()
+    synthetic = not hasattr(res, "kinds")
+    return Outcome(
+        kind="answer", columns=tuple(res.columns), keys=() if synthetic else _keys(res),
+        rows=len(res.data[res.columns[0]]) if res.columns else 0,
+        charged_epsilon=after.spent - before.spent,
+        charged_delta=after.delta_spent - before.delta_spent,
+        charges=after.charges - before.charges,
+        selected=float(getattr(res, "delta", 0.0) or 0.0) > 0.0 and not synthetic,
+        noisy_rows=synthetic)
+
+
+def _close(a: float, b: float) -> bool:
+    return a == b or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-15)
+
+
+def _common_order(a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
+    sa, sb = set(a), set(b)
+    return [k for k in a if k in sb], [k for k in b if k in sa]
+
+
+def compare(query: Query, a: Outcome, b: Outcome) -> tuple[str, ...]:
+    """The public fields on which ``a`` (on D) and ``b`` (on D') differ, in a fixed order."""
+    diff: list[str] = []
+    if a.kind != b.kind:
+        diff.append("kind")
+    if a.error_class != b.error_class:
+        diff.append("error_class")
+    elif a.error_text != b.error_text:
+        diff.append("error_text")
+    if a.columns != b.columns:
+        diff.append("columns")
+    if not _close(a.charged_epsilon, b.charged_epsilon) or a.charges != b.charges:
+        diff.append("charge_epsilon")
+    if not _close(a.charged_delta, b.charged_delta):
+        diff.append("charge_delta")
+    if a.kind == b.kind == "answer" and not diff:
+        noisy_set = query.noisy_rows or a.selected or b.selected or a.noisy_rows
+        if not noisy_set:
+            if a.rows != b.rows:
+                diff.append("rows")
+            if set(a.keys) != set(b.keys):
+                diff.append("key_set")
+        if not query.noisy_order:
+            ca, cb = _common_order(a.keys, b.keys)
+            if ca != cb:
+                diff.append("key_order")
+    return tuple(diff)
+
+
+def self_check(query: Query, o: Outcome) -> tuple[str, ...]:
+    """Problems visible on one dataset alone: a release that charged nothing, keys released
+    twice (-0.0 and 0.0 as two groups), an internal exception (not a refusal)."""
+    out: list[str] = []
+    if o.kind == "answer" and o.rows > 0 and o.charges == 0:
+        out.append("free_release")
+    if o.kind == "answer" and len(set(o.keys)) < len(o.keys):
+        out.append("duplicate_keys")
+    if o.kind == "exception":
+        out.append("internal_exception")
+    return tuple(out)

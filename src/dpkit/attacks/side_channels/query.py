@@ -1,0 +1,89 @@
+"""One fuzzer query: what to call on a curator, and which parts of its answer are noisy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+__all__ = ["Query"]
+
+
+@dataclass(frozen=True)
+class Query:
+    """A query the fuzzer runs on both projects of a D/D' pair.
+
+    ``family``: ``"sql"`` (``cur.sql(text, ...)``), ``"cdf"`` (``cur.cdf(table, column,
+    where=...)``) or ``"synthetic"`` (``cur.synthetic(table, columns, where=...)``). ``where``:
+    the WHERE conjuncts (kept apart so that a finding can be minimised to one of them);
+    ``text`` is the SQL with ``{where}`` standing for them. ``noisy_rows``: the set of released
+    rows may legitimately depend on noise (HAVING, or ORDER BY an aggregate with LIMIT);
+    ``noisy_order``: their order may (ORDER BY an aggregate). ``tags``: the grammar rules used
+    (for grouping findings by root cause).
+    """
+
+    family: str
+    table: str
+    text: str = ""
+    where: tuple[str, ...] = ()
+    column: str = ""
+    columns: tuple[str, ...] = ()
+    epsilon: float = 0.1
+    noise: str = "laplace"
+    delta: float | None = None
+    weights: tuple[tuple[str, float], ...] = ()
+    bins: int | None = None
+    noisy_rows: bool = False
+    noisy_order: bool = False
+    tags: tuple[str, ...] = field(default=(), compare=False)
+
+    # ------------------------------------------------------------------ text
+
+    def where_sql(self) -> str:
+        return " AND ".join(f"({w})" for w in self.where)
+
+    def sql(self) -> str:
+        """The SQL text (family ``sql``) with its WHERE clause filled in."""
+        w = self.where_sql()
+        return self.text.replace("{where}", f" WHERE {w}" if w else "")
+
+    def with_where(self, where: tuple[str, ...]) -> Query:
+        return replace(self, where=where)
+
+    def kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {"epsilon": self.epsilon}
+        if self.delta is not None:
+            kw["delta"] = self.delta
+        if self.bins is not None and self.family == "cdf":
+            kw["bins"] = self.bins
+        if self.family == "sql":
+            if self.noise != "laplace":
+                kw["noise"] = self.noise
+            if self.weights:
+                kw["weights"] = dict(self.weights)
+        return kw
+
+    def call(self, cur: Any) -> Any:
+        """Run this query on a curator (may raise)."""
+        kw = self.kwargs()
+        if self.family == "sql":
+            return cur.sql(self.sql(), **kw)
+        where = self.where_sql() or None
+        if self.family == "cdf":
+            return cur.cdf(self.table, self.column, where=where, **kw)
+        if self.family == "synthetic":
+            return cur.synthetic(self.table, list(self.columns), where=where, **kw)
+        raise ValueError(f"unknown query family {self.family!r}")
+
+    def python(self) -> str:
+        """The call as Python source (for reproducers)."""
+        kw = ", ".join(f"{k}={v!r}" for k, v in self.kwargs().items())
+        if self.family == "sql":
+            return f"cur.sql({self.sql()!r}, {kw})"
+        where = self.where_sql() or None
+        if self.family == "cdf":
+            return f"cur.cdf({self.table!r}, {self.column!r}, where={where!r}, {kw})"
+        return (f"cur.synthetic({self.table!r}, {list(self.columns)!r}, where={where!r}, "
+                f"{kw})")
+
+    def __str__(self) -> str:
+        return self.python()

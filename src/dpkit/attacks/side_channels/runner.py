@@ -1,0 +1,342 @@
+"""Run generated queries on D/D' project pairs and collect what differs (the findings)."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from dpkit import noise
+from dpkit.accounting import Budget
+from dpkit.attacks.side_channels.draw import Draw
+from dpkit.attacks.side_channels.grammar import Grammar
+from dpkit.attacks.side_channels.neighbours import NEIGHBOURS, Scratch
+from dpkit.attacks.side_channels.outcome import Outcome, compare, observe, self_check
+from dpkit.attacks.side_channels.query import Query
+from dpkit.engine.curator import Curator
+from dpkit.engine.tables import TableMeta, quote_ident
+
+__all__ = ["ACCOUNTANTS", "Finding", "Report", "fuzz"]
+
+ACCOUNTANTS = ("approx", "pld", "zcdp")
+_BUDGET = 1000.0  # the throwaway projects' budget (the curator's maximum)
+_REFRESH_AT = 600.0  # rebuild a pair before its budget runs out (refusals would mask leaks)
+# the PLD accountant composes the whole history on every check (~0.3 s after 40 charges):
+# start its pairs afresh after this many charges
+_PLD_HISTORY = 10
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One query whose public outcome differed between D and D' (``check="neighbours"``), or
+    that showed a problem on one dataset alone (``check`` names it: ``free_release``,
+    ``duplicate_keys``, ``internal_exception``)."""
+
+    check: str
+    fields: tuple[str, ...]
+    query: Query
+    neighbour: str
+    accountant: str
+    on_d: Outcome
+    on_d1: Outcome | None = None
+    minimal: Query | None = None
+
+    def cause(self) -> str:
+        """A root-cause label for grouping (which public thing leaked)."""
+        if self.check != "neighbours":
+            return self.check
+        if {"kind", "error_class", "error_text"} & set(self.fields):
+            return "error_oracle"
+        if {"charge_epsilon", "charge_delta"} & set(self.fields):
+            return "charge"
+        if "key_order" in self.fields:
+            return "key_order"
+        return "shape"  # rows, key set, columns
+
+    def reproducer(self) -> str:
+        q = self.minimal or self.query
+        lines = [f"# {self.cause()}: {', '.join(self.fields)} (neighbour {self.neighbour}, "
+                 f"accountant {self.accountant})", q.python(),
+                 f"# on D : {self.on_d.short()}"]
+        if self.on_d1 is not None:
+            lines.append(f"# on D': {self.on_d1.short()}")
+        return "\n".join(lines)
+
+
+@dataclass
+class Report:
+    """What a fuzzing run did: comparisons, outcome counts, findings (grouped by cause)."""
+
+    seed: int
+    comparisons: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    findings: list[Finding] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # neighbours whose D' did not load
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def by_cause(self) -> dict[str, list[Finding]]:
+        out: dict[str, list[Finding]] = {}
+        for f in self.findings:
+            out.setdefault(f.cause(), []).append(f)
+        return out
+
+    def summary(self) -> str:
+        lines = [f"side-channel fuzz, seed {self.seed}: {self.comparisons} D/D' comparisons in "
+                 f"{self.seconds:.1f} s",
+                 "outcomes on D: " + ", ".join(f"{k} {v}" for k, v in sorted(
+                     self.outcomes.items()))]
+        for s in self.skipped:
+            lines.append(f"skipped: {s}")
+        causes = self.by_cause()
+        lines.append(f"findings: {len(self.findings)}" + ("" if causes else " (none)"))
+        for cause, fs in sorted(causes.items()):
+            lines.append(f"  {cause}: {len(fs)}")
+            for f in fs[:2]:
+                lines += ["    " + x for x in f.reproducer().splitlines()]
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- projects
+
+
+def make_project(path: Path, data_file: Path, table: TableMeta, public: Sequence[TableMeta],
+                 *, accountant: str, seed: int) -> Curator:
+    """A throwaway project over ``data_file`` with ``table``'s declarations (and the public
+    tables), a budget of epsilon 1000, delta 1e-3, and a seeded (insecure) noise source."""
+    cur = Curator.create(path, budget=Budget(epsilon=_BUDGET, delta=1e-3, accountant=accountant),
+                         source=noise.seeded(seed))
+    for p in public:
+        cur.add_table(p.name, f"{data_file}::{p.name}", public=True)
+    cur.add_table(
+        table.name, f"{data_file}::{table.name}", privacy_unit=table.privacy_unit,
+        bounds=dict(table.bounds) or None, max_rows_per_unit=table.max_rows_per_unit,
+        max_groups_per_unit=table.max_groups_per_unit,
+        domains={k: list(v) for k, v in table.domains.items()} or None,
+        not_null=list(table.not_null) or None)
+    return cur
+
+
+class _Pair:
+    """Projects over D and D' with the same seed, asked the same queries in the same order."""
+
+    def __init__(self, folder: Path, files: tuple[Path, Path], table: TableMeta,
+                 public: Sequence[TableMeta], accountant: str, seed: int,
+                 factory: Callable[..., Any]) -> None:
+        self.args = (folder, files, table, public, accountant, seed)
+        self.factory = factory
+        self.generation = 0
+        self.d, self.d1 = self._open()
+
+    def _open(self) -> tuple[Any, Any]:
+        folder, files, table, public, accountant, seed = self.args
+        self.generation += 1
+        out = []
+        for side, f in zip(("d", "d1"), files, strict=True):
+            path = folder / f"{files[1].stem}_{accountant}_{self.generation}_{side}.dpkit"
+            out.append(self.factory(path, f, table, public, accountant=accountant, seed=seed))
+        return out[0], out[1]
+
+    def refresh(self) -> None:
+        self.close()
+        self.d, self.d1 = self._open()
+
+    def run(self, q: Query) -> tuple[Outcome, Outcome]:
+        a = observe(self.d, q, (str(self.d.path),))
+        b = observe(self.d1, q, (str(self.d1.path),))
+        return a, b
+
+    def stale(self) -> bool:
+        """Whether to start afresh: budget nearly spent, or a long (slow) PLD history."""
+        s = self.d.ledger.spend()
+        return s.spent > _REFRESH_AT or (self.args[4] == "pld" and s.charges >= _PLD_HISTORY)
+
+    def close(self) -> None:
+        for c in (self.d, self.d1):
+            with contextlib.suppress(Exception):
+                c.close()
+
+
+def _minimise(pair: _Pair, q: Query, fields: tuple[str, ...]) -> Query | None:
+    """The first single WHERE conjunct (or none) that still shows the same difference."""
+    candidates = [q.with_where(())] + [q.with_where((w,)) for w in q.where]
+    if len(q.where) <= 1:
+        candidates = candidates[:1]
+    for c in candidates:
+        a, b = pair.run(c)
+        if set(fields) <= set(compare(c, a, b)):
+            return c
+    return None
+
+
+# ---------------------------------------------------------------------- the data
+
+
+def _resolve(target: Any, table: str | None) -> tuple[TableMeta, list[TableMeta], Path | None]:
+    """(private table, public tables, project folder or None) for a TableMeta / Curator /
+    project path."""
+    if isinstance(target, TableMeta):
+        return target, [], None
+    if isinstance(target, Curator):
+        tables, folder = target.tables(), Path(target.path)
+    else:
+        folder = Path(target)
+        with Curator.open(folder) as cur:
+            tables = cur.tables()
+    private = sorted(n for n, m in tables.items() if not m.public)
+    if table is None:
+        if len(private) != 1:
+            raise ValueError(f"the project has private tables {private or 'none'}; name the one "
+                             f"to fuzz with table=... (--table on the command line)")
+        table = private[0]
+    if table not in tables or tables[table].public:
+        raise ValueError(f"no private table {table!r} in the project; its private tables: "
+                         f"{', '.join(private) or 'none'}")
+    return tables[table], [m for m in tables.values() if m.public], folder
+
+
+def _fill(scratch: Scratch, table: TableMeta, public: Sequence[TableMeta],
+          project: Path | None, d: Draw, units: int) -> None:
+    """D: a sample of ``units`` units of the project's rows (the owner's own data, read from
+    the project's DuckDB file), or generated rows when fuzzing declarations only."""
+    if project is None:
+        scratch.generate(d, units=units)
+        for p in public:
+            scratch.add_public(p, None, d)
+        return
+    scratch.con.execute(f"ATTACH '{project / 'data.duckdb'}' AS dpdata (READ_ONLY)")
+    try:
+        salt = d.seed()
+        if table.privacy_unit is not None:
+            u = quote_ident(table.privacy_unit)
+            sql = (f"SELECT * FROM {table.relation} WHERE {u} IN (SELECT {u} FROM "
+                   f"{table.relation} GROUP BY {u} ORDER BY hash({u}, {salt}) LIMIT {units})")
+        else:
+            sql = f"SELECT * FROM {table.relation} ORDER BY hash(rowid, {salt}) LIMIT {units}"
+        scratch.load_rows(sql)
+        for p in public:
+            cols = ", ".join(quote_ident(c.name) for c in p.columns)
+            scratch.add_public(p, f"SELECT {cols} FROM {p.relation}", d)
+    finally:
+        scratch.con.execute("DETACH dpdata")
+
+
+# ---------------------------------------------------------------------- the run
+
+
+def fuzz(
+    target: Any,
+    *,
+    queries: int = 2000,
+    seed: int = 0,
+    neighbours: Sequence[str] = NEIGHBOURS,
+    accountants: Sequence[str] = ACCOUNTANTS,
+    table: str | None = None,
+    public: Sequence[TableMeta] = (),
+    units: int = 12,
+    families: Sequence[str] | None = None,
+    minimise: bool = True,
+    max_findings: int | None = None,
+    slow: bool = False,
+    folder: str | Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    factory: Callable[..., Any] = make_project,
+) -> Report:
+    """Fuzz the curator for side channels on neighbouring datasets; returns a :class:`Report`.
+
+    ``target``: a private table's declarations (:class:`TableMeta`, rows are generated; give
+    its public tables as ``public=``), or a project (:class:`Curator` or its folder; the owner's
+    run: a sample of ``units`` units of ``table``'s rows is copied). For every neighbour kind
+    in ``neighbours`` (add / remove one unit, a unit of extreme values added or changed, a unit
+    with many rows) and accountant, two throwaway projects over D and D' (same declarations,
+    budget ε = 1000, δ = 1e-3, the same seeded noise) get the same ``queries / pairs`` random
+    queries in the same order. Every public part of the outcomes is compared (see
+    :func:`compare`); differences, and problems visible on one side (a release charged
+    nothing, duplicate keys, an internal exception), are findings. The run is reproducible
+    from ``seed`` (all choices come from ``dpkit.noise.seeded``). Nothing is written to the
+    target project.
+
+    ``max_findings``: stop after this many (a CI run that only needs to know "any?");
+    ``slow``: also generate the queries known to take seconds each (a noisy top-k with a huge
+    LIMIT); ``folder``: keep the scratch projects there (default: a temporary folder, removed);
+    ``factory(path, data_file, table, public, accountant=, seed=)``: makes each project
+    (default :func:`make_project`; tests plant a leak with it).
+    """
+    start = time.perf_counter()
+    meta, pubs, project = _resolve(target, table)
+    pubs = list(public) or pubs
+    d = Draw(seed)
+    grammar = Grammar(meta, pubs, slow=slow, **({"families": families} if families else {}))
+    report = Report(seed=seed)
+    tmp = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="dpkit-fuzz-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    scratch = Scratch(tmp, meta, pubs)
+    pairs: list[tuple[str, _Pair]] = []
+    try:
+        _fill(scratch, meta, pubs, project, d, units)
+        base = scratch.write("d0", tmp / "d.duckdb")
+        project_seed = d.seed()
+        for kind in neighbours:
+            f1 = scratch.write(scratch.neighbour(kind, d), tmp / f"{kind}.duckdb")
+            for acct in accountants:
+                try:
+                    pairs.append((kind, _Pair(tmp, (base, f1), meta, pubs, acct, project_seed,
+                                              factory)))
+                except (ValueError, duckdb.Error) as exc:
+                    report.skipped.append(f"{kind}/{acct}: {str(exc).splitlines()[0]}")
+        scratch.close()
+        if pairs:
+            _loop(pairs, grammar, d, max(1, queries // len(pairs)), report, minimise,
+                  max_findings, progress)
+    finally:
+        for _, p in pairs:
+            p.close()
+        scratch.close()
+        if folder is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _loop(pairs: list[tuple[str, _Pair]], grammar: Grammar, d: Draw, per_pair: int,
+          report: Report, minimise: bool, max_findings: int | None,
+          progress: Callable[[int, int], None] | None) -> None:
+    seen: set[tuple[str, tuple[str, ...], str]] = set()
+    total = per_pair * len(pairs)
+    for _ in range(per_pair):
+        q = grammar.query(d)
+        for kind, pair in pairs:
+            if pair.stale():
+                pair.refresh()
+            a, b = pair.run(q)
+            report.comparisons += 1
+            report.outcomes[a.kind] += 1
+            acct = pair.args[4]
+            fields = compare(q, a, b)
+            if fields:
+                key = ("neighbours", fields, q.sql() + kind)
+                small = _minimise(pair, q, fields) if minimise and key not in seen else None
+                seen.add(key)
+                report.findings.append(Finding("neighbours", fields, q, kind, acct, a, b, small))
+                if {"charge_epsilon", "charge_delta"} & set(fields):
+                    pair.refresh()  # the two ledgers no longer match: start both afresh
+            for check in dict.fromkeys(self_check(q, a) + self_check(q, b)):
+                once = (check, (a.error_class,), q.sql() + q.python())
+                if once not in seen:  # a one-sided problem does not depend on the neighbour
+                    seen.add(once)
+                    report.findings.append(Finding(check, (check,), q, kind, acct, a, b))
+            if progress is not None:
+                progress(report.comparisons, total)
+            if max_findings is not None and len(report.findings) >= max_findings:
+                return

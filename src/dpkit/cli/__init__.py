@@ -1,0 +1,62 @@
+"""The ``dpkit`` command (floor F7: it may import every floor below).
+
+Thin: every command parses its arguments, calls the library, and prints with rich. One module
+per area, each a list of click commands that this module registers on :func:`main`:
+
+===================  ==============================================================
+``project``          ``demo``, ``init``, ``add-table``, ``budget``
+``query``            ``query``, ``preview``
+``release``          ``cdf``, ``quantiles``, ``ranges``, ``marginals``, ``synthetic``
+``account``          ``account`` (the privacy calculator)
+``attack``           the ``attack`` group (runs in ``attack_runs``)
+``options``          the consoles, shared flags and their parsers
+===================  ==============================================================
+
+A new command goes into the module of its area (or a new one) and is added to ``_COMMANDS``.
+The library is imported inside the commands, so ``dpkit --help`` loads click and rich only.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from dpkit.cli import account, attack, project, query, release
+from dpkit.cli.options import err_console
+
+__all__ = ["main"]
+
+
+class _FriendlyGroup(click.Group):
+    """Turns the library's ValueErrors (which already say what to do) into one red line, exit 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (ValueError, FileNotFoundError, FileExistsError, PermissionError) as exc:
+            err_console.print(f"[bold red]error:[/] {exc}")
+            sys.exit(2)
+
+
+@click.group(cls=_FriendlyGroup)
+@click.version_option(package_name="dpkit")
+def main() -> None:
+    """dpkit: differential privacy you can deploy.
+
+    Put a sensitive table behind a curator, ask aggregate SQL questions, and get answers with
+    error bars while a privacy budget that can never be overspent is kept on disk.
+    """
+
+
+_COMMANDS: tuple[click.Command, ...] = (
+    *project.commands,
+    *query.commands,
+    *release.commands,
+    account.account,
+    attack.attack,
+)
+for _command in _COMMANDS:
+    main.add_command(_command)
+

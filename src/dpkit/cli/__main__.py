@@ -1,0 +1,5 @@
+"""``python -m dpkit.cli``: the same as the ``dpkit`` command."""
+
+from dpkit.cli import main
+
+main()

@@ -1,0 +1,103 @@
+"""What the ``dpkit`` commands share: the consoles, the ``query``/``preview`` flags, and the
+parsers of ``--bounds``, ``--domain`` and ``--weights`` (imports click and rich only, so the
+command line starts fast)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import click
+from rich.console import Console
+
+__all__ = [
+    "console",
+    "err_console",
+    "make_console",
+    "parse_bounds",
+    "parse_domains",
+    "parse_weights",
+    "query_options",
+]
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def make_console(given: Any) -> Any:
+    """``given`` if a console was passed (tests pass one writing to a buffer), else a new one."""
+    return given if given is not None else Console()
+
+
+def query_options(f: Any) -> Any:
+    """The options ``--noise``, ``--rho``, ``--level``, ``--weights``; their values pass through
+    as keyword arguments of :func:`dpkit.cli.query.query` / ``preview``."""
+    options = [
+        click.option("--noise", type=click.Choice(["laplace", "gaussian"]), default="laplace",
+                     show_default=True,
+                     help="Laplace (pure DP) or discrete Gaussian noise (needs a project delta)."),
+        click.option("--rho", type=float, default=None,
+                     help="zCDP budget for --noise gaussian (instead of --epsilon)."),
+        click.option("--level", type=float, default=0.95, show_default=True,
+                     help="Confidence level of the intervals."),
+        click.option("--weights", default=None,
+                     help="Budget split per output name, e.g. n=1,avg_age=3 (others weigh 1)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def parse_bounds(items: tuple[str, ...]) -> dict[str, tuple[float, float]]:
+    """``("age=0:120",)`` -> ``{"age": (0.0, 120.0)}`` (the repeatable ``--bounds`` flag)."""
+    bounds: dict[str, tuple[float, float]] = {}
+    for item in items:
+        column, sep, rng = item.partition("=")
+        low, sep2, high = rng.partition(":")
+        if not sep or not sep2:
+            raise click.BadParameter(
+                f"write bounds as column=low:high, e.g. age=0:120 (got {item!r})"
+            )
+        try:
+            bounds[column.strip()] = (float(low), float(high))
+        except ValueError:
+            raise click.BadParameter(
+                f"bounds must be numbers, e.g. age=0:120 (got {item!r})"
+            ) from None
+    return bounds
+
+
+def parse_domains(items: tuple[str, ...]) -> dict[str, list[str]]:
+    """``("ward=A,B",)`` -> ``{"ward": ["A", "B"]}`` (the repeatable ``--domain`` flag)."""
+    domains: dict[str, list[str]] = {}
+    for item in items:
+        column, sep, keys = item.partition("=")
+        if not sep or not keys:
+            raise click.BadParameter(f"write a domain as column=key1,key2 (got {item!r})")
+        domains[column.strip()] = [k.strip() for k in keys.split(",")]
+    return domains
+
+
+def parse_weights(text: str | Mapping[str, float] | None) -> dict[str, float] | None:
+    """``"n=1,avg_age=3"`` -> ``{"n": 1.0, "avg_age": 3.0}`` (the ``--weights`` flag); a mapping
+    is passed through; None/empty -> None. Bad items raise ValueError with the expected form."""
+    if text is None:
+        return None
+    if isinstance(text, Mapping):
+        return {str(k): v for k, v in text.items()} or None
+    out: dict[str, float] = {}
+    for item in str(text).split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ValueError(f"write weights as output=number pairs, e.g. --weights n=1,avg_age=3 "
+                             f"(got {item!r})")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            raise ValueError(f"weight for {name!r} must be a number, e.g. {name}=2 "
+                             f"(got {value.strip()!r})") from None
+    return out or None

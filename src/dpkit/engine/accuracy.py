@@ -1,0 +1,106 @@
+"""Accuracy: the error each output will have, and the smallest epsilon that meets a target.
+
+Both read the plan only (public things: the query, the declarations, the budget split), never a
+row. :func:`expected_errors` gives, per output, the half-width of its interval when that does
+not depend on the data (COUNT, SUM: an exact quantile of the noise law) and a note otherwise.
+:func:`epsilon_for_accuracy` finds the smallest epsilon whose half-widths meet a target with
+:func:`dpkit.accounting.calibrate.smallest_passing`, the one such search in dpkit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from dpkit.accounting.calibrate import smallest_passing
+from dpkit.engine import plan as dplan
+from dpkit.engine import sql as dsql
+from dpkit.engine.noisy import halfwidth
+from dpkit.engine.spec import QueryError
+
+__all__ = ["MIN_ACCURACY_EPSILON", "epsilon_for_accuracy", "expected_errors"]
+
+MIN_ACCURACY_EPSILON = 1e-6  # the search starts here (the query minimum is lower still)
+
+
+def epsilon_for_accuracy(errors_at: Callable[[float], list[dict[str, Any]]],
+                         accuracy: float | Mapping[str, float], *,
+                         upper: float = dplan.MAX_QUERY_EPSILON) -> float:
+    """The smallest epsilon (to 0.01%) at which every targeted output's expected half-width
+    (``errors_at(eps)``, as :func:`expected_errors` gives them) is within ``accuracy`` (one
+    number for every output, or per output name). Refuses targets that cannot be met or whose
+    error depends on the data."""
+    targets = _targets(errors_at(upper), accuracy)
+
+    def ok(eps: float) -> bool:
+        outs = errors_at(eps)
+        return all(o["halfwidth"] <= targets[o["name"]] for o in outs if o["name"] in targets)
+
+    found = smallest_passing(ok, lower=MIN_ACCURACY_EPSILON, upper=upper, rtol=1e-4)
+    if found is None:
+        raise QueryError(
+            f"accuracy {accuracy!r} cannot be reached even at epsilon {upper:g}; relax it")
+    return found
+
+
+def _targets(outs: list[dict[str, Any]], accuracy: float | Mapping[str, float],
+             ) -> dict[str, float]:
+    names = {o["name"] for o in outs}
+    if isinstance(accuracy, Mapping):
+        unknown = set(accuracy) - names
+        if unknown:
+            raise QueryError(f"accuracy= names unknown outputs: {sorted(unknown)}")
+        targets = {str(k): float(v) for k, v in accuracy.items()}
+    else:
+        targets = dict.fromkeys(names, float(accuracy))
+    for o in outs:
+        t = targets.get(o["name"])
+        if t is None:
+            continue
+        if o["halfwidth"] is None:
+            raise QueryError(
+                f"accuracy= cannot be met for {o['name']}: its error depends on the data "
+                f"({o['note']}); give epsilon= instead"
+            )
+        if not (t > 0 and math.isfinite(t)):
+            raise QueryError(f"accuracy must be a positive number (got {t!r})")
+    return targets
+
+
+def expected_errors(plan: dplan.Plan) -> list[dict[str, Any]]:
+    """Per output: the CI half-width when it does not depend on the data, else a note."""
+    out: list[dict[str, Any]] = []
+    by_index = {i: ap for i, ap in enumerate(plan.aggs)}
+    for o in plan.spec.outputs:
+        if o.kind != "agg":
+            continue
+        ap = by_index[o.index]  # type: ignore[index]
+        func = ap.call.func
+        if func in (dsql.COUNT, dsql.COUNT_COL, dsql.COUNT_UNITS, dsql.SUM):
+            mm = plan.measure(ap.measures.get("count") or ap.measures["sum"])
+            out.append({"name": o.name, "halfwidth": halfwidth(mm, plan.level),
+                        "note": "exact noise quantile"
+                        + (" (selected groups only)" if mm.kind == "select" else "")})
+        elif func == dsql.AVG:
+            c = plan.measure(ap.measures["count"])
+            s = plan.measure(ap.measures["csum"])
+            out.append({"name": o.name, "halfwidth": None,
+                        "note": f"about (±{halfwidth(s, plan.level):.4g} + |avg - mid| × "
+                                f"±{halfwidth(c, plan.level):.4g}) / n for n rows in a group"})
+        elif func == dsql.QUANTILE:
+            mm = plan.measure(ap.measures["quant"])
+            assert mm.candidates is not None
+            eps_point = mm.quant_epsilon * (1.0 - dplan.QUANTILE_CI_SHARE)
+            eps_end = mm.quant_epsilon * dplan.QUANTILE_CI_SHARE / 2.0
+            u = 2 * mm.quant_sensitivity / eps_point * (
+                math.log(len(mm.candidates)) + math.log(1 / (1 - plan.level)))
+            t = 2 * mm.quant_sensitivity / eps_end * (
+                math.log(len(mm.candidates)) + math.log(2 / (1 - plan.level)))
+            out.append({"name": o.name, "halfwidth": None,
+                        "note": f"rank within ±{u:.3g} rows of the target (exponential "
+                                f"mechanism); interval ends aimed ±{t:.3g} rows away"})
+        else:
+            out.append({"name": o.name, "halfwidth": None,
+                        "note": "depends on the group sizes (shrinks like 1/n)"})
+    return out

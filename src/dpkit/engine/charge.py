@@ -1,0 +1,76 @@
+"""The charged release: the one place where a query's cost is written before its rows are read.
+
+Every answer the curator gives (a query, a release family) goes through :func:`charged_read`:
+
+1. the caller has planned the query and dry-run its statement over empty tables (every type,
+   cast and function error surfaces there, from the schema alone) and checked the budget;
+2. :meth:`Ledger.charge` durably records the plan's event (a refusal here writes nothing);
+3. only then are the rows read, and the noisy answer built from them.
+
+Anything that fails in step 3 keeps the charge and raises one fixed message that names the
+ledger entry and nothing else: a refund, or an error text taken from the failure, would make
+the *outcome* of the query depend on the rows (an error on D, an answer on D' = D plus one
+person), which no noise covers. The compiled statements are total (see
+:mod:`dpkit.engine.totality`), so this message marks a resource failure (memory, disk, a
+killed connection), not a property of one row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from dpkit import events as ev
+from dpkit.engine.ledger import Entry, Ledger
+from dpkit.engine.spec import QueryError
+
+__all__ = ["AFTER_CHARGE", "ChargedQueryError", "charged_read"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+AFTER_CHARGE = (
+    "the {what} could not be completed after its cost was charged (ledger entry #{seq}); "
+    "nothing was released and the charge stands (a refund would reveal something about the "
+    "rows). Retry, or ask the data owner to check the machine's memory and disk"
+)
+
+
+class ChargedQueryError(QueryError):
+    """A failure after the charge: the cost stays spent, nothing was released."""
+
+    def __init__(self, message: str, entry_seq: int) -> None:
+        super().__init__(message)
+        self.entry_seq = entry_seq
+
+
+def charged_read(ledger: Ledger, event: ev.Event, *, analyst: str, query: str,
+                 delta_share: float | None, details: dict[str, Any] | None,
+                 read: Callable[[], T], finish: Callable[[T, Entry], R],
+                 what: str = "query") -> R:
+    """Charge ``event``, then ``read()`` the exact values and ``finish`` them into the answer.
+
+    ``read`` touches private rows; ``finish`` adds noise and post-processes (it sees only the
+    exact aggregates and the committed entry). A :class:`QueryError` raised by ``finish`` comes
+    from post-processing the noisy values (HAVING, ORDER BY, expressions): its text depends on
+    public things and noisy values only, so it is kept, with the charge named. Any other
+    failure gives the fixed :data:`AFTER_CHARGE` message.
+    """
+    entry = ledger.charge(event, analyst=analyst, query=query, delta_share=delta_share,
+                          details=details)
+    # ---- from here on the charge is durable: whatever happens, it stays
+    try:
+        exact = read()
+    except Exception:
+        raise ChargedQueryError(AFTER_CHARGE.format(what=what, seq=entry.seq),
+                                entry.seq) from None
+    try:
+        return finish(exact, entry)
+    except QueryError as exc:
+        if isinstance(exc, ChargedQueryError):
+            raise
+        raise ChargedQueryError(f"{exc} (its cost stays charged: ledger entry #{entry.seq})",
+                                entry.seq) from None
+    except Exception:
+        raise ChargedQueryError(AFTER_CHARGE.format(what=what, seq=entry.seq),
+                                entry.seq) from None

@@ -1,0 +1,120 @@
+"""What a query asks, as data: the spec the SQL front end produces and the planner reads.
+
+:class:`QuerySpec` is built from the query text and the declared schema only
+(:func:`dpkit.engine.sql.parse_query`); nothing in it depends on a row. :class:`QueryError` is
+the one refusal type of the engine: its message says what to write instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlglot import exp
+
+from dpkit.engine.totality import total_condition_sql
+
+__all__ = ["AggCall", "GroupKey", "JoinSpec", "Output", "QueryError", "QuerySpec", "where_sql"]
+
+
+class QueryError(ValueError):
+    """The curator refuses this query; nothing was charged. The message says what to write."""
+
+
+# Aggregate function kinds
+COUNT = "count"  # COUNT(*)
+COUNT_COL = "count_col"  # COUNT(col): non-NULL values
+COUNT_UNITS = "count_units"  # COUNT(DISTINCT privacy unit)
+SUM = "sum"
+AVG = "avg"
+VAR = "var"  # sample variance (n - 1); for DP purposes n is noisy, we report S2/n - mean^2
+VAR_POP = "var_pop"
+STDDEV = "stddev"
+STDDEV_POP = "stddev_pop"
+QUANTILE = "quantile"
+
+NUMERIC_AGGS = {SUM, AVG, VAR, VAR_POP, STDDEV, STDDEV_POP, QUANTILE}
+MIN_QUANTILE = 0.01  # MIN/MAX are released as these extreme quantiles (see docs/curator.md)
+MAX_QUANTILE = 0.99
+
+
+@dataclass(frozen=True)
+class AggCall:
+    """One aggregate the analyst asked for (before it is split into noisy measurements)."""
+
+    func: str
+    source: str | None  # scope alias of the column's table ("" for the private table)
+    column: str | None
+    q: float | None = None
+    label: str = ""  # as the analyst would write it, e.g. "AVG(age)"
+    default_name: str = ""  # output column name when no alias is given
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        return (self.func, self.source, self.column, self.q)
+
+
+@dataclass
+class Output:
+    name: str
+    kind: str  # "group" | "agg" | "expr"
+    index: int | None = None  # group or aggregate index
+    expr: exp.Expression | None = None  # for "expr": over __g{i} / __a{i}
+
+
+@dataclass(frozen=True)
+class JoinSpec:
+    table: str  # a public table
+    alias: str
+    kind: str  # "inner" | "left"
+    on: tuple[tuple[str, str], ...]  # (private-side column, public-side column) pairs
+
+
+@dataclass
+class GroupKey:
+    source: str  # "" = private table, else the public table's alias
+    column: str
+    type: str
+
+
+@dataclass
+class QuerySpec:
+    text: str
+    table: str
+    alias: str
+    joins: list[JoinSpec]
+    where: exp.Expression | None  # columns as __t."col" / <alias>."col"
+    where_risky: bool
+    group_by: list[GroupKey]
+    aggs: list[AggCall]
+    outputs: list[Output]
+    having: exp.Expression | None
+    order: list[tuple[exp.Expression, bool]]
+    limit: int | None
+    offset: int | None
+    columns_used: set[tuple[str, str]] = field(default_factory=set)
+    # per ORDER BY term: the index of the aggregate it orders by when the term is exactly one
+    # aggregate (directly, by output alias or by position), else None; the planner uses it to
+    # choose top-k groups with a noisy-max mechanism (ORDER BY <agg> LIMIT k)
+    order_aggs: list[int | None] = field(default_factory=list)
+
+    @property
+    def postprocess(self) -> bool:
+        return (
+            self.having is not None
+            or bool(self.order)
+            or self.limit is not None
+            or self.offset is not None
+            or any(o.kind == "expr" for o in self.outputs)
+        )
+
+
+PRIVATE_ALIAS = "__t"
+
+
+def where_sql(spec: QuerySpec) -> str | None:
+    """The WHERE condition as DuckDB text that never raises on a row (see
+    :mod:`dpkit.engine.totality`), or None."""
+    if spec.where is None:
+        return None
+    return total_condition_sql(spec.where, not spec.where_risky)

@@ -1,0 +1,231 @@
+"""The side-channel fuzzer: it finds a planted leak, its parts behave, and (the CI run) the
+curator shows nothing on neighbouring datasets but noisy values.
+
+The CI run (``test_no_side_channels_on_all_column_types``) asks for 2,000 D/D' comparisons
+(docs/attacks.md) and is a strict xfail while the engine still leaks (issue 12): it stops at
+the first finding then, so it is quick; when the engine is sealed it runs all 2,000 and the
+marker must go.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpkit as dp
+from dpkit.attacks import side_channels as sc
+from dpkit.engine import QueryError
+from dpkit.engine.tables import Column, TableMeta
+
+PEOPLE = TableMeta(
+    "people",
+    (Column("uid", "BIGINT"), Column("age", "INTEGER"), Column("big", "BIGINT"),
+     Column("huge", "HUGEINT"), Column("dec", "DECIMAL(38,20)"), Column("score", "DOUBLE"),
+     Column("ward", "VARCHAR"), Column("note", "VARCHAR"), Column("flag", "BOOLEAN"),
+     Column("day", "DATE"), Column("ts", "TIMESTAMP")),
+    privacy_unit="uid", max_rows_per_unit=2,
+    bounds={"age": (0, 120), "score": (-10, 10), "dec": (0, 100), "big": (0, 1000)},
+    domains={"ward": ("A", "B", "C")},
+)
+WARDS = TableMeta("wards", (Column("ward", "VARCHAR"), Column("code", "DECIMAL(38,20)"),
+                            Column("label", "VARCHAR")), public=True)
+SMALL = TableMeta("t", (Column("uid", "BIGINT"), Column("k", "VARCHAR"), Column("x", "DOUBLE")),
+                  privacy_unit="uid", bounds={"x": (0, 10)}, domains={"k": ("a", "b")})
+
+
+def _one(con: duckdb.DuckDBPyConnection, sql: str) -> Any:
+    row = con.execute(sql).fetchone()
+    assert row is not None
+    return row[0]
+
+
+# ---------------------------------------------------------------------- a planted leak
+
+
+class _Leaky:
+    """A curator that leaks on purpose when its table holds an odd number of rows: queries
+    with a WHERE clause and no GROUP BY raise (an error oracle), and GROUP BY queries release
+    their groups in reverse order."""
+
+    def __init__(self, cur: Any, odd: bool) -> None:
+        self._cur, self._odd = cur, odd
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cur, name)
+
+    def sql(self, query: str, **kw: Any) -> Any:
+        if self._odd and "WHERE" in query and "GROUP BY" not in query:
+            raise QueryError("planted: odd number of rows")
+        res = self._cur.sql(query, **kw)
+        if self._odd and "GROUP BY" in query:
+            data = {c: np.asarray(v)[::-1] for c, v in res.data.items()}
+            res = dataclasses.replace(res, data=data)
+        return res
+
+
+def _leaky_factory(path: Path, data_file: Path, table: TableMeta, public: Any, **kw: Any) -> Any:
+    cur = sc.make_project(path, data_file, table, public, **kw)
+    con = duckdb.connect(str(data_file), read_only=True)
+    rows = _one(con, f'SELECT COUNT(*) FROM "{table.name}"')
+    con.close()
+    return _Leaky(cur, odd=rows % 2 == 1)
+
+
+def test_fuzzer_finds_a_planted_leak() -> None:
+    rep = sc.fuzz(SMALL, queries=60, seed=3, neighbours=("add", "remove"),
+                  accountants=("approx",), families=("sql",), factory=_leaky_factory,
+                  units=10)
+    causes = rep.by_cause()
+    assert "error_oracle" in causes, rep.summary()
+    kinds = [f for f in causes["error_oracle"] if "kind" in f.fields]
+    assert kinds, rep.summary()
+    f = kinds[0]
+    # the D project (10 units, one row each: even) answers; the D' one (odd) refuses
+    assert f.on_d.kind == "answer" and f.on_d1 is not None and f.on_d1.kind == "refusal"
+    assert "planted" in f.on_d1.error_text
+    assert (f.minimal or f.query).where  # the plant needs a WHERE clause...
+    assert f.minimal is None or len(f.minimal.where) == 1  # ...and one conjunct is enough
+    assert "key_order" in causes, rep.summary()
+
+
+def test_no_leak_is_found_without_the_plant() -> None:
+    # the same run on the honest curator restricted to queries on declared keys and plain
+    # comparisons finds no key_order or error_oracle from the plant (a control for the test
+    # above: the plant, not the harness, made those findings)
+    rep = sc.fuzz(SMALL, queries=20, seed=3, neighbours=("add", "remove"),
+                  accountants=("approx",), families=("sql",), units=10)
+    assert all("planted" not in f.on_d.error_text for f in rep.findings)
+    assert rep.comparisons == 20
+
+
+# ---------------------------------------------------------------------- the comparison
+
+
+def _answer(keys: list[tuple[Any, ...]], **kw: Any) -> sc.Outcome:
+    base = {"kind": "answer", "columns": ("k", "n"), "keys": tuple(keys), "rows": len(keys),
+            "charged_epsilon": 1.0, "charges": 1}
+    return sc.Outcome(**{**base, **kw})
+
+
+def test_compare_flags_every_public_difference() -> None:
+    q = sc.Query("sql", "t", text="SELECT k, COUNT(*) AS n FROM t GROUP BY k")
+    a = _answer([("a",), ("b",)])
+    assert sc.compare(q, a, a) == ()
+    assert sc.compare(q, a, _answer([("b",), ("a",)])) == ("key_order",)
+    assert sc.compare(q, a, _answer([("a",)])) == ("rows", "key_set")
+    assert sc.compare(q, a, _answer([("a",), ("b",)], charged_epsilon=0.5)) == (
+        "charge_epsilon",)
+    refused = sc.Outcome(kind="refusal", error_class="QueryError", error_text="no")
+    assert sc.compare(q, a, refused)[:2] == ("kind", "error_class")
+    other = dataclasses.replace(refused, error_text="no!")
+    assert sc.compare(q, refused, other) == ("error_text",)
+
+
+def test_compare_lets_noise_choose_rows_but_not_their_order() -> None:
+    q = sc.Query("sql", "t", text="SELECT k, COUNT(*) AS n FROM t GROUP BY k")
+    a = _answer([("a",), ("b",), ("c",)], selected=True)
+    # partition selection may drop a group on one side: not a finding
+    assert sc.compare(q, a, _answer([("a",), ("c",)], selected=True)) == ()
+    # ...but the groups shown on both sides must come in the same order
+    assert sc.compare(q, a, _answer([("c",), ("a",)], selected=True)) == ("key_order",)
+    by_noise = dataclasses.replace(q, noisy_order=True, noisy_rows=True)
+    assert sc.compare(by_noise, a, _answer([("c",), ("a",)])) == ()
+
+
+def test_self_check() -> None:
+    q = sc.Query("sql", "t")
+    assert sc.self_check(q, _answer([(0.0,), (-0.0,)])) == ("duplicate_keys",)
+    assert sc.self_check(q, _answer([("a",)], charges=0)) == ("free_release",)
+    crash = sc.Outcome(kind="exception", error_class="OverflowError")
+    assert sc.self_check(q, crash) == ("internal_exception",)
+
+
+# ---------------------------------------------------------------------- the parts
+
+
+def test_queries_are_reproducible_from_the_seed() -> None:
+    g = sc.Grammar(PEOPLE, [WARDS])
+
+    def run(seed: int) -> list[str]:
+        d = sc.Draw(seed)
+        return [g.query(d).python() for _ in range(50)]
+
+    assert run(5) == run(5)
+    assert run(5) != run(6)
+    text = "\n".join(run(5) + run(7) + run(8))
+    for construct in ("CASE", "CAST(", "JOIN", "GROUP BY", "cur.cdf", "DP_"):
+        assert construct in text, construct
+
+
+def test_neighbours_differ_by_one_unit(tmp_path: Path) -> None:
+    s = sc.Scratch(tmp_path, PEOPLE, [WARDS])
+    s.generate(sc.Draw(1), units=12)
+    units = "SELECT COUNT(DISTINCT uid) FROM {}"
+    n0 = _one(s.con, units.format("d0"))
+    assert n0 == 12
+    d = sc.Draw(2)
+    for kind, delta in (("add", 1), ("remove", -1), ("add_extreme", 1), ("add_many", 1),
+                        ("change_extreme", 0)):
+        name = s.neighbour(kind, d)
+        assert _one(s.con, units.format(name)) == n0 + delta, kind
+    many = _one(s.con, "SELECT COUNT(*) FROM n_add_many")
+    assert many - _one(s.con, "SELECT COUNT(*) FROM d0") >= 20
+    floats = {r[0] for r in s.con.execute("SELECT CAST(score AS VARCHAR) FROM d0").fetchall()}
+    assert {"-0.0", "nan", "inf"} <= floats  # D itself holds the odd floats
+    s.close()
+
+
+def test_extreme_values_cover_the_type_limits() -> None:
+    lits = {c.name: sc.extreme_literals(PEOPLE, c) for c in PEOPLE.columns}
+    assert "170141183460469231731687303715884105727" in lits["huge"]
+    assert "9223372036854775807" in lits["big"]
+    assert {"'inf'", "'nan'", "'-0.0'", "NULL"} <= set(lits["score"])
+    assert {"'true'", "'x'", "'1e400'", "''"} <= set(lits["note"])
+    assert "'zz_not_declared'" in lits["ward"]
+    assert "'infinity'" in lits["day"]
+
+
+def test_fuzz_a_project_leaves_it_untouched(tmp_path: Path) -> None:
+    cur = dp.Curator.create(tmp_path / "own.dpkit", budget=dp.Budget(epsilon=1.0))
+    df = pd.DataFrame({"uid": range(40), "k": ["a", "b"] * 20, "x": np.linspace(0, 10, 40)})
+    cur.add_table("t", df, privacy_unit="uid", bounds={"x": (0, 10)}, domains={"k": ["a", "b"]})
+    cur.close()
+    rep = sc.fuzz(tmp_path / "own.dpkit", queries=20, seed=1, neighbours=("add", "remove"),
+                  accountants=("approx",))
+    assert rep.comparisons == 20
+    again = dp.Curator.open(tmp_path / "own.dpkit")
+    assert again.budget().spent == 0.0 and len(again.budget().history) == 0
+    again.close()
+    with pytest.raises(ValueError, match="no private table"):
+        sc.fuzz(tmp_path / "own.dpkit", table="nope", queries=1)
+
+
+def test_command_line(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from dpkit.cli import main
+
+    cur = dp.Curator.create(tmp_path / "own.dpkit", budget=dp.Budget(epsilon=1.0))
+    cur.add_table("t", pd.DataFrame({"uid": range(20), "x": np.linspace(0, 10, 20)}),
+                  privacy_unit="uid", bounds={"x": (0, 10)})
+    cur.close()
+    res = CliRunner().invoke(main, ["attack", "side-channels", str(tmp_path / "own.dpkit"),
+                                    "--queries", "8", "--neighbours", "add",
+                                    "--accountants", "approx", "--seed", "2"])
+    assert res.exit_code == 0, res.output
+    assert "D/D' comparisons" in res.output and "8" in res.output
+
+
+# ---------------------------------------------------------------------- the CI run
+
+
+@pytest.mark.xfail(strict=True, reason="issue 12: leaks until the engine is sealed")
+def test_no_side_channels_on_all_column_types() -> None:
+    rep = sc.fuzz(PEOPLE, public=[WARDS], queries=2000, seed=2024, max_findings=1)
+    assert rep.ok, rep.summary()
