@@ -194,3 +194,38 @@ def test_secure_project_says_secure(tmp_path: Path) -> None:
     assert not again.insecure and again._source is None
     with pytest.raises(TypeError, match="seeded"):
         Curator.create(tmp_path / "q", epsilon=1.0, source=object())  # type: ignore[arg-type]
+
+
+def test_cli_analyst_tour(tmp_path: Path) -> None:
+    """The owner adds an analyst on the command line; the analyst queries with the printed
+    token (flag or DPKIT_TOKEN); add-table with a token is refused; revoke closes the door."""
+    import re
+
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from dpkit.cli import main
+
+    run = CliRunner().invoke
+    proj = str(tmp_path / "p")
+    csv = tmp_path / "t.csv"
+    pd.DataFrame(ROWS).to_csv(csv, index=False)
+    assert run(main, ["init", proj, "--epsilon", "3"]).exit_code == 0
+    assert run(main, ["add-table", proj, "t", str(csv), "--privacy-unit", "pid"]).exit_code == 0
+    out = run(main, ["analyst", "add", proj, "ann", "--epsilon", "1"])
+    assert out.exit_code == 0, out.output
+    found = re.findall(r"dpkit_[0-9a-f]{64}", out.output)
+    assert len(found) == 1
+    token = found[0]
+    q = run(main, ["query", proj, "SELECT COUNT(*) FROM t", "--epsilon", "0.5", "--token", token])
+    assert q.exit_code == 0, q.output
+    env = {"DPKIT_TOKEN": token}
+    refused = run(main, ["add-table", proj, "u", str(csv)], env=env)
+    assert refused.exit_code == 2 and "owner's credential" in refused.output
+    mine = run(main, ["budget", proj, "--json"], env=env)
+    assert mine.exit_code == 0 and '"analyst": "ann"' in mine.output
+    listed = run(main, ["analyst", "list", proj])
+    assert listed.exit_code == 0 and "ann" in listed.output and "active" in listed.output
+    assert run(main, ["analyst", "revoke", proj, "ann"]).exit_code == 0
+    after = run(main, ["query", proj, "SELECT COUNT(*) FROM t", "--epsilon", "0.1"], env=env)
+    assert after.exit_code == 2 and "revoked" in after.output
