@@ -179,10 +179,10 @@ def test_noise_source_is_fixed_at_creation(tmp_path: Path) -> None:
 
 
 def test_reopen_seed_depends_on_seed_and_length_only(tmp_path: Path) -> None:
-    from dpkit.engine.curator import _reopen_seed
+    from dpkit.engine.roles import reopen_seed
 
-    assert _reopen_seed(7, 5) == _reopen_seed(7, 5)
-    assert len({_reopen_seed(7, 5), _reopen_seed(7, 6), _reopen_seed(8, 5)}) == 3
+    assert reopen_seed(7, 5) == reopen_seed(7, 5)
+    assert len({reopen_seed(7, 5), reopen_seed(7, 6), reopen_seed(8, 5)}) == 3
 
 
 def test_secure_project_says_secure(tmp_path: Path) -> None:

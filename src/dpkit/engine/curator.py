@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import math
 import os
 import re
@@ -66,6 +65,16 @@ from dpkit.engine.ledger import Entry, Ledger, head_path, key_path
 from dpkit.engine.noisy import release
 from dpkit.engine.read import Exact, Reader
 from dpkit.engine.results import Preview, Result
+from dpkit.engine.roles import (
+    OWNER,
+    TOKEN_ENV,
+    charged_analyst,
+    check_analyst_name,
+    identify,
+    new_token,
+    project_source,
+    reopen_seed,
+)
 from dpkit.engine.tables import (
     Column,
     TableMeta,
@@ -82,10 +91,6 @@ __all__ = ["BudgetStatus", "Curator", "HistoryItem"]
 LEDGER_FILE = "ledger.sqlite"
 DATA_FILE = "data.duckdb"
 LOAD_LOCK = ".load.lock"  # held across a table load, its ledger row and the orphan cleanup
-OWNER = "owner"  # the name the owner's own charges are recorded under
-TOKEN_ENV = "DPKIT_TOKEN"
-_TOKEN = re.compile(r"dpkit_[0-9a-f]{64}")
-_ANALYST_NAME = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 _NOT_GIVEN: Any = object()  # marks a removed keyword argument that the caller did not pass
 MAX_BUDGET_EPSILON = 1000.0
 STRATEGY_CACHE = "strategies"  # folder (inside the project) holding optimised strategies
@@ -171,38 +176,6 @@ class BudgetStatus:
         return self.table()
 
 
-def charged_analyst(own: str, given: object) -> str:
-    """The analyst a query is charged to: always the one the curator was opened as (by its
-    token, or the owner). A caller-chosen name (the removed ``analyst=``) is refused: it would
-    let anyone spend another analyst's budget, or escape their own cap."""
-    if given is not None:
-        raise TypeError(
-            f"analyst= was removed: charges go to the analyst whose token opened the project "
-            f"(now {own!r}). Open it as that analyst: dp.Curator.open(path, token=...), or set "
-            f"DPKIT_TOKEN (the owner makes tokens with cur.add_analyst / `dpkit analyst add`)"
-        )
-    return own
-
-
-def _reopen_seed(seed: int, rows: int) -> int:
-    """The seed of an insecure project's source after reopening: a function of the recorded
-    seed and the ledger's length (reproducible, never the secure source in disguise)."""
-    digest = hashlib.sha256(f"dpkit-reopen:{seed}:{rows}".encode("ascii")).hexdigest()
-    return int(digest[:15], 16)
-
-
-def _project_source(source: Any) -> tuple[_noise.Source | None, int | None]:
-    """(source to use now, seed to record) for ``Curator.create(source=...)``."""
-    if source is None or isinstance(source, _noise.SecureSource):
-        return None, None
-    if isinstance(source, _noise.SeededSource):
-        return source, source.seed
-    raise TypeError(
-        f"source= takes dp.noise.secure() (the default) or dp.noise.seeded(seed) for an "
-        f"INSECURE test project (got {source!r})"
-    )
-
-
 class Curator:
     """A project: private tables behind aggregate-only queries and an enforced, durable budget.
 
@@ -256,7 +229,7 @@ class Curator:
         recorded in the ledger and cannot be changed later.
         """
         path = Path(path)
-        src, noise_seed = _project_source(source)
+        src, noise_seed = project_source(source)
         if budget is not None:
             if epsilon is not None or accountant is not None:
                 raise ValueError("give budget= or epsilon=/delta=/accountant=, not both")
@@ -342,12 +315,12 @@ class Curator:
             token = os.environ.get(TOKEN_ENV) or None
         ledger = Ledger.open(path / LEDGER_FILE, expected_head=expected_head)
         try:
-            who = OWNER if token is None else _identify(ledger, token)
+            who = OWNER if token is None else identify(ledger, token)
         except BaseException:
             ledger.close()
             raise
         seed = ledger.config.noise_seed
-        src = None if seed is None else _noise.seeded(_reopen_seed(seed, len(ledger.entries())))
+        src = None if seed is None else _noise.seeded(reopen_seed(seed, len(ledger.entries())))
         return cls(path, ledger, analyst=who, owner=token is None, source=src)
 
     def _require_owner(self, action: str) -> None:
@@ -577,16 +550,13 @@ class Curator:
         its SHA-256 is stored. It carries 256 bits from the OS CSPRNG; ``epsilon``: the
         analyst's own cap inside the project's budget (None: only the project's budget)."""
         self._require_owner("adding an analyst")
-        if not isinstance(name, str) or not _ANALYST_NAME.fullmatch(name) or name == OWNER:
-            raise ValueError(
-                f"analyst name {name!r}: use 1-64 letters, digits or _.@- (and not {OWNER!r})")
+        check_analyst_name(name)
         if name in self.ledger.analysts():
             raise ValueError(f"analyst {name!r} exists already (names are never reused, so "
                              f"the history stays theirs); choose another name")
         if epsilon is not None:
             dplan.check_epsilon(epsilon, "epsilon")
-        token = "dpkit_" + _noise.token_hex(32)
-        digest = hashlib.sha256(token.encode("ascii")).hexdigest()
+        token, digest = new_token()
         self.ledger.record("analyst", {"analyst": name, "epsilon": epsilon,
                                        "token_sha256": digest},
                            analyst=self.analyst, query=f"ADD ANALYST {name} (epsilon {epsilon})")
@@ -971,22 +941,6 @@ class Curator:
                 if (e.kind == "charge" and e.analyst == self.analyst)
                 or (e.kind == "analyst" and e.payload.get("analyst") == self.analyst)
                 or e.kind not in ("charge", "analyst")]
-
-
-def _identify(ledger: Ledger, token: str) -> str:
-    """The analyst a token names, or a refusal that says why (malformed, unknown, revoked)."""
-    if not isinstance(token, str) or not _TOKEN.fullmatch(token.strip()):
-        raise ValueError(
-            "malformed analyst token: expected 'dpkit_' and 64 hex digits, as printed once by "
-            "`dpkit analyst add` / cur.add_analyst(...); check DPKIT_TOKEN or --token"
-        )
-    name = ledger.analyst_for_token(token.strip())
-    if name is None:
-        raise PermissionError(
-            "this analyst token is unknown to the project, or was revoked: ask the project's "
-            "owner for a (new) token (`dpkit analyst add`)"
-        )
-    return name
 
 
 def _plan_cache_key(spec_key: tuple[str, int], *params: Any) -> tuple[Any, ...] | None:
