@@ -283,7 +283,7 @@ def test_eight_processes_never_overspend(tmp_path: Path, visits_data: Any) -> No
     status = again.budget()
     assert len(status.history) == 10
     assert status.spent <= 1.0 * (1 + 1e-9)
-    assert again.verify() == 2 + 10
+    assert again.verify() == 2 + 8 + 10  # genesis, table, 8 analysts (tokens), 10 charges
 
 
 def test_two_handles_on_one_ledger_stay_in_step(tmp_path: Path) -> None:

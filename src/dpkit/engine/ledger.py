@@ -364,8 +364,9 @@ class Ledger:
             _refuse_old_format(conn, path)
             led = cls(path, conn, _read_key(key_path(path)))
             with led._lock:
+                stored = led._stored_head()  # before the rows: see _check_stored_head
                 led._sync()
-            led._check_stored_head()
+                led._check_stored_head(stored)
             if expected_head is not None:
                 led.verify(expected_head=expected_head)
         except BaseException:
@@ -458,11 +459,12 @@ class Ledger:
                                    "mac": self._head_mac(seq, digest)}))
         os.replace(tmp, target)
 
-    def _check_stored_head(self) -> None:
+    def _check_stored_head(self, stored: tuple[int, str] | None) -> None:
         """Refuse a ledger shorter than its stored head, or one whose row at that head differs
-        (rows removed from the end, or the history rewritten)."""
+        (rows removed from the end, or the history rewritten). ``stored`` must be read *before*
+        the rows: a head is written only after its row commits, so every row it names is then
+        visible (read after, a concurrent commit would look like a truncation)."""
         with self._lock:
-            stored = self._stored_head()
             if stored is None:
                 raise LedgerTampered(
                     len(self._entries), f"its head file {head_path(self.path)} is missing "
@@ -486,6 +488,7 @@ class Ledger:
         was removed: the row with that seq must still carry that hash.
         """
         with self._lock:
+            stored = self._stored_head()  # before the rows (see _check_stored_head)
             rows = self._conn.execute(
                 "SELECT seq, kind, analyst, time, query, event, view, payload, prev_hash, hash "
                 "FROM ledger ORDER BY seq"
@@ -495,7 +498,7 @@ class Ledger:
             self._reindex()
             self._budget_cache.clear()
             self._load_config()
-            self._check_stored_head()
+            self._check_stored_head(stored)
             if expected_head is not None:
                 self._match_head(expected_head, "the expected head")
             return len(entries)
