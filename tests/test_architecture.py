@@ -81,7 +81,7 @@ def test_lower_rooms_never_import_higher_ones(path: Path) -> None:
 RANDOMNESS = re.compile(
     r"np\.random\b|numpy\.random\b|^\s*import random\b|^\s*from random import|"
     r"\brandom\.(random|randint|randrange|choice|choices|shuffle|sample|getrandbits|uniform)\(|"
-    r"\bos\.urandom\b|\bos\.getrandom\b|default_rng\(|"
+    r"\bos\.urandom\b|\bos\.getrandom\b|default_rng\(|\buuid\.uuid4\b|"
     r"^\s*import secrets\b|^\s*from secrets import|"
     r"\bsecrets\.(token_\w+|randbelow|randbits|choice|SystemRandom)\b|"
     # raw words from a dpkit.noise Source (np.uint64(...) constants are not draws)

@@ -18,7 +18,7 @@ import pytest
 
 from dpkit.engine import Curator
 from dpkit.engine import plan as dplan
-from dpkit.engine.backend_duckdb import relation_name
+from dpkit.engine.backend_duckdb import table_relation
 
 M = 3
 
@@ -44,10 +44,10 @@ def cur(tmp_path: Path) -> Curator:
 def _run(cur: Curator, query: str, *, with_totals: bool, seed: int) -> dict[str, list]:
     plan = cur._plan(query, epsilon=1.0, rho=None, delta=None, noise="laplace", level=0.95,
                      bounds=None)
-    fixed = cur._backend.fixed_columns("t")
+    fixed = cur._backend.fixed_columns(cur.tables()["t"].stored_name)
     if not with_totals:
         fixed = frozenset(f for f in fixed if f != dplan.unit_rows_column_name("uid"))
-    relations = {n: relation_name(n, meta.public) for n, meta in cur.tables().items()}
+    relations = {n: table_relation(meta) for n, meta in cur.tables().items()}
     compiled = dplan.compile_sql(plan, relations=relations, seed=seed, fixed_columns=fixed)
     keys, cols = cur._backend.run(compiled.text, compiled.group_cols, compiled.measure_cols)
     return {"keys": keys, "sql": [compiled.text], **cols}

@@ -88,11 +88,14 @@ def test_demo_runs_and_prints(tmp_path: Path) -> None:
 def test_analyst_budgets_through_the_curator(project: object) -> None:
     cur = project(epsilon=2.0)  # type: ignore[operator]
     cur.add_table("t", {"x": np.arange(10.0)})
+    # changed with roles: analysts act through their tokens, not a caller-chosen analyst=
+    intern = Curator.open(cur.path, token=cur.add_analyst("intern"))
+    lead = Curator.open(cur.path, token=cur.add_analyst("lead"))
     cur.set_analyst_budget("intern", 0.3)
-    cur.sql("SELECT COUNT(*) FROM t", epsilon=0.25, analyst="intern")
+    intern.sql("SELECT COUNT(*) FROM t", epsilon=0.25)
     with pytest.raises(BudgetExceeded, match="intern"):
-        cur.sql("SELECT COUNT(*) FROM t", epsilon=0.1, analyst="intern")
-    cur.sql("SELECT COUNT(*) FROM t", epsilon=1.0, analyst="lead")
+        intern.sql("SELECT COUNT(*) FROM t", epsilon=0.1)
+    lead.sql("SELECT COUNT(*) FROM t", epsilon=1.0)
     assert cur.budget().spent == pytest.approx(1.25)
     assert cur.budget("intern").spent == pytest.approx(0.25)
 

@@ -25,7 +25,7 @@ import pytest
 import dpkit as dp
 from dpkit.engine import Curator
 from dpkit.engine import plan as dplan
-from dpkit.engine.backend_duckdb import KEYS_SCHEMA, key_table_relation, relation_name
+from dpkit.engine.backend_duckdb import KEYS_SCHEMA, key_table_relation, table_relation
 from dpkit.engine.noisy import _as_int, _centred_sums
 from dpkit.engine.plan import compile as plan_compile
 from dpkit.engine.read import Exact
@@ -73,8 +73,8 @@ def _plan(cur: Curator, query: str, **kw: Any) -> dplan.Plan:
 def _run(cur: Curator, plan: dplan.Plan, *, tables: bool, seed: int = 99,
          columnar: bool = False) -> tuple[str, Exact]:
     """Compile ``plan`` with (``tables``) or without the key tables and run it."""
-    relations = {n: relation_name(n, m.public) for n, m in plan.catalog.items()}
-    fixed = cur._backend.fixed_columns(plan.table.name) if plan.table.storage == "copy" \
+    relations = {n: table_relation(m) for n, m in plan.catalog.items()}
+    fixed = cur._backend.fixed_columns(plan.table.stored_name) if plan.table.storage == "copy" \
         else frozenset()
     keys = ({c: key_table_relation(t) for c, t in plan.table.key_tables.items()}
             if tables else None)

@@ -76,7 +76,10 @@ def test_entry_points_take_the_context(
     _same(via_method, via_package, ["low", "high", "count", "count_ci_low", "count_ci_high"])
     syn = f.synthetic("visits", ["ward", "age"], epsilon=0.5)
     assert isinstance(syn, families.SyntheticData)
-    assert f._families("bob").analyst == "bob"
+    # changed with roles: the context is always charged to the curator's own analyst (the
+    # token's name); a caller-chosen name is refused
+    with pytest.raises(TypeError, match="token"):
+        f._families("bob")  # type: ignore[arg-type]
     assert f._families().analyst == f.analyst
 
 

@@ -91,13 +91,15 @@ def test_stored_and_per_query_integers_agree_with_the_definition(
     cur.add_table("stored", data, **kw)
     cur.add_table("view", str(path), **kw)
     # one fixed-point column, plus each row's unit total when there is a unit
-    assert len(cur._backend.fixed_columns("stored")) == 1 + (unit is not None)
-    cur._backend._fixed["view"] = frozenset()  # as a project loaded before they existed
+    stored = cur.tables()["stored"].stored_name  # the relation of this load
+    assert len(cur._backend.fixed_columns(stored)) == 1 + (unit is not None)
+    # as a project loaded before they existed
+    cur._backend._fixed[cur.tables()["view"].stored_name] = frozenset()
     q = "SELECT g, SUM(x), AVG(x) FROM {} GROUP BY g"
     p1, e1 = _exact(cur, q.format("stored"), epsilon)
     _p2, e2 = _exact(cur, q.format("view"), epsilon)  # clamps and converts every row
     assert "__x0" in dplan.compile_sql(p1, relations={"stored": "r"}, seed=1,
-                                       fixed_columns=cur._backend.fixed_columns("stored")).text
+                                       fixed_columns=cur._backend.fixed_columns(stored)).text
     sm = next(m for m in p1.measures if m.kind == "sum")
     assert e1.keys == e2.keys
     assert e1.cols[sm.sql_col] == e2.cols[sm.sql_col]
@@ -122,10 +124,10 @@ def test_new_bounds_recompute_the_stored_integers(tmp_path: Path) -> None:
     data = _data()
     cur = Curator.create(tmp_path / "p.dpkit", epsilon=1000.0, source=dp.noise.seeded(3))
     cur.add_table("t", data, bounds={"x": (0, 100)})
-    old = cur._backend.fixed_columns("t")
+    old = cur._backend.fixed_columns(cur.tables()["t"].stored_name)
     assert old == {dplan.fixed_column_name("x", 0.0, 100.0)}
     cur.add_table("t", data, bounds={"x": (0, 10)}, replace=True)
-    new = cur._backend.fixed_columns("t")
+    new = cur._backend.fixed_columns(cur.tables()["t"].stored_name)
     assert new == {dplan.fixed_column_name("x", 0.0, 10.0)} and not (new & old)
     plan, exact = _exact(cur, "SELECT SUM(x) FROM t", 1.0)
     sm = next(m for m in plan.measures if m.kind == "sum")

@@ -19,7 +19,7 @@ import pytest
 import dpkit as dp
 from dpkit.engine import Curator
 from dpkit.engine import plan as dplan
-from dpkit.engine.backend_duckdb import key_table_relation, relation_name
+from dpkit.engine.backend_duckdb import key_table_relation, table_relation
 from dpkit.engine.read import Exact
 
 N = 2000
@@ -62,10 +62,10 @@ def _plan(cur: Curator, query: str) -> dplan.Plan:
 
 
 def _exact(cur: Curator, plan: dplan.Plan, *, fill: bool) -> Exact:
-    relations = {n: relation_name(n, m.public) for n, m in plan.catalog.items()}
+    relations = {n: table_relation(m) for n, m in plan.catalog.items()}
     compiled = dplan.compile_sql(
         plan, relations=relations, seed=5,
-        fixed_columns=cur._backend.fixed_columns(plan.table.name),
+        fixed_columns=cur._backend.fixed_columns(plan.table.stored_name),
         key_tables={c: key_table_relation(t) for c, t in plan.table.key_tables.items()},
         fill_keys=fill)
     if fill:

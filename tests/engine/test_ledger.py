@@ -17,7 +17,14 @@ import dpkit as dp
 from dpkit import events as ev
 from dpkit.accounting import BudgetExceeded
 from dpkit.engine import Curator
-from dpkit.engine.ledger import Ledger, LedgerTampered, canonical_json, row_hash
+from dpkit.engine.ledger import (
+    Ledger,
+    LedgerTampered,
+    canonical_json,
+    head_path,
+    key_path,
+    row_hash,
+)
 
 
 def _ledger(tmp_path: Path, **kw: object) -> Ledger:
@@ -40,12 +47,14 @@ def test_genesis_and_charges_round_trip(tmp_path: Path) -> None:
     charges = again.entries("charge")
     assert charges[0].event == ev.DiscreteLaplace(2.0, 1)
     assert charges[1].analyst == "bob" and charges[1].query == "q2"
-    # the hash is sha256(prev_hash || canonical JSON of the row's fields)
+    # the hash is HMAC-SHA256(owner key, prev_hash || canonical JSON of the row's fields)
     row = charges[1]
     fields = {"seq": row.seq, "kind": row.kind, "analyst": row.analyst, "time": row.time,
               "query": row.query, "event": row.event.to_json(),
               "view": canonical_json(row.view), "payload": canonical_json(row.payload)}
-    assert row_hash(row.prev_hash, fields) == row.hash
+    key = bytes.fromhex(key_path(tmp_path / "l.sqlite").read_text().strip())
+    assert row_hash(row.prev_hash, fields, key) == row.hash
+    assert row_hash(row.prev_hash, fields) != row.hash  # the unkeyed hash no longer verifies
     assert row.prev_hash == charges[0].hash
 
 
@@ -119,14 +128,22 @@ def test_tampering_is_detected_on_open(tmp_path: Path, statements: list[str], se
 
 
 def test_tail_truncation_detected_against_a_kept_head(tmp_path: Path) -> None:
+    # Changed deliberately with the keyed ledger: a truncated chain used to open silently; now
+    # the authenticated head file beside the ledger catches it, and only a rollback of both
+    # files together needs the head the owner kept elsewhere.
     led = _ledger(tmp_path)
-    for i in range(3):
+    for i in range(2):
         led.charge(ev.PureDP(0.1), analyst="a", query=f"q{i}")
+    stale_head_file = head_path(tmp_path / "l.sqlite").read_bytes()
+    led.charge(ev.PureDP(0.1), analyst="a", query="q2")
     head = led.head()
     led.close()
     _tamper(tmp_path / "l.sqlite", ["DELETE FROM ledger WHERE seq = 4"])
-    Ledger.open(tmp_path / "l.sqlite")  # a shorter chain is still a valid chain ...
-    with pytest.raises(LedgerTampered, match="missing"):  # ... but not against the kept head
+    with pytest.raises(LedgerTampered, match="truncated"):
+        Ledger.open(tmp_path / "l.sqlite")
+    head_path(tmp_path / "l.sqlite").write_bytes(stale_head_file)  # both rolled back together
+    Ledger.open(tmp_path / "l.sqlite")  # the documented limit: consistent with itself ...
+    with pytest.raises(LedgerTampered, match="missing"):  # ... but not with the kept head
         Ledger.open(tmp_path / "l.sqlite", expected_head=head)
 
 
@@ -186,7 +203,7 @@ _RACE_SCRIPT = textwrap.dedent(
     import json, sys
     import dpkit as dp
     from dpkit.accounting import BudgetExceeded
-    cur = dp.Curator.open(sys.argv[1], analyst="w" + sys.argv[2])
+    cur = dp.Curator.open(sys.argv[1], token=sys.argv[2])  # each worker its own analyst
     ok = refused = 0
     for _ in range(6):
         try:
@@ -248,9 +265,10 @@ def test_eight_processes_never_overspend(tmp_path: Path, visits_data: Any) -> No
     path = tmp_path / "p"
     cur = Curator.create(path, epsilon=1.0, accountant="pure")
     cur.add_table("t", visits_data(200), privacy_unit="pid")
+    tokens = [cur.add_analyst(f"w{i}") for i in range(8)]
     cur.close()
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    procs = [subprocess.Popen([sys.executable, "-c", _RACE_SCRIPT, str(path), str(i)],
+    procs = [subprocess.Popen([sys.executable, "-c", _RACE_SCRIPT, str(path), tokens[i]],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for i in range(8)]
     results = []
@@ -265,7 +283,7 @@ def test_eight_processes_never_overspend(tmp_path: Path, visits_data: Any) -> No
     status = again.budget()
     assert len(status.history) == 10
     assert status.spent <= 1.0 * (1 + 1e-9)
-    assert again.verify() == 2 + 10
+    assert again.verify() == 2 + 8 + 10  # genesis, table, 8 analysts (tokens), 10 charges
 
 
 def test_two_handles_on_one_ledger_stay_in_step(tmp_path: Path) -> None:

@@ -306,10 +306,11 @@ def test_refusal_spends_nothing_and_reads_nothing(project: Callable[..., Curator
 
 def test_analyst_budget_applies(rec: tuple[Curator, pd.DataFrame]) -> None:
     cur, _ = rec
-    cur.set_analyst_budget("bob", 0.5)
+    # changed with roles: bob acts through his token, not a caller-chosen analyst=
+    bob = Curator.open(cur.path, token=cur.add_analyst("bob", epsilon=0.5))
     with pytest.raises(BudgetExceeded, match="bob"):
-        cur.cdf("people", "age", epsilon=1.0, analyst="bob")
-    res = cur.cdf("people", "age", epsilon=0.4, analyst="bob")
+        bob.cdf("people", "age", epsilon=1.0)
+    res = bob.cdf("people", "age", epsilon=0.4)
     assert cur.budget("bob").history[-1].seq == res.ledger_seq
     assert _charges(cur) == 1
 

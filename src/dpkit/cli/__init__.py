@@ -5,6 +5,7 @@ per area, each a list of click commands that this module registers on :func:`mai
 
 ===================  ==============================================================
 ``project``          ``demo``, ``init``, ``add-table``, ``budget``
+``analysts``         the ``analyst`` group (``add``, ``list``, ``revoke``), ``migrate``
 ``query``            ``query``, ``preview``
 ``release``          ``cdf``, ``quantiles``, ``ranges``, ``marginals``, ``synthetic``
 ``account``          ``account`` (the privacy calculator)
@@ -23,7 +24,7 @@ from typing import Any
 
 import click
 
-from dpkit.cli import account, attack, project, query, release
+from dpkit.cli import account, analysts, attack, project, query, release
 from dpkit.cli.options import err_console
 
 __all__ = ["main"]
@@ -52,6 +53,7 @@ def main() -> None:
 
 _COMMANDS: tuple[click.Command, ...] = (
     *project.commands,
+    *analysts.commands,
     *query.commands,
     *release.commands,
     account.account,

@@ -111,13 +111,14 @@ def load_progress(console: Any, title: str) -> Iterator[Callable[[str, float], N
 
 
 def budget(project: str | Path, *, console: Any = None, as_json: bool = False,
-           analyst: str | None = None) -> Any:
+           analyst: str | None = None, token: str | None = None) -> Any:
     """Print spent / remaining and the history (``as_json``: machine-readable, with the head
-    hash to keep elsewhere)."""
+    hash to keep elsewhere). ``analyst``: the owner looks at one analyst; ``token``: an analyst
+    looks at its own budget (default ``$DPKIT_TOKEN``)."""
     from dpkit.engine.curator import Curator
 
     con = make_console(console)
-    with Curator.open(project) as cur:
+    with Curator.open(project, token=token) as cur:
         status = cur.budget(analyst)
         if as_json:
             con.print_json(json.dumps(status.to_dict()))
@@ -219,10 +220,13 @@ def add_table_command(
 @click.command("budget")
 @click.argument("project", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--analyst", default=None, help="Show this analyst's own budget.")
-def budget_command(project: Path, as_json: bool, analyst: str | None) -> None:
+@click.option("--analyst", default=None, help="(Owner) show this analyst's own budget.")
+@click.option("--token", default=None,
+              help="Act as the analyst this token names (default: $DPKIT_TOKEN).")
+def budget_command(project: Path, as_json: bool, analyst: str | None,
+                   token: str | None) -> None:
     """Show the budget: spent, remaining, and the history of charges."""
-    budget(project, console=console, as_json=as_json, analyst=analyst)
+    budget(project, console=console, as_json=as_json, analyst=analyst, token=token)
 
 
 #: what :mod:`dpkit.cli` registers on the ``dpkit`` group

@@ -31,7 +31,7 @@ def _noise_args(noise: str | None, epsilon: float | None, rho: float | None) -> 
 
 
 def query(project: str | Path, sql: str, *, epsilon: float | None = None,
-          delta: float | None = None, accuracy: float | None = None, analyst: str | None = None,
+          delta: float | None = None, accuracy: float | None = None, token: str | None = None,
           output: str | Path | None = None, console: Any = None, noise: str | None = None,
           rho: float | None = None, level: float | None = None,
           weights: str | Mapping[str, float] | None = None) -> Any:
@@ -53,7 +53,7 @@ def query(project: str | Path, sql: str, *, epsilon: float | None = None,
     wts = parse_weights(weights)
     if output is not None:
         check_output_path(output)
-    with Curator.open(project, analyst=analyst) as cur:
+    with Curator.open(project, token=token) as cur:
         t0 = time.perf_counter()
         res = cur.sql(sql, epsilon=epsilon, delta=delta, accuracy=accuracy,
                       level=0.95 if level is None else level, weights=wts, **extra)
@@ -77,7 +77,7 @@ def _write(res: Any, path: Path) -> None:
 def preview(project: str | Path, sql: str, *, epsilon: float | None = None,
             delta: float | None = None, console: Any = None, noise: str | None = None,
             rho: float | None = None, level: float | None = None,
-            weights: str | Mapping[str, float] | None = None) -> Any:
+            weights: str | Mapping[str, float] | None = None, token: str | None = None) -> Any:
     """Print what ``sql`` would cost and how accurate it would be; spends nothing (same flags
     as :func:`query`: ``noise``, ``rho``, ``level``, ``weights``)."""
     from dpkit.engine.curator import Curator
@@ -89,7 +89,7 @@ def preview(project: str | Path, sql: str, *, epsilon: float | None = None,
                          "would spend")
     extra = _noise_args(noise, epsilon, rho)
     wts = parse_weights(weights)
-    with Curator.open(project) as cur:
+    with Curator.open(project, token=token) as cur:
         pv = cur.preview(sql, epsilon=epsilon, delta=delta,
                          level=0.95 if level is None else level, weights=wts, **extra)
         con.print(pv.table())
@@ -116,7 +116,8 @@ def preview(project: str | Path, sql: str, *, epsilon: float | None = None,
 @click.option(
     "--accuracy", type=float, default=None, help="Target CI half-width; dpkit picks the budget."
 )
-@click.option("--analyst", default=None, help="Charge this analyst's budget.")
+@click.option("--token", default=None,
+              help="Act as the analyst this token names (default: $DPKIT_TOKEN).")
 @click.option(
     "--output", type=click.Path(path_type=Path), default=None, help="Also write CSV/Parquet."
 )
@@ -127,7 +128,7 @@ def query_command(
     epsilon: float | None,
     delta: float | None,
     accuracy: float | None,
-    analyst: str | None,
+    token: str | None,
     output: Path | None,
     **flags: Any,
 ) -> None:
@@ -138,7 +139,7 @@ def query_command(
         epsilon=epsilon,
         delta=delta,
         accuracy=accuracy,
-        analyst=analyst,
+        token=token,
         output=output,
         console=console,
         **flags,
@@ -150,11 +151,13 @@ def query_command(
 @click.argument("sql")
 @click.option("--epsilon", type=float, default=None, help="Budget the query would spend.")
 @click.option("--delta", type=float, default=None)
+@click.option("--token", default=None,
+              help="Act as the analyst this token names (default: $DPKIT_TOKEN).")
 @query_options
 def preview_command(project: Path, sql: str, epsilon: float | None, delta: float | None,
-                    **flags: Any) -> None:
+                    token: str | None, **flags: Any) -> None:
     """Show what a query would cost and how accurate it would be, spending nothing."""
-    preview(project, sql, epsilon=epsilon, delta=delta, console=console, **flags)
+    preview(project, sql, epsilon=epsilon, delta=delta, console=console, token=token, **flags)
 
 
 #: what :mod:`dpkit.cli` registers on the ``dpkit`` group

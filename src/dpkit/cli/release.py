@@ -14,7 +14,8 @@ the ledger once), prints it with rich and closes the project again.
 
 Every command takes ``--epsilon`` (pure DP, discrete Laplace noise), ``--epsilon`` with
 ``--delta`` (discrete Gaussian noise) or ``--rho`` (zCDP), ``--where``, ``--level``,
-``--analyst``, and ``--preview`` (cost and expected error only: spends nothing) where it
+``--token`` (an analyst token; default ``$DPKIT_TOKEN``; none: the owner), and ``--preview``
+(cost and expected error only: spends nothing) where it
 applies. Errors (unknown column, budget exceeded, ...) are ``ValueError``s whose message says
 what to do; the ``dpkit`` group prints them as one red line.
 """
@@ -40,7 +41,8 @@ def _console() -> Any:
 
 
 def _privacy_options(f: Any) -> Any:
-    f = click.option("--analyst", default=None, help="Charge this analyst's budget.")(f)
+    f = click.option("--token", default=None,
+                     help="Act as the analyst this token names (default: $DPKIT_TOKEN).")(f)
     f = click.option("--level", type=float, default=0.95, show_default=True,
                      help="Confidence level of the intervals.")(f)
     f = click.option("--where", default=None, help="SQL condition on the table's rows.")(f)
@@ -85,10 +87,10 @@ def _write(res: Any, path: Path) -> None:
     write_columns({c: res.data[c] for c in res.columns}, path)
 
 
-def _open(project: Path, analyst: str | None) -> Any:
+def _open(project: Path, token: str | None) -> Any:
     from dpkit.engine.curator import Curator
 
-    return Curator.open(project, analyst=analyst)
+    return Curator.open(project, token=token)
 
 
 def _preview(con: Any, cur: Any, kind: str, *args: Any, **kwargs: Any) -> None:
@@ -132,12 +134,12 @@ def _release(con: Any, cur: Any, kind: str, *args: Any, preview_only: bool,
 @click.option("--all", "show_all", is_flag=True, help="Print every row.")
 @_output_option
 def cdf(project: Path, table: str, column: str, epsilon: float | None, delta: float | None,
-        rho: float | None, where: str | None, level: float, analyst: str | None,
+        rho: float | None, where: str | None, level: float, token: str | None,
         accuracy: float | None, bins: int | None, strategy: str | None, preview_only: bool,
         show_all: bool, output: Path | None) -> None:
     """The private CDF of a bounded numeric column, with a simultaneous band."""
     con = _console()
-    with _open(project, analyst) as cur:
+    with _open(project, token) as cur:
         _release(con, cur, "cdf", table, column, preview_only=preview_only, accuracy=accuracy,
                  title=f"CDF of {table}.{column}", show_all=show_all, output=output,
                  where=where, bins=bins, strategy=strategy, level=level,
@@ -155,11 +157,11 @@ def cdf(project: Path, table: str, column: str, epsilon: float | None, delta: fl
 @click.option("--bins", type=int, default=None, help="Equal cells over the bounds.")
 def quantiles(project: Path, table: str, column: str, probabilities: tuple[float, ...],
               epsilon: float | None, delta: float | None, rho: float | None,
-              where: str | None, level: float, analyst: str | None, accuracy: float | None,
+              where: str | None, level: float, token: str | None, accuracy: float | None,
               bins: int | None) -> None:
     """Quantiles of a bounded numeric column from one private CDF (one charge)."""
     con = _console()
-    with _open(project, analyst) as cur:
+    with _open(project, token) as cur:
         res = cur.quantiles(table, column, list(probabilities), where=where, bins=bins,
                             level=level, accuracy=accuracy, **_privacy(epsilon, delta, rho))
         _print(con, res, f"quantiles of {table}.{column}")
@@ -187,12 +189,12 @@ def _parse_range(text: str) -> tuple[float, float]:
 @_output_option
 def ranges(project: Path, table: str, column: str, ranges_: tuple[str, ...],
            epsilon: float | None, delta: float | None, rho: float | None, where: str | None,
-           level: float, analyst: str | None, accuracy: float | None, bins: int | None,
+           level: float, token: str | None, accuracy: float | None, bins: int | None,
            strategy: str | None, preview_only: bool, output: Path | None) -> None:
     """Counts of rows in many ranges of one column, answered together (one charge)."""
     con = _console()
     pairs = [_parse_range(r) for r in ranges_]
-    with _open(project, analyst) as cur:
+    with _open(project, token) as cur:
         _release(con, cur, "ranges", table, column, pairs, preview_only=preview_only,
                  accuracy=accuracy, title=f"ranges of {table}.{column}", show_all=True,
                  output=output, where=where, bins=bins, strategy=strategy, level=level,
@@ -219,12 +221,12 @@ def _columns(text: str) -> list[str]:
 @_output_option
 def marginals(project: Path, table: str, columns: str, k: int | None, epsilon: float | None,
               delta: float | None, rho: float | None, where: str | None, level: float,
-              analyst: str | None, accuracy: float | None, bins: int | None,
+              token: str | None, accuracy: float | None, bins: int | None,
               preview_only: bool, show_all: bool, output: Path | None) -> None:
     """All k-way marginal tables of the columns over their declared domains (one charge)."""
     con = _console()
     cols = _columns(columns)
-    with _open(project, analyst) as cur:
+    with _open(project, token) as cur:
         _release(con, cur, "marginals", table, cols, preview_only=preview_only,
                  accuracy=accuracy, title=f"marginals of {table}", show_all=show_all,
                  output=output, k=k, where=where, bins=bins, level=level,
@@ -248,7 +250,7 @@ def marginals(project: Path, table: str, columns: str, k: int | None, epsilon: f
 def synthetic(project: Path, table: str, columns: str, output: Path, rows: int | None,
               method: str, k: int | None, rounds: int, bins: int | None,
               epsilon: float | None, delta: float | None, rho: float | None,
-              where: str | None, level: float, analyst: str | None) -> None:
+              where: str | None, level: float, token: str | None) -> None:
     """Synthetic records over the declared domains of the columns (one charge)."""
     from rich.table import Table
 
@@ -257,7 +259,7 @@ def synthetic(project: Path, table: str, columns: str, output: Path, rows: int |
 
     cols = _columns(columns)
     check_output_path(output)
-    with _open(project, analyst) as cur:
+    with _open(project, token) as cur:
         syn = cur.synthetic(table, cols, rows=rows, method=method, k=k, rounds=rounds,
                             bins=bins, where=where, level=level,
                             **_privacy(epsilon, delta, rho))

@@ -13,17 +13,17 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
 from dpkit.engine.spec import QueryError
-from dpkit.engine.tables import FIXED_PREFIX, Column, quote_ident
+from dpkit.engine.tables import FIXED_PREFIX, Column, TableMeta, quote_ident
 
-__all__ = ["KEYS_SCHEMA", "DuckBackend", "columnar_type", "dry_run_errors", "key_table_relation",
-           "load_table", "private_read_errors"]
+__all__ = ["KEYS_SCHEMA", "DuckBackend", "columnar_type", "drop_orphans", "dry_run_errors",
+           "key_table_relation", "load_table", "private_read_errors", "table_relation"]
 
 _SCHEMAS = {"private": "priv", "public": "pub"}
 _ALIAS = "dpdata"
@@ -48,6 +48,12 @@ def _string_literal(text: str) -> str:
 def relation_name(name: str, public: bool) -> str:
     schema = _SCHEMAS["public" if public else "private"]
     return f"{quote_ident(_ALIAS)}.{schema}.{quote_ident(name)}"
+
+
+def table_relation(meta: TableMeta) -> str:
+    """The relation holding a registered table's rows now: the one its ledger row names (a
+    fresh one per load, see :func:`load_table`'s ``physical``)."""
+    return meta.relation or relation_name(meta.stored_name, meta.public)
 
 
 # DuckDB key types whose Arrow export reads back (to_pylist) as the same Python values as
@@ -331,8 +337,15 @@ def load_table(
     domains: Callable[[], Sequence[tuple[str, str, Sequence[Any]]]] | None = None,
     not_null: Callable[[], Sequence[str]] | None = None,
     progress: Callable[[str, float], None] | None = None,
+    physical: str | None = None,
 ) -> tuple[list[Column], str, str]:
     """Load ``source`` into ``db_path`` as ``name`` (replacing it), in one DuckDB transaction.
+
+    ``physical`` (the curator always gives one): store the rows under this fresh relation name
+    and leave every other relation alone, including the one holding ``name`` now; the ledger
+    row naming ``physical`` is what switches queries to it, so a crash before that row leaves
+    the old rows in force with the old declarations, and :func:`drop_orphans` removes the
+    unnamed relation later. Without it, the relation ``name`` is replaced in place.
 
     ``validate(columns, rows)`` runs before the commit; if it raises, nothing is kept.
     ``fixed()`` (called after ``validate``, copied tables only) lists hidden columns to
@@ -365,7 +378,7 @@ def load_table(
         rel_sql, kind, cleanup = _source_sql(con, source, source_table)
         try:
             schema = _SCHEMAS["public" if public else "private"]
-            target = f"{schema}.{quote_ident(name)}"
+            target = f"{schema}.{quote_ident(physical or name)}"
             if not copy and kind != "file":
                 raise ValueError(
                     "copy=False works for CSV/Parquet/JSON files only (a view over the file); "
@@ -377,8 +390,9 @@ def load_table(
                 for other in _SCHEMAS.values():
                     if other != schema:
                         con.execute(f"CREATE SCHEMA IF NOT EXISTS {other}")
-                        con.execute(f"DROP TABLE IF EXISTS {other}.{quote_ident(name)}")
-                        con.execute(f"DROP VIEW IF EXISTS {other}.{quote_ident(name)}")
+                        if physical is None:
+                            con.execute(f"DROP TABLE IF EXISTS {other}.{quote_ident(name)}")
+                            con.execute(f"DROP VIEW IF EXISTS {other}.{quote_ident(name)}")
                 con.execute(f"DROP TABLE IF EXISTS {target}")
                 con.execute(f"DROP VIEW IF EXISTS {target}")
                 if copy:
@@ -408,7 +422,8 @@ def load_table(
                                       f"{cols_sql} FROM {target}",
                                  "clamped values and unit totals", progress)
                 _replace_key_tables(con, name, columns, list(domains()) if domains else [],
-                                    store=copy and not public, table=target)
+                                    store=copy and not public, table=target,
+                                    drop_old=physical is None)
                 con.execute("COMMIT")
             except BaseException:
                 with contextlib.suppress(duckdb.Error):
@@ -421,7 +436,40 @@ def load_table(
         raise ValueError(f"cannot load {name!r}: {str(exc).splitlines()[0]}") from None
     finally:
         con.close()
-    return columns, ("copy" if copy else "view"), relation_name(name, public)
+    return columns, ("copy" if copy else "view"), relation_name(physical or name, public)
+
+
+def drop_orphans(db_path: Path, keep: Collection[tuple[bool, str]],
+                 keep_keys: Collection[str]) -> list[str]:
+    """Drop the relations no registered table names: ``keep`` holds ``(public, stored name)``
+    of every table in force, ``keep_keys`` the key tables they use. Left behind by a replace
+    (the old version) or by a load that crashed before its ledger row (the new one). Returns
+    what was dropped. The caller must hold the project's load lock. RuntimeError when the
+    file cannot be written now (another process reads it)."""
+    dropped: list[str] = []
+    try:
+        con = duckdb.connect(str(db_path))
+    except duckdb.Error as exc:
+        raise RuntimeError(f"cannot clean up {db_path} now: {str(exc).splitlines()[0]}") from None
+    try:
+        con.execute("BEGIN TRANSACTION")
+        wanted = {(_SCHEMAS["public" if pub else "private"], n) for pub, n in keep}
+        wanted |= {(KEYS_SCHEMA, k) for k in keep_keys}
+        rows = con.execute(
+            "SELECT schema_name, table_name, 'TABLE' FROM duckdb_tables() WHERE database_name = "
+            "current_database() UNION ALL SELECT schema_name, view_name, 'VIEW' FROM "
+            "duckdb_views() WHERE database_name = current_database() AND NOT internal"
+        ).fetchall()
+        for schema, table, kind in rows:
+            if schema in (*_SCHEMAS.values(), KEYS_SCHEMA) and (schema, table) not in wanted:
+                con.execute(f"DROP {kind} {quote_ident(schema)}.{quote_ident(str(table))}")
+                dropped.append(f"{schema}.{table}")
+        con.execute("COMMIT")
+    except duckdb.Error as exc:
+        raise RuntimeError(f"cannot clean up {db_path}: {str(exc).splitlines()[0]}") from None
+    finally:
+        con.close()
+    return dropped
 
 
 class _AllColumns(frozenset[str]):
@@ -536,16 +584,18 @@ def _check_complete(con: duckdb.DuckDBPyConnection, target: str, columns: Sequen
 
 def _replace_key_tables(con: duckdb.DuckDBPyConnection, name: str, columns: Sequence[Column],
                         domains: Sequence[tuple[str, str, Sequence[Any]]], *,
-                        store: bool, table: str | None = None) -> None:
-    """Drop the key tables of earlier loads of ``name``; check (and, ``store``, save) the new
-    domains (see :func:`load_table`)."""
+                        store: bool, table: str | None = None, drop_old: bool = True) -> None:
+    """Drop the key tables of earlier loads of ``name`` (``drop_old``; else only a key table of
+    the same name, whose content is the same since the name hashes it); check (and, ``store``,
+    save) the new domains (see :func:`load_table`)."""
     ks = quote_ident(KEYS_SCHEMA)
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {ks}")
     mine = re.compile(re.escape(name) + r"__[0-9a-f]{32}")
+    same = {t for _, t, _ in domains}
     for (old,) in con.execute(
         "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
         "AND schema_name = ?", [KEYS_SCHEMA]).fetchall():
-        if mine.fullmatch(str(old)):
+        if mine.fullmatch(str(old)) and (drop_old or (store and str(old) in same)):
             con.execute(f"DROP TABLE {ks}.{quote_ident(str(old))}")
     types = {c.name: c.type for c in columns}
     for column, table_name, keys in domains:

@@ -38,11 +38,12 @@ refused or failed query spends nothing; a crash after the commit loses budget, n
 from __future__ import annotations
 
 import contextlib
-import getpass
+import fcntl
 import math
+import os
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,14 +56,25 @@ from dpkit.engine import sql as dsql
 from dpkit.engine.accuracy import epsilon_for_accuracy, expected_errors
 from dpkit.engine.backend_duckdb import (
     DuckBackend,
+    drop_orphans,
     init_database,
     load_table,
 )
 from dpkit.engine.charge import charged_read
-from dpkit.engine.ledger import Entry, Ledger
+from dpkit.engine.ledger import Entry, Ledger, head_path, key_path
 from dpkit.engine.noisy import release
 from dpkit.engine.read import Exact, Reader
 from dpkit.engine.results import Preview, Result
+from dpkit.engine.roles import (
+    OWNER,
+    TOKEN_ENV,
+    charged_analyst,
+    check_analyst_name,
+    identify,
+    new_token,
+    project_source,
+    reopen_seed,
+)
 from dpkit.engine.tables import (
     Column,
     TableMeta,
@@ -78,6 +90,8 @@ __all__ = ["BudgetStatus", "Curator", "HistoryItem"]
 
 LEDGER_FILE = "ledger.sqlite"
 DATA_FILE = "data.duckdb"
+LOAD_LOCK = ".load.lock"  # held across a table load, its ledger row and the orphan cleanup
+_NOT_GIVEN: Any = object()  # marks a removed keyword argument that the caller did not pass
 MAX_BUDGET_EPSILON = 1000.0
 STRATEGY_CACHE = "strategies"  # folder (inside the project) holding optimised strategies
 # the SQL forms dpkit.engine.families answers (DP_CDF(...), COUNT(*) FILTER (...), ...)
@@ -162,25 +176,21 @@ class BudgetStatus:
         return self.table()
 
 
-def _default_analyst() -> str:
-    try:
-        return getpass.getuser() or "analyst"
-    except Exception:  # pragma: no cover - no user database (containers)
-        return "analyst"
-
-
 class Curator:
     """A project: private tables behind aggregate-only queries and an enforced, durable budget.
 
-    Create with :meth:`create`, reopen from any process with :meth:`open`. ``source`` (tests
-    only) replaces the secure noise source with a seeded one; every result then says INSECURE.
+    Create with :meth:`create` (the owner), reopen from any process with :meth:`open`: without
+    a token as the owner, with ``token=`` (or ``DPKIT_TOKEN``) as the analyst it names. The
+    noise source is fixed at creation: ``source=dp.noise.seeded(s)`` makes an INSECURE test
+    project, and every result of it says so, after reopening too.
     """
 
-    def __init__(self, path: Path, ledger: Ledger, *, analyst: str | None,
+    def __init__(self, path: Path, ledger: Ledger, *, analyst: str, owner: bool,
                  source: _noise.Source | None) -> None:
         self.path = path
         self.ledger = ledger
-        self.analyst = analyst or _default_analyst()
+        self.analyst = analyst
+        self.is_owner = owner
         self._source = source
         self._backend = DuckBackend(path / DATA_FILE)
         self._reader = Reader(self._backend, source)
@@ -188,6 +198,12 @@ class Curator:
         self._tables_cache: tuple[int, dict[str, TableMeta]] | None = None
         self._spec_cache: dict[tuple[str, int], dsql.QuerySpec] = {}
         self._plan_cache: dict[tuple[Any, ...], dplan.Plan] = {}
+
+    @property
+    def insecure(self) -> bool:
+        """True for a test project with seeded (reproducible) noise: its answers are not
+        private and say INSECURE."""
+        return self.ledger.config.noise_seed is not None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -200,16 +216,20 @@ class Curator:
         epsilon: float | None = None,
         delta: float = 0.0,
         accountant: str | None = None,
-        analyst: str | None = None,
         source: _noise.Source | None = None,
     ) -> Curator:
-        """Create a project folder with a total budget.
+        """Create a project folder with a total budget; the caller is its owner.
 
         Give ``budget=dp.Budget(epsilon=3.0, delta=1e-6, accountant=...)`` or ``epsilon=``,
         ``delta=``, ``accountant=`` (default: ``pure`` when delta is 0, else ``approx``; both are
-        valid privacy filters for adaptively chosen queries).
+        valid privacy filters for adaptively chosen queries). The owner key (``ledger.key``,
+        mode 0600) is written into the folder: it authenticates the ledger, and whoever can
+        read it (and the data beside it) is the owner. ``source``: the secure OS CSPRNG
+        (default) or ``dp.noise.seeded(s)`` for an INSECURE, reproducible test project; it is
+        recorded in the ledger and cannot be changed later.
         """
         path = Path(path)
+        src, noise_seed = project_source(source)
         if budget is not None:
             if epsilon is not None or accountant is not None:
                 raise ValueError("give budget= or epsilon=/delta=/accountant=, not both")
@@ -251,31 +271,65 @@ class Curator:
         path.mkdir(parents=True, exist_ok=True)
         try:
             ledger = Ledger.create(path / LEDGER_FILE, epsilon=float(epsilon), delta=float(delta),
-                                   accountant=accountant, orders=orders,
-                                   analyst=analyst or _default_analyst())
+                                   accountant=accountant, orders=orders, analyst=OWNER,
+                                   noise_seed=noise_seed)
             init_database(path / DATA_FILE)
         except BaseException:
-            for f in (LEDGER_FILE, LEDGER_FILE + "-wal", LEDGER_FILE + "-shm", DATA_FILE):
+            made = (LEDGER_FILE, LEDGER_FILE + "-wal", LEDGER_FILE + "-shm", DATA_FILE,
+                    key_path(LEDGER_FILE).name, head_path(LEDGER_FILE).name)
+            for f in made:
                 with contextlib.suppress(OSError):
                     (path / f).unlink()
             with contextlib.suppress(OSError):
                 path.rmdir()
             raise
-        return cls(path, ledger, analyst=analyst, source=source)
+        return cls(path, ledger, analyst=OWNER, owner=True, source=src)
 
     @classmethod
-    def open(cls, path: str | Path, *, analyst: str | None = None,
-             source: _noise.Source | None = None,
-             expected_head: tuple[int, str] | None = None) -> Curator:
-        """Open an existing project; the ledger's hash chain is verified first."""
+    def open(cls, path: str | Path, *, token: str | None = None,
+             expected_head: tuple[int, str] | None = None,
+             source: Any = _NOT_GIVEN, analyst: Any = _NOT_GIVEN) -> Curator:
+        """Open an existing project; the ledger's keyed chain is verified first.
+
+        ``token``: act as the analyst it names (default: ``$DPKIT_TOKEN``; neither: the owner,
+        who holds the project's files). Unknown, revoked or malformed tokens are refused.
+        ``source=`` and ``analyst=`` are refused: the noise source is the project's, fixed at
+        creation, and the analyst is whoever the token names.
+        """
+        if source is not _NOT_GIVEN:
+            raise ValueError(
+                "Curator.open takes no source=: the noise source is fixed when the project is "
+                "created (the OS CSPRNG, or dp.noise.seeded(s) for an INSECURE test project "
+                "via Curator.create(..., source=...)); a source chosen at open would let a "
+                "caller replay the same noise in two queries and subtract it"
+            )
+        if analyst is not _NOT_GIVEN:
+            charged_analyst(OWNER, analyst if analyst is not None else "")
         path = Path(path)
         if not (path / LEDGER_FILE).exists():
             raise FileNotFoundError(
                 f"{path} is not a dpkit project (no {LEDGER_FILE}); create one with "
                 f"Curator.create({str(path)!r}, budget=...) or `dpkit init`"
             )
+        if token is None:
+            token = os.environ.get(TOKEN_ENV) or None
         ledger = Ledger.open(path / LEDGER_FILE, expected_head=expected_head)
-        return cls(path, ledger, analyst=analyst, source=source)
+        try:
+            who = OWNER if token is None else identify(ledger, token)
+        except BaseException:
+            ledger.close()
+            raise
+        seed = ledger.config.noise_seed
+        src = None if seed is None else _noise.seeded(reopen_seed(seed, len(ledger.entries())))
+        return cls(path, ledger, analyst=who, owner=token is None, source=src)
+
+    def _require_owner(self, action: str) -> None:
+        if not self.is_owner:
+            raise PermissionError(
+                f"{action} needs the owner's credential; analyst {self.analyst!r} (opened with "
+                f"a token) cannot do it. The owner opens the project without a token, from an "
+                f"account that can read its files. Nothing was changed"
+            )
 
     def close(self) -> None:
         self._backend.close()
@@ -351,6 +405,7 @@ class Curator:
         long steps of the load run (the CLI draws a progress bar with it).
         """
         check_identifier(name, "table")
+        self._require_owner("adding, replacing or declaring a table")
         if not copy and not public:
             raise ValueError(
                 f"copy=False keeps a view that re-reads the file at every query, so a row "
@@ -358,7 +413,7 @@ class Curator:
                 f"and errors without the ledger knowing; private tables are always copied in. "
                 f"Drop copy=False for {name!r} (public lookup tables may stay views)"
             )
-        with self._lock:
+        with self._lock, self._load_lock():
             existing = self.tables()
             if name in existing and not replace:
                 raise ValueError(
@@ -421,11 +476,14 @@ class Curator:
                 return out
 
             self._backend.close()  # DuckDB: one writer, no readers attached meanwhile
+            # a fresh relation per load: the ledger row below is what switches queries to it,
+            # so the rows and the declarations change together or not at all
+            physical = f"{name}__v{_noise.token_hex(16)[:16]}"
             columns, storage, relation = load_table(
                 self.path / DATA_FILE, name, source, public=public, copy=copy,
                 source_table=source_table, validate=validate_and_keep, fixed=fixed,
                 domains=key_domains, not_null=lambda: declared["not_null"],
-                progress=progress,
+                progress=progress, physical=physical,
             )
             unit, rows, groups, bnds, doms = declared["v"]
             meta = TableMeta(
@@ -434,23 +492,91 @@ class Curator:
                 storage=storage, source=describe_source(source), relation=relation,
                 description=description,
                 key_tables=key_tables if storage == "copy" and not public else {},
-                not_null=declared["not_null"],
+                not_null=declared["not_null"], physical=physical,
             )
             self.ledger.record("table", {"name": name, "table": meta.to_dict()},
                                analyst=self.analyst,
                                query=f"ADD TABLE {name} ({meta.summary()})")
+            self._drop_orphans_locked()
             return meta
+
+    @contextlib.contextmanager
+    def _load_lock(self) -> Iterator[None]:
+        """One table load per project at a time, across processes (a load's relation is an
+        orphan until its ledger row commits: a concurrent cleanup must not drop it)."""
+        with open(self.path / LOAD_LOCK, "a") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+    def drop_orphans(self) -> list[str]:
+        """Drop stored relations no table in force names (the old rows of a replaced table, or
+        the new rows of a load that crashed before its ledger row); owner only. Best effort:
+        returns [] while another process reads the data (the next load retries)."""
+        self._require_owner("cleaning up the project's data")
+        with self._lock, self._load_lock():
+            return self._drop_orphans_locked()
+
+    def _drop_orphans_locked(self) -> list[str]:
+        with self._lock:  # the caller holds the load lock (flock is per open file: not again)
+            tables = self.tables()
+            keep = {(m.public, m.stored_name) for m in tables.values()}
+            keys = {k for m in tables.values() for k in m.key_tables.values()}
+            self._backend.close()
+            try:
+                return drop_orphans(self.path / DATA_FILE, keep, keys)
+            except RuntimeError:
+                return []
 
     def add_public_table(self, name: str, source: Any, **kwargs: Any) -> TableMeta:
         """Register a public lookup table (no privacy; may be joined and used as group keys)."""
         return self.add_table(name, source, public=True, **kwargs)
 
     def set_analyst_budget(self, analyst: str, epsilon: float | None) -> None:
-        """Give ``analyst`` their own epsilon cap inside the project's budget (None removes it)."""
+        """Give ``analyst`` their own epsilon cap inside the project's budget (None removes it);
+        owner only."""
+        self._require_owner("setting a budget")
         if epsilon is not None:
             dplan.check_epsilon(epsilon, "epsilon")
         self.ledger.record("analyst", {"analyst": analyst, "epsilon": epsilon},
                            analyst=self.analyst, query=f"SET BUDGET {analyst} = {epsilon}")
+
+    # ------------------------------------------------------------------ roles
+
+    def add_analyst(self, name: str, *, epsilon: float | None = None) -> str:
+        """Add an analyst and return their token (owner only). The token is shown once: only
+        its SHA-256 is stored. It carries 256 bits from the OS CSPRNG; ``epsilon``: the
+        analyst's own cap inside the project's budget (None: only the project's budget)."""
+        self._require_owner("adding an analyst")
+        check_analyst_name(name)
+        if name in self.ledger.analysts():
+            raise ValueError(f"analyst {name!r} exists already (names are never reused, so "
+                             f"the history stays theirs); choose another name")
+        if epsilon is not None:
+            dplan.check_epsilon(epsilon, "epsilon")
+        token, digest = new_token()
+        self.ledger.record("analyst", {"analyst": name, "epsilon": epsilon,
+                                       "token_sha256": digest},
+                           analyst=self.analyst, query=f"ADD ANALYST {name} (epsilon {epsilon})")
+        return token
+
+    def revoke_analyst(self, name: str) -> None:
+        """Revoke an analyst's token (owner only): it opens nothing from now on, and a curator
+        already open with it can charge nothing more. Their history stays."""
+        self._require_owner("revoking an analyst")
+        info = self.ledger.analysts().get(name)
+        if info is None or not info["active"]:
+            active = sorted(n for n, i in self.ledger.analysts().items() if i["active"])
+            raise ValueError(f"no active analyst {name!r}; active ones: {active}")
+        self.ledger.record("analyst", {"analyst": name, "revoked": True},
+                           analyst=self.analyst, query=f"REVOKE ANALYST {name}")
+
+    def analysts(self) -> dict[str, dict[str, Any]]:
+        """Every analyst added: ``{name: {"active": bool, "epsilon": cap}}`` (owner only)."""
+        self._require_owner("listing analysts")
+        return self.ledger.analysts()
 
     # ------------------------------------------------------------------ queries
 
@@ -552,7 +678,7 @@ class Curator:
         noise: str = dplan.LAPLACE,
         level: float = 0.95,
         bounds: Mapping[str, Any] | None = None,
-        analyst: str | None = None,
+        analyst: None = None,
         weights: Mapping[str, float] | None = None,
     ) -> Result:
         """Answer an aggregate query privately, spending ``epsilon`` (or what ``accuracy`` needs).
@@ -568,9 +694,9 @@ class Curator:
         ``ORDER BY <COUNT/SUM> [DESC] LIMIT k`` over groups chooses the ``k`` groups by noisy
         max (``res.selection`` has its utility bound).
         """
-        who = analyst or self.analyst
+        who = charged_analyst(self.analyst, analyst)
         if _RELEASE_FORM.search(query) is not None:  # cheap test before parsing it twice
-            special = families.answer_sql(self._families(who), query, epsilon=epsilon,
+            special = families.answer_sql(self._families(), query, epsilon=epsilon,
                                           rho=rho, delta=delta, accuracy=accuracy,
                                           noise=noise, level=level, bounds=bounds)
             if special is not None:  # a range/CDF/marginal family: answered by dpkit.release
@@ -630,14 +756,14 @@ class Curator:
         noise: str = dplan.LAPLACE,
         level: float = 0.95,
         bounds: Mapping[str, Any] | None = None,
-        analyst: str | None = None,
+        analyst: None = None,
         weights: Mapping[str, float] | None = None,
     ) -> Preview:
         """Cost and expected error of a query, without reading data or spending anything
         (same parameters as :meth:`sql`; ``weights`` shows the weighted split)."""
         from dpkit.accounting import BudgetExceeded
 
-        who = analyst or self.analyst
+        who = charged_analyst(self.analyst, analyst)
         plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
                           level=level, bounds=bounds, weights=weights)
         booked = plan.charge_delta if plan.charge_delta is not None else delta
@@ -665,19 +791,20 @@ class Curator:
 
     # ------------------------------------------------------------------ release families
 
-    def _families(self, analyst: str | None = None) -> families.Context:
-        """What the release families need from this project (:mod:`dpkit.engine.families`)."""
+    def _families(self, analyst: None = None) -> families.Context:
+        """What the release families need from this project (:mod:`dpkit.engine.families`),
+        charged to the analyst the curator was opened as (``analyst=`` is refused)."""
         return families.Context(
             tables=self.tables, ledger=self.ledger, backend=self._backend, source=self._source,
             lock=self._lock, strategy_cache=self.path / STRATEGY_CACHE,
-            analyst=analyst or self.analyst)
+            analyst=charged_analyst(self.analyst, analyst))
 
     def ranges(self, table: str, column: str, ranges: Sequence[tuple[float, float]], *,
                where: str | None = None, epsilon: float | None = None,
                rho: float | None = None, delta: float | None = None, strategy: Any = None,
                bins: int | None = None, bounds: Mapping[str, Any] | None = None,
                level: float = 0.95, accuracy: float | None = None,
-               analyst: str | None = None) -> Result:
+               analyst: None = None) -> Result:
         """Counts of rows with ``low <= column <= high`` for every ``(low, high)`` in
         ``ranges``, answered together with correlated noise and charged once.
 
@@ -699,7 +826,7 @@ class Curator:
             epsilon: float | None = None, rho: float | None = None,
             delta: float | None = None, strategy: Any = None, bins: int | None = None,
             bounds: Mapping[str, Any] | None = None, level: float = 0.95,
-            accuracy: float | None = None, analyst: str | None = None) -> Result:
+            accuracy: float | None = None, analyst: None = None) -> Result:
         """The cumulative distribution of ``column`` over its declared bounds, with a
         **simultaneous** confidence band (all rows at once at ``level``). Same guarantee as
         :meth:`ranges`; details: :func:`dpkit.engine.families.answer.cdf`."""
@@ -713,7 +840,7 @@ class Curator:
                   rho: float | None = None, delta: float | None = None, strategy: Any = None,
                   bins: int | None = None, bounds: Mapping[str, Any] | None = None,
                   level: float = 0.95, accuracy: float | None = None,
-                  analyst: str | None = None) -> Result:
+                  analyst: None = None) -> Result:
         """Any number of quantiles of ``column`` from one private CDF (one charge), with
         intervals holding jointly at ``level``. Same guarantee as :meth:`cdf`; details:
         :func:`dpkit.engine.families.answer.quantiles`."""
@@ -728,7 +855,7 @@ class Curator:
                   epsilon: float | None = None, rho: float | None = None,
                   delta: float | None = None, strategy: Any = None, bins: int | None = None,
                   bounds: Mapping[str, Any] | None = None, level: float = 0.95,
-                  accuracy: float | None = None, analyst: str | None = None) -> Result:
+                  accuracy: float | None = None, analyst: None = None) -> Result:
         """Marginal tables (contingency tables) over declared domains, answered together
         (mutually consistent). Same guarantee as :meth:`ranges`; ``columns`` and ``k``:
         :func:`dpkit.engine.families.answer.marginals`."""
@@ -742,7 +869,7 @@ class Curator:
                   delta: float | None = None, rows: int | None = None,
                   method: str = "factorization", k: int | None = None, rounds: int = 20,
                   bins: int | None = None, bounds: Mapping[str, Any] | None = None,
-                  level: float = 0.95, analyst: str | None = None) -> families.SyntheticData:
+                  level: float = 0.95, analyst: None = None) -> families.SyntheticData:
         """Synthetic records over the declared domains of ``columns``, charged to the ledger.
 
         Post-processing of one ε-DP (``epsilon=``) or ρ-zCDP (``rho=``; ``epsilon=, delta=``
@@ -759,7 +886,7 @@ class Curator:
         target = families.Target(epsilon=epsilon, rho=rho, delta=delta)
         return families.synthetic(self._families(analyst), ask, target)
 
-    def preview_release(self, kind: str, table: str, *args: Any, analyst: str | None = None,
+    def preview_release(self, kind: str, table: str, *args: Any, analyst: None = None,
                         **kwargs: Any) -> Preview:
         """Cost and expected accuracy of :meth:`ranges` / :meth:`cdf` / :meth:`quantiles` /
         :meth:`marginals` (``kind``) with the same arguments, without reading data or spending
@@ -769,8 +896,22 @@ class Curator:
     # ------------------------------------------------------------------ budget
 
     def budget(self, analyst: str | None = None) -> BudgetStatus:
-        """Spent, remaining and the history of charges (project-wide or for one analyst)."""
+        """Spent, remaining and the history of charges: project-wide or for one analyst (the
+        owner), or the caller's own (an analyst sees only its own charges; ``remaining`` is
+        the smaller of its cap's and the project's)."""
+        if not self.is_owner:
+            if analyst not in (None, self.analyst):
+                raise PermissionError(f"analyst {self.analyst!r} may see only its own budget, "
+                                      f"not {analyst!r}")
+            analyst = self.analyst
         spend = self.ledger.spend(analyst)
+        remaining, delta_remaining = spend.remaining, spend.delta_remaining
+        caps = self.ledger.analyst_budgets()
+        if not self.is_owner:
+            project = self.ledger.spend()
+            remaining = min(remaining, project.remaining)
+            delta_remaining = min(delta_remaining, project.delta_remaining)
+            caps = {k: v for k, v in caps.items() if k == self.analyst}
         history = [
             HistoryItem(seq=e.seq, time=e.time, analyst=e.analyst, query=e.query, event=e.event,
                         epsilon=float(e.view.get("epsilon_cost", 0.0)),
@@ -781,10 +922,10 @@ class Curator:
         ]
         return BudgetStatus(
             epsilon=spend.epsilon, delta=spend.delta, accountant=spend.accountant,
-            spent=spend.spent, remaining=spend.remaining, delta_spent=spend.delta_spent,
-            delta_remaining=spend.delta_remaining, history=history, head=self.ledger.head(),
+            spent=spend.spent, remaining=remaining, delta_spent=spend.delta_spent,
+            delta_remaining=delta_remaining, history=history, head=self.ledger.head(),
             analyst=analyst, rho_spent=spend.rho_spent, rho_remaining=spend.rho_remaining,
-            analysts=self.ledger.analyst_budgets(),
+            analysts=caps,
         )
 
     def verify(self, *, expected_head: tuple[int, str] | None = None) -> int:
@@ -792,7 +933,14 @@ class Curator:
         return self.ledger.verify(expected_head=expected_head)
 
     def entries(self) -> list[Entry]:
-        return self.ledger.entries()
+        """The ledger's rows; an analyst gets only its own charges and no other analyst's."""
+        rows = self.ledger.entries()
+        if self.is_owner:
+            return rows
+        return [e for e in rows
+                if (e.kind == "charge" and e.analyst == self.analyst)
+                or (e.kind == "analyst" and e.payload.get("analyst") == self.analyst)
+                or e.kind not in ("charge", "analyst")]
 
 
 def _plan_cache_key(spec_key: tuple[str, int], *params: Any) -> tuple[Any, ...] | None:

@@ -3,10 +3,12 @@
 The ledger is a SQLite database (WAL mode, ``synchronous=FULL``) inside the project folder. It is
 the single source of truth for the budget: the configuration (total budget, accountant), the
 registered tables, per-analyst budgets and every charge are rows of one table, ``ledger``, each
-row carrying the SHA-256 of the previous row's hash and its own canonical JSON. The chain is
-verified in full whenever a ledger is opened, and incrementally inside every charge; a changed,
-inserted or deleted row is reported with the sequence number of the first row that no longer
-matches.
+row carrying HMAC-SHA256, under the project's key, of the previous row's hash and its own
+canonical JSON. The key (32 bytes from the OS CSPRNG) lives in ``<ledger>.key`` beside the
+ledger, mode 0600: it is the owner's credential, and without it no one can write a row that
+verifies. The chain is verified in full whenever a ledger is opened, and incrementally inside
+every charge; a changed, inserted, reordered or deleted row is reported with the sequence number
+of the first row that no longer matches.
 
 **Check and charge** happen in one ``BEGIN IMMEDIATE`` transaction (SQLite's write lock): the
 history is read, replayed into a :class:`dpkit.accounting.Budget` (the project's accountant:
@@ -17,31 +19,40 @@ the new event is charged to it, and the charge is either refused with
 Concurrent processes therefore serialise on the write lock and can never overspend; a crash
 after the commit loses budget, never privacy.
 
-What the chain cannot show: removal of the *newest* rows leaves a shorter, valid chain. Keep the
-head (:meth:`Ledger.head`) somewhere else if that matters (``dpkit budget --json`` prints it);
-:meth:`Ledger.verify` accepts an expected head. SQLite triggers refuse UPDATE and DELETE on the
+What the chain alone cannot show: removal of the *newest* rows leaves a shorter, valid chain.
+After every commit the newest head is written, with its own HMAC, to ``<ledger>.head``; opening
+refuses a ledger shorter than that head (or a missing or forged head file). Someone who can
+write the project's files can still roll the ledger *and* the head file back together to an
+older copy: only a head kept outside the folder catches that. Keep :meth:`Ledger.head`
+elsewhere if it matters (``dpkit budget --json`` prints it); :meth:`Ledger.verify` and
+:meth:`Ledger.open` accept an expected head. SQLite triggers refuse UPDATE and DELETE on the
 ledger table, so only a deliberate edit of the file (not a bug) can try either.
+
+Format 1 ledgers (dpkit before the keyed chain: plain SHA-256, which anyone can recompute) are
+refused on open; :func:`migrate` verifies one and rewrites it as a keyed ledger, keeping the old
+file beside it.
 
 Row kinds:
 
 ==============  ==================================================================================
-``genesis``     the project: budget (epsilon, delta, accountant), format version, project id
+``genesis``     the project: budget, format version, project id, noise source (secure/seeded)
 ``table``       a table registered or replaced by the data owner (its metadata as the payload)
-``analyst``     a per-analyst budget set by the owner
+``analyst``     an analyst added (token hash), revoked, or given a per-analyst budget
 ``charge``      a query: analyst, query text, the event JSON, and the accountant's view after it
 ==============  ==================================================================================
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import hmac
 import json
 import math
 import os
 import sqlite3
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -50,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from dpkit import events as ev
+from dpkit import noise as _noise
 
 __all__ = [
     "ACCOUNTANTS",
@@ -59,9 +71,12 @@ __all__ = [
     "LedgerError",
     "LedgerTampered",
     "Spend",
+    "head_path",
+    "key_path",
+    "migrate",
 ]
 
-FORMAT = 1
+FORMAT = 2  # 1: plain SHA-256 chain (refused; see migrate); 2: HMAC-SHA256 under the owner key
 GENESIS_PREV = "0" * 64
 ACCOUNTANTS: tuple[str, ...] = ("pure", "approx", "zcdp", "rdp", "pld")
 
@@ -93,6 +108,7 @@ class LedgerConfig:
     project_id: str = ""
     neighboring: str = "add_remove"
     orders: tuple[float, ...] | None = None
+    noise_seed: int | None = None  # set only for an INSECURE test project (seeded noise)
 
     def budget_dict(self, epsilon: float | None = None) -> dict[str, Any]:
         """The :meth:`dpkit.accounting.Budget.from_dict` form, without charges."""
@@ -167,12 +183,58 @@ def canonical_json(obj: Any) -> str:
                       allow_nan=False)
 
 
-def row_hash(prev_hash: str, fields: dict[str, Any]) -> str:
-    """``sha256(prev_hash || canonical_json(fields))`` as hex."""
-    h = hashlib.sha256()
-    h.update(prev_hash.encode("ascii"))
-    h.update(canonical_json(fields).encode("utf-8"))
-    return h.hexdigest()
+def row_hash(prev_hash: str, fields: dict[str, Any], key: bytes | None = None) -> str:
+    """``HMAC-SHA256(key, prev_hash || canonical_json(fields))`` as hex (format 2), or the
+    plain ``sha256`` of the same bytes when ``key`` is None (format 1, read by migrate only)."""
+    data = prev_hash.encode("ascii") + canonical_json(fields).encode("utf-8")
+    if key is None:
+        return hashlib.sha256(data).hexdigest()
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
+
+
+def key_path(ledger: Path | str) -> Path:
+    """The owner key file of a ledger: ``ledger.sqlite`` -> ``ledger.key``."""
+    p = Path(ledger)
+    return p.with_name(p.stem + ".key")
+
+
+def head_path(ledger: Path | str) -> Path:
+    """The authenticated-head file of a ledger: ``ledger.sqlite`` -> ``ledger.head``."""
+    p = Path(ledger)
+    return p.with_name(p.stem + ".head")
+
+
+def _new_key(path: Path) -> bytes:
+    """Write a fresh 256-bit key to ``path`` with mode 0600 (refuses to overwrite one)."""
+    key = _noise.token_bytes(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key.hex() + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return key
+
+
+def _read_key(path: Path) -> bytes:
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        raise LedgerError(
+            f"the owner key {path} is missing: without it the ledger cannot be verified or "
+            f"written. Restore it from the owner's backup (it was created with the project)"
+        ) from None
+    except PermissionError:
+        raise PermissionError(
+            f"cannot read the owner key {path}: opening this project needs read access to its "
+            f"files (the owner's), or the (future) HTTP service with an analyst token"
+        ) from None
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) != 32:
+        raise LedgerError(f"the owner key {path} is malformed (expected 64 hex digits)")
+    return key
 
 
 _COLUMNS = ("seq", "kind", "analyst", "time", "query", "event", "view", "payload")
@@ -208,8 +270,9 @@ class Ledger:
     SQLite's locking (``BEGIN IMMEDIATE`` for every write).
     """
 
-    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+    def __init__(self, path: Path, conn: sqlite3.Connection, key: bytes) -> None:
         self.path = path
+        self._key = key
         self._conn = conn
         self._lock = threading.RLock()
         self._entries: list[Entry] = []
@@ -218,6 +281,8 @@ class Ledger:
         self._by_kind: dict[str, list[Entry]] = {}
         self._charges_of: dict[str, list[Entry]] = {}  # analyst -> their charges
         self._analyst_caps: dict[str, float] = {}
+        self._tokens: dict[str, str] = {}  # sha256(token) hex -> analyst name
+        self._revoked: set[str] = set()
         self._config: LedgerConfig | None = None
         self._budget_cache: dict[str | None, tuple[int, float, Any]] = {}
 
@@ -243,26 +308,35 @@ class Ledger:
         neighboring: str = "add_remove",
         orders: Sequence[float] | None = None,
         analyst: str = "owner",
+        noise_seed: int | None = None,
     ) -> Ledger:
-        """Create a new ledger holding the genesis row (the budget). Refuses an existing file.
+        """Create a new ledger holding the genesis row (the budget) and a fresh owner key
+        (:func:`key_path`, mode 0600). Refuses an existing file.
 
-        The budget is validated by :class:`dpkit.accounting.Budget` itself (same rules)."""
+        ``noise_seed`` records an INSECURE test project whose noise is seeded (None: the OS
+        CSPRNG). The budget is validated by :class:`dpkit.accounting.Budget` itself."""
         from dpkit.accounting import Budget
 
         path = Path(path)
-        if path.exists():
+        if path.exists() or key_path(path).exists():
             raise FileExistsError(f"a ledger already exists at {path}; open it instead")
         probe = Budget(epsilon=epsilon, delta=delta, accountant=accountant,
                        neighboring=neighboring, orders=orders)
+        if noise_seed is not None and (isinstance(noise_seed, bool)
+                                       or not isinstance(noise_seed, int)):
+            raise TypeError(f"noise_seed must be an int or None (got {noise_seed!r})")
+        key = _new_key(key_path(path))
         conn = cls._connect(path)
         conn.executescript(_SCHEMA)
-        led = cls(path, conn)
+        led = cls(path, conn, key)
         payload = {
             "format": FORMAT,
-            "project_id": uuid.uuid4().hex,
+            "project_id": _noise.token_hex(16),
             "budget": {"epsilon": probe.epsilon, "delta": probe.delta,
                        "accountant": probe.accountant, "neighboring": probe.neighboring,
                        "orders": list(probe.orders) if probe.orders is not None else None},
+            "noise": ({"source": "secure"} if noise_seed is None
+                      else {"source": "seeded", "seed": noise_seed, "insecure": True}),
         }
         with led._write() as cur:
             rows = cur.execute("SELECT COUNT(*) FROM ledger").fetchone()[0]
@@ -276,7 +350,8 @@ class Ledger:
 
     @classmethod
     def open(cls, path: Path | str, *, expected_head: tuple[int, str] | None = None) -> Ledger:
-        """Open and fully verify an existing ledger (:class:`LedgerTampered` on any mismatch)."""
+        """Open and fully verify an existing ledger under its owner key: :class:`LedgerTampered`
+        on any mismatch, including a ledger shorter than its stored head (truncation)."""
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"no ledger at {path}: create the project first")
@@ -285,11 +360,18 @@ class Ledger:
         if "ledger" not in tables:
             conn.close()
             raise LedgerError(f"{path} is not a dpkit ledger (no 'ledger' table)")
-        led = cls(path, conn)
-        with led._lock:
-            led._sync()
-        if expected_head is not None:
-            led.verify(expected_head=expected_head)
+        try:
+            _refuse_old_format(conn, path)
+            led = cls(path, conn, _read_key(key_path(path)))
+            with led._lock:
+                stored = led._stored_head()  # before the rows: see _check_stored_head
+                led._sync()
+                led._check_stored_head(stored)
+            if expected_head is not None:
+                led.verify(expected_head=expected_head)
+        except BaseException:
+            conn.close()
+            raise
         return led
 
     def close(self) -> None:
@@ -316,15 +398,25 @@ class Ledger:
             if e.kind == "charge":
                 self._charges_of.setdefault(e.analyst, []).append(e)
             elif e.kind == "analyst":
-                name = str(e.payload["analyst"])
-                eps = e.payload.get("epsilon")
-                if eps is None:
-                    self._analyst_caps.pop(name, None)
-                else:
-                    self._analyst_caps[name] = float(eps)
+                self._index_analyst(e.payload)
+
+    def _index_analyst(self, payload: dict[str, Any]) -> None:
+        name = str(payload["analyst"])
+        if "token_sha256" in payload:
+            self._tokens[str(payload["token_sha256"])] = name
+        if payload.get("revoked"):
+            self._revoked.add(name)
+            self._tokens = {h: n for h, n in self._tokens.items() if n != name}
+        if "epsilon" in payload:  # a revocation row leaves the cap (and the history) as is
+            eps = payload["epsilon"]
+            if eps is None:
+                self._analyst_caps.pop(name, None)
+            else:
+                self._analyst_caps[name] = float(eps)
 
     def _reindex(self) -> None:
         self._by_kind, self._charges_of, self._analyst_caps = {}, {}, {}
+        self._tokens, self._revoked = {}, set()
         self._index(self._entries)
 
     def head(self) -> tuple[int, str]:
@@ -334,6 +426,61 @@ class Ledger:
             last = self._entries[-1]
             return last.seq, last.hash
 
+    def _head_mac(self, seq: int, digest: str) -> str:
+        return hmac.new(self._key, f"dpkit-head:{seq}:{digest}".encode("ascii"),
+                        hashlib.sha256).hexdigest()
+
+    def _stored_head(self) -> tuple[int, str] | None:
+        """The head in ``<ledger>.head`` (None if absent); its MAC is checked."""
+        try:
+            d = json.loads(head_path(self.path).read_text())
+            seq, digest, mac = int(d["seq"]), str(d["hash"]), str(d["mac"])
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError):
+            raise LedgerTampered(0, f"the head file {head_path(self.path)} is unreadable",
+                                 self.path) from None
+        if not hmac.compare_digest(self._head_mac(seq, digest), mac):
+            raise LedgerTampered(seq, f"the head file {head_path(self.path)} does not carry "
+                                 f"the owner key's MAC", self.path)
+        return seq, digest
+
+    def _store_head(self) -> None:
+        """Write the newest head (never an older one) atomically after a commit. A crash
+        before this leaves an older head: weaker, never a false alarm."""
+        seq, digest = self._entries[-1].seq, self._entries[-1].hash
+        with contextlib.suppress(LedgerTampered):
+            old = self._stored_head()
+            if old is not None and old[0] >= seq:
+                return
+        target = head_path(self.path)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps({"seq": seq, "hash": digest,
+                                   "mac": self._head_mac(seq, digest)}))
+        os.replace(tmp, target)
+
+    def _check_stored_head(self, stored: tuple[int, str] | None) -> None:
+        """Refuse a ledger shorter than its stored head, or one whose row at that head differs
+        (rows removed from the end, or the history rewritten). ``stored`` must be read *before*
+        the rows: a head is written only after its row commits, so every row it names is then
+        visible (read after, a concurrent commit would look like a truncation)."""
+        with self._lock:
+            if stored is None:
+                raise LedgerTampered(
+                    len(self._entries), f"its head file {head_path(self.path)} is missing "
+                    f"(written after every commit; deleting it hides a truncation)", self.path)
+            self._match_head(stored, "the head stored beside it")
+
+    def _match_head(self, head: tuple[int, str], what: str) -> None:
+        seq, digest = head
+        n = len(self._entries)
+        if seq > n:
+            raise LedgerTampered(
+                n + 1, f"rows after {n} are missing ({what} is at row {seq}): the ledger was "
+                f"truncated", self.path)
+        if seq < 1 or not hmac.compare_digest(self._entries[seq - 1].hash, digest):
+            raise LedgerTampered(seq, f"its hash differs from {what}", self.path)
+
     def verify(self, *, expected_head: tuple[int, str] | None = None) -> int:
         """Re-read and re-verify the whole chain from disk; return the number of rows.
 
@@ -341,26 +488,19 @@ class Ledger:
         was removed: the row with that seq must still carry that hash.
         """
         with self._lock:
+            stored = self._stored_head()  # before the rows (see _check_stored_head)
             rows = self._conn.execute(
                 "SELECT seq, kind, analyst, time, query, event, view, payload, prev_hash, hash "
                 "FROM ledger ORDER BY seq"
             ).fetchall()
             entries = self._verify_rows(rows, start_seq=1, prev=GENESIS_PREV)
-            if expected_head is not None:
-                seq, digest = expected_head
-                if seq > len(entries):
-                    raise LedgerTampered(
-                        len(entries) + 1,
-                        f"rows after {len(entries)} are missing (expected a head at row {seq})",
-                        self.path,
-                    )
-                if entries[seq - 1].hash != digest:
-                    raise LedgerTampered(seq, "its hash differs from the recorded head",
-                                         self.path)
             self._entries = entries
             self._reindex()
             self._budget_cache.clear()
             self._load_config()
+            self._check_stored_head(stored)
+            if expected_head is not None:
+                self._match_head(expected_head, "the expected head")
             return len(entries)
 
     def _verify_rows(self, rows: Sequence[tuple[Any, ...]], *, start_seq: int,
@@ -378,7 +518,7 @@ class Ledger:
                                      self.path)
             fields = dict(zip(_COLUMNS, (seq, kind, analyst, when, query, event_text, view,
                                          payload), strict=True))
-            if row_hash(prev_hash, fields) != digest:
+            if not hmac.compare_digest(row_hash(prev_hash, fields, self._key), digest):
                 raise LedgerTampered(seq, "its content does not match its hash", self.path)
             try:
                 event = ev.from_json(event_text)
@@ -430,6 +570,7 @@ class Ledger:
             project_id=str(genesis.payload.get("project_id", "")),
             neighboring=str(budget.get("neighboring", "add_remove")),
             orders=tuple(float(a) for a in orders) if orders is not None else None,
+            noise_seed=_recorded_seed(genesis.payload.get("noise")),
         )
 
     # ------------------------------------------------------------------ budgets
@@ -439,6 +580,31 @@ class Ledger:
         with self._lock:
             self._sync()
             return dict(self._analyst_caps)
+
+    def analyst_for_token(self, token: str) -> str | None:
+        """The active analyst whose token this is (None: unknown or revoked). Tokens are kept
+        as SHA-256 hashes only (256-bit random tokens need no slow hash)."""
+        digest = hashlib.sha256(token.encode("utf-8")).hexdigest()
+        with self._lock:
+            self._sync()
+            found = None
+            for h, name in self._tokens.items():  # compare every one: no early exit
+                if hmac.compare_digest(h, digest):
+                    found = name
+            return found
+
+    def analysts(self) -> dict[str, dict[str, Any]]:
+        """Every analyst ever added: ``{"active": bool, "epsilon": cap or None}``."""
+        with self._lock:
+            self._sync()
+            names = set(self._tokens.values()) | self._revoked
+            return {n: {"active": n not in self._revoked,
+                        "epsilon": self._analyst_caps.get(n)} for n in sorted(names)}
+
+    def is_revoked(self, analyst: str) -> bool:
+        with self._lock:
+            self._sync()
+            return analyst in self._revoked
 
     def _charges(self, analyst: str | None) -> list[Entry]:
         """The charge rows (all, or one analyst's), oldest first; do not modify."""
@@ -566,6 +732,7 @@ class Ledger:
                 raise
             else:
                 cur.execute("COMMIT")
+                self._store_head()
 
     def _entries_rollback(self) -> None:
         # Rows appended to the in-memory copy inside a rolled-back transaction must go.
@@ -589,7 +756,7 @@ class Ledger:
             "view": canonical_json(view),
             "payload": canonical_json(payload),
         }
-        digest = row_hash(prev, fields)
+        digest = row_hash(prev, fields, self._key)
         cur.execute(
             "INSERT INTO ledger (seq, kind, analyst, time, query, event, view, payload, "
             "prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -615,6 +782,9 @@ class Ledger:
             raise TypeError(f"charge needs a dpkit event (got {event!r})")
         with self._write() as cur:
             self._sync()
+            if analyst in self._revoked:  # checked under the write lock: no race with revoke
+                raise PermissionError(f"analyst {analyst!r} was revoked by the owner; nothing "
+                                      f"was charged")
             share = self._share(delta_share)
             # Charge the cached budgets: Budget.charge checks and records atomically and records
             # nothing when it refuses. Afterwards they describe the ledger with this row; if
@@ -676,3 +846,88 @@ def _charge_analyst(budget: Any, event: ev.Event, share: float | None, analyst: 
             accountant=exc.accountant, event=event,
             detail=f"analyst {analyst!r} has a budget of epsilon {budget.epsilon:g}",
         ) from None
+
+
+def _recorded_seed(noise: Any) -> int | None:
+    if isinstance(noise, dict) and noise.get("source") == "seeded":
+        return int(noise["seed"])
+    return None
+
+
+def _refuse_old_format(conn: sqlite3.Connection, path: Path) -> None:
+    row = conn.execute("SELECT payload FROM ledger WHERE seq = 1").fetchone()
+    if row is None:
+        return  # empty: reported as tampering by the verification
+    try:
+        fmt = json.loads(row[0]).get("format")
+    except (ValueError, AttributeError):
+        return  # undecodable: the verification reports it
+    if fmt == 1:
+        raise LedgerError(
+            f"ledger {path} has the unkeyed format 1 (plain SHA-256 chain: anyone who can write "
+            f"the file could rewrite it undetected). Migrate it once, as the owner: `dpkit "
+            f"migrate {path.parent}` (Python: dpkit.engine.ledger.migrate({str(path)!r})); the "
+            f"old file is kept as {path.stem}.v1{path.suffix}"
+        )
+
+
+def migrate(path: Path | str) -> Path:
+    """Rewrite a format-1 (unkeyed) ledger as a keyed one; returns the old file's new name.
+
+    The old chain is verified first (a broken one is refused); every row keeps its seq, time,
+    analyst, query, event and payload, and is chained anew under a fresh owner key. The genesis
+    row records the old head, so the old file (kept as ``<stem>.v1<suffix>``) can be matched
+    to it. History written before the migration is only as trustworthy as the unkeyed chain was.
+    """
+    path = Path(path)
+    old_conn = sqlite3.connect(str(path))
+    try:
+        rows = old_conn.execute(
+            "SELECT seq, kind, analyst, time, query, event, view, payload, prev_hash, hash "
+            "FROM ledger ORDER BY seq").fetchall()
+        old_conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        old_conn.close()
+    if not rows or json.loads(rows[0][7]).get("format") != 1:
+        raise LedgerError(f"{path} is not a format-1 ledger; nothing to migrate")
+    prev = GENESIS_PREV
+    for r in rows:
+        fields = dict(zip(_COLUMNS, r[:8], strict=True))
+        if r[8] != prev or row_hash(prev, fields) != r[9]:
+            raise LedgerTampered(int(r[0]), "the unkeyed chain does not verify; refusing to "
+                                 "migrate (and so to bless) a modified history", path)
+        prev = r[9]
+    new_path = path.with_name(f".{path.stem}.migrating{path.suffix}")
+    with contextlib.suppress(FileNotFoundError):
+        new_path.unlink()
+    # a key left by an interrupted migration is reused (nothing was signed with it yet)
+    key = _read_key(key_path(path)) if key_path(path).exists() else _new_key(key_path(path))
+    conn = Ledger._connect(new_path)
+    conn.executescript(_SCHEMA)
+    led = Ledger(new_path, conn, key)
+    with led._write() as cur:
+        for r in rows:
+            payload = json.loads(r[7])
+            if r[0] == 1:
+                payload = {**payload, "format": FORMAT, "migrated_from": {"seq": len(rows),
+                                                                          "hash": prev}}
+            fields = dict(zip(_COLUMNS, (*r[:7], canonical_json(payload)), strict=True))
+            row_prev = led._entries[-1].hash if led._entries else GENESIS_PREV
+            digest = row_hash(row_prev, fields, key)
+            cur.execute("INSERT INTO ledger (seq, kind, analyst, time, query, event, view, "
+                        "payload, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (*[fields[c] for c in _COLUMNS], row_prev, digest))
+            led._entries.append(Entry(int(r[0]), r[1], r[2], r[3], r[4], ev.from_json(r[5]),
+                                      json.loads(r[6]), payload, row_prev, digest))
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    # the head was written for the temporary name: move it with the ledger
+    kept = path.with_name(f"{path.stem}.v1{path.suffix}")
+    for leftover in (path, new_path):
+        for suffix in ("-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                Path(str(leftover) + suffix).unlink()
+    os.replace(path, kept)
+    os.replace(new_path, path)
+    os.replace(head_path(new_path), head_path(path))
+    return kept

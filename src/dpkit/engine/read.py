@@ -25,7 +25,7 @@ from dpkit.engine.backend_duckdb import (
     columnar_type,
     dry_run_errors,
     key_table_relation,
-    relation_name,
+    table_relation,
 )
 from dpkit.engine.spec import QueryError
 from dpkit.engine.tables import quote_ident
@@ -136,13 +136,12 @@ class Reader:
 
         ``tables_version`` keys the cache of declared keys (the ledger seq of the last table
         registration)."""
-        relations = {name: relation_name(name, meta.public)
-                     for name, meta in plan.catalog.items()}
+        relations = {name: table_relation(meta) for name, meta in plan.catalog.items()}
         if plan.table.record_level:
             self._check_join_keys(plan, relations)
         # a copied private table carries hidden columns and key tables from its load
         copied = plan.table.storage == "copy" and not plan.table.public
-        fixed = self._backend.fixed_columns(plan.table.name) if copied else frozenset()
+        fixed = self._backend.fixed_columns(plan.table.stored_name) if copied else frozenset()
         # declared domains stored as hidden key tables at load (copied private tables): read
         # the keys from them instead of inlining every key in the statement
         key_rel: dict[str, str] = {}
@@ -152,7 +151,7 @@ class Reader:
                        if t in have}
         # a few declared keys: DuckDB returns the groups present and Python fills in the
         # missing keys (the LEFT JOIN with the keys costs ~1 ms at any data size)
-        collated = self._backend.collated_columns(plan.table.name) if copied else frozenset()
+        collated = self._backend.collated_columns(plan.table.stored_name) if copied else frozenset()
         fill = dplan.can_fill_keys(plan, collated)
 
         def compile_with(rels: Mapping[str, str], keys: Mapping[str, str], seed: int,

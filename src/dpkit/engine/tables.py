@@ -130,6 +130,14 @@ class TableMeta:
     # columns the owner declared complete (no NULL, no NaN; checked at load): COUNT(col) is
     # COUNT(*), so AVG/VAR/STDDEV of them share the row count's measurement
     not_null: tuple[str, ...] = ()
+    # the relation's own name inside its schema: a fresh one per load (crash-safe replace);
+    # "" for tables loaded before versioned relations (stored under ``name``)
+    physical: str = ""
+
+    @property
+    def stored_name(self) -> str:
+        """The DuckDB table/view name holding the rows (inside schema priv or pub)."""
+        return self.physical or self.name
 
     # ---------------------------------------------------------------- lookups
 
@@ -191,6 +199,7 @@ class TableMeta:
             "description": self.description,
             "key_tables": dict(self.key_tables),
             "not_null": list(self.not_null),
+            "physical": self.physical,
         }
 
     @classmethod
@@ -212,6 +221,7 @@ class TableMeta:
             description=str(d.get("description", "")),
             key_tables={str(k): str(v) for k, v in d.get("key_tables", {}).items()},
             not_null=tuple(str(c) for c in d.get("not_null", ())),
+            physical=str(d.get("physical", "")),
         )
 
     def summary(self) -> str:

@@ -28,7 +28,16 @@ from .samplers import (
     uniform_float01,
     uniform_int,
 )
-from .sources import SecureSource, SeededSource, Source, default_source, secure, seeded
+from .sources import (
+    SecureSource,
+    SeededSource,
+    Source,
+    default_source,
+    secure,
+    seeded,
+    token_bytes,
+    token_hex,
+)
 
 __all__ = [
     "MAX_DGAUSS_SIGMA2",
@@ -50,6 +59,8 @@ __all__ = [
     "permutation",
     "secure",
     "seeded",
+    "token_bytes",
+    "token_hex",
     "uniform_float01",
     "uniform_int",
 ]

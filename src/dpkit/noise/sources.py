@@ -23,7 +23,8 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-__all__ = ["SecureSource", "SeededSource", "Source", "default_source", "secure", "seeded"]
+__all__ = ["SecureSource", "SeededSource", "Source", "default_source", "secure", "seeded",
+           "token_bytes", "token_hex"]
 
 
 class Source(ABC):
@@ -161,3 +162,19 @@ def seeded(seed: int) -> SeededSource:
     True
     """
     return SeededSource(seed)
+
+
+def token_bytes(n: int = 32) -> bytes:
+    """``n`` bytes straight from the operating system's CSPRNG, for secrets (keys, tokens).
+
+    Never from a seeded source: a credential must not be reproducible even in a test project.
+    ``n`` must be at least 16 (128 bits); the default 32 gives 256 bits.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 16:
+        raise ValueError(f"a secret needs at least 16 random bytes (got {n!r})")
+    return os.urandom(n)
+
+
+def token_hex(n: int = 32) -> str:
+    """:func:`token_bytes` as ``2 n`` lowercase hex digits."""
+    return token_bytes(n).hex()

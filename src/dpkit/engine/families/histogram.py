@@ -14,7 +14,7 @@ import numpy as np
 
 from dpkit import noise as _noise
 from dpkit.engine import plan as dplan
-from dpkit.engine.backend_duckdb import DuckBackend, dry_run_errors, relation_name
+from dpkit.engine.backend_duckdb import DuckBackend, dry_run_errors, table_relation
 from dpkit.engine.families.job import Context, Job
 from dpkit.engine.spec import PRIVATE_ALIAS
 from dpkit.engine.tables import TableMeta, quote_ident
@@ -28,7 +28,7 @@ def _unit_totals(backend: DuckBackend, meta: TableMeta) -> str | None:
     if meta.storage != "copy" or meta.privacy_unit is None:
         return None
     name = str(dplan.unit_rows_column_name(str(meta.privacy_unit)))
-    return name if name in backend.fixed_columns(meta.name) else None
+    return name if name in backend.fixed_columns(meta.stored_name) else None
 
 
 def statement(backend: DuckBackend, job: Job, relation: str, *, seed: int) -> str:
@@ -63,7 +63,7 @@ def statement(backend: DuckBackend, job: Job, relation: str, *, seed: int) -> st
 def dry_run(ctx: Context, job: Job) -> None:
     """Run the statement over an empty table of the same schema: every error that does not
     depend on a row (types, casts, functions in WHERE) surfaces here, before the charge."""
-    shadow = ctx.backend.shadow(relation_name(job.meta.name, False))
+    shadow = ctx.backend.shadow(table_relation(job.meta))
     with dry_run_errors("release"):
         ctx.backend.dry_run(statement(ctx.backend, job, shadow, seed=0))
 
@@ -73,7 +73,7 @@ def read(ctx: Context, job: Job, text: str | None = None) -> np.ndarray:
     ``text`` from :func:`statement` (default: a fresh seed, for tests)."""
     if text is None:
         seed = int(_noise.uniform_int(2**63 - 1, 1, source=ctx.source)[0])
-        text = statement(ctx.backend, job, relation_name(job.meta.name, False), seed=seed)
+        text = statement(ctx.backend, job, table_relation(job.meta), seed=seed)
     cnames = [f"__c{i}" for i in range(len(job.axes))]
     keys, out = ctx.backend.run(text, cnames, ["__n"])
     shape = tuple(a.size for a in job.axes)

@@ -16,7 +16,7 @@ import numpy as np
 
 from dpkit import noise as _noise
 from dpkit.accounting import BudgetExceeded, UnsupportedEvent
-from dpkit.engine.backend_duckdb import relation_name
+from dpkit.engine.backend_duckdb import table_relation
 from dpkit.engine.charge import charged_read
 from dpkit.engine.families import histogram
 from dpkit.engine.families.job import Context, Job, jsonable
@@ -73,7 +73,7 @@ def run(ctx: Context, job: Job, finish: Finish[R]) -> R:
         check_cost(ctx, job)  # early refusal, nothing read
         histogram.dry_run(ctx, job)
         seed = int(_noise.uniform_int(2**63 - 1, 1, source=ctx.source)[0])
-        text = histogram.statement(ctx.backend, job, relation_name(job.meta.name, False),
+        text = histogram.statement(ctx.backend, job, table_relation(job.meta),
                                    seed=seed)
         details = {k: v for k, v in job.details.items() if k != "workload"}
         details.update({"kind": job.kind, "level": job.level, "table": job.meta.name,

@@ -1,0 +1,113 @@
+"""``dpkit analyst add|list|revoke`` and ``dpkit migrate``: the owner's commands for roles.
+
+The owner is whoever opens the project without a token (they hold its files and the key that
+authenticates the ledger); these commands refuse to run with ``--token`` / ``$DPKIT_TOKEN``
+set to an analyst's token (PermissionError from the curator). A token is printed once, by
+``analyst add``: only its SHA-256 is kept.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dpkit.cli.options import console, make_console
+
+__all__ = ["add_analyst", "commands", "list_analysts", "migrate", "revoke_analyst"]
+
+
+def add_analyst(project: str | Path, name: str, *, epsilon: float | None = None,
+                console: Any = None) -> str:
+    """Add analyst ``name`` (own cap ``epsilon``) and print their token once."""
+    from dpkit.engine.curator import Curator
+
+    con = make_console(console)
+    with Curator.open(project) as cur:
+        token = cur.add_analyst(name, epsilon=epsilon)
+    cap = f"epsilon {epsilon:g} of the project's budget" if epsilon is not None else "no own cap"
+    con.print(f"analyst [bold]{name}[/] added ({cap}). Their token, shown only now:")
+    con.print(token, markup=False, highlight=False, soft_wrap=True)
+    con.print("[dim]give it to them privately; they use it as DPKIT_TOKEN=... or --token. "
+              "Revoke with `dpkit analyst revoke`.[/]")
+    return token
+
+
+def list_analysts(project: str | Path, *, console: Any = None) -> dict[str, Any]:
+    from rich.table import Table
+
+    from dpkit.engine.curator import Curator
+
+    con = make_console(console)
+    with Curator.open(project) as cur:
+        info = cur.analysts()
+        spent = {n: cur.budget(n).spent for n in info}
+    t = Table(title="analysts", title_justify="left")
+    for col in ("analyst", "status", "own epsilon cap", "spent"):
+        t.add_column(col)
+    for n, i in info.items():
+        t.add_row(n, "active" if i["active"] else "revoked",
+                  "-" if i["epsilon"] is None else f"{i['epsilon']:g}", f"{spent[n]:.4g}")
+    con.print(t)
+    return info
+
+
+def revoke_analyst(project: str | Path, name: str, *, console: Any = None) -> None:
+    from dpkit.engine.curator import Curator
+
+    with Curator.open(project) as cur:
+        cur.revoke_analyst(name)
+    make_console(console).print(f"analyst [bold]{name}[/] revoked: their token opens nothing "
+                                f"from now on (their history stays in the ledger)")
+
+
+def migrate(project: str | Path, *, console: Any = None) -> Path:
+    """Rewrite an old project's unkeyed ledger as a keyed one (keeps the old file)."""
+    from dpkit.engine.curator import LEDGER_FILE
+    from dpkit.engine.ledger import migrate as migrate_ledger
+
+    kept = migrate_ledger(Path(project) / LEDGER_FILE)
+    make_console(console).print(f"ledger migrated to the keyed format; the old file is {kept}. "
+                                f"The owner key is {Path(project) / 'ledger.key'} (mode 0600)")
+    return kept
+
+
+@click.group("analyst")
+def analyst_group() -> None:
+    """Analysts and their tokens (the owner's commands)."""
+
+
+@analyst_group.command("add")
+@click.argument("project", type=click.Path(path_type=Path))
+@click.argument("name")
+@click.option("--epsilon", type=float, default=None, help="The analyst's own epsilon cap.")
+def add_command(project: Path, name: str, epsilon: float | None) -> None:
+    """Add an analyst; prints their token once."""
+    add_analyst(project, name, epsilon=epsilon, console=console)
+
+
+@analyst_group.command("list")
+@click.argument("project", type=click.Path(path_type=Path))
+def list_command(project: Path) -> None:
+    """List analysts: active or revoked, cap, spent."""
+    list_analysts(project, console=console)
+
+
+@analyst_group.command("revoke")
+@click.argument("project", type=click.Path(path_type=Path))
+@click.argument("name")
+def revoke_command(project: Path, name: str) -> None:
+    """Revoke an analyst's token."""
+    revoke_analyst(project, name, console=console)
+
+
+@click.command("migrate")
+@click.argument("project", type=click.Path(path_type=Path))
+def migrate_command(project: Path) -> None:
+    """Upgrade a project made by an older dpkit (unkeyed ledger) to the keyed ledger."""
+    migrate(project, console=console)
+
+
+#: what :mod:`dpkit.cli` registers on the ``dpkit`` group
+commands = (analyst_group, migrate_command)
