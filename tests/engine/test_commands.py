@@ -81,8 +81,10 @@ def test_demo_runs_and_prints(tmp_path: Path) -> None:
     text = buf.getvalue()
     assert len(results) == 5
     assert "refused" in text and "Reopened from disk" in text
+    assert text.count("refused:") == 3  # over her cap, raw rows, registering a table
     again = Curator.open(tmp_path / "demo.dpkit")
     assert again.budget().spent == pytest.approx(1.9)
+    assert {h.analyst for h in again.budget().history} == {"alice"}
 
 
 def test_analyst_budgets_through_the_curator(project: object) -> None:

@@ -116,6 +116,50 @@ DEMO_QUERIES: tuple[tuple[str, str, float], ...] = (
 )
 
 
+def _ask_all(con: Any, cur: Any) -> list[Any]:
+    """Alice's questions, each with its answer, notes and budget split."""
+    from rich.panel import Panel
+
+    from dpkit.engine.results import split_table
+
+    results = []
+    for question, sql, eps in DEMO_QUERIES:
+        t = time.perf_counter()
+        res = cur.sql(sql, epsilon=eps)
+        dt = time.perf_counter() - t
+        results.append(res)
+        con.print(Panel.fit(f"[bold]{question}[/]\n[cyan]{sql}[/]  [dim](epsilon {eps})[/]"))
+        con.print(res.table())
+        for note in res.notes:
+            con.print(f"[dim]note: {note}[/]")
+        con.print(f"[dim]answered in {dt * 1000:.0f} ms; budget split:[/]")
+        con.print(split_table(res.split, title=""))
+        con.print()
+    return results
+
+
+def _refusals(con: Any, cur: Any) -> None:
+    """What the curator refuses an analyst, each before anything is read or spent."""
+    from dpkit.accounting import BudgetExceeded
+    from dpkit.engine.sql import QueryError
+
+    attempts = (
+        ("asks for more than her cap leaves",
+         lambda: cur.sql("SELECT ward, COUNT(*) FROM visits GROUP BY ward", epsilon=1.0),
+         BudgetExceeded),
+        ("asks for raw rows",
+         lambda: cur.sql("SELECT patient_id, age FROM visits", epsilon=0.1), QueryError),
+        ("tries to register a table of her own",
+         lambda: cur.add_table("mine", {"x": [1, 2]}), PermissionError),
+    )
+    for what, attempt, kind in attempts:
+        con.print(f"[bold]Alice {what}:[/]")
+        try:
+            attempt()
+        except kind as exc:
+            con.print(f"[red]refused:[/] {exc}\n")
+
+
 def run_demo(path: str | Path | None = None, console: Any = None, *, rows: int = 300_000,
              seed: int = 2024) -> Any:
     """Build a project on generated hospital visits, run a few queries, print everything.
@@ -124,11 +168,9 @@ def run_demo(path: str | Path | None = None, console: Any = None, *, rows: int =
     the list of results (the project is closed).
     """
     from rich.console import Console
-    from rich.panel import Panel
 
-    from dpkit.accounting import Budget, BudgetExceeded
+    from dpkit.accounting import Budget
     from dpkit.engine.curator import Curator
-    from dpkit.engine.results import split_table
 
     con = console or Console()
     tmp: str | None = None
@@ -159,30 +201,13 @@ def run_demo(path: str | Path | None = None, console: Any = None, *, rows: int =
         con.print("[dim]Each patient is one privacy unit: every answer below is differentially "
                   "private for adding or removing one patient with all their visits; at most 5 "
                   "visits per patient count towards any answer.[/]\n")
-        for question, sql, eps in DEMO_QUERIES:
-            t = time.perf_counter()
-            res = cur.sql(sql, epsilon=eps)
-            dt = time.perf_counter() - t
-            results.append(res)
-            con.print(Panel.fit(f"[bold]{question}[/]\n[cyan]{sql}[/]  [dim](epsilon {eps})[/]"))
-            con.print(res.table())
-            for note in res.notes:
-                con.print(f"[dim]note: {note}[/]")
-            con.print(f"[dim]answered in {dt * 1000:.0f} ms; budget split:[/]")
-            con.print(split_table(res.split, title=""))
-            con.print()
-        con.print("[bold]An analyst asks for more than is left:[/]")
-        try:
-            cur.sql("SELECT ward, COUNT(*) FROM visits GROUP BY ward", epsilon=2.0)
-        except BudgetExceeded as exc:
-            con.print(f"[red]refused:[/] {exc}\n")
-        con.print("[bold]An analyst asks for raw rows:[/]")
-        from dpkit.engine.sql import QueryError
-
-        try:
-            cur.sql("SELECT patient_id, age FROM visits", epsilon=0.1)
-        except QueryError as exc:
-            con.print(f"[red]refused:[/] {exc}\n")
+        token = cur.add_analyst("alice", epsilon=2.5)
+        con.print(f"The owner gives analyst [bold]alice[/] a token (shown once, stored hashed) "
+                  f"and a cap of epsilon 2.5: [dim]{token[:14]}...[/]\n")
+        alice = Curator.open(project, token=token)
+        results.extend(_ask_all(con, alice))
+        _refusals(con, alice)
+        alice.close()
         con.print(cur.budget().table())
         cur.close()
         reopened = Curator.open(project)
