@@ -115,7 +115,13 @@ def rho_to_epsilon(rho: float, delta: float) -> float:
         return math.inf
     log_inv_delta = -math.log(delta)
     eps = _minimize_over_t(lambda t: _eps_of_t(t, rho, log_inv_delta))
-    return max(0.0, eps)
+    # The terms near the optimum are of the size of ρ + 2 sqrt(ρ ln(1/δ)) and cancel: their
+    # float error (~1e-16 of that size) is added, so tiny ρ never rounds down to a smaller ε
+    # (or to 0 when the exact minimum is positive).
+    margin = 1e-13 * (rho + 2.0 * math.sqrt(rho * log_inv_delta))
+    if eps < -margin:
+        return 0.0  # clearly negative: (0, δ)-DP holds (the CKS bound at ε = 0 is <= δ)
+    return max(0.0, eps) + margin
 
 
 def rho_to_delta(rho: float, epsilon: float) -> float:
