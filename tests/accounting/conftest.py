@@ -18,4 +18,6 @@ def _fresh_memo() -> None:
     see (or leave behind) answers computed with another one."""
     from dpkit.accounting import api
 
-    api.clear_memo()
+    clear = getattr(api, "clear_memo", None)  # absent before issue 12 (running old code)
+    if clear is not None:
+        clear()
