@@ -9,7 +9,7 @@ from pathlib import Path
 if importlib.util.find_spec("dpkit") is None:  # running from a checkout without `pip install -e`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-import pytest  # noqa: E402
+import pytest
 
 
 @pytest.fixture(autouse=True)

@@ -251,9 +251,9 @@ def test_many_tiny_approx_charges_sum_to_at_least_their_total() -> None:
 def test_rdp_budget_never_loses_a_tiny_charge() -> None:
     b = Budget(epsilon=5.0, delta=1e-6, accountant="rdp")
     b.charge(ev.ZCDP(1e-3))
-    total = b._rdp_total.copy()  # noqa: SLF001 - the curve itself is what must grow
+    total = b._rdp_total.copy()
     b.charge(ev.ZCDP(1e-30))
-    assert np.all(b._rdp_total > total)  # noqa: SLF001
+    assert np.all(b._rdp_total > total)
 
 
 # ----------------------------------------------------------------------------- the memo
@@ -263,9 +263,9 @@ def test_memo_keys_tell_int_from_float_and_signed_zero() -> None:
     a, b = ev.PureDP(1), ev.PureDP(1.0)
     assert a == b and hash(a) == hash(b)  # dataclass equality: same value, same privacy
     assert a.to_json() != b.to_json()  # the memo key is the JSON, so no cross-talk
-    assert api._memo_key("epsilon", "pure", ev.ZCDP(0.0), 0.0) != api._memo_key(  # noqa: SLF001
+    assert api._memo_key("epsilon", "pure", ev.ZCDP(0.0), 0.0) != api._memo_key(
         "epsilon", "pure", ev.ZCDP(-0.0), 0.0)
-    assert api._memo_key("e", "m", a, 0.0) != api._memo_key("e", "m", a, -0.0)  # noqa: SLF001
+    assert api._memo_key("e", "m", a, 0.0) != api._memo_key("e", "m", a, -0.0)
     assert api.epsilon(a, 1e-6) == api.epsilon(b, 1e-6)
 
 
@@ -286,6 +286,6 @@ def test_memo_makes_a_repeated_answer_cheap_and_identical() -> None:
 
 def test_memo_is_bounded() -> None:
     api.clear_memo()
-    for i in range(api._MEMO_SIZE + 50):  # noqa: SLF001
+    for i in range(api._MEMO_SIZE + 50):
         api.epsilon(ev.PureDP(1.0 + i), 0.0, "pure")
-    assert len(api._memo) <= api._MEMO_SIZE  # noqa: SLF001
+    assert len(api._memo) <= api._MEMO_SIZE

@@ -170,6 +170,7 @@ class Budget:
         self._rho_sum = 0  # exact, like the two above
         self._eps_reported = 0.0  # the largest composed ε reported so far: spent never falls
         self._pld_memo: dict[tuple[int, ev.Event | None], float] = {}
+        self._groups: dict[str, list[Any]] = {}  # event JSON -> [event, count] (pld)
         self._rdp_total = np.zeros(len(self._orders())) if accountant == "rdp" else None
         self._rho_budget = (_zcdp.epsilon_to_rho(self.epsilon, self.delta)
                             if accountant == "zcdp" else None)
@@ -241,13 +242,31 @@ class Budget:
             hit, memoizable = None, False
         if hit is not None:
             return hit
-        events = [c.event for c in self._charges[:first]]
-        eps = self._pld_epsilon(events if extra is None else [*events, extra])
+        eps = self._pld_epsilon(self._grouped(first, extra))
         if memoizable:
             if len(self._pld_memo) >= 64:
                 self._pld_memo.clear()
             self._pld_memo[key] = eps
         return eps
+
+    def _grouped(self, first: int, extra: ev.Event | None) -> list[ev.Event]:
+        """The first ``first`` charges and ``extra`` as one ``SelfComposed(e, n)`` per distinct
+        event: the same composition (it commutes), but the PLD's plan and the memo's key no
+        longer grow with the history. O(distinct events) for the full history or all but its
+        last charge (what a check, a charge and ``spent`` ask for); a rebuild otherwise."""
+        n = len(self._charges)
+        if first in (n, n - 1):
+            groups = {k: [e, c] for k, (e, c) in self._groups.items()}
+            if first == n - 1:
+                last = self._charges[-1].event.to_json()
+                groups[last][1] -= 1
+        else:
+            groups = {}
+            for charge in self._charges[:first]:
+                _count_into(groups, charge.event)
+        if extra is not None:
+            _count_into(groups, extra)
+        return [e if c == 1 else ev.SelfComposed(e, c) for e, c in groups.values() if c > 0]
 
     def _pld_epsilon(self, events: list[ev.Event]) -> float:
         from dpkit.accounting import api
@@ -343,6 +362,8 @@ class Budget:
 
     def _record(self, charge: Charge, inc: Any) -> None:
         self._charges.append(charge)
+        if self.accountant == "pld":
+            _count_into(self._groups, charge.event)
         self._eps_sum += _exact_units(charge.cost.epsilon)
         self._delta_sum += _exact_units(charge.cost.delta)
         if self.accountant == "zcdp":
@@ -453,6 +474,16 @@ class Budget:
         s = self.spent
         return (f"Budget(epsilon={self.epsilon!r}, delta={self.delta!r}, "
                 f"accountant={self.accountant!r}, spent=({s}), charges={len(self._charges)})")
+
+
+def _count_into(groups: dict[str, list[Any]], event: ev.Event) -> None:
+    # keyed by the JSON: PureDP(1) and PureDP(1.0) are the same mechanism, but the grouped
+    # composition must contain the very events that were charged
+    key = event.to_json()
+    if key in groups:
+        groups[key][1] += 1
+    else:
+        groups[key] = [event, 1]
 
 
 @functools.lru_cache(maxsize=256)

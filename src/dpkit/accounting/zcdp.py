@@ -39,8 +39,8 @@ with ε < 0 implies (0, δ)).
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 from collections.abc import Callable
+from fractions import Fraction
 
 import numpy as np
 
