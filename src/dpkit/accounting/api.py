@@ -74,7 +74,7 @@ from dpkit.accounting._common import (
     normalize,
 )
 
-__all__ = ["METHODS", "MethodResult", "best", "delta", "epsilon", "report"]
+__all__ = ["METHODS", "MethodResult", "best", "clear_memo", "delta", "epsilon", "report"]
 
 METHODS: tuple[str, ...] = ("pure", "basic", "advanced", "kov", "zcdp", "rdp", "pld", "gdp")
 # Order in which the default tries methods (cheap and tight first; ties keep the first).
