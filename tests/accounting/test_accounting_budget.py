@@ -201,11 +201,17 @@ def test_calibrate_dpsgd_and_errors() -> None:
 @given(st.lists(st.floats(min_value=0.0, max_value=1e3, allow_nan=False,
                           allow_infinity=False), min_size=1, max_size=80))
 def test_running_sums_equal_fsum_of_the_history(costs: list[float]) -> None:
-    """The O(1) running total (integers in units of 2**-1074) rounds exactly as math.fsum
-    over the whole history does, for any finite costs."""
-    from dpkit.accounting.budget import _exact_float, _exact_units
+    """The O(1) running total (integers in units of 2**-1074) is the exact sum of the history
+    rounded *up* (issue 12: never below the exact sum; it was math.fsum's round-to-nearest)."""
+    from fractions import Fraction
 
-    assert _exact_float(sum(_exact_units(c) for c in costs)) == math.fsum(costs)
+    from dpkit.accounting.budget import _exact_float_up, _exact_units
+
+    total = _exact_float_up(sum(_exact_units(c) for c in costs))
+    exact = sum(map(Fraction, costs), Fraction(0))
+    assert Fraction(total) >= exact
+    assert total in (math.fsum(costs), math.nextafter(math.fsum(costs), math.inf))
+    assert Fraction(total) == exact or Fraction(math.nextafter(total, -math.inf)) < exact
 
 
 def test_a_long_history_spends_what_fsum_says() -> None:
@@ -214,7 +220,12 @@ def test_a_long_history_spends_what_fsum_says() -> None:
     for c in costs[:300]:
         if c:
             b.charge(ev.PureDP(c))
-    assert b.spent.epsilon == math.fsum(c for c in costs[:300] if c)
+    # the exact sum rounded up (issue 12), within one ulp of math.fsum's round-to-nearest
+    from fractions import Fraction
+
+    exact = sum((Fraction(c) for c in costs[:300] if c), Fraction(0))
+    assert Fraction(b.spent.epsilon) >= exact
+    assert b.spent.epsilon <= math.nextafter(math.fsum(c for c in costs[:300] if c), math.inf)
 
 
 @pytest.mark.parametrize("accountant", ["pure", "approx", "zcdp", "rdp"])
@@ -252,7 +263,9 @@ def test_pld_compositions_are_remembered_not_redone(monkeypatch: pytest.MonkeyPa
         _ = b.spent, b.remaining
         # at most the event alone and the whole history with it, each once
         assert len(calls) <= 2 and len(set(calls)) == len(calls)
-        assert calls[-1] == len(b.charges)
+        # the history is composed as one SelfComposed per distinct event (issue 12: the PLD
+        # plan no longer grows with the history), so the last call has that many events
+        assert calls[-1] == len({c.event.to_json() for c in b.charges})
     fresh = Budget(epsilon=5.0, delta=1e-6, accountant="pld")
     for e in events:
         fresh.charge(e)

@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 MODULES = ["__init__", "_common", "analytic_gaussian", "api", "approx", "budget", "calibrate",
-           "gdp", "pure", "rdp", "zcdp"]
+           "gdp", "pure", "rdp", "sanity", "zcdp"]
 
 
 @pytest.mark.parametrize("name", MODULES)

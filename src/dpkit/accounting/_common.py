@@ -10,7 +10,8 @@ constructions an accountant cannot credit, always towards *less* privacy, never 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from fractions import Fraction
 from typing import Literal
 
 from dpkit import events as ev
@@ -22,7 +23,9 @@ __all__ = [
     "check_delta",
     "check_epsilon",
     "check_neighboring",
+    "fsum_up",
     "is_supported",
+    "mul_up",
     "normalize",
     "replace_leaf",
 ]
@@ -211,3 +214,21 @@ def log_sub(a: float, b: float) -> float:
     if b >= a:
         return -math.inf
     return a + math.log1p(-math.exp(b - a))
+
+
+def mul_up(count: int, value: float) -> float:
+    """``count · value`` rounded up, not to nearest: a k-fold composition's cost is never a
+    half-ulp below the exact product (a budget must never lose any part of a charge)."""
+    out = count * value
+    if math.isfinite(out) and out > 0.0 and Fraction(out) < count * Fraction(value):
+        out = math.nextafter(out, math.inf)
+    return out
+
+
+def fsum_up(values: Iterable[float]) -> float:
+    """The exact sum of finite ``values`` rounded up (``math.fsum`` rounds to nearest)."""
+    items = list(values)
+    out = math.fsum(items)
+    if math.isfinite(out) and Fraction(out) < sum(map(Fraction, items), Fraction(0)):
+        out = math.nextafter(out, math.inf)
+    return out

@@ -25,6 +25,16 @@ method        what it does                                                     s
    ``pld.supports(event)`` (its upper bound). Every candidate is a valid upper bound, so the
    minimum is one too.
 
+Soundness guards (issue 12): a method whose arithmetic fails (``MemoryError``, overflow, a
+count beyond its exact range) is *unsupported* for that input, never an error or a number; and an
+answer below :func:`dpkit.accounting.sanity.floor` (the exact ε of the event's strongest single
+component at the same δ: composing more cannot lower the loss) is a numerical failure, so the
+default discards it and an explicit ``method=`` raises :class:`UnsupportedEvent`. A leaf whose
+own floor is infinite (e.g. ``Laplace(5e-324)``) gives ``math.inf``.
+
+Answers are remembered (a bounded memo keyed by the event's JSON, δ, method and neighbouring
+relation), so a curator's budget check and its charge compute each cost once.
+
 ``neighboring="add_remove"`` (default) or ``"replace"``: events are stated per add/remove unit;
 under replacement a query's sensitivity doubles (remove one unit, add another), so Gaussian and
 Laplace noise multipliers halve, pure ε doubles, ρ quadruples, and Poisson-sampling amplification
@@ -42,8 +52,10 @@ sensitivity (google/differential-privacy#378).
 from __future__ import annotations
 
 import math
+import threading
 import time
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -52,6 +64,7 @@ from dpkit.accounting import approx as _approx
 from dpkit.accounting import gdp as _gdp
 from dpkit.accounting import pure as _pure
 from dpkit.accounting import rdp as _rdp
+from dpkit.accounting import sanity as _sanity
 from dpkit.accounting import zcdp as _zcdp
 from dpkit.accounting._common import (
     UnsupportedEvent,
@@ -61,7 +74,7 @@ from dpkit.accounting._common import (
     normalize,
 )
 
-__all__ = ["METHODS", "MethodResult", "best", "delta", "epsilon", "report"]
+__all__ = ["METHODS", "MethodResult", "best", "clear_memo", "delta", "epsilon", "report"]
 
 METHODS: tuple[str, ...] = ("pure", "basic", "advanced", "kov", "zcdp", "rdp", "pld", "gdp")
 # Order in which the default tries methods (cheap and tight first; ties keep the first).
@@ -121,11 +134,31 @@ def _pld_value(norm: ev.Event, x: float, which: str) -> tuple[float, float]:
     if not pld.supports(norm):
         raise UnsupportedEvent("pld", norm, "pld.supports(event) is False",
                                "use method='rdp' or 'zcdp'")
+    biggest = max(flatten(norm).values(), default=0)
+    if biggest > _PLD_MAX_COUNT:
+        raise UnsupportedEvent(
+            "pld", norm, f"a step composed {biggest} times is beyond its exact range (more than "
+            f"{_PLD_MAX_COUNT:.0e}: float masses lose δ, (1 − 2^-53)^k)",
+            "use method='rdp', 'zcdp' or 'advanced'")
+    if which == "delta" and x < _PLD_MIN_EPSILON:
+        raise UnsupportedEvent("pld", norm, f"ε = {x!r} is below its resolution",
+                               "use method='rdp', 'zcdp' or 'kov'")
     lower, upper = pld.epsilon(norm, x) if which == "epsilon" else pld.delta(norm, x)
     lower, upper = float(lower), float(upper)
     if math.isnan(upper) or upper < 0.0:
         raise ArithmeticError(f"pld returned an invalid upper bound {upper!r}")
+    if which == "epsilon" and upper < _PLD_MIN_EPSILON:
+        raise UnsupportedEvent(
+            "pld", norm, f"its answer {upper!r} is below its resolution (the grid's δ rounding "
+            f"moves answers under {_PLD_MIN_EPSILON} by more than their size; measured 2e-4 "
+            "relative below the exact KOV value)", "use method='rdp', 'zcdp' or 'kov'")
     return lower, upper
+
+
+# Where the PLD is not trusted (issue 12): counts whose float masses lose δ, and answers so
+# small that the grid's rounding of δ is not negligible against them.
+_PLD_MAX_COUNT = 10**9
+_PLD_MIN_EPSILON = 1e-3
 
 
 def _kov_note(norm: ev.Event) -> str:
@@ -135,7 +168,7 @@ def _kov_note(norm: ev.Event) -> str:
     return "optimal for k-fold (ε, δ)-DP (Kairouz-Oh-Viswanath, exact sum)"
 
 
-def _run_epsilon(method: str, norm: ev.Event, delta: float) -> tuple[float, str]:
+def _raw_epsilon(method: str, norm: ev.Event, delta: float) -> tuple[float, str]:
     """ε by one method on a normalised event, with a note; raises UnsupportedEvent."""
     if method == "pure":
         return _pure.epsilon(norm, delta), "basic composition of pure ε (valid at any δ)"
@@ -162,7 +195,7 @@ def _run_epsilon(method: str, norm: ev.Event, delta: float) -> tuple[float, str]
     raise ValueError(f"unknown method {method!r}")  # pragma: no cover
 
 
-def _run_delta(method: str, norm: ev.Event, epsilon: float) -> float:
+def _raw_delta(method: str, norm: ev.Event, epsilon: float) -> float:
     if method == "pure":
         return _pure.delta(norm, epsilon)
     if method in ("basic", "advanced", "kov"):
@@ -178,7 +211,99 @@ def _run_delta(method: str, norm: ev.Event, epsilon: float) -> float:
     raise ValueError(f"unknown method {method!r}")  # pragma: no cover
 
 
+# A method's arithmetic failing on an input is that method being unable to bound it: the
+# dispatcher moves on, an explicit method= gets a clean UnsupportedEvent (never MemoryError).
+_NUMERIC_FAILURES = (ArithmeticError, MemoryError, ValueError, RecursionError)
+
+
+def _numeric_failure(method: str, norm: ev.Event, exc: BaseException) -> UnsupportedEvent:
+    return UnsupportedEvent(
+        method, norm, f"its arithmetic fails on this input ({type(exc).__name__}: {exc})",
+        "use method=None (the tightest method that works) or method='advanced' or 'basic'")
+
+
+def _run_epsilon(method: str, norm: ev.Event, delta: float) -> tuple[float, str]:
+    """:func:`_raw_epsilon`, remembered, with failures and answers below the floor refused."""
+    key = _memo_key("epsilon", method, norm, delta)
+    hit = _memo_get(key)
+    if hit is not None:
+        return hit
+    try:
+        value, note = _raw_epsilon(method, norm, delta)
+    except UnsupportedEvent:
+        raise
+    except _NUMERIC_FAILURES as exc:
+        raise _numeric_failure(method, norm, exc) from None
+    if math.isnan(value) or value < 0.0:
+        raise UnsupportedEvent(method, norm, f"it returned an invalid ε {value!r}",
+                               "use method=None")
+    low = _sanity.floor(norm, delta)
+    if value < low:
+        raise UnsupportedEvent(
+            method, norm, f"its answer {value!r} is below the exact ε {low!r} of a single "
+            "component at the same δ (numerical degeneracy: underflow or lost δ)",
+            "use method=None, which keeps only sound methods")
+    _memo_put(key, (value, note))
+    return value, note
+
+
+def _run_delta(method: str, norm: ev.Event, epsilon: float) -> float:
+    """:func:`_raw_delta` with arithmetic failures turned into :class:`UnsupportedEvent`."""
+    try:
+        value = _raw_delta(method, norm, epsilon)
+    except UnsupportedEvent:
+        raise
+    except _NUMERIC_FAILURES as exc:
+        raise _numeric_failure(method, norm, exc) from None
+    if math.isnan(value) or value < 0.0:
+        raise UnsupportedEvent(method, norm, f"it returned an invalid δ {value!r}",
+                               "use method=None")
+    return value
+
+
+# ---------------------------------------------------------------------------------- memo
+# Keyed by the event's JSON (not the dataclass: 1 == 1.0 and -0.0 == 0.0 there, and the memo
+# must not answer for an event it did not compute), the parameter as its exact hex, the method
+# and the (already normalised) neighbouring relation. Bounded, least recently used first out.
+_MEMO_SIZE = 512
+_memo: OrderedDict[tuple[str, str, str, str], Any] = OrderedDict()
+_memo_lock = threading.Lock()
+
+
+def _memo_key(which: str, method: str, norm: ev.Event, x: float) -> tuple[str, str, str, str]:
+    return which, method, norm.to_json(), float(x).hex()
+
+
+def _memo_get(key: tuple[str, str, str, str]) -> Any:
+    with _memo_lock:
+        hit = _memo.get(key)
+        if hit is not None:
+            _memo.move_to_end(key)
+        return hit
+
+
+def _memo_put(key: tuple[str, str, str, str], value: Any) -> None:
+    with _memo_lock:
+        _memo[key] = value
+        _memo.move_to_end(key)
+        while len(_memo) > _MEMO_SIZE:
+            _memo.popitem(last=False)
+
+
+def clear_memo() -> None:
+    """Forget remembered answers (tests and benchmarks that time a cold computation)."""
+    with _memo_lock:
+        _memo.clear()
+
+
 def _supported(method: str, norm: ev.Event) -> bool:
+    try:
+        return _supported_raw(method, norm)
+    except _NUMERIC_FAILURES:  # it cannot even decide: it cannot bound the event either
+        return False
+
+
+def _supported_raw(method: str, norm: ev.Event) -> bool:
     if method == "pure":
         return _pure.supports(norm)
     if method in ("basic", "advanced", "kov"):
@@ -216,12 +341,24 @@ def _candidates(norm: ev.Event, zero: bool) -> list[str]:
     if _gdp.supports(norm):
         return ["gdp"]
     if _generic_homogeneous(norm):
-        return ["kov", "basic", "pure"]  # KOV is exact; the others only guard rounding edges
+        # KOV is exact; the others only guard rounding edges (and take over where KOV refuses)
+        return ["kov", "basic", "pure"]
     return [m for m in _DEFAULT_ORDER if _supported(m, norm)]
 
 
 def _best(norm: ev.Event, x: float, which: str) -> tuple[str, float]:
+    key = _memo_key("best-" + which, "", norm, x)
+    hit = _memo_get(key)
+    if hit is None:
+        hit = _best_uncached(norm, x, which)
+        _memo_put(key, hit)
+    return hit  # type: ignore[no-any-return]
+
+
+def _best_uncached(norm: ev.Event, x: float, which: str) -> tuple[str, float]:
     zero = which == "epsilon" and x == 0.0
+    if which == "epsilon" and not zero and _sanity.floor(norm, x) == math.inf:
+        return "floor", math.inf  # a step with no finite guarantee: no method can do better
     names = _candidates(norm, zero)
     run: Callable[[str], float]
     if which == "epsilon":
@@ -231,6 +368,11 @@ def _best(norm: ev.Event, x: float, which: str) -> tuple[str, float]:
         def run(m: str) -> float:
             return _run_delta(m, norm, x)
     best_name, best_value = "none", math.inf if which == "epsilon" else 1.0
+    if names[0] == "kov" and not zero:
+        try:
+            run("kov")
+        except UnsupportedEvent:  # beyond KOV's exact range: every sound method competes
+            names = [m for m in _DEFAULT_ORDER if m != "kov" and _supported(m, norm)]
     for m in names:
         try:
             value = run(m)

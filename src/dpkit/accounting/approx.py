@@ -88,7 +88,8 @@ def basic_composition(pairs: Iterable[tuple[float, float]]) -> tuple[float, floa
 
 
 def _drv(eps_sq_sum: float, drift: float, delta_prime: float) -> float:
-    return math.sqrt(2.0 * -math.log(delta_prime) * eps_sq_sum) + drift
+    # a few roundings of relative 2^-53 each: 1e-13 up keeps the bound above the exact formula
+    return (math.sqrt(2.0 * -math.log(delta_prime) * eps_sq_sum) + drift) * (1.0 + 1e-13)
 
 
 def _eps_expm1(e: float) -> float:
@@ -119,22 +120,48 @@ def _check_count(count: int) -> int:
     return int(count)
 
 
-def _log_s(epsilon: float, k: int, eps_g: float) -> float:
-    """log S(ε_g) of the KOV / Murtagh-Vadhan sum (−inf when S = 0)."""
-    from scipy import special  # imported on use: scipy costs ~0.5 s to import
+# The exact KOV sum has one term per binomial index in a window ~120 standard deviations wide;
+# beyond this many terms (k ~ 1e8 for small ε) it is too slow and too large to hold, and the
+# caller gets a clean refusal instead of a MemoryError.
+KOV_MAX_TERMS = 1_000_000
+# gammaln(k + 1) ~ k ln k is known to 2^-52 relative: the absolute error of a log term. Past this
+# bound (k ~ 1e12) the sum is not known to a useful precision and KOV refuses.
+_KOV_MAX_LOG_ERROR = 1e-3
 
-    if k == 0:
-        return -math.inf
+
+def _kov_window(epsilon: float, k: int, eps_g: float) -> tuple[int, int]:
+    """(l_min, l_max) of the KOV terms that are positive and not negligible (empty: l_max <
+    l_min). Raises ValueError when the window exceeds :data:`KOV_MAX_TERMS`."""
     # Terms are positive for (k − 2l)ε > ε_g, i.e. l < (kε − ε_g)/(2ε).
     top = (k * epsilon - eps_g) / (2.0 * epsilon)
     if top <= 0.0:
-        return -math.inf
+        return 1, 0
     l_max = min(k, math.ceil(top) - 1)
     # The binomial weights C(k,l) p^l (1−p)^{k−l}, p = 1/(1+e^ε), peak near kp; beyond ~60 sd
     # below min(peak, l_max) they are < e^-1800 of the largest kept term and vanish in floats.
     p = 1.0 / (1.0 + math.exp(min(epsilon, 700.0)))
     sd = math.sqrt(k * p * (1.0 - p))
     l_min = max(0, math.floor(min(k * p, l_max) - 60.0 * sd - 100.0))
+    if l_max - l_min + 1 > KOV_MAX_TERMS:
+        raise ValueError(
+            f"the exact KOV sum for count={k} at ε={epsilon!r} needs {l_max - l_min + 1} terms "
+            f"(more than {KOV_MAX_TERMS}); use method='advanced', 'rdp' or 'zcdp'")
+    return l_min, l_max
+
+
+def _log_s_error(epsilon: float, k: int) -> float:
+    """A bound on the absolute float error of :func:`_log_s` (each term and the logsumexp)."""
+    size = 3.0 * (k + 1.0) * math.log(k + 2.0) + 2.0 * k * min(epsilon, 1e300) + k + 1.0
+    return 1e-15 * size + 1e-12
+
+
+def _log_s(epsilon: float, k: int, eps_g: float) -> float:
+    """log S(ε_g) of the KOV / Murtagh-Vadhan sum (−inf when S = 0)."""
+    from scipy import special  # imported on use: scipy costs ~0.5 s to import
+
+    if k == 0:
+        return -math.inf
+    l_min, l_max = _kov_window(epsilon, k, eps_g)
     if l_max < l_min:
         return -math.inf
     ls = np.arange(l_min, l_max + 1, dtype=float)
@@ -160,8 +187,8 @@ def kov_delta(epsilon: float, *, count: int, epsilon_total: float, delta: float 
     k = _check_count(count)
     if epsilon == 0.0 or epsilon_total == math.inf:
         s = 0.0
-    else:
-        s = math.exp(_log_s(epsilon, k, epsilon_total))
+    else:  # rounded up by the sum's float error bound (an upper bound on δ, never below)
+        s = math.exp(min(0.0, _log_s(epsilon, k, epsilon_total) + _log_s_error(epsilon, k)))
     # 1 − (1 − δ)^k (1 − S)
     log_keep = k * math.log1p(-delta) + math.log1p(-min(s, 1.0)) if s < 1.0 else -math.inf
     return min(1.0, -math.expm1(log_keep))
@@ -181,13 +208,22 @@ def kov_epsilon(epsilon: float, *, count: int, delta: float, step_delta: float =
     k = _check_count(count)
     if k == 0 or epsilon == 0.0:
         return 0.0 if 1.0 - (1.0 - step_delta) ** k <= delta or step_delta == 0.0 else math.inf
+    if not math.isfinite(k * epsilon):
+        return math.inf  # kε overflows: the truth (>= the first step's ε at δ) is past floats
+    err = _log_s_error(epsilon, k)
+    if err > _KOV_MAX_LOG_ERROR:
+        raise ValueError(f"the exact KOV sum for count={k} is not computable to a useful "
+                         "precision in floats; use method='advanced', 'rdp' or 'zcdp'")
+    _kov_window(epsilon, k, 0.0)  # the widest window: refuse before any work
     # S(ε_g) must be <= δ_p = 1 − (1 − δ)/(1 − δ₀)^k.
     log_ratio = math.log1p(-delta) - k * math.log1p(-step_delta)
     if log_ratio > 0.0:
         return math.inf
     if log_ratio == 0.0:  # δ = 1 − (1 − δ₀)^k exactly: S must be 0, i.e. ε_g = kε
         return k * epsilon
-    log_dp = math.log(-math.expm1(log_ratio))
+    # S is computed to within e^{±err}: demand S·e^{err} <= δ_p so that float error in the sum
+    # can only raise ε (the answer stays an upper bound)
+    log_dp = math.log(-math.expm1(log_ratio)) - err
     if _log_s(epsilon, k, 0.0) <= log_dp:
         return 0.0
     lo, hi = 0.0, k * epsilon

@@ -33,7 +33,13 @@ accountant  rule                                                                
    ``"approx"``, ``"zcdp"`` or ``"rdp"`` with ``orders=[α]`` (one order).
 
 Floating-point sums are compared with a relative slack of 1e-12 (so three charges of 0.1 fit in
-0.3); sums use ``math.fsum``.
+0.3). Costs only ever round *up* (issue 12): ε, δ and ρ are summed exactly (integers in units of
+2^-1074) and rounded up, RDP curves are nudged up one ulp per charge, so no positive charge is
+ever lost to rounding, however small. The reported ``spent`` never decreases when a charge is
+added (composing more cannot lower the privacy loss, so a composed accountant answering less is
+a numerical failure, and the larger earlier value stands). For ``"pld"``, compositions the PLD
+cannot bound soundly (e.g. a step composed 10^18 times) fall back to the tightest sound method
+(``dpkit.accounting.epsilon(..., method=None)``).
 
 Serialisable: :meth:`Budget.to_dict` / :meth:`Budget.from_dict` (events as their JSON form).
 
@@ -52,6 +58,7 @@ Serialisable: :meth:`Budget.to_dict` / :meth:`Budget.from_dict` (events as their
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Mapping, Sequence
@@ -160,8 +167,10 @@ class Budget:
         # math.fsum over the whole history
         self._eps_sum = 0
         self._delta_sum = 0
-        self._rho_total = 0.0
+        self._rho_sum = 0  # exact, like the two above
+        self._eps_reported = 0.0  # the largest composed ε reported so far: spent never falls
         self._pld_memo: dict[tuple[int, ev.Event | None], float] = {}
+        self._groups: dict[str, list[Any]] = {}  # event JSON -> [event, count] (pld)
         self._rdp_total = np.zeros(len(self._orders())) if accountant == "rdp" else None
         self._rho_budget = (_zcdp.epsilon_to_rho(self.epsilon, self.delta)
                             if accountant == "zcdp" else None)
@@ -210,8 +219,7 @@ class Budget:
                              f"budget's δ; do not pass delta= to charge()")
         if self.accountant == "zcdp":
             rho = _zcdp.rho(event, neighboring=self.neighboring)
-            return Cost(_zcdp.rho_to_epsilon(rho, self.delta), self.delta if rho else 0.0,
-                        rho), rho
+            return Cost(_zcdp_epsilon(rho, self.delta), self.delta if rho else 0.0, rho), rho
         if self.accountant == "rdp":
             curve = _rdp.rdp(event, self._orders(), neighboring=self.neighboring)
             eps = _rdp.epsilon_from_rdp(self._orders(), curve, self.delta)[0]
@@ -234,33 +242,63 @@ class Budget:
             hit, memoizable = None, False
         if hit is not None:
             return hit
-        events = [c.event for c in self._charges[:first]]
-        eps = self._pld_epsilon(events if extra is None else [*events, extra])
+        eps = self._pld_epsilon(self._grouped(first, extra))
         if memoizable:
             if len(self._pld_memo) >= 64:
                 self._pld_memo.clear()
             self._pld_memo[key] = eps
         return eps
 
+    def _grouped(self, first: int, extra: ev.Event | None) -> list[ev.Event]:
+        """The first ``first`` charges and ``extra`` as one ``SelfComposed(e, n)`` per distinct
+        event: the same composition (it commutes), but the PLD's plan and the memo's key no
+        longer grow with the history. O(distinct events) for the full history or all but its
+        last charge (what a check, a charge and ``spent`` ask for); a rebuild otherwise."""
+        n = len(self._charges)
+        if first in (n, n - 1):
+            groups = {k: [e, c] for k, (e, c) in self._groups.items()}
+            if first == n - 1:
+                last = self._charges[-1].event.to_json()
+                groups[last][1] -= 1
+        else:
+            groups = {}
+            for charge in self._charges[:first]:
+                _count_into(groups, charge.event)
+        if extra is not None:
+            _count_into(groups, extra)
+        return [e if c == 1 else ev.SelfComposed(e, c) for e, c in groups.values() if c > 0]
+
     def _pld_epsilon(self, events: list[ev.Event]) -> float:
         from dpkit.accounting import api
 
-        return api.epsilon(ev.Composed(tuple(events)), self.delta, "pld",
-                           neighboring=self.neighboring)
+        composed = ev.Composed(tuple(events))
+        try:
+            return api.epsilon(composed, self.delta, "pld", neighboring=self.neighboring)
+        except UnsupportedEvent:  # beyond the PLD's sound range: the tightest sound method
+            return api.epsilon(composed, self.delta, neighboring=self.neighboring)
+
+    @property
+    def _rho_total(self) -> float:
+        return _exact_float_up(self._rho_sum)
 
     def _spent_unlocked(self) -> Cost:
         if not self._charges:
             return Cost(0.0, 0.0, 0.0 if self.accountant == "zcdp" else None)
         if self.accountant in ("pure", "approx"):
-            return Cost(_exact_float(self._eps_sum), min(1.0, _exact_float(self._delta_sum)))
+            return Cost(_exact_float_up(self._eps_sum),
+                        min(1.0, _exact_float_up(self._delta_sum)))
+        # composed accountants: the reported ε only ever grows (see the module docstring)
         if self.accountant == "zcdp":
-            eps = _zcdp.rho_to_epsilon(self._rho_total, self.delta)
-            return Cost(eps, self.delta if eps else 0.0, self._rho_total)
+            rho = self._rho_total
+            eps = max(self._eps_reported, _zcdp_epsilon(rho, self.delta))
+            self._eps_reported = eps
+            return Cost(eps, self.delta if eps else 0.0, rho)
         if self.accountant == "rdp":
             assert self._rdp_total is not None
             eps = _rdp.epsilon_from_rdp(self._orders(), self._rdp_total, self.delta)[0]
-            return Cost(eps, self.delta if eps else 0.0)
-        eps = self._pld_cached(len(self._charges), None)
+        else:
+            eps = self._pld_cached(len(self._charges), None)
+        eps = self._eps_reported = max(self._eps_reported, eps)
         return Cost(eps, self.delta if eps else 0.0)
 
     def _remaining_from(self, spent: Cost) -> Cost:
@@ -285,28 +323,33 @@ class Budget:
             acc = self.accountant
             if acc in ("pure", "approx"):
                 # an infinite (or NaN) cost has no exact units: it is refused below
-                eps_after = (_exact_float(self._eps_sum + _exact_units(cost.epsilon))
+                eps_after = (_exact_float_up(self._eps_sum + _exact_units(cost.epsilon))
                              if math.isfinite(cost.epsilon) else cost.epsilon)
-                delta_after = (_exact_float(self._delta_sum + _exact_units(cost.delta))
+                delta_after = (_exact_float_up(self._delta_sum + _exact_units(cost.delta))
                                if math.isfinite(cost.delta) else cost.delta)
                 ok = self._fits(eps_after, self.epsilon) and self._fits(delta_after, self.delta)
                 missing = Cost(max(0.0, eps_after - self.epsilon),
                                max(0.0, delta_after - self.delta))
             elif acc == "zcdp":
                 assert self._rho_budget is not None
-                rho_after = self._rho_total + inc
+                rho_after = (_exact_float_up(self._rho_sum + _exact_units(inc))
+                             if math.isfinite(inc) else math.inf)
                 ok = self._fits(rho_after, self._rho_budget)
-                eps_after = _zcdp.rho_to_epsilon(rho_after, self.delta)
+                # the check is on ρ; the ε conversion (a minimisation, ~1 ms) only for the
+                # refusal's message: spent converts the (monotone, exact) ρ total on demand
+                eps_after = spent.epsilon if ok else max(
+                    spent.epsilon, _zcdp.rho_to_epsilon(rho_after, self.delta))
                 missing = Cost(max(0.0, eps_after - self.epsilon), 0.0,
                                max(0.0, rho_after - self._rho_budget))
             elif acc == "rdp":
                 assert self._rdp_total is not None
-                total = self._rdp_total + inc
-                eps_after = _rdp.epsilon_from_rdp(self._orders(), total, self.delta)[0]
+                total = _add_up(self._rdp_total, inc)
+                eps_after = max(spent.epsilon,
+                                _rdp.epsilon_from_rdp(self._orders(), total, self.delta)[0])
                 ok = self._fits(eps_after, self.epsilon)
                 missing = Cost(max(0.0, eps_after - self.epsilon), 0.0)
             else:
-                eps_after = self._pld_cached(len(self._charges), event)
+                eps_after = max(spent.epsilon, self._pld_cached(len(self._charges), event))
                 ok = self._fits(eps_after, self.epsilon)
                 missing = Cost(max(0.0, eps_after - self.epsilon), 0.0)
             if not ok or not (math.isfinite(cost.epsilon) and math.isfinite(cost.delta)):
@@ -314,17 +357,20 @@ class Budget:
                                      accountant=acc, event=event)
             if record:
                 self._record(Charge(event, delta, cost), inc)
+                self._eps_reported = max(self._eps_reported, eps_after)
         return cost
 
     def _record(self, charge: Charge, inc: Any) -> None:
         self._charges.append(charge)
+        if self.accountant == "pld":
+            _count_into(self._groups, charge.event)
         self._eps_sum += _exact_units(charge.cost.epsilon)
         self._delta_sum += _exact_units(charge.cost.delta)
         if self.accountant == "zcdp":
-            self._rho_total += float(inc)
+            self._rho_sum += _exact_units(float(inc))
         elif self.accountant == "rdp":
             assert self._rdp_total is not None
-            self._rdp_total = self._rdp_total + inc
+            self._rdp_total = _add_up(self._rdp_total, inc)
 
     # ---------------------------------------------------------------- public
 
@@ -430,6 +476,22 @@ class Budget:
                 f"accountant={self.accountant!r}, spent=({s}), charges={len(self._charges)})")
 
 
+def _count_into(groups: dict[str, list[Any]], event: ev.Event) -> None:
+    # keyed by the JSON: PureDP(1) and PureDP(1.0) are the same mechanism, but the grouped
+    # composition must contain the very events that were charged
+    key = event.to_json()
+    if key in groups:
+        groups[key][1] += 1
+    else:
+        groups[key] = [event, 1]
+
+
+@functools.lru_cache(maxsize=256)
+def _zcdp_epsilon(rho: float, delta: float) -> float:
+    # a minimisation (~1 ms): a curator charges the same few events and asks for spent often
+    return _zcdp.rho_to_epsilon(rho, delta)
+
+
 _UNIT_BITS = 1074  # every finite double is an integer multiple of 2**-1074
 
 
@@ -439,9 +501,21 @@ def _exact_units(x: float) -> int:
     return num << (_UNIT_BITS - (den.bit_length() - 1))
 
 
-def _exact_float(units: int) -> float:
-    """``units · 2**-1074`` correctly rounded (as ``math.fsum`` rounds the exact sum)."""
+def _exact_float_up(units: int) -> float:
+    """``units · 2**-1074`` rounded up (a sum of charges is never reported below the exact sum)."""
     try:
-        return units / (1 << _UNIT_BITS)  # int / int: correctly rounded
+        out = units / (1 << _UNIT_BITS)  # int / int: correctly rounded, maybe down
     except OverflowError:
         return math.inf if units > 0 else -math.inf
+    if math.isfinite(out) and _exact_units(out) < units:
+        out = math.nextafter(out, math.inf)
+    return out
+
+
+def _add_up(total: np.ndarray, inc: Any) -> np.ndarray:
+    """Elementwise ``total + inc`` nudged one ulp up where ``inc`` > 0: never below the exact
+    sum (round-to-nearest may drop up to half an ulp, or a tiny ``inc`` entirely)."""
+    inc = np.asarray(inc, dtype=float)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = total + inc
+        return np.where(inc > 0.0, np.nextafter(out, np.inf), out)

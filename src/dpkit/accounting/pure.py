@@ -36,7 +36,9 @@ from dpkit.accounting._common import (
     UnsupportedEvent,
     check_delta,
     check_epsilon,
+    fsum_up,
     is_supported,
+    mul_up,
     normalize,
 )
 
@@ -130,9 +132,10 @@ def _leaf_epsilon(event: ev.Event) -> float:
 
 def _epsilon(event: ev.Event) -> float:
     if isinstance(event, ev.Composed):
-        return math.fsum(_epsilon(e) for e in event.events)
+        parts = [_epsilon(e) for e in event.events]
+        return math.inf if math.inf in parts else fsum_up(parts)
     if isinstance(event, ev.SelfComposed):
-        return 0.0 if event.count == 0 else event.count * _epsilon(event.event)
+        return 0.0 if event.count == 0 else mul_up(event.count, _epsilon(event.event))
     if isinstance(event, ev.PoissonSampled):
         return amplify_by_sampling(_epsilon(event.event), event.sampling_probability)
     return _leaf_epsilon(event)

@@ -111,12 +111,34 @@ def _as_orders(orders: Sequence[float] | None) -> tuple[float, ...]:
 # Leaves
 
 
+def _log_cosh(x: np.ndarray) -> np.ndarray:
+    """ln cosh x to full relative precision, also for tiny x (where it is ~x²/2)."""
+    x = np.abs(x)
+    with np.errstate(over="ignore"):
+        small = np.log1p(2.0 * np.sinh(np.minimum(x, 1.0) / 2.0) ** 2)
+    large = x + np.log1p(np.exp(-2.0 * x)) - math.log(2.0)
+    return np.where(x < 1.0, small, large)
+
+
+# Relative rounding allowance on each RDP leaf (a few roundings of 2^-53, and the division of
+# two logs that nearly cancel at α near 1): rounds the curve up, never down.
+_RDP_UP = 1e-12
+
+
 def _pure_rdp(eps: float, a: np.ndarray) -> np.ndarray:
-    """Binary randomized response at ε: the largest RDP any ε-DP mechanism can have."""
+    """Binary randomized response at ε: the largest RDP any ε-DP mechanism can have.
+
+    (1/(α−1)) ln[(e^{αε} + e^{(1−α)ε})/(1 + e^ε)] = (ln cosh((α−½)ε) − ln cosh(ε/2))/(α−1):
+    the cosh form keeps its precision for tiny ε, where the plain form cancels to 0 (and a
+    SelfComposed count of 10^30 would then multiply 0).
+    """
     if eps == 0.0:
         return np.zeros_like(a)
-    num = np.logaddexp(a * eps, (1.0 - a) * eps) - np.logaddexp(0.0, eps)
-    return np.maximum(num / (a - 1.0), 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        num = _log_cosh((a - 0.5) * eps) - _log_cosh(np.full_like(a, eps / 2.0))
+        out = np.maximum(num / (a - 1.0), 0.0) * (1.0 + _RDP_UP)
+    # α ε·(ε-DP) bounds it too (RDP <= ε); also covers an overflowing product
+    return np.where(np.isfinite(out), np.minimum(out, eps), eps)
 
 
 def _rr_rdp(eps: float, k: int, a: np.ndarray) -> np.ndarray:
@@ -125,7 +147,9 @@ def _rr_rdp(eps: float, k: int, a: np.ndarray) -> np.ndarray:
     log_k2 = math.log(k - 2)
     num = np.logaddexp(np.logaddexp(a * eps, (1.0 - a) * eps), log_k2)
     den = np.logaddexp(eps, math.log(k - 1))
-    return np.maximum((num - den) / (a - 1.0), 0.0)
+    # num and den are ~ln k and cancel for small ε: add their absolute rounding error
+    err = 1e-15 * (np.abs(num) + abs(den) + 1.0) / (a - 1.0)
+    return np.minimum(np.maximum((num - den) / (a - 1.0), 0.0) + err, eps)
 
 
 def _laplace_rdp_scalar(eps: float, a: float) -> float:
@@ -296,7 +320,7 @@ def _leaf_rdp(event: ev.Event, a: np.ndarray) -> np.ndarray:
     if isinstance(event, ev.PureDP):
         return _pure_rdp(event.epsilon, a)
     if isinstance(event, ev.Exponential):
-        return np.minimum(_pure_rdp(event.epsilon, a), a * event.epsilon**2 / 8.0)
+        return np.minimum(_pure_rdp(event.epsilon, a), a * (event.epsilon / 8.0) * event.epsilon)
     if isinstance(event, ev.RandomizedResponse):
         return _rr_rdp(event.epsilon, event.categories, a)
     if isinstance(event, ev.ApproxDP):
@@ -376,8 +400,13 @@ def epsilon_from_rdp(orders: Sequence[float], rdp_values: npt.ArrayLike,
         return math.inf, float(a[0])
     valid = np.isfinite(r) & (r >= 0.0)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        eps = r + np.log(a - 1.0) - np.log(a) - (math.log(delta) + np.log(a)) / (a - 1.0)
-        kl_zero = (a >= 1.01) & (delta**2 + np.expm1(-r) > 0.0)
+        shift = np.log(a - 1.0) - np.log(a)
+        tail = (math.log(delta) + np.log(a)) / (a - 1.0)
+        eps = r + shift - tail
+        # the three terms cancel: add their rounding error so the bound never rounds down
+        eps = eps + 1e-14 * (np.abs(r) + np.abs(shift) + np.abs(tail))
+        # TV <= sqrt(1 − e^{−KL}) <= δ (Bretagnolle-Huber, KL <= D_α): (0, δ)-DP; with a margin
+        kl_zero = (a >= 1.01) & (delta**2 * (1.0 - 1e-9) + np.expm1(-r) > 0.0)
     eps = np.where(kl_zero, 0.0, eps)
     eps = np.where(valid & ~np.isnan(eps), eps, np.inf)
     i = int(np.argmin(eps))

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from fractions import Fraction
 
 import numpy as np
 
@@ -49,7 +50,9 @@ from dpkit.accounting._common import (
     UnsupportedEvent,
     check_delta,
     check_epsilon,
+    fsum_up,
     is_supported,
+    mul_up,
     normalize,
 )
 
@@ -115,7 +118,13 @@ def rho_to_epsilon(rho: float, delta: float) -> float:
         return math.inf
     log_inv_delta = -math.log(delta)
     eps = _minimize_over_t(lambda t: _eps_of_t(t, rho, log_inv_delta))
-    return max(0.0, eps)
+    # The terms near the optimum are of the size of ρ + 2 sqrt(ρ ln(1/δ)) and cancel: their
+    # float error (~1e-16 of that size) is added, so tiny ρ never rounds down to a smaller ε
+    # (or to 0 when the exact minimum is positive).
+    margin = 1e-13 * (rho + 2.0 * math.sqrt(rho * log_inv_delta))
+    if eps < -margin:
+        return 0.0  # clearly negative: (0, δ)-DP holds (the CKS bound at ε = 0 is <= δ)
+    return max(0.0, eps) + margin
 
 
 def rho_to_delta(rho: float, epsilon: float) -> float:
@@ -184,26 +193,46 @@ def laplace_rho(epsilon: float) -> float:
 _SUGGEST_APPROX = "use method='basic', 'advanced' or 'kov' (or 'pld') for (ε, δ) events"
 
 
+def _sq_over(x: float, d: float) -> float:
+    """x²/d rounded up: ``inf`` past the float range, never 0 for x > 0 (a tiny step's ρ must
+    not vanish from a budget), and never a half-ulp below the exact quotient."""
+    if x == 0.0:
+        return 0.0
+    if not math.isfinite(d):
+        return math.ulp(0.0)  # the smallest positive float: above the (tiny) exact value
+    try:
+        out = (x / d) * x
+    except OverflowError:  # pragma: no cover - float * float gives inf, not an error
+        return math.inf
+    if math.isfinite(out) and Fraction(out) < Fraction(x) ** 2 / Fraction(d):
+        out = math.nextafter(out, math.inf)
+    return out
+
+
 def _leaf_rho(event: ev.Event) -> float:
     if isinstance(event, ev.NoOp):
         return 0.0
     if isinstance(event, ev.Gaussian):
-        return 1.0 / (2.0 * event.noise_multiplier**2)
+        m = event.noise_multiplier
+        return _sq_over(1.0, 2.0 * m * m) if m > 1e-150 else math.inf
     if isinstance(event, ev.DiscreteGaussian):
-        return float(event.sensitivity) ** 2 / (2.0 * event.sigma2)
+        return _sq_over(float(event.sensitivity), 2.0 * event.sigma2)
     if isinstance(event, ev.Laplace):
-        return laplace_rho(1.0 / event.noise_multiplier)
+        eps = 1.0 / event.noise_multiplier
+        if eps < 1e-150:
+            return _sq_over(eps, 2.0)  # the series' first term: an upper bound, rounded up
+        return laplace_rho(eps) * (1.0 + 1e-15) if math.isfinite(eps) else math.inf
     if isinstance(event, ev.DiscreteLaplace):
-        return (event.sensitivity / event.scale) ** 2 / 2.0
+        return _sq_over(event.sensitivity / event.scale, 2.0)
     if isinstance(event, (ev.PureDP, ev.RandomizedResponse)):
-        return event.epsilon**2 / 2.0
+        return _sq_over(float(event.epsilon), 2.0)
     if isinstance(event, ev.Exponential):
-        return event.epsilon**2 / 8.0
+        return _sq_over(float(event.epsilon), 8.0)
     if isinstance(event, ev.ZCDP):
         return float(event.rho)
     if isinstance(event, ev.ApproxDP):
         if event.delta == 0.0:
-            return event.epsilon**2 / 2.0
+            return _sq_over(float(event.epsilon), 2.0)
         raise UnsupportedEvent("zcdp", event, "(ε, δ)-DP with δ > 0 implies no zCDP bound",
                                _SUGGEST_APPROX)
     raise UnsupportedEvent("zcdp", event, "no zCDP rule for this event kind", _SUGGEST_APPROX)
@@ -211,9 +240,10 @@ def _leaf_rho(event: ev.Event) -> float:
 
 def _rho(event: ev.Event) -> float:
     if isinstance(event, ev.Composed):
-        return math.fsum(_rho(e) for e in event.events)
+        parts = [_rho(e) for e in event.events]
+        return math.inf if math.inf in parts else fsum_up(parts)
     if isinstance(event, ev.SelfComposed):
-        return 0.0 if event.count == 0 else event.count * _rho(event.event)
+        return 0.0 if event.count == 0 else mul_up(event.count, _rho(event.event))
     if isinstance(event, ev.PoissonSampled):
         if event.sampling_probability == 0.0:
             return 0.0
