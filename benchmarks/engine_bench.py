@@ -120,9 +120,9 @@ def bench(rows: int, repeat: int, workdir: Path) -> dict[str, Any]:
     hand = (f"SELECT g, COUNT(*), SUM({clamp}), AVG({clamp}) FROM (SELECT * FROM d.priv.usr "
             f"QUALIFY ROW_NUMBER() OVER (PARTITION BY uid ORDER BY hash(uid, g, x, 42::UBIGINT))"
             f" <= 5) GROUP BY g")
-    hand_count = (f"SELECT g, COUNT(DISTINCT uid) FROM (SELECT * FROM d.priv.usr QUALIFY "
-                  f"ROW_NUMBER() OVER (PARTITION BY uid ORDER BY hash(uid, g, x, 42::UBIGINT))"
-                  f" <= 5) GROUP BY g")
+    hand_count = ("SELECT g, COUNT(DISTINCT uid) FROM (SELECT * FROM d.priv.usr QUALIFY "
+                  "ROW_NUMBER() OVER (PARTITION BY uid ORDER BY hash(uid, g, x, 42::UBIGINT))"
+                  " <= 5) GROUP BY g")
     hand_any = (f"SELECT g, COUNT(*), SUM({clamp}), AVG({clamp}) FROM (SELECT * FROM d.priv.usr "
                 f"QUALIFY ROW_NUMBER() OVER (PARTITION BY uid) <= 5) GROUP BY g")
     cases = {

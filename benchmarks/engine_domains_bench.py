@@ -58,10 +58,21 @@ def make_data(rows: int, keys: int, seed: int = 7) -> dict[str, np.ndarray]:
     return engine_bench.make_data(rows, seed, groups=keys + keys // 50)
 
 
+def _key_module() -> Any:
+    """The module whose DOMAIN_TABLE_MIN_KEYS the compiler reads (plan/compile.py; plan.py
+    before the planner became a package)."""
+    import importlib
+
+    try:
+        return importlib.import_module("dpkit.engine.plan.compile")
+    except ImportError:
+        return importlib.import_module("dpkit.engine.plan")
+
+
 def _literal_switch(on: bool) -> Any:
     """Force the literal path (keys written into the statement) when this dpkit has a key
     table path; returns the previous setting (None: no key tables in this version)."""
-    from dpkit.engine import plan as dplan
+    dplan = _key_module()
 
     if not hasattr(dplan, "DOMAIN_TABLE_MIN_KEYS"):
         return None
@@ -72,7 +83,7 @@ def _literal_switch(on: bool) -> Any:
 
 def bench(rows: int, keys: int, repeat: int, workdir: Path, levels: list[str],
           literal: bool) -> dict[str, Any]:
-    from dpkit.engine import plan as dplan
+    dplan = _key_module()
 
     data = make_data(rows, keys)
     project = workdir / f"dom{keys}.dpkit"

@@ -27,6 +27,7 @@ from dpkit.engine import Curator
 from dpkit.engine import plan as dplan
 from dpkit.engine.backend_duckdb import KEYS_SCHEMA, key_table_relation, relation_name
 from dpkit.engine.noisy import _as_int, _centred_sums
+from dpkit.engine.plan import compile as plan_compile
 from dpkit.engine.read import Exact
 from dpkit.engine.sql import QueryError
 from dpkit.engine.tables import domain_table_name
@@ -160,7 +161,7 @@ def test_noisy_answers_are_the_same_through_either_path(project: Callable[..., C
     answers = []
     for literal in (False, True):
         if literal:
-            monkeypatch.setattr(dplan, "DOMAIN_TABLE_MIN_KEYS", 1 << 62)
+            monkeypatch.setattr(plan_compile, "DOMAIN_TABLE_MIN_KEYS", 1 << 62)
         cur = project(epsilon=1000.0, seed=17)
         cur.add_table("u", df, privacy_unit="uid", max_rows_per_unit=3,
                       bounds={"x": (0, 100)}, domains=DOMAINS)

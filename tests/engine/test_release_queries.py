@@ -20,6 +20,8 @@ import pytest
 import dpkit as dp
 from dpkit.accounting import BudgetExceeded
 from dpkit.engine import Curator
+from dpkit.engine.families import CdfAsk, Target, histogram
+from dpkit.engine.families.plan import plan
 from dpkit.engine.sql import QueryError
 from dpkit.release import mwem_event, plan_workload, workloads
 
@@ -267,9 +269,10 @@ def test_user_level_bounding_moves_histogram_by_at_most_m(
         cur = project(seed=20 + i)
         cur.add_table("v", frame, privacy_unit="pid", max_rows_per_unit=m,
                       bounds={"age": AGES})
-        job = cur._plan_cdf("v", "age", epsilon=1.0, query=None, probabilities=None)
+        ctx = cur._families()
+        job = plan(ctx, CdfAsk(table="v", column="age"), Target(epsilon=1.0))
         assert job.contributions == m
-        hists.append(cur._histogram(job))
+        hists.append(histogram.read(ctx, job))
         assert _charges(cur) == 0  # planning and the exact histogram alone spend nothing
     diff = np.abs(hists[1] - hists[0])
     assert 0 < diff.sum() <= m
@@ -292,7 +295,7 @@ def test_refusal_spends_nothing_and_reads_nothing(project: Callable[..., Curator
     def boom(*a: object, **k: object) -> None:
         raise AssertionError("data read before the budget check")
 
-    monkeypatch.setattr(cur, "_histogram", boom)
+    monkeypatch.setattr(histogram, "read", boom)
     with pytest.raises(BudgetExceeded):
         cur.cdf("t", "age", epsilon=0.6)
     with pytest.raises(BudgetExceeded):

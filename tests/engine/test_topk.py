@@ -2,8 +2,8 @@
 
 The k groups are chosen by k rounds of the exponential mechanism (peeling; Durfee-Rogers 2019)
 on the exact per-group scores, monotone with sensitivity ``m`` (proof in
-``dpkit.engine.plan._calibrate_topk``); only then are their values measured. Every statistical
-check below states its false-failure probability (each <= 1e-6).
+``dpkit.engine.plan.calibrate.calibrate_topk``); only then are their values measured. Every
+statistical check below states its false-failure probability (each <= 1e-6).
 """
 
 from __future__ import annotations

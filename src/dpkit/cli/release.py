@@ -1,7 +1,7 @@
 """Command-line front ends for the curator's release families (``dpkit cdf`` and friends).
 
 Click commands, registered on the ``dpkit`` group by :mod:`dpkit.cli`; each opens the project,
-answers one family through :class:`~dpkit.engine.release_queries.ReleaseQueries` (charged to
+answers one family through :mod:`dpkit.engine.families` (the curator's methods; charged to
 the ledger once), prints it with rich and closes the project again.
 
 ===============  ==========================================================================

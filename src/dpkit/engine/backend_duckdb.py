@@ -19,9 +19,8 @@ from typing import Any
 
 import duckdb
 
-from dpkit.engine.plan import FIXED_PREFIX
-from dpkit.engine.sql import QueryError
-from dpkit.engine.tables import Column, quote_ident
+from dpkit.engine.spec import QueryError
+from dpkit.engine.tables import FIXED_PREFIX, Column, quote_ident
 
 __all__ = ["KEYS_SCHEMA", "DuckBackend", "columnar_type", "dry_run_errors", "key_table_relation",
            "load_table", "private_read_errors"]
@@ -120,7 +119,7 @@ def key_table_relation(table_name: str) -> str:
 def _key_parts(keys: Sequence[Any]) -> list[tuple[Any, str]]:
     """The keys as Arrow columns, one per kind, each read the way its SQL literal would be.
 
-    ``plan._literal_sql`` writes a key as ``CAST(<literal> AS <type>)``: a bool as TRUE/FALSE,
+    ``plan.literal_sql`` writes a key as ``CAST(<literal> AS <type>)``: a bool as TRUE/FALSE,
     an int as an integer literal, a float as its ``repr``, anything else as a string. Here the
     same values are cast from BOOLEAN, BIGINT (ints beyond int64: their decimal text) and
     VARCHAR (strings; floats as their ``repr``, which DuckDB reads correctly rounded), so

@@ -373,7 +373,7 @@ def release(plan: Plan, exact: Exact, *, source: Source | None, insecure: bool, 
 def _top_k(mm: Measure, score_mm: Measure, exact: Exact, candidates: np.ndarray, level: float,
            source: Source | None) -> tuple[np.ndarray, dict[str, Any]]:
     """The indices of the top ``k`` groups among ``candidates`` by peeling exponential
-    mechanism (see :func:`dpkit.engine.plan._calibrate_topk` for the proof), and metadata.
+    mechanism (proof: :func:`dpkit.engine.plan.calibrate.calibrate_topk`), and metadata.
 
     The scores are the exact per-group values of the ordering measurement (never released);
     each round is one exact exponential mechanism over the remaining candidates

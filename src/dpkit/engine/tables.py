@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "FIXED_PREFIX",
     "NUMERIC_TYPES",
     "Column",
     "TableMeta",
@@ -40,6 +41,9 @@ __all__ = [
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 RESERVED_PREFIX = "__dp"
+# hidden columns a copied private table gets at load (fixed-point integers, unit row totals):
+# source columns may not start with it, and analysts cannot name them
+FIXED_PREFIX = "__dpfx_"
 
 NUMERIC_TYPES = (
     "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",

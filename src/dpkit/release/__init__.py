@@ -22,7 +22,7 @@ The entry points for the curator are::
     plan.answer(x, level=0.95, source=None) -> Release
 
 (``answer_workload`` does both at once) with ``x`` the exact integer histogram computed over a
-public domain; :mod:`dpkit.engine.release_queries` uses them for range/CDF/marginal queries and
+public domain; :mod:`dpkit.engine.families` uses them for range/CDF/marginal queries and
 synthetic data. See docs/release.md.
 """
 

@@ -1,0 +1,278 @@
+"""Public grids for the release families: one :class:`Axis` per column, each row in one cell.
+
+Every grid is built from public information only (the declared bounds and domains, or bounds
+given with the query): ranges and CDFs need an ordered numeric grid (:func:`ordered_axis`),
+marginals and synthetic data a coarse one per column (:func:`categorical_axis`), whose product
+is capped at :data:`MAX_PRODUCT_CELLS` (:func:`product_axes`). A row whose value is NULL, NaN or
+outside a declared domain falls in no cell; numeric values are clamped into the bounds, so one
+privacy unit's row moves exactly one cell count by one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dpkit.engine.spec import QueryError
+from dpkit.engine.tables import Column, TableMeta, check_bounds
+
+__all__ = [
+    "DEFAULT_BINS",
+    "MARGINAL_BINS",
+    "MARGINAL_INTEGER_CELLS",
+    "MAX_INTEGER_CELLS",
+    "MAX_PRODUCT_CELLS",
+    "Axis",
+    "categorical_axis",
+    "column_of",
+    "ordered_axis",
+    "product_axes",
+]
+
+#: integer columns get one cell per integer up to this many values (else ``bins`` cells)
+MAX_INTEGER_CELLS = 4096
+#: default number of equal cells for ranges / CDFs over a continuous (or very wide) column
+DEFAULT_BINS = 1024
+#: marginals / synthetic data: integer columns with at most this many values keep one cell each
+MARGINAL_INTEGER_CELLS = 64
+#: marginals / synthetic data: default number of cells for other numeric columns
+MARGINAL_BINS = 16
+#: largest product domain for marginals and synthetic data (dense strategies)
+MAX_PRODUCT_CELLS = 4096
+
+
+def _num(v: float) -> str:
+    """A DuckDB double literal for a finite float (repr is exact)."""
+    return f"CAST({float(v)!r} AS DOUBLE)"
+
+
+def _lit(value: Any) -> str:
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return repr(value)
+    if isinstance(value, float):
+        return _num(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _typed_lit(value: Any, type_: str) -> str:
+    """``value`` as a constant of SQL type ``type_`` (no type: the plain literal)."""
+    if not type_:
+        return _lit(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"CAST('{value!r}' AS {type_})"
+    return f"CAST({_lit(value)} AS {type_})"
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A public grid over one column: ``size`` cells, each row falls in at most one.
+
+    ``kind``: ``"int"`` (integers ``lo + i·step … lo + (i+1)·step − 1``, clamped into
+    ``[lo, hi]``), ``"float"`` (equal cells ``[lo + i·w, lo + (i+1)·w)`` of ``[lo, hi]``, the
+    last one closed; values clamped) or ``"keys"`` (the declared domain, in its order).
+    """
+
+    column: str
+    kind: str
+    size: int
+    lo: float = 0.0
+    hi: float = 0.0
+    step: float = 1.0
+    keys: tuple[Any, ...] = ()
+    key_type: str = ""  # the column's SQL type (keys axes): keys are compared as that type
+
+    def cell_sql(self, ref: str) -> str:
+        """SQL for the cell index (0 … size−1) of a row, NULL when the row is not counted.
+
+        Keys are cast to the column's type (as at load, where each key was checked to cast),
+        so the comparison never casts the column: an untyped ``WHEN 1`` against a VARCHAR
+        column made DuckDB cast every row to INTEGER and fail on one row holding ``'x'``, a
+        data-dependent refusal that charged nothing."""
+        if self.kind == "keys":
+            whens = " ".join(f"WHEN {_typed_lit(k, self.key_type)} THEN {i}"
+                             for i, k in enumerate(self.keys))
+            return f"(CASE {ref} {whens} ELSE NULL END)"
+        v = f"TRY_CAST({ref} AS DOUBLE)"
+        clamped = f"LEAST(GREATEST({v}, {_num(self.lo)}), {_num(self.hi)})"
+        if self.kind == "int" and self.step == 1:
+            idx = f"CAST({clamped} - {_num(self.lo)} AS BIGINT)"
+        else:
+            idx = (f"LEAST(CAST(FLOOR(({clamped} - {_num(self.lo)}) / {_num(self.step)}) AS "
+                   f"BIGINT), {self.size - 1})")
+        # NULL must be tested first: DuckDB's GREATEST/LEAST skip NULL arguments
+        return f"(CASE WHEN {v} IS NULL OR isnan({v}) THEN NULL ELSE {idx} END)"
+
+    def edges(self) -> np.ndarray:
+        """``size + 1`` cell edges (numeric axes): cell ``i`` is ``[e_i, e_{i+1})``; for
+        integer axes ``e_{i+1} − 1`` is the last integer of cell ``i``."""
+        if self.kind == "keys":
+            raise ValueError("a categorical axis has no edges")
+        e = self.lo + self.step * np.arange(self.size + 1, dtype=np.float64)
+        if self.kind == "int":
+            e[-1] = self.hi + 1.0
+        else:
+            e[-1] = self.hi
+        return e
+
+    def labels(self) -> list[Any]:
+        if self.kind == "keys":
+            return list(self.keys)
+        e = self.edges()
+        if self.kind == "int":
+            if self.step == 1:
+                return [int(x) for x in e[:-1]]
+            return [f"[{int(a)}, {int(b) - 1}]" for a, b in itertools.pairwise(e)]
+        return [f"[{a:g}, {b:g}" + ("]" if i == self.size - 1 else ")")
+                for i, (a, b) in enumerate(itertools.pairwise(e))]
+
+    def values(self) -> list[Any]:
+        """A representative value per cell (synthetic records): the key, the integer, the
+        middle integer of an integer cell, the midpoint of a continuous cell."""
+        if self.kind == "keys":
+            return list(self.keys)
+        e = self.edges()
+        if self.kind == "int":
+            return [int(a) + (int(b) - int(a) - 1) // 2 for a, b in itertools.pairwise(e)]
+        return [float((a + b) / 2.0) for a, b in itertools.pairwise(e)]
+
+    def describe(self) -> str:
+        if self.kind == "keys":
+            return f"{self.column}: {self.size} declared keys"
+        if self.kind == "int":
+            unit = ("one cell per integer" if self.step == 1
+                    else f"cells of {int(self.step)} integers")
+            return f"{self.column}: {self.size} cells over [{self.lo:g}, {self.hi:g}] ({unit})"
+        return (f"{self.column}: {self.size} equal cells of width {self.step:g} over "
+                f"[{self.lo:g}, {self.hi:g}]")
+
+
+def ordered_axis(meta: TableMeta, column: Any, *, bins: int | None,
+                 bounds: Mapping[str, Any] | None) -> Axis:
+    """The grid for ranges / CDFs: numeric, bounded, ordered."""
+    col = column_of(meta, column)
+    if not col.numeric:
+        raise QueryError(
+            f"column {col.name!r} of {meta.name!r} has type {col.type}; ranges and CDFs need a "
+            f"numeric column with declared bounds"
+        )
+    return _numeric_axis(meta, col, bins=bins, bounds=bounds, integer_cells=MAX_INTEGER_CELLS,
+                         target=DEFAULT_BINS)
+
+
+def _numeric_axis(meta: TableMeta, col: Column, *, bins: int | None,
+                  bounds: Mapping[str, Any] | None, integer_cells: int, target: int) -> Axis:
+    """The grid of a numeric column over its bounds: integer columns one cell per integer when
+    they hold at most ``bins`` (default ``integer_cells``) integers, else ``bins`` cells
+    (default: a round number of integers per cell, at most ``target`` cells); continuous
+    columns :func:`_float_axis`."""
+    lo, hi = _bounds(meta, col.name, bounds)
+    nb = _check_bins(bins)
+    if col.cls in ("int", "bool"):
+        ilo, ihi = math.ceil(lo), math.floor(hi)
+        if ihi < ilo:
+            raise QueryError(f"bounds [{lo:g}, {hi:g}] of {col.name!r} contain no integer")
+        n = ihi - ilo + 1
+        if n <= (nb if nb is not None else integer_cells):
+            return Axis(col.name, "int", n, float(ilo), float(ihi), 1.0)
+        step = math.ceil(n / nb) if nb is not None else _nice_int_step(n, target)
+        return Axis(col.name, "int", math.ceil(n / step), float(ilo), float(ihi), float(step))
+    return _float_axis(col.name, lo, hi, nb, target)
+
+
+def _nice(x: float) -> float:
+    """The smallest 1, 2 or 5 times a power of ten that is >= ``x`` (> 0)."""
+    e = math.floor(math.log10(x))
+    for m in (1.0, 2.0, 5.0, 10.0):
+        w = m * 10.0**e
+        if w >= x * (1 - 1e-12):
+            return w
+    return 10.0 ** (e + 1)  # pragma: no cover
+
+
+def _nice_int_step(n: int, target: int) -> int:
+    """A round number of integers per cell giving at most ``target`` cells."""
+    return max(1, int(_nice(n / target)))
+
+
+def _float_axis(name: str, lo: float, hi: float, bins: int | None, target: int) -> Axis:
+    """``bins`` equal cells; by default cells of a round width (1, 2, 5 × 10^k) from ``lo``,
+    at most ``target`` of them (the last one ends at ``hi``)."""
+    if bins is not None:
+        return Axis(name, "float", bins, lo, hi, (hi - lo) / bins)
+    w = _nice((hi - lo) / target)
+    size = max(1, math.ceil((hi - lo) / w - 1e-9))
+    return Axis(name, "float", size, lo, hi, w)
+
+
+def categorical_axis(meta: TableMeta, column: Any, *, bins: int | None,
+                     bounds: Mapping[str, Any] | None) -> Axis:
+    """The grid for marginals / synthetic data: declared keys, else a coarse numeric grid."""
+    col = column_of(meta, column)
+    if col.name in meta.domains:
+        return Axis(col.name, "keys", len(meta.domains[col.name]),
+                    keys=tuple(meta.domains[col.name]), key_type=str(col.type))
+    if not col.numeric:
+        raise QueryError(
+            f"column {col.name!r} of {meta.name!r} has no declared domain; the data owner "
+            f"declares its keys with add_table(..., domains={{{col.name!r}: [...]}})"
+        )
+    return _numeric_axis(meta, col, bins=bins, bounds=bounds,
+                         integer_cells=MARGINAL_INTEGER_CELLS, target=MARGINAL_BINS)
+
+
+def product_axes(meta: TableMeta, names: Sequence[str], *, bins: int | None,
+                 bounds: Mapping[str, Any] | None) -> tuple[list[Axis], int]:
+    """The categorical axes of ``names`` and the number of cells of their product, refused
+    above MAX_PRODUCT_CELLS (marginals and synthetic data)."""
+    axes = [categorical_axis(meta, c, bins=bins, bounds=bounds) for c in names]
+    cells = math.prod(a.size for a in axes)
+    if cells > MAX_PRODUCT_CELLS:
+        raise QueryError(
+            f"the product domain of {', '.join(names)} has {cells} cells (at most "
+            f"{MAX_PRODUCT_CELLS}): use fewer columns, or coarser grids (bins=)")
+    return axes, cells
+
+
+def column_of(meta: TableMeta, column: Any) -> Column:
+    """The declared column named ``column`` (a string), or a refusal naming the columns."""
+    if not isinstance(column, str):
+        raise QueryError(f"a column is named by a string (got {column!r})")
+    try:
+        return meta.column(column)
+    except ValueError as exc:
+        raise QueryError(str(exc)) from None
+
+
+def _bounds(meta: TableMeta, column: str, bounds: Mapping[str, Any] | None) -> tuple[float, float]:
+    if bounds:
+        for k, pair in bounds.items():
+            if str(k).lower() == column.lower():
+                try:
+                    return check_bounds(pair, column)
+                except (TypeError, ValueError) as exc:
+                    raise QueryError(str(exc)) from None
+    b = meta.bounds_for(column)
+    if b is None:
+        raise QueryError(
+            f"column {column!r} of {meta.name!r} has no declared bounds; the data owner declares "
+            f"them with add_table(..., bounds={{{column!r}: (low, high)}}) (or pass "
+            f"bounds={{{column!r}: (low, high)}} to this query)"
+        )
+    return b
+
+
+def _check_bins(bins: Any) -> int | None:
+    if bins is None:
+        return None
+    if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or not (
+        1 <= int(bins) <= MAX_INTEGER_CELLS
+    ):
+        raise QueryError(f"bins must be an integer in [1, {MAX_INTEGER_CELLS}] (got {bins!r})")
+    return int(bins)

@@ -1,0 +1,83 @@
+"""The exact histogram of a release job: one DuckDB statement, dry-run first, read after the charge.
+
+The statement maps every row of the table (after the job's WHERE) to its cell on the job's
+public grid (:meth:`~.axes.Axis.cell_sql`), drops rows in no cell, cuts each privacy unit to
+``max_rows_per_unit`` rows (:func:`dpkit.engine.plan.bounding_ctes`, keyed by a fresh seed) and
+counts rows per cell. Every expression in it is total (TRY_CAST, NULL tests before the clamps),
+so :func:`read` fails only for reasons outside the data. The histogram never leaves the engine:
+only the noisy answer built from it does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dpkit import noise as _noise
+from dpkit.engine import plan as dplan
+from dpkit.engine.backend_duckdb import DuckBackend, dry_run_errors, relation_name
+from dpkit.engine.families.job import Context, Job
+from dpkit.engine.spec import PRIVATE_ALIAS
+from dpkit.engine.tables import TableMeta, quote_ident
+
+__all__ = ["dry_run", "read", "statement"]
+
+
+def _unit_totals(backend: DuckBackend, meta: TableMeta) -> str | None:
+    """The hidden per-unit row-total column stored at load time, when there is one: units
+    whose total is within the cap skip the bounding work (the output is unchanged)."""
+    if meta.storage != "copy" or meta.privacy_unit is None:
+        return None
+    name = str(dplan.unit_rows_column_name(str(meta.privacy_unit)))
+    return name if name in backend.fixed_columns(meta.name) else None
+
+
+def statement(backend: DuckBackend, job: Job, relation: str, *, seed: int) -> str:
+    """The one statement computing the job's exact histogram over ``relation``."""
+    meta = job.meta
+    alias = quote_ident(PRIVATE_ALIAS)
+    cnames = [f"__c{i}" for i in range(len(job.axes))]
+    proj = [f"{a.cell_sql(f'{alias}.{quote_ident(a.column)}')} AS {c}"
+            for a, c in zip(job.axes, cnames, strict=True)]
+    total_col = None
+    if not meta.record_level:
+        proj.insert(0, f"{alias}.{quote_ident(str(meta.privacy_unit))} AS __u")
+        total_col = _unit_totals(backend, meta)
+        if total_col is not None:
+            proj.append(f"{alias}.{quote_ident(total_col)} AS __nt")
+    inner = (f"SELECT {', '.join(proj)} FROM {relation} AS {alias}"
+             + (f" WHERE {job.where_sql}" if job.where_sql else ""))
+    keep = " AND ".join(f"{c} IS NOT NULL" for c in cnames)
+    ctes = [f"__src0 AS ({inner})", f"__src AS (SELECT * FROM __src0 WHERE {keep})"]
+    current = "__src"
+    if not meta.record_level:
+        bound, current = dplan.bounding_ctes(
+            current, ["__u", *cnames], [], m=int(meta.max_rows_per_unit),
+            seed_lit=f"CAST({seed} AS UBIGINT)",
+            total_col="__nt" if total_col is not None else None)
+        ctes.extend(bound)
+    cols = ", ".join(cnames)
+    return (f"WITH {', '.join(ctes)} SELECT {cols}, COUNT(*) AS __n FROM {current} "
+            f"GROUP BY {cols}")
+
+
+def dry_run(ctx: Context, job: Job) -> None:
+    """Run the statement over an empty table of the same schema: every error that does not
+    depend on a row (types, casts, functions in WHERE) surfaces here, before the charge."""
+    shadow = ctx.backend.shadow(relation_name(job.meta.name, False))
+    with dry_run_errors("release"):
+        ctx.backend.dry_run(statement(ctx.backend, job, shadow, seed=0))
+
+
+def read(ctx: Context, job: Job, text: str | None = None) -> np.ndarray:
+    """The exact integer histogram over the job's product grid (never leaves the engine);
+    ``text`` from :func:`statement` (default: a fresh seed, for tests)."""
+    if text is None:
+        seed = int(_noise.uniform_int(2**63 - 1, 1, source=ctx.source)[0])
+        text = statement(ctx.backend, job, relation_name(job.meta.name, False), seed=seed)
+    cnames = [f"__c{i}" for i in range(len(job.axes))]
+    keys, out = ctx.backend.run(text, cnames, ["__n"])
+    shape = tuple(a.size for a in job.axes)
+    x = np.zeros(shape, dtype=np.int64)
+    for key, n in zip(keys, out["__n"], strict=True):
+        x[tuple(int(k) for k in key)] += int(n)
+    return x.reshape(-1)

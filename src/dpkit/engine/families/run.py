@@ -1,0 +1,90 @@
+"""The one sequence every release family goes through (DESIGN invariant 3).
+
+A planned :class:`~.job.Job` (public information only) → the budget check (a refusal spends
+nothing and reads nothing) → the histogram statement's dry run over an empty table of the same
+schema (errors from the query alone, before the charge) → :func:`dpkit.engine.charge.charged_read`:
+the ledger durably charges the job's event, then the exact histogram is read and the family's
+finisher adds the noise and builds the answer. A failure after the charge keeps it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+
+from dpkit import noise as _noise
+from dpkit.accounting import BudgetExceeded, UnsupportedEvent
+from dpkit.engine.backend_duckdb import relation_name
+from dpkit.engine.charge import charged_read
+from dpkit.engine.families import histogram
+from dpkit.engine.families.job import Context, Job, jsonable
+from dpkit.engine.ledger import Entry
+from dpkit.engine.spec import QueryError
+
+__all__ = ["Finish", "check_cost", "cost_epsilon", "run"]
+
+R = TypeVar("R")
+
+#: turns the exact histogram of a charged job into its answer (noise + post-processing); the
+#: last argument is the epsilon left to the analyst after the charge
+Finish = Callable[[Context, Job, np.ndarray, Entry, float], R]
+
+
+def _accountant_errors(ctx: Context, job: Job, *, check_only: bool) -> Any:
+    try:
+        if check_only:
+            ctx.ledger.check(job.event, analyst=ctx.analyst,
+                             delta_share=job.privacy.delta_share)
+            return None
+        return ctx.ledger.cost(job.event, analyst=ctx.analyst,
+                               delta_share=job.privacy.delta_share)
+    except UnsupportedEvent as exc:
+        raise QueryError(
+            f"the project's accountant ({ctx.ledger.config.accountant}) cannot pay for this "
+            f"release: {exc}. Use epsilon= (Laplace noise), or a project with an 'approx' "
+            f"or 'zcdp' accountant") from None
+    except BudgetExceeded:
+        raise
+    except (ValueError, ArithmeticError) as exc:
+        raise QueryError(
+            f"the project's accountant ({ctx.ledger.config.accountant}) failed on this "
+            f"release's event: {str(exc).splitlines()[0]}. Nothing was charged") from None
+
+
+def check_cost(ctx: Context, job: Job) -> None:
+    """Refuse (:class:`BudgetExceeded`, or a QueryError the accountant's) if ``job`` does not
+    fit the analyst's budget now; writes nothing."""
+    _accountant_errors(ctx, job, check_only=True)
+
+
+def cost_epsilon(ctx: Context, job: Job) -> float:
+    """The epsilon charging ``job`` now would cost (the requested one when it does not fit)."""
+    try:
+        return float(_accountant_errors(ctx, job, check_only=False).epsilon)
+    except BudgetExceeded as exc:
+        return float(exc.requested.epsilon)
+
+
+def run(ctx: Context, job: Job, finish: Finish[R]) -> R:
+    """Check, dry-run, charge, read, finish: the job's answer, charged once to the ledger."""
+    with ctx.lock:
+        check_cost(ctx, job)  # early refusal, nothing read
+        histogram.dry_run(ctx, job)
+        seed = int(_noise.uniform_int(2**63 - 1, 1, source=ctx.source)[0])
+        text = histogram.statement(ctx.backend, job, relation_name(job.meta.name, False),
+                                   seed=seed)
+        details = {k: v for k, v in job.details.items() if k != "workload"}
+        details.update({"kind": job.kind, "level": job.level, "table": job.meta.name,
+                        "contributions": job.contributions})
+
+        def read() -> np.ndarray:
+            return histogram.read(ctx, job, text)
+
+        def done(x: np.ndarray, entry: Entry) -> R:
+            return finish(ctx, job, x, entry, ctx.remaining())
+
+        return charged_read(ctx.ledger, job.event, analyst=ctx.analyst, query=job.query,
+                            delta_share=job.privacy.delta_share, details=jsonable(details),
+                            read=read, finish=done, what="release")

@@ -1,0 +1,495 @@
+"""Compilation: a plan -> the ONE bounded-aggregate SQL statement of its exact measurements.
+
+The statement is a chain of CTEs built by small passes (:data:`COMPILE_PASSES`), each adding its
+part to a :class:`SqlState`: the projection of the columns the query reads, the joins and the
+row filter, contribution bounding (groups, then rows per unit), the fixed-point integers of
+sums, one aggregate expression per measurement, and the grouping with its public keys. The text
+depends only on the plan, the relation names and the per-query secret ``seed``; the exact
+values it computes never reach an analyst without noise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlglot import exp
+
+from dpkit.engine import sql as dsql
+from dpkit.engine.plan.fixed import (
+    SHIFT_ZERO,
+    clamp_sql,
+    double_lit,
+    fixed_column_name,
+    fixed_column_sql,
+    pow2_lit,
+    row_exponent,
+    unit_rows_column_name,
+)
+from dpkit.engine.plan.model import Measure, Plan
+from dpkit.engine.tables import quote_ident, type_class
+
+# Declared domains with at least this many keys are read from their hidden key table (when
+# there is one); smaller ones are inlined as literals. Measured (benchmarks/
+# engine_domains_bench.py --literal, 1M rows, record level): at 10 keys both paths take the
+# same time (25 vs 26 ms), at 1000 keys the literals take 57 ms against 17 ms: always the table.
+DOMAIN_TABLE_MIN_KEYS = 0
+KEY_COL = '"k"'  # the key column of a hidden key table (backend_duckdb._KEY_COLUMN)
+
+
+def literal_sql(value: Any, type_: str) -> str:
+    """A declared key as a typed DuckDB literal: ``CAST(<literal> AS <type>)``."""
+    if isinstance(value, bool):
+        lit = "TRUE" if value else "FALSE"
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        lit = repr(value) if isinstance(value, int) else repr(float(value))
+    else:
+        lit = exp.Literal.string(str(value)).sql(dialect="duckdb")
+    return f"CAST({lit} AS {type_})"
+
+
+@dataclass
+class CompiledSQL:
+    """The statement's text and the names of its group and measurement columns."""
+
+    text: str
+    group_cols: list[str]
+    measure_cols: list[str]
+    keys_text: str | None = None  # fill_keys: the declared keys, in output order
+
+
+@dataclass
+class SqlState:
+    """What the passes of :func:`compile_sql` build up, in order (see :data:`COMPILE_PASSES`)."""
+
+    plan: Plan
+    relations: dict[str, str]
+    seed: int
+    fixed_columns: frozenset[str] | set[str]
+    key_rel: dict[int, str]  # GROUP BY position -> key table relation (declared domains)
+    fill_keys: bool
+    value_cols: dict[str, str] = field(default_factory=dict)  # "alias.col" -> __c{j}
+    group_cols: list[str] = field(default_factory=list)
+    stored: dict[str, str] = field(default_factory=dict)  # "alias.col" -> __x{j}
+    proj: list[str] = field(default_factory=list)
+    total_name: str | None = None  # the per-unit row total column, when projected as __nt
+    ctes: list[str] = field(default_factory=list)
+    current: str = "__src"  # the relation the next pass reads
+    cls_of: dict[str, str] = field(default_factory=dict)  # "alias.col" -> type class
+    fixed: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # -> (v, sum, count)
+    aggs: list[str] = field(default_factory=list)
+    mcols: list[str] = field(default_factory=list)
+    compiled: CompiledSQL | None = None
+
+    @property
+    def unit_level(self) -> bool:
+        return not self.plan.table.record_level
+
+
+def column_ref(alias_col: str) -> str:
+    """``"alias.col"`` as quoted SQL: ``"alias"."col"``."""
+    alias, col = alias_col.split(".", 1)
+    return f"{quote_ident(alias)}.{quote_ident(col)}"
+
+
+def project_columns(st: SqlState) -> None:
+    """The columns the statement reads: unit, group keys, values, stored integers, totals."""
+    plan, spec, table = st.plan, st.plan.spec, st.plan.table
+    for mm in plan.measures:
+        if mm.column is not None and mm.column not in st.value_cols:
+            st.value_cols[mm.column] = f"__c{len(st.value_cols)}"
+    if st.unit_level:
+        st.proj.append(
+            f"{column_ref(dsql.PRIVATE_ALIAS + '.' + str(table.privacy_unit))} AS __u")
+    st.group_cols = [f"__g{i}" for i in range(len(spec.group_by))]
+    for i, k in enumerate(spec.group_by):
+        key = column_ref(k.source + '.' + k.column)
+        if type_class(k.type) == "float":  # -0.0 and 0.0 are one key (one group, one label)
+            key = f"(CASE WHEN {key} = 0 THEN CAST(0 AS {k.type}) ELSE {key} END)"
+        st.proj.append(f"{key} AS __g{i}")
+    for src_col, c in st.value_cols.items():
+        st.proj.append(f"{column_ref(src_col)} AS {c}")
+    # materialised fixed-point integers for SUM / AVG (private table, current bounds only)
+    for mm in plan.measures:
+        if mm.kind in ("sum", "csum") and mm.column is not None and mm.column not in st.stored:
+            alias, col = mm.column.split(".", 1)
+            name = fixed_column_name(col, mm.lo, mm.hi)
+            if alias == dsql.PRIVATE_ALIAS and name in st.fixed_columns:
+                st.stored[mm.column] = f"__x{len(st.stored)}"
+                st.proj.append(f"{column_ref(alias + '.' + name)} AS {st.stored[mm.column]}")
+    # per-unit row totals from load time: only without joins (a join could repeat a row)
+    if st.unit_level and not spec.joins and table.privacy_unit is not None:
+        total_name = unit_rows_column_name(str(table.privacy_unit))
+        if total_name in st.fixed_columns:
+            st.proj.append(f"{column_ref(dsql.PRIVATE_ALIAS + '.' + total_name)} AS __nt")
+            st.total_name = total_name
+    if not st.proj:
+        st.proj.append("1 AS __one")
+
+
+def source_cte(st: SqlState) -> None:
+    """``__src``: the projection over the private table, its joins and the row filter."""
+    plan, spec, table = st.plan, st.plan.spec, st.plan.table
+    frm = f"{st.relations[table.name]} AS {quote_ident(dsql.PRIVATE_ALIAS)}"
+    for join in spec.joins:
+        on = " AND ".join(
+            f"{quote_ident(dsql.PRIVATE_ALIAS)}.{quote_ident(a)} = "
+            f"{quote_ident(join.alias)}.{quote_ident(b)}"
+            for a, b in join.on
+        )
+        frm += f" {'LEFT' if join.kind == 'left' else 'INNER'} JOIN " \
+               f"{st.relations[join.table]} AS {quote_ident(join.alias)} ON {on}"
+    conds: list[str] = []
+    w = dsql.where_sql(spec)
+    if w is not None:
+        conds.append(w)
+    for i, (kind, values) in enumerate(plan.key_sources):
+        # Rows outside a declared domain are dropped before bounding (so they use up no unit's
+        # row cap); at record level the join with the key set (or the key fill) drops them
+        # after the aggregate, which costs far less than a filter on every row.
+        if kind == "domain" and (not table.record_level or plan.group_mode != "public"):
+            k = spec.group_by[i]
+            if i in st.key_rel:
+                conds.append(f"{column_ref(k.source + '.' + k.column)} IN (SELECT {KEY_COL} "
+                             f"FROM {st.key_rel[i]})")
+            else:
+                lits = ", ".join(literal_sql(v, k.type) for v in values)
+                conds.append(f"{column_ref(k.source + '.' + k.column)} IN ({lits})")
+    where = f" WHERE {' AND '.join(conds)}" if conds else ""
+    st.ctes.append(f"__src AS (SELECT {', '.join(st.proj)} FROM {frm}{where})")
+    st.current = "__src"
+
+
+def bound_contributions(st: SqlState) -> None:
+    """User level: at most ``g`` groups per unit (keyed hash rank), then at most ``m`` rows."""
+    if not st.unit_level:
+        return
+    plan = st.plan
+    seed_lit = f"CAST({int(st.seed)} AS UBIGINT)"
+    if plan.spec.group_by and plan.g < plan.m:
+        gk = ", ".join(st.group_cols)
+        st.ctes.append(
+            f"__gb AS (SELECT * FROM {st.current} QUALIFY DENSE_RANK() OVER (PARTITION BY __u "
+            f"ORDER BY hash(__u, {gk}, {seed_lit}), {gk}) <= {plan.g})"
+        )
+        st.current = "__gb"
+    cols = ["__u", *st.group_cols, *st.value_cols.values()]
+    bound, st.current = bounding_ctes(st.current, cols, list(st.stored.values()), m=plan.m,
+                                      seed_lit=seed_lit,
+                                      total_col="__nt" if st.total_name is not None else None)
+    st.ctes.extend(bound)
+
+
+def fixed_point_sums(st: SqlState) -> None:
+    """One fixed-point integer per row and summed column (``__p``), with its SUM and COUNT.
+
+    Projected once; ``COUNT(v)`` (non-missing rows) and ``SUM(v)`` then serve every
+    measurement on that column (SUM, and the centred sum of AVG / VAR).
+    """
+    st.cls_of = {c: type_class(column_type(st.plan, c)) for c in st.value_cols}
+    proj_v: list[str] = []
+    for mm in st.plan.measures:
+        if mm.kind in ("sum", "csum") and mm.column not in st.fixed:
+            assert mm.column is not None
+            j = len(st.fixed)
+            c = st.value_cols[mm.column]
+            if mm.column in st.stored:
+                big_v = st.stored[mm.column]
+            else:
+                big_v = fixed_column_sql(c, mm.lo, mm.hi, st.cls_of[mm.column])
+            d = row_exponent(mm.lo, mm.hi) - mm.f
+            if d <= 0:
+                v = big_v
+            elif d >= SHIFT_ZERO:
+                v = f"({big_v} * 0)"  # |v| <= 2^32: every row rounds to 0 (NULL stays NULL)
+            else:
+                v = f"(({big_v} + {1 << (d - 1)}) >> {d})"
+            proj_v.append(f"{v} AS __v{j}")
+            st.fixed[mm.column] = (f"__v{j}", f"__s{j}", f"__n{j}")
+            st.aggs.append(f"SUM(__v{j}) AS __s{j}")
+            st.aggs.append(f"COUNT(__v{j}) AS __n{j}")
+            st.mcols.extend([f"__s{j}", f"__n{j}"])
+    if proj_v:
+        st.ctes.append(f"__p AS (SELECT *, {', '.join(proj_v)} FROM {st.current})")
+        st.current = "__p"
+
+
+def measure_aggregates(st: SqlState) -> None:
+    """Each measurement's column: a fixed-point sum's, or one aggregate (shared when equal)."""
+    seen_sql: dict[str, str] = {}
+    for mm in st.plan.measures:
+        if mm.kind == "topk":  # scores are another measurement's exact column
+            continue
+        if mm.kind in ("sum", "csum"):
+            assert mm.column is not None
+            _, scol, ncol = st.fixed[mm.column]
+            mm.sql_col = scol
+            if mm.kind == "csum":
+                mm.count_col = ncol
+            continue
+        if mm.kind == "nonnull" and mm.column in st.fixed:
+            mm.sql_col = st.fixed[mm.column][2]
+            continue
+        expr = measure_expr(st, mm)
+        if expr in seen_sql:
+            mm.sql_col = seen_sql[expr]
+            continue
+        seen_sql[expr] = mm.key
+        mm.sql_col = mm.key
+        st.aggs.append(f"{expr} AS {mm.key}")
+        st.mcols.append(mm.key)
+
+
+def measure_expr(st: SqlState, mm: Measure) -> str:
+    """The aggregate expression of a count, distinct-unit count, squared sum or quantile."""
+    if mm.kind == "rows":
+        return "COUNT(*)"
+    if mm.kind in ("units", "select"):
+        return "COUNT(DISTINCT __u)" if st.unit_level and st.plan.m > 1 else "COUNT(*)"
+    assert mm.column is not None
+    c = st.value_cols[mm.column]
+    cls = st.cls_of[mm.column]
+    if mm.kind == "nonnull":  # a column without a fixed-point projection
+        if cls == "float":
+            return f"COUNT(CASE WHEN NOT isnan(CAST({c} AS DOUBLE)) THEN 1 END)"
+        return f"COUNT({c})"
+    x = clamp_sql(c, mm.lo, mm.hi, cls)
+    if mm.kind == "csq":
+        # centred where the centred sum is, so that Var = Q/n - (S/n)^2 holds
+        csum = next(o for o in st.plan.measures if o.kind == "csum" and o.column == mm.column)
+        mid = math.ldexp(float(csum.center), -csum.f)
+        return (f"SUM(LEAST(CAST(round(({x} - {double_lit(mid)}) * ({x} - {double_lit(mid)}) "
+                f"* {pow2_lit(mm.f)}) AS BIGINT), {mm.bound}))")
+    if mm.kind == "quant":
+        return quantile_histogram_sql(mm, x, cls)
+    raise AssertionError(mm.kind)  # pragma: no cover
+
+
+def quantile_histogram_sql(mm: Measure, x: str, cls: str) -> str:
+    """``histogram`` of the candidate bin of each clamped value ``x`` (the quantile's scores)."""
+    assert mm.candidates is not None
+    cands = mm.candidates
+    if cls in ("int", "bool") and len(cands) > 1 and cands[1] - cands[0] == 1.0:
+        idx = f"CAST({x} AS BIGINT) - {int(cands[0])}"
+        top = len(cands) - 1
+    else:
+        nb = len(cands) - 1
+        width = (mm.hi - mm.lo) / nb
+        idx = f"CAST(floor(({x} - {double_lit(mm.lo)}) / {double_lit(width)}) AS BIGINT)"
+        top = nb - 1
+    return f"histogram(LEAST(GREATEST({idx}, 0), {top}))"
+
+
+def group_output(st: SqlState) -> None:
+    """The final SELECT: one row, selected groups in key order, or every public key."""
+    plan, spec = st.plan, st.plan.spec
+    gsel = ", ".join(st.group_cols)
+    aggs, mcols, ctes = ", ".join(st.aggs), ", ".join(st.mcols), st.ctes
+    if not spec.group_by:
+        text = "WITH " + ", ".join(ctes) + f" SELECT {aggs} FROM {st.current}"
+        st.compiled = CompiledSQL(text, [], st.mcols)
+        return
+    ctes.append(f"__agg AS (SELECT {gsel}, {aggs} FROM {st.current} GROUP BY {gsel})")
+    if plan.group_mode == "select":
+        # groups in key order: DuckDB's aggregation order depends on the rows (one unit's row
+        # can move a group), and released rows must be ordered by a public rule
+        text = "WITH " + ", ".join(ctes) + f" SELECT {gsel}, {mcols} FROM __agg ORDER BY {gsel}"
+        st.compiled = CompiledSQL(text, st.group_cols, st.mcols)
+        return
+    # public keys: every key appears, empty groups as zeros
+    n = len(st.group_cols)
+    key_ctes = key_ctes_sql(plan, st.key_rel, st.relations)
+    order = ", ".join(f"__keys.__g{i}" for i in range(n))
+    if st.fill_keys:
+        text = "WITH " + ", ".join(ctes) + f" SELECT {gsel}, {mcols} FROM __agg"
+        keys_text = "WITH " + ", ".join(key_ctes) + f" SELECT * FROM __keys ORDER BY {order}"
+        st.compiled = CompiledSQL(text, st.group_cols, st.mcols, keys_text=keys_text)
+        return
+    ctes.extend(key_ctes)
+    on = " AND ".join(f"__keys.__g{i} = __agg.__g{i}" for i in range(n))
+    sel = ", ".join([*(f"__keys.__g{i}" for i in range(n)), *(f"__agg.{c}" for c in st.mcols)])
+    text = ("WITH " + ", ".join(ctes) + f" SELECT {sel} FROM __keys LEFT JOIN __agg ON {on} "
+            f"ORDER BY {order}")
+    st.compiled = CompiledSQL(text, st.group_cols, st.mcols)
+
+
+COMPILE_PASSES: tuple[Callable[[SqlState], None], ...] = (
+    project_columns,
+    source_cte,
+    bound_contributions,
+    fixed_point_sums,
+    measure_aggregates,
+    group_output,
+)
+
+
+def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
+                fixed_columns: frozenset[str] | set[str] = frozenset(),
+                key_tables: Mapping[str, str] | None = None,
+                fill_keys: bool = False) -> CompiledSQL:
+    """The ONE statement that computes every exact measurement (never returned to analysts).
+
+    ``fixed_columns``: hidden columns of the private table (named by :func:`fixed_column_name`)
+    that hold ``round(clamp(x)·2^F)`` computed at load time; a SUM/AVG over a column whose current
+    bounds name one of them reads it instead of clamping and converting every row again (same
+    integers either way).
+
+    ``key_tables``: per private column, the relation of the hidden key table holding its
+    declared domain (stored at load time, named by a hash of the keys:
+    :func:`dpkit.engine.tables.domain_table_name`). A GROUP BY over a declared domain then reads
+    the keys from it: the row filter is a semi-join (``col IN (SELECT k FROM keys)``) and every
+    key is joined from it into the output. Without one (views, older projects) or for domains
+    of fewer than ``DOMAIN_TABLE_MIN_KEYS`` keys, the keys are written into the statement as
+    typed literals. Both give the same keys of the same type, so the same rows and groups.
+
+    ``fill_keys`` (public keys that are all declared domains; see :func:`can_fill_keys`): the
+    statement returns only the groups present in the data, and ``keys_text`` the declared keys
+    in output order; the caller fills every key (absent groups as NULL measurements, as the
+    LEFT JOIN gives them) with :func:`fill_declared_keys`. Same exact aggregates, one join less.
+    """
+    st = SqlState(plan=plan, relations=relations, seed=seed, fixed_columns=fixed_columns,
+                  key_rel=key_relations(plan, key_tables), fill_keys=fill_keys)
+    for compile_pass in COMPILE_PASSES:
+        compile_pass(st)
+    assert st.compiled is not None
+    return st.compiled
+
+
+def key_ctes_sql(plan: Plan, key_rel: dict[int, str], relations: dict[str, str]) -> list[str]:
+    """CTEs ``__k{i}`` (the public keys of GROUP BY column i) and ``__keys`` (their product)."""
+    spec = plan.spec
+    key_ctes: list[str] = []
+    for i, (kind, values) in enumerate(plan.key_sources):
+        k = spec.group_by[i]
+        if kind == "domain" and i in key_rel:
+            key_ctes.append(f"__k{i} AS (SELECT {KEY_COL} AS __g{i} FROM {key_rel[i]})")
+        elif kind == "domain":
+            rows = ", ".join(f"({literal_sql(v, k.type)})" for v in values)
+            key_ctes.append(f"__k{i} AS (SELECT * FROM (VALUES {rows}) AS __v(__g{i}))")
+        else:
+            join = next(j for j in spec.joins if j.alias == k.source)
+            key_ctes.append(
+                f"__k{i} AS (SELECT DISTINCT {quote_ident(k.column)} AS __g{i} FROM "
+                f"{relations[join.table]} WHERE {quote_ident(k.column)} IS NOT NULL)"
+            )
+    cross = " CROSS JOIN ".join(f"__k{i}" for i in range(len(plan.key_sources)))
+    key_ctes.append(f"__keys AS (SELECT * FROM {cross})")
+    return key_ctes
+
+
+# Group-column types whose DuckDB equality is Python's equality on the values fetchall gives
+# (no NaN, no collations, no values Python cannot hold): the key fill may match them in Python.
+FILL_TYPES = frozenset({
+    "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+    "UBIGINT", "UHUGEINT", "BOOLEAN", "VARCHAR",
+})
+FILL_MAX_KEYS = 256  # above this, the LEFT JOIN in DuckDB is as cheap as the Python fill
+
+
+def can_fill_keys(plan: Plan, collated: frozenset[str] | set[str] = frozenset()) -> bool:
+    """Whether the declared keys of a public GROUP BY can be filled in Python (few keys, all
+    from declared domains, of types compared alike by DuckDB and Python). ``collated``: the
+    private table's columns with a collation (``VARCHAR COLLATE NOCASE`` from a DuckDB source;
+    the type name does not show it): DuckDB's equality on them is not Python's, so they keep
+    the join."""
+    return (plan.group_mode == "public" and bool(plan.spec.group_by)
+            and plan.keys is not None and len(plan.keys) <= FILL_MAX_KEYS
+            and all(kind == "domain" for kind, _ in plan.key_sources)
+            and all(k.type.upper() in FILL_TYPES for k in plan.spec.group_by)
+            and not any(k.source == dsql.PRIVATE_ALIAS and k.column in collated
+                        for k in plan.spec.group_by))
+
+
+def fill_declared_keys(keys: Sequence[tuple[Any, ...]], rows: Iterable[tuple[Any, ...]],
+                       n_measures: int) -> tuple[list[tuple[Any, ...]], list[list[Any]]]:
+    """Every declared key (in ``keys``' order) with its group's measurements from ``rows``
+    (``(*key, *measurements)`` per group present in the data); absent keys get NULL (None)
+    measurements, groups outside the keys are dropped: what ``keys LEFT JOIN groups`` gives."""
+    ng = len(keys[0]) if keys else 0
+    found: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for r in rows:
+        found[tuple(r[:ng])] = r
+    empty = (None,) * (ng + n_measures)
+    cols: list[list[Any]] = [[] for _ in range(n_measures)]
+    for key in keys:
+        r = found.get(key, empty)
+        for j in range(n_measures):
+            cols[j].append(r[ng + j])
+    return list(keys), cols
+
+
+def key_relations(plan: Plan, key_tables: Mapping[str, str] | None) -> dict[int, str]:
+    """GROUP BY position -> key table relation, for declared domains read from key tables."""
+    out: dict[int, str] = {}
+    if not key_tables:
+        return out
+    for i, (kind, values) in enumerate(plan.key_sources):
+        k = plan.spec.group_by[i]
+        if (kind == "domain" and k.source == dsql.PRIVATE_ALIAS and k.column in key_tables
+                and len(values) >= DOMAIN_TABLE_MIN_KEYS):
+            out[i] = key_tables[k.column]
+    return out
+
+
+def column_type(plan: Plan, alias_col: str) -> str:
+    alias, col = alias_col.split(".", 1)
+    if alias == dsql.PRIVATE_ALIAS:
+        return plan.table.column(col).type
+    join = next(j for j in plan.spec.joins if j.alias == alias)
+    return plan.catalog[join.table].column(col).type
+
+
+def bounding_ctes(source: str, cols: list[str], derived: list[str], *, m: int,
+                  seed_lit: str, total_col: str | None = None) -> tuple[list[str], str]:
+    """CTEs keeping at most ``m`` rows per unit of ``source`` (unit column ``__u``).
+
+    ``cols``: the columns the query reads (``__u`` first); ``derived``: columns that are
+    functions of ``cols`` (carried along, not hashed). Returns the CTE texts and the name of
+    the bounded relation. The rows kept depend only on the unit's own rows and the secret
+    ``seed_lit``, so this is a stable transformation: one unit's presence changes at most ``m``
+    rows of the output. ``total_col``: a column of ``source`` bounding each unit's row count in
+    ``source`` from above (its rows in the table, when ``source`` only filtered them); rows of
+    units with ``total_col <= m`` are kept without per-unit work, which leaves the output
+    unchanged (such a unit has at most ``m`` rows here) and skips the window for them.
+    """
+    # Only units with more than m rows need a choice. Count each unit's rows (a window
+    # without ORDER BY: a hash partition, no sort); for a unit above the cap find t, the
+    # m-th smallest keyed hash of its rows (a top-m aggregate over one integer, no sort), and
+    # keep its rows hashing below t plus exactly as many rows hashing to t as are needed
+    # to make m. Rows sharing a hash are identical in every column the query reads (the
+    # hash covers them), so which of them is kept cannot change the answer; the count kept
+    # is exactly m even if two different rows collided.
+    sel = ", ".join([*cols, *derived])
+    hashed = ", ".join([*cols, seed_lit])
+    if total_col is not None:
+        # Units whose table total is <= m keep every row, untouched. The others ("heavy")
+        # go through one hash aggregate: their (up to) m smallest keyed hashes, the largest of
+        # which is the threshold t (a unit with fewer than m rows here gets all its hashes, so
+        # t is its largest and it keeps everything); then a join keeps rows hashing below t
+        # and as many hashing to t as complete the list. No window, no sort of the rows.
+        return [
+            f"__r AS (SELECT {sel}, hash({hashed}) AS __h FROM {source} "
+            f"WHERE {total_col} > {m})",
+            f"__l AS (SELECT __u, list_sort(min(__h, {m})) AS __hl FROM __r GROUP BY __u)",
+            "__t AS (SELECT __u, __hl[-1] AS __th, len(__hl) + 1 - "
+            "list_position(__hl, __hl[-1]) AS __k FROM __l)",
+            "__j AS (SELECT __r.*, __th, __k FROM __r JOIN __t ON __r.__u = __t.__u "
+            "WHERE __h <= __th)",
+            f"__b AS (SELECT {sel} FROM __j WHERE __h < __th UNION ALL SELECT {sel} FROM "
+            f"(SELECT * FROM __j WHERE __h = __th QUALIFY ROW_NUMBER() OVER (PARTITION BY __u) "
+            f"<= __k) UNION ALL SELECT {sel} FROM {source} WHERE {total_col} <= {m})",
+        ], "__b"
+    return [
+        f"__w AS (SELECT {sel}, COUNT(*) OVER (PARTITION BY __u) AS __n FROM {source})",
+        f"__r AS (SELECT {sel}, hash({hashed}) AS __h FROM __w WHERE __n > {m})",
+        f"__l AS (SELECT __u, list_sort(min(__h, {m})) AS __hl FROM __r GROUP BY __u)",
+        f"__t AS (SELECT __u, __hl[{m}] AS __th, {m} + 1 - "
+        f"list_position(__hl, __hl[{m}]) AS __k FROM __l)",
+        "__j AS (SELECT __r.*, __th, __k FROM __r JOIN __t ON __r.__u = __t.__u "
+        "WHERE __h <= __th)",
+        f"__b AS (SELECT {sel} FROM __j WHERE __h < __th UNION ALL SELECT {sel} FROM "
+        f"(SELECT * FROM __j WHERE __h = __th QUALIFY ROW_NUMBER() OVER (PARTITION BY __u) "
+        f"<= __k) UNION ALL SELECT {sel} FROM __w WHERE __n <= {m})",
+    ], "__b"
