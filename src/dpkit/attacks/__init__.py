@@ -8,7 +8,9 @@
   squares with its predicted success rate);
 - :mod:`~dpkit.attacks.oracles`: systems to attack (exact, fresh or sticky noise, suppression,
   the dpkit curator); :mod:`~dpkit.attacks.differencing`: differencing and averaging attacks;
-- :mod:`~dpkit.attacks.membership`: membership inference (likelihood ratio, LiRA), ROC curves.
+- :mod:`~dpkit.attacks.membership`: membership inference (likelihood ratio, LiRA), ROC curves;
+- :mod:`~dpkit.attacks.side_channels`: the neighbouring-datasets fuzzer of the curator (imported
+  on demand: ``from dpkit.attacks import side_channels``; it needs the engine and DuckDB).
 
 ``dpkit.attacks.audit`` stays the *module* (its function ``audit`` is not re-exported here, so
 that ``dpkit.attacks.audit.empirical_epsilon`` keeps working). ``plots`` is imported on
