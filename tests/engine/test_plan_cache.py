@@ -50,7 +50,7 @@ def test_a_cached_plan_answers_like_a_fresh_one(project: Callable[..., Curator])
     fresh = project(epsilon=100.0, seed=5)
     fresh.add_table("t", df, bounds={"x": (0, 50)}, domains={"g": [0, 1, 2, 3]})
     fresh.sql(q, epsilon=1.0)
-    fresh._plan_cache.clear()
+    fresh._planner.clear()
     again = fresh.sql(q, epsilon=1.0)
     assert list(second.rows()) == list(again.rows())
     assert list(first.rows()) != list(second.rows())  # fresh noise each time

@@ -21,10 +21,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from dpkit import events as ev
+from dpkit.accounting import BudgetExceeded, UnsupportedEvent
 from dpkit.engine.ledger import Entry, Ledger
 from dpkit.engine.spec import QueryError
 
-__all__ = ["AFTER_CHARGE", "ChargedQueryError", "charged_read"]
+__all__ = ["AFTER_CHARGE", "ChargedQueryError", "charged_read", "quote"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -42,6 +43,31 @@ class ChargedQueryError(QueryError):
     def __init__(self, message: str, entry_seq: int) -> None:
         super().__init__(message)
         self.entry_seq = entry_seq
+
+
+def quote(ledger: Ledger, event: ev.Event, *, analyst: str, delta_share: float | None,
+          what: str = "query", check_only: bool = False, advice: str = "") -> Any:
+    """What charging ``event`` would cost now (a ``Cost``; None with ``check_only``), writing
+    nothing: :class:`BudgetExceeded` when it does not fit the project's or the analyst's budget,
+    a :class:`QueryError` naming the fix when the accountant cannot price it."""
+    accountant = ledger.config.accountant
+    try:
+        if check_only:
+            ledger.check(event, analyst=analyst, delta_share=delta_share)
+            return None
+        return ledger.cost(event, analyst=analyst, delta_share=delta_share)
+    except UnsupportedEvent as exc:
+        raise QueryError(
+            f"the project's accountant ({accountant}) cannot pay for this {what}: {exc}. "
+            f"{advice or 'Use Laplace noise, or a project with an approx accountant'}"
+        ) from None
+    except BudgetExceeded:
+        raise
+    except (ValueError, ArithmeticError) as exc:
+        raise QueryError(
+            f"the project's accountant ({accountant}) failed on this {what}'s event: "
+            f"{str(exc).splitlines()[0]}. Nothing was charged"
+        ) from None
 
 
 def charged_read(ledger: Ledger, event: ev.Event, *, analyst: str, query: str,

@@ -44,11 +44,9 @@ import os
 import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dpkit import events as ev
 from dpkit import noise as _noise
 from dpkit.engine import families
 from dpkit.engine import plan as dplan
@@ -58,13 +56,14 @@ from dpkit.engine.backend_duckdb import (
     DuckBackend,
     drop_orphans,
     init_database,
-    load_table,
 )
-from dpkit.engine.charge import charged_read
+from dpkit.engine.charge import charged_read, quote
 from dpkit.engine.ledger import Entry, Ledger, head_path, key_path
+from dpkit.engine.load import Declarations, load_declared
 from dpkit.engine.noisy import release
+from dpkit.engine.plan.cache import PlanCache
 from dpkit.engine.read import Exact, Reader
-from dpkit.engine.results import Preview, Result
+from dpkit.engine.results import BudgetStatus, HistoryItem, Preview, Result
 from dpkit.engine.roles import (
     OWNER,
     TOKEN_ENV,
@@ -76,14 +75,8 @@ from dpkit.engine.roles import (
     reopen_seed,
 )
 from dpkit.engine.tables import (
-    Column,
     TableMeta,
     check_identifier,
-    describe_source,
-    domain_table_name,
-    quote_ident,
-    validate_declarations,
-    validate_not_null,
 )
 
 __all__ = ["BudgetStatus", "Curator", "HistoryItem"]
@@ -96,84 +89,6 @@ MAX_BUDGET_EPSILON = 1000.0
 STRATEGY_CACHE = "strategies"  # folder (inside the project) holding optimised strategies
 # the SQL forms dpkit.engine.families answers (DP_CDF(...), COUNT(*) FILTER (...), ...)
 _RELEASE_FORM = re.compile(r"\bDP_|\bFILTER\b", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class HistoryItem:
-    seq: int
-    time: str
-    analyst: str
-    query: str
-    event: ev.Event
-    epsilon: float  # this charge's own cost
-    delta: float
-    epsilon_spent: float  # project total after it
-
-
-@dataclass
-class BudgetStatus:
-    """The budget as the ledger sees it: totals, spent, remaining, and every charge."""
-
-    epsilon: float
-    delta: float
-    accountant: str
-    spent: float
-    remaining: float
-    delta_spent: float
-    delta_remaining: float
-    history: list[HistoryItem]
-    head: tuple[int, str]
-    analyst: str | None = None
-    rho_spent: float | None = None
-    rho_remaining: float | None = None
-    analysts: dict[str, float] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "epsilon": self.epsilon,
-            "delta": self.delta,
-            "accountant": self.accountant,
-            "spent": self.spent,
-            "remaining": self.remaining,
-            "delta_spent": self.delta_spent,
-            "delta_remaining": self.delta_remaining,
-            "rho_spent": self.rho_spent,
-            "rho_remaining": self.rho_remaining,
-            "analyst": self.analyst,
-            "analyst_budgets": self.analysts,
-            "head": {"seq": self.head[0], "hash": self.head[1]},
-            "history": [
-                {"seq": h.seq, "time": h.time, "analyst": h.analyst, "query": h.query,
-                 "epsilon": h.epsilon, "delta": h.delta, "epsilon_spent": h.epsilon_spent,
-                 "event": h.event.to_dict()}
-                for h in self.history
-            ],
-        }
-
-    def table(self) -> Any:
-        from rich.table import Table
-
-        who = f" (analyst {self.analyst})" if self.analyst else ""
-        t = Table(title=f"privacy budget{who}: accountant {self.accountant}",
-                  title_justify="left")
-        t.add_column("#", justify="right")
-        t.add_column("time")
-        t.add_column("analyst")
-        t.add_column("query", overflow="fold", max_width=60)
-        t.add_column("epsilon", justify="right")
-        t.add_column("delta", justify="right")
-        t.add_column("total spent", justify="right")
-        for h in self.history:
-            t.add_row(str(h.seq), h.time[:19].replace("T", " "), h.analyst, h.query,
-                      f"{h.epsilon:.4g}", f"{h.delta:.3g}" if h.delta else "0",
-                      f"{h.epsilon_spent:.4g}")
-        t.caption = (f"spent epsilon {self.spent:.4g} of {self.epsilon:g} (remaining "
-                     f"{self.remaining:.4g}); delta {self.delta_spent:.3g} of {self.delta:g}; "
-                     f"ledger head #{self.head[0]} {self.head[1][:12]}")
-        return t
-
-    def __rich__(self) -> Any:
-        return self.table()
 
 
 class Curator:
@@ -196,8 +111,7 @@ class Curator:
         self._reader = Reader(self._backend, source)
         self._lock = threading.RLock()
         self._tables_cache: tuple[int, dict[str, TableMeta]] | None = None
-        self._spec_cache: dict[tuple[str, int], dsql.QuerySpec] = {}
-        self._plan_cache: dict[tuple[Any, ...], dplan.Plan] = {}
+        self._planner = PlanCache()
 
     @property
     def insecure(self) -> bool:
@@ -420,80 +334,15 @@ class Curator:
                     f"table {name!r} already exists; pass replace=True to load it again (its "
                     f"declarations are replaced too, and the change is recorded in the ledger)"
                 )
-            if not public and max_rows_per_unit is None and privacy_unit is not None:
-                max_rows_per_unit = 1
-            declared: dict[str, Any] = {}
-
-            def validate(columns: list[Column], rows: int) -> None:
-                if rows == 0:
-                    raise ValueError(f"the source for {name!r} has no rows; nothing to protect")
-                declared["v"] = validate_declarations(
-                    name=name, columns=columns, privacy_unit=privacy_unit, public=public,
-                    bounds=bounds, max_rows_per_unit=max_rows_per_unit,
-                    max_groups_per_unit=max_groups_per_unit, domains=domains,
-                )
-                declared["not_null"] = validate_not_null(columns, not_null, public=public)
-
-            def fixed() -> list[tuple[str, str]]:
-                # the clamped fixed-point integers for the bounds being declared now (and only
-                # those: a reload with other bounds recomputes them, and a query reads a hidden
-                # column only if its name, a hash of column + bounds, matches the current ones)
-                if public:
-                    return []
-                _, _, _, bnds_now, _ = declared["v"]
-                types = {c.name: c for c in columns_seen["v"]}
-                out = []
-                unit_now = declared["v"][0]
-                if unit_now is not None:  # each row's unit total, for the bounding fast path
-                    out.append((dplan.unit_rows_column_name(unit_now),
-                                f"COUNT(*) OVER (PARTITION BY {quote_ident(unit_now)})"))
-                for col, (lo, hi) in bnds_now.items():
-                    c = types[col]
-                    out.append((dplan.fixed_column_name(col, lo, hi),
-                                dplan.fixed_column_sql(quote_ident(col), lo, hi, c.cls)))
-                return out
-
-            columns_seen: dict[str, list[Column]] = {}
-            inner_validate = validate
-
-            def validate_and_keep(columns: list[Column], rows: int) -> None:
-                columns_seen["v"] = columns
-                inner_validate(columns, rows)
-
-            key_tables: dict[str, str] = {}
-
-            def key_domains() -> list[tuple[str, str, tuple[Any, ...]]]:
-                # each declared domain, cast to its column's type and checked at load; copied
-                # private tables keep it as a hidden key table named by a hash of the table,
-                # column, type and keys (a changed domain gets a new table, never a stale one)
-                doms_now = declared["v"][4]
-                types = {c.name: c.type for c in columns_seen["v"]}
-                out = []
-                for col, keys in doms_now.items():
-                    tname = domain_table_name(name, col, types[col], keys)
-                    key_tables[col] = tname
-                    out.append((col, tname, keys))
-                return out
-
             self._backend.close()  # DuckDB: one writer, no readers attached meanwhile
-            # a fresh relation per load: the ledger row below is what switches queries to it,
-            # so the rows and the declarations change together or not at all
-            physical = f"{name}__v{_noise.token_hex(16)[:16]}"
-            columns, storage, relation = load_table(
-                self.path / DATA_FILE, name, source, public=public, copy=copy,
-                source_table=source_table, validate=validate_and_keep, fixed=fixed,
-                domains=key_domains, not_null=lambda: declared["not_null"],
-                progress=progress, physical=physical,
-            )
-            unit, rows, groups, bnds, doms = declared["v"]
-            meta = TableMeta(
-                name=name, columns=tuple(columns), privacy_unit=unit, public=public,
-                max_rows_per_unit=rows, max_groups_per_unit=groups, bounds=bnds, domains=doms,
-                storage=storage, source=describe_source(source), relation=relation,
-                description=description,
-                key_tables=key_tables if storage == "copy" and not public else {},
-                not_null=declared["not_null"], physical=physical,
-            )
+            meta = load_declared(
+                self.path / DATA_FILE, name, source,
+                Declarations(privacy_unit=privacy_unit, bounds=bounds,
+                             max_rows_per_unit=max_rows_per_unit,
+                             max_groups_per_unit=max_groups_per_unit, domains=domains,
+                             not_null=not_null, public=public, copy=copy,
+                             source_table=source_table, description=description),
+                progress=progress)
             self.ledger.record("table", {"name": name, "table": meta.to_dict()},
                                analyst=self.analyst,
                                query=f"ADD TABLE {name} ({meta.summary()})")
@@ -594,48 +443,11 @@ class Curator:
               delta: float | None, noise: str, level: float,
               bounds: Mapping[str, Any] | None,
               weights: Mapping[str, float] | None = None) -> dplan.Plan:
-        catalog = self.tables()
-        # parsing + validation depend only on the text and the declarations: cache the spec
-        # (treated as immutable downstream) until a table is (re)registered
-        key = (query, self._tables_version())
-        spec = self._spec_cache.get(key)
-        if spec is None:
-            spec = dsql.parse_query(query, catalog)
-            if len(self._spec_cache) >= 64:
-                self._spec_cache.clear()
-            self._spec_cache[key] = spec
         cfg = self.ledger.config
-        # a plan depends only on public inputs: the same query with the same parameters under
-        # the same declarations gets the same plan (compile_sql sets the same columns again)
-        plan_key = _plan_cache_key(key, epsilon, rho, delta, noise, level, bounds, weights)
-        cached = self._plan_cache.get(plan_key) if plan_key is not None else None
-        if cached is not None:
-            return cached
-        plan = dplan.build_plan(spec, catalog, epsilon=epsilon, rho=rho, delta=delta,
-                                noise=noise, level=level, bounds=dict(bounds or {}),
-                                budget_delta=cfg.delta, weights=weights,
-                                accountant=cfg.accountant)
-        if plan.group_mode == "select" and (
-            cfg.accountant in ("zcdp", "rdp")
-            or (cfg.accountant == "pld" and plan.noise == dplan.GAUSSIAN)
-        ):
-            cols = ", ".join(k.column for k in spec.group_by)
-            raise dsql.QueryError(
-                f"GROUP BY {cols} has no declared keys, so the groups would be selected "
-                f"privately; that selection is (epsilon, delta)-DP (a group of one person shows "
-                f"with probability <= delta), which the project's {cfg.accountant!r} accountant "
-                f"cannot express. Declare the keys (add_table(..., domains={{'"
-                f"{spec.group_by[0].column}': [...]}})), join a public table of keys, or use a "
-                f"project with accountant 'approx'"
-                + (" (or 'pld' with Laplace noise)" if cfg.accountant != "pld" else
-                   " (or Laplace noise)")
-                + ". Nothing was charged"
-            )
-        if plan_key is not None:
-            if len(self._plan_cache) >= 64:
-                self._plan_cache.clear()
-            self._plan_cache[plan_key] = plan
-        return plan
+        return self._planner.plan(query, self.tables(), self._tables_version(),
+                                  accountant=cfg.accountant, budget_delta=cfg.delta,
+                                  epsilon=epsilon, rho=rho, delta=delta, noise=noise,
+                                  level=level, bounds=bounds, weights=weights)
 
     def _delta_share(self, plan: dplan.Plan, delta: float | None) -> float | None:
         cfg = self.ledger.config
@@ -645,27 +457,10 @@ class Curator:
 
     def _cost(self, plan: dplan.Plan, analyst: str, delta: float | None, *,
               check_only: bool = False) -> Any:
-        from dpkit.accounting import BudgetExceeded, UnsupportedEvent
-
-        try:
-            if check_only:
-                return self.ledger.check(plan.event, analyst=analyst,
-                                         delta_share=self._delta_share(plan, delta))
-            return self.ledger.cost(plan.event, analyst=analyst,
-                                    delta_share=self._delta_share(plan, delta))
-        except UnsupportedEvent as exc:
-            raise dsql.QueryError(
-                f"the project's accountant ({self.ledger.config.accountant}) cannot pay for this "
-                f"query: {exc}. Use Laplace noise / public group keys, or a project with an "
-                f"'approx' accountant"
-            ) from None
-        except BudgetExceeded:
-            raise
-        except (ValueError, ArithmeticError) as exc:
-            raise dsql.QueryError(
-                f"the project's accountant ({self.ledger.config.accountant}) failed on this "
-                f"query's event: {str(exc).splitlines()[0]}. Nothing was charged"
-            ) from None
+        return quote(self.ledger, plan.event, analyst=analyst,
+                     delta_share=self._delta_share(plan, delta), check_only=check_only,
+                     advice="Use Laplace noise / public group keys, or a project with an "
+                            "'approx' accountant")
 
     def sql(
         self,
@@ -941,27 +736,6 @@ class Curator:
                 if (e.kind == "charge" and e.analyst == self.analyst)
                 or (e.kind == "analyst" and e.payload.get("analyst") == self.analyst)
                 or e.kind not in ("charge", "analyst")]
-
-
-def _plan_cache_key(spec_key: tuple[str, int], *params: Any) -> tuple[Any, ...] | None:
-    """A hashable key for a plan's inputs (mappings as sorted items), or None when some input
-    is not hashable as given (then the plan is built afresh)."""
-    def frozen(v: Any) -> Any:
-        # every value with its type: 1, 1.0, True and np.float32(1) compare and hash alike,
-        # but validation accepts only some of them (a cached plan must not skip the check)
-        if isinstance(v, Mapping):
-            return ("Mapping", tuple(sorted((str(k), type(k).__name__, frozen(x))
-                                            for k, x in v.items())))
-        if isinstance(v, (list, tuple)):
-            return (type(v).__name__, tuple(frozen(x) for x in v))
-        return (type(v).__name__, v)
-
-    try:
-        key = (spec_key, *(frozen(p) for p in params))
-        hash(key)
-    except TypeError:
-        return None
-    return key
 
 
 def _json_safe(d: dict[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import numpy as np
 
 from dpkit import events as ev
 
-__all__ = ["Preview", "Result"]
+__all__ = ["BudgetStatus", "HistoryItem", "Preview", "Result"]
 
 
 @dataclass
@@ -273,3 +273,81 @@ def write_columns(data: Mapping[str, Any], path: str | Path, fmt: str | None = N
         con.execute(f"COPY __result TO {literal} (FORMAT {options})")
     finally:
         con.close()
+
+
+@dataclass(frozen=True)
+class HistoryItem:
+    seq: int
+    time: str
+    analyst: str
+    query: str
+    event: ev.Event
+    epsilon: float  # this charge's own cost
+    delta: float
+    epsilon_spent: float  # project total after it
+
+
+@dataclass
+class BudgetStatus:
+    """The budget as the ledger sees it: totals, spent, remaining, and every charge."""
+
+    epsilon: float
+    delta: float
+    accountant: str
+    spent: float
+    remaining: float
+    delta_spent: float
+    delta_remaining: float
+    history: list[HistoryItem]
+    head: tuple[int, str]
+    analyst: str | None = None
+    rho_spent: float | None = None
+    rho_remaining: float | None = None
+    analysts: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "accountant": self.accountant,
+            "spent": self.spent,
+            "remaining": self.remaining,
+            "delta_spent": self.delta_spent,
+            "delta_remaining": self.delta_remaining,
+            "rho_spent": self.rho_spent,
+            "rho_remaining": self.rho_remaining,
+            "analyst": self.analyst,
+            "analyst_budgets": self.analysts,
+            "head": {"seq": self.head[0], "hash": self.head[1]},
+            "history": [
+                {"seq": h.seq, "time": h.time, "analyst": h.analyst, "query": h.query,
+                 "epsilon": h.epsilon, "delta": h.delta, "epsilon_spent": h.epsilon_spent,
+                 "event": h.event.to_dict()}
+                for h in self.history
+            ],
+        }
+
+    def table(self) -> Any:
+        from rich.table import Table
+
+        who = f" (analyst {self.analyst})" if self.analyst else ""
+        t = Table(title=f"privacy budget{who}: accountant {self.accountant}",
+                  title_justify="left")
+        t.add_column("#", justify="right")
+        t.add_column("time")
+        t.add_column("analyst")
+        t.add_column("query", overflow="fold", max_width=60)
+        t.add_column("epsilon", justify="right")
+        t.add_column("delta", justify="right")
+        t.add_column("total spent", justify="right")
+        for h in self.history:
+            t.add_row(str(h.seq), h.time[:19].replace("T", " "), h.analyst, h.query,
+                      f"{h.epsilon:.4g}", f"{h.delta:.3g}" if h.delta else "0",
+                      f"{h.epsilon_spent:.4g}")
+        t.caption = (f"spent epsilon {self.spent:.4g} of {self.epsilon:g} (remaining "
+                     f"{self.remaining:.4g}); delta {self.delta_spent:.3g} of {self.delta:g}; "
+                     f"ledger head #{self.head[0]} {self.head[1][:12]}")
+        return t
+
+    def __rich__(self) -> Any:
+        return self.table()

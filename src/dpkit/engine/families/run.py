@@ -15,13 +15,12 @@ from typing import Any, TypeVar
 import numpy as np
 
 from dpkit import noise as _noise
-from dpkit.accounting import BudgetExceeded, UnsupportedEvent
+from dpkit.accounting import BudgetExceeded
 from dpkit.engine.backend_duckdb import table_relation
-from dpkit.engine.charge import charged_read
+from dpkit.engine.charge import charged_read, quote
 from dpkit.engine.families import histogram
 from dpkit.engine.families.job import Context, Job, jsonable
 from dpkit.engine.ledger import Entry
-from dpkit.engine.spec import QueryError
 
 __all__ = ["Finish", "check_cost", "cost_epsilon", "run"]
 
@@ -33,24 +32,10 @@ Finish = Callable[[Context, Job, np.ndarray, Entry, float], R]
 
 
 def _accountant_errors(ctx: Context, job: Job, *, check_only: bool) -> Any:
-    try:
-        if check_only:
-            ctx.ledger.check(job.event, analyst=ctx.analyst,
-                             delta_share=job.privacy.delta_share)
-            return None
-        return ctx.ledger.cost(job.event, analyst=ctx.analyst,
-                               delta_share=job.privacy.delta_share)
-    except UnsupportedEvent as exc:
-        raise QueryError(
-            f"the project's accountant ({ctx.ledger.config.accountant}) cannot pay for this "
-            f"release: {exc}. Use epsilon= (Laplace noise), or a project with an 'approx' "
-            f"or 'zcdp' accountant") from None
-    except BudgetExceeded:
-        raise
-    except (ValueError, ArithmeticError) as exc:
-        raise QueryError(
-            f"the project's accountant ({ctx.ledger.config.accountant}) failed on this "
-            f"release's event: {str(exc).splitlines()[0]}. Nothing was charged") from None
+    return quote(ctx.ledger, job.event, analyst=ctx.analyst,
+                 delta_share=job.privacy.delta_share, what="release", check_only=check_only,
+                 advice="Use epsilon= (Laplace noise), or a project with an 'approx' or 'zcdp' "
+                        "accountant")
 
 
 def check_cost(ctx: Context, job: Job) -> None:

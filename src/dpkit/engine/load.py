@@ -1,0 +1,129 @@
+"""Registering a table: validate the declarations against the source, load the rows, describe
+them as a :class:`TableMeta` (the curator then records it in the ledger).
+
+Everything a load computes is public: the declarations (privacy unit, contribution bounds, value
+bounds, domains, ``not_null``), checked against the source's schema, plus, for copied private
+tables, the hidden columns queries read (each value's clamped fixed-point integer for the
+declared bounds, each row's unit total) and the hidden key tables of the declared domains. Each
+load writes a fresh relation (``<name>__v<random>``): the ledger row that names it is what
+switches queries to it, so rows and declarations change together or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpkit import noise as _noise
+from dpkit.engine import plan as dplan
+from dpkit.engine.backend_duckdb import load_table
+from dpkit.engine.tables import (
+    Column,
+    TableMeta,
+    describe_source,
+    domain_table_name,
+    quote_ident,
+    validate_declarations,
+    validate_not_null,
+)
+
+__all__ = ["Declarations", "load_declared"]
+
+
+@dataclass(frozen=True)
+class Declarations:
+    """What the owner declares about a table (see :meth:`Curator.add_table`)."""
+
+    privacy_unit: str | None = None
+    bounds: Mapping[str, Any] | None = None
+    max_rows_per_unit: int | None = None
+    max_groups_per_unit: int | None = None
+    domains: Mapping[str, Any] | None = None
+    not_null: Any = None
+    public: bool = False
+    copy: bool = True
+    source_table: str | None = None
+    description: str = ""
+
+
+class _Load:
+    """The callbacks :func:`load_table` runs inside its transaction, and what they found."""
+
+    def __init__(self, name: str, decl: Declarations) -> None:
+        self.name = name
+        self.decl = decl
+        rows = decl.max_rows_per_unit
+        if not decl.public and rows is None and decl.privacy_unit is not None:
+            rows = 1  # the default contribution bound: one row per unit
+        self.max_rows = rows
+        self.columns: list[Column] = []
+        self.valid: tuple[Any, ...] = ()
+        self.not_null: Any = None
+        self.key_tables: dict[str, str] = {}
+
+    def validate(self, columns: list[Column], rows: int) -> None:
+        if rows == 0:
+            raise ValueError(f"the source for {self.name!r} has no rows; nothing to protect")
+        d = self.decl
+        self.columns = columns
+        self.valid = validate_declarations(
+            name=self.name, columns=columns, privacy_unit=d.privacy_unit, public=d.public,
+            bounds=d.bounds, max_rows_per_unit=self.max_rows,
+            max_groups_per_unit=d.max_groups_per_unit, domains=d.domains,
+        )
+        self.not_null = validate_not_null(columns, d.not_null, public=d.public)
+
+    def fixed(self) -> list[tuple[str, str]]:
+        """The hidden columns: each row's unit total (the bounding fast path) and the clamped
+        fixed-point integers for the bounds declared now (a reload with other bounds recomputes
+        them; a query reads one only if its name, a hash of column + bounds, matches)."""
+        if self.decl.public:
+            return []
+        unit, _, _, bounds, _ = self.valid
+        types = {c.name: c for c in self.columns}
+        out = []
+        if unit is not None:
+            out.append((dplan.unit_rows_column_name(unit),
+                        f"COUNT(*) OVER (PARTITION BY {quote_ident(unit)})"))
+        for col, (lo, hi) in bounds.items():
+            out.append((dplan.fixed_column_name(col, lo, hi),
+                        dplan.fixed_column_sql(quote_ident(col), lo, hi, types[col].cls)))
+        return out
+
+    def domains(self) -> list[tuple[str, str, tuple[Any, ...]]]:
+        """Each declared domain, cast to its column's type and checked at load; a copied private
+        table keeps it as a hidden key table named by a hash of the table, column, type and
+        keys (a changed domain gets a new table, never a stale one)."""
+        types = {c.name: c.type for c in self.columns}
+        out = []
+        for col, keys in self.valid[4].items():
+            tname = domain_table_name(self.name, col, types[col], keys)
+            self.key_tables[col] = tname
+            out.append((col, tname, keys))
+        return out
+
+
+def load_declared(db_path: Path, name: str, source: Any, decl: Declarations, *,
+                  progress: Any = None) -> TableMeta:
+    """Load ``source`` as table ``name`` under ``decl`` into the project's DuckDB file and
+    return its metadata (not yet recorded: the caller's ledger row puts it in force). A
+    refused declaration or a failed load stores nothing that any table names."""
+    job = _Load(name, decl)
+    physical = f"{name}__v{_noise.token_hex(16)[:16]}"
+    columns, storage, relation = load_table(
+        db_path, name, source, public=decl.public, copy=decl.copy,
+        source_table=decl.source_table, validate=job.validate, fixed=job.fixed,
+        domains=job.domains, not_null=lambda: job.not_null, progress=progress,
+        physical=physical,
+    )
+    unit, rows, groups, bounds, doms = job.valid
+    return TableMeta(
+        name=name, columns=tuple(columns), privacy_unit=unit, public=decl.public,
+        max_rows_per_unit=rows, max_groups_per_unit=groups, bounds=bounds, domains=doms,
+        storage=storage, source=describe_source(source), relation=relation,
+        description=decl.description,
+        key_tables=job.key_tables if storage == "copy" and not decl.public else {},
+        not_null=job.not_null, physical=physical,
+    )
