@@ -33,7 +33,6 @@ ALLOWED: dict[str, str] = {
     "engine/backend_duckdb.py::load_table": _ENGINE,
     "engine/curator.py": _ENGINE,
     "engine/curator.py::Curator": _ENGINE,
-    "engine/curator.py::Curator.add_table": _ENGINE,
     "engine/ledger.py": _ENGINE,
     "engine/ledger.py::Ledger": _ENGINE,
     "engine/noisy.py::release": _ENGINE,
