@@ -114,16 +114,18 @@ def bench(rows: int, repeat: int, workdir: Path) -> dict[str, Any]:
     con = duckdb.connect()
     con.execute("SET enable_progress_bar=false")
     con.execute(f"ATTACH '{project / 'data.duckdb'}' AS d (READ_ONLY)")
-    rel = "d.priv.rec"
+    # each load writes a fresh relation; the ledger's declaration names it
+    rel = f"d.priv.{cur.tables()['rec'].stored_name}"
+    usr = f"d.priv.{cur.tables()['usr'].stored_name}"
     plain = QUERY.format(t=rel)
     clamp = "LEAST(GREATEST(x, 0), 100)"
-    hand = (f"SELECT g, COUNT(*), SUM({clamp}), AVG({clamp}) FROM (SELECT * FROM d.priv.usr "
+    hand = (f"SELECT g, COUNT(*), SUM({clamp}), AVG({clamp}) FROM (SELECT * FROM {usr} "
             f"QUALIFY ROW_NUMBER() OVER (PARTITION BY uid ORDER BY hash(uid, g, x, 42::UBIGINT))"
             f" <= 5) GROUP BY g")
-    hand_count = ("SELECT g, COUNT(DISTINCT uid) FROM (SELECT * FROM d.priv.usr QUALIFY "
+    hand_count = (f"SELECT g, COUNT(DISTINCT uid) FROM (SELECT * FROM {usr} QUALIFY "
                   "ROW_NUMBER() OVER (PARTITION BY uid ORDER BY hash(uid, g, x, 42::UBIGINT))"
                   " <= 5) GROUP BY g")
-    hand_any = (f"SELECT g, COUNT(*), SUM({clamp}), AVG({clamp}) FROM (SELECT * FROM d.priv.usr "
+    hand_any = (f"SELECT g, COUNT(*), SUM({clamp}), AVG({clamp}) FROM (SELECT * FROM {usr} "
                 f"QUALIFY ROW_NUMBER() OVER (PARTITION BY uid) <= 5) GROUP BY g")
     cases = {
         "plain": lambda: con.execute(plain).fetchall(),

@@ -110,8 +110,8 @@ def bench(rows: int, keys: int, repeat: int, workdir: Path, levels: list[str],
     tables = {"record": "rec", "user": "usr"}
     for lv in levels:
         t = tables[lv]
-        cases[f"plain {lv}"] = (lambda t=t: con.execute(PLAIN.format(t=f"d.priv.{t}"))
-                                .fetchall())
+        rel = f"d.priv.{cur.tables()[t].stored_name}"  # each load writes a fresh relation
+        cases[f"plain {lv}"] = (lambda rel=rel: con.execute(PLAIN.format(t=rel)).fetchall())
         cases[f"dpkit {lv}"] = (lambda t=t: cur.sql(QUERY.format(t=t), epsilon=0.01))
         if literal and hasattr(dplan, "DOMAIN_TABLE_MIN_KEYS"):
             def lit(t: str = t) -> Any:

@@ -49,7 +49,7 @@ def main() -> None:
     query = QUERY.format(t="rec")
     con = duckdb.connect()
     con.execute(f"ATTACH '{folder / 'p.dpkit' / 'data.duckdb'}' AS d (READ_ONLY)")
-    plain = QUERY.format(t="d.priv.rec")
+    plain = QUERY.format(t=f"d.priv.{cur.tables()['rec'].stored_name}")
     for _ in range(5):
         cur.sql(query, epsilon=0.01)
         con.execute(plain).fetchall()

@@ -12,7 +12,7 @@ them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,7 +115,7 @@ class Prepared:
 
     plan: dplan.Plan
     compiled: dplan.CompiledSQL
-    fallback: dplan.CompiledSQL | None
+    fallback: Callable[[], dplan.CompiledSQL] | None
     declared: list[tuple[Any, ...]] | None
     columnar: bool
 
@@ -126,9 +126,10 @@ class Reader:
     def __init__(self, backend: DuckBackend, source: _noise.Source | None) -> None:
         self._backend = backend
         self._source = source
-        # statements whose dry run passed, per tables version (a reload may change a schema
-        # under the same text)
-        self._dry_ok: set[tuple[int, str]] = set()
+        # plans whose statements passed their dry run, with the tables version they ran at (a
+        # plan object is cached per public input, so its identity stands for its statement;
+        # the plan is kept so that its id cannot be reused)
+        self._dry_ok: dict[int, tuple[dplan.Plan, int]] = {}
         self._keys_cache: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
 
     def prepare(self, plan: dplan.Plan, tables_version: int) -> Prepared:
@@ -159,18 +160,27 @@ class Reader:
             return dplan.compile_sql(plan, relations=dict(rels), seed=seed, fixed_columns=fixed,
                                      key_tables=keys, fill_keys=fill_keys)
 
-        used = {plan.table.name, *(j.table for j in plan.spec.joins)}
-        shadow_rel = {n: self._backend.shadow(r) for n, r in relations.items()
-                      if n in used or (plan.catalog[n].public and plan.group_mode == "public")}
-        shadow_keys = {c: self._backend.shadow(r) for c, r in key_rel.items()}
-        for variant in ((True, False) if fill else (False,)):
-            self._dry_run(compile_with(shadow_rel, shadow_keys, 0, variant).text, tables_version)
+        ran = self._dry_ok.get(id(plan))
+        if ran is None or ran[0] is not plan or ran[1] != tables_version:
+            used = {plan.table.name, *(j.table for j in plan.spec.joins)}
+            shadow_rel = {n: self._backend.shadow(r) for n, r in relations.items()
+                          if n in used or (plan.catalog[n].public and plan.group_mode == "public")}
+            shadow_keys = {c: self._backend.shadow(r) for c, r in key_rel.items()}
+            for variant in ((True, False) if fill else (False,)):
+                with dry_run_errors("query"):
+                    self._backend.dry_run(compile_with(shadow_rel, shadow_keys, 0, variant).text)
+            if len(self._dry_ok) >= 256:
+                self._dry_ok.clear()
+            self._dry_ok[id(plan)] = (plan, tables_version)
         seed = int(_noise.uniform_int(2**63 - 1, 1, source=self._source)[0])
         compiled = compile_with(relations, key_rel, seed, fill)
-        declared = fallback = None
+        declared = None
+        fallback: Callable[[], dplan.CompiledSQL] | None = None
         if compiled.keys_text is not None:
             declared = self._declared_keys(compiled.keys_text, tables_version)
-            fallback = compile_with(relations, key_rel, seed, False)
+
+            def fallback() -> dplan.CompiledSQL:  # the join form, compiled only when needed
+                return compile_with(relations, key_rel, seed, False)
         # Arrow pays off with many groups; for a few, one fetchall of tuples is ~1 ms faster
         few = not plan.spec.group_by or (plan.keys is not None and len(plan.keys) <= _FEW_GROUPS)
         columnar = not few and all(columnar_type(k.type) for k in plan.spec.group_by)
@@ -192,7 +202,7 @@ class Reader:
                 return Exact(keys=filled,
                              cols=dict(zip(compiled.measure_cols, lists, strict=True)))
             assert r.fallback is not None
-            compiled = r.fallback
+            compiled = r.fallback()
         if r.columnar:  # column by column (Arrow): no Python object per group and value
             try:
                 n, key_cols, cols_np, nulls = self._backend.run_columns(
@@ -205,17 +215,6 @@ class Reader:
                 pass
         keys, cols = self._backend.run(compiled.text, compiled.group_cols, compiled.measure_cols)
         return Exact(keys=keys, cols=cols)
-
-    def _dry_run(self, text: str, version: int) -> None:
-        """Run ``text`` (compiled over empty shadow tables, seed 0) once per distinct text and
-        tables version."""
-        if (version, text) in self._dry_ok:
-            return
-        with dry_run_errors("query"):
-            self._backend.dry_run(text)
-        if len(self._dry_ok) >= 256:
-            self._dry_ok.clear()
-        self._dry_ok.add((version, text))
 
     def _declared_keys(self, keys_text: str, version: int) -> list[tuple[Any, ...]]:
         """The declared keys a statement's key CTEs give, in DuckDB's order and types (public;
