@@ -228,15 +228,7 @@ def _run_epsilon(method: str, norm: ev.Event, delta: float) -> tuple[float, str]
     hit = _memo_get(key)
     if hit is not None:
         return hit
-    try:
-        value, note = _raw_epsilon(method, norm, delta)
-    except UnsupportedEvent:
-        raise
-    except _NUMERIC_FAILURES as exc:
-        raise _numeric_failure(method, norm, exc) from None
-    if math.isnan(value) or value < 0.0:
-        raise UnsupportedEvent(method, norm, f"it returned an invalid ε {value!r}",
-                               "use method=None")
+    value, note = _guarded(method, norm, "ε", lambda: _raw_epsilon(method, norm, delta))
     low = _sanity.floor(norm, delta)
     if value < low:
         raise UnsupportedEvent(
@@ -249,16 +241,25 @@ def _run_epsilon(method: str, norm: ev.Event, delta: float) -> tuple[float, str]
 
 def _run_delta(method: str, norm: ev.Event, epsilon: float) -> float:
     """:func:`_raw_delta` with arithmetic failures turned into :class:`UnsupportedEvent`."""
+    value, _ = _guarded(method, norm, "δ", lambda: (_raw_delta(method, norm, epsilon), ""))
+    return value
+
+
+def _guarded(method: str, norm: ev.Event, what: str,
+             run: Callable[[], tuple[float, str]]) -> tuple[float, str]:
+    """``run()``, with arithmetic failures (overflow, memory, precision) and invalid answers
+    (NaN, negative) turned into :class:`UnsupportedEvent`: never a crash, never a wrong
+    number passed on."""
     try:
-        value = _raw_delta(method, norm, epsilon)
+        value, note = run()
     except UnsupportedEvent:
         raise
     except _NUMERIC_FAILURES as exc:
         raise _numeric_failure(method, norm, exc) from None
     if math.isnan(value) or value < 0.0:
-        raise UnsupportedEvent(method, norm, f"it returned an invalid δ {value!r}",
+        raise UnsupportedEvent(method, norm, f"it returned an invalid {what} {value!r}",
                                "use method=None")
-    return value
+    return value, note
 
 
 # ---------------------------------------------------------------------------------- memo
