@@ -31,7 +31,6 @@ ALLOWED: dict[str, str] = {
     "engine/backend_duckdb.py": _ENGINE,
     "engine/backend_duckdb.py::_source_sql": _ENGINE,
     "engine/backend_duckdb.py::load_table": _ENGINE,
-    "engine/curator.py": _ENGINE,
     "engine/curator.py::Curator": _ENGINE,
     "engine/ledger.py": _ENGINE,
     "engine/ledger.py::Ledger": _ENGINE,

@@ -64,8 +64,8 @@ def revoke_analyst(project: str | Path, name: str, *, console: Any = None) -> No
 
 def migrate(project: str | Path, *, console: Any = None) -> Path:
     """Rewrite an old project's unkeyed ledger as a keyed one (keeps the old file)."""
-    from dpkit.engine.curator import LEDGER_FILE
     from dpkit.engine.ledger import migrate as migrate_ledger
+    from dpkit.engine.project import LEDGER_FILE
 
     kept = migrate_ledger(Path(project) / LEDGER_FILE)
     make_console(console).print(f"ledger migrated to the keyed format; the old file is {kept}. "

@@ -17,9 +17,10 @@ from dpkit.accounting.calibrate import smallest_passing
 from dpkit.engine import plan as dplan
 from dpkit.engine import sql as dsql
 from dpkit.engine.noisy import halfwidth
+from dpkit.engine.results import Preview
 from dpkit.engine.spec import QueryError
 
-__all__ = ["MIN_ACCURACY_EPSILON", "epsilon_for_accuracy", "expected_errors"]
+__all__ = ["MIN_ACCURACY_EPSILON", "epsilon_for_accuracy", "expected_errors", "preview_of"]
 
 MIN_ACCURACY_EPSILON = 1e-6  # the search starts here (the query minimum is lower still)
 
@@ -104,3 +105,25 @@ def expected_errors(plan: dplan.Plan) -> list[dict[str, Any]]:
             out.append({"name": o.name, "halfwidth": None,
                         "note": "depends on the group sizes (shrinks like 1/n)"})
     return out
+
+
+def preview_of(plan: dplan.Plan, query: str, *, cost: float, remaining: float) -> Preview:
+    """What ``plan`` would cost and how accurate it would be (read from the plan only):
+    ``cost`` is the epsilon the ledger would charge now, ``remaining`` the caller's budget."""
+    notes = list(plan.notes)
+    topk = plan.top_k
+    level = plan.level
+    if topk is not None:
+        n_keys = len(plan.keys) if plan.keys is not None else None
+        u = dplan.top_k_utility(topk, n_keys or 1000, level)
+        notes.append(
+            f"{topk.label}: each group shown within {u:.4g} of the true "
+            f"{dplan.ordinal(topk.k)} {'largest' if topk.desc else 'smallest'} "
+            f"{topk.score_label} with probability {level:g} "
+            + (f"({n_keys} candidate groups)" if n_keys else
+               "(for 1000 candidate groups; grows like ln K)")
+        )
+    return Preview(query=query, epsilon=plan.epsilon, cost=cost, remaining=remaining,
+                   delta=plan.delta, level=level, split=plan.split(),
+                   outputs=expected_errors(plan), event=plan.event, notes=notes,
+                   weights=dict(plan.weights))

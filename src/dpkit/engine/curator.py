@@ -3,8 +3,9 @@
 A project is a folder::
 
     clinic.dpkit/
-        ledger.sqlite   the hash-chained ledger: budget, tables' declarations, every charge
-        data.duckdb     the rows (tables copied in, or views over CSV/Parquet files)
+        ledger.sqlite   the keyed, hash-chained ledger: budget, declarations, analysts, charges
+        ledger.key      the owner key (mode 0600) that authenticates it; ledger.head its head
+        data.duckdb     the rows (private tables copied in; public ones may be file views)
 
 **Privacy semantics.** Each private table names its *privacy unit* (a column identifying one
 person; without one, every row is its own unit). Two datasets are neighbours when they differ by
@@ -15,11 +16,12 @@ over all answers, all analysts and all time, under the accountant chosen at crea
 budget covers the tables registered in the project; a unit who appears in two tables under the
 same id is one unit (the budget is per project, not per table).
 
-The order of operations for every query (DESIGN invariant 3): parse and validate → plan (public
-information only) → budget pre-check → one SQL statement in DuckDB computes the exact aggregates
-(in memory only) → the ledger charges the plan's event in one transaction and commits it to disk
-→ noise from :mod:`dpkit.mechanisms` → post-processing → :class:`~dpkit.engine.results.Result`. A
-refused or failed query spends nothing; a crash after the commit loses budget, never privacy.
+Every query follows one sealed line (docs/architecture.md): parse and type against the schema
+(``sql``) → plan from public things only (``plan``) → budget pre-check → prepare and dry-run the
+statement over empty tables (``read``) → charge (``charge``, durably) → read the rows with a
+total statement → noise (``noisy``) → post-processing → :class:`~dpkit.engine.results.Result`.
+Refusals before the charge spend nothing; anything after it keeps the charge. This class is the
+front: lifecycle, tables, analysts, and the calls that drive that line.
 
 >>> import tempfile, os, dpkit as dp
 >>> folder = tempfile.mkdtemp()
@@ -37,42 +39,44 @@ refused or failed query spends nothing; a crash after the commit loses budget, n
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import math
-import os
 import re
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from dpkit import noise as _noise
+from dpkit.accounting import BudgetExceeded
 from dpkit.engine import families
 from dpkit.engine import plan as dplan
 from dpkit.engine import sql as dsql
-from dpkit.engine.accuracy import epsilon_for_accuracy, expected_errors
+from dpkit.engine.accuracy import epsilon_for_accuracy, expected_errors, preview_of
 from dpkit.engine.backend_duckdb import (
     DuckBackend,
     drop_orphans,
-    init_database,
 )
 from dpkit.engine.charge import charged_read, quote
-from dpkit.engine.ledger import Entry, Ledger, head_path, key_path
-from dpkit.engine.load import Declarations, load_declared
+from dpkit.engine.ledger import Entry, Ledger
+from dpkit.engine.load import Declarations, load_declared, load_lock, tables_in_force
 from dpkit.engine.noisy import release
 from dpkit.engine.plan.cache import PlanCache
+from dpkit.engine.project import (
+    DATA_FILE,
+    LOAD_LOCK,
+    budget_parameters,
+    make_project,
+    open_project,
+)
 from dpkit.engine.read import Exact, Reader
-from dpkit.engine.results import BudgetStatus, HistoryItem, Preview, Result
+from dpkit.engine.results import BudgetStatus, HistoryItem, Preview, Result, json_safe
 from dpkit.engine.roles import (
     OWNER,
-    TOKEN_ENV,
+    add_analyst,
     charged_analyst,
-    check_analyst_name,
-    identify,
-    new_token,
     project_source,
     reopen_seed,
+    revoke_analyst,
+    visible_budget,
 )
 from dpkit.engine.tables import (
     TableMeta,
@@ -81,11 +85,7 @@ from dpkit.engine.tables import (
 
 __all__ = ["BudgetStatus", "Curator", "HistoryItem"]
 
-LEDGER_FILE = "ledger.sqlite"
-DATA_FILE = "data.duckdb"
-LOAD_LOCK = ".load.lock"  # held across a table load, its ledger row and the orphan cleanup
 _NOT_GIVEN: Any = object()  # marks a removed keyword argument that the caller did not pass
-MAX_BUDGET_EPSILON = 1000.0
 STRATEGY_CACHE = "strategies"  # folder (inside the project) holding optimised strategies
 # the SQL forms dpkit.engine.families answers (DP_CDF(...), COUNT(*) FILTER (...), ...)
 _RELEASE_FORM = re.compile(r"\bDP_|\bFILTER\b", re.IGNORECASE)
@@ -144,59 +144,10 @@ class Curator:
         """
         path = Path(path)
         src, noise_seed = project_source(source)
-        if budget is not None:
-            if epsilon is not None or accountant is not None:
-                raise ValueError("give budget= or epsilon=/delta=/accountant=, not both")
-            epsilon = float(budget.epsilon)
-            delta = float(budget.delta)
-            accountant = str(budget.accountant)
-            neighboring = str(getattr(budget, "neighboring", "add_remove"))
-            orders = getattr(budget, "orders", None)
-            if accountant == "approx" and delta == 0.0:
-                accountant = "pure"
-        else:
-            if epsilon is None:
-                raise ValueError("give the total budget: epsilon=3.0 (and delta=1e-6)")
-            neighboring, orders = "add_remove", None
-        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (
-            math.isfinite(epsilon) and epsilon > 0
-        ):
-            raise ValueError(f"epsilon must be a finite number > 0 (got {epsilon!r})")
-        if epsilon > MAX_BUDGET_EPSILON:
-            raise ValueError(
-                f"a total epsilon of {epsilon:g} offers no meaningful privacy; the curator accepts "
-                f"at most {MAX_BUDGET_EPSILON:g} (typical budgets are 1 to 10)"
-            )
-        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not (
-            0.0 <= delta < 0.01
-        ):
-            raise ValueError(
-                f"delta must lie in [0, 0.01) (got {delta!r}); it should be far below 1/n, e.g. "
-                f"1e-6"
-            )
-        if accountant is None:
-            accountant = "pure" if delta == 0 else "approx"
-        if path.exists() and any(path.iterdir()):
-            raise FileExistsError(
-                f"{path} already exists and is not empty; open it with Curator.open({str(path)!r})"
-            )
-        if neighboring != "add_remove":
-            raise ValueError("the curator's neighbouring relation is add/remove one unit")
-        path.mkdir(parents=True, exist_ok=True)
-        try:
-            ledger = Ledger.create(path / LEDGER_FILE, epsilon=float(epsilon), delta=float(delta),
-                                   accountant=accountant, orders=orders, analyst=OWNER,
-                                   noise_seed=noise_seed)
-            init_database(path / DATA_FILE)
-        except BaseException:
-            made = (LEDGER_FILE, LEDGER_FILE + "-wal", LEDGER_FILE + "-shm", DATA_FILE,
-                    key_path(LEDGER_FILE).name, head_path(LEDGER_FILE).name)
-            for f in made:
-                with contextlib.suppress(OSError):
-                    (path / f).unlink()
-            with contextlib.suppress(OSError):
-                path.rmdir()
-            raise
+        epsilon, delta, accountant, orders = budget_parameters(
+            budget, epsilon=epsilon, delta=delta, accountant=accountant)
+        ledger = make_project(path, epsilon=epsilon, delta=delta, accountant=accountant,
+                              orders=orders, noise_seed=noise_seed)
         return cls(path, ledger, analyst=OWNER, owner=True, source=src)
 
     @classmethod
@@ -220,22 +171,10 @@ class Curator:
         if analyst is not _NOT_GIVEN:
             charged_analyst(OWNER, analyst if analyst is not None else "")
         path = Path(path)
-        if not (path / LEDGER_FILE).exists():
-            raise FileNotFoundError(
-                f"{path} is not a dpkit project (no {LEDGER_FILE}); create one with "
-                f"Curator.create({str(path)!r}, budget=...) or `dpkit init`"
-            )
-        if token is None:
-            token = os.environ.get(TOKEN_ENV) or None
-        ledger = Ledger.open(path / LEDGER_FILE, expected_head=expected_head)
-        try:
-            who = OWNER if token is None else identify(ledger, token)
-        except BaseException:
-            ledger.close()
-            raise
+        ledger, who = open_project(path, token, expected_head=expected_head)
         seed = ledger.config.noise_seed
         src = None if seed is None else _noise.seeded(reopen_seed(seed, len(ledger.entries())))
-        return cls(path, ledger, analyst=who, owner=token is None, source=src)
+        return cls(path, ledger, analyst=who, owner=who == OWNER, source=src)
 
     def _require_owner(self, action: str) -> None:
         if not self.is_owner:
@@ -266,17 +205,9 @@ class Curator:
         """The registered tables and their (public) declarations."""
         rows = self.ledger.entries("table")
         key = rows[-1].seq if rows else 0
-        if self._tables_cache is not None and self._tables_cache[0] == key:
-            return dict(self._tables_cache[1])
-        out: dict[str, TableMeta] = {}
-        for e in rows:
-            if e.payload.get("dropped"):
-                out.pop(str(e.payload["name"]), None)
-            else:
-                meta = TableMeta.from_dict(e.payload["table"])
-                out[meta.name] = meta
-        self._tables_cache = (key, out)
-        return dict(out)
+        if self._tables_cache is None or self._tables_cache[0] != key:
+            self._tables_cache = (key, tables_in_force(rows))
+        return dict(self._tables_cache[1])
 
     def add_table(
         self,
@@ -327,7 +258,7 @@ class Curator:
                 f"and errors without the ledger knowing; private tables are always copied in. "
                 f"Drop copy=False for {name!r} (public lookup tables may stay views)"
             )
-        with self._lock, self._load_lock():
+        with self._lock, load_lock(self.path / LOAD_LOCK):
             existing = self.tables()
             if name in existing and not replace:
                 raise ValueError(
@@ -349,23 +280,12 @@ class Curator:
             self._drop_orphans_locked()
             return meta
 
-    @contextlib.contextmanager
-    def _load_lock(self) -> Iterator[None]:
-        """One table load per project at a time, across processes (a load's relation is an
-        orphan until its ledger row commits: a concurrent cleanup must not drop it)."""
-        with open(self.path / LOAD_LOCK, "a") as f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-
     def drop_orphans(self) -> list[str]:
         """Drop stored relations no table in force names (the old rows of a replaced table, or
         the new rows of a load that crashed before its ledger row); owner only. Best effort:
         returns [] while another process reads the data (the next load retries)."""
         self._require_owner("cleaning up the project's data")
-        with self._lock, self._load_lock():
+        with self._lock, load_lock(self.path / LOAD_LOCK):
             return self._drop_orphans_locked()
 
     def _drop_orphans_locked(self) -> list[str]:
@@ -399,28 +319,13 @@ class Curator:
         its SHA-256 is stored. It carries 256 bits from the OS CSPRNG; ``epsilon``: the
         analyst's own cap inside the project's budget (None: only the project's budget)."""
         self._require_owner("adding an analyst")
-        check_analyst_name(name)
-        if name in self.ledger.analysts():
-            raise ValueError(f"analyst {name!r} exists already (names are never reused, so "
-                             f"the history stays theirs); choose another name")
-        if epsilon is not None:
-            dplan.check_epsilon(epsilon, "epsilon")
-        token, digest = new_token()
-        self.ledger.record("analyst", {"analyst": name, "epsilon": epsilon,
-                                       "token_sha256": digest},
-                           analyst=self.analyst, query=f"ADD ANALYST {name} (epsilon {epsilon})")
-        return token
+        return add_analyst(self.ledger, self.analyst, name, epsilon)
 
     def revoke_analyst(self, name: str) -> None:
         """Revoke an analyst's token (owner only): it opens nothing from now on, and a curator
         already open with it can charge nothing more. Their history stays."""
         self._require_owner("revoking an analyst")
-        info = self.ledger.analysts().get(name)
-        if info is None or not info["active"]:
-            active = sorted(n for n, i in self.ledger.analysts().items() if i["active"])
-            raise ValueError(f"no active analyst {name!r}; active ones: {active}")
-        self.ledger.record("analyst", {"analyst": name, "revoked": True},
-                           analyst=self.analyst, query=f"REVOKE ANALYST {name}")
+        revoke_analyst(self.ledger, self.analyst, name)
 
     def analysts(self) -> dict[str, dict[str, Any]]:
         """Every analyst added: ``{name: {"active": bool, "epsilon": cap}}`` (owner only)."""
@@ -512,7 +417,7 @@ class Curator:
             booked = plan.charge_delta if plan.charge_delta is not None else delta
             self._cost(plan, who, booked, check_only=True)  # early refusal, nothing read
             prepared = self._reader.prepare(plan, self._tables_version())
-            details: dict[str, Any] = {"split": [_json_safe(s) for s in plan.split()],
+            details: dict[str, Any] = {"split": [json_safe(s) for s in plan.split()],
                                        "noise": plan.noise, "level": plan.level}
             if plan.weights:
                 details["weights"] = dict(plan.weights)
@@ -556,8 +461,6 @@ class Curator:
     ) -> Preview:
         """Cost and expected error of a query, without reading data or spending anything
         (same parameters as :meth:`sql`; ``weights`` shows the weighted split)."""
-        from dpkit.accounting import BudgetExceeded
-
         who = charged_analyst(self.analyst, analyst)
         plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
                           level=level, bounds=bounds, weights=weights)
@@ -567,22 +470,7 @@ class Curator:
             cost = self._cost(plan, who, booked).epsilon
         except BudgetExceeded as exc:
             cost = float(exc.requested.epsilon)
-        outputs = expected_errors(plan)
-        notes = list(plan.notes)
-        topk = plan.top_k
-        if topk is not None:
-            n_keys = len(plan.keys) if plan.keys is not None else None
-            u = dplan.top_k_utility(topk, n_keys or 1000, level)
-            notes.append(
-                f"{topk.label}: each group shown within {u:.4g} of the true "
-                f"{dplan.ordinal(topk.k)} {'largest' if topk.desc else 'smallest'} "
-                f"{topk.score_label} with probability {level:g} "
-                + (f"({n_keys} candidate groups)" if n_keys else
-                   "(for 1000 candidate groups; grows like ln K)")
-            )
-        return Preview(query=query, epsilon=plan.epsilon, cost=cost, remaining=spend.remaining,
-                       delta=plan.delta, level=level, split=plan.split(), outputs=outputs,
-                       event=plan.event, notes=notes, weights=dict(plan.weights))
+        return preview_of(plan, query, cost=cost, remaining=spend.remaining)
 
     # ------------------------------------------------------------------ release families
 
@@ -694,34 +582,7 @@ class Curator:
         """Spent, remaining and the history of charges: project-wide or for one analyst (the
         owner), or the caller's own (an analyst sees only its own charges; ``remaining`` is
         the smaller of its cap's and the project's)."""
-        if not self.is_owner:
-            if analyst not in (None, self.analyst):
-                raise PermissionError(f"analyst {self.analyst!r} may see only its own budget, "
-                                      f"not {analyst!r}")
-            analyst = self.analyst
-        spend = self.ledger.spend(analyst)
-        remaining, delta_remaining = spend.remaining, spend.delta_remaining
-        caps = self.ledger.analyst_budgets()
-        if not self.is_owner:
-            project = self.ledger.spend()
-            remaining = min(remaining, project.remaining)
-            delta_remaining = min(delta_remaining, project.delta_remaining)
-            caps = {k: v for k, v in caps.items() if k == self.analyst}
-        history = [
-            HistoryItem(seq=e.seq, time=e.time, analyst=e.analyst, query=e.query, event=e.event,
-                        epsilon=float(e.view.get("epsilon_cost", 0.0)),
-                        delta=float(e.view.get("delta_cost", 0.0)),
-                        epsilon_spent=float(e.view.get("epsilon_spent", 0.0)))
-            for e in self.ledger.entries("charge")
-            if analyst is None or e.analyst == analyst
-        ]
-        return BudgetStatus(
-            epsilon=spend.epsilon, delta=spend.delta, accountant=spend.accountant,
-            spent=spend.spent, remaining=remaining, delta_spent=spend.delta_spent,
-            delta_remaining=delta_remaining, history=history, head=self.ledger.head(),
-            analyst=analyst, rho_spent=spend.rho_spent, rho_remaining=spend.rho_remaining,
-            analysts=caps,
-        )
+        return visible_budget(self.ledger, self.analyst, owner=self.is_owner, analyst=analyst)
 
     def verify(self, *, expected_head: tuple[int, str] | None = None) -> int:
         """Re-verify the ledger's hash chain from disk; returns the number of rows."""
@@ -736,12 +597,3 @@ class Curator:
                 if (e.kind == "charge" and e.analyst == self.analyst)
                 or (e.kind == "analyst" and e.payload.get("analyst") == self.analyst)
                 or e.kind not in ("charge", "analyst")]
-
-
-def _json_safe(d: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, float) and not math.isfinite(v):
-            v = None
-        out[k] = v
-    return out

@@ -11,7 +11,9 @@ switches queries to it, so rows and declarations change together or not at all.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import fcntl
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from typing import Any
 from dpkit import noise as _noise
 from dpkit.engine import plan as dplan
 from dpkit.engine.backend_duckdb import load_table
+from dpkit.engine.ledger import Entry
 from dpkit.engine.tables import (
     Column,
     TableMeta,
@@ -29,7 +32,7 @@ from dpkit.engine.tables import (
     validate_not_null,
 )
 
-__all__ = ["Declarations", "load_declared"]
+__all__ = ["Declarations", "load_declared", "load_lock", "tables_in_force"]
 
 
 @dataclass(frozen=True)
@@ -127,3 +130,28 @@ def load_declared(db_path: Path, name: str, source: Any, decl: Declarations, *,
         key_tables=job.key_tables if storage == "copy" and not decl.public else {},
         not_null=job.not_null, physical=physical,
     )
+
+
+@contextlib.contextmanager
+def load_lock(lock_file: Path) -> Iterator[None]:
+    """One table load per project at a time, across processes (a load's relation is an
+    orphan until its ledger row commits: a concurrent cleanup must not drop it)."""
+    with open(lock_file, "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def tables_in_force(rows: Iterable[Entry]) -> dict[str, TableMeta]:
+    """The tables the ledger's ``table`` rows declare, in order: a later row for a name
+    replaces the earlier one, a ``dropped`` row removes it."""
+    out: dict[str, TableMeta] = {}
+    for e in rows:
+        if e.payload.get("dropped"):
+            out.pop(str(e.payload["name"]), None)
+        else:
+            meta = TableMeta.from_dict(e.payload["table"])
+            out[meta.name] = meta
+    return out

@@ -23,7 +23,7 @@ import numpy as np
 
 from dpkit import events as ev
 
-__all__ = ["BudgetStatus", "HistoryItem", "Preview", "Result"]
+__all__ = ["BudgetStatus", "HistoryItem", "Preview", "Result", "json_safe"]
 
 
 @dataclass
@@ -351,3 +351,13 @@ class BudgetStatus:
 
     def __rich__(self) -> Any:
         return self.table()
+
+
+def json_safe(d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` with non-finite floats as None (JSON has no inf or NaN)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            v = None
+        out[k] = v
+    return out

@@ -15,9 +15,12 @@ from typing import Any
 
 from dpkit import noise as _noise
 from dpkit.engine.ledger import Ledger
+from dpkit.engine.plan import check_epsilon
+from dpkit.engine.results import BudgetStatus, HistoryItem
 
-__all__ = ["OWNER", "TOKEN_ENV", "charged_analyst", "check_analyst_name", "identify",
-           "new_token", "project_source", "reopen_seed"]
+__all__ = ["OWNER", "TOKEN_ENV", "add_analyst", "charged_analyst", "check_analyst_name",
+           "identify", "new_token", "project_source", "reopen_seed", "revoke_analyst",
+           "visible_budget"]
 
 OWNER = "owner"  # the name the owner's own charges are recorded under
 TOKEN_ENV = "DPKIT_TOKEN"
@@ -84,3 +87,63 @@ def identify(ledger: Ledger, token: str) -> str:
             "owner for a (new) token (`dpkit analyst add`)"
         )
     return name
+
+
+def visible_budget(ledger: Ledger, acting: str, *, owner: bool,
+                   analyst: str | None = None) -> BudgetStatus:
+    """The budget as the caller may see it: project-wide or for one ``analyst`` (the owner),
+    or the caller's own (an analyst sees only its own charges and cap; its ``remaining`` is
+    the smaller of its cap's and the project's)."""
+    if not owner:
+        if analyst not in (None, acting):
+            raise PermissionError(f"analyst {acting!r} may see only its own budget, "
+                                  f"not {analyst!r}")
+        analyst = acting
+    spend = ledger.spend(analyst)
+    remaining, delta_remaining = spend.remaining, spend.delta_remaining
+    caps = ledger.analyst_budgets()
+    if not owner:
+        project = ledger.spend()
+        remaining = min(remaining, project.remaining)
+        delta_remaining = min(delta_remaining, project.delta_remaining)
+        caps = {k: v for k, v in caps.items() if k == acting}
+    history = [
+        HistoryItem(seq=e.seq, time=e.time, analyst=e.analyst, query=e.query, event=e.event,
+                    epsilon=float(e.view.get("epsilon_cost", 0.0)),
+                    delta=float(e.view.get("delta_cost", 0.0)),
+                    epsilon_spent=float(e.view.get("epsilon_spent", 0.0)))
+        for e in ledger.entries("charge")
+        if analyst is None or e.analyst == analyst
+    ]
+    return BudgetStatus(
+        epsilon=spend.epsilon, delta=spend.delta, accountant=spend.accountant,
+        spent=spend.spent, remaining=remaining, delta_spent=spend.delta_spent,
+        delta_remaining=delta_remaining, history=history, head=ledger.head(),
+        analyst=analyst, rho_spent=spend.rho_spent, rho_remaining=spend.rho_remaining,
+        analysts=caps,
+    )
+
+
+def add_analyst(ledger: Ledger, owner: str, name: str, epsilon: float | None) -> str:
+    """Record analyst ``name`` (with its own epsilon cap, or None) and return its new token;
+    the caller has checked that the owner acts."""
+    check_analyst_name(name)
+    if name in ledger.analysts():
+        raise ValueError(f"analyst {name!r} exists already (names are never reused, so "
+                         f"the history stays theirs); choose another name")
+    if epsilon is not None:
+        check_epsilon(epsilon, "epsilon")
+    token, digest = new_token()
+    ledger.record("analyst", {"analyst": name, "epsilon": epsilon, "token_sha256": digest},
+                  analyst=owner, query=f"ADD ANALYST {name} (epsilon {epsilon})")
+    return token
+
+
+def revoke_analyst(ledger: Ledger, owner: str, name: str) -> None:
+    """Record that ``name``'s token opens nothing from now on (its history stays)."""
+    info = ledger.analysts().get(name)
+    if info is None or not info["active"]:
+        active = sorted(n for n, i in ledger.analysts().items() if i["active"])
+        raise ValueError(f"no active analyst {name!r}; active ones: {active}")
+    ledger.record("analyst", {"analyst": name, "revoked": True}, analyst=owner,
+                  query=f"REVOKE ANALYST {name}")

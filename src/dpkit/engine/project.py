@@ -1,0 +1,109 @@
+"""A project's folder and total budget: making it, opening it as the owner or an analyst.
+
+``Curator.create`` takes ``budget=dp.Budget(...)`` or ``epsilon=``/``delta=``/``accountant=``;
+:func:`budget_parameters` checks them (before any file is written) and settles the accountant:
+``pure`` when delta is 0, else ``approx`` (both valid privacy filters for adaptively chosen
+queries). The curator's neighbouring relation is add/remove one unit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from dpkit.engine.backend_duckdb import init_database
+from dpkit.engine.ledger import Ledger, head_path, key_path
+from dpkit.engine.roles import OWNER, TOKEN_ENV, identify
+
+__all__ = ["DATA_FILE", "LEDGER_FILE", "LOAD_LOCK", "MAX_BUDGET_EPSILON", "budget_parameters",
+           "make_project", "open_project"]
+
+MAX_BUDGET_EPSILON = 1000.0
+LEDGER_FILE = "ledger.sqlite"
+DATA_FILE = "data.duckdb"
+LOAD_LOCK = ".load.lock"  # held across a table load, its ledger row and the orphan cleanup
+
+
+def make_project(path: Path, *, epsilon: float, delta: float, accountant: str, orders: Any,
+                 noise_seed: int | None) -> Ledger:
+    """Create the folder's ledger (with its owner key) and data file; on any failure remove
+    what was made, so a failed create leaves no half project."""
+    if path.exists() and any(path.iterdir()):
+        raise FileExistsError(
+            f"{path} already exists and is not empty; open it with Curator.open({str(path)!r})"
+        )
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        ledger = Ledger.create(path / LEDGER_FILE, epsilon=epsilon, delta=delta,
+                               accountant=accountant, orders=orders, analyst=OWNER,
+                               noise_seed=noise_seed)
+        init_database(path / DATA_FILE)
+    except BaseException:
+        made = (LEDGER_FILE, LEDGER_FILE + "-wal", LEDGER_FILE + "-shm", DATA_FILE,
+                key_path(LEDGER_FILE).name, head_path(LEDGER_FILE).name)
+        for f in made:
+            with contextlib.suppress(OSError):
+                (path / f).unlink()
+        with contextlib.suppress(OSError):
+            path.rmdir()
+        raise
+    return ledger
+
+
+def open_project(path: Path, token: str | None, *,
+                 expected_head: tuple[int, str] | None = None) -> tuple[Ledger, str]:
+    """The verified ledger and who acts: the analyst ``token`` (or ``$DPKIT_TOKEN``) names,
+    else the owner. Unknown, revoked or malformed tokens are refused."""
+    if not (path / LEDGER_FILE).exists():
+        raise FileNotFoundError(
+            f"{path} is not a dpkit project (no {LEDGER_FILE}); create one with "
+            f"Curator.create({str(path)!r}, budget=...) or `dpkit init`"
+        )
+    if token is None:
+        token = os.environ.get(TOKEN_ENV) or None
+    ledger = Ledger.open(path / LEDGER_FILE, expected_head=expected_head)
+    try:
+        return ledger, OWNER if token is None else identify(ledger, token)
+    except BaseException:
+        ledger.close()
+        raise
+
+
+def budget_parameters(budget: Any, *, epsilon: float | None, delta: float,
+                      accountant: str | None) -> tuple[float, float, str, Any]:
+    """``(epsilon, delta, accountant, rdp orders)`` of a new project, checked."""
+    orders = None
+    if budget is not None:
+        if epsilon is not None or accountant is not None:
+            raise ValueError("give budget= or epsilon=/delta=/accountant=, not both")
+        epsilon, delta = float(budget.epsilon), float(budget.delta)
+        accountant = str(budget.accountant)
+        if str(getattr(budget, "neighboring", "add_remove")) != "add_remove":
+            raise ValueError("the curator's neighbouring relation is add/remove one unit")
+        orders = getattr(budget, "orders", None)
+        if accountant == "approx" and delta == 0.0:
+            accountant = "pure"
+    elif epsilon is None:
+        raise ValueError("give the total budget: epsilon=3.0 (and delta=1e-6)")
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (
+        math.isfinite(epsilon) and epsilon > 0
+    ):
+        raise ValueError(f"epsilon must be a finite number > 0 (got {epsilon!r})")
+    if epsilon > MAX_BUDGET_EPSILON:
+        raise ValueError(
+            f"a total epsilon of {epsilon:g} offers no meaningful privacy; the curator accepts "
+            f"at most {MAX_BUDGET_EPSILON:g} (typical budgets are 1 to 10)"
+        )
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not (
+        0.0 <= delta < 0.01
+    ):
+        raise ValueError(
+            f"delta must lie in [0, 0.01) (got {delta!r}); it should be far below 1/n, e.g. "
+            f"1e-6"
+        )
+    if accountant is None:
+        accountant = "pure" if delta == 0 else "approx"
+    return float(epsilon), float(delta), accountant, orders
