@@ -67,3 +67,12 @@ def test_the_dry_run_is_redone_after_a_table_is_replaced(project: Callable[..., 
     with pytest.raises(Exception, match="nothing charged"):
         cur.sql(q, epsilon=0.1)
     assert cur.budget().spent == spent
+
+
+def test_a_table_aliased_by_its_own_name(project: Callable[..., Curator]) -> None:
+    """``FROM t AS t`` names one table once (it was refused as "alias used twice")."""
+    cur = project(epsilon=10.0)
+    cur.add_table("t", duckdb.sql("SELECT i AS x FROM range(10) t(i)"), bounds={"x": (0, 10)})
+    res = cur.sql("SELECT COUNT(*) AS n FROM t AS t WHERE t.x > 2", epsilon=0.5)
+    assert res.columns[0] == "n"
+    assert cur.budget().spent == pytest.approx(0.5)

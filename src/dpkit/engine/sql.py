@@ -112,7 +112,8 @@ class _Scope:
 
     def add(self, internal: str, meta: TableMeta, user_names: list[str]) -> None:
         self.tables[internal] = meta
-        for n in user_names:
+        # a table aliased by its own name (FROM t AS t) is one name, not two
+        for n in dict.fromkeys(x.lower() for x in user_names if x):
             if n:
                 if n.lower() in self.user_alias:
                     raise QueryError(f"table alias {n!r} is used twice; give each table its own")
