@@ -76,3 +76,12 @@ def test_a_table_aliased_by_its_own_name(project: Callable[..., Curator]) -> Non
     res = cur.sql("SELECT COUNT(*) AS n FROM t AS t WHERE t.x > 2", epsilon=0.5)
     assert res.columns[0] == "n"
     assert cur.budget().spent == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("cast", ["DECIMAL", "DECIMAL(38,20)", "DECIMAL(10, 2)"])
+def test_decimal_casts_in_where_are_answered(project: Callable[..., Curator], cast: str) -> None:
+    """Casts to a parameterised type ran into "DATATYPEPARAM is not allowed" (FINDINGS E2)."""
+    cur = project(epsilon=10.0)
+    cur.add_table("t", duckdb.sql("SELECT i AS x FROM range(10) t(i)"), bounds={"x": (0, 10)})
+    res = cur.sql(f"SELECT COUNT(*) AS n FROM t WHERE CAST(x AS {cast}) > 1", epsilon=0.5)
+    assert res.columns[0] == "n"
