@@ -85,3 +85,18 @@ def test_decimal_casts_in_where_are_answered(project: Callable[..., Curator], ca
     cur.add_table("t", duckdb.sql("SELECT i AS x FROM range(10) t(i)"), bounds={"x": (0, 10)})
     res = cur.sql(f"SELECT COUNT(*) AS n FROM t WHERE CAST(x AS {cast}) > 1", epsilon=0.5)
     assert res.columns[0] == "n"
+
+
+def test_group_by_a_name_that_is_a_column_and_an_alias_groups_by_the_column(
+        project: Callable[..., Curator]) -> None:
+    """As in DuckDB, a table column wins over a SELECT alias of the same name in GROUP BY
+    (issue 14: ``SELECT educ AS sex ... GROUP BY sex`` silently grouped by educ)."""
+    cur = project(epsilon=10.0)
+    cur.add_table("t", duckdb.sql("SELECT i % 3 AS educ, CASE WHEN i % 2 = 0 THEN 'm' ELSE 'f' "
+                                  "END AS sex FROM range(30) t(i)"),
+                  domains={"sex": ["m", "f"], "educ": [0, 1, 2]})
+    with pytest.raises(Exception, match="'educ' is neither aggregated nor in GROUP BY"):
+        cur.sql("SELECT educ AS sex, COUNT(*) AS n FROM t GROUP BY sex", epsilon=0.5)
+    assert cur.budget().spent == 0
+    res = cur.sql("SELECT educ AS e, COUNT(*) AS n FROM t GROUP BY e", epsilon=0.5)
+    assert sorted(res.data["e"]) == [0, 1, 2]  # an alias alone still names its column

@@ -427,6 +427,17 @@ def _from_clause(
     return scope, meta, joins
 
 
+def _is_column(scope: _Scope, col: exp.Column) -> bool:
+    """Whether an unqualified name is a column of some table in the query."""
+    for meta in scope.tables.values():
+        try:
+            if meta.find(col.name) is not None:
+                return True
+        except ValueError:
+            return True  # ambiguous within a table: it names a column (resolve says which)
+    return False
+
+
 def _group_by(stmt: exp.Select, scope: _Scope, private: TableMeta) -> list[GroupKey]:
     group = stmt.args.get("group")
     if group is None:
@@ -442,8 +453,8 @@ def _group_by(stmt: exp.Select, scope: _Scope, private: TableMeta) -> list[Group
             if not 1 <= pos <= len(select_items):
                 raise QueryError(f"GROUP BY {pos}: the SELECT list has {len(select_items)} items")
             node = select_items[pos - 1].unalias()
-        elif isinstance(node, exp.Column) and not node.table:
-            # GROUP BY an output alias
+        elif isinstance(node, exp.Column) and not node.table and not _is_column(scope, node):
+            # GROUP BY an output alias (a table column of the same name wins, as in DuckDB)
             for s in select_items:
                 if isinstance(s, exp.Alias) and s.alias.lower() == node.name.lower() and \
                         isinstance(s.this, exp.Column):
