@@ -17,7 +17,6 @@ import dpkit as dp
 from dpkit import events as ev
 from dpkit.engine import Curator
 from dpkit.engine.ledger import (
-    _COLUMNS,
     GENESIS_PREV,
     Ledger,
     LedgerError,
@@ -28,6 +27,7 @@ from dpkit.engine.ledger import (
     migrate,
     row_hash,
 )
+from dpkit.engine.ledger_rows import COLUMNS
 
 
 def _ledger(tmp_path: Path, charges: int = 3) -> Path:
@@ -54,10 +54,10 @@ def _rewrite(path: Path, rows: list[list[object]], key: bytes | None) -> None:
     conn.execute("DELETE FROM ledger")
     prev = GENESIS_PREV
     for seq, r in enumerate(rows, start=1):
-        fields = dict(zip(_COLUMNS, [seq, *r[1:8]], strict=True))
+        fields = dict(zip(COLUMNS, [seq, *r[1:8]], strict=True))
         digest = row_hash(prev, fields, key)
         conn.execute("INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                     (*[fields[c] for c in _COLUMNS], prev, digest))
+                     (*[fields[c] for c in COLUMNS], prev, digest))
         prev = digest
     conn.commit()
     conn.close()

@@ -13,24 +13,24 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
+from dpkit.engine.duckdb_sources import source_sql, store_domain, string_literal
 from dpkit.engine.spec import QueryError
 from dpkit.engine.tables import FIXED_PREFIX, Column, TableMeta, quote_ident
 
 __all__ = ["KEYS_SCHEMA", "DuckBackend", "columnar_type", "drop_orphans", "dry_run_errors",
-           "key_table_relation", "load_table", "private_read_errors", "table_relation"]
+           "key_table_relation", "load_table", "table_relation"]
 
 _SCHEMAS = {"private": "priv", "public": "pub"}
 _ALIAS = "dpdata"
 # hidden schema of the declared-domain key tables: no user table can be named into it (user
 # tables live in priv/pub, and analysts cannot name a schema)
 KEYS_SCHEMA = "__dpkeys"
-_KEY_COLUMN = "k"
 # in-memory database (per query connection) of empty tables shaped like the real ones, where
 # statements are dry-run before anything is charged
 _SHADOW = "__dpshadow"
@@ -39,10 +39,6 @@ _SHADOW = "__dpshadow"
 def _settings(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("SET enable_progress_bar=false")
     con.execute("SET error_on_division_by_zero=false")
-
-
-def _string_literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def relation_name(name: str, public: bool) -> str:
@@ -86,24 +82,6 @@ def arrow_result(con: duckdb.DuckDBPyConnection, text: str) -> Any:
 
 
 @contextlib.contextmanager
-def private_read_errors(what: str) -> Iterator[None]:
-    """Turn DuckDB errors of a statement over private rows into :class:`QueryError` (nothing is
-    charged either way). Errors raised while binding the statement, before any row is read,
-    are data-independent and quoted; any other error could depend on the data (a value that
-    fails a cast), so it is reported without detail. ``what``: "query" or "release"."""
-    try:
-        yield
-    except (duckdb.BinderException, duckdb.ParserException, duckdb.CatalogException) as exc:
-        raise QueryError(
-            f"DuckDB cannot run this {what}: {str(exc).splitlines()[0]} (nothing charged)"
-        ) from None
-    except duckdb.Error:
-        raise QueryError(
-            f"the {what} failed while reading the data (nothing was charged); simplify the "
-            "WHERE clause (explicit casts, plain comparisons)"
-        ) from None
-
-@contextlib.contextmanager
 def dry_run_errors(what: str) -> Iterator[None]:
     """Turn DuckDB errors of a dry run over empty shadow tables into :class:`QueryError`.
 
@@ -120,208 +98,6 @@ def dry_run_errors(what: str) -> Iterator[None]:
 def key_table_relation(table_name: str) -> str:
     """The relation (as the query connection sees it) of hidden key table ``table_name``."""
     return f"{quote_ident(_ALIAS)}.{quote_ident(KEYS_SCHEMA)}.{quote_ident(table_name)}"
-
-
-def _key_parts(keys: Sequence[Any]) -> list[tuple[Any, str]]:
-    """The keys as Arrow columns, one per kind, each read the way its SQL literal would be.
-
-    ``plan.literal_sql`` writes a key as ``CAST(<literal> AS <type>)``: a bool as TRUE/FALSE,
-    an int as an integer literal, a float as its ``repr``, anything else as a string. Here the
-    same values are cast from BOOLEAN, BIGINT (ints beyond int64: their decimal text) and
-    VARCHAR (strings; floats as their ``repr``, which DuckDB reads correctly rounded), so
-    every key gets the value the literal would give.
-    """
-    import pyarrow as pa
-
-    if all(type(v) is str for v in keys):
-        return [(pa.table({"v": pa.array(keys, pa.string())}), "text")]
-    if all(type(v) is int for v in keys):
-        try:
-            return [(pa.table({"v": pa.array(keys, pa.int64())}), "int")]
-        except (OverflowError, pa.ArrowInvalid):
-            pass
-    bools: list[bool] = []
-    ints: list[int] = []
-    texts: list[str] = []
-    for v in keys:
-        if isinstance(v, bool):
-            bools.append(v)
-        elif isinstance(v, int) and -(2**63) <= v < 2**63:
-            ints.append(v)
-        elif isinstance(v, float):
-            texts.append(repr(v))
-        else:
-            texts.append(str(v))
-    parts: list[tuple[Any, str]] = []
-    if bools:
-        parts.append((pa.table({"v": pa.array(bools, pa.bool_())}), "bool"))
-    if ints:
-        parts.append((pa.table({"v": pa.array(ints, pa.int64())}), "int"))
-    if texts:
-        parts.append((pa.table({"v": pa.array(texts, pa.string())}), "text"))
-    return parts
-
-
-def _store_domain(con: duckdb.DuckDBPyConnection, *, column: str, type_: str,
-                  keys: Sequence[Any], target: str | None, table: str | None = None) -> None:
-    """Cast ``keys`` to the column's type (``type_``) and check them; store them as ``target``.
-
-    Refuses (ValueError) a key that cannot be read as the column's type and keys that become
-    equal in it (``1.0`` and ``1`` in an INTEGER column): such a key would be measured twice.
-    ``target=None`` (views) only checks. ``table`` (the loaded relation): the keys are also
-    compared with the column's own equality, which its type name does not show (a VARCHAR
-    ``COLLATE NOCASE`` column makes 'a' and 'A' one group, joined to both keys).
-    """
-    parts = _key_parts(keys)
-    names = [f"__dp_keys{j}" for j in range(len(parts))]
-    for nm, (tbl, _) in zip(names, parts, strict=True):
-        con.register(nm, tbl)
-    try:
-        sel = " UNION ALL ".join(
-            f"SELECT CAST(v AS {type_}) AS {_KEY_COLUMN} FROM {nm}" for nm in names)
-        try:
-            if target is not None:
-                con.execute(f"CREATE TABLE {target} AS {sel}")
-                src = target
-            else:
-                con.execute(f"CREATE TEMP TABLE __dp_keycheck AS {sel}")
-                src = "__dp_keycheck"
-        except duckdb.ConversionException as exc:
-            raise ValueError(
-                f"domain of {column!r} ({type_}): a key cannot be read as {type_} "
-                f"({str(exc).splitlines()[0]}); list values of the column's type"
-            ) from None
-        try:
-            dup = con.execute(
-                f"SELECT {_KEY_COLUMN}, COUNT(*) FROM {src} GROUP BY {_KEY_COLUMN} "
-                f"HAVING COUNT(*) > 1 ORDER BY {_KEY_COLUMN} LIMIT 3").fetchall()
-            if not dup and table is not None and type_.upper() == "VARCHAR":
-                # a UNION with the (empty) column takes the column's collation
-                col = quote_ident(column)
-                dup = con.execute(
-                    f"SELECT MIN(v), COUNT(*) FROM (SELECT {col} AS v FROM {table} WHERE FALSE "
-                    f"UNION ALL SELECT {_KEY_COLUMN} FROM {src}) GROUP BY v "
-                    f"HAVING COUNT(*) > 1 LIMIT 3").fetchall()
-            nulls = con.execute(
-                f"SELECT COUNT(*) FROM {src} WHERE {_KEY_COLUMN} IS NULL").fetchall()[0][0]
-        finally:
-            if target is None:
-                con.execute("DROP TABLE __dp_keycheck")
-        if nulls:
-            raise ValueError(f"domain of {column!r} ({type_}) has keys that are NULL as "
-                             f"{type_}; list only real values")
-        if dup:
-            shown = ", ".join(f"{k!r} ({n} times)" for k, n in dup)
-            raise ValueError(
-                f"domain of {column!r} ({type_}) lists keys that are equal as {type_}: "
-                f"{shown}; list each key once (each key's group is measured once)"
-            )
-    finally:
-        for nm in names:
-            with contextlib.suppress(duckdb.Error):
-                con.unregister(nm)
-
-
-def _source_sql(con: duckdb.DuckDBPyConnection, source: Any,
-                source_table: str | None) -> tuple[str, str, Callable[[], object]]:
-    """SQL for a relation over ``source``, its storage kind hint, and a cleanup callback
-    (its return value, e.g. the connection from ``con.execute``, is ignored)."""
-    cleanup: Callable[[], object] = lambda: None  # noqa: E731
-    if isinstance(source, (str, Path)):
-        text = str(source)
-        if "::" in text and not Path(text).exists():
-            text, source_table = text.rsplit("::", 1)
-        path = Path(text).expanduser()
-        if not path.exists():
-            raise FileNotFoundError(f"source file {path} does not exist")
-        p = _string_literal(str(path.resolve()))
-        suffixes = [s.lower() for s in path.suffixes]
-        if any(s in (".csv", ".tsv", ".txt") for s in suffixes):
-            header = con.execute(f"SELECT * FROM read_csv_auto({p}, header=false, "
-                                 f"all_varchar=true) LIMIT 1").fetchall()
-            check_case_distinct([str(v) for v in header[0]] if header else [])
-            return f"read_csv_auto({p})", "file", cleanup
-        if any(s in (".parquet", ".pq") for s in suffixes):
-            check_case_distinct([str(r[0]) for r in con.execute(
-                f"SELECT name FROM parquet_schema({p}) WHERE num_children IS NULL OR "
-                f"num_children = 0").fetchall()])
-            return f"read_parquet({p})", "file", cleanup
-        if any(s in (".json", ".jsonl", ".ndjson") for s in suffixes):
-            return f"read_json_auto({p})", "file", cleanup
-        if any(s in (".duckdb", ".db", ".ddb") for s in suffixes):
-            con.execute(f"ATTACH {p} AS __dp_src (READ_ONLY)")
-            cleanup = lambda: con.execute("DETACH __dp_src")  # noqa: E731
-            tables = [r[0] for r in con.execute(
-                "SELECT table_name FROM duckdb_tables() WHERE database_name = '__dp_src' "
-                "UNION ALL SELECT view_name FROM duckdb_views() WHERE database_name = '__dp_src' "
-                "AND NOT internal").fetchall()]
-            if source_table is None:
-                if len(tables) != 1:
-                    cleanup()
-                    raise ValueError(
-                        f"{path} holds {len(tables)} tables ({', '.join(tables) or 'none'}); name "
-                        f"one with source_table=... (or 'file.duckdb::table' on the command line)"
-                    )
-                source_table = tables[0]
-            if source_table not in tables:
-                cleanup()
-                raise ValueError(
-                    f"{path} has no table {source_table!r}; it has {', '.join(tables) or 'none'}"
-                )
-            return f"__dp_src.{quote_ident(source_table)}", "database", cleanup
-        raise ValueError(
-            f"cannot tell the format of {path} from its name; use .csv, .parquet, .json or a "
-            f".duckdb database"
-        )
-    # in-memory frames: dicts of numpy columns, pandas, polars, pyarrow, DuckDB relations
-    mod = type(source).__module__.split(".")[0]
-    obj = source
-    if isinstance(source, Mapping):
-        import numpy as np
-
-        obj = {}
-        for k, v in source.items():
-            arr = np.asarray(v)
-            if arr.dtype.kind == "M" and np.datetime_data(arr.dtype)[0] in ("D", "W", "M", "Y"):
-                arr = arr.astype("datetime64[us]")  # DuckDB reads s/ms/us/ns resolutions
-            obj[str(k)] = arr
-        lengths = {len(v) for v in obj.values()}
-        if not obj or len(lengths) != 1:
-            raise ValueError(
-                "a dict source needs columns of equal length (got lengths "
-                f"{sorted(lengths)})"
-            )
-    elif mod == "polars":
-        obj = source.to_arrow()
-    elif isinstance(source, duckdb.DuckDBPyRelation):
-        obj = source.arrow()
-    elif mod not in ("pandas", "pyarrow", "numpy"):
-        raise TypeError(
-            f"cannot load a {type(source).__name__}; pass a path (CSV, Parquet, JSON, DuckDB) or "
-            f"a pandas / polars DataFrame or a pyarrow Table"
-        )
-    found: Any = obj if isinstance(obj, Mapping) else (
-        getattr(obj, "columns", None) if hasattr(obj, "columns")
-        else getattr(obj, "column_names", None))
-    names = list(found) if found is not None else []
-    check_case_distinct([str(n) for n in names])
-    con.register("__dp_frame", obj)
-    cleanup = lambda: con.unregister("__dp_frame")  # noqa: E731
-    return "__dp_frame", "frame", cleanup
-
-
-def check_case_distinct(names: Sequence[str]) -> None:
-    """Refuse column names equal but for case: DuckDB's names are case-insensitive, so it
-    would rename one (``x`` -> ``x_1``) and ``x`` in a query or a declaration would then name
-    the other column (bounds attached to the wrong values)."""
-    seen: dict[str, str] = {}
-    for n in names:
-        other = seen.setdefault(n.lower(), n)
-        if other != n:
-            raise ValueError(
-                f"the source has columns {other!r} and {n!r}, which differ only by case; "
-                f"column names are case-insensitive here, so rename one before loading"
-            )
 
 
 def load_table(
@@ -375,7 +151,7 @@ def load_table(
             con.execute("SET enable_progress_bar=true")
             con.execute("SET enable_progress_bar_print=false")
             con.execute("SET progress_bar_time=0")
-        rel_sql, kind, cleanup = _source_sql(con, source, source_table)
+        rel_sql, kind, cleanup = source_sql(con, source, source_table)
         try:
             schema = _SCHEMAS["public" if public else "private"]
             target = f"{schema}.{quote_ident(physical or name)}"
@@ -601,7 +377,7 @@ def _replace_key_tables(con: duckdb.DuckDBPyConnection, name: str, columns: Sequ
     for column, table_name, keys in domains:
         if not mine.fullmatch(table_name):
             raise ValueError(f"internal error: key table name {table_name!r} for {name!r}")
-        _store_domain(con, column=column, type_=types[column], keys=keys,
+        store_domain(con, column=column, type_=types[column], keys=keys,
                       target=f"{ks}.{quote_ident(table_name)}" if store else None,
                       table=table)
 
@@ -632,7 +408,7 @@ class DuckBackend:
             con = duckdb.connect()
             _settings(con)
             try:
-                con.execute(f"ATTACH {_string_literal(str(self.db_path))} AS {_ALIAS} (READ_ONLY)")
+                con.execute(f"ATTACH {string_literal(str(self.db_path))} AS {_ALIAS} (READ_ONLY)")
             except duckdb.Error as exc:
                 con.close()
                 raise RuntimeError(
@@ -688,11 +464,6 @@ class DuckBackend:
                     "schema_name = ?", [_ALIAS, KEYS_SCHEMA]).fetchall()
                 self._keys = frozenset(str(r[0]) for r in rows)
             return self._keys
-
-    def bind(self, text: str) -> None:
-        """Bind and optimise without running (errors here cannot depend on the data)."""
-        with self._lock:
-            self._connect().execute("EXPLAIN " + text)
 
     def shadow(self, relation: str) -> str:
         """An empty table with the columns and types of ``relation``, for dry runs.

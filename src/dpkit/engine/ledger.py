@@ -48,20 +48,37 @@ import contextlib
 import hashlib
 import hmac
 import json
-import math
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from dpkit import events as ev
 from dpkit import noise as _noise
+from dpkit.engine.ledger_rows import (
+    ACCOUNTANTS,
+    COLUMNS,
+    FORMAT,
+    GENESIS_PREV,
+    SCHEMA,
+    Entry,
+    LedgerConfig,
+    LedgerError,
+    LedgerTampered,
+    Spend,
+    canonical_json,
+    finite,
+    head_path,
+    key_path,
+    new_key,
+    now_iso,
+    read_key,
+    row_hash,
+)
 
 __all__ = [
     "ACCOUNTANTS",
@@ -75,193 +92,6 @@ __all__ = [
     "key_path",
     "migrate",
 ]
-
-FORMAT = 2  # 1: plain SHA-256 chain (refused; see migrate); 2: HMAC-SHA256 under the owner key
-GENESIS_PREV = "0" * 64
-ACCOUNTANTS: tuple[str, ...] = ("pure", "approx", "zcdp", "rdp", "pld")
-
-
-class LedgerError(RuntimeError):
-    """The ledger cannot be used (missing, wrong format, locked for too long)."""
-
-
-class LedgerTampered(LedgerError):  # noqa: N818 - reads as a sentence: "ledger tampered"
-    """The hash chain does not verify: a row was changed, inserted or removed after writing."""
-
-    def __init__(self, seq: int, reason: str, path: Path | str) -> None:
-        self.seq = seq
-        self.reason = reason
-        super().__init__(
-            f"ledger {path} fails verification at row {seq}: {reason}. The ledger was modified "
-            f"after it was written; the budget cannot be trusted. Restore the project folder "
-            f"from a backup (or inspect it with sqlite3) before answering more queries."
-        )
-
-
-@dataclass(frozen=True)
-class LedgerConfig:
-    """The project's total budget and the accountant that composes charges."""
-
-    epsilon: float
-    delta: float
-    accountant: str
-    project_id: str = ""
-    neighboring: str = "add_remove"
-    orders: tuple[float, ...] | None = None
-    noise_seed: int | None = None  # set only for an INSECURE test project (seeded noise)
-
-    def budget_dict(self, epsilon: float | None = None) -> dict[str, Any]:
-        """The :meth:`dpkit.accounting.Budget.from_dict` form, without charges."""
-        return {
-            "version": 1,
-            "epsilon": self.epsilon if epsilon is None else epsilon,
-            "delta": self.delta,
-            "accountant": self.accountant,
-            "neighboring": self.neighboring,
-            "orders": list(self.orders) if self.orders is not None else None,
-            "charges": [],
-        }
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One ledger row, as stored (``event`` parsed; ``view`` and ``payload`` decoded)."""
-
-    seq: int
-    kind: str
-    analyst: str
-    time: str
-    query: str
-    event: ev.Event
-    view: dict[str, Any]
-    payload: dict[str, Any]
-    prev_hash: str
-    hash: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "kind": self.kind,
-            "analyst": self.analyst,
-            "time": self.time,
-            "query": self.query,
-            "event": self.event.to_dict(),
-            "view": self.view,
-            "payload": self.payload,
-            "prev_hash": self.prev_hash,
-            "hash": self.hash,
-        }
-
-
-@dataclass(frozen=True)
-class Spend:
-    """Spent and remaining privacy for the project or one analyst (accountant's view)."""
-
-    epsilon: float  # the total epsilon budget
-    delta: float
-    spent: float  # epsilon spent under the accountant
-    remaining: float  # epsilon remaining
-    delta_spent: float
-    delta_remaining: float
-    charges: int
-    accountant: str
-    analyst: str | None = None
-    rho_spent: float | None = None
-    rho_remaining: float | None = None
-
-
-def _finite(x: float) -> float:
-    x = float(x)
-    if not math.isfinite(x):
-        raise ValueError(f"refusing to record a non-finite cost ({x!r})")
-    return x
-
-
-def canonical_json(obj: Any) -> str:
-    """Deterministic JSON: sorted keys, no spaces, floats by repr; NaN/inf refused."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      allow_nan=False)
-
-
-def row_hash(prev_hash: str, fields: dict[str, Any], key: bytes | None = None) -> str:
-    """``HMAC-SHA256(key, prev_hash || canonical_json(fields))`` as hex (format 2), or the
-    plain ``sha256`` of the same bytes when ``key`` is None (format 1, read by migrate only)."""
-    data = prev_hash.encode("ascii") + canonical_json(fields).encode("utf-8")
-    if key is None:
-        return hashlib.sha256(data).hexdigest()
-    return hmac.new(key, data, hashlib.sha256).hexdigest()
-
-
-def key_path(ledger: Path | str) -> Path:
-    """The owner key file of a ledger: ``ledger.sqlite`` -> ``ledger.key``."""
-    p = Path(ledger)
-    return p.with_name(p.stem + ".key")
-
-
-def head_path(ledger: Path | str) -> Path:
-    """The authenticated-head file of a ledger: ``ledger.sqlite`` -> ``ledger.head``."""
-    p = Path(ledger)
-    return p.with_name(p.stem + ".head")
-
-
-def _new_key(path: Path) -> bytes:
-    """Write a fresh 256-bit key to ``path`` with mode 0600 (refuses to overwrite one)."""
-    key = _noise.token_bytes(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(key.hex() + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    return key
-
-
-def _read_key(path: Path) -> bytes:
-    try:
-        text = path.read_text().strip()
-    except FileNotFoundError:
-        raise LedgerError(
-            f"the owner key {path} is missing: without it the ledger cannot be verified or "
-            f"written. Restore it from the owner's backup (it was created with the project)"
-        ) from None
-    except PermissionError:
-        raise PermissionError(
-            f"cannot read the owner key {path}: opening this project needs read access to its "
-            f"files (the owner's), or the (future) HTTP service with an analyst token"
-        ) from None
-    try:
-        key = bytes.fromhex(text)
-    except ValueError:
-        key = b""
-    if len(key) != 32:
-        raise LedgerError(f"the owner key {path} is malformed (expected 64 hex digits)")
-    return key
-
-
-_COLUMNS = ("seq", "kind", "analyst", "time", "query", "event", "view", "payload")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS ledger (
-    seq       INTEGER PRIMARY KEY,
-    kind      TEXT NOT NULL,
-    analyst   TEXT NOT NULL,
-    time      TEXT NOT NULL,
-    query     TEXT NOT NULL,
-    event     TEXT NOT NULL,
-    view      TEXT NOT NULL,
-    payload   TEXT NOT NULL,
-    prev_hash TEXT NOT NULL,
-    hash      TEXT NOT NULL
-);
-CREATE TRIGGER IF NOT EXISTS ledger_no_update BEFORE UPDATE ON ledger
-BEGIN SELECT RAISE(ABORT, 'the dpkit ledger is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS ledger_no_delete BEFORE DELETE ON ledger
-BEGIN SELECT RAISE(ABORT, 'the dpkit ledger is append-only'); END;
-"""
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")
-
 
 class Ledger:
     """A project's ledger file. Open with :meth:`create` or :meth:`open`; both verify the chain.
@@ -327,9 +157,9 @@ class Ledger:
         if noise_seed is not None and (isinstance(noise_seed, bool)
                                        or not isinstance(noise_seed, int)):
             raise TypeError(f"noise_seed must be an int or None (got {noise_seed!r})")
-        key = _new_key(key_path(path))
+        key = new_key(key_path(path))
         conn = cls._connect(path)
-        conn.executescript(_SCHEMA)
+        conn.executescript(SCHEMA)
         led = cls(path, conn, key)
         payload = {
             "format": FORMAT,
@@ -364,7 +194,7 @@ class Ledger:
             raise LedgerError(f"{path} is not a dpkit ledger (no 'ledger' table)")
         try:
             _refuse_old_format(conn, path)
-            led = cls(path, conn, _read_key(key_path(path)))
+            led = cls(path, conn, read_key(key_path(path)))
             with led._lock:
                 stored = led._stored_head()  # before the rows: see _check_stored_head
                 led._sync()
@@ -532,7 +362,7 @@ class Ledger:
             if prev_hash != prev:
                 raise LedgerTampered(seq, "its prev_hash does not match the previous row's hash",
                                      self.path)
-            fields = dict(zip(_COLUMNS, (seq, kind, analyst, when, query, event_text, view,
+            fields = dict(zip(COLUMNS, (seq, kind, analyst, when, query, event_text, view,
                                          payload), strict=True))
             if not hmac.compare_digest(row_hash(prev_hash, fields, self._key), digest):
                 raise LedgerTampered(seq, "its content does not match its hash", self.path)
@@ -761,7 +591,7 @@ class Ledger:
                 event: ev.Event, view: dict[str, Any], payload: dict[str, Any]) -> Entry:
         prev = self._entries[-1].hash if self._entries else GENESIS_PREV
         seq = (self._entries[-1].seq if self._entries else 0) + 1
-        now = _now()
+        now = now_iso()
         fields = {
             "seq": seq,
             "kind": kind,
@@ -776,7 +606,7 @@ class Ledger:
         cur.execute(
             "INSERT INTO ledger (seq, kind, analyst, time, query, event, view, payload, "
             "prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (*[fields[c] for c in _COLUMNS], prev, digest),
+            (*[fields[c] for c in COLUMNS], prev, digest),
         )
         entry = Entry(seq, kind, analyst, now, query, event, view, payload, prev, digest)
         self._entries.append(entry)
@@ -816,11 +646,11 @@ class Ledger:
             view: dict[str, Any] = {
                 "accountant": self.config.accountant,
                 "delta_share": delta_share if self.config.accountant == "approx" else None,
-                "epsilon_cost": _finite(cost.epsilon),
-                "delta_cost": _finite(cost.delta),
-                "rho_cost": None if cost.rho is None else _finite(cost.rho),
-                "epsilon_spent": _finite(spent.epsilon),
-                "delta_spent": _finite(spent.delta),
+                "epsilon_cost": finite(cost.epsilon),
+                "delta_cost": finite(cost.delta),
+                "rho_cost": None if cost.rho is None else finite(cost.rho),
+                "epsilon_spent": finite(spent.epsilon),
+                "delta_spent": finite(spent.delta),
                 "epsilon_budget": self.config.epsilon,
             }
             if details:
@@ -908,7 +738,7 @@ def migrate(path: Path | str) -> Path:
         raise LedgerError(f"{path} is not a format-1 ledger; nothing to migrate")
     prev = GENESIS_PREV
     for r in rows:
-        fields = dict(zip(_COLUMNS, r[:8], strict=True))
+        fields = dict(zip(COLUMNS, r[:8], strict=True))
         if r[8] != prev or row_hash(prev, fields) != r[9]:
             raise LedgerTampered(int(r[0]), "the unkeyed chain does not verify; refusing to "
                                  "migrate (and so to bless) a modified history", path)
@@ -917,9 +747,9 @@ def migrate(path: Path | str) -> Path:
     with contextlib.suppress(FileNotFoundError):
         new_path.unlink()
     # a key left by an interrupted migration is reused (nothing was signed with it yet)
-    key = _read_key(key_path(path)) if key_path(path).exists() else _new_key(key_path(path))
+    key = read_key(key_path(path)) if key_path(path).exists() else new_key(key_path(path))
     conn = Ledger._connect(new_path)
-    conn.executescript(_SCHEMA)
+    conn.executescript(SCHEMA)
     led = Ledger(new_path, conn, key)
     with led._write() as cur:
         for r in rows:
@@ -927,12 +757,12 @@ def migrate(path: Path | str) -> Path:
             if r[0] == 1:
                 payload = {**payload, "format": FORMAT, "migrated_from": {"seq": len(rows),
                                                                           "hash": prev}}
-            fields = dict(zip(_COLUMNS, (*r[:7], canonical_json(payload)), strict=True))
+            fields = dict(zip(COLUMNS, (*r[:7], canonical_json(payload)), strict=True))
             row_prev = led._entries[-1].hash if led._entries else GENESIS_PREV
             digest = row_hash(row_prev, fields, key)
             cur.execute("INSERT INTO ledger (seq, kind, analyst, time, query, event, view, "
                         "payload, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (*[fields[c] for c in _COLUMNS], row_prev, digest))
+                        (*[fields[c] for c in COLUMNS], row_prev, digest))
             led._entries.append(Entry(int(r[0]), r[1], r[2], r[3], r[4], ev.from_json(r[5]),
                                       json.loads(r[6]), payload, row_prev, digest))
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 import sqlglot
 from sqlglot import exp
 
+from dpkit.engine.scope import Scope, col_ref, from_clause
 from dpkit.engine.spec import (
     AVG,
     COUNT,
@@ -56,7 +57,7 @@ from dpkit.engine.spec import (
     QuerySpec,
     where_sql,
 )
-from dpkit.engine.tables import TableMeta
+from dpkit.engine.tables import TableMeta, type_class
 from dpkit.engine.totality import is_total
 
 # the spec's names stay reachable as dsql.X for the planner and the tests
@@ -75,17 +76,17 @@ _PRED = (exp.Is, exp.In, exp.Between, exp.Like, exp.ILike, exp.RegexpLike, exp.G
 _ARITH = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Neg)
 _ATOMS = (exp.Literal, exp.Boolean, exp.Null, exp.Tuple, exp.DataType, exp.Interval, exp.Var,
           exp.Identifier, exp.Column)
-_SAFE_FUNCS: tuple[type[exp.Expression], ...] = (
+# the functions a row condition may use; whether a condition can fail on a row is decided by
+# the totality proof (engine/totality.py), not by this list
+_SCALAR_FUNCS: tuple[type[exp.Expression], ...] = (
     exp.Lower, exp.Upper, exp.Length, exp.Trim, exp.Coalesce, exp.IsNan, exp.IsInf, exp.TryCast,
     exp.Case, exp.If, exp.StartsWith, exp.Abs, exp.Year, exp.Month, exp.Day, exp.Nullif,
-    exp.Greatest, exp.Least, exp.Sign,
-)
-_RISKY_FUNCS: tuple[type[exp.Expression], ...] = (
-    exp.Cast, exp.Substring, exp.Concat, exp.DPipe, exp.StrPosition, exp.Round, exp.Floor,
-    exp.Ceil, exp.Sqrt, exp.Ln, exp.Log, exp.Pow, exp.Exp, exp.Extract, exp.TimestampTrunc,
-    exp.DateTrunc, exp.DayOfWeek, exp.DayOfYear, exp.DayOfMonth, exp.Quarter, exp.Week,
-    exp.Left, exp.Right, exp.Hour, exp.Minute, exp.Second, exp.DateAdd, exp.DateSub,
-    exp.DateDiff, exp.CurrentDate, exp.Date, exp.Replace, exp.Contains, exp.Reverse,
+    exp.Greatest, exp.Least, exp.Sign, exp.Cast, exp.Substring, exp.Concat, exp.DPipe,
+    exp.StrPosition, exp.Round, exp.Floor, exp.Ceil, exp.Sqrt, exp.Ln, exp.Log, exp.Pow, exp.Exp,
+    exp.Extract, exp.TimestampTrunc, exp.DateTrunc, exp.DayOfWeek, exp.DayOfYear,
+    exp.DayOfMonth, exp.Quarter, exp.Week, exp.Left, exp.Right, exp.Hour, exp.Minute,
+    exp.Second, exp.DateAdd, exp.DateSub, exp.DateDiff, exp.CurrentDate, exp.Date, exp.Replace,
+    exp.Contains, exp.Reverse,
 )
 _ANON_ALLOWED = {
     "isfinite", "ends_with", "suffix", "prefix", "contains", "strlen", "date_part", "datepart",
@@ -95,91 +96,9 @@ _ANON_ALLOWED = {
 
 
 def _allowed_function_list() -> str:
-    names = sorted({c.__name__.upper() for c in _SAFE_FUNCS + _RISKY_FUNCS} | {
+    names = sorted({c.__name__.upper() for c in _SCALAR_FUNCS} | {
         n.upper() for n in _ANON_ALLOWED})
     return ", ".join(names)
-
-
-# --------------------------------------------------------------------------- scope
-
-
-class _Scope:
-    """The tables of one query: the private table (alias ``__t``) and public joins."""
-
-    def __init__(self) -> None:
-        self.tables: dict[str, TableMeta] = {}  # internal alias -> meta
-        self.user_alias: dict[str, str] = {}  # user alias or table name (lower) -> internal
-
-    def add(self, internal: str, meta: TableMeta, user_names: list[str]) -> None:
-        self.tables[internal] = meta
-        # a table aliased by its own name (FROM t AS t) is one name, not two
-        for n in dict.fromkeys(x.lower() for x in user_names if x):
-            if n:
-                if n.lower() in self.user_alias:
-                    raise QueryError(f"table alias {n!r} is used twice; give each table its own")
-                self.user_alias[n.lower()] = internal
-
-    def resolve(self, col: exp.Column) -> tuple[str, str, str]:
-        """(internal alias, column name, column type); errors name the tables searched."""
-        if col.args.get("catalog") or col.args.get("db"):
-            raise QueryError(f"write columns as table.column or column (got {col.sql()})")
-        name = col.name
-        qual = col.table
-        if qual:
-            internal = self.user_alias.get(qual.lower())
-            if internal is None:
-                raise QueryError(
-                    f"unknown table or alias {qual!r} in {col.sql()}; the query uses "
-                    f"{', '.join(sorted(self.user_alias))}"
-                )
-            try:
-                c = self.tables[internal].column(name)
-            except ValueError as exc:
-                raise QueryError(str(exc)) from None
-            return internal, c.name, c.type
-        hits = []
-        for internal, meta in self.tables.items():
-            try:
-                found = meta.find(name)
-            except ValueError as exc:
-                raise QueryError(str(exc)) from None
-            if found is not None:
-                hits.append((internal, found.name, found.type))
-        if not hits:
-            if len(self.tables) == 1:
-                (meta,) = self.tables.values()
-                try:
-                    meta.column(name)  # raises with suggestions
-                except ValueError as exc:
-                    raise QueryError(str(exc)) from None
-            raise QueryError(
-                f"no table in this query has a column {name!r} (tables: "
-                f"{', '.join(m.name for m in self.tables.values())})"
-            )
-        if len(hits) > 1:
-            raise QueryError(
-                f"column {name!r} exists in several joined tables; qualify it, e.g. "
-                f"{self._user_name(hits[0][0])}.{name}"
-            )
-        return hits[0]
-
-    def _user_name(self, internal: str) -> str:
-        for k, v in self.user_alias.items():
-            if v == internal:
-                return k
-        return internal
-
-
-def _col_ref(internal: str, column: str) -> exp.Column:
-    return exp.Column(this=exp.to_identifier(column, quoted=True),
-                      table=exp.to_identifier(internal, quoted=True))
-
-
-def _type_kind(type_: str) -> str:
-    from dpkit.engine.tables import type_class
-
-    c = type_class(type_)
-    return {"int": "num", "float": "num", "decimal": "num"}.get(c, c)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -248,32 +167,9 @@ def parse_query(
                 "subqueries are not allowed (they can reveal rows); write the condition directly "
                 "in WHERE, or run two queries"
             )
-    scope, private, joins = _from_clause(stmt, catalog)
+    scope, private, joins = from_clause(stmt, catalog)
     group_by = _group_by(stmt, scope, private)
     return _select(text, stmt, scope, private, joins, group_by)
-
-
-def _table_name(node: exp.Expression, catalog: Mapping[str, TableMeta]) -> tuple[TableMeta, str]:
-    if not isinstance(node, exp.Table) or not isinstance(node.this, exp.Identifier):
-        raise QueryError(
-            "FROM must name a registered table (table functions such as read_csv(...) and "
-            "subqueries are not allowed); the data owner registers files with add_table"
-        )
-    if node.args.get("db") or node.args.get("catalog"):
-        raise QueryError(f"write the table name without a schema (got {node.sql()})")
-    if node.args.get("sample"):
-        raise QueryError("sampling (TABLESAMPLE) is not allowed; ask for the whole-table aggregate")
-    name = node.name
-    meta = catalog.get(name)
-    if meta is None:
-        folded = [m for k, m in catalog.items() if k.lower() == name.lower()]
-        if len(folded) == 1:
-            meta = folded[0]
-    if meta is None:
-        known = ", ".join(sorted(catalog)) or "(none yet: the data owner adds them with add_table)"
-        raise QueryError(f"unknown table {name!r}; registered tables: {known}")
-    alias = node.alias
-    return meta, alias
 
 
 def _check_key_readable(col: str, type_: str) -> None:
@@ -302,132 +198,7 @@ def _check_key_readable(col: str, type_: str) -> None:
         )
 
 
-_JOIN_NUMERIC = frozenset({"int", "float", "decimal"})
-
-
-def _check_join_types(meta: TableMeta, col: str, jmeta: TableMeta, jcol: str) -> None:
-    """Refuse join keys that DuckDB could only compare by casting values that may fail.
-
-    Comparing, say, a VARCHAR private column with an INTEGER public one casts every private
-    value while rows are read; one value like ``'x'`` then raises, and whether the query fails
-    would depend on the private data (``WHERE unit = 'carol'`` asks about one person, for free).
-    Only keys of the same type class (any numeric types together) are joined; the check reads
-    the declarations only.
-    """
-    from dpkit.engine.tables import type_class
-
-    t1, t2 = meta.column(col).type, jmeta.column(jcol).type
-    c1, c2 = type_class(t1), type_class(t2)
-    b1, b2 = (t.upper().split("(")[0].strip() for t in (t1, t2))
-    if c1 in _JOIN_NUMERIC and c2 in _JOIN_NUMERIC:
-        # integers and floats compare by widening; a DECIMAL against an integer or another
-        # DECIMAL is cast to a common DECIMAL(<=38) that a large value can overflow (BIGINT
-        # vs DECIMAL(38,20) fails on 10^18), so only identical DECIMAL types are joined
-        same = "decimal" not in (c1, c2) or "float" in (c1, c2) or (
-            c1 == c2 and t1.upper().replace(" ", "") == t2.upper().replace(" ", ""))
-    elif c1 == c2 == "string":
-        same = (b1 == "UUID") == (b2 == "UUID")  # VARCHAR -> UUID parses (and can fail)
-    else:
-        same = t1.upper() == t2.upper()  # e.g. DATE vs TIME fails per row; TIMESTAMP vs TZ
-    if not same:
-        raise QueryError(
-            f"join keys {meta.name}.{col} ({t1}) and {jmeta.name}.{jcol} ({t2}) have different "
-            f"types; comparing them would cast the private values, which can fail on some rows. "
-            f"Give the public table's {jcol!r} the type {t1} (or the private column the public "
-            f"one's type) when loading it"
-        )
-
-
-def _from_clause(
-    stmt: exp.Select, catalog: Mapping[str, TableMeta]
-) -> tuple[_Scope, TableMeta, list[JoinSpec]]:
-    frm = stmt.args.get("from_") or stmt.args.get("from")
-    if frm is None:
-        raise QueryError("the query has no FROM clause; write SELECT ... FROM <table>")
-    if frm.expressions:
-        raise QueryError("list one table in FROM and JOIN public tables explicitly")
-    meta, alias = _table_name(frm.this, catalog)
-    if meta.public:
-        raise QueryError(
-            f"table {meta.name!r} is public (it holds no private data); the curator answers "
-            f"queries over a private table — put the private table first in FROM"
-        )
-    scope = _Scope()
-    scope.add(PRIVATE_ALIAS, meta, [alias, meta.name] if alias else [meta.name])
-    joins: list[JoinSpec] = []
-    for i, join in enumerate(stmt.args.get("joins") or []):
-        jmeta, jalias = _table_name(join.this, catalog)
-        method = str(join.args.get("method") or "").upper()
-        extra = sorted(k.upper() for k, v in join.args.items()
-                       if v and k not in ("this", "on", "side", "kind", "method", "using",
-                                          "pivots"))
-        if method or extra:
-            raise QueryError(
-                f"{method or ' '.join(extra)} JOIN is not supported (it would not join on "
-                f"equal keys); write INNER JOIN or LEFT JOIN {jmeta.name} ON a.col = b.col"
-            )
-        if not jmeta.public:
-            raise QueryError(
-                f"joins between private tables ({meta.name!r} and {jmeta.name!r}) are refused: "
-                f"a person's rows in both could not be bounded together. Join a public lookup "
-                f"table instead, or ask the data owner to register one combined table with a "
-                f"single privacy unit"
-            )
-        side = (join.args.get("side") or "").lower()
-        kind = (join.args.get("kind") or "").lower()
-        if side == "left" and kind in ("", "outer"):
-            jkind = "left"
-        elif side == "" and kind in ("", "inner"):
-            jkind = "inner"
-        else:
-            raise QueryError(
-                f"only INNER and LEFT joins with a public table are supported (got "
-                f"{(side + ' ' + kind).strip().upper()} JOIN)"
-            )
-        if join.args.get("using"):
-            raise QueryError(
-                "write the join condition with ON a.col = b.col (USING is not supported)"
-            )
-        internal = f"__p{i}"
-        if jalias and jmeta.name.lower() in scope.user_alias:
-            # the same public table again under another alias: only the aliases name it
-            scope.add(internal, jmeta, [jalias])
-        else:
-            if not jalias and jmeta.name.lower() in scope.user_alias:
-                raise QueryError(
-                    f"table {jmeta.name!r} appears twice in FROM/JOIN; give each occurrence "
-                    f"its own alias (JOIN {jmeta.name} AS a ... JOIN {jmeta.name} AS b)"
-                )
-            scope.add(internal, jmeta, [jalias, jmeta.name] if jalias else [jmeta.name])
-        on = join.args.get("on")
-        if on is None:
-            raise QueryError(f"JOIN {jmeta.name} needs an ON condition (a.col = b.col)")
-        pairs: list[tuple[str, str]] = []
-        conds = list(on.flatten()) if isinstance(on, exp.And) else [on]
-        for cond in conds:
-            cond = cond.unnest()
-            if not (isinstance(cond, exp.EQ) and isinstance(cond.this, exp.Column)
-                    and isinstance(cond.expression, exp.Column)):
-                raise QueryError(
-                    f"join conditions must be equalities of columns joined by AND, e.g. "
-                    f"v.ward = w.ward (got {cond.sql(dialect='duckdb')})"
-                )
-            a = scope.resolve(cond.this)
-            b = scope.resolve(cond.expression)
-            if a[0] == internal and b[0] == PRIVATE_ALIAS:
-                a, b = b, a
-            if a[0] != PRIVATE_ALIAS or b[0] != internal:
-                raise QueryError(
-                    f"each join condition must compare a column of the private table with a "
-                    f"column of {jmeta.name!r} (got {cond.sql(dialect='duckdb')})"
-                )
-            _check_join_types(meta, a[1], jmeta, b[1])
-            pairs.append((a[1], b[1]))
-        joins.append(JoinSpec(table=jmeta.name, alias=internal, kind=jkind, on=tuple(pairs)))
-    return scope, meta, joins
-
-
-def _is_column(scope: _Scope, col: exp.Column) -> bool:
+def _is_column(scope: Scope, col: exp.Column) -> bool:
     """Whether an unqualified name is a column of some table in the query."""
     for meta in scope.tables.values():
         try:
@@ -438,7 +209,7 @@ def _is_column(scope: _Scope, col: exp.Column) -> bool:
     return False
 
 
-def _group_by(stmt: exp.Select, scope: _Scope, private: TableMeta) -> list[GroupKey]:
+def _group_by(stmt: exp.Select, scope: Scope, private: TableMeta) -> list[GroupKey]:
     group = stmt.args.get("group")
     if group is None:
         return []
@@ -478,7 +249,7 @@ def _group_by(stmt: exp.Select, scope: _Scope, private: TableMeta) -> list[Group
     return keys
 
 
-def _agg_from(node: exp.Expression, scope: _Scope, private: TableMeta) -> AggCall | None:
+def _agg_from(node: exp.Expression, scope: Scope, private: TableMeta) -> AggCall | None:
     """An AggCall for an aggregate node, or None if ``node`` is not an aggregate."""
     def column_arg(arg: exp.Expression | None, fname: str) -> tuple[str, str, str]:
         if isinstance(arg, exp.Distinct):
@@ -598,8 +369,6 @@ def _quantile_value(node: exp.Expression | None, fname: str) -> float:
 
 def _numeric_agg(func: str, internal: str, col: str, type_: str, q: float | None,
                  private: TableMeta) -> AggCall:
-    from dpkit.engine.tables import type_class
-
     if internal != PRIVATE_ALIAS:
         raise QueryError(
             f"{func.upper()}({col}): aggregates must use columns of the private table "
@@ -628,7 +397,7 @@ def _qname(q: float | None) -> str:
 
 
 def _check_scalar(
-    node: exp.Expression, scope: _Scope, where: str, columns_used: set[tuple[str, str]]
+    node: exp.Expression, scope: Scope, where: str, columns_used: set[tuple[str, str]]
 ) -> tuple[exp.Expression, bool]:
     """Validate a row-level condition; return it with columns resolved and casts of stored
     values made non-raising (TRY_CAST), plus whether it must run under TRY (not proved total
@@ -645,12 +414,12 @@ def _check_scalar(
         if isinstance(n, exp.Column):
             internal, col, _ = scope.resolve(n)
             columns_used.add((internal, col))
-            return _col_ref(internal, col)
+            return col_ref(internal, col)
         if isinstance(n, exp.Cast) and not isinstance(n, exp.TryCast):
             if isinstance(n.this, exp.Literal | exp.Null):
                 return n  # a constant conversion: checked when the statement is dry-run
             return exp.TryCast(this=n.this, to=n.args["to"])
-        if isinstance(n, _LOGIC + _COMPARE + _PRED + _ATOMS + _SAFE_FUNCS + _ARITH + _RISKY_FUNCS):
+        if isinstance(n, _LOGIC + _COMPARE + _PRED + _ATOMS + _SCALAR_FUNCS + _ARITH):
             if isinstance(n, exp.In) and n.args.get("query"):
                 raise QueryError("IN (SELECT ...) is not allowed; list the values: IN ('a', 'b')")
             return n
@@ -670,7 +439,7 @@ def _check_scalar(
     return out, not is_total(node, lambda c: scope.resolve(c)[2])
 
 
-def _select(text: str, stmt: exp.Select, scope: _Scope, private: TableMeta,
+def _select(text: str, stmt: exp.Select, scope: Scope, private: TableMeta,
             joins: list[JoinSpec], group_by: list[GroupKey]) -> QuerySpec:
     columns_used: set[tuple[str, str]] = set()
     aggs: list[AggCall] = []
@@ -725,7 +494,7 @@ def _select(text: str, stmt: exp.Select, scope: _Scope, private: TableMeta,
             if isinstance(n, _LOGIC + _COMPARE + _ARITH + _ATOMS + (exp.Is, exp.In,
                                                                     exp.Between)):
                 return n
-            if isinstance(n, _SAFE_FUNCS + _RISKY_FUNCS):
+            if isinstance(n, _SCALAR_FUNCS):
                 return n
             if isinstance(n, exp.Anonymous) and n.name.lower() in _ANON_ALLOWED:
                 return n

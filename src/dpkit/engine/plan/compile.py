@@ -36,7 +36,7 @@ from dpkit.engine.tables import quote_ident, type_class
 # engine_domains_bench.py --literal, 1M rows, record level): at 10 keys both paths take the
 # same time (25 vs 26 ms), at 1000 keys the literals take 57 ms against 17 ms: always the table.
 DOMAIN_TABLE_MIN_KEYS = 0
-KEY_COL = '"k"'  # the key column of a hidden key table (backend_duckdb._KEY_COLUMN)
+KEY_COL = '"k"'  # the key column of a hidden key table (duckdb_sources.KEY_COLUMN)
 
 
 def literal_sql(value: Any, type_: str) -> str:

@@ -1,0 +1,231 @@
+"""Reading a source into DuckDB: files, frames and relations, and declared domains as keys.
+
+:func:`source_sql` turns what the owner passes to ``add_table`` (a CSV / Parquet / JSON / DuckDB
+path, a pandas or polars frame, a pyarrow table, a dict of numpy columns, a DuckDB relation)
+into a relation DuckDB can read, refusing column names equal but for case; :func:`store_domain`
+casts a declared domain to its column's type and checks it (keys that cannot be read as the
+type, or that coincide in it, are refused). Both run only while a table is loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from dpkit.engine.tables import quote_ident
+
+__all__ = ["KEY_COLUMN", "check_case_distinct", "key_parts", "source_sql", "store_domain",
+           "string_literal"]
+
+KEY_COLUMN = "k"  # the one column of a hidden key table (a declared domain)
+
+
+def string_literal(text: str) -> str:
+    """``text`` as a SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def key_parts(keys: Sequence[Any]) -> list[tuple[Any, str]]:
+    """The keys as Arrow columns, one per kind, each read the way its SQL literal would be.
+
+    ``plan.literal_sql`` writes a key as ``CAST(<literal> AS <type>)``: a bool as TRUE/FALSE,
+    an int as an integer literal, a float as its ``repr``, anything else as a string. Here the
+    same values are cast from BOOLEAN, BIGINT (ints beyond int64: their decimal text) and
+    VARCHAR (strings; floats as their ``repr``, which DuckDB reads correctly rounded), so
+    every key gets the value the literal would give.
+    """
+    import pyarrow as pa
+
+    if all(type(v) is str for v in keys):
+        return [(pa.table({"v": pa.array(keys, pa.string())}), "text")]
+    if all(type(v) is int for v in keys):
+        try:
+            return [(pa.table({"v": pa.array(keys, pa.int64())}), "int")]
+        except (OverflowError, pa.ArrowInvalid):
+            pass
+    bools: list[bool] = []
+    ints: list[int] = []
+    texts: list[str] = []
+    for v in keys:
+        if isinstance(v, bool):
+            bools.append(v)
+        elif isinstance(v, int) and -(2**63) <= v < 2**63:
+            ints.append(v)
+        elif isinstance(v, float):
+            texts.append(repr(v))
+        else:
+            texts.append(str(v))
+    parts: list[tuple[Any, str]] = []
+    if bools:
+        parts.append((pa.table({"v": pa.array(bools, pa.bool_())}), "bool"))
+    if ints:
+        parts.append((pa.table({"v": pa.array(ints, pa.int64())}), "int"))
+    if texts:
+        parts.append((pa.table({"v": pa.array(texts, pa.string())}), "text"))
+    return parts
+
+
+def store_domain(con: duckdb.DuckDBPyConnection, *, column: str, type_: str,
+                  keys: Sequence[Any], target: str | None, table: str | None = None) -> None:
+    """Cast ``keys`` to the column's type (``type_``) and check them; store them as ``target``.
+
+    Refuses (ValueError) a key that cannot be read as the column's type and keys that become
+    equal in it (``1.0`` and ``1`` in an INTEGER column): such a key would be measured twice.
+    ``target=None`` (views) only checks. ``table`` (the loaded relation): the keys are also
+    compared with the column's own equality, which its type name does not show (a VARCHAR
+    ``COLLATE NOCASE`` column makes 'a' and 'A' one group, joined to both keys).
+    """
+    parts = key_parts(keys)
+    names = [f"__dp_keys{j}" for j in range(len(parts))]
+    for nm, (tbl, _) in zip(names, parts, strict=True):
+        con.register(nm, tbl)
+    try:
+        sel = " UNION ALL ".join(
+            f"SELECT CAST(v AS {type_}) AS {KEY_COLUMN} FROM {nm}" for nm in names)
+        try:
+            if target is not None:
+                con.execute(f"CREATE TABLE {target} AS {sel}")
+                src = target
+            else:
+                con.execute(f"CREATE TEMP TABLE __dp_keycheck AS {sel}")
+                src = "__dp_keycheck"
+        except duckdb.ConversionException as exc:
+            raise ValueError(
+                f"domain of {column!r} ({type_}): a key cannot be read as {type_} "
+                f"({str(exc).splitlines()[0]}); list values of the column's type"
+            ) from None
+        try:
+            dup = con.execute(
+                f"SELECT {KEY_COLUMN}, COUNT(*) FROM {src} GROUP BY {KEY_COLUMN} "
+                f"HAVING COUNT(*) > 1 ORDER BY {KEY_COLUMN} LIMIT 3").fetchall()
+            if not dup and table is not None and type_.upper() == "VARCHAR":
+                # a UNION with the (empty) column takes the column's collation
+                col = quote_ident(column)
+                dup = con.execute(
+                    f"SELECT MIN(v), COUNT(*) FROM (SELECT {col} AS v FROM {table} WHERE FALSE "
+                    f"UNION ALL SELECT {KEY_COLUMN} FROM {src}) GROUP BY v "
+                    f"HAVING COUNT(*) > 1 LIMIT 3").fetchall()
+            nulls = con.execute(
+                f"SELECT COUNT(*) FROM {src} WHERE {KEY_COLUMN} IS NULL").fetchall()[0][0]
+        finally:
+            if target is None:
+                con.execute("DROP TABLE __dp_keycheck")
+        if nulls:
+            raise ValueError(f"domain of {column!r} ({type_}) has keys that are NULL as "
+                             f"{type_}; list only real values")
+        if dup:
+            shown = ", ".join(f"{k!r} ({n} times)" for k, n in dup)
+            raise ValueError(
+                f"domain of {column!r} ({type_}) lists keys that are equal as {type_}: "
+                f"{shown}; list each key once (each key's group is measured once)"
+            )
+    finally:
+        for nm in names:
+            with contextlib.suppress(duckdb.Error):
+                con.unregister(nm)
+
+
+def source_sql(con: duckdb.DuckDBPyConnection, source: Any,
+                source_table: str | None) -> tuple[str, str, Callable[[], object]]:
+    """SQL for a relation over ``source``, its storage kind hint, and a cleanup callback
+    (its return value, e.g. the connection from ``con.execute``, is ignored)."""
+    cleanup: Callable[[], object] = lambda: None  # noqa: E731
+    if isinstance(source, (str, Path)):
+        text = str(source)
+        if "::" in text and not Path(text).exists():
+            text, source_table = text.rsplit("::", 1)
+        path = Path(text).expanduser()
+        if not path.exists():
+            raise FileNotFoundError(f"source file {path} does not exist")
+        p = string_literal(str(path.resolve()))
+        suffixes = [s.lower() for s in path.suffixes]
+        if any(s in (".csv", ".tsv", ".txt") for s in suffixes):
+            header = con.execute(f"SELECT * FROM read_csv_auto({p}, header=false, "
+                                 f"all_varchar=true) LIMIT 1").fetchall()
+            check_case_distinct([str(v) for v in header[0]] if header else [])
+            return f"read_csv_auto({p})", "file", cleanup
+        if any(s in (".parquet", ".pq") for s in suffixes):
+            check_case_distinct([str(r[0]) for r in con.execute(
+                f"SELECT name FROM parquet_schema({p}) WHERE num_children IS NULL OR "
+                f"num_children = 0").fetchall()])
+            return f"read_parquet({p})", "file", cleanup
+        if any(s in (".json", ".jsonl", ".ndjson") for s in suffixes):
+            return f"read_json_auto({p})", "file", cleanup
+        if any(s in (".duckdb", ".db", ".ddb") for s in suffixes):
+            con.execute(f"ATTACH {p} AS __dp_src (READ_ONLY)")
+            cleanup = lambda: con.execute("DETACH __dp_src")  # noqa: E731
+            tables = [r[0] for r in con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = '__dp_src' "
+                "UNION ALL SELECT view_name FROM duckdb_views() WHERE database_name = '__dp_src' "
+                "AND NOT internal").fetchall()]
+            if source_table is None:
+                if len(tables) != 1:
+                    cleanup()
+                    raise ValueError(
+                        f"{path} holds {len(tables)} tables ({', '.join(tables) or 'none'}); name "
+                        f"one with source_table=... (or 'file.duckdb::table' on the command line)"
+                    )
+                source_table = tables[0]
+            if source_table not in tables:
+                cleanup()
+                raise ValueError(
+                    f"{path} has no table {source_table!r}; it has {', '.join(tables) or 'none'}"
+                )
+            return f"__dp_src.{quote_ident(source_table)}", "database", cleanup
+        raise ValueError(
+            f"cannot tell the format of {path} from its name; use .csv, .parquet, .json or a "
+            f".duckdb database"
+        )
+    # in-memory frames: dicts of numpy columns, pandas, polars, pyarrow, DuckDB relations
+    mod = type(source).__module__.split(".")[0]
+    obj = source
+    if isinstance(source, Mapping):
+        import numpy as np
+
+        obj = {}
+        for k, v in source.items():
+            arr = np.asarray(v)
+            if arr.dtype.kind == "M" and np.datetime_data(arr.dtype)[0] in ("D", "W", "M", "Y"):
+                arr = arr.astype("datetime64[us]")  # DuckDB reads s/ms/us/ns resolutions
+            obj[str(k)] = arr
+        lengths = {len(v) for v in obj.values()}
+        if not obj or len(lengths) != 1:
+            raise ValueError(
+                "a dict source needs columns of equal length (got lengths "
+                f"{sorted(lengths)})"
+            )
+    elif mod == "polars":
+        obj = source.to_arrow()
+    elif isinstance(source, duckdb.DuckDBPyRelation):
+        obj = source.arrow()
+    elif mod not in ("pandas", "pyarrow", "numpy"):
+        raise TypeError(
+            f"cannot load a {type(source).__name__}; pass a path (CSV, Parquet, JSON, DuckDB) or "
+            f"a pandas / polars DataFrame or a pyarrow Table"
+        )
+    found: Any = obj if isinstance(obj, Mapping) else (
+        getattr(obj, "columns", None) if hasattr(obj, "columns")
+        else getattr(obj, "column_names", None))
+    names = list(found) if found is not None else []
+    check_case_distinct([str(n) for n in names])
+    con.register("__dp_frame", obj)
+    cleanup = lambda: con.unregister("__dp_frame")  # noqa: E731
+    return "__dp_frame", "frame", cleanup
+
+
+def check_case_distinct(names: Sequence[str]) -> None:
+    """Refuse column names equal but for case: DuckDB's names are case-insensitive, so it
+    would rename one (``x`` -> ``x_1``) and ``x`` in a query or a declaration would then name
+    the other column (bounds attached to the wrong values)."""
+    seen: dict[str, str] = {}
+    for n in names:
+        other = seen.setdefault(n.lower(), n)
+        if other != n:
+            raise ValueError(
+                f"the source has columns {other!r} and {n!r}, which differ only by case; "
+                f"column names are case-insensitive here, so rename one before loading"
+            )

@@ -1,0 +1,213 @@
+"""What one ledger row is: the records, their canonical JSON, the keyed hash that chains them,
+and the owner key file (32 bytes from the OS CSPRNG, mode 0600) that keys it.
+
+:mod:`dpkit.engine.ledger` writes and verifies rows with these; nothing here touches a database
+beyond the table's schema text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from dpkit import events as ev
+from dpkit import noise as _noise
+
+__all__ = ["ACCOUNTANTS", "COLUMNS", "FORMAT", "GENESIS_PREV", "SCHEMA", "Entry", "LedgerConfig",
+           "LedgerError", "LedgerTampered", "Spend", "canonical_json", "finite", "head_path",
+           "key_path", "new_key", "now_iso", "read_key", "row_hash"]
+
+
+FORMAT = 2  # 1: plain SHA-256 chain (refused; see migrate); 2: HMAC-SHA256 under the owner key
+GENESIS_PREV = "0" * 64
+ACCOUNTANTS: tuple[str, ...] = ("pure", "approx", "zcdp", "rdp", "pld")
+
+
+class LedgerError(RuntimeError):
+    """The ledger cannot be used (missing, wrong format, locked for too long)."""
+
+
+class LedgerTampered(LedgerError):  # noqa: N818 - reads as a sentence: "ledger tampered"
+    """The hash chain does not verify: a row was changed, inserted or removed after writing."""
+
+    def __init__(self, seq: int, reason: str, path: Path | str) -> None:
+        self.seq = seq
+        self.reason = reason
+        super().__init__(
+            f"ledger {path} fails verification at row {seq}: {reason}. The ledger was modified "
+            f"after it was written; the budget cannot be trusted. Restore the project folder "
+            f"from a backup (or inspect it with sqlite3) before answering more queries."
+        )
+
+
+@dataclass(frozen=True)
+class LedgerConfig:
+    """The project's total budget and the accountant that composes charges."""
+
+    epsilon: float
+    delta: float
+    accountant: str
+    project_id: str = ""
+    neighboring: str = "add_remove"
+    orders: tuple[float, ...] | None = None
+    noise_seed: int | None = None  # set only for an INSECURE test project (seeded noise)
+
+    def budget_dict(self, epsilon: float | None = None) -> dict[str, Any]:
+        """The :meth:`dpkit.accounting.Budget.from_dict` form, without charges."""
+        return {
+            "version": 1,
+            "epsilon": self.epsilon if epsilon is None else epsilon,
+            "delta": self.delta,
+            "accountant": self.accountant,
+            "neighboring": self.neighboring,
+            "orders": list(self.orders) if self.orders is not None else None,
+            "charges": [],
+        }
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One ledger row, as stored (``event`` parsed; ``view`` and ``payload`` decoded)."""
+
+    seq: int
+    kind: str
+    analyst: str
+    time: str
+    query: str
+    event: ev.Event
+    view: dict[str, Any]
+    payload: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "kind": self.kind,
+            "analyst": self.analyst,
+            "time": self.time,
+            "query": self.query,
+            "event": self.event.to_dict(),
+            "view": self.view,
+            "payload": self.payload,
+            "prev_hash": self.prev_hash,
+            "hash": self.hash,
+        }
+
+
+@dataclass(frozen=True)
+class Spend:
+    """Spent and remaining privacy for the project or one analyst (accountant's view)."""
+
+    epsilon: float  # the total epsilon budget
+    delta: float
+    spent: float  # epsilon spent under the accountant
+    remaining: float  # epsilon remaining
+    delta_spent: float
+    delta_remaining: float
+    charges: int
+    accountant: str
+    analyst: str | None = None
+    rho_spent: float | None = None
+    rho_remaining: float | None = None
+
+
+def finite(x: float) -> float:
+    x = float(x)
+    if not math.isfinite(x):
+        raise ValueError(f"refusing to record a non-finite cost ({x!r})")
+    return x
+
+
+def canonical_json(obj: Any) -> str:
+    """Deterministic JSON: sorted keys, no spaces, floats by repr; NaN/inf refused."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False)
+
+
+def row_hash(prev_hash: str, fields: dict[str, Any], key: bytes | None = None) -> str:
+    """``HMAC-SHA256(key, prev_hash || canonical_json(fields))`` as hex (format 2), or the
+    plain ``sha256`` of the same bytes when ``key`` is None (format 1, read by migrate only)."""
+    data = prev_hash.encode("ascii") + canonical_json(fields).encode("utf-8")
+    if key is None:
+        return hashlib.sha256(data).hexdigest()
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
+
+
+def key_path(ledger: Path | str) -> Path:
+    """The owner key file of a ledger: ``ledger.sqlite`` -> ``ledger.key``."""
+    p = Path(ledger)
+    return p.with_name(p.stem + ".key")
+
+
+def head_path(ledger: Path | str) -> Path:
+    """The authenticated-head file of a ledger: ``ledger.sqlite`` -> ``ledger.head``."""
+    p = Path(ledger)
+    return p.with_name(p.stem + ".head")
+
+
+def new_key(path: Path) -> bytes:
+    """Write a fresh 256-bit key to ``path`` with mode 0600 (refuses to overwrite one)."""
+    key = _noise.token_bytes(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key.hex() + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return key
+
+
+def read_key(path: Path) -> bytes:
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        raise LedgerError(
+            f"the owner key {path} is missing: without it the ledger cannot be verified or "
+            f"written. Restore it from the owner's backup (it was created with the project)"
+        ) from None
+    except PermissionError:
+        raise PermissionError(
+            f"cannot read the owner key {path}: opening this project needs read access to its "
+            f"files (the owner's), or the (future) HTTP service with an analyst token"
+        ) from None
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) != 32:
+        raise LedgerError(f"the owner key {path} is malformed (expected 64 hex digits)")
+    return key
+
+
+COLUMNS = ("seq", "kind", "analyst", "time", "query", "event", "view", "payload")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS ledger (
+    seq       INTEGER PRIMARY KEY,
+    kind      TEXT NOT NULL,
+    analyst   TEXT NOT NULL,
+    time      TEXT NOT NULL,
+    query     TEXT NOT NULL,
+    event     TEXT NOT NULL,
+    view      TEXT NOT NULL,
+    payload   TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash      TEXT NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS ledger_no_update BEFORE UPDATE ON ledger
+BEGIN SELECT RAISE(ABORT, 'the dpkit ledger is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS ledger_no_delete BEFORE DELETE ON ledger
+BEGIN SELECT RAISE(ABORT, 'the dpkit ledger is append-only'); END;
+"""
+
+
+def now_iso() -> str:
+    """The time a row records (UTC, microseconds)."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
