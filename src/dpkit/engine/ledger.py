@@ -66,6 +66,7 @@ from dpkit.engine.ledger_rows import (
     GENESIS_PREV,
     SCHEMA,
     Entry,
+    HeadFile,
     LedgerConfig,
     LedgerError,
     LedgerTampered,
@@ -105,8 +106,7 @@ class Ledger:
         self._key = key
         self._conn = conn
         self._lock = threading.RLock()
-        # (inode, mtime, size) of the head file as this process last wrote it, and its seq
-        self._head_written: tuple[tuple[int, int, int], int] | None = None
+        self._head = HeadFile(head_path(path), key, path)
         self._entries: list[Entry] = []
         # indices over _entries, kept in step with it (every query reads them: a scan of the
         # whole history per query would grow with the project's age)
@@ -258,52 +258,12 @@ class Ledger:
             last = self._entries[-1]
             return last.seq, last.hash
 
-    def _head_mac(self, seq: int, digest: str) -> str:
-        return hmac.new(self._key, f"dpkit-head:{seq}:{digest}".encode("ascii"),
-                        hashlib.sha256).hexdigest()
-
     def _stored_head(self) -> tuple[int, str] | None:
-        """The head in ``<ledger>.head`` (None if absent); its MAC is checked."""
-        try:
-            d = json.loads(head_path(self.path).read_text())
-            seq, digest, mac = int(d["seq"]), str(d["hash"]), str(d["mac"])
-        except FileNotFoundError:
-            return None
-        except (ValueError, KeyError, TypeError):
-            raise LedgerTampered(0, f"the head file {head_path(self.path)} is unreadable",
-                                 self.path) from None
-        if not hmac.compare_digest(self._head_mac(seq, digest), mac):
-            raise LedgerTampered(seq, f"the head file {head_path(self.path)} does not carry "
-                                 f"the owner key's MAC", self.path)
-        return seq, digest
+        return self._head.read()
 
     def _store_head(self) -> None:
-        """Write the newest head (never an older one) atomically after a commit. A crash
-        before this leaves an older head: weaker, never a false alarm."""
-        seq, digest = self._entries[-1].seq, self._entries[-1].hash
-        target = head_path(self.path)
-        try:
-            st = os.stat(target)
-            stamp: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
-        except OSError:
-            stamp = None
-        mine = self._head_written
-        if mine is not None and stamp is not None and mine[0] == stamp:
-            old_seq: int | None = mine[1]  # the file is still the one this process wrote
-        else:
-            old_seq = None
-            with contextlib.suppress(LedgerTampered):
-                old = self._stored_head()
-                old_seq = old[0] if old is not None else None
-        if old_seq is not None and old_seq >= seq:
-            return
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps({"seq": seq, "hash": digest,
-                                   "mac": self._head_mac(seq, digest)}))
-        os.replace(tmp, target)
-        with contextlib.suppress(OSError):
-            st = os.stat(target)
-            self._head_written = ((st.st_ino, st.st_mtime_ns, st.st_size), seq)
+        """Write the newest head (never an older one) after a commit."""
+        self._head.write(self._entries[-1].seq, self._entries[-1].hash)
 
     def _check_stored_head(self, stored: tuple[int, str] | None) -> None:
         """Refuse a ledger shorter than its stored head, or one whose row at that head differs

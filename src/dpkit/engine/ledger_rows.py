@@ -7,11 +7,13 @@ beyond the table's schema text.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
 import math
 import os
+import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,7 +22,8 @@ from typing import Any
 from dpkit import events as ev
 from dpkit import noise as _noise
 
-__all__ = ["ACCOUNTANTS", "COLUMNS", "FORMAT", "GENESIS_PREV", "SCHEMA", "Entry", "LedgerConfig",
+__all__ = ["ACCOUNTANTS", "COLUMNS", "FORMAT", "GENESIS_PREV", "SCHEMA", "Entry", "HeadFile",
+           "LedgerConfig",
            "LedgerError", "LedgerTampered", "Spend", "canonical_json", "finite", "head_path",
            "key_path", "new_key", "now_iso", "read_key", "row_hash"]
 
@@ -211,3 +214,61 @@ BEGIN SELECT RAISE(ABORT, 'the dpkit ledger is append-only'); END;
 def now_iso() -> str:
     """The time a row records (UTC, microseconds)."""
     return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+class HeadFile:
+    """The ledger's newest head, ``{seq, hash, mac}`` under the owner key, in its own file.
+
+    The chain alone cannot show that its newest rows were removed; a ledger shorter than this
+    head is refused. It is written after each commit (atomically, never older than the one in
+    the file: a crash before the write leaves an older head, weaker but never a false alarm),
+    and reread only when another process has replaced it since this one wrote it.
+    """
+
+    def __init__(self, path: Path, key: bytes, ledger: Path) -> None:
+        self.path = path
+        self._key = key
+        self._ledger = ledger
+        # (inode, mtime, size) of the file as this process last wrote it, and its seq
+        self._written: tuple[tuple[int, int, int], int] | None = None
+
+    def mac(self, seq: int, digest: str) -> str:
+        return hmac.new(self._key, f"dpkit-head:{seq}:{digest}".encode("ascii"),
+                        hashlib.sha256).hexdigest()
+
+    def read(self) -> tuple[int, str] | None:
+        """The stored head (None if absent); its MAC is checked."""
+        try:
+            d = json.loads(self.path.read_text())
+            seq, digest, mac = int(d["seq"]), str(d["hash"]), str(d["mac"])
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError):
+            raise LedgerTampered(0, f"the head file {self.path} is unreadable",
+                                 self._ledger) from None
+        if not hmac.compare_digest(self.mac(seq, digest), mac):
+            raise LedgerTampered(seq, f"the head file {self.path} does not carry "
+                                 f"the owner key's MAC", self._ledger)
+        return seq, digest
+
+    def write(self, seq: int, digest: str) -> None:
+        try:
+            st = os.stat(self.path)
+            stamp: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = None
+        if self._written is not None and stamp is not None and self._written[0] == stamp:
+            old_seq: int | None = self._written[1]  # still the file this process wrote
+        else:
+            old_seq = None
+            with contextlib.suppress(LedgerTampered):
+                old = self.read()
+                old_seq = old[0] if old is not None else None
+        if old_seq is not None and old_seq >= seq:
+            return
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps({"seq": seq, "hash": digest, "mac": self.mac(seq, digest)}))
+        os.replace(tmp, self.path)
+        with contextlib.suppress(OSError):
+            st = os.stat(self.path)
+            self._written = ((st.st_ino, st.st_mtime_ns, st.st_size), seq)
