@@ -72,6 +72,15 @@ class Rule:
     def clipped_sum(self, tap: LayerTap, c: Tensor) -> dict[str, Tensor]:
         raise NotImplementedError
 
+    def clipped_sum_into(self, tap: LayerTap, c: Tensor, out: dict[str, Tensor]) -> None:
+        """Write :meth:`clipped_sum` into ``out`` (views of one flat buffer), zeros if absent."""
+        got = self.clipped_sum(tap, c)
+        for name, view in out.items():
+            if name in got:
+                view.copy_(got[name].reshape(view.shape))
+            else:
+                view.zero_()
+
 
 def _seq(x: Tensor) -> Tensor:
     """(B, ..., d) -> (B, T, d)."""
@@ -98,7 +107,7 @@ class _TapLinearFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, None, None, None]:
         x, weight = ctx.saved_tensors
-        ctx.tap.records.append((x, g))
+        ctx.tap.records.append((x.detach(), g.detach()))
         gx = g @ weight if ctx.needs_input_grad[0] else None
         return gx, None, None, None
 
@@ -110,6 +119,9 @@ class LinearRule(Rule):
         return _TapLinearFn.apply(x, module.weight, module.bias, tap)
 
     def _merged(self, tap: LayerTap) -> tuple[Tensor, Tensor]:
+        if len(tap.records) == 1:
+            x, g = tap.records[0]
+            return (x, g) if x.dim() == 2 else (_seq(x), _seq(g))
         # a layer used several times in one forward: its uses are one longer sequence
         a = torch.cat([_seq(x) for x, _ in tap.records], 1)
         g = torch.cat([_seq(y) for _, y in tap.records], 1)
@@ -117,20 +129,31 @@ class LinearRule(Rule):
 
     def sq_norms(self, tap: LayerTap) -> Tensor:
         a, g = self._merged(tap)
-        out = _ghost_or_full(a, g) if tap.module.weight.requires_grad else 0.0
-        if tap.module.bias is not None and tap.module.bias.requires_grad:
+        m = tap.module
+        if a.dim() == 2:  # one row per example: ||g_i a_iᵀ||² = ||g_i||² ||a_i||²
+            gn = torch.linalg.vector_norm(g, dim=1).square_()
+            out = gn * torch.linalg.vector_norm(a, dim=1).square_() if m.weight.requires_grad \
+                else torch.zeros_like(gn)
+            return out + gn if m.bias is not None and m.bias.requires_grad else out
+        out = _ghost_or_full(a, g) if m.weight.requires_grad else torch.zeros(a.shape[0])
+        if m.bias is not None and m.bias.requires_grad:
             out = out + g.sum(1).pow(2).sum(1)
-        return torch.as_tensor(out)
+        return out
 
     def clipped_sum(self, tap: LayerTap, c: Tensor) -> dict[str, Tensor]:
-        a, g = self._merged(tap)
-        gc = g * c[:, None, None]
-        out = {}
-        if tap.module.weight.requires_grad:
-            out["weight"] = gc.reshape(-1, g.shape[-1]).T @ a.reshape(-1, a.shape[-1])
-        if tap.module.bias is not None and tap.module.bias.requires_grad:
-            out["bias"] = gc.sum((0, 1))
+        m = tap.module
+        out = {n: torch.empty_like(p) for n, p in tap.params()}
+        self.clipped_sum_into(tap, c, out)
         return out
+
+    def clipped_sum_into(self, tap: LayerTap, c: Tensor, out: dict[str, Tensor]) -> None:
+        a, g = self._merged(tap)
+        gc = g * (c[:, None] if g.dim() == 2 else c[:, None, None])
+        gc2, a2 = gc.reshape(-1, gc.shape[-1]), a.reshape(-1, a.shape[-1])
+        if "weight" in out:  # the book-keeping product, straight into the flat buffer
+            torch.mm(gc2.T, a2, out=out["weight"])
+        if "bias" in out:
+            torch.sum(gc2, 0, out=out["bias"])
 
 
 class _TapConvFn(torch.autograd.Function):
@@ -145,7 +168,7 @@ class _TapConvFn(torch.autograd.Function):
     def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, None, None, None]:
         x, weight = ctx.saved_tensors
         m = ctx.tap.module
-        ctx.tap.records.append((x, g))
+        ctx.tap.records.append((x.detach(), g.detach()))
         gx = None
         if ctx.needs_input_grad[0]:
             gx = torch.nn.grad.conv2d_input(x.shape, weight, g, m.stride, m.padding, m.dilation,

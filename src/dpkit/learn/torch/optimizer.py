@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -74,8 +73,8 @@ class DPOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 closure()
         self._check_batch()
-        sums = self.clipped_sums(self.loader.last_batch_size)
-        self._noise_into_grads(sums)
+        flat = self.clipped_flat(self.loader.last_batch_size)
+        self._noise_into_grads(flat)
         self.steps += 1
         for t in self.taps:
             t.reset()
@@ -96,6 +95,17 @@ class DPOptimizer(torch.optim.Optimizer):
 
     def clipped_sums(self, batch: int) -> list[Tensor]:
         """``Σ_i clip_C'(∇ℓ_i)`` per parameter, from what the last backward recorded."""
+        flat = self.clipped_flat(batch)
+        out, lo = [], 0
+        for p in self.params:
+            out.append(flat[lo : lo + p.numel()].view_as(p))
+            lo += p.numel()
+        return out
+
+    @torch.no_grad()
+    def clipped_flat(self, batch: int) -> Tensor:
+        """The clipped sums of all parameters, concatenated into one float32 vector."""
+        flat = torch.zeros(self.dim, dtype=torch.float32)
         live = [t for t in self.taps if t.records]
         for t in live:
             for _, g in t.records:
@@ -103,7 +113,7 @@ class DPOptimizer(torch.optim.Optimizer):
                     raise RuntimeError(f"{t.name}: its output has {g.shape[0]} rows for a batch "
                                        f"of {batch}; the batch dimension must come first")
         if batch == 0 or not live:
-            return [torch.zeros_like(p) for p in self.params]
+            return flat
         # a mean loss scales each example's gradient by 1/batch: undo it in the factors
         scale = float(batch) if self.loss_reduction == "mean" else 1.0
         sq = sum(t.rule.sq_norms(t) for t in live)
@@ -112,27 +122,40 @@ class DPOptimizer(torch.optim.Optimizer):
             raise FloatingPointError("a per-example gradient is NaN or infinite (check the "
                                      "inputs, the loss and the learning rate)")
         c = (self.clip_norm / (norms + 1e-6)).clamp(max=1.0) * scale
-        out: list[Tensor] = []
+        lo = 0
         for t in self.taps:
-            got = t.rule.clipped_sum(t, c) if t.records else {}
-            out += [got.get(n, torch.zeros_like(p)) for n, p in t.params()]
-        return out
+            views = {}
+            for n, p in t.params():
+                views[n] = flat[lo : lo + p.numel()].view(p.shape)
+                lo += p.numel()
+            if t.records:
+                t.rule.clipped_sum_into(t, c, views)
+        return flat
 
-    def _noise_into_grads(self, sums: list[Tensor]) -> None:
+    def _noise_into_grads(self, flat: Tensor) -> None:
         import time
 
-        flat = torch.cat([s.reshape(-1) for s in sums]).detach().to(torch.float64).numpy()
         sigma = self.noise_multiplier * self.max_grad_norm
+        scale = 2.0**self.k
         start = time.perf_counter()
         if self.exact_noise:
-            scale = 2.0**self.k
-            z = noise.discrete_gaussian((sigma * scale) ** 2, flat.size, source=self.source)
-            noisy = (np.rint(flat * scale) + z) / scale
+            z = noise.discrete_gaussian((sigma * scale) ** 2, flat.numel(), source=self.source)
+            zt = torch.from_numpy(z).to(torch.float64)
         else:
-            noisy = noise.gaussian_on_grid(flat, sigma, self.k, source=self.source)
+            zt = torch.from_numpy(noise.gaussian_float(sigma, flat.numel(), source=self.source))
+            zt.mul_(scale).round_()
         self.last_noise_s = time.perf_counter() - start
-        noisy /= self.loader.sample_rate * self.loader.n
-        g = torch.from_numpy(noisy)
+        # release on the grid 2^-k (module docstring): both terms are integers times 2^-k, and
+        # their sum is exact in float64 (checked below)
+        # exact while |sum| + |noise| < 2^52 grid steps: |sum| <= B C' (each term has norm <= C')
+        # and |noise| <= 12.2 σ for the float sampler; the exact sampler is checked
+        zmax = float(zt.abs().max()) if self.exact_noise else 13.0 * sigma * scale
+        if (self.loader.last_batch_size * self.max_grad_norm * 1.001 * scale + zmax >= 2.0**52):
+            raise FloatingPointError("the clipped sum is too large for the grid 2^-k to be "
+                                     "exact in float64; use a smaller batch or max_grad_norm")
+        s64 = flat.to(torch.float64).mul_(scale).round_()
+        s64.add_(zt).div_(scale * self.loader.sample_rate * self.loader.n)
+        g = s64.to(torch.float32)
         lo = 0
         for p in self.params:
             p.grad = g[lo : lo + p.numel()].view_as(p).to(p.dtype)

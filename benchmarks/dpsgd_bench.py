@@ -1,0 +1,191 @@
+"""DP-SGD: dpkit.learn.torch against the non-private step and Opacus 1.6, in the same run.
+
+    PYTHONPATH=src python benchmarks/dpsgd_bench.py            # speed, memory, epsilon
+    PYTHONPATH=src python benchmarks/dpsgd_bench.py --accuracy # + MNIST-5k MLPClassifier (slow)
+
+Speed: a 784-1000-1000-10 ReLU MLP, SGD, expected batch 1024, CPU, torch threads = 2. Each
+variant runs in its own fresh process (so peak RSS is its own), Opacus in its venv
+(``benchmarks/.venvs/opacus``: ``pip install torch==2.13.0 opacus==1.6.0``); the variants are
+interleaved over ``--repeats`` rounds and the ratios are per round (median and range), because
+the machine is shared. Epsilon: the same (q, σ, steps) through dpkit's PLD and Opacus's RDP and
+PRV accountants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+OPACUS_PY = next((p for p in [HERE / ".venvs" / "opacus" / "bin" / "python",
+                              HERE.parents[2] / "main" / "benchmarks" / ".venvs" / "opacus" / "bin"
+                              / "python"] if p.exists()), None)
+N, BATCH, DIMS = 8192, 1024, (784, 1000, 1000, 10)
+SIGMA, C = 1.0, 1.0
+
+
+def _net():  # type: ignore[no-untyped-def]
+    import torch
+
+    torch.manual_seed(0)
+    layers = []
+    for i, (a, b) in enumerate(zip(DIMS[:-1], DIMS[1:], strict=True)):
+        layers += [torch.nn.Linear(a, b)] + ([torch.nn.ReLU()] if i < len(DIMS) - 2 else [])
+    return torch.nn.Sequential(*layers)
+
+
+def _data():  # type: ignore[no-untyped-def]
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(N, DIMS[0], generator=g)
+    y = torch.randint(0, DIMS[-1], (N,), generator=g)
+    return DataLoader(TensorDataset(x, y), batch_size=BATCH)
+
+
+def _timed(loader, model, opt, loss_fn, steps: int, extra=None) -> dict:  # type: ignore[no-untyped-def]
+    times, noise = [], []
+    it = iter(loader)
+    for _ in range(steps + 1):  # the first step warms up
+        xb, yb = next(it)
+        t = time.perf_counter()
+        opt.zero_grad()
+        loss_fn(model(xb), yb).backward()
+        opt.step()
+        times.append(time.perf_counter() - t)
+        if extra is not None:
+            noise.append(extra())
+    return {"step_s": times[1:], "noise_s": noise[1:],
+            "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def worker(kind: str, steps: int) -> dict:
+    import torch
+
+    torch.set_num_threads(2)
+    model, loader = _net(), _data()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    ce = torch.nn.functional.cross_entropy
+    if kind == "nonprivate":
+        return _timed(loader, model, opt, ce, steps)
+    if kind == "dpkit":
+        from dpkit.learn.torch import make_private
+
+        tr = make_private(model, opt, loader, max_grad_norm=C, noise_multiplier=SIGMA)
+        return _timed(tr.data_loader, tr.module, tr.optimizer, ce, steps,
+                      lambda: tr.optimizer.last_noise_s)
+    from opacus import PrivacyEngine
+
+    mode = {"opacus_hooks": "hooks", "opacus_ghost": "ghost"}[kind]
+    engine = PrivacyEngine()
+    crit = torch.nn.CrossEntropyLoss()
+    out = engine.make_private(module=model, optimizer=opt, data_loader=loader, criterion=crit,
+                              noise_multiplier=SIGMA, max_grad_norm=C, grad_sample_mode=mode,
+                              poisson_sampling=True)
+    if mode == "ghost":
+        model, opt, crit, loader = out
+    else:
+        model, opt, loader = out
+    return _timed(loader, model, opt, crit, steps)
+
+
+def _run(kind: str, steps: int) -> dict:
+    py = str(OPACUS_PY) if kind.startswith("opacus") else sys.executable
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent / "src"))
+    out = subprocess.run([py, __file__, "--worker", kind, "--steps", str(steps)], env=env,
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _epsilons(steps: int, q: float, delta: float) -> dict:
+    from dpkit import accounting, events
+
+    e = events.SelfComposed(events.PoissonSampled(q, events.Gaussian(SIGMA)), steps)
+    res = {"dpkit_pld": accounting.epsilon(e, delta=delta, method="pld")}
+    if OPACUS_PY is not None:
+        code = ("import json;from opacus.accountants import RDPAccountant, PRVAccountant\n"
+                "r={}\nfor name, A in (('rdp', RDPAccountant), ('prv', PRVAccountant)):\n"
+                f" a=A(); a.history=[({SIGMA}, {q}, {steps})]\n"
+                f" r['opacus_'+name]=a.get_epsilon({delta})\nprint(json.dumps(r))")
+        out = subprocess.run([str(OPACUS_PY), "-c", code], capture_output=True, text=True,
+                             check=True)
+        res.update(json.loads(out.stdout.strip().splitlines()[-1]))
+    return res
+
+
+def speed(repeats: int, steps: int) -> None:
+    kinds = ["nonprivate", "dpkit"] + (["opacus_ghost", "opacus_hooks"] if OPACUS_PY else [])
+    rounds = []
+    for r in range(repeats):
+        got = {}
+        for k in kinds:
+            if k == "opacus_hooks" and r > 0:
+                continue  # 7.5 GB of per-example gradients per step: one round is enough
+            got[k] = _run(k, 2 if k == "opacus_hooks" else steps)
+        rounds.append(got)
+        print(f"round {r}: " + ", ".join(f"{k} {statistics.median(v['step_s']):.3f}s"
+                                         for k, v in got.items()), flush=True)
+    med = {k: [statistics.median(rd[k]["step_s"]) for rd in rounds if k in rd] for k in kinds}
+    base = [statistics.median(rd["nonprivate"]["step_s"]) for rd in rounds]
+
+    def ratio(a: str, b: list[float] | None = None, inv: bool = False) -> str:
+        rs = [(y / x if inv else x / y) for x, y in zip(med[a], b or base, strict=False)]
+        return f"{statistics.median(rs):.2f}x (range {min(rs):.2f}-{max(rs):.2f})"
+
+    noise = [statistics.median(rd["dpkit"]["noise_s"]) for rd in rounds]
+    clip = [d - n for d, n in zip(med["dpkit"], noise, strict=True)]
+    print(f"\nmedian step: " + ", ".join(f"{k} {statistics.median(v):.3f}s" for k, v in med.items()))
+    print(f"dpkit / non-private: {ratio('dpkit')}; noise draw {statistics.median(noise):.3f}s; "
+          f"clipping without noise / non-private: "
+          f"{statistics.median([c / b for c, b in zip(clip, base, strict=True)]):.2f}x")
+    for k in kinds[2:]:
+        print(f"{k} / dpkit: {ratio(k, med['dpkit'])}")
+    rss = {k: statistics.median([rd[k]["maxrss_mb"] for rd in rounds if k in rd]) for k in kinds}
+    print("peak RSS (MB): " + ", ".join(f"{k} {v:.0f}" for k, v in rss.items()))
+    print(f"dpkit peak RSS / non-private: {rss['dpkit'] / rss['nonprivate']:.3f}")
+
+
+def accuracy() -> None:
+    sys.path.insert(0, str(HERE))
+    from mnist_data import mnist_5k
+
+    from dpkit.learn.mlp import MLPClassifier
+
+    Xtr, ytr, Xte, yte = mnist_5k()
+    for eps in (1.0, 3.0):
+        accs = []
+        for seed in range(3):
+            clf = MLPClassifier(epsilon=eps, delta=1e-5, random_state=seed).fit(Xtr, ytr)
+            accs.append(clf.score(Xte, yte))
+        print(f"MNIST-5k MLPClassifier eps={eps}: test accuracy {accs} "
+              f"(mean {statistics.mean(accs):.3f}), epsilon spent {clf.epsilon_:.3f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--worker")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--accuracy", action="store_true")
+    a = ap.parse_args()
+    if a.worker:
+        print(json.dumps(worker(a.worker, a.steps)))
+        return
+    print(f"epsilon, q={BATCH / N}, sigma={SIGMA}, 3 epochs: "
+          f"{_epsilons(3 * N // BATCH, BATCH / N, 1e-5)}")
+    print(f"epsilon, q=0.01, sigma={SIGMA}, 10000 steps: {_epsilons(10000, 0.01, 1e-5)}")
+    speed(a.repeats, a.steps)
+    if a.accuracy:
+        accuracy()
+
+
+if __name__ == "__main__":
+    main()
