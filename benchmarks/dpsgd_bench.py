@@ -14,6 +14,7 @@ PRV accountants.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -36,7 +37,7 @@ def _net():  # type: ignore[no-untyped-def]
 
     torch.manual_seed(0)
     layers = []
-    for i, (a, b) in enumerate(zip(DIMS[:-1], DIMS[1:], strict=True)):
+    for i, (a, b) in enumerate(itertools.pairwise(DIMS)):
         layers += [torch.nn.Linear(a, b)] + ([torch.nn.ReLU()] if i < len(DIMS) - 2 else [])
     return torch.nn.Sequential(*layers)
 
@@ -142,7 +143,7 @@ def speed(repeats: int, steps: int) -> None:
 
     noise = [statistics.median(rd["dpkit"]["noise_s"]) for rd in rounds]
     clip = [d - n for d, n in zip(med["dpkit"], noise, strict=True)]
-    print(f"\nmedian step: " + ", ".join(f"{k} {statistics.median(v):.3f}s" for k, v in med.items()))
+    print("\nmedian step: " + ", ".join(f"{k} {statistics.median(v):.3f}s" for k, v in med.items()))
     print(f"dpkit / non-private: {ratio('dpkit')}; noise draw {statistics.median(noise):.3f}s; "
           f"clipping without noise / non-private: "
           f"{statistics.median([c / b for c, b in zip(clip, base, strict=True)]):.2f}x")
@@ -155,9 +156,8 @@ def speed(repeats: int, steps: int) -> None:
 
 def accuracy() -> None:
     sys.path.insert(0, str(HERE))
-    from mnist_data import mnist_5k
-
     from dpkit.learn.mlp import MLPClassifier
+    from mnist_data import mnist_5k
 
     Xtr, ytr, Xte, yte = mnist_5k()
     for eps in (1.0, 3.0):

@@ -38,7 +38,7 @@ def test_noise_has_the_stated_scale_and_sits_on_the_grid() -> None:
     # zero data gradient (lr 0 and a zero-input batch are not needed: read the noise before the
     # update by stepping once with a constant loss), so p.grad * q n / (σ C) ~ N(0, 1)
     tr = _setup(max_grad_norm=2.0, noise_multiplier=0.7, source=noise.seeded(11))
-    x, y = next(iter(tr.data_loader))
+    x, _ = next(iter(tr.data_loader))
     (tr.module(x).sum() * 0.0).backward()
     tr.optimizer.step()
     z = torch.cat([p.grad.reshape(-1) for p in tr.module.parameters()]).double().numpy()

@@ -11,6 +11,7 @@ range (e.g. pixels / 255); nothing is computed from the data except the private 
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -35,6 +36,9 @@ class MLPClassifier:
     Parameters: ``hidden_layer_sizes`` (units per hidden layer), ``epsilon``, ``delta``,
     ``epochs``, ``batch_size`` (expected Poisson batch), ``max_grad_norm`` (clip C),
     ``learning_rate`` and ``momentum`` (SGD), ``activation`` ("tanh" or "relu"),
+    ``averaging`` (the fitted weights are the mean of the iterates over this last fraction of
+    the steps, Polyak averaging: post-processing, free in privacy, and it averages the noise
+    out; 0 keeps the last iterate),
     ``classes`` (the public label set), ``random_state`` (an int makes the weights'
     initialisation *and the noise* reproducible and insecure: tests only).
 
@@ -49,7 +53,7 @@ class MLPClassifier:
     def __init__(self, hidden_layer_sizes: tuple[int, ...] = (256,), *, epsilon: float = 3.0,
                  delta: float = 1e-5, epochs: int = 40, batch_size: int = 500,
                  max_grad_norm: float = 1.0, learning_rate: float = 2.0, momentum: float = 0.9,
-                 activation: str = "tanh", classes: Any = None,
+                 activation: str = "tanh", averaging: float = 0.5, classes: Any = None,
                  random_state: int | None = None) -> None:
         self.hidden_layer_sizes = hidden_layer_sizes
         self.epsilon = epsilon
@@ -60,13 +64,14 @@ class MLPClassifier:
         self.learning_rate = learning_rate
         self.momentum = momentum
         self.activation = activation
+        self.averaging = averaging
         self.classes = classes
         self.random_state = random_state
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         return {k: getattr(self, k) for k in (
             "hidden_layer_sizes", "epsilon", "delta", "epochs", "batch_size", "max_grad_norm",
-            "learning_rate", "momentum", "activation", "classes", "random_state")}
+            "learning_rate", "momentum", "activation", "averaging", "classes", "random_state")}
 
     def set_params(self, **params: Any) -> MLPClassifier:
         for k, v in params.items():
@@ -82,7 +87,7 @@ class MLPClassifier:
             raise ValueError(f"activation must be 'tanh' or 'relu' (got {self.activation!r})")
         sizes = [d, *[int(h) for h in self.hidden_layer_sizes], k]
         layers: list[Any] = []
-        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        for i, (a, b) in enumerate(itertools.pairwise(sizes)):
             lin = torch.nn.Linear(a, b)
             bound = 1.0 / math.sqrt(a)  # torch's default range, drawn by dpkit.noise
             u = noise.uniform_float01((b, a), source=source)
@@ -114,17 +119,33 @@ class MLPClassifier:
         tr = make_private(net, opt, loader, max_grad_norm=self.max_grad_norm,
                           target_epsilon=self.epsilon, target_delta=self.delta,
                           epochs=int(self.epochs), loss_reduction="sum", source=source)
-        for _ in range(int(self.epochs)):
-            for xb, yb in tr.data_loader:
-                opt_p = tr.optimizer
-                opt_p.zero_grad()
-                torch.nn.functional.cross_entropy(net(xb), yb, reduction="sum").backward()
-                opt_p.step()
+        self._train(tr, net)
         tr.detach()
         self.training_ = tr
         self.network_ = net
         self.epsilon_ = tr.epsilon(self.delta)
         return self
+
+    def _train(self, tr: Any, net: Any) -> None:
+        torch = _torch()
+        total = int(self.epochs) * len(tr.data_loader)
+        start = int(total * (1.0 - float(self.averaging)))
+        avg = [torch.zeros_like(p) for p in net.parameters()]
+        step = 0
+        for _ in range(int(self.epochs)):
+            for xb, yb in tr.data_loader:
+                tr.optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(net(xb), yb, reduction="sum").backward()
+                tr.optimizer.step()
+                step += 1
+                if step > start:
+                    with torch.no_grad():
+                        for a, p in zip(avg, net.parameters(), strict=True):
+                            a.add_(p.detach() - a, alpha=1.0 / (step - start))
+        if step > start:
+            with torch.no_grad():
+                for a, p in zip(avg, net.parameters(), strict=True):
+                    p.copy_(a)
 
     def predict_proba(self, X: Any) -> np.ndarray:
         torch = _torch()

@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 
-from .samplers import Size, _shape, _source
+from .samplers import Size, as_shape, resolve_source
 from .sources import Source
 
 __all__ = ["gaussian_float", "gaussian_on_grid"]
@@ -63,9 +63,9 @@ def gaussian_float(sigma: float, size: Size, *, source: Source | None = None) ->
     True
     """
     s = _check_sigma(sigma)
-    shape = _shape(size)
+    shape = as_shape(size)
     n = math.prod(shape)
-    src = _source(source)
+    src = resolve_source(source)
     pairs = (n + 1) // 2
     words = src.uint64(2 * pairs) >> np.uint64(11)  # 53-bit integers, exact in float64
     w = words.astype(np.float64)

@@ -29,12 +29,13 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.nn import functional as F
+from torch.nn import functional as F  # noqa: N812 - torch's own spelling
+from torch.nn.grad import conv2d_input
 
 __all__ = ["LayerTap", "UnsupportedLayer", "rule_for"]
 
 
-class UnsupportedLayer(ValueError):
+class UnsupportedLayer(ValueError):  # noqa: N818 - reads as a sentence
     """A module whose per-example gradients dpkit cannot compute (named in the message)."""
 
 
@@ -43,7 +44,7 @@ class LayerTap:
     """What one module's backward passes recorded in the current step: (inputs, grad_output)."""
 
     name: str
-    module: nn.Module
+    module: Any  # an nn.Module; Any because torch types its attributes as Tensor | Module
     rule: Rule
     records: list[tuple[Any, Tensor]] = field(default_factory=list)
     handles: list[Any] = field(default_factory=list)
@@ -141,7 +142,6 @@ class LinearRule(Rule):
         return out
 
     def clipped_sum(self, tap: LayerTap, c: Tensor) -> dict[str, Tensor]:
-        m = tap.module
         out = {n: torch.empty_like(p) for n, p in tap.params()}
         self.clipped_sum_into(tap, c, out)
         return out
@@ -159,7 +159,7 @@ class LinearRule(Rule):
 class _TapConvFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None, tap: LayerTap) -> Tensor:
-        m = tap.module
+        m: Any = tap.module
         ctx.save_for_backward(x, weight)
         ctx.tap = tap
         return F.conv2d(x, weight, bias, m.stride, m.padding, m.dilation, m.groups)
@@ -167,11 +167,11 @@ class _TapConvFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, None, None, None]:
         x, weight = ctx.saved_tensors
-        m = ctx.tap.module
+        m: Any = ctx.tap.module
         ctx.tap.records.append((x.detach(), g.detach()))
         gx = None
         if ctx.needs_input_grad[0]:
-            gx = torch.nn.grad.conv2d_input(x.shape, weight, g, m.stride, m.padding, m.dilation,
+            gx = conv2d_input(x.shape, weight, g, m.stride, m.padding, m.dilation,
                                             m.groups)
         return gx, None, None, None
 
@@ -289,8 +289,8 @@ class VmapRule(Rule):
         def one(xi: Tensor, gi: Tensor) -> dict[str, Tensor]:
             def f(p: dict[str, Tensor]) -> Tensor:
                 return functional_call(tap.module, p, (xi.unsqueeze(0),))
-            _, pull = vjp(f, params)
-            return pull(gi.unsqueeze(0))[0]
+            pull = vjp(f, params)[1]
+            return pull(gi.unsqueeze(0))[0]  # type: ignore[no-any-return]
 
         if "per_example" not in tap.cache:
             tap.paused = True
