@@ -15,8 +15,11 @@ float32 sum is not covered (as in every DP-SGD library; it is ~1e-7 relative).
 from __future__ import annotations
 
 import math
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -62,6 +65,8 @@ class DPOptimizer(torch.optim.Optimizer):
         self.k = grid_exponent(self.dim, self.max_grad_norm)
         self.clip_norm = self.max_grad_norm - math.sqrt(self.dim) * 2.0**-self.k
         self.last_noise_s = 0.0  # wall time of the last noise draw, for benchmarks
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: Future[tuple[np.ndarray, float]] | None = None
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for t in self.taps:
@@ -132,19 +137,44 @@ class DPOptimizer(torch.optim.Optimizer):
                 t.rule.clipped_sum_into(t, c, views)
         return flat
 
-    def _noise_into_grads(self, flat: Tensor) -> None:
-        import time
-
+    def _draw(self) -> tuple[np.ndarray, float]:
+        """The next step's noise in grid units (data-independent), and the time it took."""
         sigma = self.noise_multiplier * self.max_grad_norm
         scale = 2.0**self.k
         start = time.perf_counter()
         if self.exact_noise:
-            z = noise.discrete_gaussian((sigma * scale) ** 2, flat.numel(), source=self.source)
-            zt = torch.from_numpy(z).to(torch.float64)
+            z = noise.discrete_gaussian((sigma * scale) ** 2, self.dim, source=self.source)
+            z = z.astype(np.float64)
         else:
-            zt = torch.from_numpy(noise.gaussian_float(sigma, flat.numel(), source=self.source))
-            zt.mul_(scale).round_()
-        self.last_noise_s = time.perf_counter() - start
+            z = noise.gaussian_float(sigma * scale, self.dim, source=self.source)
+            np.rint(z, out=z)
+        return z, time.perf_counter() - start
+
+    def _next_noise(self) -> np.ndarray:
+        """This step's noise; a secure source draws the next step's meanwhile, on a thread.
+
+        The noise does not depend on the data, so drawing it while the next forward and backward
+        run changes nothing in the guarantee; it hides the draw on machines with idle cores. A
+        seeded source draws in line, so a seeded run stays reproducible.
+        """
+        if self.source is not None and self.source.insecure:
+            z, self.last_noise_s = self._draw()
+            return z
+        if self._pending is None:
+            self._pending = self._pool().submit(self._draw)
+        z, self.last_noise_s = self._pending.result()
+        self._pending = self._pool().submit(self._draw)
+        return z
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="dpkit-noise")
+        return self._executor
+
+    def _noise_into_grads(self, flat: Tensor) -> None:
+        sigma = self.noise_multiplier * self.max_grad_norm
+        scale = 2.0**self.k
+        zt = torch.from_numpy(self._next_noise())
         # release on the grid 2^-k (module docstring): both terms are integers times 2^-k, and
         # their sum is exact in float64 (checked below)
         # exact while |sum| + |noise| < 2^52 grid steps: |sum| <= B C' (each term has norm <= C')
