@@ -19,7 +19,13 @@ from typing import Any
 
 import duckdb
 
-from dpkit.engine.duckdb_sources import check_complete, source_sql, store_domain, string_literal
+from dpkit.engine.duckdb_sources import (
+    check_complete,
+    loaded_columns,
+    source_sql,
+    store_domain,
+    string_literal,
+)
 from dpkit.engine.spec import QueryError
 from dpkit.engine.tables import FIXED_PREFIX, Column, TableMeta, quote_ident
 
@@ -161,7 +167,7 @@ def load_table(
                     _drop_collations(con, target)  # called here: its warning's stacklevel
                 else:
                     con.execute(f"CREATE VIEW {target} AS SELECT * FROM {rel_sql}")
-                columns = _loaded_columns(con, target)
+                columns = loaded_columns(con, target)
                 validate(columns, _row_count(con, target))
                 if not_null is not None:
                     check_complete(con, target, columns, not_null())
@@ -216,19 +222,6 @@ def _clear_target(con: duckdb.DuckDBPyConnection, schema: str, name: str, target
                 con.execute(f"DROP VIEW IF EXISTS {other}.{quote_ident(name)}")
     con.execute(f"DROP TABLE IF EXISTS {target}")
     con.execute(f"DROP VIEW IF EXISTS {target}")
-
-
-def _loaded_columns(con: duckdb.DuckDBPyConnection, target: str) -> list[Column]:
-    """The loaded relation's columns, refusing a name in the hidden columns' namespace."""
-    desc = con.execute(f"DESCRIBE SELECT * FROM {target}").fetchall()
-    columns = [Column(str(r[0]), str(r[1])) for r in desc]
-    for c in columns:
-        if c.name.lower().startswith(FIXED_PREFIX):
-            raise ValueError(
-                f"column {c.name!r} starts with {FIXED_PREFIX!r}, reserved for the "
-                f"curator's hidden columns; rename it"
-            )
-    return columns
 
 
 def _row_count(con: duckdb.DuckDBPyConnection, target: str) -> int:

@@ -4,8 +4,9 @@
 path, a pandas or polars frame, a pyarrow table, a dict of numpy columns, a DuckDB relation)
 into a relation DuckDB can read, refusing column names equal but for case; :func:`store_domain`
 casts a declared domain to its column's type and checks it (keys that cannot be read as the
-type, or that coincide in it, are refused); :func:`check_complete` refuses a NULL in a column
-declared complete. All run only while a table is loaded.
+type, or that coincide in it, are refused); :func:`loaded_columns` reads the loaded
+relation's columns (refusing names reserved for hidden columns) and :func:`check_complete`
+refuses a NULL in a column declared complete. All run only while a table is loaded.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from typing import Any
 
 import duckdb
 
-from dpkit.engine.tables import Column, quote_ident
+from dpkit.engine.tables import FIXED_PREFIX, Column, quote_ident
 
-__all__ = ["KEY_COLUMN", "check_case_distinct", "check_complete", "key_parts", "source_sql",
-           "store_domain", "string_literal"]
+__all__ = ["KEY_COLUMN", "check_case_distinct", "check_complete", "key_parts", "loaded_columns",
+           "source_sql", "store_domain", "string_literal"]
 
 KEY_COLUMN = "k"  # the one column of a hidden key table (a declared domain)
 
@@ -278,3 +279,16 @@ def check_complete(con: duckdb.DuckDBPyConnection, target: str, columns: Sequenc
                 + (" or NaN" if types[name].cls == "float" else "")
                 + "; drop it from not_null, or fill or drop those rows in the source"
             )
+
+
+def loaded_columns(con: duckdb.DuckDBPyConnection, target: str) -> list[Column]:
+    """The loaded relation's columns, refusing a name in the hidden columns' namespace."""
+    desc = con.execute(f"DESCRIBE SELECT * FROM {target}").fetchall()
+    columns = [Column(str(r[0]), str(r[1])) for r in desc]
+    for c in columns:
+        if c.name.lower().startswith(FIXED_PREFIX):
+            raise ValueError(
+                f"column {c.name!r} starts with {FIXED_PREFIX!r}, reserved for the "
+                f"curator's hidden columns; rename it"
+            )
+    return columns
