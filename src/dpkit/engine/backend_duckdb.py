@@ -164,7 +164,7 @@ def load_table(
                 if copy:
                     _run_tracked(con, f"CREATE TABLE {target} AS SELECT * FROM {rel_sql}",
                                  "copying rows", progress)
-                    _drop_collations(con, target)  # called here: its warning's stacklevel
+                    _drop_collations(con, target)  # not in a helper: warns at stacklevel=4
                 else:
                     con.execute(f"CREATE VIEW {target} AS SELECT * FROM {rel_sql}")
                 columns = loaded_columns(con, target)
