@@ -40,8 +40,7 @@ class HoldoutRun:
 
 def noise_data(n: int, d: int, source: _noise.Source) -> tuple[np.ndarray, np.ndarray]:
     """``n`` rows of ``d`` ±1 features (int8) and ±1 labels, independent: no signal."""
-    words = source.uint64(-(-n * (d + 1) // 64))  # 64 fair bits per draw
-    bits = np.unpackbits(words.view(np.uint8))[: n * (d + 1)].reshape(n, d + 1)
+    bits = _noise.fair_bits((n, d + 1), source=source)
     rows = (2 * bits.astype(np.int8) - 1).astype(np.int8)
     return rows[:, :d], rows[:, d]
 
