@@ -23,7 +23,7 @@ import numpy as np
 from dpkit import noise as _noise
 from dpkit.adaptive.thresholdout import Thresholdout
 
-__all__ = ["HoldoutRun", "noise_data", "run_selection"]
+__all__ = ["HoldoutRun", "noise_data", "noise_rows", "run_selection"]
 
 
 @dataclass
@@ -38,15 +38,27 @@ class HoldoutRun:
     over_threshold: int = 0
 
 
+def noise_rows(n: int, d: int, source: _noise.Source) -> np.ndarray:
+    """``n`` rows of ``d`` ±1 features and a ±1 label last (int8, column-major: a feature is
+    one contiguous column), independent: no signal."""
+    bits = _noise.fair_bits((d + 1, n), source=source).view(np.int8)
+    return (bits * np.int8(2) - np.int8(1)).T
+
+
 def noise_data(n: int, d: int, source: _noise.Source) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` rows of ``d`` ±1 features (int8) and ±1 labels, independent: no signal."""
-    bits = _noise.fair_bits((n, d + 1), source=source)
-    rows = (2 * bits.astype(np.int8) - 1).astype(np.int8)
+    """:func:`noise_rows` split into features and labels (views)."""
+    rows = noise_rows(n, d, source)
     return rows[:, :d], rows[:, d]
 
 
-def _correlations(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return (y.astype(np.float32) @ x.astype(np.float32)) / len(y)
+def _correlations(x: np.ndarray, y: np.ndarray, chunk: int = 256) -> np.ndarray:
+    """Each feature's mean of ``x_j y``, a block of columns at a time (one float copy of the
+    whole matrix would be 4 bytes per cell)."""
+    yf = y.astype(np.float32)
+    out = np.empty(x.shape[1], dtype=np.float32)
+    for j in range(0, x.shape[1], chunk):
+        out[j:j + chunk] = yf @ x[:, j:j + chunk].astype(np.float32)
+    return out / len(y)
 
 
 def _accuracy(x: np.ndarray, y: np.ndarray, cols: np.ndarray, signs: np.ndarray) -> np.ndarray:
@@ -55,6 +67,21 @@ def _accuracy(x: np.ndarray, y: np.ndarray, cols: np.ndarray, signs: np.ndarray)
         return (y > 0).astype(np.float64)
     score = x[:, cols].astype(np.float32) @ signs.astype(np.float32)
     return ((score >= 0) == (y > 0)).astype(np.float64)
+
+
+def _accuracies(x: np.ndarray, y: np.ndarray, top: np.ndarray, signs: np.ndarray,
+                ks: list[int]) -> list[float]:
+    """Accuracy of the classifier over the first ``k`` of ``top`` for every ``k`` at once (the
+    running sum of the signed features gives every classifier's score)."""
+    if len(top) == 0:
+        return [float((y > 0).mean()) for _ in ks]
+    running = np.cumsum(x[:, top] * signs, axis=1, dtype=np.int16)
+    out = []
+    for k in ks:  # fewer features kept than k: the classifier over all of them
+        kk = min(k, running.shape[1])
+        score = running[:, kk - 1] if kk > 0 else np.zeros(len(y), np.int16)
+        out.append(float(((score >= 0) == (y > 0)).mean()))
+    return out
 
 
 def run_selection(train: tuple[np.ndarray, np.ndarray], holdout: tuple[np.ndarray, np.ndarray],
@@ -79,15 +106,14 @@ def run_selection(train: tuple[np.ndarray, np.ndarray], holdout: tuple[np.ndarra
                 keep.append(j)
     order = sorted(keep, key=lambda j: -abs(float(ct[j])))
     run = HoldoutRun(ks=list(ks))
-    for k in ks:
-        cols = np.asarray(order[:k], dtype=np.int64)
-        signs = np.sign(ct[cols]).astype(np.int8) if len(cols) else np.zeros(0, np.int8)
-        run.train.append(float(_accuracy(xt, yt, cols, signs).mean()))
-        run.fresh.append(float(_accuracy(xf, yf, cols, signs).mean()))
-        if reusable is None:
-            run.holdout.append(float(_accuracy(xh, yh, cols, signs).mean()))
-        else:
-            run.holdout.append(reusable.query(_classifier_query(cols, signs)))
+    top = np.asarray(order[:max(ks, default=0)], dtype=np.int64)
+    signs = np.sign(ct[top]).astype(np.int8)
+    run.train = _accuracies(xt, yt, top, signs, ks)
+    run.fresh = _accuracies(xf, yf, top, signs, ks)
+    if reusable is None:
+        run.holdout = _accuracies(xh, yh, top, signs, ks)
+    else:
+        run.holdout = [reusable.query(_classifier_query(top[:k], signs[:k])) for k in ks]
     if reusable is not None:
         run.epsilon, run.over_threshold = reusable.epsilon, reusable.answered
     return run

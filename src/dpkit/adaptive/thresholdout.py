@@ -90,7 +90,9 @@ class Thresholdout:
         per_mean = (1.0 / n + self._w) / self.sigma  # Δ/σ with the grid's rounding
         self._eps_round, self._eps_answer = per_mean, per_mean
         worst = budget * (self._eps_round + self._eps_answer)
-        if worst > _positive(max_epsilon, "max_epsilon"):
+        if not max_epsilon > 0:  # math.inf allowed: the analyst knowingly waives the cap
+            raise ValueError(f"max_epsilon must be positive (got {max_epsilon!r})")
+        if worst > max_epsilon:
             raise ValueError(
                 f"with a holdout of {n} rows, sigma={self.sigma:g} and budget={budget} the "
                 f"holdout's epsilon may reach {worst:.3g} > max_epsilon={max_epsilon:g}: use a "
