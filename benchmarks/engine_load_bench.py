@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -50,13 +51,20 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--before", default=None, help="a git commit to time against (e.g. main)")
     args = ap.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="dpkit-loadbench-"))
+    try:
+        _compare(args, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)  # a 1M-row file and a project per run
+
+
+def _compare(args: argparse.Namespace, scratch: Path) -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from engine_bench import make_data
 
-    scratch = Path(tempfile.mkdtemp(prefix="dpkit-loadbench-"))
     data = scratch / "rows.parquet"
     pq.write_table(pa.table(make_data(args.rows)), data)
     trees = {"after": ROOT / "src"}
