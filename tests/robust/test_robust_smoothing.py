@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -166,3 +170,10 @@ def test_torch_module_matches_numpy() -> None:
     assert via_torch.radius == pytest.approx(via_numpy.radius, abs=0.01)
     with pytest.raises(ValueError, match="shape"):
         Smoothed(torch.nn.Linear(3, 4), 0.5, 2).certify(x, 10, 10, 0.1)
+
+
+def test_import_does_not_load_torch() -> None:
+    code = "import sys, dpkit.robust; assert 'torch' not in sys.modules, 'torch imported eagerly'"
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": src}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
