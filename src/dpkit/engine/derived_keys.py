@@ -39,10 +39,10 @@ from dpkit.engine.totality import is_total, total_condition_sql
 __all__ = ["MAX_BINS", "derived_key", "restrict_keys"]
 
 MAX_BINS = 1_000_000  # a wider range needs a wider bin; the planner caps the groups again
-Resolve = Callable[[exp.Expression], exp.Expression]  # columns -> refs, casts made TRY_CAST
+Resolve = Callable[[exp.Expr], exp.Expr]  # columns -> refs, casts made TRY_CAST
 
 
-def derived_key(node: exp.Expression, label: str, scope: Scope, private: TableMeta,
+def derived_key(node: exp.Expr, label: str, scope: Scope, private: TableMeta,
                 resolve: Resolve) -> GroupKey:
     """The group key of the expression ``node`` (not a bare column), named ``label``."""
     node = _unparen(node)
@@ -60,13 +60,13 @@ def derived_key(node: exp.Expression, label: str, scope: Scope, private: TableMe
     return GroupKey(source="", column=label, type="VARCHAR", expr=sql)
 
 
-def _unparen(node: exp.Expression) -> exp.Expression:
+def _unparen(node: exp.Expr) -> exp.Expr:
     while isinstance(node, exp.Paren):
         node = node.this
     return node
 
 
-def _constant(node: exp.Expression | None) -> tuple[bool, Any]:
+def _constant(node: exp.Expr | None) -> tuple[bool, Any]:
     """(is a constant, its Python value) for a literal, a negated number, TRUE/FALSE, NULL."""
     if node is None or isinstance(node, exp.Null):
         return True, None
@@ -115,7 +115,7 @@ def _lit(value: Any, type_: str) -> str:
 def _case_key(node: exp.Case, label: str, scope: Scope, resolve: Resolve) -> GroupKey | None:
     """A CASE with constant results: its domain is its results (NULL when no ELSE)."""
     subject = node.this
-    whens: list[tuple[exp.Expression, Any]] = []
+    whens: list[tuple[exp.Expr, Any]] = []
     for branch in node.args.get("ifs") or []:
         ok, value = _constant(branch.args.get("true"))
         if not ok:
@@ -136,7 +136,8 @@ def _case_key(node: exp.Case, label: str, scope: Scope, resolve: Resolve) -> Gro
     column_type = _column_type(scope)
     parts = []
     for cond, value in whens:
-        check = total_condition_sql(resolve(cond), is_total(cond, column_type))
+        check = total_condition_sql(resolve(cond),  # type: ignore[arg-type]  # sqlglot 30: Expr
+                                    is_total(cond, column_type))  # type: ignore[arg-type]
         parts.append(f"WHEN {check} THEN {_lit(value, type_)}")
     sql = f"(CASE {' '.join(parts)} ELSE {_lit(default, type_)} END)"
     values = [float(v) if type_ == "DOUBLE" and v is not None else v
@@ -150,14 +151,14 @@ def _column_type(scope: Scope) -> Callable[[exp.Column], str]:
     return lambda c: scope.resolve(c)[2]
 
 
-def _number(node: exp.Expression | None) -> float | int | None:
+def _number(node: exp.Expr | None) -> float | int | None:
     ok, v = _constant(node)
     if ok and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
         return v
     return None
 
 
-def _bin_form(node: exp.Expression) -> tuple[str, exp.Expression, float | int] | None:
+def _bin_form(node: exp.Expr) -> tuple[str, exp.Expr, float | int] | None:
     """``(form, column node, width)`` for floor(c / w) * w ("mul"), floor(c / w) and floor(c)
     ("floor"), c // w ("intdiv")."""
     if isinstance(node, exp.Mul):
@@ -179,7 +180,7 @@ def _bin_form(node: exp.Expression) -> tuple[str, exp.Expression, float | int] |
     return None
 
 
-def _bin_key(node: exp.Expression, label: str, scope: Scope, private: TableMeta,
+def _bin_key(node: exp.Expr, label: str, scope: Scope, private: TableMeta,
              resolve: Resolve) -> GroupKey | None:
     form = _bin_form(node)
     if form is None:
@@ -254,7 +255,7 @@ def _trunc(value: Any, unit: str, as_date: bool) -> Any:
     return d.date().isoformat() if as_date else d.isoformat(sep=" ")
 
 
-def _date_key(node: exp.Expression, label: str, scope: Scope, private: TableMeta,
+def _date_key(node: exp.Expr, label: str, scope: Scope, private: TableMeta,
               resolve: Resolve) -> GroupKey | None:
     if not isinstance(node, exp.TimestampTrunc | exp.DateTrunc):
         return None
@@ -280,7 +281,7 @@ def _date_key(node: exp.Expression, label: str, scope: Scope, private: TableMeta
     return GroupKey(source="", column=label, type=type_, expr=sql, domain=domain)
 
 
-def restrict_keys(where: exp.Expression | None, keys: list[GroupKey], scope: Scope) -> None:
+def restrict_keys(where: exp.Expr | None, keys: list[GroupKey], scope: Scope) -> None:
     """``WHERE key = c`` / ``key IN (c, ...)``, AND-ed at the top of WHERE: the constants are a
     public domain of that (bare column) key. OR / NOT forms leave it unrestricted."""
     if where is None:
@@ -312,14 +313,14 @@ def _fits(value: Any, kind: str) -> bool:
     return False
 
 
-def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
+def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
     node = _unparen(node)
     if isinstance(node, exp.And):
         return _conjuncts(node.this) + _conjuncts(node.expression)
     return [node]
 
 
-def _key_constants(node: exp.Expression, scope: Scope
+def _key_constants(node: exp.Expr, scope: Scope
                    ) -> tuple[tuple[str, str], list[Any]] | None:
     """((table alias, column), constants) for ``col = c``, ``c = col``, ``col IN (c, ...)``."""
     if isinstance(node, exp.EQ):

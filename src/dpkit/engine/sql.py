@@ -259,7 +259,7 @@ def _is_column(scope: Scope, col: exp.Column) -> bool:
 
 
 def _group_by(stmt: exp.Select, scope: Scope, private: TableMeta
-              ) -> tuple[list[GroupKey], list[tuple[exp.Expression, int]]]:
+              ) -> tuple[list[GroupKey], list[tuple[exp.Expr, int]]]:
     """The GROUP BY keys, and each derived key's expression with its key index (so that the
     SELECT list, HAVING and ORDER BY can name it)."""
     group = stmt.args.get("group")
@@ -268,7 +268,7 @@ def _group_by(stmt: exp.Select, scope: Scope, private: TableMeta
     if group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets"):
         raise QueryError("ROLLUP/CUBE/GROUPING SETS are not supported; run one query per grouping")
     keys: list[GroupKey] = []
-    derived: list[tuple[exp.Expression, int]] = []
+    derived: list[tuple[exp.Expr, int]] = []
     select_items = stmt.expressions
     for item in group.expressions:
         node, label = _group_item(item, select_items, scope)
@@ -289,16 +289,16 @@ def _group_by(stmt: exp.Select, scope: Scope, private: TableMeta
 
 
 def _group_item(item: exp.Expression, select_items: list[exp.Expression], scope: Scope
-                ) -> tuple[exp.Expression, str]:
+                ) -> tuple[exp.Expr, str]:
     """What one GROUP BY item groups by (a position or an output alias resolved to its
     expression; a table column wins over an alias, as in DuckDB), and the key's name."""
-    node = item
+    node: exp.Expr = item.unnest()  # GROUP BY (ward) is GROUP BY ward
     if isinstance(node, exp.Literal) and not node.is_string:
         pos = int(node.this)
         if not 1 <= pos <= len(select_items):
             raise QueryError(f"GROUP BY {pos}: the SELECT list has {len(select_items)} items")
         chosen = select_items[pos - 1]
-        node = chosen.unalias()  # type: ignore[assignment]  # sqlglot 30 types it as Expr
+        node = chosen.unalias()
         if isinstance(chosen, exp.Alias):
             return node, chosen.alias
     elif isinstance(node, exp.Column) and not node.table and not _is_column(scope, node):
@@ -312,8 +312,8 @@ def _group_item(item: exp.Expression, select_items: list[exp.Expression], scope:
     return node, node.sql(dialect="duckdb")[:60]
 
 
-def _derived_group_key(node: exp.Expression, label: str, scope: Scope, private: TableMeta,
-                       keys: list[GroupKey], derived: list[tuple[exp.Expression, int]]) -> None:
+def _derived_group_key(node: exp.Expr, label: str, scope: Scope, private: TableMeta,
+                       keys: list[GroupKey], derived: list[tuple[exp.Expr, int]]) -> None:
     if node.find(exp.AggFunc) is not None:
         raise QueryError(f"GROUP BY {label}: a group key cannot hold an aggregate")
     if isinstance(node, exp.Literal | exp.Null | exp.Boolean):
@@ -322,7 +322,7 @@ def _derived_group_key(node: exp.Expression, label: str, scope: Scope, private: 
         return
     used: set[tuple[str, str]] = set()
     key = derived_key(node, label, scope, private,
-                      lambda n: _check_scalar(n, scope, "GROUP BY", used)[0])
+                      lambda n: _check_scalar(n, scope, "GROUP BY", used)[0])  # type: ignore[arg-type]
     if any(s == PRIVATE_ALIAS and c == private.privacy_unit for s, c in used) and \
             private.privacy_unit and key.domain is None:
         raise QueryError(
@@ -525,7 +525,7 @@ def _check_scalar(
 
 def _select(text: str, stmt: exp.Select, scope: Scope, private: TableMeta,
             joins: list[JoinSpec], group_by: list[GroupKey],
-            derived: list[tuple[exp.Expression, int]] | None = None) -> QuerySpec:
+            derived: list[tuple[exp.Expr, int]] | None = None) -> QuerySpec:
     columns_used: set[tuple[str, str]] = set()
     derived = derived or []
     aggs: list[AggCall] = []

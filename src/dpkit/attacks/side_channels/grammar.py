@@ -287,6 +287,7 @@ class Grammar:
         join, on = "", ""
         alias, t, pa = self.t, self.t, self.p
         group: list[str] = []
+        restrict = ""
         if self.public and d.chance(1, 4):
             p = d.pick(self.public)
             pc = d.pick(p.columns)
@@ -300,20 +301,40 @@ class Grammar:
             k = d.pick(self.keys)
             tags.append("group_declared" if k.name in self.table.domains else "group_undeclared")
             group.append(f"{t}.{quote_ident(k.name)}")
+            if d.chance(1, 4):  # WHERE key IN (constants): the constants become the keys
+                restrict = self._in_keys(d, k, t)
+                tags.append("where_keys")
+        shown, by = list(group), list(group)
+        if not join and self.keys and d.chance(1, 4):
+            shown, by = self._derived_key(d, t, tags)
         aggs = ["COUNT(*) AS n"]
         for i in range(d.below(3)):
             aggs.append(self._agg(d, tags) + f" AS a{i}")
-        select = ", ".join(group + aggs)
-        text = f"SELECT {select} FROM {quote_ident(self.table.name)} AS {t}{join}{on}{{where}}"
+        key_only = bool(by) and d.chance(1, 8)
+        if key_only:
+            aggs, tags = [], [*tags, "key_only"]
+        top = f"TOP {d.pick((1, 3))} " if bool(by) and d.chance(1, 10) else ""
+        select = ", ".join(shown + aggs)
+        if key_only and not top and d.chance(1, 2):  # SELECT DISTINCT k is GROUP BY k
+            select, by = "DISTINCT " + select, []
+        text = (f"SELECT {top}{select} FROM {quote_ident(self.table.name)} AS {t}{join}{on}"
+                f"{{where}}")
         noisy_rows = noisy_order = False
-        if group:
-            text += " GROUP BY " + ", ".join(group)
-            if d.chance(1, 6):
+        group = by or group
+        if top:
+            text += " GROUP BY " + ", ".join(by) + " ORDER BY " + by[0]
+            tags.append("top")
+        elif by:
+            text += " GROUP BY " + ", ".join(by)
+            if d.chance(1, 6) and not key_only:
                 text += f" HAVING COUNT(*) > {d.pick((0, 2, 10))}"
                 noisy_rows = True
                 tags.append("having")
+            elif d.chance(1, 8):  # on the key itself: the grouped column, not an alias
+                text += f" HAVING {group[0]} IS NOT NULL"
+                tags.append("having_key")
             if d.chance(1, 2):
-                by_value = d.chance(1, 2)
+                by_value = d.chance(1, 2) and not key_only
                 text += " ORDER BY " + ("n DESC" if by_value else group[0])
                 noisy_order = by_value
                 if d.chance(2, 3):
@@ -324,9 +345,33 @@ class Grammar:
         weights: tuple[tuple[str, float], ...] = ()
         if len(aggs) > 1 and d.chance(1, 6):
             weights = (("n", float(d.pick((1, 3, 100)))),)
-        return Query("sql", self.table.name, text=text, where=self.where(d, alias, tags),
+        return Query("sql", self.table.name, text=text,
+                     where=self.where(d, alias, tags) + ((restrict,) if restrict else ()),
                      epsilon=eps, noise=noise, delta=delta, weights=weights,
                      noisy_rows=noisy_rows, noisy_order=noisy_order, tags=tuple(tags))
+
+    def _in_keys(self, d: Draw, k: Column, t: str) -> str:
+        items = ", ".join(dict.fromkeys(self._literal(d, k) for _ in range(1 + d.below(3))))
+        op = d.pick(("IN", "IN", "=")) if "," not in items else "IN"
+        return f"{t}.{quote_ident(k.name)} {op} ({items})"
+
+    def _derived_key(self, d: Draw, t: str, tags: list[str]) -> tuple[list[str], list[str]]:
+        """A GROUP BY expression (CASE, bins, date_trunc, or one without public keys), shown as
+        ``g`` and grouped by alias, by position or written out again."""
+        k = self._ref(d.pick(self.keys), t)
+        cond = self._compare(d, t, tags)
+        forms = [f"CASE WHEN {cond} THEN 'a' WHEN {k.sql} IS NULL THEN 'b' END",
+                 f"CASE WHEN {cond} THEN 1 ELSE 2 END", f"lower(CAST({k.sql} AS VARCHAR))"]
+        if k.col.cls in ("int", "float", "decimal"):
+            forms += [f"floor({k.sql} / 10) * 10", f"floor({k.sql})", f"floor({k.sql} / 2.5)"]
+        if k.col.cls == "int":
+            forms.append(f"{k.sql} // 7")
+        if k.col.cls == "temporal":
+            forms.append(f"date_trunc('{d.pick(('month', 'year', 'day'))}', {k.sql})")
+        expr = d.pick(forms)
+        tags.append("derived_" + expr.split("(")[0].split(" ")[0].lower())
+        by = d.pick(("g", "1", expr))
+        return [f"{expr} AS g"], [by]
 
     def _agg(self, d: Draw, tags: list[str]) -> str:
         unit = self.table.privacy_unit
