@@ -23,7 +23,7 @@ BASE = ("SELECT i AS pid, i % 90 AS age, 'w' || (i % 3) AS ward, i % 7 AS sex, i
         "AS d FROM range(3000) t(i)")
 # the neighbour: one unit more, with values at every extreme the key expressions meet
 EXTREME = ("SELECT 100000 AS pid, 2147483647 AS age, 'x''; DROP' AS ward, -7 AS sex, "
-           "NULL AS educ, CAST('nan' AS DOUBLE) AS score, DATE '9999-12-31' AS d")
+           "NULL AS educ, CAST('nan' AS DOUBLE) AS score, DATE '5877642-06-25' AS d")
 DATES = ["2024-01-05", "2024-02-17", "2024-03-01", "2024-07-31"]
 
 
@@ -248,7 +248,12 @@ NEIGHBOUR_QUERIES = [
 ]
 
 
-@pytest.mark.parametrize("q", NEIGHBOUR_QUERIES)
+NEIGHBOUR_IDS = ["case_no_else", "case_try", "bins_mul", "bins_intdiv", "bins_float",
+                 "date_trunc", "where_in", "where_eq", "key_only", "distinct", "top",
+                 "having_column", "case_mixed_refused", "where_none_refused"]
+
+
+@pytest.mark.parametrize("q", NEIGHBOUR_QUERIES, ids=NEIGHBOUR_IDS)
 def test_neighbours_get_the_same_keys_order_cost_and_errors(
         pair: tuple[Curator, Curator], q: str) -> None:
     d, d1 = pair

@@ -14,7 +14,8 @@ query text and the declarations only, never from a row:
   (integer columns: DuckDB truncates) the integer quotients, for every ``k`` between the
   images of ``lo`` and ``hi`` (each form is monotone in ``col``). Rows outside fall out, as
   rows outside any declared domain do.
-* ``date_trunc(unit, col)`` of a column with a declared domain: the truncated domain values.
+* ``date_trunc(unit, col)`` of a column with a declared domain: the truncated domain values
+  (dates outside Python's years 1-9999 have the key NULL, as for a plain date key).
 
 Anything else is still a group key, typed ``VARCHAR``: its groups are selected privately, as
 for an undeclared column (the preview states the delta). The key's SQL never raises on a row:
@@ -196,10 +197,27 @@ def _bin_key(node: exp.Expr, label: str, scope: Scope, private: TableMeta,
         raise QueryError(f"GROUP BY {label}: the bin width must be > 0 (got {w:g})")
     ints = cls == "int" and isinstance(w, int)
     type_ = "BIGINT" if ints or kind != "mul" else "DOUBLE"
-    sql = f"TRY(CAST(({resolve(node).sql(dialect='duckdb')}) AS {type_}))"
+    sql = f"CAST(({resolve(node).sql(dialect='duckdb')}) AS {type_})"
+    if not _bins_total(kind, ctype, w, type_):
+        sql = f"TRY({sql})"  # TRY costs about as much as the key itself: only where needed
     bounds = private.bounds_for(name) if internal == PRIVATE_ALIAS else None
     domain = None if bounds is None else _bins(kind, bounds, w, cls == "int", type_, label)
     return GroupKey(source="", column=label, type=type_, expr=sql, domain=domain)
+
+
+_SMALL_INTS = frozenset({"TINYINT", "SMALLINT", "INTEGER", "INT", "INT1", "INT2", "INT4",
+                         "UTINYINT", "USMALLINT", "UINTEGER", "SHORT", "SIGNED"})
+
+
+def _bins_total(kind: str, ctype: str, w: float | int, type_: str) -> bool:
+    """Whether a bin key cannot fail on any value of the column: for a small integer column
+    (|x| < 2^32) and 2^-29 <= w < 2^31, ``x / w`` stays below 2^61 and ``floor(x / w) * w``
+    within ``|x| + w``, inside BIGINT; ``x // w`` (w > 0) never overflows; a DOUBLE key of a
+    float column is IEEE arithmetic (inf and NaN, never an error)."""
+    base = ctype.upper().split("(")[0].strip()
+    if base in _SMALL_INTS:
+        return kind == "intdiv" or 2.0**-29 <= abs(w) < 2**31
+    return type_ == "DOUBLE" and kind == "mul" and type_class(ctype) == "float"
 
 
 def _bins(kind: str, bounds: tuple[float, float], w: float | int, int_col: bool, type_: str,
@@ -269,8 +287,14 @@ def _date_key(node: exp.Expr, label: str, scope: Scope, private: TableMeta,
         return None
     as_date = base == "DATE" and unit in _DATE_UNITS
     type_ = "DATE" if as_date else "TIMESTAMP"
-    sql = (f"TRY(CAST(date_trunc('{unit}', {resolve(col).sql(dialect='duckdb')}) "
-           f"AS {type_}))")
+    # date_trunc fails outside the TIMESTAMP range (a DATE in year 5877642); a guard on
+    # Python's years (outside them keys group as NULL anyway) keeps it total without TRY,
+    # whose row-by-row fallback takes ~15x longer once one row fails (2M rows: 0.2 s -> 3.5 s)
+    ref = resolve(col).sql(dialect="duckdb")
+    lo, hi = (("DATE '0001-01-01'", "DATE '9999-12-31'") if base == "DATE" else
+              ("TIMESTAMP '0001-01-01'", "TIMESTAMP '9999-12-31 23:59:59.999999'"))
+    sql = (f"(CASE WHEN {ref} BETWEEN {lo} AND {hi} THEN CAST(date_trunc('{unit}', {ref}) "
+           f"AS {type_}) END)")
     declared = private.domains.get(name) if internal == PRIVATE_ALIAS else None
     domain = None
     if declared is not None:
