@@ -8,7 +8,10 @@ table (optionally joined with public lookup tables) whose output is built from
   ``MEDIAN``, ``QUANTILE(col, q)``/``QUANTILE_CONT``/``PERCENTILE_CONT``, ``MIN``, ``MAX``, each
   over a bare column;
 * ``GROUP BY`` columns (public keys when the column has a declared domain or comes from a public
-  table; otherwise the groups are selected privately);
+  table, or when ``WHERE col IN (...)`` names them; otherwise the groups are selected
+  privately), and expressions of columns (``CASE``, bins, ``date_trunc``; their keys are
+  derived in :mod:`dpkit.engine.derived_keys`), by alias or position too; a SELECT of keys
+  alone (or ``SELECT DISTINCT`` keys) releases the keys;
 * arithmetic over those (evaluated after the noise, on the noisy values).
 
 ``WHERE`` may use any column with a fixed list of scalar functions; ``HAVING``, ``ORDER BY`` and
@@ -16,8 +19,9 @@ table (optionally joined with public lookup tables) whose output is built from
 LIMIT k`` over groups, whose ``k`` groups the planner chooses by noisy max before measuring
 them (``QuerySpec.order_aggs`` names the ordering aggregate). Everything else is refused by a
 :class:`QueryError` whose message says what to write instead: raw columns, ``SELECT *``,
-``DISTINCT``, subqueries, CTEs, window functions, set operations, table functions, sampling,
-parameters, joins between private tables, unknown tables, columns and functions.
+``DISTINCT`` with aggregates, subqueries, CTEs, window functions, set operations, table
+functions, sampling, parameters, joins between private tables, unknown tables, columns and
+functions. T-SQL's ``SELECT TOP n`` is read too; other dialects go through :func:`to_duckdb`.
 
 The result is a :class:`QuerySpec`: names resolved against the table metadata, casts turned
 into ``TRY_CAST``, and a flag saying whether the filter could raise a data-dependent error (then

@@ -154,9 +154,9 @@ def key_domain(table: TableMeta, k: dsql.GroupKey) -> list[Any] | None:
         values = [v for v in declared if v in wanted]
     if not values:
         raise PlanError(
-            f"GROUP BY {k.column}: the WHERE condition keeps none of its "
-            f"{'declared ' if declared is not None else ''}keys, so there is nothing to "
-            f"answer; nothing was charged"
+            f"GROUP BY {k.column}: no key is left (the WHERE condition keeps none of its "
+            f"{'declared ' if declared is not None else ''}keys, or the declared range holds "
+            f"no bin), so there is nothing to answer; nothing was charged"
         )
     return values
 
