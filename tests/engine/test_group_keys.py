@@ -273,3 +273,22 @@ def test_cli_dialect_flag(tmp_path: Path) -> None:
     assert out.exit_code == 0, out.output
     assert "educ" in out.output
 
+
+
+def test_small_forms_and_refusals(cur: Curator) -> None:
+    spent = cur.budget().spent
+    assert list(cur.sql("SELECT educ FROM t GROUP BY (educ)", epsilon=1.0).data["educ"]) == [
+        0, 1, 2, 3, 4]  # a parenthesised column is the column, not a derived key
+    with pytest.raises(QueryError, match="privacy unit 'pid' without a public domain"):
+        cur.sql("SELECT pid % 10 AS b, COUNT(*) FROM t GROUP BY b", epsilon=1.0)
+    with pytest.raises(QueryError, match="cannot hold an aggregate"):
+        cur.sql("SELECT COUNT(*) AS n FROM t GROUP BY n", epsilon=1.0)
+    with pytest.raises(QueryError, match="bin width must be > 0"):
+        cur.sql("SELECT floor(age / 0) AS b, COUNT(*) FROM t GROUP BY b", epsilon=1.0)
+    with pytest.raises(QueryError, match="no key is left"):
+        cur.sql("SELECT ward, COUNT(*) FROM t WHERE ward IN (NULL) GROUP BY ward", epsilon=1.0)
+    assert cur.budget().spent == spent
+    # a CASE of the privacy unit with constant results has public keys
+    res = cur.sql("SELECT CASE WHEN pid < 10 THEN 'first' ELSE 'rest' END AS c, COUNT(*) AS n "
+                  "FROM t GROUP BY c", epsilon=1.0)
+    assert sorted(res.data["c"]) == ["first", "rest"]
