@@ -1,0 +1,245 @@
+"""Private linear models: logistic regression (noisy full-batch gradient descent) and linear
+regression (noisy sufficient statistics), with the scikit-learn estimator API.
+
+Both answer the data only through the Gaussian mechanism of :mod:`dpkit.mechanisms` (exact
+discrete Gaussian on a grid, ρ-zCDP per release), so the fit is a composition of zCDP releases;
+``event_`` records it and ``epsilon_`` is its (ε, δ) bound from :mod:`dpkit.accounting`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dpkit import mechanisms
+from dpkit.accounting.zcdp import epsilon_to_rho
+from dpkit.events import Composed, Event
+from dpkit.noise import Source
+
+from ._base import (
+    PrivateEstimator,
+    check_classes,
+    check_delta,
+    check_epsilon,
+    check_features,
+    check_labels,
+    check_positive,
+    clip_rows,
+    resolve_source,
+)
+
+__all__ = ["LinearRegression", "LogisticRegression", "noisy_count"]
+
+# Share of ρ spent on the row count (the normaliser of the averaged gradient / statistics).
+_COUNT_SHARE = 0.02
+
+
+def noisy_count(n: int, rho: float, source: Source) -> tuple[float, Event]:
+    """Row count with discrete Gaussian noise (sensitivity 1 under add/remove), at least 1."""
+    r = mechanisms.gaussian(float(n), sensitivity=1.0, rho=rho, source=source)
+    return max(float(r.value), 1.0), r.event
+
+
+def _sigmoid(t: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * t))
+
+
+class LogisticRegression(PrivateEstimator):
+    """(ε, δ)-DP binary logistic regression by noisy full-batch gradient descent.
+
+    **Neighbouring relation**: add/remove one row (record-level privacy). Replace-one is two
+    such steps: the same fit is then 4ρ-zCDP (sensitivity doubles), see docs/learn.md.
+    **Guarantee**: (``epsilon``, ``delta``)-DP. The fit is a composition of ρ-zCDP releases:
+    the row count (2% of ρ) and ``max_iter`` gradient sums, each with exact discrete Gaussian
+    noise; ρ = the largest zCDP budget that converts to (ε, δ) (Canonne-Kamath-Steinke 2020).
+    Each row is clipped to L2 norm ``feature_norm`` (declared, public), so one row moves the
+    gradient sum of the logistic loss by at most ``sqrt(feature_norm² + 1)`` (the 1: the
+    intercept column), whatever the weights.
+
+    **Optimiser**: ``w ← w − lr (ĝ/n̂ + alpha w)`` with ĝ the noisy gradient sum, n̂ the noisy
+    count, ``lr = learning_rate / (S² / 4 + alpha)`` with S the sensitivity above (1/S²·4 is the
+    inverse of the worst-case smoothness; real data are far flatter, hence the default 10), then
+    the average of the last half of the iterates (noise averages out; the data are not touched).
+    Defaults (100 steps, 10) were chosen on Adult; about 1 s for 30,000 rows × 105 features.
+
+    >>> import numpy as np
+    >>> X = np.r_[np.full((500, 1), 0.8), np.full((500, 1), -0.8)]; y = np.r_[[1] * 500, [0] * 500]
+    >>> m = LogisticRegression(epsilon=1.0, delta=1e-6, feature_norm=1.0, classes=[0, 1],
+    ...                        random_state=0).fit(X, y)
+    >>> m.score(X, y), round(m.epsilon_, 6) <= 1.0
+    (1.0, True)
+    """
+
+    _estimator_type = "classifier"
+
+    def __init__(self, *, epsilon: float = 1.0, delta: float = 1e-6,
+                 feature_norm: float | None = None, classes: Any = None, alpha: float = 1e-4,
+                 max_iter: int = 100, learning_rate: float = 10.0, fit_intercept: bool = True,
+                 random_state: Any = None) -> None:
+        self.epsilon = epsilon
+        self.delta = delta
+        self.feature_norm = feature_norm
+        self.classes = classes
+        self.alpha = alpha
+        self.max_iter = max_iter
+        self.learning_rate = learning_rate
+        self.fit_intercept = fit_intercept
+        self.random_state = random_state
+
+    def _check(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray, float, float, float]:
+        eps = check_epsilon(self.epsilon)
+        norm = check_positive(self.feature_norm, "feature_norm", "1.0")
+        classes = check_classes(self.classes)
+        if len(classes) != 2:
+            raise ValueError(f"LogisticRegression is binary: classes must hold 2 labels "
+                             f"(got {len(classes)})")
+        if not isinstance(self.max_iter, int) or self.max_iter < 1:
+            raise ValueError(f"max_iter must be an int >= 1 (got {self.max_iter!r})")
+        check_positive(self.learning_rate, "learning_rate", "1.0")
+        if self.alpha < 0:
+            raise ValueError(f"alpha must be >= 0 (got {self.alpha!r})")
+        Xa = check_features(X)
+        idx = check_labels(y, classes, len(Xa))
+        dlt = check_delta(self.delta, len(Xa))
+        self.classes_ = classes
+        self.n_features_in_ = Xa.shape[1]
+        return Xa, idx, eps, dlt, norm
+
+    def fit(self, X: Any, y: Any) -> LogisticRegression:
+        """Fit on rows ``X`` (clipped to ``feature_norm``) and labels ``y`` in ``classes``."""
+        Xa, yi, eps, dlt, norm = self._check(X, y)
+        src = resolve_source(self.random_state)
+        Z = clip_rows(Xa, norm)
+        if self.fit_intercept:
+            Z = np.hstack([Z, np.ones((len(Z), 1))])
+        sens = float(np.sqrt(norm**2 + (1.0 if self.fit_intercept else 0.0)))
+        rho = epsilon_to_rho(eps, dlt)
+        n_hat, count_event = noisy_count(len(Z), _COUNT_SHARE * rho, src)
+        rho_step = (1.0 - _COUNT_SHARE) * rho / self.max_iter
+        lr = self.learning_rate / (sens**2 / 4.0 + self.alpha)
+        w = np.zeros(Z.shape[1])
+        events: list[Event] = [count_event]
+        tail = np.zeros_like(w)
+        start = self.max_iter // 2
+        for t in range(self.max_iter):
+            g = Z.T @ (_sigmoid(Z @ w) - yi)
+            r = mechanisms.gaussian(g, sensitivity=sens, rho=rho_step, source=src)
+            events.append(r.event)
+            w = w - lr * (np.asarray(r.value) / n_hat + self.alpha * w)
+            if t >= start:
+                tail += w
+        w = tail / (self.max_iter - start)
+        self.coef_ = w[None, : Xa.shape[1]]
+        self.intercept_ = np.array([w[-1] if self.fit_intercept else 0.0])
+        self._bill(Composed(events), dlt)
+        return self
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """The margin ``X coef_ + intercept_`` (rows are not clipped at prediction)."""
+        Xa = check_features(X, self.n_features_in_)
+        return Xa @ self.coef_[0] + self.intercept_[0]
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Columns: P(classes_[0]), P(classes_[1])."""
+        p = _sigmoid(self.decision_function(X))
+        return np.column_stack([1.0 - p, p])
+
+    def predict(self, X: Any) -> np.ndarray:
+        return self.classes_[(self.decision_function(X) > 0).astype(np.int64)]
+
+    def score(self, X: Any, y: Any) -> float:
+        """Accuracy (post-processing of the released model: free)."""
+        return float(np.mean(self.predict(X) == np.asarray(y)))
+
+
+class LinearRegression(PrivateEstimator):
+    """(ε, δ)-DP ridge / least-squares regression from noisy sufficient statistics.
+
+    **Neighbouring relation**: add/remove one row (record-level privacy).
+    **Guarantee**: (``epsilon``, ``delta``)-DP via one ρ-zCDP Gaussian release of the upper
+    triangle of ``ZᵀZ`` and of ``Zᵀy`` together, where ``Z`` is X (rows clipped to L2 norm
+    ``feature_norm``) plus an intercept column, and y is clamped to the declared
+    ``label_bounds`` and centred on their midpoint (half-width h): one row moves that vector by
+    at most ``sqrt(S⁴ + S² h²)`` in L2, ``S² = feature_norm² + 1``. The weights solve
+    ``(ZᵀZ~ + alpha·I) w = Zᵀy~`` (post-processing; ``alpha`` keeps the noisy system well posed).
+
+    >>> import numpy as np
+    >>> X = np.linspace(-1, 1, 2000)[:, None]; y = 2 * X[:, 0] + 1
+    >>> m = LinearRegression(epsilon=1.0, delta=1e-6, feature_norm=1.0, label_bounds=(-3, 3),
+    ...                      random_state=0).fit(X, y)
+    >>> bool(abs(m.coef_[0] - 2) < 0.1), bool(abs(m.intercept_ - 1) < 0.1)
+    (True, True)
+    """
+
+    _estimator_type = "regressor"
+
+    def __init__(self, *, epsilon: float = 1.0, delta: float = 1e-6,
+                 feature_norm: float | None = None, label_bounds: Any = None,
+                 alpha: float = 1.0, fit_intercept: bool = True,
+                 random_state: Any = None) -> None:
+        self.epsilon = epsilon
+        self.delta = delta
+        self.feature_norm = feature_norm
+        self.label_bounds = label_bounds
+        self.alpha = alpha
+        self.fit_intercept = fit_intercept
+        self.random_state = random_state
+
+    def _check(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray, float, float, float,
+                                              float, float]:
+        eps = check_epsilon(self.epsilon)
+        norm = check_positive(self.feature_norm, "feature_norm", "1.0")
+        if self.label_bounds is None:
+            raise ValueError("label_bounds is required: declare the public range of y, e.g. "
+                             "label_bounds=(0.0, 100.0); it is never read from the data")
+        lo, hi = (float(v) for v in self.label_bounds)
+        if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+            raise ValueError(f"label_bounds must be finite with low < high "
+                             f"(got {self.label_bounds!r})")
+        if not self.alpha > 0:
+            raise ValueError(f"alpha must be > 0 (got {self.alpha!r}): the noisy Gram matrix "
+                             "needs a ridge to be invertible")
+        Xa = check_features(X)
+        ya = np.asarray(y, dtype=np.float64)
+        if ya.shape != (len(Xa),) or not np.all(np.isfinite(ya)):
+            raise ValueError(f"y must be 1-d, finite, one value per row ({len(Xa)})")
+        dlt = check_delta(self.delta, len(Xa))
+        self.n_features_in_ = Xa.shape[1]
+        return Xa, ya, eps, dlt, norm, lo, hi
+
+    def fit(self, X: Any, y: Any) -> LinearRegression:
+        """Fit on rows ``X`` (clipped to ``feature_norm``), labels clamped to ``label_bounds``."""
+        Xa, ya, eps, dlt, norm, lo, hi = self._check(X, y)
+        src = resolve_source(self.random_state)
+        mid, half = (lo + hi) / 2.0, (hi - lo) / 2.0
+        Z = clip_rows(Xa, norm)
+        if self.fit_intercept:
+            Z = np.hstack([Z, np.ones((len(Z), 1))])
+        yc = np.clip(ya, lo, hi) - mid
+        s2 = norm**2 + (1.0 if self.fit_intercept else 0.0)
+        d = Z.shape[1]
+        iu = np.triu_indices(d)
+        stats = np.concatenate([(Z.T @ Z)[iu], Z.T @ yc])
+        r = mechanisms.gaussian(stats, sensitivity=float(np.sqrt(s2**2 + s2 * half**2)),
+                                rho=epsilon_to_rho(eps, dlt), source=src)
+        noisy = np.asarray(r.value)
+        A = np.zeros((d, d))
+        A[iu] = noisy[: len(iu[0])]
+        A = A + np.triu(A, 1).T
+        w = np.linalg.solve(A + self.alpha * np.eye(d), noisy[len(iu[0]):])
+        self.coef_ = w[: Xa.shape[1]]
+        self.intercept_ = float(w[-1] + mid) if self.fit_intercept else mid
+        self._bill(r.event, dlt)
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:
+        Xa = check_features(X, self.n_features_in_)
+        return Xa @ self.coef_ + self.intercept_
+
+    def score(self, X: Any, y: Any) -> float:
+        """R² (scikit-learn's regressor score)."""
+        ya = np.asarray(y, dtype=np.float64)
+        resid = float(np.sum((ya - self.predict(X)) ** 2))
+        total = float(np.sum((ya - ya.mean()) ** 2))
+        return 1.0 - resid / total if total > 0 else 0.0
