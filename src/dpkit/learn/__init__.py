@@ -14,9 +14,27 @@ Estimators follow scikit-learn's API (``fit`` / ``predict`` / ``score``, ``get_p
 
 from __future__ import annotations
 
+from .cluster import KMeans
 from .linear import LinearRegression, LogisticRegression
+from .naive_bayes import GaussianNB
+from .pac import (
+    Conjunctions,
+    FiniteClassLearner,
+    Intervals,
+    Thresholds,
+    pac_excess_bound,
+    threshold_excess,
+)
 
 __all__ = [
+    "Conjunctions",
+    "FiniteClassLearner",
+    "Intervals",
+    "Thresholds",
+    "pac_excess_bound",
+    "threshold_excess",
+    "GaussianNB",
+    "KMeans",
     "LinearRegression",
     "LogisticRegression",
 ]
