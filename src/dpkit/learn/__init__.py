@@ -25,8 +25,12 @@ from .pac import (
     pac_excess_bound,
     threshold_excess,
 )
+from .sq import CentralSQOracle, LocalVectorSQOracle, SQLogisticRegression
 
 __all__ = [
+    "CentralSQOracle",
+    "LocalVectorSQOracle",
+    "SQLogisticRegression",
     "Conjunctions",
     "FiniteClassLearner",
     "Intervals",
