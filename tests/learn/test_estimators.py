@@ -140,7 +140,7 @@ def test_logistic_refuses_bad_input_before_training(name: str, params: dict, cor
 ], ids=["nb-bounds", "kmeans-bounds", "linreg-label-bounds", "linreg-feature-norm"])
 def test_missing_bounds_say_what_to_pass(make) -> None:  # type: ignore[no-untyped-def]
     X, y = _blobs(200)
-    with pytest.raises(ValueError, match="required.*pass e.g.|required: declare"):
+    with pytest.raises(ValueError, match=r"required.*pass e\.g\.|required: declare"):
         make(_exploding()).fit(X, y)
 
 

@@ -29,16 +29,16 @@ from .sq import CentralSQOracle, LocalVectorSQOracle, SQLogisticRegression
 
 __all__ = [
     "CentralSQOracle",
-    "LocalVectorSQOracle",
-    "SQLogisticRegression",
     "Conjunctions",
     "FiniteClassLearner",
+    "GaussianNB",
     "Intervals",
+    "KMeans",
+    "LinearRegression",
+    "LocalVectorSQOracle",
+    "LogisticRegression",
+    "SQLogisticRegression",
     "Thresholds",
     "pac_excess_bound",
     "threshold_excess",
-    "GaussianNB",
-    "KMeans",
-    "LinearRegression",
-    "LogisticRegression",
 ]

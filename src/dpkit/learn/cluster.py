@@ -73,7 +73,7 @@ class KMeans(PrivateEstimator):
             centres[ok] = np.clip(s[ok] / n_c[ok, None], -half, half)
         self.cluster_centers_ = centres + mid
         self.n_features_in_ = d
-        self._bill(Composed(events), 0.0)
+        self._bill(Composed(tuple(events)), 0.0)
         return self
 
     @staticmethod

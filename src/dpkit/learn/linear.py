@@ -132,7 +132,7 @@ class LogisticRegression(PrivateEstimator):
         w = tail / (self.max_iter - start)
         self.coef_ = w[None, : Xa.shape[1]]
         self.intercept_ = np.array([w[-1] if self.fit_intercept else 0.0])
-        self._bill(Composed(events), dlt)
+        self._bill(Composed(tuple(events)), dlt)
         return self
 
     def decision_function(self, X: Any) -> np.ndarray:

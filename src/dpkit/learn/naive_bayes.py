@@ -81,7 +81,7 @@ class GaussianNB(PrivateEstimator):
         self.class_prior_ = n_c / n_c.sum()
         self.classes_ = classes
         self.n_features_in_ = d
-        self._bill(Composed([counts.event, sums.event, squares.event]), 0.0)
+        self._bill(Composed((counts.event, sums.event, squares.event)), 0.0)
         return self
 
     def _joint_log_likelihood(self, X: Any) -> np.ndarray:

@@ -83,7 +83,7 @@ class CentralSQOracle:
 
     @property
     def event(self) -> Event:
-        return Composed(list(self._events)) if self._events else NoOp()
+        return Composed(tuple(self._events)) if self._events else NoOp()
 
     def query(self, phi: Query) -> np.ndarray:
         if len(self._events) >= self.queries:
