@@ -1,0 +1,165 @@
+"""Benchmark: dpkit.learn vs diffprivlib 0.6.6 on UCI Adult, same run, same features; and the
+private PAC threshold learner against its predicted excess error.
+
+    python benchmarks/learn_bench.py                 # Adult, 10 seeds per epsilon (~2-4 min)
+    python benchmarks/learn_bench.py --seeds 3       # quicker
+    python benchmarks/learn_bench.py --part pac      # thresholds, 100 runs (~30 s)
+
+Features (both libraries): ``dpkit.learn.adult.load_adult`` - one-hot over the categories
+published in ``adult.names`` and numeric columns scaled by public bounds, so no statistic of
+the rows leaks into the preprocessing; every row has L2 norm <= ``FEATURE_NORM`` = sqrt(14),
+given to both as the data bound (dpkit ``feature_norm``, diffprivlib ``data_norm``). Rows with
+``?`` dropped: 30,162 train / 15,060 test.
+
+diffprivlib runs in its own venv (needs scikit-learn <= 1.5), found at
+``benchmarks/.venvs/diffprivlib`` or ``--peer-venv``; create it with::
+
+    python3 -m venv benchmarks/.venvs/diffprivlib
+    benchmarks/.venvs/diffprivlib/bin/pip install diffprivlib==0.6.6 "scikit-learn<=1.5"
+
+Guarantees compared: dpkit LogisticRegression is (ε, 1e-5)-DP (zCDP composition of Gaussian
+gradient releases); diffprivlib's is ε-DP (objective perturbation, vector mechanism). Both
+GaussianNB are ε-DP. Results: ``benchmarks/results/learn.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "src"))
+
+from dpkit.learn import (  # noqa: E402
+    FiniteClassLearner,
+    GaussianNB,
+    LogisticRegression,
+    Thresholds,
+    pac_excess_bound,
+    threshold_excess,
+)
+from dpkit.learn.adult import FEATURE_NORM, load_adult  # noqa: E402
+from dpkit.noise import seeded, uniform_int  # noqa: E402
+
+PEER = """
+import json, sys, time, numpy as np, warnings
+warnings.filterwarnings("ignore")
+from diffprivlib.models import LogisticRegression, GaussianNB
+d = np.load(sys.argv[1]); eps_list = json.loads(sys.argv[2]); seeds = int(sys.argv[3])
+norm = float(sys.argv[4]); out = {}
+for eps in eps_list:
+    for name in ("logistic", "gaussian_nb"):
+        accs, times = [], []
+        for s in range(seeds):
+            t = time.perf_counter()
+            if name == "logistic":
+                m = LogisticRegression(epsilon=eps, data_norm=norm, random_state=s)
+            else:
+                m = GaussianNB(epsilon=eps, bounds=(0.0, 1.0), random_state=s)
+            m.fit(d["Xtr"], d["ytr"]); times.append(time.perf_counter() - t)
+            accs.append(float(m.score(d["Xte"], d["yte"])))
+        out[f"{name}@{eps}"] = {"acc": accs, "time": times}
+print(json.dumps(out))
+"""
+
+
+def _summary(accs: list[float], times: list[float]) -> dict[str, float]:
+    return {"mean": float(np.mean(accs)), "sd": float(np.std(accs, ddof=1)) if len(accs) > 1
+            else 0.0, "min": float(np.min(accs)), "max": float(np.max(accs)),
+            "time_s": float(np.median(times)), "runs": len(accs)}
+
+
+def run_dpkit(data: tuple, eps_list: list[float], seeds: int) -> dict[str, dict[str, float]]:
+    Xtr, ytr, Xte, yte = data
+    out = {}
+    for eps in eps_list:
+        for name in ("logistic", "gaussian_nb"):
+            accs, times = [], []
+            for s in range(seeds):
+                t = time.perf_counter()
+                if name == "logistic":
+                    m = LogisticRegression(epsilon=eps, delta=1e-5, feature_norm=FEATURE_NORM,
+                                           classes=[0, 1], random_state=s)
+                else:
+                    m = GaussianNB(epsilon=eps, bounds=(0.0, 1.0), classes=[0, 1],
+                                   random_state=s)
+                m.fit(Xtr, ytr)
+                times.append(time.perf_counter() - t)
+                accs.append(m.score(Xte, yte))
+            out[f"{name}@{eps}"] = _summary(accs, times)
+            print(f"dpkit       {name:12s} eps={eps:<4} {out[f'{name}@{eps}']}", flush=True)
+    return out
+
+
+def run_peer(venv: Path, data: tuple, eps_list: list[float], seeds: int) -> dict:
+    py = venv / "bin" / "python"
+    if not py.exists():
+        return {"error": f"no virtual environment at {venv} (see this file's docstring)"}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "adult.npz"
+        np.savez(path, Xtr=data[0], ytr=data[1], Xte=data[2], yte=data[3])
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+        proc = subprocess.run([str(py), "-c", PEER, str(path), json.dumps(eps_list), str(seeds),
+                               repr(FEATURE_NORM)], capture_output=True, text=True, env=env,
+                              check=False)
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-2000:]}
+    raw = json.loads(proc.stdout)
+    out = {k: _summary(v["acc"], v["time"]) for k, v in raw.items()}
+    for k, v in out.items():
+        print(f"diffprivlib {k:20s} {v}", flush=True)
+    return out
+
+
+def run_pac(runs: int) -> dict[str, float]:
+    """Thresholds on 1,024 points, n = 1,000, ε = 1: uniform rows, target at 512 (realizable);
+    excess true error = |t - 512| / 1024, exact for the uniform distribution."""
+    m, n, eps = 1024, 1000, 1.0
+    ex = []
+    for r in range(runs):
+        src = seeded(1000 + r)
+        x = uniform_int(m, n, source=src)
+        f = FiniteClassLearner(hypotheses=Thresholds(m), epsilon=eps, random_state=src)
+        ex.append(abs(f.fit(x[:, None], (x >= 512).astype(int)).index_ - 512) / m)
+    bound, estimate = threshold_excess(n, m, eps)
+    out = {"runs": runs, "mean_excess": float(np.mean(ex)),
+           "se": float(np.std(ex, ddof=1) / np.sqrt(runs)), "predicted": estimate,
+           "rigorous_bound": bound, "generic_bound_beta_0.05": pac_excess_bound(m + 1, eps) / n}
+    print(json.dumps(out, indent=1))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--part", choices=["adult", "pac", "all"], default="all")
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--epsilons", default="0.3,1,3")
+    ap.add_argument("--peer-venv", type=Path, default=HERE / ".venvs" / "diffprivlib")
+    ap.add_argument("--out", type=Path, default=HERE / "results" / "learn.json")
+    args = ap.parse_args()
+    res: dict = {"machine": f"{platform.processor() or platform.machine()}, "
+                            f"{os.cpu_count()} cores (shared)", "python": platform.python_version()}
+    if args.part in ("adult", "all"):
+        eps_list = [float(e) for e in args.epsilons.split(",")]
+        data = load_adult()
+        res["adult"] = {"seeds": args.seeds, "dpkit": run_dpkit(data, eps_list, args.seeds),
+                        "diffprivlib": run_peer(args.peer_venv, data, eps_list, args.seeds)}
+    if args.part in ("pac", "all"):
+        res["pac_thresholds"] = run_pac(100)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.out.exists():  # keep the other part's figures from an earlier run
+        res = {**json.loads(args.out.read_text()), **res}
+    args.out.write_text(json.dumps(res, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
