@@ -1,6 +1,6 @@
 """Plot: statistical-query logistic regression, central vs local model, accuracy against n.
 
-    python benchmarks/learn_sq_plot.py            # ~1 min; writes docs/img/learn_sq_central_vs_local.png
+    python benchmarks/learn_sq_plot.py            # ~1 min -> docs/img/learn_sq_central_vs_local.png
     python benchmarks/learn_sq_plot.py --seeds 2  # quicker
 
 Data: x uniform on [-1, 1]^4, P(y = 1 | x) = σ(3 x·(2, -1, 1, 0.5)) (Bayes accuracy ~0.87), a
