@@ -156,3 +156,47 @@ def test_the_exploding_source_does_explode_on_a_valid_fit() -> None:
     X, y = _blobs(200)
     with pytest.raises(AssertionError, match="noise drawn"):
         _logreg(random_state=_exploding()).fit(X, y)
+
+
+def _all_estimators(source: dp.noise.Source, **kw: object) -> list:
+    return [
+        _logreg(random_state=source, **kw),
+        LinearRegression(epsilon=1.0, delta=1e-6, feature_norm=1.0, label_bounds=(0, 1),
+                         random_state=source, **kw),
+        GaussianNB(epsilon=1.0, bounds=(-1, 1), classes=[0, 1], random_state=source, **kw),
+        KMeans(n_clusters=2, epsilon=1.0, bounds=(-1, 1), random_state=source, **kw),
+    ]
+
+
+@pytest.mark.parametrize("index", range(4), ids=["logreg", "linreg", "nb", "kmeans"])
+@pytest.mark.parametrize(("corrupt", "message"), [
+    ("nan", "NaN or infinite"), ("inf", "NaN or infinite"), ("eps0", "epsilon must be > 0"),
+    ("eps_inf", "epsilon must be a finite"), ("empty", "non-empty 2-d"),
+])
+def test_every_estimator_refuses_bad_input_before_noise(index: int, corrupt: str,
+                                                        message: str) -> None:
+    X, y = _blobs(300)
+    kw: dict = {}
+    if corrupt == "nan":
+        X[0, 0] = np.nan
+    elif corrupt == "inf":
+        X[1, 2] = -np.inf
+    elif corrupt == "eps0":
+        kw = {"epsilon": 0.0}
+    elif corrupt == "eps_inf":
+        kw = {"epsilon": float("inf")}
+    elif corrupt == "empty":
+        X = X[:, :0]
+    est = _all_estimators(_exploding())[index]
+    est.set_params(**kw)
+    with pytest.raises(ValueError, match=message):
+        est.fit(X, y)
+    assert not hasattr(est, "event_")
+
+
+def test_delta_must_be_below_one_over_n_for_the_delta_estimators() -> None:
+    X, y = _blobs(300)
+    for est in _all_estimators(_exploding())[:2]:
+        est.set_params(delta=1.0 / 300)
+        with pytest.raises(ValueError, match=r"delta must lie in \(0, 1/n\)"):
+            est.fit(X, y)
