@@ -60,6 +60,7 @@ from dpkit.engine.ledger import Entry, Ledger
 from dpkit.engine.load import Declarations, load_declared, load_lock, tables_in_force
 from dpkit.engine.noisy import release
 from dpkit.engine.plan.cache import PlanCache
+from dpkit.engine.prepare import Preparer
 from dpkit.engine.project import (
     DATA_FILE,
     LOAD_LOCK,
@@ -67,7 +68,7 @@ from dpkit.engine.project import (
     make_project,
     open_project,
 )
-from dpkit.engine.read import Exact, Reader
+from dpkit.engine.read import Exact, read_exact
 from dpkit.engine.results import BudgetStatus, HistoryItem, Preview, Result, json_safe
 from dpkit.engine.roles import (
     OWNER,
@@ -89,6 +90,7 @@ _NOT_GIVEN: Any = object()  # marks a removed keyword argument that the caller d
 STRATEGY_CACHE = "strategies"  # folder (inside the project) holding optimised strategies
 # the SQL forms dpkit.engine.families answers (DP_CDF(...), COUNT(*) FILTER (...), ...)
 _RELEASE_FORM = re.compile(r"\bDP_|\bFILTER\b", re.IGNORECASE)
+_GAUSSIAN_ADVICE = "Use Laplace noise / public group keys, or a project with an 'approx' accountant"
 
 
 class Curator:
@@ -108,7 +110,7 @@ class Curator:
         self.is_owner = owner
         self._source = source
         self._backend = DuckBackend(path / DATA_FILE)
-        self._reader = Reader(self._backend, source)
+        self._preparer = Preparer(self._backend, source)
         self._lock = threading.RLock()
         self._tables_cache: tuple[int, dict[str, TableMeta]] | None = None
         self._planner = PlanCache()
@@ -360,12 +362,9 @@ class Curator:
             return None
         return delta if delta is not None else cfg.delta / 10.0
 
-    def _cost(self, plan: dplan.Plan, analyst: str, delta: float | None, *,
-              check_only: bool = False) -> Any:
+    def _cost(self, plan: dplan.Plan, analyst: str, delta: float | None) -> Any:
         return quote(self.ledger, plan.event, analyst=analyst,
-                     delta_share=self._delta_share(plan, delta), check_only=check_only,
-                     advice="Use Laplace noise / public group keys, or a project with an "
-                            "'approx' accountant")
+                     delta_share=self._delta_share(plan, delta), advice=_GAUSSIAN_ADVICE)
 
     def sql(
         self,
@@ -415,8 +414,8 @@ class Curator:
             # under 'approx' with Gaussian noise the plan books one delta for the query (the
             # Gaussian conversion plus partition selection)
             booked = plan.charge_delta if plan.charge_delta is not None else delta
-            self._cost(plan, who, booked, check_only=True)  # early refusal, nothing read
-            prepared = self._reader.prepare(plan, self._tables_version())
+            # down once: prepare (dry run) -> charge (check + record) -> read -> noise -> post
+            prepared = self._preparer.prepare(plan, self._tables_version())
             details: dict[str, Any] = {"split": [json_safe(s) for s in plan.split()],
                                        "noise": plan.noise, "level": plan.level}
             if plan.weights:
@@ -433,12 +432,13 @@ class Curator:
 
             return charged_read(self.ledger, plan.event, analyst=who, query=query,
                                 delta_share=self._delta_share(plan, booked), details=details,
-                                read=lambda: self._reader.read(prepared), finish=finish)
+                                read=lambda: read_exact(self._backend, prepared), finish=finish,
+                                advice=_GAUSSIAN_ADVICE)
 
     def _execute(self, plan: dplan.Plan) -> Exact:
         """The exact aggregates of ``plan``, uncharged: for tests and benchmarks of the read
         path only (no public method returns them, and :meth:`sql` charges first)."""
-        return self._reader.read(self._reader.prepare(plan, self._tables_version()))
+        return read_exact(self._backend, self._preparer.prepare(plan, self._tables_version()))
 
     def _tables_version(self) -> int:
         """The ledger seq of the last table registration read (-1 before any read)."""
