@@ -46,7 +46,7 @@ def exact_sq(X: np.ndarray, y: np.ndarray, steps: int) -> SQLogisticRegression:
         w -= 4.0 * 2.0 / Z.shape[1] * (Z.T @ (1 / (1 + np.exp(-Z @ w)) - y)) / len(Z)
     m.coef_, m.intercept_ = w[None, :-1], w[-1:]
     m.classes_, m.n_features_in_ = np.array([0, 1]), X.shape[1]
-    m._lo, m._hi = np.full(4, -1.0), np.full(4, 1.0)
+    m.lower_, m.upper_ = np.full(4, -1.0), np.full(4, 1.0)
     return m
 
 

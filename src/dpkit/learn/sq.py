@@ -167,8 +167,8 @@ class SQLogisticRegression(PrivateEstimator):
         self.random_state = random_state
 
     def _scale(self, X: np.ndarray) -> np.ndarray:
-        z = (np.clip(X, self._lo, self._hi) - (self._lo + self._hi) / 2) / ((self._hi - self._lo)
-                                                                             / 2)
+        mid, half = (self.lower_ + self.upper_) / 2, (self.upper_ - self.lower_) / 2
+        z = (np.clip(X, self.lower_, self.upper_) - mid) / half
         return np.hstack([z, np.ones((len(z), 1))])
 
     def _oracle(self, records: np.ndarray, width: int, src: Source) -> SQOracle:
@@ -190,7 +190,7 @@ class SQLogisticRegression(PrivateEstimator):
                 or self.max_iter < 1:
             raise ValueError(f"max_iter must be an int >= 1 (got {self.max_iter!r})")
         Xa = check_features(X)
-        self._lo, self._hi = check_bounds(self.bounds, Xa.shape[1])
+        self.lower_, self.upper_ = check_bounds(self.bounds, Xa.shape[1])
         yi = check_labels(y, classes, len(Xa))
         src = resolve_source(self.random_state)
         Z = self._scale(Xa)
@@ -206,11 +206,11 @@ class SQLogisticRegression(PrivateEstimator):
         self.coef_, self.intercept_ = w[None, :-1], np.array([w[-1]])
         self.classes_ = classes
         self.n_features_in_ = Xa.shape[1]
-        self.event_ = oracle.event
-        dlt = self.delta if self.model == "central" and self.mechanism == "gaussian" else 0.0
-        self.epsilon_ = float(self.epsilon) if self.model == "local" else 0.0
-        if self.model == "central":
-            self._bill(self.event_, float(dlt or 0.0))
+        if self.model == "local":  # the event is per user: each answered one query, once
+            self.event_, self.epsilon_ = oracle.event, float(self.epsilon)
+        else:
+            gaussian = self.mechanism == "gaussian"
+            self._bill(oracle.event, float(self.delta) if gaussian and self.delta else 0.0)
         return self
 
     def decision_function(self, X: Any) -> np.ndarray:
