@@ -200,3 +200,16 @@ def test_delta_must_be_below_one_over_n_for_the_delta_estimators() -> None:
         est.set_params(delta=1.0 / 300)
         with pytest.raises(ValueError, match=r"delta must lie in \(0, 1/n\)"):
             est.fit(X, y)
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"max_iter": True}, "max_iter must be an int >= 1"),
+    ({"max_iter": 0}, "max_iter must be an int >= 1"),
+    ({"alpha": -1.0}, "alpha must be >= 0"),
+    ({"learning_rate": 0.0}, "learning_rate must be > 0"),
+    ({"classes": [0, 1, 2]}, "binary"),
+])
+def test_logistic_refuses_bad_hyperparameters(params: dict, message: str) -> None:
+    X, y = _blobs(200)
+    with pytest.raises((ValueError, TypeError), match=message):
+        _logreg(random_state=_exploding(), **params).fit(X, y)

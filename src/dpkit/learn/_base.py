@@ -23,10 +23,12 @@ __all__ = [
     "PrivateEstimator",
     "check_bounds",
     "check_classes",
+    "check_count",
     "check_delta",
     "check_epsilon",
     "check_features",
     "check_labels",
+    "check_non_negative",
     "check_positive",
     "clip_rows",
     "resolve_source",
@@ -121,6 +123,21 @@ def check_positive(value: Any, name: str, example: str) -> float:
     out = _number(value, name, f"> 0, e.g. {name}={example}")
     if out <= 0:
         raise ValueError(f"{name} must be > 0 (got {value!r}); pass e.g. {name}={example}")
+    return out
+
+
+def check_count(value: Any, name: str) -> int:
+    """An int >= 1 (bool refused)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1 (got {value!r})")
+    return int(value)
+
+
+def check_non_negative(value: Any, name: str) -> float:
+    """A finite number >= 0."""
+    out = _number(value, name, ">= 0")
+    if out < 0:
+        raise ValueError(f"{name} must be >= 0 (got {value!r})")
     return out
 
 

@@ -9,7 +9,14 @@ import numpy as np
 from dpkit import mechanisms, noise
 from dpkit.events import Composed, Event
 
-from ._base import PrivateEstimator, check_bounds, check_epsilon, check_features, resolve_source
+from ._base import (
+    PrivateEstimator,
+    check_bounds,
+    check_count,
+    check_epsilon,
+    check_features,
+    resolve_source,
+)
 
 __all__ = ["KMeans"]
 
@@ -46,10 +53,8 @@ class KMeans(PrivateEstimator):
     def fit(self, X: Any, y: Any = None) -> KMeans:
         """Fit on ``X`` (clamped to ``bounds``); ``y`` is ignored (scikit-learn's convention)."""
         eps = check_epsilon(self.epsilon)
-        for name in ("n_clusters", "max_iter"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1 (got {v!r})")
+        check_count(self.n_clusters, "n_clusters")
+        check_count(self.max_iter, "max_iter")
         Xa = check_features(X)
         lo, hi = check_bounds(self.bounds, Xa.shape[1])
         src = resolve_source(self.random_state)

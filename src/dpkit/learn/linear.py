@@ -20,10 +20,12 @@ from dpkit.noise import Source
 from ._base import (
     PrivateEstimator,
     check_classes,
+    check_count,
     check_delta,
     check_epsilon,
     check_features,
     check_labels,
+    check_non_negative,
     check_positive,
     clip_rows,
     resolve_source,
@@ -94,11 +96,9 @@ class LogisticRegression(PrivateEstimator):
         if len(classes) != 2:
             raise ValueError(f"LogisticRegression is binary: classes must hold 2 labels "
                              f"(got {len(classes)})")
-        if not isinstance(self.max_iter, int) or self.max_iter < 1:
-            raise ValueError(f"max_iter must be an int >= 1 (got {self.max_iter!r})")
-        check_positive(self.learning_rate, "learning_rate", "1.0")
-        if self.alpha < 0:
-            raise ValueError(f"alpha must be >= 0 (got {self.alpha!r})")
+        check_count(self.max_iter, "max_iter")
+        check_positive(self.learning_rate, "learning_rate", "10.0")
+        check_non_negative(self.alpha, "alpha")
         Xa = check_features(X)
         idx = check_labels(y, classes, len(Xa))
         dlt = check_delta(self.delta, len(Xa))
@@ -197,7 +197,7 @@ class LinearRegression(PrivateEstimator):
         if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
             raise ValueError(f"label_bounds must be finite with low < high "
                              f"(got {self.label_bounds!r})")
-        if not self.alpha > 0:
+        if not check_non_negative(self.alpha, "alpha") > 0:
             raise ValueError(f"alpha must be > 0 (got {self.alpha!r}): the noisy Gram matrix "
                              "needs a ridge to be invertible")
         Xa = check_features(X)

@@ -24,10 +24,12 @@ from ._base import (
     PrivateEstimator,
     check_bounds,
     check_classes,
+    check_count,
     check_delta,
     check_epsilon,
     check_features,
     check_labels,
+    check_positive,
     resolve_source,
 )
 
@@ -186,9 +188,8 @@ class SQLogisticRegression(PrivateEstimator):
         classes = check_classes(self.classes)
         if len(classes) != 2:
             raise ValueError("SQLogisticRegression is binary: classes must hold 2 labels")
-        if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, int) \
-                or self.max_iter < 1:
-            raise ValueError(f"max_iter must be an int >= 1 (got {self.max_iter!r})")
+        check_count(self.max_iter, "max_iter")
+        check_positive(self.learning_rate, "learning_rate", "2.0")
         Xa = check_features(X)
         self.lower_, self.upper_ = check_bounds(self.bounds, Xa.shape[1])
         yi = check_labels(y, classes, len(Xa))
