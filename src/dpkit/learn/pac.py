@@ -120,22 +120,28 @@ class Conjunctions:
     def __len__(self) -> int:
         return len(self._table)
 
-    def _satisfied(self, X: np.ndarray) -> np.ndarray:
+    def _check(self, X: np.ndarray) -> np.ndarray:
         x = np.asarray(X)
         if x.ndim != 2 or x.shape[1] != self.n_features or not np.all((x == 0) | (x == 1)):
             raise ValueError(f"X must be 0/1 with {self.n_features} columns")
-        x = x.astype(np.int8)
-        ok = np.ones((len(self._table), len(x)), dtype=bool)
-        for j in range(self.n_features):
-            t = self._table[:, j][:, None]
-            ok &= (t == 2) | (t == x[None, :, j])
-        return ok
+        return x.astype(np.int8)
 
     def errors(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
-        return (self._satisfied(X) != (y[None, :] == 1)).sum(1)
+        x = self._check(X)
+        target = y == 1
+        out = np.empty(len(self._table), dtype=np.int64)
+        # blocks of hypotheses keep the (hypotheses x rows) table near 16 MB whatever d and n
+        block = max(1, 2**24 // max(1, len(x)))
+        for start in range(0, len(self._table), block):
+            t = self._table[start : start + block]
+            ok = np.ones((len(t), len(x)), dtype=bool)
+            for j in range(self.n_features):
+                ok &= (t[:, j][:, None] == 2) | (t[:, j][:, None] == x[None, :, j])
+            out[start : start + len(t)] = (ok != target[None, :]).sum(1)
+        return out
 
     def predict(self, index: int, X: np.ndarray) -> np.ndarray:
-        x = np.asarray(X).astype(np.int8)
+        x = self._check(X)
         t = self._table[index]
         return np.all((t[None, :] == 2) | (t[None, :] == x), axis=1).astype(np.int64)
 
