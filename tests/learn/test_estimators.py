@@ -38,6 +38,18 @@ def test_logistic_learns_and_bills() -> None:
     assert p.shape == (len(X), 2) and np.allclose(p.sum(1), 1)
 
 
+def test_logistic_multiclass_softmax() -> None:
+    src = dp.noise.seeded(8)
+    y = dp.noise.uniform_int(3, 3000, source=src)
+    centres = np.array([[0.6, 0.0], [-0.3, 0.5], [-0.3, -0.5]])
+    X = centres[y] + (dp.noise.uniform_float01((3000, 2), source=src) - 0.5) * 0.4
+    m = _logreg(classes=["a", "b", "c"], random_state=2).fit(X, np.array(["a", "b", "c"])[y])
+    assert m.coef_.shape == (3, 2) and m.intercept_.shape == (3,)
+    assert m.score(X, np.array(["a", "b", "c"])[y]) > 0.97
+    p = m.predict_proba(X)
+    assert p.shape == (3000, 3) and np.allclose(p.sum(1), 1) and m.epsilon_ <= 1.0 + 1e-9
+
+
 def test_logistic_labels_are_the_declared_classes() -> None:
     X, y = _blobs()
     m = _logreg(classes=["no", "yes"]).fit(X, np.where(y == 1, "yes", "no"))
@@ -207,7 +219,8 @@ def test_delta_must_be_below_one_over_n_for_the_delta_estimators() -> None:
     ({"max_iter": 0}, "max_iter must be an int >= 1"),
     ({"alpha": -1.0}, "alpha must be >= 0"),
     ({"learning_rate": 0.0}, "learning_rate must be > 0"),
-    ({"classes": [0, 1, 2]}, "binary"),
+    ({"classes": [0]}, "at least two distinct labels"),
+    ({"classes": [0, 1, 1]}, "at least two distinct labels"),
 ])
 def test_logistic_refuses_bad_hyperparameters(params: dict, message: str) -> None:
     X, y = _blobs(200)
