@@ -4,6 +4,7 @@ private PAC threshold learner against its predicted excess error.
     python benchmarks/learn_bench.py                 # Adult, 10 seeds per epsilon (~2-4 min)
     python benchmarks/learn_bench.py --seeds 3       # quicker
     python benchmarks/learn_bench.py --part pac      # thresholds, 100 runs (~30 s)
+    python benchmarks/learn_bench.py --part kmeans   # k-means on 5 blobs vs diffprivlib
 
 Features (both libraries): ``dpkit.learn.adult.load_adult`` - one-hot over the categories
 published in ``adult.names`` and numeric columns scaled by public bounds, so no statistic of
@@ -42,13 +43,14 @@ sys.path.insert(0, str(HERE.parent / "src"))
 from dpkit.learn import (  # noqa: E402
     FiniteClassLearner,
     GaussianNB,
+    KMeans,
     LogisticRegression,
     Thresholds,
     pac_excess_bound,
     threshold_excess,
 )
 from dpkit.learn.adult import FEATURE_NORM, load_adult  # noqa: E402
-from dpkit.noise import seeded, uniform_int  # noqa: E402
+from dpkit.noise import seeded, uniform_float01, uniform_int  # noqa: E402
 
 PEER = """
 import json, sys, time, numpy as np, warnings
@@ -70,6 +72,24 @@ for eps in eps_list:
         out[f"{name}@{eps}"] = {"acc": accs, "time": times}
 print(json.dumps(out))
 """
+
+PEER_KMEANS = """
+import json, sys, time, numpy as np, warnings
+warnings.filterwarnings("ignore")
+from diffprivlib.models import KMeans
+d = np.load(sys.argv[1]); eps_list = json.loads(sys.argv[2]); seeds = int(sys.argv[3]); out = {}
+for eps in eps_list:
+    vals, times = [], []
+    for s in range(seeds):
+        t = time.perf_counter()
+        m = KMeans(n_clusters=5, epsilon=eps, bounds=(-1.0, 1.0), random_state=s).fit(d["X"])
+        times.append(time.perf_counter() - t)
+        c = m.cluster_centers_
+        vals.append(float(((d["X"][:, None, :] - c[None]) ** 2).sum(2).min(1).sum()))
+    out[f"kmeans@{eps}"] = {"acc": vals, "time": times}
+print(json.dumps(out))
+"""
+CENTRES = [[0.6, 0.6], [-0.6, 0.6], [0.6, -0.6], [-0.6, -0.6], [0.0, 0.0]]
 
 
 def _summary(accs: list[float], times: list[float]) -> dict[str, float]:
@@ -117,6 +137,43 @@ def run_peer(venv: Path, data: tuple, eps_list: list[float], seeds: int) -> dict
     out = {k: _summary(v["acc"], v["time"]) for k, v in raw.items()}
     for k, v in out.items():
         print(f"diffprivlib {k:20s} {v}", flush=True)
+    return out
+
+
+def kmeans_data(n: int = 10_000) -> np.ndarray:
+    """Five square blobs (half-width 0.2) in [-1, 1]^2, from dpkit.noise (seeded)."""
+    src = seeded(77)
+    label = uniform_int(5, n, source=src)
+    return np.asarray(CENTRES)[label] + (uniform_float01((n, 2), source=src) - 0.5) * 0.4
+
+
+def run_kmeans(venv: Path, eps_list: list[float], seeds: int) -> dict:
+    """Inertia (sum of squared distances) relative to the true centres' inertia, both sides."""
+    X = kmeans_data()
+    base = float(((X[:, None, :] - np.asarray(CENTRES)[None]) ** 2).sum(2).min(1).sum())
+    out: dict = {"dpkit": {}, "diffprivlib": {}, "true_centres_inertia": base}
+    for eps in eps_list:
+        vals, times = [], []
+        for s in range(seeds):
+            t = time.perf_counter()
+            m = KMeans(n_clusters=5, epsilon=eps, bounds=(-1, 1), random_state=s).fit(X)
+            times.append(time.perf_counter() - t)
+            vals.append(-m.score(X) / base)
+        out["dpkit"][f"kmeans@{eps}"] = _summary(vals, times)
+    py = venv / "bin" / "python"
+    if py.exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            np.savez(Path(tmp) / "k.npz", X=X)
+            proc = subprocess.run([str(py), "-c", PEER_KMEANS, str(Path(tmp) / "k.npz"),
+                                   json.dumps(eps_list), str(seeds)], capture_output=True,
+                                  text=True, check=False)
+        if proc.returncode == 0:
+            raw = json.loads(proc.stdout)
+            out["diffprivlib"] = {k: _summary([a / base for a in v["acc"]], v["time"])
+                                  for k, v in raw.items()}
+        else:
+            out["diffprivlib"] = {"error": proc.stderr[-2000:]}
+    print(json.dumps(out, indent=1))
     return out
 
 
@@ -172,7 +229,7 @@ def plot(adult: dict, path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=["adult", "pac", "all"], default="all")
+    ap.add_argument("--part", choices=["adult", "pac", "kmeans", "all"], default="all")
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--epsilons", default="0.1,0.3,1,3")
     ap.add_argument("--peer-venv", type=Path, default=HERE / ".venvs" / "diffprivlib")
@@ -187,6 +244,8 @@ def main() -> None:
                         "diffprivlib": run_peer(args.peer_venv, data, eps_list, args.seeds)}
     if args.part in ("pac", "all"):
         res["pac_thresholds"] = run_pac(100)
+    if args.part in ("kmeans", "all"):
+        res["kmeans_blobs"] = run_kmeans(args.peer_venv, [0.3, 1.0, 3.0], args.seeds)
     if "adult" in res:
         plot(res["adult"], HERE.parent / "docs" / "img" / "learn_adult_accuracy.png")
     args.out.parent.mkdir(parents=True, exist_ok=True)
