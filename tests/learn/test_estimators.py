@@ -11,6 +11,8 @@ import dpkit as dp
 from dpkit import accounting, events
 from dpkit.learn import GaussianNB, KMeans, LinearRegression, LogisticRegression
 
+from ._helpers import exploding
+
 
 def _blobs(n: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     src = dp.noise.seeded(seed)
@@ -101,19 +103,6 @@ def test_kmeans_finds_two_clusters() -> None:
 
 
 # ------------------------------------------------------------------ bad input, before any noise
-class _Exploding(dp.noise.Source):
-    """A source that fails if anything draws from it: a refused fit must draw nothing."""
-
-    insecure = True
-
-    def uint64(self, n: int) -> np.ndarray:  # pragma: no cover - reaching it is the failure
-        raise AssertionError("noise drawn before the input was checked")
-
-
-def _exploding() -> dp.noise.Source:
-    return _Exploding()
-
-
 BAD_CASES = [
     ("missing feature_norm", dict(feature_norm=None), None, "feature_norm is required"),
     ("missing classes", dict(classes=None), None, "classes is required"),
@@ -138,7 +127,7 @@ def test_logistic_refuses_bad_input_before_training(name: str, params: dict, cor
         X[5, 1] = np.nan
     elif corrupt == "inf":
         X[5, 1] = np.inf
-    m = _logreg(random_state=_exploding(), **params)
+    m = _logreg(random_state=exploding(), **params)
     with pytest.raises((ValueError, TypeError), match=message):
         m.fit(X, y)
     assert not hasattr(m, "event_")
@@ -153,21 +142,21 @@ def test_logistic_refuses_bad_input_before_training(name: str, params: dict, cor
 def test_missing_bounds_say_what_to_pass(make) -> None:  # type: ignore[no-untyped-def]
     X, y = _blobs(200)
     with pytest.raises(ValueError, match=r"required.*pass e\.g\.|required: declare"):
-        make(_exploding()).fit(X, y)
+        make(exploding()).fit(X, y)
 
 
 def test_nb_refuses_undeclared_label_and_bad_epsilon() -> None:
     X, y = _blobs(200)
     with pytest.raises(ValueError, match="outside the declared classes"):
-        GaussianNB(epsilon=1.0, bounds=(-1, 1), classes=[0, 5], random_state=_exploding()).fit(X, y)
+        GaussianNB(epsilon=1.0, bounds=(-1, 1), classes=[0, 5], random_state=exploding()).fit(X, y)
     with pytest.raises(ValueError, match="epsilon must be > 0"):
-        KMeans(n_clusters=2, epsilon=-1.0, bounds=(-1, 1), random_state=_exploding()).fit(X)
+        KMeans(n_clusters=2, epsilon=-1.0, bounds=(-1, 1), random_state=exploding()).fit(X)
 
 
 def test_the_exploding_source_does_explode_on_a_valid_fit() -> None:
     X, y = _blobs(200)
     with pytest.raises(AssertionError, match="noise drawn"):
-        _logreg(random_state=_exploding()).fit(X, y)
+        _logreg(random_state=exploding()).fit(X, y)
 
 
 def _all_estimators(source: dp.noise.Source, **kw: object) -> list:
@@ -199,7 +188,7 @@ def test_every_estimator_refuses_bad_input_before_noise(index: int, corrupt: str
         kw = {"epsilon": float("inf")}
     elif corrupt == "empty":
         X = X[:, :0]
-    est = _all_estimators(_exploding())[index]
+    est = _all_estimators(exploding())[index]
     est.set_params(**kw)
     with pytest.raises(ValueError, match=message):
         est.fit(X, y)
@@ -208,7 +197,7 @@ def test_every_estimator_refuses_bad_input_before_noise(index: int, corrupt: str
 
 def test_delta_must_be_below_one_over_n_for_the_delta_estimators() -> None:
     X, y = _blobs(300)
-    for est in _all_estimators(_exploding())[:2]:
+    for est in _all_estimators(exploding())[:2]:
         est.set_params(delta=1.0 / 300)
         with pytest.raises(ValueError, match=r"delta must lie in \(0, 1/n\)"):
             est.fit(X, y)
@@ -225,4 +214,4 @@ def test_delta_must_be_below_one_over_n_for_the_delta_estimators() -> None:
 def test_logistic_refuses_bad_hyperparameters(params: dict, message: str) -> None:
     X, y = _blobs(200)
     with pytest.raises((ValueError, TypeError), match=message):
-        _logreg(random_state=_exploding(), **params).fit(X, y)
+        _logreg(random_state=exploding(), **params).fit(X, y)

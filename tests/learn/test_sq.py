@@ -9,6 +9,8 @@ import dpkit as dp
 from dpkit import events
 from dpkit.learn import CentralSQOracle, SQLogisticRegression
 
+from ._helpers import exploding
+
 
 def _data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     src = dp.noise.seeded(seed)
@@ -49,7 +51,7 @@ def test_events_and_epsilon() -> None:
 def test_refusals() -> None:
     X, y = _data(100, 1)
     with pytest.raises(ValueError, match="cannot answer"):
-        _sq("local", max_iter=50).fit(X, y)
+        _sq("local", max_iter=50, random_state=exploding()).fit(X, y)
     with pytest.raises(ValueError, match="bounds is required"):
         _sq("central", bounds=None).fit(X, y)
     with pytest.raises(ValueError, match="model must be"):

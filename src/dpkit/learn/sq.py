@@ -113,11 +113,11 @@ class LocalVectorSQOracle:
 
     def __init__(self, records: np.ndarray, *, epsilon: float, queries: int, width: int,
                  source: Source | None = None) -> None:
-        self._oracle = LocalSQOracle(records, epsilon=epsilon, source=source)
         self.batch = len(records) // (int(queries) * int(width))
         if self.batch < 1:
             raise ValueError(f"{len(records)} users cannot answer {queries} x {width} local "
                              "queries (one each): collect more users or ask fewer queries")
+        self._oracle = LocalSQOracle(records, epsilon=epsilon, source=source)
 
     @property
     def event(self) -> Event:
