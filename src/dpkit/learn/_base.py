@@ -192,14 +192,18 @@ def check_labels(y: Any, classes: np.ndarray, n: int) -> np.ndarray:
     arr = np.asarray(y)
     if arr.ndim != 1 or len(arr) != n:
         raise ValueError(f"y must be 1-d with one label per row of X ({n}); got shape {arr.shape}")
-    order = np.argsort(classes)
-    pos = np.searchsorted(classes[order], arr)
-    pos = np.clip(pos, 0, len(classes) - 1)
-    idx = order[pos]
-    bad = classes[idx] != arr
+    try:
+        order = np.argsort(classes)
+        pos = np.clip(np.searchsorted(classes[order], arr), 0, len(classes) - 1)
+        idx = order[pos]
+        bad = classes[idx] != arr
+    except TypeError:  # labels not comparable with the classes (e.g. None, mixed types)
+        raise ValueError(f"y has labels that cannot be compared with the declared classes "
+                         f"{classes.tolist()}: declare every possible label in classes=") from None
     if np.any(bad):
-        raise ValueError(f"y has labels outside the declared classes {list(classes)} "
-                         f"(e.g. {arr[bad][0]!r}): declare every possible label in classes=")
+        example = np.asarray(arr[bad][0]).tolist()
+        raise ValueError(f"y has labels outside the declared classes {classes.tolist()} "
+                         f"(e.g. {example!r}): declare every possible label in classes=")
     return idx.astype(np.int64)
 
 
