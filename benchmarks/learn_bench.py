@@ -234,6 +234,8 @@ def main() -> None:
     ap.add_argument("--epsilons", default="0.1,0.3,1,3")
     ap.add_argument("--peer-venv", type=Path, default=HERE / ".venvs" / "diffprivlib")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "learn.json")
+    ap.add_argument("--plot", type=Path, default=HERE.parent / "docs" / "img"
+                    / "learn_adult_accuracy.png", help="where the accuracy-vs-epsilon PNG goes")
     args = ap.parse_args()
     res: dict = {"machine": f"{platform.processor() or platform.machine()}, "
                             f"{os.cpu_count()} cores (shared)", "python": platform.python_version()}
@@ -246,8 +248,8 @@ def main() -> None:
         res["pac_thresholds"] = run_pac(100)
     if args.part in ("kmeans", "all"):
         res["kmeans_blobs"] = run_kmeans(args.peer_venv, [0.3, 1.0, 3.0], args.seeds)
-    if "adult" in res:
-        plot(res["adult"], HERE.parent / "docs" / "img" / "learn_adult_accuracy.png")
+    if "adult" in res and args.plot is not None:
+        plot(res["adult"], args.plot)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.out.exists():  # keep the other part's figures from an earlier run
         res = {**json.loads(args.out.read_text()), **res}
