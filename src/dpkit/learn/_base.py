@@ -25,6 +25,7 @@ __all__ = [
     "check_classes",
     "check_count",
     "check_delta",
+    "check_delta_alone",
     "check_epsilon",
     "check_features",
     "check_labels",
@@ -83,6 +84,41 @@ class PrivateEstimator:
             tags.regressor_tags = RegressorTags()
         return tags
 
+    def privacy_event(self, n_features: int, contributions: int = 1) -> Event:
+        """The curator's hook (``cur.fit``, ``dpkit fit``): an event that bounds what ``fit``
+        will realise on features in [-1, 1]^n_features when one privacy unit holds up to
+        ``contributions`` rows, from public parameters only (no data).
+
+        Calling it also *declares* that domain to the estimator (``domain_``): a missing feature
+        bound becomes the one [-1, 1]^n implies, and every sensitivity of the next fits is
+        scaled by ``contributions`` (a unit's rows add up). Labels then arrive as indices of
+        the declared classes, so pass ``classes=list(range(K))`` for a K-class label.
+        """
+        n = check_count(n_features, "n_features")
+        c = check_count(contributions, "contributions")
+        event = self._planned_event(n, c)
+        self.domain_ = (n, c)
+        return event
+
+    def _planned_event(self, n_features: int, contributions: int) -> Event:
+        raise ValueError(f"{type(self).__name__} is not trained through the curator: it has no "
+                         "public event for a table's encoded features")
+
+    def _contributions(self) -> int:
+        """Rows one privacy unit may hold (1: record level, unless the curator declared more)."""
+        domain = getattr(self, "domain_", None)
+        return 1 if domain is None else int(domain[1])
+
+    def _declared_norm(self, norm: Any) -> Any:
+        """The declared row norm, or sqrt(n) when the curator declared [-1, 1]^n."""
+        domain = getattr(self, "domain_", None)
+        return norm if norm is not None or domain is None else math.sqrt(domain[0])
+
+    def _declared_bounds(self, bounds: Any) -> Any:
+        """The declared feature bounds, or (-1, 1) when the curator declared [-1, 1]^n."""
+        return bounds if bounds is not None or getattr(self, "domain_", None) is None \
+            else (-1.0, 1.0)
+
     def _bill(self, event: Event, delta: float) -> None:
         self.event_ = event
         self.epsilon_ = float(accounting.epsilon(event, delta=delta))
@@ -103,6 +139,14 @@ def check_epsilon(epsilon: Any) -> float:
     if eps <= 0:
         raise ValueError(f"epsilon must be > 0 (got {epsilon!r}); pass e.g. epsilon=1.0")
     return eps
+
+
+def check_delta_alone(delta: Any) -> float:
+    """0 < δ < 1 (the 1/n check needs n: fit makes it)."""
+    dlt = _number(delta, "delta", "in (0, 1), e.g. delta=1e-6")
+    if not 0 < dlt < 1:
+        raise ValueError(f"delta must lie in (0, 1) (got {delta!r}); pass e.g. delta=1e-6")
+    return dlt
 
 
 def check_delta(delta: Any, n: int) -> float:

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from dpkit import mechanisms, noise
-from dpkit.events import Composed, Event
+from dpkit.events import Composed, Event, PureDP, SelfComposed
 
 from ._base import (
     PrivateEstimator,
@@ -51,17 +51,24 @@ class KMeans(PrivateEstimator):
         self.max_iter = max_iter
         self.random_state = random_state
 
-    def fit(self, X: Any, y: Any = None) -> KMeans:
-        """Fit on ``X`` (clamped to ``bounds``); ``y`` is ignored (scikit-learn's convention)."""
+    def _planned_event(self, n_features: int, contributions: int) -> Event:
+        steps = check_count(self.max_iter, "max_iter")
+        check_count(self.n_clusters, "n_clusters")
+        return SelfComposed(PureDP(check_epsilon(self.epsilon) / (2 * steps)), 2 * steps)
+
+    def fit(self, X: Any, y: Any = None, units: Any = None) -> KMeans:
+        """Fit on ``X`` (clamped to ``bounds``); ``y`` is ignored (scikit-learn's convention),
+        ``units`` too (the curator's; see ``privacy_event``)."""
         eps = check_epsilon(self.epsilon)
         check_count(self.n_clusters, "n_clusters")
         check_count(self.max_iter, "max_iter")
         Xa = check_features(X)
-        lo, hi = check_bounds(self.bounds, Xa.shape[1])
+        lo, hi = check_bounds(self._declared_bounds(self.bounds), Xa.shape[1])
         src = resolve_source(self.random_state)
         mid, half = (lo + hi) / 2.0, (hi - lo) / 2.0
         Xc = np.clip(Xa, lo, hi) - mid
         k, d = self.n_clusters, Xa.shape[1]
+        c = float(self._contributions())
         centres = self._spread_init(k, half, src)
         step = eps / (2 * self.max_iter)
         events: list[Event] = []
@@ -69,8 +76,8 @@ class KMeans(PrivateEstimator):
             label = self._nearest(Xc, centres)
             onehot = np.zeros((len(Xc), k))
             onehot[np.arange(len(Xc)), label] = 1.0
-            counts = mechanisms.laplace(onehot.sum(0), sensitivity=1.0, epsilon=step, source=src)
-            sums = mechanisms.laplace((onehot.T @ Xc).ravel(), sensitivity=float(half.sum()),
+            counts = mechanisms.laplace(onehot.sum(0), sensitivity=c, epsilon=step, source=src)
+            sums = mechanisms.laplace((onehot.T @ Xc).ravel(), sensitivity=c * float(half.sum()),
                                       epsilon=step, source=src)
             events += [counts.event, sums.event]
             n_c = np.asarray(counts.value, dtype=np.float64)

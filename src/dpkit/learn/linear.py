@@ -14,7 +14,7 @@ import numpy as np
 
 from dpkit import mechanisms
 from dpkit.accounting.zcdp import epsilon_to_rho
-from dpkit.events import Composed, Event
+from dpkit.events import ZCDP, Composed, Event, SelfComposed
 from dpkit.noise import Source
 
 from ._base import (
@@ -22,6 +22,7 @@ from ._base import (
     check_classes,
     check_count,
     check_delta,
+    check_delta_alone,
     check_epsilon,
     check_features,
     check_labels,
@@ -37,9 +38,9 @@ __all__ = ["LinearRegression", "LogisticRegression", "noisy_count"]
 _COUNT_SHARE = 0.02
 
 
-def noisy_count(n: int, rho: float, source: Source) -> tuple[float, Event]:
-    """Row count with discrete Gaussian noise (sensitivity 1 under add/remove), at least 1."""
-    r = mechanisms.gaussian(float(n), sensitivity=1.0, rho=rho, source=source)
+def noisy_count(n: int, rho: float, source: Source, contributions: int = 1) -> tuple[float, Event]:
+    """Row count with discrete Gaussian noise (sensitivity: the rows one unit may hold), >= 1."""
+    r = mechanisms.gaussian(float(n), sensitivity=float(contributions), rho=rho, source=source)
     return max(float(r.value), 1.0), r.event
 
 
@@ -101,7 +102,7 @@ class LogisticRegression(PrivateEstimator):
 
     def _check(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray, float, float, float]:
         eps = check_epsilon(self.epsilon)
-        norm = check_positive(self.feature_norm, "feature_norm", "1.0")
+        norm = check_positive(self._declared_norm(self.feature_norm), "feature_norm", "1.0")
         classes = check_classes(self.classes)
         check_count(self.max_iter, "max_iter")
         check_positive(self.learning_rate, "learning_rate", "10.0")
@@ -113,8 +114,17 @@ class LogisticRegression(PrivateEstimator):
         self.n_features_in_ = Xa.shape[1]
         return Xa, idx, eps, dlt, norm
 
-    def fit(self, X: Any, y: Any) -> LogisticRegression:
-        """Fit on rows ``X`` (clipped to ``feature_norm``) and labels ``y`` in ``classes``."""
+    def _planned_event(self, n_features: int, contributions: int) -> Event:
+        rho = epsilon_to_rho(check_epsilon(self.epsilon), check_delta_alone(self.delta))
+        check_classes(self.classes)
+        steps = check_count(self.max_iter, "max_iter")
+        return Composed((ZCDP(_COUNT_SHARE * rho),
+                         SelfComposed(ZCDP((1.0 - _COUNT_SHARE) * rho / steps), steps)))
+
+    def fit(self, X: Any, y: Any, units: Any = None) -> LogisticRegression:
+        """Fit on rows ``X`` (clipped to ``feature_norm``) and labels ``y`` in ``classes``.
+        ``units`` (the curator's) is accepted and unused: sensitivities already allow
+        ``contributions`` rows per unit (see :meth:`privacy_event`)."""
         Xa, yi, eps, dlt, norm = self._check(X, y)
         src = resolve_source(self.random_state)
         Z = clip_rows(Xa, norm)
@@ -123,11 +133,13 @@ class LogisticRegression(PrivateEstimator):
         k = len(self.classes_)
         # binary: one sigmoid column, |σ - y| <= 1; softmax: ||p - e_y||_2 <= sqrt(2)
         width, residual_norm, curvature = (1, 1.0, 0.25) if k == 2 else (k, np.sqrt(2.0), 0.5)
-        sens = float(residual_norm * np.sqrt(norm**2 + (1.0 if self.fit_intercept else 0.0)))
+        c = self._contributions()
+        row = float(residual_norm * np.sqrt(norm**2 + (1.0 if self.fit_intercept else 0.0)))
+        sens = c * row
         rho = epsilon_to_rho(eps, dlt)
-        n_hat, count_event = noisy_count(len(Z), _COUNT_SHARE * rho, src)
+        n_hat, count_event = noisy_count(len(Z), _COUNT_SHARE * rho, src, c)
         rho_step = (1.0 - _COUNT_SHARE) * rho / self.max_iter
-        lr = self.learning_rate / (curvature * sens**2 / residual_norm**2 + self.alpha)
+        lr = self.learning_rate / (curvature * row**2 / residual_norm**2 + self.alpha)
         target = np.eye(k)[yi][:, 1:] if k == 2 else np.eye(k)[yi]
         W = np.zeros((Z.shape[1], width))
         events: list[Event] = [count_event]
@@ -175,11 +187,12 @@ class LinearRegression(PrivateEstimator):
     """(ε, δ)-DP ridge / least-squares regression from noisy sufficient statistics.
 
     **Neighbouring relation**: add/remove one row (record-level privacy).
-    **Guarantee**: (``epsilon``, ``delta``)-DP via one ρ-zCDP Gaussian release of the upper
-    triangle of ``ZᵀZ`` and of ``Zᵀy`` together, where ``Z`` is X (rows clipped to L2 norm
-    ``feature_norm``) plus an intercept column, and y is clamped to the declared
-    ``label_bounds`` and centred on their midpoint (half-width h): one row moves that vector by
-    at most ``sqrt(S⁴ + S² h²)`` in L2, ``S² = feature_norm² + 1``. The weights solve
+    **Guarantee**: (``epsilon``, ``delta``)-DP via two ρ/2-zCDP Gaussian releases: the upper
+    triangle of ``ZᵀZ`` (one row moves it by at most ``S²`` in L2) and ``Zᵀy`` (at most
+    ``S h``), where ``Z`` is X (rows clipped to L2 norm ``feature_norm``) plus an intercept
+    column, ``S² = feature_norm² + 1``, and y is clamped to the declared ``label_bounds`` and
+    centred on their midpoint (half-width h). Separate releases keep the Gram matrix's noise at
+    the scale of S², not of the label range. The weights solve
     ``(ZᵀZ~ + alpha·I) w = Zᵀy~`` (post-processing; ``alpha`` keeps the noisy system well posed).
 
     >>> import numpy as np
@@ -207,7 +220,7 @@ class LinearRegression(PrivateEstimator):
     def _check(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray, float, float, float,
                                               float, float]:
         eps = check_epsilon(self.epsilon)
-        norm = check_positive(self.feature_norm, "feature_norm", "1.0")
+        norm = check_positive(self._declared_norm(self.feature_norm), "feature_norm", "1.0")
         if self.label_bounds is None:
             raise ValueError("label_bounds is required: declare the public range of y, e.g. "
                              "label_bounds=(0.0, 100.0); it is never read from the data")
@@ -226,8 +239,16 @@ class LinearRegression(PrivateEstimator):
         self.n_features_in_ = Xa.shape[1]
         return Xa, ya, eps, dlt, norm, lo, hi
 
-    def fit(self, X: Any, y: Any) -> LinearRegression:
-        """Fit on rows ``X`` (clipped to ``feature_norm``), labels clamped to ``label_bounds``."""
+    def _planned_event(self, n_features: int, contributions: int) -> Event:
+        if self.label_bounds is None:
+            raise ValueError("label_bounds is required: pass the label's declared bounds, e.g. "
+                             "label_bounds=(0.0, 100.0)")
+        half = ZCDP(epsilon_to_rho(check_epsilon(self.epsilon), check_delta_alone(self.delta)) / 2)
+        return Composed((half, half))
+
+    def fit(self, X: Any, y: Any, units: Any = None) -> LinearRegression:
+        """Fit on rows ``X`` (clipped to ``feature_norm``), labels clamped to ``label_bounds``;
+        ``units`` (the curator's) is accepted and unused (see :meth:`privacy_event`)."""
         Xa, ya, eps, dlt, norm, lo, hi = self._check(X, y)
         src = resolve_source(self.random_state)
         mid, half = (lo + hi) / 2.0, (hi - lo) / 2.0
@@ -238,17 +259,19 @@ class LinearRegression(PrivateEstimator):
         s2 = norm**2 + (1.0 if self.fit_intercept else 0.0)
         d = Z.shape[1]
         iu = np.triu_indices(d)
-        stats = np.concatenate([(Z.T @ Z)[iu], Z.T @ yc])
-        r = mechanisms.gaussian(stats, sensitivity=float(np.sqrt(s2**2 + s2 * half**2)),
-                                rho=epsilon_to_rho(eps, dlt), source=src)
-        noisy = np.asarray(r.value)
+        c, rho = self._contributions(), epsilon_to_rho(eps, dlt)
+        # two releases, half of rho each: joined, the label's range (h >> S) would give the Gram
+        # matrix the noise of Zᵀy and make the solve ill-posed
+        gram = mechanisms.gaussian((Z.T @ Z)[iu], sensitivity=c * s2, rho=rho / 2, source=src)
+        cross = mechanisms.gaussian(Z.T @ yc, sensitivity=c * float(np.sqrt(s2)) * half,
+                                    rho=rho / 2, source=src)
         A = np.zeros((d, d))
-        A[iu] = noisy[: len(iu[0])]
+        A[iu] = np.asarray(gram.value)
         A = A + np.triu(A, 1).T
-        w = np.linalg.solve(A + self.alpha * np.eye(d), noisy[len(iu[0]):])
+        w = np.linalg.solve(A + self.alpha * np.eye(d), np.asarray(cross.value))
         self.coef_ = w[: Xa.shape[1]]
         self.intercept_ = float(w[-1] + mid) if self.fit_intercept else mid
-        self._bill(r.event, dlt)
+        self._bill(Composed((gram.event, cross.event)), dlt)
         return self
 
     def predict(self, X: Any) -> np.ndarray:

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from dpkit import mechanisms
-from dpkit.events import Composed
+from dpkit.events import Composed, Event, PureDP
 
 from ._base import (
     PrivateEstimator,
@@ -52,12 +52,18 @@ class GaussianNB(PrivateEstimator):
         self.var_floor = var_floor
         self.random_state = random_state
 
-    def fit(self, X: Any, y: Any) -> GaussianNB:
-        """Fit on ``X`` (clamped to ``bounds``) and ``y`` (labels among ``classes``)."""
+    def _planned_event(self, n_features: int, contributions: int) -> Event:
+        third = PureDP(check_epsilon(self.epsilon) / 3)
+        check_classes(self.classes)
+        return Composed((third, third, third))
+
+    def fit(self, X: Any, y: Any, units: Any = None) -> GaussianNB:
+        """Fit on ``X`` (clamped to ``bounds``) and ``y`` (labels among ``classes``);
+        ``units`` (the curator's) is accepted and unused (see ``privacy_event``)."""
         eps = check_epsilon(self.epsilon)
         classes = check_classes(self.classes)
         Xa = check_features(X)
-        lo, hi = check_bounds(self.bounds, Xa.shape[1])
+        lo, hi = check_bounds(self._declared_bounds(self.bounds), Xa.shape[1])
         yi = check_labels(y, classes, len(Xa))
         if not self.var_floor > 0:
             raise ValueError(f"var_floor must be > 0 (got {self.var_floor!r})")
@@ -67,11 +73,12 @@ class GaussianNB(PrivateEstimator):
         k, d = len(classes), Xa.shape[1]
         onehot = np.zeros((len(Xa), k))
         onehot[np.arange(len(Xa)), yi] = 1.0
-        counts = mechanisms.laplace(onehot.sum(0), sensitivity=1.0, epsilon=eps / 3, source=src)
-        sums = mechanisms.laplace((onehot.T @ Xc).ravel(), sensitivity=float(half.sum()),
+        c = float(self._contributions())
+        counts = mechanisms.laplace(onehot.sum(0), sensitivity=c, epsilon=eps / 3, source=src)
+        sums = mechanisms.laplace((onehot.T @ Xc).ravel(), sensitivity=c * float(half.sum()),
                                   epsilon=eps / 3, source=src)
         squares = mechanisms.laplace((onehot.T @ Xc**2).ravel(),
-                                     sensitivity=float((half**2).sum()), epsilon=eps / 3,
+                                     sensitivity=c * float((half**2).sum()), epsilon=eps / 3,
                                      source=src)
         n_c = np.maximum(np.asarray(counts.value, dtype=np.float64), 1.0)
         mean = np.clip(np.asarray(sums.value).reshape(k, d) / n_c[:, None], -half, half)
