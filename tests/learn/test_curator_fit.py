@@ -61,10 +61,18 @@ def test_naive_bayes_and_linear_regression_through_the_curator(cur: Curator) -> 
     assert lin.score(_frame(), _frame()["cost"]) > 0.95
 
 
-def test_missing_parameters_are_refused_before_the_charge(cur: Curator) -> None:
+def test_the_declarations_fill_classes_and_label_bounds(cur: Curator) -> None:
+    """Through the curator the label's declared domain gives the classes and its declared bounds
+    the label bounds (session 5: these were required from the user before); classes that
+    disagree with the declaration are refused before the charge."""
+    tm = cur.fit(LogisticRegression(random_state=0), "SELECT age FROM r", label="sick",
+                 epsilon=1.0)
+    assert list(tm.model.classes_) == [0, 1]
+    lin = cur.fit(LinearRegression(random_state=0), "SELECT age FROM r", label="cost",
+                  epsilon=1.0)
+    assert tuple(lin.model.label_bounds) == (0.0, 300.0)
     spent = cur.budget().spent
-    with pytest.raises(QueryError, match="classes is required"):
-        cur.fit(LogisticRegression(), "SELECT age FROM r", label="sick", epsilon=1.0)
-    with pytest.raises(QueryError, match="label_bounds is required"):
-        cur.fit(LinearRegression(), "SELECT age FROM r", label="cost", epsilon=1.0)
+    with pytest.raises(QueryError, match="declared classes"):
+        cur.fit(LogisticRegression(classes=[0, 1, 2]), "SELECT age FROM r", label="sick",
+                epsilon=1.0)
     assert cur.budget().spent == spent
