@@ -241,8 +241,10 @@ def marginals(project: Path, table: str, columns: str, k: int | None, epsilon: f
               help="Where to write the records (.parquet or .csv).")
 @click.option("--rows", type=int, default=None, help="Records to write (default: the private "
               "estimate of the number of rows).")
-@click.option("--method", type=click.Choice(["factorization", "mwem"]), default="factorization",
-              show_default=True)
+@click.option("--method", type=click.Choice(["auto", "factorization", "mwem", "mst"]),
+              default="auto", show_default=True,
+              help="auto: factorization up to 4096 grid cells, mst (marginal-based, any "
+                   "number of columns) beyond.")
 @click.option("--k", type=int, default=None, help="Marginal order preserved (default 2).")
 @click.option("--rounds", type=int, default=20, show_default=True, help="MWEM rounds.")
 @click.option("--bins", type=int, default=None, help="Cells for numeric columns.")

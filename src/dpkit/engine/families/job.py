@@ -151,7 +151,7 @@ class MarginalsAsk(Ask):
 class SyntheticAsk(Ask):
     columns: Sequence[str] | str
     rows: int | None = None
-    method: str = "factorization"
+    method: str = "auto"  # factorization up to MAX_PRODUCT_CELLS cells, MST beyond
     k: int | None = None
     rounds: int = 20
 
