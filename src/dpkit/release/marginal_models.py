@@ -147,7 +147,7 @@ def fit_tree(sizes: Sequence[int], measurements: Sequence[Measurement],
         y = by_attrs[(a, b)].values
         # the clipped measurement as the IPF start; a floor far below one record keeps every
         # cell reachable, so IPF can meet any margins
-        floor = 1e-6 * total / y.size
+        floor = 1e-8 * total / y.size
         tables.append(ipf(np.maximum(y, 0.0) + floor, nodes[a], nodes[b]))
     return TreeModel(nodes=nodes, edges=list(edges), tables=tables, total=total)
 
