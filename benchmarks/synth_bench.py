@@ -1,4 +1,4 @@
-"""Benchmark: synthetic data over all 15 columns of UCI Adult, dpkit's MST against smartnoise-synth's.
+"""Benchmark: synthetic data over all 15 columns of UCI Adult, dpkit MST vs smartnoise-synth MST.
 
     python benchmarks/synth_bench.py                  # 3 seeds at eps 1 and 3 (~10-20 min, 2 cores)
     python benchmarks/synth_bench.py --seeds 1 --no-peer   # dpkit only, one seed

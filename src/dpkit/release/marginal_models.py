@@ -16,7 +16,8 @@ or mirror descent (``mbi``'s ``FactoredInference``): it is enough to
    ``{mu >= 0, sum mu = n}`` (Euclidean projection on the scaled simplex);
 2. fit each edge table to its two fitted node marginals by iterative proportional fitting
    started from the clipped noisy 2-way measurement (the KL projection of the measurement on
-   the tables with those margins), which makes the model consistent to ``1e-10 n`` (rows exactly, columns to that tolerance);
+   the tables with those margins), which makes the model consistent to ``1e-10 n`` (rows
+   exactly, columns to that tolerance);
 3. sample records ancestrally from a root (parent first, then each child from
    ``mu_pc(v, .) / mu_p(v)``), with *controlled rounding*: the ``m`` records whose parent has
    value ``v`` get children in the numbers ``m · P(c | v)`` rounded by largest remainder (then
@@ -195,7 +196,7 @@ def sample_tree(model: TreeModel, rows: int, *, source: Source | None = None) ->
         if parent < 0:
             _assign(out[:, child], perm, synthetic_records(model.nodes[child], rows))
             continue
-        a, b = model.edges[k]
+        a = model.edges[k][0]
         table = model.tables[k] if a == parent else model.tables[k].T
         pv = out[perm, parent]
         order = perm[np.argsort(pv, kind="stable")]

@@ -35,7 +35,6 @@ from dpkit.engine.families.axes import (
     ordered_axis,
     product_axes,
 )
-from dpkit.engine.families.synthetic_mst import plan_mst
 from dpkit.engine.families.job import (
     OPTIMIZE_CELLS,
     Ask,
@@ -50,6 +49,7 @@ from dpkit.engine.families.job import (
     new_job,
     table_meta,
 )
+from dpkit.engine.families.synthetic_mst import plan_mst
 from dpkit.engine.spec import QueryError
 from dpkit.engine.tables import TableMeta
 from dpkit.release import mwem_event, plan_workload, workloads

@@ -1,5 +1,5 @@
-"""Synthetic records: the released histogram (factorization or MWEM) rounded to records, or
-MST's records (:mod:`.synthetic_mst`) beyond the product-grid cap.
+"""Synthetic records: the released histogram (factorization or MWEM) rounded to records,
+or MST's records (:mod:`.synthetic_mst`) beyond the product-grid cap.
 
 **What it protects.** The records are post-processing of one differentially private release of
 the table's histogram over the public product grid of the requested columns (see
@@ -32,9 +32,9 @@ class SyntheticData:
     """Synthetic records released by :meth:`Curator.synthetic`, and what they cost.
 
     ``data``: one array per requested column, in order (values: declared keys, or for numeric
-    columns a value drawn uniformly within its grid cell); :meth:`to_pandas`, :meth:`write` (Parquet or
-    CSV, no pandas needed). Post-processing of a private release: any use of it costs no
-    further privacy.
+    columns a value drawn uniformly within its grid cell); :meth:`to_pandas`,
+    :meth:`write` (Parquet or CSV, no pandas needed). Post-processing of a private release:
+    any use of it costs no further privacy.
     """
 
     data: Any
