@@ -552,7 +552,8 @@ class Curator:
                   delta: float | None = None, rows: int | None = None,
                   method: str = "auto", k: int | None = None, rounds: int = 20,
                   bins: int | None = None, bounds: Mapping[str, Any] | None = None,
-                  level: float = 0.95, analyst: None = None) -> families.SyntheticData:
+                  level: float = 0.95, target: str | None = None,
+                  analyst: None = None) -> families.SyntheticData:
         """Synthetic records over the declared domains of ``columns``, charged to the ledger.
 
         Post-processing of one ε-DP (``epsilon=``) or ρ-zCDP (``rho=``; ``epsilon=, delta=``
@@ -561,12 +562,13 @@ class Curator:
         real row, and only the ``k``-way marginals are preserved, approximately. ``method``
         ``"auto"`` (default: ``"factorization"`` up to 4096 grid cells, ``"mst"`` beyond),
         ``"factorization"``, ``"mwem"`` or ``"mst"`` (any number of columns: 1-way and
-        tree-selected 2-way marginals): see :func:`dpkit.engine.families.answer.synthetic`. Returns
+        tree-selected 2-way marginals; ``target=`` a column measured with every selected
+        pair): see :func:`dpkit.engine.families.answer.synthetic`. Returns
         :class:`~dpkit.engine.families.SyntheticData`.
         """
         ask = families.SyntheticAsk(table=table, columns=columns, where=where, rows=rows,
                                     method=method, k=k, rounds=rounds, bins=bins,
-                                    bounds=bounds, level=level)
+                                    bounds=bounds, level=level, target=target)
         target = families.Target(epsilon=epsilon, rho=rho, delta=delta)
         return families.synthetic(self._families(analyst), ask, target)
 

@@ -24,6 +24,12 @@ or mirror descent (``mbi``'s ``FactoredInference``): it is enough to
    shuffled among those records), so the records' tables match the model up to rounding instead
    of up to sampling noise.
 
+With a ``target`` attribute (:func:`fit_conditional`), every clique also holds the target:
+for each target value ``y`` the other attributes form a tree whose tables are the slices at
+``y`` of the measured 3-way tables ``(a, b, target)``, fitted and sampled as above (a
+tree-augmented naive Bayes model: a tree plus one vertex joined to all is still chordal, so
+the fit stays exact per slice).
+
 Randomness (only the shuffles) comes from :mod:`dpkit.noise`.
 """
 
@@ -38,7 +44,17 @@ from dpkit import noise
 from dpkit.noise import Source
 from dpkit.release.mwem import synthetic_records
 
-__all__ = ["Measurement", "TreeModel", "fit_tree", "ipf", "project_simplex", "sample_tree"]
+__all__ = [
+    "ConditionalTreeModel",
+    "Measurement",
+    "TreeModel",
+    "fit_conditional",
+    "fit_tree",
+    "ipf",
+    "project_simplex",
+    "sample_conditional",
+    "sample_tree",
+]
 
 #: IPF stops when every margin is within this fraction of the total of its target
 IPF_TOLERANCE = 1e-10
@@ -209,3 +225,66 @@ def sample_tree(model: TreeModel, rows: int, *, source: Source | None = None) ->
             _assign(out[:, child], order[start:start + m], synthetic_records(w, m))
             start += m
     return out
+
+
+@dataclass(frozen=True)
+class ConditionalTreeModel:
+    """A tree model per value ``y`` of a ``target`` attribute (tree-augmented naive Bayes
+    shape: every clique holds the target). ``slices[y]`` is over all attributes, the target's
+    node of size 1; its ``total`` is the estimated number of records with target ``y``."""
+
+    target: int
+    slices: list[TreeModel]
+
+    @property
+    def total(self) -> float:
+        return float(sum(m.total for m in self.slices))
+
+    @property
+    def edges(self) -> list[tuple[int, int]]:
+        """The tree over the other attributes, plus an edge to the target from each of them
+        (the cliques are ``{a, b, target}``)."""
+        return self.slices[0].edges
+
+
+def _slice(m: Measurement, target: int, y: int) -> Measurement | None:
+    """Measurement ``m`` restricted to target value ``y`` (None when ``m`` is the target's
+    own 1-way table, not used within a slice)."""
+    if target not in m.attrs:
+        return None
+    if len(m.attrs) == 1:
+        return None
+    axis = m.attrs.index(target)
+    keep = tuple(a for a in m.attrs if a != target)
+    var = np.broadcast_to(m.variance, m.values.shape)
+    return Measurement(keep, np.take(m.values, y, axis=axis), np.take(var, y, axis=axis))
+
+
+def fit_conditional(sizes: Sequence[int], target: int, measurements: Sequence[Measurement],
+                    edges: Sequence[tuple[int, int]]) -> ConditionalTreeModel:
+    """For each target value ``y``: :func:`fit_tree` on the slices at ``y`` of the measurements
+    that hold the target (3-way tables ``(a, b, target)`` become 2-way tables ``(a, b)``,
+    2-way tables ``(a, target)`` become 1-way tables of ``a``). Each slice is a consistent
+    tree model (exact on a tree, see the module docstring); the slices' totals estimate the
+    target's marginal. ``edges``: the tree over the other attributes."""
+    inner = [(a, b) for a, b in edges if target not in (a, b)]
+    slice_sizes = [1 if i == target else k for i, k in enumerate(sizes)]
+    slices = []
+    for y in range(sizes[target]):
+        ms = [s for m in measurements if (s := _slice(m, target, y)) is not None]
+        slices.append(fit_tree(slice_sizes, ms, inner))
+    return ConditionalTreeModel(target=target, slices=slices)
+
+
+def sample_conditional(model: ConditionalTreeModel, rows: int, *,
+                       source: Source | None = None) -> np.ndarray:
+    """Records from a :class:`ConditionalTreeModel`: the target's counts by largest remainder
+    of its estimated marginal, then each slice's records by :func:`sample_tree`, shuffled."""
+    counts = synthetic_records([m.total for m in model.slices], rows)
+    parts = []
+    for y, (m, k) in enumerate(zip(model.slices, counts.tolist(), strict=True)):
+        part = sample_tree(m, k, source=source)
+        part[:, model.target] = y
+        parts.append(part)
+    out = np.concatenate(parts, axis=0)
+    return out[noise.permutation(rows, source=source)] if rows else out

@@ -46,11 +46,19 @@ from dpkit.mechanisms.exponential import exponential
 from dpkit.mechanisms.plan import discrete_laplace_plan
 from dpkit.mechanisms.release import Release
 from dpkit.noise import Source
-from dpkit.release.marginal_models import Measurement, TreeModel, fit_tree, sample_tree
+from dpkit.release.marginal_models import (
+    ConditionalTreeModel,
+    Measurement,
+    TreeModel,
+    fit_conditional,
+    fit_tree,
+    sample_conditional,
+    sample_tree,
+)
 from dpkit.release.mwem import synthetic_records
 from dpkit.release.noise_plan import sigma2_for
 
-__all__ = ["MAX_PAIR_CELLS", "MSTSetup", "mst", "mst_event", "mst_setup"]
+__all__ = ["MAX_PAIR_CELLS", "MSTSetup", "check_target", "mst", "mst_event", "mst_setup"]
 
 #: the largest 2-way table MST measures (product of two column domains)
 MAX_PAIR_CELLS = 1 << 22
@@ -120,6 +128,23 @@ def mst_setup(shape: Any, *, epsilon: float | None = None, rho: float | None = N
     event: Event = Composed(tuple(events)) if len(events) > 1 else events[0]
     return MSTSetup(shape=dims, contributions=c, kind=kind, one_way=p1, two_way=p2,
                     select_epsilon=eps_s, event=event)
+
+
+def check_target(shape: tuple[int, ...], target: int | None) -> None:
+    """Refuse a ``target`` that is not an attribute index, or whose 3-way tables
+    ``(a, b, target)`` would exceed :data:`MAX_PAIR_CELLS`."""
+    if target is None:
+        return
+    d = len(shape)
+    if isinstance(target, bool) or not isinstance(target, (int, np.integer)) or not (
+            0 <= int(target) < d) or d < 2:
+        raise ValueError(f"target must be an attribute index in [0, {d}) of at least two "
+                         f"attributes (got {target!r})")
+    big = sorted(k for i, k in enumerate(shape) if i != target)[-2:]
+    if len(big) == 2 and big[0] * big[1] * shape[target] > MAX_PAIR_CELLS:
+        raise ValueError(
+            f"with the target, the largest 3-way table has {big[0] * big[1] * shape[target]} "
+            f"cells, more than {MAX_PAIR_CELLS}: use coarser grids (bins=) or no target")
 
 
 def mst_event(shape: Any, *, epsilon: float | None = None, rho: float | None = None,
@@ -224,7 +249,7 @@ def _decompress(records: np.ndarray, comps: list[_Compressed], src: Source) -> n
 
 def mst(cells: Any, counts: Any, shape: Any, *, epsilon: float | None = None,
         rho: float | None = None, contributions: int = 1, rows: int | None = None,
-        source: Source | None = None) -> Release[np.ndarray]:
+        target: int | None = None, source: Source | None = None) -> Release[np.ndarray]:
     """Synthetic records by MST (see the module docstring for the algorithm and guarantee).
 
     ``cells``: int array ``(k, d)``, the distinct records' value indices; ``counts``: their
@@ -234,6 +259,12 @@ def mst(cells: Any, counts: Any, shape: Any, *, epsilon: float | None = None,
     ``total`` (the estimated number of records), ``model`` (the fitted
     :class:`~dpkit.release.marginal_models.TreeModel`, on compressed domains), ``compressed``
     (domain sizes after compression).
+
+    ``target`` (public: an attribute index, e.g. the label a model will be trained to
+    predict): each selected pair ``(a, b)`` is measured together with the target, as the
+    3-way table ``(a, b, target)`` (same sensitivity, same event), and the model is a tree per
+    target value (:func:`~dpkit.release.marginal_models.fit_conditional`), so every attribute's
+    relation to the target is kept, not only its tree neighbours'.
 
     >>> import numpy as np, dpkit as dp
     >>> cells = np.array([[0, 0, 1], [1, 1, 0], [2, 1, 1]])
@@ -251,6 +282,7 @@ def mst(cells: Any, counts: Any, shape: Any, *, epsilon: float | None = None,
         raise ValueError("cells must hold value indices inside the domain sizes")
     if rows is not None:
         v.check_positive_int(rows, "rows")
+    check_target(setup.shape, target)
     src = v.resolve_source(v.check_source(source))
     var1 = setup.variance(setup.one_way)
     comps, ones = [], []
@@ -267,18 +299,31 @@ def mst(cells: Any, counts: Any, shape: Any, *, epsilon: float | None = None,
     sizes = [cp.size for cp in comps]
     edges = _select(setup, codes, cnt, sizes, ones, src) if d > 1 else []
     pairs = sorted((min(e), max(e)) for e in edges)
-    twos = [Measurement((a, b), _noisy(setup, _table(codes, cnt, (a, b), sizes),
-                                       setup.two_way, src),
-                        np.asarray(setup.variance(setup.two_way)))
-            for a, b in pairs]
-    model = fit_tree(sizes, ones + twos, pairs)
+    measured = [_measure_pair(setup, codes, cnt, sizes, e, target, src) for e in pairs]
+    model: TreeModel | ConditionalTreeModel
+    if target is None:
+        model = fit_tree(sizes, ones + measured, pairs)
+    else:
+        model = fit_conditional(sizes, target, ones + measured, pairs)
     n_out = int(rows) if rows is not None else max(1, round(model.total))
-    records = _decompress(sample_tree(model, n_out, source=src), comps, src)
+    coded = (sample_tree(model, n_out, source=src) if isinstance(model, TreeModel)
+             else sample_conditional(model, n_out, source=src))
+    records = _decompress(coded, comps, src)
     return Release(value=records, event=setup.event, ci=None, level=0.95,
                    insecure=src.insecure, details=_details(setup, model, sizes))
 
 
-def _details(setup: MSTSetup, model: TreeModel, sizes: list[int]) -> dict[str, Any]:
+def _measure_pair(setup: MSTSetup, codes: np.ndarray, cnt: np.ndarray, sizes: list[int],
+                  pair: tuple[int, int], target: int | None, src: Source) -> Measurement:
+    """The noisy table of a selected pair, with the target as a third attribute when given
+    (one unit still moves it by at most ``c`` in L1 and L2: same noise, same event)."""
+    attrs = pair if target is None or target in pair else (*pair, target)
+    return Measurement(attrs, _noisy(setup, _table(codes, cnt, attrs, sizes), setup.two_way, src),
+                       np.asarray(setup.variance(setup.two_way)))
+
+
+def _details(setup: MSTSetup, model: TreeModel | ConditionalTreeModel,
+             sizes: list[int]) -> dict[str, Any]:
     return {
         "mechanism": "MST (McKenna-Miklau-Sheldon 2021), exact tree fit",
         "neighbouring": f"add/remove one unit of <= {setup.contributions} records",

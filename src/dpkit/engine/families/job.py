@@ -154,6 +154,8 @@ class SyntheticAsk(Ask):
     method: str = "auto"  # factorization up to MAX_PRODUCT_CELLS cells, MST beyond
     k: int | None = None
     rounds: int = 20
+    #: MST: a column measured with every selected pair (e.g. the label a model will predict)
+    target: str | None = None
 
 
 @dataclass

@@ -266,6 +266,8 @@ def _plan_synthetic(ctx: Context, ask: SyntheticAsk, target: Target) -> Job:
     method = _synthetic_method(meta, names, ask)
     if method == "mst":
         return plan_mst(ctx, meta, names, ask, target)
+    if ask.target is not None:
+        raise QueryError(f"target= applies to method='mst' (method {method!r} here)")
     try:
         axes, cells = product_axes(meta, names, bins=ask.bins, bounds=ask.bounds)
     except QueryError as exc:

@@ -27,7 +27,7 @@ from dpkit.engine.families.axes import Axis, categorical_axis
 from dpkit.engine.families.job import Context, Job, SyntheticAsk, Target, new_job
 from dpkit.engine.spec import QueryError
 from dpkit.engine.tables import TableMeta
-from dpkit.release.mst import mst, mst_event
+from dpkit.release.mst import check_target, mst, mst_event
 
 __all__ = ["mst_frame", "plan_mst", "values_in_cells"]
 
@@ -54,15 +54,28 @@ def plan_mst(ctx: Context, meta: TableMeta, names: list[str], ask: SyntheticAsk,
     job = new_job(ctx, "synthetic", meta, axes, ask, target, default_query=text,
                   where_alias=None)
     budget = _mst_privacy(job)
+    target = _target_index(names, ask.target)
     try:
-        job.event = mst_event(tuple(a.size for a in axes), contributions=job.contributions,
-                              **budget)
+        shape = tuple(a.size for a in axes)
+        job.event = mst_event(shape, contributions=job.contributions, **budget)
+        check_target(shape, target)
     except (TypeError, ValueError) as exc:
         raise QueryError(f"{exc} (nothing charged)") from None
     job.details.update({"grid": [a.describe() for a in axes], "method": "mst",
-                        "rows": ask.rows, "sparse": True, "mst_budget": budget})
+                        "rows": ask.rows, "sparse": True, "mst_budget": budget,
+                        "target": target})
     job.notes.append("grids: " + "; ".join(a.describe() for a in axes))
     return job
+
+
+def _target_index(names: list[str], target: Any) -> int | None:
+    if target is None:
+        return None
+    folded = [n.lower() for n in names]
+    if not isinstance(target, str) or target.lower() not in folded or len(names) < 2:
+        raise QueryError(f"target must be one of the requested columns {names} (and at least "
+                         f"two columns) (got {target!r})")
+    return folded.index(target.lower())
 
 
 def values_in_cells(axis: Axis, idx: np.ndarray, source: Any) -> np.ndarray:
@@ -89,7 +102,8 @@ def mst_frame(ctx: Context, job: Job, x: np.ndarray) -> tuple[dict[str, np.ndarr
     the count), the notes, and MST's estimate of the number of rows."""
     d = len(job.axes)
     rel = mst(x[:, :d], x[:, d], tuple(a.size for a in job.axes), rows=job.details["rows"],
-              contributions=job.contributions, source=ctx.source, **job.details["mst_budget"])
+              contributions=job.contributions, target=job.details["target"],
+              source=ctx.source, **job.details["mst_budget"])
     if rel.event != job.event:  # pragma: no cover - guards the planning
         raise RuntimeError("MST ran with another event than the one charged")
     records = rel.value
@@ -97,7 +111,9 @@ def mst_frame(ctx: Context, job: Job, x: np.ndarray) -> tuple[dict[str, np.ndarr
              for i, a in enumerate(job.axes)}
     names = [a.column for a in job.axes]
     edges = ", ".join(f"{names[a]}-{names[b]}" for a, b in rel.details["edges"])
-    notes = [*job.notes, f"MST: 1-way marginals of {d} columns and the tree of 2-way "
+    t = job.details["target"]
+    kind = "2-way" if t is None else f"3-way (with the target {names[t]})"
+    notes = [*job.notes, f"MST: 1-way marginals of {d} columns and the tree of {kind} "
                          f"marginals {edges or '(none)'}; estimated "
                          f"{float(rel.details['total']):.1f} records"]
     return frame, notes, float(rel.details["total"])
