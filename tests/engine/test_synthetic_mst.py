@@ -172,3 +172,15 @@ def test_cli_synthetic_mst(tmp_path: Path) -> None:
     assert out.exit_code == 0, (out.output, out.exception)
     assert pd.read_csv(tmp_path / "s.csv").shape == (30, 7)
     assert "MST" in out.output
+
+
+def test_target_through_the_curator(wide: tuple[Curator, pd.DataFrame]) -> None:
+    cur, _ = wide
+    syn = cur.synthetic("wide", COLUMNS, rho=2.0, target="K0", rows=300)
+    assert syn.event == mst_event(_shape(), rho=2.0) and len(syn) == 300
+    assert any("3-way (with the target k0)" in n for n in syn.notes)
+    with pytest.raises(QueryError, match="target must be one of"):
+        cur.synthetic("wide", COLUMNS, rho=2.0, target="nope")
+    with pytest.raises(QueryError, match="applies to method='mst'"):
+        cur.synthetic("wide", ["k0", "k1"], rho=2.0, target="k0")
+    assert _charges(cur) == 1

@@ -177,3 +177,50 @@ def test_accuracy_on_a_chain_at_moderate_budget() -> None:
     for a, b in itertools.combinations(range(4), 2):
         tvd = 0.5 * np.abs(_table(X, a, b, shape) / len(X) - _table(Y, a, b, shape) / len(Y)).sum()
         assert tvd <= 0.05, (a, b, tvd)
+
+
+# ------------------------------------------------------------------ with a target attribute
+
+
+def _labelled(n: int = 8000, seed: int = 12) -> np.ndarray:
+    """A label (column 0) that each of three features depends on; the features are
+    independent given the label (naive Bayes)."""
+    src = dp.noise.seeded(seed)
+    y = dp.noise.uniform_int(2, n, source=src)
+    cols = [y]
+    for _ in range(3):
+        flip = dp.noise.uniform_int(10, n, source=src) < 2
+        cols.append(np.where(flip, 1 - y, y) * 2 + dp.noise.uniform_int(2, n, source=src))
+    return np.stack(cols, axis=1).astype(np.int64)
+
+
+def test_target_keeps_every_feature_linked_to_it() -> None:
+    X = _labelled()
+    shape = (2, 4, 4, 4)
+    cells, counts = _sparse(X)
+    plain = mst(cells, counts, shape, rho=1e9, source=dp.noise.seeded(13))
+    tgt = mst(cells, counts, shape, rho=1e9, target=0, source=dp.noise.seeded(13))
+    assert tgt.event == plain.event  # same measurements' sensitivity: same cost
+
+    def agree(Y: np.ndarray, j: int) -> float:
+        return float(((Y[:, j] // 2) == Y[:, 0]).mean())
+
+    # real agreement is 0.8 per feature; every feature keeps it with the target
+    for j in (1, 2, 3):
+        assert abs(agree(tgt.value, j) - agree(X, j)) < 0.02
+    model = tgt.details["model"]
+    assert model.total == pytest.approx(len(X))
+    for m in model.slices:
+        assert m.consistency_error() <= 1e-9 * max(m.total, 1.0)
+    # the 3-way tables are exact at this rho: each slice's edge tables are the data's
+    for y, m in enumerate(model.slices):
+        for (a, b), t in zip(m.edges, m.tables, strict=True):
+            assert np.allclose(t, _table(X[X[:, 0] == y], a, b, shape), atol=1e-3)
+
+
+def test_target_refusals() -> None:
+    cells, counts = _sparse(_labelled(200))
+    with pytest.raises(ValueError, match="target must be"):
+        mst(cells, counts, (2, 4, 4, 4), rho=1.0, target=4)
+    with pytest.raises(ValueError, match="no target"):
+        mst(cells, counts, (2048, 2048, 4, 4), rho=1.0, target=3)

@@ -273,6 +273,7 @@ def mst(cells: Any, counts: Any, shape: Any, *, epsilon: float | None = None,
     (3, 2)
     """
     setup = mst_setup(shape, epsilon=epsilon, rho=rho, contributions=contributions)
+    check_target(setup.shape, target)
     d = len(setup.shape)
     codes0 = np.asarray(cells, dtype=np.int64).reshape(-1, d)
     cnt = v.check_integers(counts, "counts")
@@ -282,7 +283,6 @@ def mst(cells: Any, counts: Any, shape: Any, *, epsilon: float | None = None,
         raise ValueError("cells must hold value indices inside the domain sizes")
     if rows is not None:
         v.check_positive_int(rows, "rows")
-    check_target(setup.shape, target)
     src = v.resolve_source(v.check_source(source))
     var1 = setup.variance(setup.one_way)
     comps, ones = [], []
