@@ -569,8 +569,8 @@ class Curator:
         ask = families.SyntheticAsk(table=table, columns=columns, where=where, rows=rows,
                                     method=method, k=k, rounds=rounds, bins=bins,
                                     bounds=bounds, level=level, target=target)
-        target = families.Target(epsilon=epsilon, rho=rho, delta=delta)
-        return families.synthetic(self._families(analyst), ask, target)
+        privacy = families.Target(epsilon=epsilon, rho=rho, delta=delta)
+        return families.synthetic(self._families(analyst), ask, privacy)
 
     def preview_release(self, kind: str, table: str, *args: Any, analyst: None = None,
                         **kwargs: Any) -> Preview:

@@ -54,16 +54,16 @@ def plan_mst(ctx: Context, meta: TableMeta, names: list[str], ask: SyntheticAsk,
     job = new_job(ctx, "synthetic", meta, axes, ask, target, default_query=text,
                   where_alias=None)
     budget = _mst_privacy(job)
-    target = _target_index(names, ask.target)
+    label = _target_index(names, ask.target)
     try:
         shape = tuple(a.size for a in axes)
         job.event = mst_event(shape, contributions=job.contributions, **budget)
-        check_target(shape, target)
+        check_target(shape, label)
     except (TypeError, ValueError) as exc:
         raise QueryError(f"{exc} (nothing charged)") from None
     job.details.update({"grid": [a.describe() for a in axes], "method": "mst",
                         "rows": ask.rows, "sparse": True, "mst_budget": budget,
-                        "target": target})
+                        "target": label})
     job.notes.append("grids: " + "; ".join(a.describe() for a in axes))
     return job
 
