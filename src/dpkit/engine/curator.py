@@ -557,14 +557,11 @@ class Curator:
         """Synthetic records over the declared domains of ``columns``, charged to the ledger.
 
         Post-processing of one ε-DP (``epsilon=``) or ρ-zCDP (``rho=``; ``epsilon=, delta=``
-        converts to the largest ρ meeting (ε, δ)) release of the table's histogram over the
-        public product grid of ``columns``, for add/remove one privacy unit: no record is a
-        real row, and only the ``k``-way marginals are preserved, approximately. ``method``
-        ``"auto"`` (default: ``"factorization"`` up to 4096 grid cells, ``"mst"`` beyond),
-        ``"factorization"``, ``"mwem"`` or ``"mst"`` (any number of columns: 1-way and
-        tree-selected 2-way marginals; ``target=`` a column measured with every selected
-        pair): see :func:`dpkit.engine.families.answer.synthetic`. Returns
-        :class:`~dpkit.engine.families.SyntheticData`.
+        converts to the largest ρ meeting (ε, δ)) release for add/remove one privacy unit: no
+        record is a real row; only the measured marginals are preserved, approximately.
+        ``method``: ``"auto"`` (factorization up to 4096 grid cells, MST beyond),
+        ``"factorization"``, ``"mwem"`` or ``"mst"`` (``target=``: a column measured with every
+        pair); see :func:`dpkit.engine.families.answer.synthetic`.
         """
         ask = families.SyntheticAsk(table=table, columns=columns, where=where, rows=rows,
                                     method=method, k=k, rounds=rounds, bins=bins,
