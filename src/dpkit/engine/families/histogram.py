@@ -91,7 +91,7 @@ def read_cells(ctx: Context, job: Job, text: str) -> np.ndarray:
     cnames = [f"__c{i}" for i in range(d)]
     keys, out = ctx.backend.run(text, cnames, ["__n"])
     x = np.zeros((len(keys), d + 1), dtype=np.int64)
-    for r, (key, n) in enumerate(zip(keys, out["__n"], strict=True)):
-        x[r, :d] = [int(k) for k in key]
-        x[r, d] = int(n)
+    if len(keys):
+        x[:, :d] = np.asarray([tuple(k) for k in keys], dtype=np.int64).reshape(len(keys), d)
+        x[:, d] = np.asarray(out["__n"], dtype=np.int64)
     return x
