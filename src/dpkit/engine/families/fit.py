@@ -331,11 +331,11 @@ def fit(ctx: Context, model: Any, query: str, *, label: str, epsilon: float | No
 
 
 def _delta_share(ctx: Context, model: Any, event: ev.Event) -> float | None:
-    """The δ an 'approx' ledger books for an event with Gaussian steps: the model's own δ
+    """The δ an 'approx' ledger books for an event with Gaussian or zCDP steps: the model's own δ
     (a tenth of the project's when the model has none)."""
     if ctx.ledger.config.accountant != "approx":
         return None
-    if not any(isinstance(e, (ev.Gaussian, ev.DiscreteGaussian)) for e in event.leaves()):
+    if not any(isinstance(e, (ev.Gaussian, ev.DiscreteGaussian, ev.ZCDP)) for e in event.leaves()):
         return None
     delta = getattr(model, "delta", None)
     return float(delta) if delta else ctx.ledger.config.delta / 10.0
