@@ -33,23 +33,25 @@ from mnist_data import mnist_5k  # noqa: E402
 RADII = (0.0, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0)
 
 
-def _net():  # type: ignore[no-untyped-def]
+def _net(width: int = 16):  # type: ignore[no-untyped-def]
     import torch
 
     torch.manual_seed(0)
+    w = width
     return torch.nn.Sequential(
         torch.nn.Unflatten(1, (1, 28, 28)),
-        torch.nn.Conv2d(1, 16, 5, stride=2, padding=2), torch.nn.ReLU(),  # 14x14
-        torch.nn.Conv2d(16, 32, 5, stride=2, padding=2), torch.nn.ReLU(),  # 7x7
-        torch.nn.Flatten(), torch.nn.Linear(32 * 49, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+        torch.nn.Conv2d(1, w, 5, stride=2, padding=2), torch.nn.ReLU(),  # 14x14
+        torch.nn.Conv2d(w, 2 * w, 5, stride=2, padding=2), torch.nn.ReLU(),  # 7x7
+        torch.nn.Flatten(), torch.nn.Linear(2 * w * 49, 4 * w), torch.nn.ReLU(),
+        torch.nn.Linear(4 * w, 10))
 
 
 def train(x: np.ndarray, y: np.ndarray, sigma: float, epochs: int,  # type: ignore[no-untyped-def]
-          batch: int = 64):
+          batch: int = 64, width: int = 16):
     """Noise augmentation (Cohen et al. 2019): a fresh N(0, sigma²) draw per example and epoch."""
     import torch
 
-    net = _net()
+    net = _net(width)
     opt = torch.optim.Adam(net.parameters(), lr=2e-3)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, epochs)
     xt, yt = torch.tensor(x), torch.tensor(y)
@@ -99,6 +101,7 @@ def main() -> None:
     ap.add_argument("--sigma", type=float, default=0.5)
     ap.add_argument("--epochs", type=int, default=20)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--width", type=int, default=16, help="channels of the first conv")
     ap.add_argument("--test", type=int, default=200)
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--attack", type=int, default=30, help="certified images to attack")
@@ -109,7 +112,7 @@ def main() -> None:
     torch.set_num_threads(2)
     xtr, ytr, xte, yte = mnist_5k()
     t0 = time.perf_counter()
-    net = train(xtr, ytr, args.sigma, args.epochs, args.batch)
+    net = train(xtr, ytr, args.sigma, args.epochs, args.batch, args.width)
     print(f"train: {time.perf_counter() - t0:.0f} s ({args.epochs} epochs, sigma={args.sigma})",
           flush=True)
     with torch.no_grad():
