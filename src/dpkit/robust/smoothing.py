@@ -2,7 +2,8 @@
 
 The base classifier ``f`` maps a batch of inputs ``(b, *shape)`` to labels ``(b,)`` in
 ``[0, num_classes)`` or to scores/logits ``(b, num_classes)`` (the argmax is taken). It may be a
-numpy callable or a ``torch.nn.Module`` (torch is imported only when one is given). The smoothed
+numpy callable or a ``torch.nn.Module`` (torch is imported only when one is given; it runs
+under ``no_grad`` on the module's device and dtype, as it is: call ``.eval()`` first). The smoothed
 classifier is ``g(x) = argmax_c P(f(x + eps) = c)`` with ``eps ~ N(0, sigma² I)``.
 
 What a certificate promises: with probability at least ``1 - alpha`` over the Monte Carlo noise
