@@ -426,7 +426,7 @@ def _derive(plan: Plan, ap: Any, noisy: dict[str, NoisyMeasure],
             level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     func = ap.call.func
     r = ap.measures
-    if func in (dsql.COUNT, dsql.COUNT_COL, dsql.COUNT_UNITS):
+    if func in (dsql.COUNT, dsql.COUNT_COL, dsql.COUNT_UNITS, dsql.COUNT_DISTINCT):
         nm = noisy[r["count"]]
         return nm.value, nm.low, nm.high
     if func == dsql.SUM:

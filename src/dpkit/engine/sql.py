@@ -30,15 +30,20 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from dataclasses import replace as dc_replace
+
 import sqlglot
 from sqlglot import exp
 
+from dpkit.engine import aggexpr
 from dpkit.engine.scope import Scope, col_ref, from_clause
 from dpkit.engine.spec import (
     AVG,
     COUNT,
     COUNT_COL,
+    COUNT_DISTINCT,
     COUNT_UNITS,
+    EXPR_SOURCE,
     MAX_QUANTILE,
     MIN_QUANTILE,
     NUMERIC_AGGS,
@@ -61,7 +66,7 @@ from dpkit.engine.tables import TableMeta, type_class
 from dpkit.engine.totality import is_total
 
 # the spec's names stay reachable as dsql.X for the planner and the tests
-__all__ = ["AVG", "COUNT", "COUNT_COL", "COUNT_UNITS", "MAX_QUANTILE", "MIN_QUANTILE",
+__all__ = ["AVG", "COUNT", "COUNT_COL", "COUNT_DISTINCT", "COUNT_UNITS", "EXPR_SOURCE", "MAX_QUANTILE", "MIN_QUANTILE",
            "NUMERIC_AGGS", "PRIVATE_ALIAS", "QUANTILE", "STDDEV", "STDDEV_POP", "SUM", "VAR",
            "VAR_POP", "AggCall", "GroupKey", "JoinSpec", "Output", "QueryError", "QuerySpec",
            "parse_query", "where_sql"]
@@ -250,23 +255,38 @@ def _group_by(stmt: exp.Select, scope: Scope, private: TableMeta) -> list[GroupK
 
 
 def _agg_from(node: exp.Expression, scope: Scope, private: TableMeta) -> AggCall | None:
-    """An AggCall for an aggregate node, or None if ``node`` is not an aggregate."""
+    """An AggCall for an aggregate node, or None if ``node`` is not an aggregate; an
+    aggregate over an expression (or with FILTER) carries it (engine/aggexpr.py)."""
+    if isinstance(node, exp.Filter):
+        call = _agg_from(aggexpr.filtered_aggregate(node), scope, private)
+        if call is None:
+            raise QueryError(f"FILTER (WHERE ...) follows an aggregate (got "
+                             f"{node.sql(dialect='duckdb')[:60]})")
+        return dc_replace(call, label=node.sql(dialect="duckdb"),
+                          default_name=call.default_name.split("_")[0] + "_filtered")
+    made: dict[str, tuple[str, str]] = {}
+    counted = aggexpr.conditional_count(node)
+    call = _agg_call(counted, scope, private, made)
+    if call is not None and counted is not node:  # SUM(CASE WHEN c THEN 1 ELSE 0 END)
+        call = dc_replace(call, label=node.sql(dialect="duckdb"), default_name="sum_expr")
+    return None if call is None else aggexpr.with_expression(call, made)
+
+
+def _agg_call(node: exp.Expression, scope: Scope, private: TableMeta,
+              made: dict[str, tuple[str, str]]) -> AggCall | None:
     def column_arg(arg: exp.Expression | None, fname: str) -> tuple[str, str, str]:
         if isinstance(arg, exp.Distinct):
             raise QueryError(
-                f"{fname}(DISTINCT ...) is not supported; only COUNT(DISTINCT "
-                f"{private.privacy_unit or '<privacy unit>'}) is"
+                f"{fname}(DISTINCT ...) is not supported; only COUNT(DISTINCT col) is"
             )
+        if arg is None or isinstance(arg, exp.Star):
+            raise QueryError(f"{fname}() takes a column or an expression of columns")
         if not isinstance(arg, exp.Column):
-            shown = arg.sql(dialect="duckdb") if arg is not None else ""
-            raise QueryError(
-                f"{fname}({shown}): aggregate a bare column (bounds are declared per column); "
-                f"filter rows with WHERE instead of expressions inside the aggregate"
-            )
+            where = f"{fname}(...)"
+            return aggexpr.expression_arg(
+                arg, fname, lambda n: _check_scalar(n, scope, where, set())[0], made)
         return scope.resolve(arg)
 
-    if isinstance(node, exp.Filter):
-        raise QueryError("FILTER (WHERE ...) on aggregates is not supported; put it in WHERE")
     if isinstance(node, exp.WithinGroup):
         inner = node.this
         order = node.expression
@@ -283,22 +303,14 @@ def _agg_from(node: exp.Expression, scope: Scope, private: TableMeta) -> AggCall
             return AggCall(COUNT, None, None, label="COUNT(*)", default_name="count")
         if isinstance(arg, exp.Distinct):
             cols = arg.expressions
-            if len(cols) != 1 or not isinstance(cols[0], exp.Column):
-                raise QueryError("COUNT(DISTINCT ...) takes one column: the privacy unit")
-            internal, col, _ = scope.resolve(cols[0])
-            if private.privacy_unit is None:
-                raise QueryError(
-                    f"table {private.name!r} is protected at record level (no privacy unit), so "
-                    f"COUNT(DISTINCT {col}) is not available; use COUNT(*)"
-                )
-            if internal != PRIVATE_ALIAS or col != private.privacy_unit:
-                raise QueryError(
-                    f"COUNT(DISTINCT {col}) would reveal how many different values exist with "
-                    f"unbounded sensitivity; only COUNT(DISTINCT {private.privacy_unit}) (the "
-                    f"privacy unit) is answered. To count values of {col}, write SELECT {col}, "
-                    f"COUNT(*) ... GROUP BY {col}"
-                )
-            return AggCall(COUNT_UNITS, PRIVATE_ALIAS, col, label=f"COUNT(DISTINCT {col})",
+            if len(cols) != 1:
+                raise QueryError("COUNT(DISTINCT ...) takes one column or expression")
+            internal, col, _ = column_arg(cols[0], "COUNT")
+            if internal == PRIVATE_ALIAS and col == private.privacy_unit:
+                return AggCall(COUNT_UNITS, PRIVATE_ALIAS, col, label=f"COUNT(DISTINCT {col})",
+                               default_name=f"count_distinct_{col}")
+            # each kept row adds at most one distinct value: sensitivity max_rows_per_unit
+            return AggCall(COUNT_DISTINCT, internal, col, label=f"COUNT(DISTINCT {col})",
                            default_name=f"count_distinct_{col}")
         internal, col, _ = column_arg(arg, "COUNT")
         return AggCall(COUNT_COL, internal, col, label=f"COUNT({col})", default_name=f"count_{col}")
@@ -350,7 +362,7 @@ def _agg_from(node: exp.Expression, scope: Scope, private: TableMeta) -> AggCall
     if isinstance(node, exp.AggFunc):
         raise QueryError(
             f"aggregate {node.sql(dialect='duckdb')} is not supported; available: COUNT(*), "
-            f"COUNT(col), COUNT(DISTINCT <privacy unit>), SUM, AVG, VAR, STDDEV, MEDIAN, "
+            f"COUNT(col), COUNT(DISTINCT col), SUM, AVG, VAR, STDDEV, MEDIAN, "
             f"QUANTILE(col, q), MIN, MAX"
         )
     return None
@@ -369,7 +381,7 @@ def _quantile_value(node: exp.Expression | None, fname: str) -> float:
 
 def _numeric_agg(func: str, internal: str, col: str, type_: str, q: float | None,
                  private: TableMeta) -> AggCall:
-    if internal != PRIVATE_ALIAS:
+    if internal not in (PRIVATE_ALIAS, EXPR_SOURCE):
         raise QueryError(
             f"{func.upper()}({col}): aggregates must use columns of the private table "
             f"{private.name!r}; {col!r} comes from a public table"
@@ -476,6 +488,7 @@ def _select(text: str, stmt: exp.Select, scope: Scope, private: TableMeta,
             if call is not None:
                 if call.source == PRIVATE_ALIAS and call.column:
                     columns_used.add((PRIVATE_ALIAS, call.column))
+                columns_used.update(aggexpr.expr_columns(call))
                 return exp.column(f"__a{agg_index(call)}")
             if isinstance(n, exp.Column):
                 internal, col, _ = scope.resolve(n)
@@ -539,6 +552,7 @@ def _select(text: str, stmt: exp.Select, scope: Scope, private: TableMeta,
         if call is not None:
             if call.source == PRIVATE_ALIAS and call.column:
                 columns_used.add((PRIVATE_ALIAS, call.column))
+            columns_used.update(aggexpr.expr_columns(call))
             ai = agg_index(call)
             outputs.append(Output(unique(alias or call.default_name), "agg", ai))
             continue
