@@ -30,10 +30,10 @@ from dpkit.engine.spec import EXPR_SOURCE, PRIVATE_ALIAS, AggCall, QueryError
 __all__ = ["conditional_count", "expr_columns", "expression_arg", "filtered_aggregate",
            "with_expression"]
 
-Resolve = Callable[[exp.Expression], exp.Expression]
+Resolve = Callable[[exp.Expr], exp.Expr]
 
 
-def expression_arg(arg: exp.Expression, fname: str, resolve: Resolve,
+def expression_arg(arg: exp.Expr, fname: str, resolve: Resolve,
                    made: dict[str, tuple[str, str]]) -> tuple[str, str, str]:
     """``(EXPR_SOURCE, name, "DOUBLE")`` for an aggregate's expression argument.
 
@@ -70,7 +70,7 @@ def with_expression(call: AggCall, made: dict[str, tuple[str, str]]) -> AggCall:
                    expr=text)
 
 
-def filtered_aggregate(node: exp.Filter) -> exp.Expression:
+def filtered_aggregate(node: exp.Filter) -> exp.Expr:
     """``AGG(x) FILTER (WHERE c)`` as ``AGG(CASE WHEN c THEN x END)``; ``COUNT(*)`` counts
     ``CASE WHEN c THEN 1 END``."""
     agg = node.this
@@ -80,7 +80,7 @@ def filtered_aggregate(node: exp.Filter) -> exp.Expression:
         raise QueryError(f"FILTER (WHERE ...) follows an aggregate (got "
                          f"{node.sql(dialect='duckdb')[:60]})")
 
-    def case(value: exp.Expression) -> exp.Expression:
+    def case(value: exp.Expr) -> exp.Expr:
         return exp.Case(ifs=[exp.If(this=exp.paren(cond.copy()), true=value.copy())])
 
     out = agg.copy()
@@ -115,7 +115,7 @@ def expr_columns(call: AggCall) -> set[tuple[str, str]]:
     return {(c.table, c.name) for c in node.find_all(exp.Column)}
 
 
-def conditional_count(node: exp.Expression) -> exp.Expression:
+def conditional_count(node: exp.Expr) -> exp.Expr:
     """``SUM(CASE WHEN c THEN 1 ELSE 0 END)`` (or ``SUM(IF(c, 1, 0))``, without the ELSE too) as
     ``COUNT(CASE WHEN c THEN 1 END)``: the same number, measured as a count (integer noise,
     sensitivity ``max_rows_per_unit``); anything else unchanged."""
@@ -135,7 +135,7 @@ def conditional_count(node: exp.Expression) -> exp.Expression:
                                                true=exp.Literal.number(1))]))
 
 
-def _number(node: exp.Expression | None) -> float | None:
+def _number(node: exp.Expr | None) -> float | None:
     if isinstance(node, exp.Literal) and not node.is_string:
         return float(node.this)
     return None

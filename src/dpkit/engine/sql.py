@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-
 from dataclasses import replace as dc_replace
 
 import sqlglot
@@ -66,8 +65,9 @@ from dpkit.engine.tables import TableMeta, type_class
 from dpkit.engine.totality import is_total
 
 # the spec's names stay reachable as dsql.X for the planner and the tests
-__all__ = ["AVG", "COUNT", "COUNT_COL", "COUNT_DISTINCT", "COUNT_UNITS", "EXPR_SOURCE", "MAX_QUANTILE", "MIN_QUANTILE",
-           "NUMERIC_AGGS", "PRIVATE_ALIAS", "QUANTILE", "STDDEV", "STDDEV_POP", "SUM", "VAR",
+__all__ = ["AVG", "COUNT", "COUNT_COL", "COUNT_DISTINCT", "COUNT_UNITS", "EXPR_SOURCE",
+           "MAX_QUANTILE", "MIN_QUANTILE", "NUMERIC_AGGS", "PRIVATE_ALIAS", "QUANTILE", "STDDEV",
+           "STDDEV_POP", "SUM", "VAR",
            "VAR_POP", "AggCall", "GroupKey", "JoinSpec", "Output", "QueryError", "QuerySpec",
            "parse_query", "where_sql"]
 
@@ -254,7 +254,7 @@ def _group_by(stmt: exp.Select, scope: Scope, private: TableMeta) -> list[GroupK
     return keys
 
 
-def _agg_from(node: exp.Expression, scope: Scope, private: TableMeta) -> AggCall | None:
+def _agg_from(node: exp.Expr, scope: Scope, private: TableMeta) -> AggCall | None:
     """An AggCall for an aggregate node, or None if ``node`` is not an aggregate; an
     aggregate over an expression (or with FILTER) carries it (engine/aggexpr.py)."""
     if isinstance(node, exp.Filter):
@@ -272,9 +272,9 @@ def _agg_from(node: exp.Expression, scope: Scope, private: TableMeta) -> AggCall
     return None if call is None else aggexpr.with_expression(call, made)
 
 
-def _agg_call(node: exp.Expression, scope: Scope, private: TableMeta,
+def _agg_call(node: exp.Expr, scope: Scope, private: TableMeta,
               made: dict[str, tuple[str, str]]) -> AggCall | None:
-    def column_arg(arg: exp.Expression | None, fname: str) -> tuple[str, str, str]:
+    def column_arg(arg: exp.Expr | None, fname: str) -> tuple[str, str, str]:
         if isinstance(arg, exp.Distinct):
             raise QueryError(
                 f"{fname}(DISTINCT ...) is not supported; only COUNT(DISTINCT col) is"
@@ -283,8 +283,9 @@ def _agg_call(node: exp.Expression, scope: Scope, private: TableMeta,
             raise QueryError(f"{fname}() takes a column or an expression of columns")
         if not isinstance(arg, exp.Column):
             where = f"{fname}(...)"
-            return aggexpr.expression_arg(
-                arg, fname, lambda n: _check_scalar(n, scope, where, set())[0], made)
+            return aggexpr.expression_arg(  # sqlglot 30 types nodes as Expr
+                arg, fname, lambda n: _check_scalar(n, scope, where, set())[0],  # type: ignore[arg-type]
+                made)
         return scope.resolve(arg)
 
     if isinstance(node, exp.WithinGroup):

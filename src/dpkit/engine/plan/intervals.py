@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import sqlglot
@@ -84,7 +85,7 @@ class _Rows:
         return b[0], b[1], clamp_sql(node.sql(dialect="duckdb"), b[0], b[1], cls)
 
 
-def _shown(node: exp.Expression | None, width: int = 60) -> str:
+def _shown(node: exp.Expr | None, width: int = 60) -> str:
     """``node`` as the analyst wrote it (columns without the internal table alias)."""
     if node is None:
         return ""
@@ -105,7 +106,7 @@ def _mul(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
     return min(p), max(p)
 
 
-def _constant(node: exp.Expression) -> float | None:
+def _constant(node: exp.Expr) -> float | None:
     node = node.unnest()
     if isinstance(node, exp.Neg):
         v = _constant(node.this)
@@ -115,7 +116,7 @@ def _constant(node: exp.Expression) -> float | None:
     return None
 
 
-def _iv(node: exp.Expression, rows: _Rows) -> tuple[float, float, str]:
+def _iv(node: exp.Expr, rows: _Rows) -> tuple[float, float, str]:
     """``(lo, hi, sql)`` of a value-position node (the dispatch of :func:`derive`)."""
     if isinstance(node, exp.Paren):
         lo, hi, s = _iv(node.this, rows)
@@ -142,7 +143,7 @@ def _iv(node: exp.Expression, rows: _Rows) -> tuple[float, float, str]:
                       f"SQRT, POWER(x, n), CASE, COALESCE or a condition")
 
 
-def _arith(node: exp.Expression, rows: _Rows) -> tuple[float, float, str] | None:
+def _arith(node: exp.Expr, rows: _Rows) -> tuple[float, float, str] | None:
     if isinstance(node, exp.Neg):
         lo, hi, s = _iv(node.this, rows)
         return -hi, -lo, f"(-{s})"
@@ -165,7 +166,7 @@ def _arith(node: exp.Expression, rows: _Rows) -> tuple[float, float, str] | None
     return lo, hi, f"({a} / {b})"
 
 
-def _branches(node: exp.Expression, rows: _Rows) -> tuple[float, float, str] | None:
+def _branches(node: exp.Expr, rows: _Rows) -> tuple[float, float, str] | None:
     if isinstance(node, exp.Case):
         if node.this is not None:
             raise rows.refuse("write CASE WHEN <condition> THEN ... (not CASE <value> WHEN)")
@@ -199,7 +200,7 @@ def _branches(node: exp.Expression, rows: _Rows) -> tuple[float, float, str] | N
     return None
 
 
-def _functions(node: exp.Expression, rows: _Rows) -> tuple[float, float, str] | None:
+def _functions(node: exp.Expr, rows: _Rows) -> tuple[float, float, str] | None:
     if isinstance(node, exp.Cast | exp.TryCast):
         lo, hi, s = _iv(node.this, rows)
         to = node.args["to"].sql(dialect="duckdb")
@@ -265,22 +266,22 @@ def derive(text: str, *, bounds: Bounds, kind: Kind, label: str) -> Derived:
 Box = tuple[np.ndarray, np.ndarray]
 
 
-def output_interval(node: exp.Expression, boxes: dict[str, Box]) -> Box | None:
+def output_interval(node: exp.Expr, boxes: dict[str, Box]) -> Box | None:
     """Per group, an interval for the output expression ``node`` (over ``__a{i}`` / ``__g{i}``
     columns) from the intervals ``boxes[name] = (low, high)`` of its inputs; None when some
     part has no interval rule (the output then has no interval)."""
     try:
         with np.errstate(all="ignore"):
             return _box(node, boxes)
-    except _NoRule:
+    except _NoRuleError:
         return None
 
 
-class _NoRule(Exception):
+class _NoRuleError(Exception):
     pass
 
 
-def _box(node: exp.Expression, boxes: dict[str, Box]) -> Box:
+def _box(node: exp.Expr, boxes: dict[str, Box]) -> Box:
     if isinstance(node, exp.Paren):
         return _box(node.this, boxes)
     if isinstance(node, exp.Column) and node.name in boxes:
@@ -311,9 +312,10 @@ def _vmul(alo: np.ndarray, ahi: np.ndarray, blo: np.ndarray, bhi: np.ndarray) ->
     return np.nanmin(p, axis=0), np.nanmax(p, axis=0)
 
 
-def _box_functions(node: exp.Expression, boxes: dict[str, Box]) -> Box:
-    monotone = {exp.Sqrt: np.sqrt, exp.Ln: np.log, exp.Exp: np.exp, exp.Floor: np.floor,
-                exp.Ceil: np.ceil}
+def _box_functions(node: exp.Expr, boxes: dict[str, Box]) -> Box:
+    monotone: dict[type[exp.Expr], Any] = {exp.Sqrt: np.sqrt, exp.Ln: np.log,
+                                           exp.Exp: np.exp, exp.Floor: np.floor,
+                                           exp.Ceil: np.ceil}
     if type(node) in monotone:
         lo, hi = _box(node.this, boxes)
         f = monotone[type(node)]
@@ -326,7 +328,7 @@ def _box_functions(node: exp.Expression, boxes: dict[str, Box]) -> Box:
         digits = node.args.get("decimals")
         d = _constant(digits) if digits is not None else 0.0
         if d is None:
-            raise _NoRule
+            raise _NoRuleError
         scale = 10.0 ** int(d)  # any rounding to d digits lies between these
         return np.floor(lo * scale) / scale, np.ceil(hi * scale) / scale
     if isinstance(node, exp.Abs):
@@ -336,7 +338,7 @@ def _box_functions(node: exp.Expression, boxes: dict[str, Box]) -> Box:
     if isinstance(node, exp.Pow):
         n = _constant(node.expression)
         if n is None or n != int(n) or n < 0:
-            raise _NoRule
+            raise _NoRuleError
         lo, hi = _box(node.this, boxes)
         a, b = lo ** int(n), hi ** int(n)
         low = np.minimum(a, b)
@@ -345,12 +347,12 @@ def _box_functions(node: exp.Expression, boxes: dict[str, Box]) -> Box:
         return low, np.maximum(a, b)
     if isinstance(node, exp.Least | exp.Greatest):
         parts = [_box(a, boxes) for a in [node.this, *(node.expressions or [])]]
-        f = np.minimum if isinstance(node, exp.Least) else np.maximum
+        pick: Any = np.minimum if isinstance(node, exp.Least) else np.maximum
         lo, hi = parts[0]
         for plo, phi in parts[1:]:
-            lo, hi = f(lo, plo), f(hi, phi)
+            lo, hi = pick(lo, plo), pick(hi, phi)
         return lo, hi
     if isinstance(node, exp.Cast | exp.TryCast) and node.args["to"].is_type(
             *exp.DataType.REAL_TYPES):
         return _box(node.this, boxes)
-    raise _NoRule
+    raise _NoRuleError
