@@ -431,7 +431,8 @@ def _check_scalar(
         if isinstance(n, exp.Cast) and not isinstance(n, exp.TryCast):
             if isinstance(n.this, exp.Literal | exp.Null):
                 return n  # a constant conversion: checked when the statement is dry-run
-            return exp.TryCast(this=n.this, to=n.args["to"])
+            # transform does not descend into a replaced node: resolve the operand here
+            return exp.TryCast(this=n.this.transform(visit), to=n.args["to"])
         if isinstance(n, _LOGIC + _COMPARE + _PRED + _ATOMS + _SCALAR_FUNCS + _ARITH):
             if isinstance(n, exp.In) and n.args.get("query"):
                 raise QueryError("IN (SELECT ...) is not allowed; list the values: IN ('a', 'b')")
