@@ -153,7 +153,7 @@ def test_unbounded_expressions_are_refused_before_the_charge(
 def test_a_column_without_bounds_is_refused(project: Callable[..., Curator]) -> None:
     cur = project()
     cur.add_table("t", {"x": np.arange(10.0), "y": np.arange(10.0)}, bounds={"x": (0, 9)})
-    with pytest.raises(QueryError, match="'y' has no bounds.*bounds=\\{'y'"):
+    with pytest.raises(QueryError, match=r"'y' has no bounds.*bounds=\{'y'"):
         cur.sql("SELECT SUM(x + y) FROM t", epsilon=1.0)
     # bounds given with the query make it answerable; COUNT needs no range at all
     cur.sql("SELECT SUM(x + y) FROM t", epsilon=1.0, bounds={"y": (0, 9)})
@@ -219,15 +219,19 @@ COVERAGE_QUERY = (
     "SQRT(VAR(cost)) AS sd, ROUND(AVG(age), 1) AS ra FROM t GROUP BY ward")
 
 
-def test_output_intervals_cover_at_the_stated_level(rec: tuple[Curator, pd.DataFrame]) -> None:
-    """1000 independent intervals per output (250 releases x 4 groups) at level 0.8.
+@pytest.mark.parametrize(("reps", "max_misses"), [
+    (40, 58), pytest.param(250, 262, marks=pytest.mark.slow)])
+def test_output_intervals_cover_at_the_stated_level(rec: tuple[Curator, pd.DataFrame],
+                                                    reps: int, max_misses: int) -> None:
+    """``4·reps`` independent intervals per output (``reps`` releases x 4 groups) at level 0.8.
 
     Each misses with probability at most 0.2 (the union bound makes it smaller), so the misses
-    are stochastically below Binomial(1000, 0.2) (mean 200, sd 12.6); the test fails if one
-    output misses more than 265 times: P(Bin(1000, 0.2) > 265) < 1e-6 per output, 5e-6 in all.
+    are stochastically below Binomial(4·reps, 0.2); the test fails if one output misses more
+    than ``max_misses`` times, the smallest k with P(Bin(4·reps, 0.2) > k) < 1e-6 (scipy's
+    binom.sf): false-failure probability < 1e-6 per output, 5e-6 in all.
     """
     cur, df = rec
-    level, reps = 0.8, 250
+    level = 0.8
     plan = cur._plan(COVERAGE_QUERY, epsilon=0.3, rho=None, delta=None, noise="laplace",
                      level=level, bounds=None)
     exact = cur._execute(plan)
@@ -247,5 +251,76 @@ def test_output_intervals_cover_at_the_stated_level(rec: tuple[Curator, pd.DataF
         for name, t in truth.items():
             lo, hi = res.ci(name)
             misses[name] += int(np.sum((t < lo - 1e-9) | (t > hi + 1e-9)))
-    assert max(misses.values()) <= 265, misses
+    assert max(misses.values()) <= max_misses, misses
     assert _charges(cur) == 0  # nothing in this test spends budget
+
+
+# ------------------------------------------------------------------ D / D' seal
+
+SEAL_QUERIES = (
+    "SELECT SUM(age * 2 - cost / 4) AS a, AVG(CASE WHEN CAST(s AS INTEGER) > 1 THEN cost END) "
+    "AS b FROM t",
+    "SELECT ward, COUNT(*) FILTER (WHERE CAST(s AS INTEGER) * 2147483647 > 0) AS a, "
+    "SUM(cost) FILTER (WHERE age > 50) AS b FROM t GROUP BY ward",
+    "SELECT ward, SUM(cost) / SUM(age) AS r, POWER(AVG(age), 2) AS p FROM t GROUP BY ward",
+    "SELECT COUNT(DISTINCT s) AS d, SUM(CASE WHEN ln(cost) > 1 THEN 1 ELSE 0 END) AS c FROM t",
+    "SELECT ward, MEDIAN(ABS(age - 50)) AS m FROM t GROUP BY ward HAVING COUNT(*) > 2",
+    "SELECT SUM(age / cost) FROM t",  # refused: the same refusal on both
+)
+
+
+def _seal_table(change: str) -> dict[str, np.ndarray]:
+    n = 60
+    data = {"pid": np.arange(n) // 2, "ward": np.array(["A", "B", "C"] * 20, dtype=object),
+            "age": np.arange(n, dtype=np.int64) % 90,
+            "cost": np.linspace(1.0, 900.0, n), "s": np.array(["1", "2", "3"] * 20, dtype=object)}
+    if change == "remove":
+        return {k: v[2:] for k, v in data.items()}
+    extreme = {"pid": np.array([999, 999]), "ward": np.array(["Z", "A"], dtype=object),
+               "age": np.array([2**63 - 1, -(2**63)], dtype=np.int64),
+               "cost": np.array([np.inf, np.nan]), "s": np.array(["x", "9" * 30], dtype=object)}
+    if change == "add":
+        return {k: np.concatenate([v, extreme[k]]) for k, v in data.items()}
+    if change == "replace":  # unit 0 changed to extremes
+        return {k: np.concatenate([extreme[k][:1] if k != "pid" else v[:1], v[1:]])
+                for k, v in data.items()}
+    return data
+
+
+def _outcome(cur: Curator, q: str) -> tuple[Any, ...]:
+    try:
+        res = cur.sql(q, epsilon=1.0)
+    except QueryError as exc:
+        return ("refused", str(exc))
+    return ("answered", tuple(res.columns), len(res) if "HAVING" not in q else None,
+            tuple(res["ward"]) if "ward" in res.columns and "HAVING" not in q else None)
+
+
+@pytest.mark.parametrize("change", ["add", "remove", "replace"])
+def test_neighbours_give_the_same_outcome_and_shape(project: Callable[..., Curator],
+                                                    change: str) -> None:
+    """One unit added (with extreme values: the largest BIGINT, inf, NaN, a text that fails a
+    cast, a key outside the domain), removed, or changed to extremes: every query gives the
+    same outcome (the same refusal, or an answer with the same columns and groups)."""
+    outs = []
+    for table in (_seal_table("none"), _seal_table(change)):
+        cur = project(epsilon=100.0)
+        cur.add_table("t", table, privacy_unit="pid", max_rows_per_unit=2,
+                      bounds={"age": (0, 100), "cost": (0, 1000)},
+                      domains={"ward": ["A", "B", "C"]})
+        outs.append([_outcome(cur, q) for q in SEAL_QUERIES])
+    assert outs[0] == outs[1]
+    assert outs[0][-1][0] == "refused" and all(o[0] == "answered" for o in outs[0][:-1])
+
+
+def test_builder_filters_and_expressions(rec: tuple[Curator, pd.DataFrame]) -> None:
+    cur, df = rec
+    q = (cur.table("t").group_by("ward").count(alias="n")
+         .count(filter="age > 50", alias="old").sum("cost", filter="qty >= 3", alias="big")
+         .expr("SUM(cost) / SUM(age)", alias="r").expr("SUM(age * 2)", alias="s2"))
+    assert "FILTER(WHERE age > 50)" in q.to_sql().replace("FILTER (", "FILTER(")
+    res = q.run(epsilon=20.0, level=LEVEL)
+    by = df.groupby("ward")
+    _covers(res, "old", by.age.apply(lambda s: (s > 50).sum()).to_numpy())
+    _covers(res, "s2", (by.age.sum() * 2).to_numpy())
+    _covers(res, "r", (by.cost.sum() / by.age.sum()).to_numpy())
