@@ -324,3 +324,17 @@ def test_builder_filters_and_expressions(rec: tuple[Curator, pd.DataFrame]) -> N
     _covers(res, "old", by.age.apply(lambda s: (s > 50).sum()).to_numpy())
     _covers(res, "s2", (by.age.sum() * 2).to_numpy())
     _covers(res, "r", (by.cost.sum() / by.age.sum()).to_numpy())
+
+
+def test_try_only_where_a_part_is_not_proved_total() -> None:
+    b = {"a": (0.0, 1.0)}.get
+
+    def kind(c: str) -> str:
+        return "float"
+
+    plain = derive('"__t"."a" * 2 + 1', bounds=b, kind=kind, label="x")
+    assert not plain.sql.startswith("TRY(")  # clamped DOUBLE arithmetic with finite ranges
+    case = 'CASE WHEN "__t"."a" > 0 THEN "__t"."a" END'
+    assert not derive(case, bounds=b, kind=kind, label="x", total=lambda n: True).sql.startswith(
+        "TRY(")
+    assert derive(case, bounds=b, kind=kind, label="x").sql.startswith("TRY(")

@@ -42,6 +42,7 @@ from dpkit.engine.plan.model import (
     check_epsilon,
 )
 from dpkit.engine.tables import TableMeta, check_bounds, type_class
+from dpkit.engine.totality import is_total
 
 
 @dataclass
@@ -247,7 +248,8 @@ def expression_column(st: Planning, call: dsql.AggCall, *, need_range: bool,
 
     try:
         d = derive(call.expr, bounds=bounds, kind=lambda c: type_class(table.column(c).type),
-                   label=call.label)
+                   label=call.label,
+                   total=lambda n: is_total(n, lambda c: table.column(c.name).type))  # type: ignore[arg-type]
     except PlanError:
         if need_range:
             raise

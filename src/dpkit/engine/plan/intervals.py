@@ -41,6 +41,7 @@ __all__ = ["Derived", "derive", "output_interval"]
 
 Bounds = Callable[[str], "tuple[float, float] | None"]  # column -> bounds or None
 Kind = Callable[[str], str]  # column -> type class (int, float, decimal, bool, text, ...)
+Total = Callable[[exp.Expr], bool]  # whether a condition is proved unable to fail on a row
 
 _PREDICATES = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ,
                exp.NullSafeNEQ, exp.And, exp.Or, exp.Not, exp.Xor, exp.Is, exp.In, exp.Between,
@@ -61,9 +62,16 @@ class Derived:
 class _Rows:
     """One derivation: the bounds and kinds of the columns, and what it used."""
 
-    def __init__(self, bounds: Bounds, kind: Kind, label: str) -> None:
-        self.bounds, self.kind, self.label = bounds, kind, label
+    def __init__(self, bounds: Bounds, kind: Kind, label: str, total: Total) -> None:
+        self.bounds, self.kind, self.label, self.total = bounds, kind, label, total
         self.used: dict[str, tuple[float, float]] = {}
+        self.risky = False  # some part not proved unable to fail: evaluate under TRY
+
+    def condition(self, node: exp.Expr) -> str:
+        """A condition's SQL (its columns as stored); notes whether it is proved total."""
+        if not self.total(node):
+            self.risky = True
+        return node.sql(dialect="duckdb")
 
     def refuse(self, why: str) -> PlanError:
         return PlanError(f"{self.label}: {why}; nothing was charged")
@@ -103,6 +111,8 @@ def _mul(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
     if a == _EMPTY or b == _EMPTY:
         return _EMPTY
     p = [x * y for x in a for y in b]
+    if any(math.isnan(v) for v in p):  # 0 * inf: no finite range
+        return -math.inf, math.inf
     return min(p), max(p)
 
 
@@ -117,7 +127,18 @@ def _constant(node: exp.Expr) -> float | None:
 
 
 def _iv(node: exp.Expr, rows: _Rows) -> tuple[float, float, str]:
-    """``(lo, hi, sql)`` of a value-position node (the dispatch of :func:`derive`)."""
+    """``(lo, hi, sql)`` of a value-position node. Every value is a DOUBLE computed from
+    clamped columns and constants; DOUBLE arithmetic in DuckDB does not raise (overflow gives
+    inf), and with every intermediate range finite it cannot even overflow; a part whose range
+    is not finite marks the expression risky (evaluated under TRY)."""
+    lo, hi, sql = _iv_node(node, rows)
+    if (lo, hi) != _EMPTY and not (math.isfinite(lo) and math.isfinite(hi)):
+        rows.risky = True
+    return lo, hi, sql
+
+
+def _iv_node(node: exp.Expr, rows: _Rows) -> tuple[float, float, str]:
+    """The dispatch of :func:`_iv`."""
     if isinstance(node, exp.Paren):
         lo, hi, s = _iv(node.this, rows)
         return lo, hi, f"({s})"
@@ -133,7 +154,7 @@ def _iv(node: exp.Expr, rows: _Rows) -> tuple[float, float, str]:
         return rows.column(node)
     if isinstance(node, _PREDICATES):
         # a condition in a value position is 0 or 1 (NULL stays NULL); its columns are raw
-        return 0.0, 1.0, f"CAST(({node.sql(dialect='duckdb')}) AS DOUBLE)"
+        return 0.0, 1.0, f"CAST(({rows.condition(node)}) AS DOUBLE)"
     for rule in (_arith, _branches, _functions):
         got = rule(node, rows)
         if got is not None:
@@ -175,7 +196,7 @@ def _branches(node: exp.Expr, rows: _Rows) -> tuple[float, float, str] | None:
         for branch in node.args.get("ifs") or []:
             lo, hi, s = _iv(branch.args["true"], rows)
             parts.append((lo, hi))
-            text += f" WHEN ({branch.this.sql(dialect='duckdb')}) THEN {s}"
+            text += f" WHEN ({rows.condition(branch.this)}) THEN {s}"
         default = node.args.get("default")
         if default is not None:
             lo, hi, s = _iv(default, rows)
@@ -187,7 +208,7 @@ def _branches(node: exp.Expr, rows: _Rows) -> tuple[float, float, str] | None:
         false = node.args.get("false")
         lo2, hi2, s2 = _iv(false, rows) if false is not None else (*_EMPTY, "NULL")
         return (*_union((lo1, hi1), (lo2, hi2)),
-                f"CASE WHEN ({node.this.sql(dialect='duckdb')}) THEN {s1} ELSE {s2} END")
+                f"CASE WHEN ({rows.condition(node.this)}) THEN {s1} ELSE {s2} END")
     if isinstance(node, exp.Coalesce | exp.Least | exp.Greatest):
         args = [node.this, *(node.expressions or [])]
         got = [_iv(a, rows) for a in args]
@@ -241,14 +262,17 @@ def _functions(node: exp.Expr, rows: _Rows) -> tuple[float, float, str] | None:
     return None
 
 
-def derive(text: str, *, bounds: Bounds, kind: Kind, label: str) -> Derived:
+def derive(text: str, *, bounds: Bounds, kind: Kind, label: str,
+           total: Total = lambda node: False) -> Derived:
     """The per-row SQL and range of the expression ``text`` (DuckDB, columns ``__t."col"``).
 
-    ``bounds(col)``: the column's clamp or None; ``kind(col)``: its type class. Raises
-    :class:`PlanError` with the reason (and what to write instead) when no finite range can
-    be derived.
+    ``bounds(col)``: the column's clamp or None; ``kind(col)``: its type class; ``total``:
+    whether a condition in it is proved unable to fail (:func:`dpkit.engine.totality.is_total`).
+    The SQL runs as written when every condition is proved total and every intermediate range
+    is finite, else under ``TRY``. Raises :class:`PlanError` with the reason (and what to write
+    instead) when no finite range can be derived.
     """
-    rows = _Rows(bounds, kind, label)
+    rows = _Rows(bounds, kind, label, total)
     node = sqlglot.parse_one(text, read="duckdb")
     lo, hi, sql = _iv(node, rows)
     if (lo, hi) == _EMPTY:
@@ -257,7 +281,8 @@ def derive(text: str, *, bounds: Bounds, kind: Kind, label: str) -> Derived:
         raise rows.refuse(f"the derived range [{lo:g}, {hi:g}] is not finite; use smaller "
                           f"bounds or constants")
     cols = tuple((c, b[0], b[1]) for c, b in rows.used.items())
-    return Derived(sql=f"TRY(CAST(({sql}) AS DOUBLE))", lo=float(lo), hi=float(hi),
+    value = f"CAST(({sql}) AS DOUBLE)"
+    return Derived(sql=f"TRY({value})" if rows.risky else value, lo=float(lo), hi=float(hi),
                    columns=cols)
 
 
