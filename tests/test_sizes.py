@@ -36,7 +36,6 @@ ALLOWED: dict[str, str] = {
     "engine/noisy.py::release": _ENGINE,
     "engine/sql.py": _ENGINE,
     "engine/scope.py::from_clause": _ENGINE,
-    "engine/sql.py::_agg_from": _ENGINE,
     "engine/sql.py::_select": _ENGINE,
     "engine/tables.py::validate_declarations": _ENGINE,
     "attacks/audit.py::empirical_epsilon": "to be split into its steps (run, count, bound), "

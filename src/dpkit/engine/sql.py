@@ -28,7 +28,7 @@ row: a row on which the filter fails is simply not selected).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace as dc_replace
 
 import sqlglot
@@ -272,6 +272,9 @@ def _agg_from(node: exp.Expr, scope: Scope, private: TableMeta) -> AggCall | Non
     return None if call is None else aggexpr.with_expression(call, made)
 
 
+ColumnArg = Callable[[exp.Expr | None, str], tuple[str, str, str]]
+
+
 def _agg_call(node: exp.Expr, scope: Scope, private: TableMeta,
               made: dict[str, tuple[str, str]]) -> AggCall | None:
     def column_arg(arg: exp.Expr | None, fname: str) -> tuple[str, str, str]:
@@ -299,22 +302,7 @@ def _agg_call(node: exp.Expr, scope: Scope, private: TableMeta,
             return _numeric_agg(QUANTILE, internal, col, type_, q, private)
         raise QueryError(f"unsupported aggregate {node.sql(dialect='duckdb')}")
     if isinstance(node, exp.Count):
-        arg = node.this
-        if isinstance(arg, exp.Star) or (isinstance(arg, exp.Literal) and not arg.is_string):
-            return AggCall(COUNT, None, None, label="COUNT(*)", default_name="count")
-        if isinstance(arg, exp.Distinct):
-            cols = arg.expressions
-            if len(cols) != 1:
-                raise QueryError("COUNT(DISTINCT ...) takes one column or expression")
-            internal, col, _ = column_arg(cols[0], "COUNT")
-            if internal == PRIVATE_ALIAS and col == private.privacy_unit:
-                return AggCall(COUNT_UNITS, PRIVATE_ALIAS, col, label=f"COUNT(DISTINCT {col})",
-                               default_name=f"count_distinct_{col}")
-            # each kept row adds at most one distinct value: sensitivity max_rows_per_unit
-            return AggCall(COUNT_DISTINCT, internal, col, label=f"COUNT(DISTINCT {col})",
-                           default_name=f"count_distinct_{col}")
-        internal, col, _ = column_arg(arg, "COUNT")
-        return AggCall(COUNT_COL, internal, col, label=f"COUNT({col})", default_name=f"count_{col}")
+        return _count_call(node, column_arg, private)
     simple: dict[type[exp.Expression], str] = {
         exp.Sum: SUM, exp.Avg: AVG, exp.Variance: VAR, exp.VariancePop: VAR_POP,
         exp.Stddev: STDDEV, exp.StddevSamp: STDDEV, exp.StddevPop: STDDEV_POP,
@@ -367,6 +355,26 @@ def _agg_call(node: exp.Expr, scope: Scope, private: TableMeta,
             f"QUANTILE(col, q), MIN, MAX"
         )
     return None
+
+
+def _count_call(node: exp.Count, column_arg: ColumnArg, private: TableMeta) -> AggCall:
+    """COUNT(*), COUNT(x), COUNT(DISTINCT <privacy unit>) and COUNT(DISTINCT x)."""
+    arg = node.this
+    if isinstance(arg, exp.Star) or (isinstance(arg, exp.Literal) and not arg.is_string):
+        return AggCall(COUNT, None, None, label="COUNT(*)", default_name="count")
+    if isinstance(arg, exp.Distinct):
+        cols = arg.expressions
+        if len(cols) != 1:
+            raise QueryError("COUNT(DISTINCT ...) takes one column or expression")
+        internal, col, _ = column_arg(cols[0], "COUNT")
+        if internal == PRIVATE_ALIAS and col == private.privacy_unit:
+            return AggCall(COUNT_UNITS, PRIVATE_ALIAS, col, label=f"COUNT(DISTINCT {col})",
+                           default_name=f"count_distinct_{col}")
+        # each kept row adds at most one distinct value: sensitivity max_rows_per_unit
+        return AggCall(COUNT_DISTINCT, internal, col, label=f"COUNT(DISTINCT {col})",
+                       default_name=f"count_distinct_{col}")
+    internal, col, _ = column_arg(arg, "COUNT")
+    return AggCall(COUNT_COL, internal, col, label=f"COUNT({col})", default_name=f"count_{col}")
 
 
 def _quantile_value(node: exp.Expression | None, fname: str) -> float:
