@@ -3,10 +3,11 @@
 Only aggregates leave the curator. :func:`parse_query` accepts one ``SELECT`` over one private
 table (optionally joined with public lookup tables) whose output is built from
 
-* aggregates: ``COUNT(*)``, ``COUNT(col)``, ``COUNT(DISTINCT <privacy unit>)``, ``SUM``, ``AVG``,
+* aggregates: ``COUNT(*)``, ``COUNT(col)``, ``COUNT(DISTINCT col)``, ``SUM``, ``AVG``,
   ``VAR``/``VARIANCE``/``VAR_SAMP``/``VAR_POP``, ``STDDEV``/``STDDEV_SAMP``/``STDDEV_POP``,
-  ``MEDIAN``, ``QUANTILE(col, q)``/``QUANTILE_CONT``/``PERCENTILE_CONT``, ``MIN``, ``MAX``, each
-  over a bare column;
+  ``MEDIAN``, ``QUANTILE(col, q)``/``QUANTILE_CONT``/``PERCENTILE_CONT``, ``MIN``, ``MAX``, over
+  a column or an expression of the private table's columns, optionally with ``FILTER (WHERE
+  ...)`` (:mod:`dpkit.engine.aggexpr`; the expression's range is derived at planning);
 * ``GROUP BY`` columns (public keys when the column has a declared domain or comes from a public
   table; otherwise the groups are selected privately);
 * arithmetic over those (evaluated after the noise, on the noisy values).
