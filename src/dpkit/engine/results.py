@@ -104,28 +104,27 @@ class Result:
         return "\n".join(lines)
 
     def table(self, title: str | None = None) -> Any:
-        """A rich Table: each aggregate as ``value ± half-width`` plus its interval."""
-        from rich.table import Table
+        """A table for the console: each aggregate and its interval, split over several tables
+        (the group keys repeated) when the console is too narrow, never cutting a number."""
+        from dpkit.engine.display import Col, FitTable
 
-        t = Table(title=title, title_justify="left")
-        shown = [c for c in self.columns if self.kinds[c] in ("group", "value", "expr")]
-        for c in shown:
+        cols: list[Col] = []
+        for unit, c in enumerate(self.columns):
             kind = self.kinds[c]
-            t.add_column(c, justify="left" if kind == "group" else "right")
+            if kind not in ("group", "value", "expr"):
+                continue
+            cells = [_cell(_py(v), group=kind == "group") for v in self.data[c]]
+            if kind == "group":
+                numeric = all(_is_number(_py(v)) for v in self.data[c])
+                cols.append(Col(c, cells, justify="right" if numeric else "left", key=True,
+                                flex=not numeric and any(len(x) > 16 for x in cells)))
+                continue
+            cols.append(Col(c, cells, unit=unit))
             if kind == "value":
-                t.add_column(f"{int(self.level * 100)}% CI", justify="right", style="dim")
-        for i in range(len(self)):
-            cells: list[str] = []
-            for c in shown:
-                v = _py(self.data[c][i])
-                if self.kinds[c] == "group" and isinstance(v, float) and v.is_integer():
-                    v = int(v)  # a whole-number key (a range end, a grid edge) reads as one
-                cells.append(_fmt(v))
-                if self.kinds[c] == "value":
-                    lo = _py(self.data[f"{c}_ci_low"][i])
-                    hi = _py(self.data[f"{c}_ci_high"][i])
-                    cells.append("n/a" if _isnan(lo) else f"[{_fmt(lo)}, {_fmt(hi)}]")
-            t.add_row(*cells)
+                lo, hi = self.ci(c)
+                ci = ["n/a" if _isnan(_py(a)) else f"[{_fmt(_py(a))}, {_fmt(_py(b))}]"
+                      for a, b in zip(lo, hi, strict=True)]
+                cols.append(Col(f"{int(self.level * 100)}% CI", ci, unit=unit, style="dim"))
         cap = f"epsilon spent {self.epsilon:.4g}"
         if self.delta:
             cap += f", delta {self.delta:.3g}"
@@ -133,8 +132,7 @@ class Result:
             cap += f"; remaining {self.remaining:.4g}"
         if self.insecure:
             cap += "; INSECURE seeded noise (tests only)"
-        t.caption = cap
-        return t
+        return FitTable(cols, title=title, caption=cap)
 
     def __rich__(self) -> Any:
         return self.table()
@@ -220,6 +218,16 @@ def _py(v: Any) -> Any:
     return v
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+
+def _cell(v: Any, *, group: bool) -> str:
+    if group and isinstance(v, float) and v.is_integer():
+        v = int(v)  # a whole-number key (a range end, a grid edge) reads as one
+    return _fmt(v)
+
+
 def _fmt(v: Any) -> str:
     if isinstance(v, bool) or v is None:
         return str(v)
@@ -285,6 +293,7 @@ class HistoryItem:
     epsilon: float  # this charge's own cost
     delta: float
     epsilon_spent: float  # project total after it
+    analyst_spent: float | None = None  # this analyst's own total after it (its charges composed)
 
 
 @dataclass
@@ -303,7 +312,11 @@ class BudgetStatus:
     analyst: str | None = None
     rho_spent: float | None = None
     rho_remaining: float | None = None
-    analysts: dict[str, float] = field(default_factory=dict)
+    analysts: dict[str, float] = field(default_factory=dict)  # analyst -> epsilon cap
+    project_remaining: float | None = None  # what the whole project has left
+    # analyst -> {"cap", "spent", "remaining"}: own charges composed; remaining is what its next
+    # charge may use (its cap's headroom, bounded by the project's)
+    per_analyst: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -318,39 +331,62 @@ class BudgetStatus:
             "rho_remaining": self.rho_remaining,
             "analyst": self.analyst,
             "analyst_budgets": self.analysts,
+            "project_remaining": self.project_remaining,
+            "analysts": {k: json_safe(dict(v)) for k, v in self.per_analyst.items()},
             "head": {"seq": self.head[0], "hash": self.head[1]},
             "history": [
                 {"seq": h.seq, "time": h.time, "analyst": h.analyst, "query": h.query,
                  "epsilon": h.epsilon, "delta": h.delta, "epsilon_spent": h.epsilon_spent,
-                 "event": h.event.to_dict()}
+                 "analyst_spent": _finite_or_none(h.analyst_spent), "event": h.event.to_dict()}
                 for h in self.history
             ],
         }
 
     def table(self) -> Any:
-        from rich.table import Table
+        """The history (with each analyst's own running spend), the totals, and, project-wide,
+        one line per analyst: cap, spent, and what its next query may use."""
+        from rich.console import Group
+
+        from dpkit.engine.display import Col, FitTable
 
         who = f" (analyst {self.analyst})" if self.analyst else ""
-        t = Table(title=f"privacy budget{who}: accountant {self.accountant}",
-                  title_justify="left")
-        t.add_column("#", justify="right")
-        t.add_column("time")
-        t.add_column("analyst")
-        t.add_column("query", overflow="fold", max_width=60)
-        t.add_column("epsilon", justify="right")
-        t.add_column("delta", justify="right")
-        t.add_column("total spent", justify="right")
-        for h in self.history:
-            t.add_row(str(h.seq), h.time[:19].replace("T", " "), h.analyst, h.query,
-                      f"{h.epsilon:.4g}", f"{h.delta:.3g}" if h.delta else "0",
-                      f"{h.epsilon_spent:.4g}")
-        t.caption = (f"spent epsilon {self.spent:.4g} of {self.epsilon:g} (remaining "
-                     f"{self.remaining:.4g}); delta {self.delta_spent:.3g} of {self.delta:g}; "
-                     f"ledger head #{self.head[0]} {self.head[1][:12]}")
-        return t
+        h = self.history
+        cols = [
+            Col("#", [str(x.seq) for x in h], key=True),
+            Col("epsilon", [f"{x.epsilon:.4g}" for x in h]),
+            Col("delta", [f"{x.delta:.3g}" if x.delta else "0" for x in h]),
+            Col("own total", ["n/a" if x.analyst_spent is None or math.isnan(x.analyst_spent)
+                              else f"{x.analyst_spent:.4g}" for x in h]),
+            Col("project total", [f"{x.epsilon_spent:.4g}" for x in h]),
+            Col("analyst", [x.analyst for x in h], justify="left"),
+            Col("time (UTC)", [x.time[:16].replace("T", " ") for x in h], justify="left"),
+            Col("query", [x.query for x in h], justify="left", flex=True),
+        ]
+        cap = (f"spent epsilon {self.spent:.4g} of {self.epsilon:g} (remaining "
+               f"{self.remaining:.4g}"
+               + (f"; project remaining {self.project_remaining:.4g}"
+                  if self.analyst and self.project_remaining is not None else "")
+               + f"); delta {self.delta_spent:.3g} of {self.delta:g}; "
+               f"ledger head #{self.head[0]} {self.head[1][:12]}")
+        t = FitTable(cols, title=f"privacy budget{who}: accountant {self.accountant}",
+                     caption=cap)
+        if self.analyst or not self.per_analyst:
+            return t
+        rows = self.per_analyst
+        a = FitTable([
+            Col("analyst", list(rows), justify="left", key=True),
+            Col("cap", ["-" if r.get("cap") is None else f"{r['cap']:g}" for r in rows.values()]),
+            Col("spent", [f"{r['spent']:.4g}" for r in rows.values()]),
+            Col("remaining", [f"{r['remaining']:.4g}" for r in rows.values()]),
+        ], title="per analyst (remaining: what its next query may use)")
+        return Group(t, a)
 
     def __rich__(self) -> Any:
         return self.table()
+
+
+def _finite_or_none(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else x
 
 
 def json_safe(d: dict[str, Any]) -> dict[str, Any]:
