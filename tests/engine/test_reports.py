@@ -16,8 +16,9 @@ import pytest
 from rich.console import Console
 
 from dpkit.accounting import Budget
-from dpkit.engine import Curator
 from dpkit.cli.project import budget as cli_budget
+from dpkit.engine import Curator
+
 
 @pytest.fixture
 def spend(project: Callable[..., Curator], visits_data: Callable[..., Any]) -> Callable[..., Any]:
@@ -38,7 +39,8 @@ def _replayed(cur: Curator, analyst: str | None, total: float) -> Budget:
     return b
 
 
-def _spend_everywhere(project: Callable[..., Curator], data: Any, accountant: str) -> tuple[Curator, dict]:
+def _spend_everywhere(project: Callable[..., Curator], data: Any,
+                      accountant: str) -> tuple[Curator, dict[str, str]]:
     cur = project(epsilon=3.0, delta=0.0 if accountant == "pure" else 1e-6,
                   accountant=accountant)
     cur.add_table("visits", data, privacy_unit="pid", max_rows_per_unit=2,

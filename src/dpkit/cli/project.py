@@ -111,19 +111,29 @@ def load_progress(console: Any, title: str) -> Iterator[Callable[[str, float], N
 
 
 def budget(project: str | Path, *, console: Any = None, as_json: bool = False,
-           analyst: str | None = None, token: str | None = None) -> Any:
+           analyst: str | None = None, token: str | None = None,
+           plot: str | Path | None = None) -> Any:
     """Print spent / remaining and the history (``as_json``: machine-readable, with the head
     hash to keep elsewhere). ``analyst``: the owner looks at one analyst; ``token``: an analyst
-    looks at its own budget (default ``$DPKIT_TOKEN``)."""
+    looks at its own budget (default ``$DPKIT_TOKEN``); ``plot``: also draw the spend over
+    time per analyst (.png/.svg/.pdf; needs matplotlib)."""
     from dpkit.engine.curator import Curator
 
     con = make_console(console)
+    if plot is not None:
+        from dpkit.engine.plots import check_plot_path
+
+        check_plot_path(plot)
     with Curator.open(project, token=token) as cur:
         status = cur.budget(analyst)
         if as_json:
             con.print_json(json.dumps(status.to_dict()))
         else:
             con.print(status.table())
+        if plot is not None:
+            status.plot(plot)
+            if not as_json:
+                con.print(f"drew {plot}")
         return status
 
 
@@ -223,10 +233,12 @@ def add_table_command(
 @click.option("--analyst", default=None, help="(Owner) show this analyst's own budget.")
 @click.option("--token", default=None,
               help="Act as the analyst this token names (default: $DPKIT_TOKEN).")
+@click.option("--plot", type=click.Path(path_type=Path), default=None,
+              help="Also draw the spend over time per analyst (.png/.svg/.pdf; matplotlib).")
 def budget_command(project: Path, as_json: bool, analyst: str | None,
-                   token: str | None) -> None:
+                   token: str | None, plot: Path | None) -> None:
     """Show the budget: spent, remaining, and the history of charges."""
-    budget(project, console=console, as_json=as_json, analyst=analyst, token=token)
+    budget(project, console=console, as_json=as_json, analyst=analyst, token=token, plot=plot)
 
 
 #: what :mod:`dpkit.cli` registers on the ``dpkit`` group

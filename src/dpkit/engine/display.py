@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 __all__ = ["Col", "FitTable"]
 
@@ -32,7 +32,7 @@ class Col:
 
     header: str
     cells: list[str]
-    justify: str = "right"
+    justify: Literal["left", "right"] = "right"
     key: bool = False
     flex: bool = False
     unit: int = -1
@@ -107,18 +107,18 @@ class FitTable:
         return t
 
     def _cards(self) -> Iterator[Any]:
-        from rich.table import Table
+        """Too narrow for a table: each row as lines ``name`` / ``  value``."""
         from rich.text import Text
 
+        if self.title:
+            yield Text(self.title)
         rows = len(self.cols[0].cells) if self.cols else 0
         for i in range(rows):
-            t = Table(show_header=False, title=self.title if i == 0 else None,
-                      title_justify="left")
-            t.add_column("column", overflow="fold")
-            t.add_column("value", justify="right", overflow="fold")
+            card = Text(f"-- row {i + 1} of {rows}", style="dim")
             for c in self.cols:
-                t.add_row(Text(c.header), Text(c.cells[i]))
-            yield t
+                card.append(f"\n{c.header}", style="bold")
+                card.append(f"\n  {c.cells[i]}")
+            yield card
 
     def __rich_console__(self, console: Any, options: Any) -> Iterator[Any]:
         parts = self.parts(options.max_width)

@@ -13,8 +13,7 @@ values clamped into their bounds. They say nothing about the bias bounding may i
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,10 @@ from typing import Any
 import numpy as np
 
 from dpkit import events as ev
+from dpkit.engine.output import check_output_path, write_columns
 
-__all__ = ["BudgetStatus", "HistoryItem", "Preview", "Result", "json_safe"]
+__all__ = ["BudgetStatus", "HistoryItem", "Preview", "Result", "check_output_path", "json_safe",
+           "write_columns"]
 
 
 @dataclass
@@ -88,6 +89,48 @@ class Result:
         import pyarrow as pa
 
         return pa.table({c: self.data[c] for c in self.columns})
+
+    def about(self) -> dict[str, Any]:
+        """What this answer was and what it cost (kept in JSON and Excel files)."""
+        return {"query": self.query, "epsilon": self.epsilon, "delta": self.delta,
+                "level": self.level, "ledger_seq": self.ledger_seq,
+                "remaining": self.remaining, "insecure": self.insecure,
+                "event": self.event.to_dict()}
+
+    def write(self, path: str | Path) -> Path:
+        """Write the answer (values and interval columns) to ``path``: ``.csv``, ``.parquet``,
+        ``.json`` or ``.xlsx`` (openpyxl), the format from the extension; returns the path.
+
+        The answer is already paid for, so check a path before asking the query with
+        :func:`dpkit.engine.output.check_output_path` (the ``--output`` flag does).
+        """
+        target = check_output_path(path)
+        write_columns({c: self.data[c] for c in self.columns}, target, about=self.about())
+        return target
+
+    def plot(self, path: str | Path | None = None, *, column: str | None = None,
+             ax: Any = None) -> Any:
+        """A chart of the answer (needs matplotlib: ``pip install 'dpkit[plots]'``): bars for
+        categorical keys, a line for ordered (numeric or date) keys, each value with its
+        interval as whiskers; one panel per aggregate (or only ``column``). Returns the
+        matplotlib Figure; ``path``: also save it (PNG, SVG, PDF from the extension)."""
+        from dpkit.engine.plots import Panel, plot_panels
+
+        values = [c for c in self.columns if self.kinds[c] in ("value", "expr")]
+        if column is not None:
+            if column not in values:
+                raise KeyError(f"no aggregate {column!r} to plot; aggregates: "
+                               f"{', '.join(values)}")
+            values = [column]
+        keys = [self.data[c] for c in self.columns if self.kinds[c] == "group"]
+        names = [c for c in self.columns if self.kinds[c] == "group"]
+        panels = []
+        for c in values:
+            lo, hi = (self.ci(c) if f"{c}_ci_low" in self.data else (None, None))
+            panels.append(Panel(name=c, values=self.data[c], low=lo, high=hi))
+        title = f"epsilon {self.epsilon:.3g}, {int(self.level * 100)}% CI" + (
+            "; INSECURE seeded noise" if self.insecure else "")
+        return plot_panels(keys, names, panels, title=title, path=path, ax=ax)
 
     # ------------------------------------------------------------------ display
 
@@ -245,44 +288,6 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def check_output_path(path: str | Path) -> Path:
-    """Refuse an output file that cannot be written, before anything is charged: a write that
-    fails after the charge would spend budget on an answer nobody sees."""
-    target = Path(path).expanduser()
-    folder = target.parent if str(target.parent) else Path(".")
-    if not folder.is_dir():
-        raise ValueError(f"cannot write {target}: the folder {folder} does not exist; create it "
-                         f"first (nothing was charged)")
-    if target.is_dir():
-        raise ValueError(f"cannot write {target}: it is a folder; give a file name such as "
-                         f"{target / 'answer.csv'} (nothing was charged)")
-    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise ValueError(f"cannot write {target}: no write permission (nothing was charged)")
-    return target
-
-
-def write_columns(data: Mapping[str, Any], path: str | Path, fmt: str | None = None) -> None:
-    """Write columns (name -> array, in order) as Parquet or CSV with a header, through DuckDB:
-    no pandas needed. NaN is written as NULL. ``fmt``: ``"parquet"`` or ``"csv"``; default: from
-    the suffix (``.parquet``/``.pq``: Parquet, anything else: CSV)."""
-    import duckdb
-
-    target = Path(path)
-    if fmt is None:
-        fmt = "parquet" if target.suffix.lower() in (".parquet", ".pq") else "csv"
-    if fmt not in ("parquet", "csv"):
-        raise ValueError(f"fmt must be 'parquet' or 'csv' (got {fmt!r})")
-    con = duckdb.connect()
-    try:
-        # contiguous copies: DuckDB cannot scan arrays with negative strides (reversed views)
-        con.register("__result", {c: np.ascontiguousarray(v) for c, v in data.items()})
-        literal = "'" + str(target).replace("'", "''") + "'"
-        options = "PARQUET" if fmt == "parquet" else "CSV, HEADER"
-        con.execute(f"COPY __result TO {literal} (FORMAT {options})")
-    finally:
-        con.close()
-
-
 @dataclass(frozen=True)
 class HistoryItem:
     seq: int
@@ -380,6 +385,19 @@ class BudgetStatus:
             Col("remaining", [f"{r['remaining']:.4g}" for r in rows.values()]),
         ], title="per analyst (remaining: what its next query may use)")
         return Group(t, a)
+
+    def plot(self, path: str | Path | None = None) -> Any:
+        """Spend over time (needs matplotlib: ``pip install 'dpkit[plots]'``): each analyst's
+        own running spend, the project's total and the budget; returns the Figure, and saves
+        it to ``path`` if given."""
+        from dpkit.engine.plots import plot_budget
+
+        h = self.history
+        who = f"analyst {self.analyst}" if self.analyst else "project"
+        return plot_budget([x.time for x in h], [x.analyst for x in h],
+                           [x.analyst_spent for x in h], [x.epsilon_spent for x in h],
+                           epsilon=self.epsilon, path=path,
+                           title=f"privacy budget ({who}, accountant {self.accountant})")
 
     def __rich__(self) -> Any:
         return self.table()
