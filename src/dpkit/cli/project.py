@@ -52,19 +52,31 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
               max_rows_per_unit: int | None = None, max_groups_per_unit: int | None = None,
               domains: Mapping[str, Sequence[Any]] | None = None,
               not_null: Sequence[str] | None = None, public: bool = False,
-              copy: bool = True, replace: bool = False, console: Any = None) -> None:
-    """Register a table from a CSV / Parquet / JSON file or a DuckDB database (``db::table``)."""
+              copy: bool = True, replace: bool = False, console: Any = None,
+              declare: str | Path | None = None) -> None:
+    """Register a table from a CSV / Parquet / JSON file or a DuckDB database (``db::table``).
+
+    ``declare``: a JSON/YAML declaration file (:mod:`dpkit.engine.declare`); the other
+    arguments add to it (the same column declared in both is refused: keep one)."""
     from dpkit.engine.curator import Curator
+    from dpkit.engine.declare import read_declaration, where_declared
 
     con = make_console(console)
+    declared: Mapping[str, Any] = read_declaration(declare) if declare is not None else {}
+    kw = merge_declarations(declared, {
+        "privacy_unit": privacy_unit, "bounds": dict(bounds or {}),
+        "max_rows_per_unit": max_rows_per_unit, "max_groups_per_unit": max_groups_per_unit,
+        "domains": dict(domains or {}), "not_null": list(not_null or []), "public": public})
     with Curator.open(project) as cur:
         t0 = time.perf_counter()
         with load_progress(con, f"loading {source}") as progress:
-            meta = cur.add_table(name, source, privacy_unit=privacy_unit, bounds=bounds or None,
-                                 max_rows_per_unit=max_rows_per_unit,
-                                 max_groups_per_unit=max_groups_per_unit,
-                                 domains=domains or None, not_null=not_null,
-                                 public=public, copy=copy, replace=replace, progress=progress)
+            try:
+                meta = cur.add_table(name, source, copy=copy, replace=replace,
+                                     progress=progress, **kw)
+            except (ValueError, TypeError) as exc:
+                if declare is None:
+                    raise
+                raise type(exc)(where_declared(declared, str(exc))) from exc
         from rich.table import Table
 
         t = Table(title=f"table {name} ({meta.storage}, {time.perf_counter() - t0:.1f} s)",
@@ -89,6 +101,29 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
         if not meta.public and meta.privacy_unit is None:
             con.print("[yellow]record-level privacy: each row is its own unit. If a person can "
                       "have several rows, name the column with --privacy-unit.[/]")
+
+
+def merge_declarations(declared: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """A declaration file's keywords plus the command line's; a column (or a setting) given
+    in both is refused rather than silently overridden (which one would the owner mean?)."""
+    out = dict(declared)
+    for key, value in given.items():
+        if value is None or value is False or (isinstance(value, (dict, list)) and not value):
+            continue
+        if isinstance(value, dict):
+            both = sorted(set(out.get(key) or {}) & set(value))
+            if both:
+                raise ValueError(f"{key} of {', '.join(both)} declared both in the --declare "
+                                 f"file and on the command line: keep one")
+            out[key] = {**(out.get(key) or {}), **value}
+        elif isinstance(value, list):
+            out[key] = list(dict.fromkeys([*(out.get(key) or []), *value]))
+        elif key in out and out[key] != value:
+            raise ValueError(f"{key} is {out[key]!r} in the --declare file and {value!r} on "
+                             f"the command line: keep one")
+        else:
+            out[key] = value
+    return out
 
 
 @contextlib.contextmanager
@@ -187,7 +222,13 @@ def init_command(project: Path, epsilon: float, delta: float, accountant: str | 
 @click.option("--bounds", multiple=True, help="Clamp a numeric column: age=0:120 (repeatable).")
 @click.option("--max-rows-per-unit", type=int, default=None, help="Contribution bound per unit.")
 @click.option("--max-groups-per-unit", type=int, default=None, help="Groups one unit may touch.")
-@click.option("--domain", multiple=True, help="Public keys of a column: ward=A,B,C (repeatable).")
+@click.option("--domain", multiple=True,
+              help='Public keys of a column: ward=A,B,C (repeatable; quote a key with a comma: '
+                   'ward=A,"B, annex").')
+@click.option("--domain-value", "domain_value", multiple=True,
+              help="One public key, verbatim (commas and all): ward=B, annex (repeatable).")
+@click.option("--declare", type=click.Path(path_type=Path), default=None,
+              help="Declarations from a JSON/YAML file (unit, bounds, domains, ...).")
 @click.option("--not-null", "not_null", multiple=True,
               help="A column with no NULL/NaN (checked at load); AVG of it shares COUNT(*).")
 @click.option("--public", is_flag=True, help="A public lookup table (no privacy; joinable).")
@@ -204,6 +245,8 @@ def add_table_command(
     max_rows_per_unit: int | None,
     max_groups_per_unit: int | None,
     domain: tuple[str, ...],
+    domain_value: tuple[str, ...],
+    declare: Path | None,
     not_null: tuple[str, ...],
     public: bool,
     no_copy: bool,
@@ -218,12 +261,13 @@ def add_table_command(
         bounds=parse_bounds(bounds),
         max_rows_per_unit=max_rows_per_unit,
         max_groups_per_unit=max_groups_per_unit,
-        domains=parse_domains(domain),
+        domains=parse_domains(domain, domain_value),
         not_null=[c for item in not_null for c in item.split(",") if c] or None,
         public=public,
         copy=not no_copy,
         replace=replace,
         console=console,
+        declare=declare,
     )
 
 
