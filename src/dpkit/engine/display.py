@@ -18,7 +18,7 @@ from typing import Any, Literal
 __all__ = ["Col", "FitTable"]
 
 _FLEX_MIN = 24  # the narrowest a folding text column (a query) is worth showing
-_HEADER_MAX = 10  # a longer header folds onto several lines rather than widen its column
+_HEADER_MAX = 12  # a longer header folds onto several lines rather than widen its column
 
 
 @dataclass

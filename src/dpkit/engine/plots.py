@@ -14,7 +14,7 @@ Imports nothing from dpkit: callers pass arrays.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
@@ -143,10 +143,11 @@ def plot_panels(keys: Sequence[Any], names: Sequence[str], panels: Sequence[Pane
 
 def plot_budget(times: Sequence[str], analysts: Sequence[str], own: Sequence[float | None],
                 project: Sequence[float], *, epsilon: float, title: str = "",
-                path: str | Path | None = None) -> Any:
-    """Spend over time: for each analyst a step line of its own running spend, the project's
-    running total (dashed) and its epsilon budget (a horizontal line). ``times``: ISO 8601
-    (the ledger's). Returns the Figure; ``path``: also save it."""
+                path: str | Path | None = None, caps: Mapping[str, float] | None = None) -> Any:
+    """Spend over time: for each analyst a step line of its own running spend (and its cap,
+    dotted, from ``caps``), the project's running total (dashed) and its epsilon budget (a
+    horizontal line). ``times``: ISO 8601 (the ledger's). Returns the Figure; ``path``: also
+    save it."""
     Figure = _figure_class()
     when = [datetime.fromisoformat(t.replace("Z", "+00:00")) for t in times]
     fig = Figure(figsize=(7.0, 4.0), layout="constrained")
@@ -157,7 +158,11 @@ def plot_budget(times: Sequence[str], analysts: Sequence[str], own: Sequence[flo
         xs = [when[i] for i in idx]
         # from nothing spent before its first charge to its total at the last charge of all
         ax.step([when[0], *xs, when[-1]], [0.0, *ys, ys[-1]], where="post", label=name)
-        ax.plot(xs, ys, "o", color=ax.lines[-1].get_color())
+        color = ax.lines[-1].get_color()
+        ax.plot(xs, ys, "o", color=color)
+        if caps and caps.get(name) is not None:
+            ax.axhline(caps[name], color=color, linestyle=":", linewidth=1,
+                       label=f"{name}'s cap")
     if when:
         ax.step(when, project, where="post", color="black", linestyle="--",
                 label="project total")
@@ -166,7 +171,11 @@ def plot_budget(times: Sequence[str], analysts: Sequence[str], own: Sequence[flo
     ax.set_ylabel("epsilon spent")
     ax.set_xlabel("time (UTC)")
     ax.legend(loc="upper left", fontsize="small")
-    fig.autofmt_xdate()
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+
+    locator = AutoDateLocator()  # seconds to years apart: ticks that read at any span
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))
     if title:
         ax.set_title(title, fontsize="medium")
     if path is not None:

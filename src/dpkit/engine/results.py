@@ -233,22 +233,28 @@ class Preview:
 
 
 def split_table(split: Sequence[dict[str, Any]], title: str = "budget split") -> Any:
-    from rich.table import Table
+    """How a query's budget was split: one line per measurement (fits the console: the
+    measurement's text folds, numbers stay whole)."""
+    from dpkit.engine.display import Col, FitTable
 
-    t = Table(title=title, title_justify="left")
-    for c in ("measurement", "mechanism", "weight", "share", "epsilon / rho", "sensitivity"):
-        t.add_column(c)
+    shares, weights, fractions = [], [], []
     for s in split:
         share = (f"rho {s['rho']:.4g}" if s.get("rho") else f"eps {s['epsilon']:.4g}")
         if s.get("delta"):
             share += f", delta {s['delta']:.3g}"
         if s.get("threshold"):
             share += f", threshold {s['threshold']}"
-        w = s.get("weight")
-        frac = s.get("share")
-        t.add_row(s["measurement"], s["mechanism"], "-" if w is None else f"{w:g}",
-                  "-" if frac is None else f"{frac:.1%}", share, _fmt(s["sensitivity"]))
-    return t
+        shares.append(share)
+        weights.append("-" if s.get("weight") is None else f"{s['weight']:g}")
+        fractions.append("-" if s.get("share") is None else f"{s['share']:.1%}")
+    return FitTable([
+        Col("measurement", [str(s["measurement"]) for s in split], justify="left", flex=True,
+            key=True),
+        Col("mechanism", [str(s["mechanism"]) for s in split], justify="left"),
+        Col("weight", weights), Col("share", fractions),
+        Col("epsilon / rho", shares, justify="left"),
+        Col("sensitivity", [_fmt(s["sensitivity"]) for s in split]),
+    ], title=title)
 
 
 def _isnan(v: Any) -> bool:
@@ -396,7 +402,7 @@ class BudgetStatus:
         who = f"analyst {self.analyst}" if self.analyst else "project"
         return plot_budget([x.time for x in h], [x.analyst for x in h],
                            [x.analyst_spent for x in h], [x.epsilon_spent for x in h],
-                           epsilon=self.epsilon, path=path,
+                           epsilon=self.epsilon, path=path, caps=self.analysts,
                            title=f"privacy budget ({who}, accountant {self.accountant})")
 
     def __rich__(self) -> Any:
