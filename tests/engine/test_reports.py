@@ -117,3 +117,20 @@ def test_budget_json_history_has_running_totals(spend: Callable[..., Any]) -> No
     alice = [h["analyst_spent"] for h in hist if h["analyst"] == "alice"]
     assert alice == pytest.approx([0.15, 0.25])
     assert [h["epsilon_spent"] for h in hist][-1] == pytest.approx(0.55)
+
+
+def test_an_answer_and_a_preview_show_what_the_next_query_may_use(
+        project: Callable[..., Curator], visits_data: Callable[..., Any]) -> None:
+    cur = project(epsilon=1.0, delta=0.0, accountant="pure")
+    cur.add_table("visits", visits_data(), privacy_unit="pid", max_rows_per_unit=2,
+                  domains={"ward": ["A", "B", "C", "D"]})
+    token = cur.add_analyst("bob", epsilon=0.8)
+    cur.sql(Q, epsilon=0.6)
+    with Curator.open(cur.path, token=token) as bob:
+        res = bob.sql(Q, epsilon=0.1)
+        # bob's cap leaves 0.7, the project only 0.3: the answer must say 0.3
+        assert res.remaining == pytest.approx(0.3)
+        assert bob.preview(Q, epsilon=0.1).remaining == pytest.approx(0.3)
+        assert bob.budget().remaining == pytest.approx(0.3)
+    assert cur.budget("bob").remaining == pytest.approx(0.3)
+    assert cur.ledger.headroom("bob") == pytest.approx(0.3)

@@ -425,10 +425,9 @@ class Curator:
             insecure = bool(src is not None and src.insecure)
 
             def finish(exact: Exact, entry: Entry) -> Result:
-                spend = self.ledger.spend(who if who in self.ledger.analyst_budgets() else None)
                 return release(plan, exact, source=src, insecure=insecure,
                                epsilon_cost=float(entry.view["epsilon_cost"]),
-                               ledger_seq=entry.seq, remaining=spend.remaining,
+                               ledger_seq=entry.seq, remaining=self.ledger.headroom(who),
                                scratch=self._backend.scratch)
 
             return charged_read(self.ledger, plan.event, analyst=who, query=query,
@@ -465,12 +464,12 @@ class Curator:
         plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
                           level=level, bounds=bounds, weights=weights)
         booked = plan.charge_delta if plan.charge_delta is not None else delta
-        spend = self.ledger.spend(who if who in self.ledger.analyst_budgets() else None)
+        remaining = self.ledger.headroom(who)  # what this caller's next charge may use
         try:
             cost = self._cost(plan, who, booked).epsilon
         except BudgetExceeded as exc:
             cost = float(exc.requested.epsilon)
-        return preview_of(plan, query, cost=cost, remaining=spend.remaining)
+        return preview_of(plan, query, cost=cost, remaining=remaining)
 
     # ------------------------------------------------------------------ release families
 

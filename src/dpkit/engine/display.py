@@ -89,11 +89,11 @@ class FitTable:
         parts.append(keys + current)
         return parts
 
-    def _table(self, cols: Sequence[Col], title: str | None) -> Any:
+    def _table(self, cols: Sequence[Col]) -> Any:
         from rich.table import Table
         from rich.text import Text
 
-        t = Table(title=title, title_justify="left")
+        t = Table()
         for c in cols:
             if c.flex:
                 t.add_column(c.header, justify=c.justify, overflow="fold", style=c.style,
@@ -121,6 +121,8 @@ class FitTable:
             yield card
 
     def __rich_console__(self, console: Any, options: Any) -> Iterator[Any]:
+        from rich.text import Text
+
         parts = self.parts(options.max_width)
         if parts is None:
             yield from self._cards()
@@ -129,9 +131,9 @@ class FitTable:
                 title = self.title
                 if len(parts) > 1:
                     title = f"{self.title or ''} (part {n + 1} of {len(parts)})".strip()
-                yield self._table(cols, title)
+                if title:  # as wide as the console, and Text: a query's [b] is not markup
+                    yield Text(title, style="italic")
+                yield self._table(cols)
         if self.caption:  # below the last part, as wide as the console (not the last table)
-            from rich.text import Text
-
             yield Text(self.caption, style="dim")
         yield from self.notes

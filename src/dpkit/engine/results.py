@@ -211,22 +211,23 @@ class Preview:
         return "\n".join(lines)
 
     def table(self) -> Any:
-        from rich.table import Table
+        """The expected interval half-width per output, and the cost (fits the console)."""
+        from dpkit.engine.display import Col, FitTable
 
-        t = Table(title=f"preview: {self.query}", title_justify="left")
-        t.add_column("output")
-        t.add_column(f"{int(self.level * 100)}% CI half-width", justify="right")
-        t.add_column("note", style="dim")
-        for o in self.outputs:
-            hw = o.get("halfwidth")
-            t.add_row(o["name"], "-" if hw is None else f"±{_fmt(hw)}", o.get("note", ""))
-        t.caption = (f"would spend epsilon {self.cost:.4g} (remaining {self.remaining:.4g})"
+        hws = [o.get("halfwidth") for o in self.outputs]
+        caption = (f"would spend epsilon {self.cost:.4g} (remaining {self.remaining:.4g})"
                      + (f", delta {self.delta:.3g}" if self.delta else "")
                      + ("" if self.affordable else " - NOT affordable")
                      + ("; budget weights " + ", ".join(f"{k}={v:g}" for k, v in
                                                        self.weights.items())
                         if self.weights else "; budget split equally"))
-        return t
+        return FitTable([
+            Col("output", [str(o["name"]) for o in self.outputs], justify="left", key=True),
+            Col(f"{int(self.level * 100)}% CI half-width",
+                ["-" if hw is None else f"±{_fmt(hw)}" for hw in hws]),
+            Col("note", [str(o.get("note", "")) for o in self.outputs], justify="left",
+                flex=True, style="dim"),
+        ], title=f"preview: {self.query}", caption=caption)
 
     def __rich__(self) -> Any:
         return self.table()

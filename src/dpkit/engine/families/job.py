@@ -77,9 +77,9 @@ class Context:
         return bool(self.source is not None and self.source.insecure)
 
     def remaining(self) -> float:
-        """The epsilon left to the analyst (their own cap when they have one)."""
-        who = self.analyst if self.analyst in self.ledger.analyst_budgets() else None
-        return self.ledger.spend(who).remaining
+        """The epsilon the analyst's next charge may use (its cap's headroom, bounded by the
+        project's)."""
+        return self.ledger.headroom(self.analyst)
 
 
 @dataclass(frozen=True)
