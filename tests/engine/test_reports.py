@@ -18,6 +18,7 @@ from rich.console import Console
 from dpkit.accounting import Budget
 from dpkit.cli.project import budget as cli_budget
 from dpkit.engine import Curator
+from dpkit.engine.roles import headroom
 
 
 @pytest.fixture
@@ -133,4 +134,4 @@ def test_an_answer_and_a_preview_show_what_the_next_query_may_use(
         assert bob.preview(Q, epsilon=0.1).remaining == pytest.approx(0.3)
         assert bob.budget().remaining == pytest.approx(0.3)
     assert cur.budget("bob").remaining == pytest.approx(0.3)
-    assert cur.ledger.headroom("bob") == pytest.approx(0.3)
+    assert headroom(cur.ledger, "bob") == pytest.approx(0.3)

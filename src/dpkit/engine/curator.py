@@ -73,6 +73,7 @@ from dpkit.engine.roles import (
     OWNER,
     add_analyst,
     charged_analyst,
+    headroom,
     project_source,
     reopen_seed,
     revoke_analyst,
@@ -427,7 +428,7 @@ class Curator:
             def finish(exact: Exact, entry: Entry) -> Result:
                 return release(plan, exact, source=src, insecure=insecure,
                                epsilon_cost=float(entry.view["epsilon_cost"]),
-                               ledger_seq=entry.seq, remaining=self.ledger.headroom(who),
+                               ledger_seq=entry.seq, remaining=headroom(self.ledger, who),
                                scratch=self._backend.scratch)
 
             return charged_read(self.ledger, plan.event, analyst=who, query=query,
@@ -464,7 +465,7 @@ class Curator:
         plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
                           level=level, bounds=bounds, weights=weights)
         booked = plan.charge_delta if plan.charge_delta is not None else delta
-        remaining = self.ledger.headroom(who)  # what this caller's next charge may use
+        remaining = headroom(self.ledger, who)  # what this caller's next charge may use
         try:
             cost = self._cost(plan, who, booked).epsilon
         except BudgetExceeded as exc:

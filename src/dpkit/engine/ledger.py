@@ -484,16 +484,6 @@ class Ledger:
                 rho_remaining=remaining.rho,
             )
 
-    def headroom(self, analyst: str | None = None) -> float:
-        """The epsilon the next charge of ``analyst`` may use: what its cap leaves, bounded by
-        what the project leaves (:meth:`charge` checks both); the project's for None."""
-        with self._lock:
-            self._sync()
-            project = float(self._budget(None).remaining.epsilon)
-            if analyst is None or analyst not in self._analyst_caps:
-                return project
-            return min(project, float(self._budget(analyst).remaining.epsilon))
-
     def cost(self, event: ev.Event, *, analyst: str | None = None,
              delta_share: float | None = None) -> Any:
         """What charging ``event`` now would cost (a ``Cost``), without writing anything.

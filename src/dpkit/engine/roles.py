@@ -22,8 +22,8 @@ from dpkit.engine.plan import check_epsilon
 from dpkit.engine.results import BudgetStatus, HistoryItem
 
 __all__ = ["OWNER", "TOKEN_ENV", "add_analyst", "charged_analyst", "check_analyst_name",
-           "identify", "new_token", "project_source", "reopen_seed", "revoke_analyst",
-           "visible_budget"]
+           "headroom", "identify", "new_token", "project_source", "reopen_seed",
+           "revoke_analyst", "visible_budget"]
 
 OWNER = "owner"  # the name the owner's own charges are recorded under
 TOKEN_ENV = "DPKIT_TOKEN"
@@ -139,6 +139,15 @@ def visible_budget(ledger: Ledger, acting: str, *, owner: bool,
         analysts=caps, project_remaining=project.remaining,
         per_analyst={n: analyst_summary(ledger, n, project) for n in names},
     )
+
+
+def headroom(ledger: Ledger, analyst: str | None = None) -> float:
+    """The epsilon the next charge of ``analyst`` may use: what its cap leaves, bounded by
+    what the project leaves (``Ledger.charge`` checks both); the project's for None."""
+    project = float(ledger.spend().remaining)
+    if analyst is None or analyst not in ledger.analyst_budgets():
+        return project
+    return min(project, float(ledger.spend(analyst).remaining))
 
 
 def analyst_summary(ledger: Ledger, name: str, project: Spend) -> dict[str, float | None]:

@@ -28,6 +28,7 @@ from dpkit.engine import sql as dsql
 from dpkit.engine.backend_duckdb import DuckBackend
 from dpkit.engine.families.axes import Axis
 from dpkit.engine.ledger import Ledger
+from dpkit.engine.roles import headroom
 from dpkit.engine.spec import QueryError, where_sql
 from dpkit.engine.tables import TableMeta, quote_ident
 from dpkit.mechanisms import validate
@@ -79,7 +80,7 @@ class Context:
     def remaining(self) -> float:
         """The epsilon the analyst's next charge may use (its cap's headroom, bounded by the
         project's)."""
-        return self.ledger.headroom(self.analyst)
+        return headroom(self.ledger, self.analyst)
 
 
 @dataclass(frozen=True)
