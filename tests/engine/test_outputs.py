@@ -213,3 +213,17 @@ def test_budget_table_fits_80_columns(clinic: Path) -> None:
     assert all(word in text for word in long_query.split())
 
 
+
+
+def test_the_command_line_says_which_extra_to_install(clinic: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from dpkit.cli import main
+
+    monkeypatch.setitem(sys.modules, "openpyxl", None)
+    res = CliRunner().invoke(main, ["query", str(clinic), "SELECT COUNT(*) FROM visits",
+                                    "--epsilon", "0.5", "--output", str(tmp_path / "a.xlsx")])
+    assert res.exit_code == 2
+    assert "pip install 'dpkit[xlsx]'" in res.output.replace("\n", " ")
+    assert _spent(clinic) == 0.0
