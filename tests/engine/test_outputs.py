@@ -158,6 +158,7 @@ def test_query_plot_bars_for_categories_lines_for_ordered_keys(clinic: Path,
     assert (tmp_path / "q.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     fig = res.plot()
     assert len(fig.axes) == 2  # one panel per aggregate
+    assert fig._repr_png_()[:4] == b"\x89PNG"  # what a notebook shows
     bars = fig.axes[0].patches
     assert len(bars) == len(res) == 5  # the declared domain: A-E
     assert [b.get_height() for b in bars] == pytest.approx(list(res["n"]))

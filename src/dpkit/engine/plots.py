@@ -14,6 +14,7 @@ Imports nothing from dpkit: callers pass arrays.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -44,6 +45,18 @@ def _figure_class() -> Any:
         raise ImportError("plots need matplotlib: pip install 'dpkit[plots]' (or pip install "
                           "matplotlib); nothing was charged") from None
     return Figure
+
+
+def _shown_in_notebooks(fig: Any) -> Any:
+    """A pyplot-free Figure has no rich display of its own unless the inline backend is on:
+    give it one, so ``res.plot()`` as a notebook cell's last line shows the picture."""
+    def png() -> bytes:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100)
+        return buf.getvalue()
+
+    fig._repr_png_ = png
+    return fig
 
 
 def check_plot_path(path: str | Path) -> Path:
@@ -138,7 +151,7 @@ def plot_panels(keys: Sequence[Any], names: Sequence[str], panels: Sequence[Pane
         fig.suptitle(title, fontsize="medium")
     if path is not None:
         fig.savefig(Path(path), dpi=120)
-    return fig
+    return _shown_in_notebooks(fig)
 
 
 def plot_budget(times: Sequence[str], analysts: Sequence[str], own: Sequence[float | None],
@@ -180,4 +193,4 @@ def plot_budget(times: Sequence[str], analysts: Sequence[str], own: Sequence[flo
         ax.set_title(title, fontsize="medium")
     if path is not None:
         fig.savefig(Path(path), dpi=120)
-    return fig
+    return _shown_in_notebooks(fig)
