@@ -34,7 +34,7 @@ def query(project: str | Path, sql: str, *, epsilon: float | None = None,
           delta: float | None = None, accuracy: float | None = None, token: str | None = None,
           output: str | Path | None = None, console: Any = None, noise: str | None = None,
           rho: float | None = None, level: float | None = None,
-          weights: str | Mapping[str, float] | None = None,
+          weights: str | Mapping[str, float] | None = None, dialect: str | None = None,
           plot: str | Path | None = None) -> Any:
     """Answer ``sql`` privately and print it with CIs and the budget left; optionally write it
     to ``output`` (.csv, .parquet, .json or .xlsx, from the extension) and draw it to ``plot``
@@ -61,7 +61,8 @@ def query(project: str | Path, sql: str, *, epsilon: float | None = None,
     with Curator.open(project, token=token) as cur:
         t0 = time.perf_counter()
         res = cur.sql(sql, epsilon=epsilon, delta=delta, accuracy=accuracy,
-                      level=0.95 if level is None else level, weights=wts, **extra)
+                      level=0.95 if level is None else level, weights=wts, dialect=dialect,
+                      **extra)
         dt = time.perf_counter() - t0
         con.print(res.table())
         for note in res.notes:
@@ -79,7 +80,8 @@ def query(project: str | Path, sql: str, *, epsilon: float | None = None,
 def preview(project: str | Path, sql: str, *, epsilon: float | None = None,
             delta: float | None = None, console: Any = None, noise: str | None = None,
             rho: float | None = None, level: float | None = None,
-            weights: str | Mapping[str, float] | None = None, token: str | None = None) -> Any:
+            weights: str | Mapping[str, float] | None = None, token: str | None = None,
+            dialect: str | None = None) -> Any:
     """Print what ``sql`` would cost and how accurate it would be; spends nothing (same flags
     as :func:`query`: ``noise``, ``rho``, ``level``, ``weights``)."""
     from dpkit.engine.curator import Curator
@@ -93,7 +95,8 @@ def preview(project: str | Path, sql: str, *, epsilon: float | None = None,
     wts = parse_weights(weights)
     with Curator.open(project, token=token) as cur:
         pv = cur.preview(sql, epsilon=epsilon, delta=delta,
-                         level=0.95 if level is None else level, weights=wts, **extra)
+                         level=0.95 if level is None else level, weights=wts, dialect=dialect,
+                         **extra)
         con.print(pv.table())
         for note in pv.notes:
             con.print(f"[dim]note: {note}[/]")
@@ -103,6 +106,11 @@ def preview(project: str | Path, sql: str, *, epsilon: float | None = None,
 
 # ---------------------------------------------------------------------------------------------
 # the click commands
+
+
+_DIALECT = click.option(
+    "--dialect", default=None,
+    help="SQL dialect of the query when not DuckDB's: tsql, postgres, mysql, bigquery, ...")
 
 
 @click.command("query")
@@ -126,6 +134,7 @@ def preview(project: str | Path, sql: str, *, epsilon: float | None = None,
 )
 @click.option("--plot", type=click.Path(path_type=Path), default=None,
               help="Also draw it: .png/.svg/.pdf (bars or a line, CI whiskers; matplotlib).")
+@_DIALECT
 @query_options
 def query_command(
     project: Path,
@@ -160,6 +169,7 @@ def query_command(
 @click.option("--delta", type=float, default=None)
 @click.option("--token", default=None,
               help="Act as the analyst this token names (default: $DPKIT_TOKEN).")
+@_DIALECT
 @query_options
 def preview_command(project: Path, sql: str, epsilon: float | None, delta: float | None,
                     token: str | None, **flags: Any) -> None:

@@ -380,7 +380,7 @@ class Curator(ReleaseMethods):
         level: float = 0.95,
         bounds: Mapping[str, Any] | None = None,
         analyst: None = None,
-        weights: Mapping[str, float] | None = None,
+        weights: Mapping[str, float] | None = None, dialect: str | None = None,
     ) -> Result:
         """Answer an aggregate query privately, spending ``epsilon`` (or what ``accuracy`` needs).
 
@@ -393,9 +393,10 @@ class Curator(ReleaseMethods):
         clamps. ``weights``: ``{"n": 1, "avg_age": 3}`` splits the budget in proportion to
         these weights per output name instead of equally (unnamed outputs weigh 1).
         ``ORDER BY <COUNT/SUM> [DESC] LIMIT k`` over groups chooses the ``k`` groups by noisy
-        max (``res.selection`` has its utility bound).
+        max (``res.selection`` has its utility bound). ``dialect``: the query's SQL dialect if
+        not DuckDB's (``"tsql"``, ``"postgres"``, ...; ``SELECT TOP n`` is read in any case).
         """
-        who = charged_analyst(self.analyst, analyst)
+        who, query = charged_analyst(self.analyst, analyst), dsql.to_duckdb(query, dialect)
         if _RELEASE_FORM.search(query) is not None:  # cheap test before parsing it twice
             special = families.answer_sql(self._families(), query, epsilon=epsilon,
                                           rho=rho, delta=delta, accuracy=accuracy,
@@ -458,11 +459,11 @@ class Curator(ReleaseMethods):
         level: float = 0.95,
         bounds: Mapping[str, Any] | None = None,
         analyst: None = None,
-        weights: Mapping[str, float] | None = None,
+        weights: Mapping[str, float] | None = None, dialect: str | None = None,
     ) -> Preview:
         """Cost and expected error of a query, without reading data or spending anything
         (same parameters as :meth:`sql`; ``weights`` shows the weighted split)."""
-        who = charged_analyst(self.analyst, analyst)
+        who, query = charged_analyst(self.analyst, analyst), dsql.to_duckdb(query, dialect)
         plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
                           level=level, bounds=bounds, weights=weights)
         booked = plan.charge_delta if plan.charge_delta is not None else delta
