@@ -98,6 +98,70 @@ def worker(kind: str, steps: int) -> dict:
     return _timed(loader, model, opt, crit, steps)
 
 
+def _variant(kind: str):  # type: ignore[no-untyped-def]
+    """(loader, model, optimizer, loss, noise-time getter) for one variant, set up as its users
+    would: the non-private step, dpkit's make_private, Opacus's make_private (hooks / ghost)."""
+    import torch
+
+    model, loader = _net(), _data()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    ce = torch.nn.functional.cross_entropy
+    if kind == "nonprivate":
+        return loader, model, opt, ce, None
+    if kind in ("dpkit", "dpkit_no_noise"):
+        from dpkit.learn.torch import make_private
+
+        tr = make_private(model, opt, loader, max_grad_norm=C, noise_multiplier=SIGMA)
+        if kind == "dpkit_no_noise":  # clipping overhead alone: a zero noise vector
+            import numpy as np
+
+            tr.optimizer._next_noise = lambda: np.zeros(tr.optimizer.dim)  # type: ignore[method-assign]
+        return tr.data_loader, tr.module, tr.optimizer, ce, lambda: tr.optimizer.last_noise_s
+    from opacus import PrivacyEngine
+
+    mode = {"opacus_hooks": "hooks", "opacus_ghost": "ghost"}[kind]
+    crit = torch.nn.CrossEntropyLoss()
+    out = PrivacyEngine().make_private(module=model, optimizer=opt, data_loader=loader,
+                                       criterion=crit, noise_multiplier=SIGMA, max_grad_norm=C,
+                                       grad_sample_mode=mode, poisson_sampling=True)
+    if mode == "ghost":
+        model, opt, crit, loader = out
+    else:
+        model, opt, loader = out
+    return loader, model, opt, crit, None
+
+
+def interleaved(rounds: int, hooks_rounds: int) -> dict:
+    """All variants in ONE process, one step of each in turn per round: same-time ratios."""
+    import torch
+
+    torch.set_num_threads(2)
+    kinds = ["nonprivate", "dpkit", "dpkit_no_noise", "opacus_ghost", "opacus_hooks"]
+    setups = {k: _variant(k) for k in kinds}
+    iters = {k: iter(v[0]) for k, v in setups.items()}
+    times: dict[str, list[float]] = {k: [] for k in kinds}
+    noise: list[float] = []
+    for r in range(rounds + 1):  # round 0 warms up
+        for k in kinds:
+            if k == "opacus_hooks" and r > hooks_rounds:
+                continue
+            loader, model, opt, loss_fn, get_noise = setups[k]
+            try:
+                xb, yb = next(iters[k])
+            except StopIteration:
+                iters[k] = iter(loader)
+                xb, yb = next(iters[k])
+            t = time.perf_counter()
+            opt.zero_grad()
+            loss_fn(model(xb), yb).backward()
+            opt.step()
+            if r:
+                times[k].append(time.perf_counter() - t)
+                if k == "dpkit":
+                    noise.append(get_noise())
+    return {"step_s": times, "noise_s": noise}
+
+
 def _run(kind: str, steps: int) -> dict:
     py = str(OPACUS_PY) if kind.startswith("opacus") else sys.executable
     env = dict(os.environ, PYTHONPATH=str(HERE.parent / "src"))
@@ -154,6 +218,34 @@ def speed(repeats: int, steps: int) -> None:
     print(f"dpkit peak RSS / non-private: {rss['dpkit'] / rss['nonprivate']:.3f}")
 
 
+def same_time(rounds: int) -> None:
+    """Ratios from the interleaved run (Opacus venv: it holds torch, opacus, numpy, scipy)."""
+    if OPACUS_PY is None:
+        print("no Opacus venv: skipping the interleaved run")
+        return
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent / "src"))
+    out = subprocess.run([str(OPACUS_PY), __file__, "--worker", "interleaved", "--steps",
+                          str(rounds)], env=env, capture_output=True, text=True, check=True)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    st = res["step_s"]
+    base = st["nonprivate"]
+    print(f"\ninterleaved, {rounds} rounds: median step " +
+          ", ".join(f"{k} {statistics.median(v):.3f}s" for k, v in st.items()))
+    for k in ("dpkit", "dpkit_no_noise", "opacus_ghost", "opacus_hooks"):
+        n = len(st[k])
+        rs = sorted(st[k][i] / base[i] for i in range(n))
+        print(f"  {k} / non-private, per round: median {statistics.median(rs):.2f}x "
+              f"(range {rs[0]:.2f}-{rs[-1]:.2f}, {n} rounds)")
+    for k in ("opacus_ghost", "opacus_hooks"):
+        n = len(st[k])
+        rs = sorted(st[k][i] / st["dpkit"][i] for i in range(n))
+        print(f"  {k} / dpkit, per round: median {statistics.median(rs):.2f}x "
+              f"(range {rs[0]:.2f}-{rs[-1]:.2f})")
+    nz = res["noise_s"]
+    print(f"  dpkit secure noise draw (1.8 M Gaussians, on its thread, overlapping the next "
+          f"forward/backward): median {statistics.median(nz):.3f}s")
+
+
 def accuracy() -> None:
     sys.path.insert(0, str(HERE))
     from dpkit.learn.mlp import MLPClassifier
@@ -176,12 +268,16 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--accuracy", action="store_true")
     a = ap.parse_args()
+    if a.worker == "interleaved":
+        print(json.dumps(interleaved(a.steps, 2)))
+        return
     if a.worker:
         print(json.dumps(worker(a.worker, a.steps)))
         return
     print(f"epsilon, q={BATCH / N}, sigma={SIGMA}, 3 epochs: "
           f"{_epsilons(3 * N // BATCH, BATCH / N, 1e-5)}")
     print(f"epsilon, q=0.01, sigma={SIGMA}, 10000 steps: {_epsilons(10000, 0.01, 1e-5)}")
+    same_time(a.steps * 3)
     speed(a.repeats, a.steps)
     if a.accuracy:
         accuracy()
