@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from dpkit.learn import MLPClassifier  # noqa: E402
+from dpkit.learn import MLPClassifier
 
 
 def _blobs(n: int = 400) -> tuple[np.ndarray, np.ndarray]:
