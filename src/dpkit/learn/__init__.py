@@ -1,9 +1,49 @@
-"""dpkit.learn: private learning on floors F1-F4 (never the engine).
+"""dpkit.learn: private machine learning on floors F1-F4 (never the curator).
 
-``MLPClassifier`` (DP-SGD, needs the ``[torch]`` extra at ``fit``); ``dpkit.learn.torch``:
-``make_private`` for your own PyTorch module, optimizer and data loader.
+Estimators follow scikit-learn's API (``fit`` / ``predict`` / ``score``, ``get_params``,
+``clone``-able) without importing it; each fitted model carries ``event_`` (a
+:mod:`dpkit.events` Event for the whole fit) and ``epsilon_``. See ``docs/learn.md``.
+
+- :class:`LogisticRegression`, :class:`LinearRegression` (``linear``), :class:`GaussianNB`
+  (``naive_bayes``), :class:`KMeans` (``cluster``)
+- :class:`FiniteClassLearner` and the classes :class:`Thresholds`, :class:`Intervals`,
+  :class:`Conjunctions` (``pac``): private PAC learning by the exponential mechanism
+- :class:`SQLogisticRegression`, :class:`CentralSQOracle` (``sq``): statistical-query learning,
+  central or local (``dpkit.local.LocalSQOracle``)
+- :class:`MLPClassifier` (``mlp``): DP-SGD on a multi-layer perceptron (the ``[torch]`` extra
+  at ``fit``); ``dpkit.learn.torch.make_private`` for your own PyTorch objects
+  (``docs/learn_torch.md``)
 """
 
-from .mlp import MLPClassifier
+from __future__ import annotations
 
-__all__ = ["MLPClassifier"]
+from .cluster import KMeans
+from .linear import LinearRegression, LogisticRegression
+from .mlp import MLPClassifier
+from .naive_bayes import GaussianNB
+from .pac import (
+    Conjunctions,
+    FiniteClassLearner,
+    Intervals,
+    Thresholds,
+    pac_excess_bound,
+    threshold_excess,
+)
+from .sq import CentralSQOracle, LocalVectorSQOracle, SQLogisticRegression
+
+__all__ = [
+    "CentralSQOracle",
+    "Conjunctions",
+    "FiniteClassLearner",
+    "GaussianNB",
+    "Intervals",
+    "KMeans",
+    "LinearRegression",
+    "LocalVectorSQOracle",
+    "LogisticRegression",
+    "MLPClassifier",
+    "SQLogisticRegression",
+    "Thresholds",
+    "pac_excess_bound",
+    "threshold_excess",
+]

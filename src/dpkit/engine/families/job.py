@@ -151,9 +151,11 @@ class MarginalsAsk(Ask):
 class SyntheticAsk(Ask):
     columns: Sequence[str] | str
     rows: int | None = None
-    method: str = "factorization"
+    method: str = "auto"  # factorization up to MAX_PRODUCT_CELLS cells, MST beyond
     k: int | None = None
     rounds: int = 20
+    #: MST: a column measured with every selected pair (e.g. the label a model will predict)
+    target: str | None = None
 
 
 @dataclass
@@ -245,7 +247,8 @@ def table_meta(ctx: Context, table: Any) -> TableMeta:
     return meta
 
 
-def _where(ctx: Context, meta: TableMeta, where: str | None, alias: str | None) -> str | None:
+def validated_where(ctx: Context, meta: TableMeta, where: str | None,
+                    alias: str | None) -> str | None:
     """Validate ``where`` with the curator's own SQL front end; DuckDB text over the alias
     ``"__t"``, or None."""
     if where is None:
@@ -270,7 +273,7 @@ def new_job(ctx: Context, kind: str, meta: TableMeta, axes: list[Axis], ask: Ask
     except (TypeError, ValueError) as exc:
         raise QueryError(str(exc)) from None
     privacy = resolve_privacy(ctx.ledger, target)
-    where = _where(ctx, meta, ask.where, where_alias)
+    where = validated_where(ctx, meta, ask.where, where_alias)
     text = ask.query if ask.query is not None else default_query + (
         f" WHERE {ask.where}" if ask.where is not None else "")
     return Job(kind=kind, meta=meta, axes=axes, where_sql=where, query=text, privacy=privacy,
