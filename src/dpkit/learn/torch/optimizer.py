@@ -171,6 +171,14 @@ class DPOptimizer(torch.optim.Optimizer):
         self._pending = self._pool().submit(self._draw)
         return z
 
+    def close(self) -> None:
+        """Stop drawing noise ahead (the training is over)."""
+        if self._executor is not None:
+            if self._pending is not None:
+                self._pending.cancel()
+            self._executor.shutdown(wait=False)
+            self._executor, self._pending = None, None
+
     def _pool(self) -> ThreadPoolExecutor:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="dpkit-noise")
