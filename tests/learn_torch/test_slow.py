@@ -37,7 +37,6 @@ def test_mnist_accuracy_targets(epsilon: float, target: float) -> None:
 @pytest.mark.slow
 def test_private_step_within_1_5x_of_non_private() -> None:
     import dpsgd_bench as b
-
     from dpkit.learn.torch import make_private
 
     torch.set_num_threads(2)

@@ -10,8 +10,9 @@ Estimators follow scikit-learn's API (``fit`` / ``predict`` / ``score``, ``get_p
   :class:`Conjunctions` (``pac``): private PAC learning by the exponential mechanism
 - :class:`SQLogisticRegression`, :class:`CentralSQOracle` (``sq``): statistical-query learning,
   central or local (``dpkit.local.LocalSQOracle``)
-- :class:`MLPClassifier` (``mlp``, DP-SGD, needs the ``[torch]`` extra at ``fit``);
-  ``dpkit.learn.torch``: ``make_private`` for your own PyTorch module, optimizer and data loader
+- :class:`MLPClassifier` (``mlp``): DP-SGD on a multi-layer perceptron (the ``[torch]`` extra
+  at ``fit``); ``dpkit.learn.torch.make_private`` for your own PyTorch objects
+  (``docs/learn_torch.md``)
 """
 
 from __future__ import annotations

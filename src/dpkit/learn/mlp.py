@@ -50,9 +50,9 @@ class MLPClassifier:
     True
     """
 
-    def __init__(self, hidden_layer_sizes: tuple[int, ...] = (256,), *, epsilon: float = 3.0,
-                 delta: float = 1e-5, epochs: int = 40, batch_size: int = 500,
-                 max_grad_norm: float = 1.0, learning_rate: float = 2.0, momentum: float = 0.9,
+    def __init__(self, hidden_layer_sizes: tuple[int, ...] = (64,), *, epsilon: float = 3.0,
+                 delta: float = 1e-5, epochs: int = 30, batch_size: int = 1000,
+                 max_grad_norm: float = 1.0, learning_rate: float = 0.1, momentum: float = 0.9,
                  activation: str = "tanh", averaging: float = 0.5, classes: Any = None,
                  random_state: int | None = None) -> None:
         self.hidden_layer_sizes = hidden_layer_sizes

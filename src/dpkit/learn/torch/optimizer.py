@@ -30,6 +30,8 @@ from .loader import PoissonLoader
 
 __all__ = ["DPOptimizer", "grid_exponent"]
 
+_CHUNK = 1 << 18
+
 
 def grid_exponent(dim: int, max_grad_norm: float) -> int:
     """Smallest ``k`` with ``√dim · 2^-k <= 1e-6 · C``: rounding costs C a millionth."""
@@ -145,9 +147,12 @@ class DPOptimizer(torch.optim.Optimizer):
         if self.exact_noise:
             z = noise.discrete_gaussian((sigma * scale) ** 2, self.dim, source=self.source)
             z = z.astype(np.float64)
-        else:
-            z = noise.gaussian_float(sigma * scale, self.dim, source=self.source)
-            np.rint(z, out=z)
+        else:  # in chunks: the sampler's transient words and floats stay ~10 MB
+            z = np.empty(self.dim, dtype=np.float64)
+            for lo in range(0, self.dim, _CHUNK):
+                part = noise.gaussian_float(sigma * scale, min(_CHUNK, self.dim - lo),
+                                            source=self.source)
+                np.rint(part, out=z[lo : lo + part.size])
         return z, time.perf_counter() - start
 
     def _next_noise(self) -> np.ndarray:
@@ -166,6 +171,14 @@ class DPOptimizer(torch.optim.Optimizer):
         self._pending = self._pool().submit(self._draw)
         return z
 
+    def close(self) -> None:
+        """Stop drawing noise ahead (the training is over)."""
+        if self._executor is not None:
+            if self._pending is not None:
+                self._pending.cancel()
+            self._executor.shutdown(wait=False)
+            self._executor, self._pending = None, None
+
     def _pool(self) -> ThreadPoolExecutor:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="dpkit-noise")
@@ -183,9 +196,13 @@ class DPOptimizer(torch.optim.Optimizer):
         if (self.loader.last_batch_size * self.max_grad_norm * 1.001 * scale + zmax >= 2.0**52):
             raise FloatingPointError("the clipped sum is too large for the grid 2^-k to be "
                                      "exact in float64; use a smaller batch or max_grad_norm")
-        s64 = flat.to(torch.float64).mul_(scale).round_()
-        s64.add_(zt).div_(scale * self.loader.sample_rate * self.loader.n)
-        g = s64.to(torch.float32)
+        # chunk by chunk into one float32 buffer: no full-size float64 copy of the sum
+        g = torch.empty(self.dim, dtype=torch.float32)
+        denom = scale * self.loader.sample_rate * self.loader.n
+        for lo in range(0, self.dim, _CHUNK):
+            hi = min(lo + _CHUNK, self.dim)
+            s64 = flat[lo:hi].to(torch.float64).mul_(scale).round_()
+            g[lo:hi] = s64.add_(zt[lo:hi]).div_(denom)
         lo = 0
         for p in self.params:
             p.grad = g[lo : lo + p.numel()].view_as(p).to(p.dtype)

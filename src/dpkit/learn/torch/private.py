@@ -63,7 +63,8 @@ class PrivateTraining:
         return accounting.epsilon(self.event(), delta=delta, method="pld")
 
     def detach(self) -> None:
-        """Give the module its own forward back and remove dpkit's hooks."""
+        """Give the module its own forward back, remove dpkit's hooks, stop the noise thread."""
+        self.optimizer.close()
         for t in self.taps:
             for h in t.handles:
                 h.remove()
