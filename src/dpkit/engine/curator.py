@@ -347,12 +347,16 @@ class Curator:
     def _plan(self, query: str, *, epsilon: float | None, rho: float | None,
               delta: float | None, noise: str, level: float,
               bounds: Mapping[str, Any] | None,
-              weights: Mapping[str, float] | None = None) -> dplan.Plan:
+              weights: Mapping[str, float] | None = None,
+              diagnostics: bool = True) -> dplan.Plan:
         cfg = self.ledger.config
+        if not isinstance(diagnostics, bool):
+            raise dsql.QueryError(f"diagnostics must be True or False (got {diagnostics!r})")
         return self._planner.plan(query, self.tables(), self._tables_version(),
                                   accountant=cfg.accountant, budget_delta=cfg.delta,
                                   epsilon=epsilon, rho=rho, delta=delta, noise=noise,
-                                  level=level, bounds=bounds, weights=weights)
+                                  level=level, bounds=bounds, weights=weights,
+                                  diagnostics=diagnostics)
 
     def _delta_share(self, plan: dplan.Plan, delta: float | None) -> float | None:
         cfg = self.ledger.config
@@ -380,6 +384,7 @@ class Curator:
         bounds: Mapping[str, Any] | None = None,
         analyst: None = None,
         weights: Mapping[str, float] | None = None,
+        diagnostics: bool = True,
     ) -> Result:
         """Answer an aggregate query privately, spending ``epsilon`` (or what ``accuracy`` needs).
 
@@ -392,7 +397,9 @@ class Curator:
         clamps. ``weights``: ``{"n": 1, "avg_age": 3}`` splits the budget in proportion to
         these weights per output name instead of equally (unnamed outputs weigh 1).
         ``ORDER BY <COUNT/SUM> [DESC] LIMIT k`` over groups chooses the ``k`` groups by noisy
-        max (``res.selection`` has its utility bound).
+        max (``res.selection`` has its utility bound). ``diagnostics`` (default on): 5% of
+        the budget estimates the rows dropped by the per-unit cap and the values clamped
+        (``res.diagnostics``; ``res.warnings`` when a share exceeds 5%; docs/curator.md).
         """
         who = charged_analyst(self.analyst, analyst)
         if _RELEASE_FORM.search(query) is not None:  # cheap test before parsing it twice
@@ -408,10 +415,11 @@ class Curator:
                 epsilon = epsilon_for_accuracy(
                     lambda eps: expected_errors(self._plan(
                         query, epsilon=eps, rho=None, delta=delta, noise=noise, level=level,
-                        bounds=bounds, weights=weights)),
+                        bounds=bounds, weights=weights, diagnostics=diagnostics)),
                     accuracy)
             plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
-                              level=level, bounds=bounds, weights=weights)
+                              level=level, bounds=bounds, weights=weights,
+                              diagnostics=diagnostics)
             # under 'approx' with Gaussian noise the plan books one delta for the query (the
             # Gaussian conversion plus partition selection)
             booked = plan.charge_delta if plan.charge_delta is not None else delta
@@ -458,12 +466,13 @@ class Curator:
         bounds: Mapping[str, Any] | None = None,
         analyst: None = None,
         weights: Mapping[str, float] | None = None,
+        diagnostics: bool = True,
     ) -> Preview:
         """Cost and expected error of a query, without reading data or spending anything
         (same parameters as :meth:`sql`; ``weights`` shows the weighted split)."""
         who = charged_analyst(self.analyst, analyst)
         plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
-                          level=level, bounds=bounds, weights=weights)
+                          level=level, bounds=bounds, weights=weights, diagnostics=diagnostics)
         booked = plan.charge_delta if plan.charge_delta is not None else delta
         spend = self.ledger.spend(who if who in self.ledger.analyst_budgets() else None)
         try:

@@ -28,6 +28,7 @@ from dpkit.engine.plan.model import (
     GAUSSIAN,
     GAUSSIAN_THRESHOLD,
     LAPLACE,
+    DIAG_KINDS,
     QUANTILE_BINS,
     SELECTION_WEIGHT,
     TOP_K_WEIGHT,
@@ -133,7 +134,9 @@ def calibrate_measure(mm: Measure, *, table: TableMeta, m: int, l0: int, noise: 
         calibrate_selection(mm, l0=l0, noise=noise, share_eps=share_eps, share_rho=share_rho,
                             q_delta=q_delta)
         return
-    if mm.kind in ("rows", "nonnull"):
+    if mm.kind in ("rows", "nonnull", *DIAG_KINDS):
+        # diagnostics are counts of at most m rows per unit too (ddrop clips each unit's
+        # dropped rows at m), summed over every group: one unit moves each by at most m
         mm.f, mm.bound, mm.l1, mm.l2 = 0, 1, m, float(m)
     elif mm.kind == "units":
         mm.f, mm.bound, mm.l1, mm.l2 = 0, 1, l0, sqrt_up(l0)
