@@ -24,7 +24,7 @@ from typing import Any
 
 import click
 
-from dpkit.cli import account, analysts, attack, project, query, release
+from dpkit.cli import account, analysts, attack, bounds, project, query, release
 from dpkit.cli.options import err_console
 
 __all__ = ["main"]
@@ -56,6 +56,7 @@ _COMMANDS: tuple[click.Command, ...] = (
     *analysts.commands,
     *query.commands,
     *release.commands,
+    *bounds.commands,
     account.account,
     attack.attack,
 )

@@ -49,11 +49,15 @@ def init_project(project: str | Path, *, epsilon: float, delta: float = 0.0,
 
 def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str | None = None,
               bounds: Mapping[str, tuple[float, float]] | None = None,
-              max_rows_per_unit: int | None = None, max_groups_per_unit: int | None = None,
+              max_rows_per_unit: int | str | None = None,
+              max_groups_per_unit: int | None = None,
               domains: Mapping[str, Sequence[Any]] | None = None,
               not_null: Sequence[str] | None = None, public: bool = False,
-              copy: bool = True, replace: bool = False, console: Any = None) -> None:
-    """Register a table from a CSV / Parquet / JSON file or a DuckDB database (``db::table``)."""
+              copy: bool = True, replace: bool = False, console: Any = None,
+              rows_epsilon: float | None = None) -> None:
+    """Register a table from a CSV / Parquet / JSON file or a DuckDB database (``db::table``).
+    ``max_rows_per_unit="auto"`` chooses the cap privately, charged ``rows_epsilon``."""
+    from dpkit.engine.bounds import AUTO_ROWS_EPSILON
     from dpkit.engine.curator import Curator
 
     con = make_console(console)
@@ -64,7 +68,11 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
                                  max_rows_per_unit=max_rows_per_unit,
                                  max_groups_per_unit=max_groups_per_unit,
                                  domains=domains or None, not_null=not_null,
-                                 public=public, copy=copy, replace=replace, progress=progress)
+                                 public=public, copy=copy, replace=replace, progress=progress,
+                                 rows_epsilon=AUTO_ROWS_EPSILON if rows_epsilon is None
+                                 else rows_epsilon)
+        if max_rows_per_unit == "auto":
+            con.print(f"[yellow]{meta.description.rsplit('; ', 1)[-1]}[/]")
         from rich.table import Table
 
         t = Table(title=f"table {name} ({meta.storage}, {time.perf_counter() - t0:.1f} s)",
@@ -175,7 +183,10 @@ def init_command(project: Path, epsilon: float, delta: float, accountant: str | 
 @click.argument("source")
 @click.option("--privacy-unit", default=None, help="Column identifying one person (default: rows).")
 @click.option("--bounds", multiple=True, help="Clamp a numeric column: age=0:120 (repeatable).")
-@click.option("--max-rows-per-unit", type=int, default=None, help="Contribution bound per unit.")
+@click.option("--max-rows-per-unit", default=None,
+              help="Rows one unit may contribute: a number, or 'auto' (chosen privately).")
+@click.option("--rows-epsilon", type=float, default=None,
+              help="Budget of --max-rows-per-unit auto (default 0.1).")
 @click.option("--max-groups-per-unit", type=int, default=None, help="Groups one unit may touch.")
 @click.option("--domain", multiple=True, help="Public keys of a column: ward=A,B,C (repeatable).")
 @click.option("--not-null", "not_null", multiple=True,
@@ -191,7 +202,8 @@ def add_table_command(
     source: str,
     privacy_unit: str | None,
     bounds: tuple[str, ...],
-    max_rows_per_unit: int | None,
+    max_rows_per_unit: str | None,
+    rows_epsilon: float | None,
     max_groups_per_unit: int | None,
     domain: tuple[str, ...],
     not_null: tuple[str, ...],
@@ -200,13 +212,17 @@ def add_table_command(
     replace: bool,
 ) -> None:
     """Register a sensitive table (CSV, Parquet, or a DuckDB database) with its privacy unit."""
+    from dpkit.cli.bounds import ask_max_rows, parse_max_rows
+
+    rows = ask_max_rows(privacy_unit, parse_max_rows(max_rows_per_unit), public=public)
     add_table(
         project,
         name,
         source,
         privacy_unit=privacy_unit,
         bounds=parse_bounds(bounds),
-        max_rows_per_unit=max_rows_per_unit,
+        max_rows_per_unit=rows,
+        rows_epsilon=rows_epsilon,
         max_groups_per_unit=max_groups_per_unit,
         domains=parse_domains(domain),
         not_null=[c for item in not_null for c in item.split(",") if c] or None,

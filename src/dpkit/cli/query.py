@@ -34,7 +34,8 @@ def query(project: str | Path, sql: str, *, epsilon: float | None = None,
           delta: float | None = None, accuracy: float | None = None, token: str | None = None,
           output: str | Path | None = None, console: Any = None, noise: str | None = None,
           rho: float | None = None, level: float | None = None,
-          weights: str | Mapping[str, float] | None = None) -> Any:
+          weights: str | Mapping[str, float] | None = None, diagnostics: bool = True,
+          accuracy_rows: float | None = None) -> Any:
     """Answer ``sql`` privately and print it with CIs and the budget left; optionally write it
     to a CSV or Parquet file (``output``).
 
@@ -56,16 +57,29 @@ def query(project: str | Path, sql: str, *, epsilon: float | None = None,
     with Curator.open(project, token=token) as cur:
         t0 = time.perf_counter()
         res = cur.sql(sql, epsilon=epsilon, delta=delta, accuracy=accuracy,
-                      level=0.95 if level is None else level, weights=wts, **extra)
+                      level=0.95 if level is None else level, weights=wts,
+                      diagnostics=diagnostics, accuracy_rows=accuracy_rows, **extra)
         dt = time.perf_counter() - t0
         con.print(res.table())
         for note in res.notes:
             con.print(f"[dim]note: {note}[/]")
+        print_diagnostics(con, res)
         con.print(split_table(res.split, title=f"budget split ({dt * 1000:.0f} ms)"))
         if output is not None:
             _write(res, Path(output))
             con.print(f"wrote {output}")
         return res
+
+
+def print_diagnostics(con: Any, res: Any) -> None:
+    """What bounding did (DP estimates, dim) and the warnings (yellow) of a result."""
+    from dpkit.engine.diagnose import share_text
+
+    text = share_text(getattr(res, "diagnostics", {}))
+    if text:
+        con.print(f"[dim]bounding (DP estimates, share >= at 95%): {text}[/]")
+    for w in getattr(res, "warnings", []):
+        con.print(f"[yellow]warning: {w}[/]")
 
 
 def _write(res: Any, path: Path) -> None:
@@ -77,7 +91,8 @@ def _write(res: Any, path: Path) -> None:
 def preview(project: str | Path, sql: str, *, epsilon: float | None = None,
             delta: float | None = None, console: Any = None, noise: str | None = None,
             rho: float | None = None, level: float | None = None,
-            weights: str | Mapping[str, float] | None = None, token: str | None = None) -> Any:
+            weights: str | Mapping[str, float] | None = None, token: str | None = None,
+            diagnostics: bool = True) -> Any:
     """Print what ``sql`` would cost and how accurate it would be; spends nothing (same flags
     as :func:`query`: ``noise``, ``rho``, ``level``, ``weights``)."""
     from dpkit.engine.curator import Curator
@@ -91,7 +106,8 @@ def preview(project: str | Path, sql: str, *, epsilon: float | None = None,
     wts = parse_weights(weights)
     with Curator.open(project, token=token) as cur:
         pv = cur.preview(sql, epsilon=epsilon, delta=delta,
-                         level=0.95 if level is None else level, weights=wts, **extra)
+                         level=0.95 if level is None else level, weights=wts,
+                         diagnostics=diagnostics, **extra)
         con.print(pv.table())
         for note in pv.notes:
             con.print(f"[dim]note: {note}[/]")
@@ -116,6 +132,8 @@ def preview(project: str | Path, sql: str, *, epsilon: float | None = None,
 @click.option(
     "--accuracy", type=float, default=None, help="Target CI half-width; dpkit picks the budget."
 )
+@click.option("--accuracy-rows", type=float, default=None,
+              help="With --accuracy for AVG/quantiles: the fewest rows of a group you target.")
 @click.option("--token", default=None,
               help="Act as the analyst this token names (default: $DPKIT_TOKEN).")
 @click.option(

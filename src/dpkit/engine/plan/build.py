@@ -105,6 +105,8 @@ def check_parameters(st: Planning) -> None:
     """Noise kind, interval level, per-query bounds; rows ``m`` and groups ``g`` per unit."""
     if st.noise not in NOISES:
         raise PlanError(f"noise must be one of {', '.join(NOISES)} (got {st.noise!r})")
+    if not isinstance(st.diagnostics, bool):
+        raise PlanError(f"diagnostics must be True or False (got {st.diagnostics!r})")
     level = st.level
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.5 <= level < 1:
         raise PlanError(f"level must lie in [0.5, 1) (got {level!r}); e.g. level=0.95")

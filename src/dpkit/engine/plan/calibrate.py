@@ -25,10 +25,10 @@ from dpkit.engine.plan.fixed import (
     shift_round,
 )
 from dpkit.engine.plan.model import (
+    DIAG_KINDS,
     GAUSSIAN,
     GAUSSIAN_THRESHOLD,
     LAPLACE,
-    DIAG_KINDS,
     QUANTILE_BINS,
     SELECTION_WEIGHT,
     TOP_K_WEIGHT,
