@@ -5,11 +5,12 @@ a differentially private release, charged like any answer. Two helpers:
 
 * :func:`pick_max_rows`: ``add_table(..., max_rows_per_unit="auto")``. Each unit's row count
   ``r_u`` (clipped at :data:`MAX_AUTO_ROWS`) enters a histogram over the candidates
-  ``1..MAX_AUTO_ROWS``; the exponential mechanism picks the candidate ``c`` whose rank
-  ``#{u: r_u <= c}`` is closest to ``q·N`` (``q`` = :data:`AUTO_ROWS_QUANTILE`, ``N`` units).
-  Add/remove one unit moves ``#{r_u <= c}`` by at most 1 and ``q·N`` by ``q`` in the same
-  direction, so every score moves by at most ``max(q, 1-q)``: ε-DP for add/remove one unit
-  (event ``Exponential(ε)``), one ledger charge through :mod:`dpkit.engine.charge`.
+  ``1..MAX_AUTO_ROWS``; the exponential mechanism picks a candidate ``c`` scored by the
+  distance from ``q·N`` (``q`` = :data:`AUTO_ROWS_QUANTILE`, ``N`` units) to its rank range
+  ``[#{u: r_u < c}, #{u: r_u <= c}]`` (:func:`rank_scores`). Add/remove one unit moves both
+  ends by 0 or 1 in the same direction and ``q·N`` by ``q``, so every score moves by at
+  most ``max(q, 1-q)`` (as in :func:`dpkit.engine.noisy._quantiles`): ε-DP for add/remove
+  one unit (event ``Exponential(ε)``), one ledger charge through :mod:`dpkit.engine.charge`.
 * :func:`suggested_bounds`: ``cur.suggest_bounds`` reads the ``lower``/``upper`` quantiles
   (default 1st/99th percentile) of one private CDF (:meth:`Curator.quantiles`, charged
   there, one ledger entry) over a public search range, and suggests their point estimates
@@ -37,7 +38,8 @@ from dpkit.engine.results import Result
 from dpkit.engine.tables import TableMeta, check_bounds, quote_ident
 
 __all__ = ["AUTO_ROWS_EPSILON", "AUTO_ROWS_QUANTILE", "MAX_AUTO_ROWS", "AutoRows",
-           "check_rows_declaration", "check_rows_epsilon", "pick_max_rows",
+           "check_rows_declaration", "check_rows_epsilon", "pick_max_rows", "rank_scores",
+           "rows_histogram",
            "suggested_bounds", "with_auto_rows"]
 
 AUTO_ROWS_QUANTILE = 0.95  # cap at the 95th percentile of rows per unit: 5% of units trimmed
@@ -56,7 +58,7 @@ class AutoRows:
     rank_error: float  # with probability 0.95 the chosen cap's rank is within this of q·N
 
 
-def _rows_histogram(query: Callable[[str], list[tuple[Any, ...]]], relation: str,
+def rows_histogram(query: Callable[[str], list[tuple[Any, ...]]], relation: str,
                     unit: str) -> np.ndarray:
     """How many units have 1, 2, ..., MAX_AUTO_ROWS (or more) rows (exact; never released)."""
     u = quote_ident(unit)
@@ -66,6 +68,17 @@ def _rows_histogram(query: Callable[[str], list[tuple[Any, ...]]], relation: str
     for r, n in rows:
         hist[int(r)] = int(n)
     return hist
+
+
+def rank_scores(hist: np.ndarray, q: float) -> np.ndarray:
+    """Score of each cap ``c = 1..MAX_AUTO_ROWS``: ``-dist(q·N, [a_c, b_c])`` with
+    ``a_c = #{units with < c rows}``, ``b_c = #{units with <= c rows}`` (``hist[r]``: units
+    with ``r`` rows, ``hist[MAX]`` those with more): 0 for the true q-quantile, and caps above
+    every unit's count lose ``(1-q)·N`` (so the plateau above the largest count is never a
+    tie)."""
+    cum = np.cumsum(hist).astype(np.float64)
+    a, b, t = cum[:-1], cum[1:], q * float(hist.sum())
+    return -(np.maximum(a - t, 0.0) + np.maximum(t - b, 0.0))
 
 
 def pick_max_rows(ledger: Ledger, query: Callable[[str], list[tuple[Any, ...]]], *,
@@ -80,11 +93,8 @@ def pick_max_rows(ledger: Ledger, query: Callable[[str], list[tuple[Any, ...]]],
     event = ev.Exponential(float(epsilon))
 
     def finish(hist: np.ndarray, entry: Entry) -> AutoRows:
-        below = np.cumsum(hist)[1:]  # units with at most c rows, c = 1..MAX
-        total = float(hist.sum())
-        scores = -np.abs(below.astype(np.float64) - q * total)
-        rel = mechanisms.exponential(candidates, scores, sensitivity=sens, epsilon=epsilon,
-                                     source=source)
+        rel = mechanisms.exponential(candidates, rank_scores(hist, q), sensitivity=sens,
+                                     epsilon=epsilon, source=source)
         return AutoRows(int(rel.value), float(epsilon), q, entry.seq,
                         float(rel.details["utility_bound"]))
 
@@ -92,7 +102,7 @@ def pick_max_rows(ledger: Ledger, query: Callable[[str], list[tuple[Any, ...]]],
         ledger, event, analyst=analyst, delta_share=None,
         query=f"CHOOSE max_rows_per_unit FOR {table} (the {q:g} quantile of rows per unit)",
         details={"auto_rows": {"quantile": q, "candidates": MAX_AUTO_ROWS}},
-        read=lambda: _rows_histogram(query, relation, unit), finish=finish,
+        read=lambda: rows_histogram(query, relation, unit), finish=finish,
         what="choice of max_rows_per_unit")
 
 

@@ -85,7 +85,8 @@ def summarise(released: list[tuple[Measure, int, int, int]], *, m: int,
             share = max(val, 0) / max(max(val, 0) + max(k_val, 0), 1)
             share_low = v_low / (v_low + k_high)
             name, what = "rows_dropped", (f"rows were dropped by the per-unit cap "
-                                          f"(max_rows_per_unit={m})")
+                                          f"(max_rows_per_unit={m}; each unit's drops "
+                                          f"counted up to {m}, so this is a floor)")
             fix = "raise max_rows_per_unit (or filter the rows first)"
         else:
             col = (mm.column or ".?").split(".", 1)[1]
