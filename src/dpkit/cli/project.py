@@ -43,7 +43,7 @@ def init_project(project: str | Path, *, epsilon: float, delta: float = 0.0,
     con.print(f"created [bold]{project}[/] with budget epsilon {cfg.epsilon:g}, delta "
               f"{cfg.delta:g} (accountant {cfg.accountant})")
     con.print("[dim]next: dpkit add-table PROJECT NAME FILE --privacy-unit COLUMN "
-              "--bounds col=low:high[/]")
+              "--max-rows-per-unit N|auto --bounds col=low:high[/]")
     cur.close()
 
 
