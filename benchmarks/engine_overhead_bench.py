@@ -24,6 +24,7 @@ import duckdb
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dpkit.engine import Curator
 from dpkit.engine.noisy import release
+from dpkit.engine.read import read_exact
 from engine_bench import QUERY, make_data
 
 
@@ -61,11 +62,11 @@ def main() -> None:
         plan = cur._plan(query, epsilon=0.01, rho=None, delta=None, noise="laplace",
                          level=0.95, bounds=None)
         t1 = time.perf_counter()
-        cur._cost(plan, cur.analyst, None, check_only=True)
+        cur._cost(plan, cur.analyst, None)
         t2 = time.perf_counter()
-        prepared = cur._reader.prepare(plan, cur._tables_version())
+        prepared = cur._preparer.prepare(plan, cur._tables_version())
         t3 = time.perf_counter()
-        exact = cur._reader.read(prepared)
+        exact = read_exact(cur._backend, prepared)
         t4 = time.perf_counter()
         entry = cur.ledger.charge(plan.event, analyst=cur.analyst, query=query,
                                   delta_share=None, details={})

@@ -31,7 +31,6 @@ ALLOWED: dict[str, str] = {
     "engine/duckdb_sources.py::source_sql": _ENGINE,
     "engine/backend_duckdb.py::load_table": _ENGINE,
     "engine/curator.py::Curator": _ENGINE,
-    "engine/ledger.py": _ENGINE,
     "engine/ledger.py::Ledger": _ENGINE,
     "engine/noisy.py::release": _ENGINE,
     "engine/sql.py": _ENGINE,

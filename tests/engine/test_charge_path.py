@@ -33,10 +33,10 @@ def _spent(cur: Curator) -> float:
 
 def test_a_failed_read_keeps_the_charge_and_says_a_fixed_text(
         cur: Curator, monkeypatch: pytest.MonkeyPatch) -> None:
-    def boom(prepared: object) -> None:
+    def boom(backend: object, prepared: object) -> None:
         raise duckdb.OutOfMemoryException("Out of Memory Error: row 3 holds 'secret'")
 
-    monkeypatch.setattr(cur._reader, "read", boom)
+    monkeypatch.setattr("dpkit.engine.curator.read_exact", boom)
     before, entries = _spent(cur), len(cur.entries())
     with pytest.raises(ChargedQueryError) as info:
         cur.sql("SELECT COUNT(*) AS n FROM t", epsilon=0.5)

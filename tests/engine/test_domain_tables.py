@@ -181,7 +181,7 @@ def test_columnar_and_row_reads_give_the_same_results(project: Callable[..., Cur
     """The Arrow reads (exact aggregates, post-processing) against the row-by-row reads, with
     the same seeded noise: identical values, intervals, keys and types."""
     from dpkit.engine import postprocess as dpost
-    from dpkit.engine import read as dread
+    from dpkit.engine import prepare as dprepare
 
     df = _frame()
     queries = [
@@ -195,7 +195,7 @@ def test_columnar_and_row_reads_give_the_same_results(project: Callable[..., Cur
     answers = []
     for rows in (False, True):
         if rows:
-            monkeypatch.setattr(dread, "columnar_type", lambda t: False)
+            monkeypatch.setattr(dprepare, "columnar_type", lambda t: False)
             monkeypatch.setattr(dpost, "columnar_type", lambda t: False)
         cur = project(epsilon=1000.0, seed=23)
         cur.add_table("u", df, privacy_unit="uid", max_rows_per_unit=3,

@@ -1,7 +1,7 @@
 """A few declared keys filled in Python instead of joined in DuckDB.
 
 For a public GROUP BY over at most ``FILL_MAX_KEYS`` declared keys, the statement returns only
-the groups present in the data and :func:`dpkit.engine.plan.fill_declared_keys` adds the absent
+the groups present in the data and :func:`dpkit.engine.read.fill_declared_keys` adds the absent
 keys with NULL measurements. That must be an exact stand-in for ``keys LEFT JOIN groups``: the
 same keys in the same order and of the same Python types, the same exact aggregates, groups
 outside the domain dropped, and (with the same seeded noise) the same answers.
@@ -20,7 +20,7 @@ import dpkit as dp
 from dpkit.engine import Curator
 from dpkit.engine import plan as dplan
 from dpkit.engine.backend_duckdb import key_table_relation, table_relation
-from dpkit.engine.read import Exact
+from dpkit.engine.read import Exact, fill_declared_keys
 
 N = 2000
 
@@ -71,8 +71,8 @@ def _exact(cur: Curator, plan: dplan.Plan, *, fill: bool) -> Exact:
     if fill:
         assert compiled.keys_text is not None and "LEFT JOIN" not in compiled.text
         rows, _ = cur._backend.run_rows(compiled.text)
-        declared = cur._reader._declared_keys(compiled.keys_text, 0)
-        keys, cols = dplan.fill_declared_keys(declared, rows,
+        declared = cur._preparer._declared_keys(compiled.keys_text, 0)
+        keys, cols = fill_declared_keys(declared, rows,
                                               len(compiled.measure_cols))
         return Exact(keys=keys, cols=dict(zip(compiled.measure_cols, cols, strict=True)))
     assert compiled.keys_text is None and "LEFT JOIN" in compiled.text
@@ -165,7 +165,7 @@ def test_noisy_answers_are_the_same_either_way(project: Callable[..., Curator],
 def test_fill_declared_keys_semantics() -> None:
     keys = [("a", 1), ("a", 2), ("b", 1)]
     rows = [("b", 1, 10, 20), ("zz", 9, 1, 1), ("a", 1, 3, None)]
-    got_keys, cols = dplan.fill_declared_keys(keys, iter(rows), 2)
+    got_keys, cols = fill_declared_keys(keys, iter(rows), 2)
     assert got_keys == keys
     assert cols == [[3, None, 10], [None, None, 20]]
 

@@ -8,6 +8,7 @@ per area, each a list of click commands that this module registers on :func:`mai
 ``analysts``         the ``analyst`` group (``add``, ``list``, ``revoke``), ``migrate``
 ``query``            ``query``, ``preview``
 ``release``          ``cdf``, ``quantiles``, ``ranges``, ``marginals``, ``synthetic``
+``learn``            ``fit`` (a dpkit.learn model trained on a private table)
 ``account``          ``account`` (the privacy calculator)
 ``attack``           the ``attack`` group (runs in ``attack_runs``)
 ``options``          the consoles, shared flags and their parsers
@@ -24,7 +25,7 @@ from typing import Any
 
 import click
 
-from dpkit.cli import account, analysts, attack, bounds, project, query, release
+from dpkit.cli import account, analysts, attack, bounds, learn, project, query, release
 from dpkit.cli.options import err_console
 
 __all__ = ["main"]
@@ -56,6 +57,7 @@ _COMMANDS: tuple[click.Command, ...] = (
     *analysts.commands,
     *query.commands,
     *release.commands,
+    *learn.commands,
     *bounds.commands,
     account.account,
     attack.attack,

@@ -508,6 +508,12 @@ class DuckBackend:
         cols = {c: [r[ng + j] for r in rows] for j, c in enumerate(measure_cols)}
         return keys, cols
 
+    def run_numpy(self, text: str) -> dict[str, Any]:
+        """The result as one numpy array per column (DuckDB's own conversion, no Python object
+        per cell for numbers): for reads of many rows, e.g. a model's training rows."""
+        with self._lock:
+            return dict(self._connect().execute(text).fetchnumpy())
+
     def run_rows(self, text: str, *, keep: Callable[[tuple[Any, ...]], bool] | None = None,
                  chunk: int = 4096) -> tuple[list[tuple[Any, ...]], int]:
         """The result's rows for which ``keep`` holds, read in chunks (so many unwanted rows are

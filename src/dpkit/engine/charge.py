@@ -3,8 +3,10 @@
 Every answer the curator gives (a query, a release family) goes through :func:`charged_read`:
 
 1. the caller has planned the query and dry-run its statement over empty tables (every type,
-   cast and function error surfaces there, from the schema alone) and checked the budget;
-2. :meth:`Ledger.charge` durably records the plan's event (a refusal here writes nothing);
+   cast and function error surfaces there, from the schema alone);
+2. :meth:`Ledger.charge` checks the budget and durably records the plan's event in one
+   transaction (a refusal here writes nothing: over budget, or an event the project's
+   accountant cannot price, with the fix named);
 3. only then are the rows read, and the noisy answer built from them.
 
 Anything that fails in step 3 keeps the charge and raises one fixed message that names the
@@ -17,7 +19,8 @@ killed connection), not a property of one row.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from dpkit import events as ev
@@ -45,17 +48,11 @@ class ChargedQueryError(QueryError):
         self.entry_seq = entry_seq
 
 
-def quote(ledger: Ledger, event: ev.Event, *, analyst: str, delta_share: float | None,
-          what: str = "query", check_only: bool = False, advice: str = "") -> Any:
-    """What charging ``event`` would cost now (a ``Cost``; None with ``check_only``), writing
-    nothing: :class:`BudgetExceeded` when it does not fit the project's or the analyst's budget,
-    a :class:`QueryError` naming the fix when the accountant cannot price it."""
-    accountant = ledger.config.accountant
+@contextmanager
+def _priced(accountant: str, what: str, advice: str) -> Iterator[None]:
+    """The accountant's refusals as the analyst should read them (nothing is written)."""
     try:
-        if check_only:
-            ledger.check(event, analyst=analyst, delta_share=delta_share)
-            return None
-        return ledger.cost(event, analyst=analyst, delta_share=delta_share)
+        yield
     except UnsupportedEvent as exc:
         raise QueryError(
             f"the project's accountant ({accountant}) cannot pay for this {what}: {exc}. "
@@ -70,10 +67,22 @@ def quote(ledger: Ledger, event: ev.Event, *, analyst: str, delta_share: float |
         ) from None
 
 
+def quote(ledger: Ledger, event: ev.Event, *, analyst: str, delta_share: float | None,
+          what: str = "query", check_only: bool = False, advice: str = "") -> Any:
+    """What charging ``event`` would cost now (a ``Cost``; None with ``check_only``), writing
+    nothing: :class:`BudgetExceeded` when it does not fit the project's or the analyst's budget,
+    a :class:`QueryError` naming the fix when the accountant cannot price it."""
+    with _priced(ledger.config.accountant, what, advice):
+        if check_only:
+            ledger.check(event, analyst=analyst, delta_share=delta_share)
+            return None
+        return ledger.cost(event, analyst=analyst, delta_share=delta_share)
+
+
 def charged_read(ledger: Ledger, event: ev.Event, *, analyst: str, query: str,
                  delta_share: float | None, details: dict[str, Any] | None,
                  read: Callable[[], T], finish: Callable[[T, Entry], R],
-                 what: str = "query") -> R:
+                 what: str = "query", advice: str = "") -> R:
     """Charge ``event``, then ``read()`` the exact values and ``finish`` them into the answer.
 
     ``read`` touches private rows; ``finish`` adds noise and post-processes (it sees only the
@@ -82,8 +91,9 @@ def charged_read(ledger: Ledger, event: ev.Event, *, analyst: str, query: str,
     public things and noisy values only, so it is kept, with the charge named. Any other
     failure gives the fixed :data:`AFTER_CHARGE` message.
     """
-    entry = ledger.charge(event, analyst=analyst, query=query, delta_share=delta_share,
-                          details=details)
+    with _priced(ledger.config.accountant, what, advice):  # a refusal writes nothing
+        entry = ledger.charge(event, analyst=analyst, query=query, delta_share=delta_share,
+                              details=details)
     # ---- from here on the charge is durable: whatever happens, it stays
     try:
         exact = read()

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +58,16 @@ from dpkit.engine.ledger import Entry, Ledger
 from dpkit.engine.load import Declarations, load_declared, load_lock, tables_in_force
 from dpkit.engine.noisy import release
 from dpkit.engine.plan.cache import PlanCache
-from dpkit.engine.project import DATA_FILE, LOAD_LOCK, budget_parameters, make_project, open_project
-from dpkit.engine.read import Exact, Reader
+from dpkit.engine.prepare import Preparer
+from dpkit.engine.project import (
+    DATA_FILE,
+    LOAD_LOCK,
+    budget_parameters,
+    make_project,
+    open_project,
+)
+from dpkit.engine.read import Exact, read_exact
+from dpkit.engine.release_methods import ReleaseMethods
 from dpkit.engine.results import BudgetStatus, HistoryItem, Preview, Result, json_safe
 from dpkit.engine.roles import (
     OWNER,
@@ -78,9 +86,10 @@ _NOT_GIVEN: Any = object()  # marks a removed keyword argument that the caller d
 STRATEGY_CACHE = "strategies"  # folder (inside the project) holding optimised strategies
 # the SQL forms dpkit.engine.families answers (DP_CDF(...), COUNT(*) FILTER (...), ...)
 _RELEASE_FORM = re.compile(r"\bDP_|\bFILTER\b", re.IGNORECASE)
+_GAUSSIAN_ADVICE = "Use Laplace noise / public group keys, or a project with an 'approx' accountant"
 
 
-class Curator:
+class Curator(ReleaseMethods):
     """A project: private tables behind aggregate-only queries and an enforced, durable budget.
 
     Create with :meth:`create` (the owner), reopen from any process with :meth:`open`: without
@@ -97,7 +106,7 @@ class Curator:
         self.is_owner = owner
         self._source = source
         self._backend = DuckBackend(path / DATA_FILE)
-        self._reader = Reader(self._backend, source)
+        self._preparer = Preparer(self._backend, source)
         self._lock = threading.RLock()
         self._tables_cache: tuple[int, dict[str, TableMeta]] | None = None
         self._planner = PlanCache()
@@ -348,12 +357,9 @@ class Curator:
             return None
         return delta if delta is not None else cfg.delta / 10.0
 
-    def _cost(self, plan: dplan.Plan, analyst: str, delta: float | None, *,
-              check_only: bool = False) -> Any:
+    def _cost(self, plan: dplan.Plan, analyst: str, delta: float | None) -> Any:
         return quote(self.ledger, plan.event, analyst=analyst,
-                     delta_share=self._delta_share(plan, delta), check_only=check_only,
-                     advice="Use Laplace noise / public group keys, or a project with an "
-                            "'approx' accountant")
+                     delta_share=self._delta_share(plan, delta), advice=_GAUSSIAN_ADVICE)
 
     def sql(
         self,
@@ -404,8 +410,8 @@ class Curator:
             # under 'approx' with Gaussian noise the plan books one delta for the query (the
             # Gaussian conversion plus partition selection)
             booked = plan.charge_delta if plan.charge_delta is not None else delta
-            self._cost(plan, who, booked, check_only=True)  # early refusal, nothing read
-            prepared = self._reader.prepare(plan, self._tables_version())
+            # down once: prepare (dry run) -> charge (check + record) -> read -> noise -> post
+            prepared = self._preparer.prepare(plan, self._tables_version())
             details: dict[str, Any] = {"split": [json_safe(s) for s in plan.split()],
                                        "noise": plan.noise, "level": plan.level}
             if plan.weights:
@@ -422,12 +428,13 @@ class Curator:
 
             return charged_read(self.ledger, plan.event, analyst=who, query=query,
                                 delta_share=self._delta_share(plan, booked), details=details,
-                                read=lambda: self._reader.read(prepared), finish=finish)
+                                read=lambda: read_exact(self._backend, prepared), finish=finish,
+                                advice=_GAUSSIAN_ADVICE)
 
     def _execute(self, plan: dplan.Plan) -> Exact:
         """The exact aggregates of ``plan``, uncharged: for tests and benchmarks of the read
         path only (no public method returns them, and :meth:`sql` charges first)."""
-        return self._reader.read(self._reader.prepare(plan, self._tables_version()))
+        return read_exact(self._backend, self._preparer.prepare(plan, self._tables_version()))
 
     def _tables_version(self) -> int:
         """The ledger seq of the last table registration read (-1 before any read)."""
@@ -472,93 +479,6 @@ class Curator:
             lock=self._lock, strategy_cache=self.path / STRATEGY_CACHE,
             analyst=charged_analyst(self.analyst, analyst))
 
-    def ranges(self, table: str, column: str, ranges: Sequence[tuple[float, float]], *,
-               where: str | None = None, epsilon: float | None = None,
-               rho: float | None = None, delta: float | None = None, strategy: Any = None,
-               bins: int | None = None, bounds: Mapping[str, Any] | None = None,
-               level: float = 0.95, accuracy: float | None = None,
-               analyst: None = None) -> Result:
-        """Counts of rows with ``low <= column <= high`` for every ``(low, high)`` in
-        ``ranges``, answered together with correlated noise and charged once.
-
-        ε-DP (``epsilon=``), ρ-zCDP (``rho=``) or the Gaussian mechanism at (ε, δ)
-        (``epsilon=, delta=``) for add/remove one privacy unit with at most
-        ``max_rows_per_unit`` rows. ``accuracy=`` (instead of ``epsilon=``; also for
-        :meth:`cdf`, :meth:`quantiles`, :meth:`marginals`): the largest CI half-width wanted.
-        Grid, strategy and columns: :func:`dpkit.engine.families.answer.ranges`.
-
-        >>> res = cur.ranges("visits", "age", [(0, 17), (18, 64), (65, 100)], epsilon=0.5)
-        ... # doctest: +SKIP
-        """
-        ask = families.RangesAsk(table=table, column=column, ranges=ranges, where=where,
-                                 strategy=strategy, bins=bins, bounds=bounds, level=level)
-        target = families.Target(epsilon=epsilon, rho=rho, delta=delta)
-        return families.ranges(self._families(analyst), ask, target, accuracy=accuracy)
-
-    def cdf(self, table: str, column: str, *, where: str | None = None,
-            epsilon: float | None = None, rho: float | None = None,
-            delta: float | None = None, strategy: Any = None, bins: int | None = None,
-            bounds: Mapping[str, Any] | None = None, level: float = 0.95,
-            accuracy: float | None = None, analyst: None = None) -> Result:
-        """The cumulative distribution of ``column`` over its declared bounds, with a
-        **simultaneous** confidence band (all rows at once at ``level``). Same guarantee as
-        :meth:`ranges`; details: :func:`dpkit.engine.families.answer.cdf`."""
-        ask = families.CdfAsk(table=table, column=column, where=where, strategy=strategy,
-                              bins=bins, bounds=bounds, level=level)
-        target = families.Target(epsilon=epsilon, rho=rho, delta=delta)
-        return families.cdf(self._families(analyst), ask, target, accuracy=accuracy)
-
-    def quantiles(self, table: str, column: str, probabilities: Sequence[float], *,
-                  where: str | None = None, epsilon: float | None = None,
-                  rho: float | None = None, delta: float | None = None, strategy: Any = None,
-                  bins: int | None = None, bounds: Mapping[str, Any] | None = None,
-                  level: float = 0.95, accuracy: float | None = None,
-                  analyst: None = None) -> Result:
-        """Any number of quantiles of ``column`` from one private CDF (one charge), with
-        intervals holding jointly at ``level``. Same guarantee as :meth:`cdf`; details:
-        :func:`dpkit.engine.families.answer.quantiles`."""
-        ask = families.CdfAsk(table=table, column=column, probabilities=probabilities,
-                              where=where, strategy=strategy, bins=bins, bounds=bounds,
-                              level=level)
-        target = families.Target(epsilon=epsilon, rho=rho, delta=delta)
-        return families.quantiles(self._families(analyst), ask, target, accuracy=accuracy)
-
-    def marginals(self, table: str, columns: Sequence[str | Sequence[str]], *,
-                  k: int | None = None, where: str | None = None,
-                  epsilon: float | None = None, rho: float | None = None,
-                  delta: float | None = None, strategy: Any = None, bins: int | None = None,
-                  bounds: Mapping[str, Any] | None = None, level: float = 0.95,
-                  accuracy: float | None = None, analyst: None = None) -> Result:
-        """Marginal tables (contingency tables) over declared domains, answered together
-        (mutually consistent). Same guarantee as :meth:`ranges`; ``columns`` and ``k``:
-        :func:`dpkit.engine.families.answer.marginals`."""
-        ask = families.MarginalsAsk(table=table, columns=columns, k=k, where=where,
-                                    strategy=strategy, bins=bins, bounds=bounds, level=level)
-        target = families.Target(epsilon=epsilon, rho=rho, delta=delta)
-        return families.marginals(self._families(analyst), ask, target, accuracy=accuracy)
-
-    def synthetic(self, table: str, columns: Sequence[str], *, where: str | None = None,
-                  epsilon: float | None = None, rho: float | None = None,
-                  delta: float | None = None, rows: int | None = None,
-                  method: str = "factorization", k: int | None = None, rounds: int = 20,
-                  bins: int | None = None, bounds: Mapping[str, Any] | None = None,
-                  level: float = 0.95, analyst: None = None) -> families.SyntheticData:
-        """Synthetic records over the declared domains of ``columns``, charged to the ledger.
-
-        Post-processing of one ε-DP (``epsilon=``) or ρ-zCDP (``rho=``; ``epsilon=, delta=``
-        converts to the largest ρ meeting (ε, δ)) release of the table's histogram over the
-        public product grid of ``columns``, for add/remove one privacy unit: no record is a
-        real row, and only the ``k``-way marginals are preserved, approximately. ``method``
-        ``"factorization"`` (default) or ``"mwem"``: see
-        :func:`dpkit.engine.families.answer.synthetic`. Returns
-        :class:`~dpkit.engine.families.SyntheticData`.
-        """
-        ask = families.SyntheticAsk(table=table, columns=columns, where=where, rows=rows,
-                                    method=method, k=k, rounds=rounds, bins=bins,
-                                    bounds=bounds, level=level)
-        target = families.Target(epsilon=epsilon, rho=rho, delta=delta)
-        return families.synthetic(self._families(analyst), ask, target)
-
     def suggest_bounds(self, table: str, column: str, *, epsilon: float,
                        search: tuple[float, float] | None = None, lower: float = 0.01,
                        upper: float = 0.99, bins: int | None = None,
@@ -569,13 +489,6 @@ class Curator:
         res = self.quantiles(table, column, [lower, upper], epsilon=epsilon,
                              bounds={column: rng}, bins=bins, analyst=analyst)
         return dbounds.suggested_bounds(res, column, lower, upper)
-
-    def preview_release(self, kind: str, table: str, *args: Any, analyst: None = None,
-                        **kwargs: Any) -> Preview:
-        """Cost and expected accuracy of :meth:`ranges` / :meth:`cdf` / :meth:`quantiles` /
-        :meth:`marginals` (``kind``) with the same arguments, without reading data or spending
-        anything. ``outputs`` lists the expected RMSE and the largest CI half-width."""
-        return families.preview(self._families(analyst), kind, table, *args, **kwargs)
 
     # ------------------------------------------------------------------ budget
 

@@ -44,10 +44,8 @@ Row kinds:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
-import json
 import os
 import sqlite3
 import threading
@@ -59,6 +57,7 @@ from typing import Any
 
 from dpkit import events as ev
 from dpkit import noise as _noise
+from dpkit.engine.ledger_migrate import migrate, refuse_old_format
 from dpkit.engine.ledger_rows import (
     ACCOUNTANTS,
     COLUMNS,
@@ -72,13 +71,17 @@ from dpkit.engine.ledger_rows import (
     LedgerTampered,
     Spend,
     canonical_json,
+    config_from_genesis,
+    connect,
     finite,
     head_path,
     key_path,
+    match_head,
     new_key,
     now_iso,
     read_key,
     row_hash,
+    verify_rows,
 )
 
 __all__ = [
@@ -122,12 +125,7 @@ class Ledger:
 
     @staticmethod
     def _connect(path: Path) -> sqlite3.Connection:
-        conn = sqlite3.connect(str(path), timeout=120.0, isolation_level=None,
-                               check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.execute("PRAGMA busy_timeout=120000")
-        return conn
+        return connect(path)
 
     @classmethod
     def create(
@@ -193,7 +191,7 @@ class Ledger:
             conn.close()
             raise LedgerError(f"{path} is not a dpkit ledger (no 'ledger' table)")
         try:
-            _refuse_old_format(conn, path)
+            refuse_old_format(conn, path)
             led = cls(path, conn, read_key(key_path(path)))
             with led._lock:
                 stored = led._stored_head()  # before the rows: see _check_stored_head
@@ -275,17 +273,7 @@ class Ledger:
                 raise LedgerTampered(
                     len(self._entries), f"its head file {head_path(self.path)} is missing "
                     f"(written after every commit; deleting it hides a truncation)", self.path)
-            self._match_head(stored, "the head stored beside it")
-
-    def _match_head(self, head: tuple[int, str], what: str) -> None:
-        seq, digest = head
-        n = len(self._entries)
-        if seq > n:
-            raise LedgerTampered(
-                n + 1, f"rows after {n} are missing ({what} is at row {seq}): the ledger was "
-                f"truncated", self.path)
-        if seq < 1 or not hmac.compare_digest(self._entries[seq - 1].hash, digest):
-            raise LedgerTampered(seq, f"its hash differs from {what}", self.path)
+            match_head(self._entries, stored, "the head stored beside it", self.path)
 
     def verify(self, *, expected_head: tuple[int, str] | None = None) -> int:
         """Re-read and re-verify the whole chain from disk; return the number of rows.
@@ -299,49 +287,16 @@ class Ledger:
                 "SELECT seq, kind, analyst, time, query, event, view, payload, prev_hash, hash "
                 "FROM ledger ORDER BY seq"
             ).fetchall()
-            entries = self._verify_rows(rows, start_seq=1, prev=GENESIS_PREV)
+            entries = verify_rows(rows, start_seq=1, prev=GENESIS_PREV, key=self._key,
+                                  path=self.path)
             self._entries = entries
             self._reindex()
             self._budget_cache.clear()
             self._load_config()
             self._check_stored_head(stored)
             if expected_head is not None:
-                self._match_head(expected_head, "the expected head")
+                match_head(self._entries, expected_head, "the expected head", self.path)
             return len(entries)
-
-    def _verify_rows(self, rows: Sequence[tuple[Any, ...]], *, start_seq: int,
-                     prev: str) -> list[Entry]:
-        out: list[Entry] = []
-        expected = start_seq
-        for row in rows:
-            seq, kind, analyst, when, query, event_text, view, payload, prev_hash, digest = row
-            if seq != expected:
-                raise LedgerTampered(
-                    expected, f"row {expected} is missing (next row found is {seq})", self.path
-                )
-            if prev_hash != prev:
-                raise LedgerTampered(seq, "its prev_hash does not match the previous row's hash",
-                                     self.path)
-            fields = dict(zip(COLUMNS, (seq, kind, analyst, when, query, event_text, view,
-                                         payload), strict=True))
-            if not hmac.compare_digest(row_hash(prev_hash, fields, self._key), digest):
-                raise LedgerTampered(seq, "its content does not match its hash", self.path)
-            try:
-                event = ev.from_json(event_text)
-                view_d = json.loads(view)
-                payload_d = json.loads(payload)
-            except ValueError as exc:  # hash matched, so this is a format problem, not tampering
-                raise LedgerError(f"ledger row {seq} cannot be decoded: {exc}") from None
-            if seq == 1 and kind != "genesis":
-                raise LedgerTampered(1, "the first row is not the project's genesis row",
-                                     self.path)
-            out.append(Entry(seq, kind, analyst, when, query, event, view_d, payload_d,
-                             prev_hash, digest))
-            prev = digest
-            expected += 1
-        if start_seq == 1 and not out:
-            raise LedgerTampered(1, "the ledger is empty (the genesis row is missing)", self.path)
-        return out
 
     def _sync(self) -> None:
         """Append rows written since the last read (by any process), verifying the chain."""
@@ -352,7 +307,8 @@ class Ledger:
             "FROM ledger WHERE seq > ? ORDER BY seq", (last_seq,)
         ).fetchall()
         if rows:
-            new = self._verify_rows(rows, start_seq=last_seq + 1, prev=prev)
+            new = verify_rows(rows, start_seq=last_seq + 1, prev=prev, key=self._key,
+                              path=self.path)
             self._entries.extend(new)
             self._index(new)
             if self._config is None:
@@ -361,23 +317,7 @@ class Ledger:
             raise LedgerTampered(1, "the ledger is empty (the genesis row is missing)", self.path)
 
     def _load_config(self) -> None:
-        genesis = self._entries[0]
-        budget = genesis.payload.get("budget", {})
-        if genesis.payload.get("format") != FORMAT:
-            raise LedgerError(
-                f"ledger {self.path} has format {genesis.payload.get('format')!r}; this dpkit "
-                f"reads format {FORMAT}"
-            )
-        orders = budget.get("orders")
-        self._config = LedgerConfig(
-            epsilon=float(budget["epsilon"]),
-            delta=float(budget["delta"]),
-            accountant=str(budget["accountant"]),
-            project_id=str(genesis.payload.get("project_id", "")),
-            neighboring=str(budget.get("neighboring", "add_remove")),
-            orders=tuple(float(a) for a in orders) if orders is not None else None,
-            noise_seed=_recorded_seed(genesis.payload.get("noise")),
-        )
+        self._config = config_from_genesis(self._entries[0].payload, self.path)
 
     # ------------------------------------------------------------------ budgets
 
@@ -652,88 +592,3 @@ def _charge_analyst(budget: Any, event: ev.Event, share: float | None, analyst: 
             accountant=exc.accountant, event=event,
             detail=f"analyst {analyst!r} has a budget of epsilon {budget.epsilon:g}",
         ) from None
-
-
-def _recorded_seed(noise: Any) -> int | None:
-    if isinstance(noise, dict) and noise.get("source") == "seeded":
-        return int(noise["seed"])
-    return None
-
-
-def _refuse_old_format(conn: sqlite3.Connection, path: Path) -> None:
-    row = conn.execute("SELECT payload FROM ledger WHERE seq = 1").fetchone()
-    if row is None:
-        return  # empty: reported as tampering by the verification
-    try:
-        fmt = json.loads(row[0]).get("format")
-    except (ValueError, AttributeError):
-        return  # undecodable: the verification reports it
-    if fmt == 1:
-        raise LedgerError(
-            f"ledger {path} has the unkeyed format 1 (plain SHA-256 chain: anyone who can write "
-            f"the file could rewrite it undetected). Migrate it once, as the owner: `dpkit "
-            f"migrate {path.parent}` (Python: dpkit.engine.ledger.migrate({str(path)!r})); the "
-            f"old file is kept as {path.stem}.v1{path.suffix}"
-        )
-
-
-def migrate(path: Path | str) -> Path:
-    """Rewrite a format-1 (unkeyed) ledger as a keyed one; returns the old file's new name.
-
-    The old chain is verified first (a broken one is refused); every row keeps its seq, time,
-    analyst, query, event and payload, and is chained anew under a fresh owner key. The genesis
-    row records the old head, so the old file (kept as ``<stem>.v1<suffix>``) can be matched
-    to it. History written before the migration is only as trustworthy as the unkeyed chain was.
-    """
-    path = Path(path)
-    old_conn = sqlite3.connect(str(path))
-    try:
-        rows = old_conn.execute(
-            "SELECT seq, kind, analyst, time, query, event, view, payload, prev_hash, hash "
-            "FROM ledger ORDER BY seq").fetchall()
-        old_conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        old_conn.close()
-    if not rows or json.loads(rows[0][7]).get("format") != 1:
-        raise LedgerError(f"{path} is not a format-1 ledger; nothing to migrate")
-    prev = GENESIS_PREV
-    for r in rows:
-        fields = dict(zip(COLUMNS, r[:8], strict=True))
-        if r[8] != prev or row_hash(prev, fields) != r[9]:
-            raise LedgerTampered(int(r[0]), "the unkeyed chain does not verify; refusing to "
-                                 "migrate (and so to bless) a modified history", path)
-        prev = r[9]
-    new_path = path.with_name(f".{path.stem}.migrating{path.suffix}")
-    with contextlib.suppress(FileNotFoundError):
-        new_path.unlink()
-    # a key left by an interrupted migration is reused (nothing was signed with it yet)
-    key = read_key(key_path(path)) if key_path(path).exists() else new_key(key_path(path))
-    conn = Ledger._connect(new_path)
-    conn.executescript(SCHEMA)
-    led = Ledger(new_path, conn, key)
-    with led._write() as cur:
-        for r in rows:
-            payload = json.loads(r[7])
-            if r[0] == 1:
-                payload = {**payload, "format": FORMAT, "migrated_from": {"seq": len(rows),
-                                                                          "hash": prev}}
-            fields = dict(zip(COLUMNS, (*r[:7], canonical_json(payload)), strict=True))
-            row_prev = led._entries[-1].hash if led._entries else GENESIS_PREV
-            digest = row_hash(row_prev, fields, key)
-            cur.execute("INSERT INTO ledger (seq, kind, analyst, time, query, event, view, "
-                        "payload, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (*[fields[c] for c in COLUMNS], row_prev, digest))
-            led._entries.append(Entry(int(r[0]), r[1], r[2], r[3], r[4], ev.from_json(r[5]),
-                                      json.loads(r[6]), payload, row_prev, digest))
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-    # the head was written for the temporary name: move it with the ledger
-    kept = path.with_name(f"{path.stem}.v1{path.suffix}")
-    for leftover in (path, new_path):
-        for suffix in ("-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                Path(str(leftover) + suffix).unlink()
-    os.replace(path, kept)
-    os.replace(new_path, path)
-    os.replace(head_path(new_path), head_path(path))
-    return kept

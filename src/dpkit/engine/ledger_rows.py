@@ -13,7 +13,9 @@ import hmac
 import json
 import math
 import os
+import sqlite3
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,9 +25,9 @@ from dpkit import events as ev
 from dpkit import noise as _noise
 
 __all__ = ["ACCOUNTANTS", "COLUMNS", "FORMAT", "GENESIS_PREV", "SCHEMA", "Entry", "HeadFile",
-           "LedgerConfig",
-           "LedgerError", "LedgerTampered", "Spend", "canonical_json", "finite", "head_path",
-           "key_path", "new_key", "now_iso", "read_key", "row_hash"]
+           "LedgerConfig", "LedgerError", "LedgerTampered", "Spend", "canonical_json",
+           "config_from_genesis", "connect", "finite", "head_path", "key_path", "match_head",
+           "new_key", "now_iso", "read_key", "row_hash", "verify_rows"]
 
 
 FORMAT = 2  # 1: plain SHA-256 chain (refused; see migrate); 2: HMAC-SHA256 under the owner key
@@ -272,3 +274,88 @@ class HeadFile:
         with contextlib.suppress(OSError):
             st = os.stat(self.path)
             self._written = ((st.st_ino, st.st_mtime_ns, st.st_size), seq)
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A connection to the ledger file: WAL, ``synchronous=FULL`` (a commit survives a power
+    cut), autocommit so every write is an explicit ``BEGIN IMMEDIATE`` transaction."""
+    conn = sqlite3.connect(str(path), timeout=120.0, isolation_level=None,
+                           check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA busy_timeout=120000")
+    return conn
+
+
+def verify_rows(rows: Sequence[tuple[Any, ...]], *, start_seq: int, prev: str, key: bytes,
+                path: Path) -> list[Entry]:
+    """Rows read from the file as entries, each checked against its keyed hash and the chain
+    (``start_seq``, ``prev``: where the rows must continue it); :class:`LedgerTampered` at the
+    first one that does not fit."""
+    out: list[Entry] = []
+    expected = start_seq
+    for row in rows:
+        seq, kind, analyst, when, query, event_text, view, payload, prev_hash, digest = row
+        if seq != expected:
+            raise LedgerTampered(
+                expected, f"row {expected} is missing (next row found is {seq})", path
+            )
+        if prev_hash != prev:
+            raise LedgerTampered(seq, "its prev_hash does not match the previous row's hash",
+                                 path)
+        fields = dict(zip(COLUMNS, (seq, kind, analyst, when, query, event_text, view,
+                                     payload), strict=True))
+        if not hmac.compare_digest(row_hash(prev_hash, fields, key), digest):
+            raise LedgerTampered(seq, "its content does not match its hash", path)
+        try:
+            event = ev.from_json(event_text)
+            view_d = json.loads(view)
+            payload_d = json.loads(payload)
+        except ValueError as exc:  # hash matched, so this is a format problem, not tampering
+            raise LedgerError(f"ledger row {seq} cannot be decoded: {exc}") from None
+        if seq == 1 and kind != "genesis":
+            raise LedgerTampered(1, "the first row is not the project's genesis row",
+                                 path)
+        out.append(Entry(seq, kind, analyst, when, query, event, view_d, payload_d,
+                         prev_hash, digest))
+        prev = digest
+        expected += 1
+    if start_seq == 1 and not out:
+        raise LedgerTampered(1, "the ledger is empty (the genesis row is missing)", path)
+    return out
+
+
+def match_head(entries: Sequence[Entry], head: tuple[int, str], what: str, path: Path) -> None:
+    """Refuse ``entries`` unless the row at ``head``'s seq carries its hash (``what`` names
+    where the head came from)."""
+    seq, digest = head
+    n = len(entries)
+    if seq > n:
+        raise LedgerTampered(
+            n + 1, f"rows after {n} are missing ({what} is at row {seq}): the ledger was "
+            f"truncated", path)
+    if seq < 1 or not hmac.compare_digest(entries[seq - 1].hash, digest):
+        raise LedgerTampered(seq, f"its hash differs from {what}", path)
+
+
+def config_from_genesis(payload: dict[str, Any], path: Path) -> LedgerConfig:
+    """The project's budget parameters as the genesis row records them."""
+    budget = payload.get("budget", {})
+    if payload.get("format") != FORMAT:
+        raise LedgerError(
+            f"ledger {path} has format {payload.get('format')!r}; this dpkit reads format "
+            f"{FORMAT}"
+        )
+    orders = budget.get("orders")
+    noise = payload.get("noise")
+    seed = int(noise["seed"]) if isinstance(noise, dict) and noise.get("source") == "seeded" \
+        else None
+    return LedgerConfig(
+        epsilon=float(budget["epsilon"]),
+        delta=float(budget["delta"]),
+        accountant=str(budget["accountant"]),
+        project_id=str(payload.get("project_id", "")),
+        neighboring=str(budget.get("neighboring", "add_remove")),
+        orders=tuple(float(a) for a in orders) if orders is not None else None,
+        noise_seed=seed,
+    )

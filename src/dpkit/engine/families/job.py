@@ -245,7 +245,8 @@ def table_meta(ctx: Context, table: Any) -> TableMeta:
     return meta
 
 
-def _where(ctx: Context, meta: TableMeta, where: str | None, alias: str | None) -> str | None:
+def validated_where(ctx: Context, meta: TableMeta, where: str | None,
+                    alias: str | None) -> str | None:
     """Validate ``where`` with the curator's own SQL front end; DuckDB text over the alias
     ``"__t"``, or None."""
     if where is None:
@@ -270,7 +271,7 @@ def new_job(ctx: Context, kind: str, meta: TableMeta, axes: list[Axis], ask: Ask
     except (TypeError, ValueError) as exc:
         raise QueryError(str(exc)) from None
     privacy = resolve_privacy(ctx.ledger, target)
-    where = _where(ctx, meta, ask.where, where_alias)
+    where = validated_where(ctx, meta, ask.where, where_alias)
     text = ask.query if ask.query is not None else default_query + (
         f" WHERE {ask.where}" if ask.where is not None else "")
     return Job(kind=kind, meta=meta, axes=axes, where_sql=where, query=text, privacy=privacy,

@@ -31,11 +31,13 @@ R = TypeVar("R")
 Finish = Callable[[Context, Job, np.ndarray, Entry, float], R]
 
 
+_ADVICE = "Use epsilon= (Laplace noise), or a project with an 'approx' or 'zcdp' accountant"
+
+
 def _accountant_errors(ctx: Context, job: Job, *, check_only: bool) -> Any:
     return quote(ctx.ledger, job.event, analyst=ctx.analyst,
                  delta_share=job.privacy.delta_share, what="release", check_only=check_only,
-                 advice="Use epsilon= (Laplace noise), or a project with an 'approx' or 'zcdp' "
-                        "accountant")
+                 advice=_ADVICE)
 
 
 def check_cost(ctx: Context, job: Job) -> None:
@@ -53,9 +55,9 @@ def cost_epsilon(ctx: Context, job: Job) -> float:
 
 
 def run(ctx: Context, job: Job, finish: Finish[R]) -> R:
-    """Check, dry-run, charge, read, finish: the job's answer, charged once to the ledger."""
+    """Dry-run, charge, read, finish: the job's answer, charged once to the ledger (the budget
+    check and the durable record are one transaction in :func:`charged_read`)."""
     with ctx.lock:
-        check_cost(ctx, job)  # early refusal, nothing read
         histogram.dry_run(ctx, job)
         seed = int(_noise.uniform_int(2**63 - 1, 1, source=ctx.source)[0])
         text = histogram.statement(ctx.backend, job, table_relation(job.meta),
@@ -72,4 +74,4 @@ def run(ctx: Context, job: Job, finish: Finish[R]) -> R:
 
         return charged_read(ctx.ledger, job.event, analyst=ctx.analyst, query=job.query,
                             delta_share=job.privacy.delta_share, details=jsonable(details),
-                            read=read, finish=done, what="release")
+                            read=read, finish=done, what="release", advice=_ADVICE)

@@ -83,7 +83,6 @@ from dpkit.engine.plan.compile import (
     bounding_ctes,
     can_fill_keys,
     compile_sql,
-    fill_declared_keys,
     literal_sql,
 )
 from dpkit.engine.plan.fixed import (
@@ -129,7 +128,7 @@ __all__ = [
     "SELECTION_WEIGHT", "TOP_K_WEIGHT", "AggPlan", "CompiledSQL", "KeyProduct", "Measure",
     "Plan", "PlanError", "Planning", "SqlState", "bounding_ctes", "build_plan", "can_fill_keys",
     "check_delta", "check_epsilon", "clamp_sql", "compile_sql", "dgauss_upper_tail",
-    "fill_declared_keys", "fixed_column_name", "fixed_column_sql", "gaussian_selection_delta",
+    "fixed_column_name", "fixed_column_sql", "gaussian_selection_delta",
     "gaussian_threshold", "literal_sql", "measure_weights", "ordinal", "quantile_candidates",
     "round_half_away", "row_exponent", "shift_round", "top_k_request", "top_k_utility",
     "unit_rows_column_name",

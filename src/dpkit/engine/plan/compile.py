@@ -11,7 +11,7 @@ values it computes never reach an analyst without noise.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -391,7 +391,8 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
     ``fill_keys`` (public keys that are all declared domains; see :func:`can_fill_keys`): the
     statement returns only the groups present in the data, and ``keys_text`` the declared keys
     in output order; the caller fills every key (absent groups as NULL measurements, as the
-    LEFT JOIN gives them) with :func:`fill_declared_keys`. Same exact aggregates, one join less.
+    LEFT JOIN gives them) with :func:`dpkit.engine.read.fill_declared_keys`. Same exact
+    aggregates, one join less.
     """
     st = SqlState(plan=plan, relations=relations, seed=seed, fixed_columns=fixed_columns,
                   key_rel=key_relations(plan, key_tables), fill_keys=fill_keys)
@@ -444,24 +445,6 @@ def can_fill_keys(plan: Plan, collated: frozenset[str] | set[str] = frozenset())
             and all(k.type.upper() in FILL_TYPES for k in plan.spec.group_by)
             and not any(k.source == dsql.PRIVATE_ALIAS and k.column in collated
                         for k in plan.spec.group_by))
-
-
-def fill_declared_keys(keys: Sequence[tuple[Any, ...]], rows: Iterable[tuple[Any, ...]],
-                       n_measures: int) -> tuple[list[tuple[Any, ...]], list[list[Any]]]:
-    """Every declared key (in ``keys``' order) with its group's measurements from ``rows``
-    (``(*key, *measurements)`` per group present in the data); absent keys get NULL (None)
-    measurements, groups outside the keys are dropped: what ``keys LEFT JOIN groups`` gives."""
-    ng = len(keys[0]) if keys else 0
-    found: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-    for r in rows:
-        found[tuple(r[:ng])] = r
-    empty = (None,) * (ng + n_measures)
-    cols: list[list[Any]] = [[] for _ in range(n_measures)]
-    for key in keys:
-        r = found.get(key, empty)
-        for j in range(n_measures):
-            cols[j].append(r[ng + j])
-    return list(keys), cols
 
 
 def key_relations(plan: Plan, key_tables: Mapping[str, str] | None) -> dict[int, str]:

@@ -1,0 +1,127 @@
+"""``dpkit fit``: train a dpkit.learn model on a private table through the curator.
+
+``fit`` is a plain function taking a rich Console (tests call it directly); ``fit_command`` is
+its click wrapper. The model is built by name (``--model logistic``) from :mod:`dpkit.learn`
+with ``--param name=value`` for its other parameters; the curator encodes the features from the
+declarations, bounds each privacy unit's rows, charges the ledger once and trains.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dpkit.cli.options import make_console
+
+__all__ = ["MODELS", "commands", "fit", "model_from_name"]
+
+#: ``--model`` names -> the dpkit.learn estimator they build
+MODELS: dict[str, str] = {
+    "logistic": "LogisticRegression",
+    "linear": "LinearRegression",
+    "naive-bayes": "GaussianNB",
+    "mlp": "MLPClassifier",
+}
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text  # a bare word: a string parameter
+
+
+def model_from_name(name: str, params: tuple[str, ...] | list[str] = ()) -> Any:
+    """A dpkit.learn estimator by its ``--model`` name, with ``name=value`` parameters (values
+    read as JSON: ``epochs=5``, ``hidden_layer_sizes=[256]``)."""
+    if name not in MODELS:
+        raise ValueError(f"--model must be one of {', '.join(MODELS)} (got {name!r})")
+    kwargs: dict[str, Any] = {}
+    for item in params:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--param takes name=value, e.g. epochs=5 (got {item!r})")
+        kwargs[key.strip()] = _value(raw.strip())
+    learn = importlib.import_module("dpkit.learn")
+    cls = getattr(learn, MODELS[name])
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"{MODELS[name]}: {exc}") from None
+
+
+def _fitted_attributes(model: Any) -> dict[str, Any]:
+    """The learned arrays (scikit-learn's trailing-underscore convention), JSON-ready."""
+    import numpy as np
+
+    out: dict[str, Any] = {}
+    for key, value in vars(model).items():
+        if key.endswith("_") and not key.startswith("_"):
+            if isinstance(value, np.ndarray):
+                out[key] = value.tolist()
+            elif isinstance(value, (int, float, str, bool)):
+                out[key] = value
+    return out
+
+
+def fit(project: str | Path, sql: str, *, label: str, model: str = "logistic",
+        epsilon: float | None = None, delta: float | None = None,
+        params: tuple[str, ...] | list[str] = (), token: str | None = None,
+        output: str | Path | None = None, console: Any = None) -> Any:
+    """Train ``model`` on the rows ``sql`` selects, charged once; print what it cost and,
+    with ``output`` (a .json file), write the encoding and the learned parameters."""
+    from dpkit.engine.curator import Curator
+
+    con = make_console(console)
+    if epsilon is None:
+        raise ValueError("give --epsilon: the budget training spends")
+    if output is not None and Path(output).suffix.lower() != ".json":
+        raise ValueError(f"--output writes the model as JSON: name it *.json (got {output})")
+    estimator = model_from_name(model, params)
+    with Curator.open(project, token=token) as cur:
+        trained = cur.fit(estimator, sql, label=label, epsilon=epsilon, delta=delta)
+        enc = trained.encoding
+        con.print(f"trained {type(estimator).__name__} on {enc.table!r}: "
+                  f"{len(enc.features)} features, label {enc.label!r}"
+                  + (f" ({len(enc.classes)} classes)" if enc.classes is not None else ""))
+        con.print(f"charged epsilon {trained.epsilon:.4g} (ledger entry #{trained.ledger_seq}); "
+                  f"remaining {cur.budget().remaining:.4g}")
+        if output is not None:
+            doc = {"model": type(estimator).__name__, "table": enc.table, "label": enc.label,
+                   "classes": list(enc.classes) if enc.classes is not None else None,
+                   "features": [{"name": f.name, "column": f.column, "key": f.key,
+                                 "low": f.low, "high": f.high} for f in enc.features],
+                   "epsilon": trained.epsilon, "ledger_seq": trained.ledger_seq,
+                   "learned": _fitted_attributes(estimator)}
+            Path(output).write_text(json.dumps(doc, indent=1, default=str))
+            con.print(f"wrote {output}")
+        return trained
+
+
+@click.command("fit")
+@click.argument("project", type=click.Path(path_type=Path))
+@click.argument("sql")
+@click.option("--label", required=True, help="The column to predict (declared classes or bounds).")
+@click.option("--model", "model_name", default="logistic", show_default=True,
+              type=click.Choice(list(MODELS)), help="The dpkit.learn estimator to train.")
+@click.option("--epsilon", type=float, default=None, help="Budget training spends.")
+@click.option("--delta", type=float, default=None, help="The model's delta, where it uses one.")
+@click.option("--param", "params", multiple=True,
+              help="Another model parameter, name=value (repeatable), e.g. --param epochs=5.")
+@click.option("--token", default=None,
+              help="Act as the analyst this token names (default: $DPKIT_TOKEN).")
+@click.option("--output", type=click.Path(path_type=Path), default=None,
+              help="Write the encoding and learned parameters to this .json file.")
+def fit_command(project: Path, sql: str, label: str, model_name: str, epsilon: float | None,
+                delta: float | None, params: tuple[str, ...], token: str | None,
+                output: Path | None) -> None:
+    """Train a private model on a table's rows (spends budget once)."""
+    fit(project, sql, label=label, model=model_name, epsilon=epsilon, delta=delta,
+        params=params, token=token, output=output)
+
+
+commands: tuple[click.Command, ...] = (fit_command,)

@@ -1,0 +1,341 @@
+"""Training a model on a private table: ``cur.fit(model, "SELECT ... FROM t", label=...)``.
+
+**What it protects.** The fitted model is post-processing of one run of the estimator's own
+mechanism on the table's rows, after the curator's contribution bounding: the estimator's
+guarantee (its event, charged to the ledger once, before any row is read) for add/remove of one
+**privacy unit** of the table. At record level a unit is one row. At user level a unit keeps at
+most ``max_rows_per_unit`` rows (chosen by a keyed hash, as for every query) and the estimator
+receives the unit of each row (``units=``), so that it bounds what the unit's rows contribute
+*together* (a gradient method clips the sum of a unit's per-row gradients, a sufficient-
+statistics method scales its sensitivity by the rows a unit may hold).
+
+**Public encoding.** The features come from the declarations only: a numeric column with
+declared bounds ``[lo, hi]`` becomes ``(x - mid) / half`` clamped to ``[-1, 1]`` (NULL and NaN as
+0, the middle); a column with a declared domain becomes one indicator per key (a value outside
+the domain: all zeros). The label is a column with a declared domain (classification: the
+classes, in the declared order; rows with another label are dropped, a per-row filter) or with
+declared bounds (regression: clamped). No statistic of the data is read to encode it (no
+standardisation by the data's mean, no category list from the rows), so the encoding, and every
+error, depend on the query and the declarations alone.
+
+**The estimator's side** (duck-typed, so the engine does not import ``dpkit.learn``): it has
+``set_params`` (scikit-learn style), ``privacy_event(n_features, contributions)`` (the event its
+``fit`` realises on features in ``[-1, 1]^n_features`` when one unit holds up to
+``contributions`` rows; from public parameters only) and ``fit(X, y, units=None)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import sqlglot
+from sqlglot import exp
+
+from dpkit import events as ev
+from dpkit import noise as _noise
+from dpkit.engine import plan as dplan
+from dpkit.engine.backend_duckdb import dry_run_errors, table_relation
+from dpkit.engine.charge import charged_read
+from dpkit.engine.families.job import Context, jsonable, table_meta, validated_where
+from dpkit.engine.ledger import Entry
+from dpkit.engine.spec import PRIVATE_ALIAS, QueryError
+from dpkit.engine.tables import TableMeta, quote_ident, type_class
+
+__all__ = ["Encoding", "Feature", "TableModel", "fit", "plan_encoding"]
+
+_NUMERIC = ("int", "float", "decimal")
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One model input: a clamped numeric column or one key's indicator of a domain column."""
+
+    name: str
+    column: str
+    key: Any = None  # the domain key this indicator stands for; None: a numeric column
+    low: float = 0.0
+    high: float = 1.0
+
+    def sql(self, ref: str, type_: str) -> str:
+        """Total DuckDB text over column reference ``ref`` (never raises on a row)."""
+        if self.key is not None:
+            return f"(CASE WHEN {ref} = {dplan.literal_sql(self.key, type_)} THEN 1.0 ELSE 0.0 END)"
+        mid, half = _mid_half(self.low, self.high)
+        x = f"TRY_CAST({ref} AS DOUBLE)"
+        # NULL and NaN go to the middle; both must be tested first: DuckDB's LEAST/GREATEST
+        # skip a NULL argument (LEAST(NULL, 1) = 1) and order NaN above every number
+        return (f"(CASE WHEN {x} IS NULL OR isnan({x}) THEN 0.0 ELSE "
+                f"GREATEST(LEAST(({x} - {mid!r}) / {half!r}, 1.0), -1.0) END)")
+
+    def encode(self, values: np.ndarray) -> np.ndarray:
+        """The same map in numpy, for new (public or held-out) rows."""
+        if self.key is not None:
+            return np.array([1.0 if v == self.key else 0.0 for v in values.tolist()])
+        mid, half = _mid_half(self.low, self.high)
+        x = np.asarray(values, dtype=np.float64)
+        out = np.clip((x - mid) / half, -1.0, 1.0)
+        return np.where(np.isnan(out), 0.0, out)
+
+
+def _mid_half(low: float, high: float) -> tuple[float, float]:
+    half = (high - low) / 2.0
+    return (low + high) / 2.0, half if half > 0 else 1.0
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """The public map from a table's columns to model inputs and the label."""
+
+    table: str
+    features: tuple[Feature, ...]
+    label: str
+    classes: tuple[Any, ...] | None  # classification: the declared label domain, in order
+    label_bounds: tuple[float, float] | None  # regression: the declared label bounds
+
+    @property
+    def feature_names(self) -> list[str]:
+        return [f.name for f in self.features]
+
+    def transform(self, data: Any) -> np.ndarray:
+        """Features of new rows (a mapping of column -> values, e.g. a pandas DataFrame)."""
+        cols = {f.column for f in self.features}
+        missing = [c for c in sorted(cols) if c not in data]
+        if missing:
+            raise ValueError(f"the rows lack the model's columns {missing}")
+        arrays = {c: np.asarray(data[c], dtype=object) for c in cols}
+        return np.column_stack([f.encode(arrays[f.column]) for f in self.features])
+
+    def labels(self, values: Any) -> np.ndarray:
+        """Labels of new rows in the model's terms (class index, or the clamped value)."""
+        vals = np.asarray(values, dtype=object)
+        if self.classes is not None:
+            index = {k: i for i, k in enumerate(self.classes)}
+            return np.array([index.get(v, -1) for v in vals.tolist()], dtype=np.int64)
+        assert self.label_bounds is not None
+        lo, hi = self.label_bounds
+        return np.clip(vals.astype(np.float64), lo, hi)
+
+
+@dataclass
+class TableModel:
+    """A model trained on a private table through the curator, and what it cost.
+
+    ``model``: the fitted estimator; ``encoding``: the public feature map (apply it to new
+    rows with :meth:`predict` / :meth:`score`); ``epsilon``: the cost charged (ledger entry
+    ``ledger_seq``). Post-processing of one private release: any use costs nothing more.
+    """
+
+    model: Any
+    encoding: Encoding
+    epsilon: float
+    ledger_seq: int
+    event: ev.Event
+    notes: list[str] = field(default_factory=list)
+
+    def predict(self, data: Any) -> np.ndarray:
+        """Predictions for new rows, as labels (the declared classes) or values."""
+        pred = np.asarray(self.model.predict(self.encoding.transform(data)))
+        if self.encoding.classes is not None:
+            classes = np.asarray(self.encoding.classes, dtype=object)
+            return classes[pred.astype(np.int64)]
+        return pred
+
+    def score(self, data: Any, labels: Any) -> float:
+        """Accuracy (classification) or R² (regression) on new rows."""
+        return float(self.model.score(self.encoding.transform(data),
+                                      self.encoding.labels(labels)))
+
+    def __repr__(self) -> str:
+        return (f"TableModel({type(self.model).__name__} on {self.encoding.table!r}, "
+                f"{len(self.encoding.features)} features, epsilon={self.epsilon:.4g}, "
+                f"ledger #{self.ledger_seq})")
+
+
+def _column(meta: TableMeta, name: str) -> Any:
+    try:
+        return meta.column(name)
+    except ValueError as exc:
+        raise QueryError(str(exc)) from None
+
+
+def _select_columns(query: str, ctx: Context) -> tuple[TableMeta, list[str], str | None]:
+    """The table, the selected columns and the WHERE text of ``SELECT cols FROM t [WHERE c]``."""
+    if not isinstance(query, str) or not query.strip():
+        raise QueryError('fit needs a query, e.g. "SELECT age, ward FROM visits"')
+    try:
+        stmt = sqlglot.parse_one(query, read="duckdb")
+    except sqlglot.errors.ParseError as exc:
+        raise QueryError(f"cannot parse the query: {str(exc).splitlines()[0]}") from None
+    if not isinstance(stmt, exp.Select):
+        raise QueryError("fit reads one SELECT of columns: SELECT a, b FROM t [WHERE ...]")
+    extra = [k for k in ("joins", "group", "having", "order", "limit", "offset", "with",
+                         "distinct", "qualify") if stmt.args.get(k)]
+    frm = stmt.args.get("from_") or stmt.args.get("from")  # the key sqlglot 27+ uses
+    if extra or frm is None or not isinstance(frm.this, exp.Table):
+        raise QueryError("fit reads one SELECT of plain columns from one private table: "
+                         f"SELECT a, b FROM t [WHERE ...] (this one has {extra or 'no table'})")
+    meta = table_meta(ctx, frm.this.name)
+    alias = frm.this.alias or None
+    names: list[str] = []
+    for e in stmt.expressions:
+        if isinstance(e, exp.Star):
+            names.extend(c.name for c in meta.columns if not c.name.startswith("__"))
+        elif isinstance(e, exp.Column) and not isinstance(e.this, exp.Star):
+            names.append(_column(meta, e.name).name)
+        else:
+            raise QueryError(f"fit selects plain columns; {e.sql()!r} is not one (derive "
+                             f"features in the model's pipeline, or declare the column)")
+    where = stmt.args.get("where")
+    where_text = where.this.sql(dialect="duckdb") if where is not None else None
+    return meta, names, validated_where(ctx, meta, where_text, alias)
+
+
+def _features(meta: TableMeta, column: str) -> list[Feature]:
+    col = _column(meta, column)
+    if col.name in meta.domains:
+        return [Feature(f"{col.name}={k}", col.name, key=k) for k in meta.domains[col.name]]
+    bounds = meta.bounds_for(col.name)
+    if bounds is not None and type_class(col.type) in _NUMERIC:
+        return [Feature(col.name, col.name, low=float(bounds[0]), high=float(bounds[1]))]
+    raise QueryError(
+        f"column {col.name!r} has no declared bounds or domain, so it has no public encoding: "
+        f"declare bounds (numbers) or a domain (categories) for it with add_table, or leave "
+        f"it out of the SELECT")
+
+
+def plan_encoding(meta: TableMeta, columns: Sequence[str], label: str) -> Encoding:
+    """The public encoding of ``columns`` (features) and ``label`` (see the module docstring)."""
+    lab = _column(meta, label).name
+    used = {_column(meta, c).name for c in columns} | {lab}
+    if meta.privacy_unit is not None and str(meta.privacy_unit) in used:
+        raise QueryError(f"the privacy unit {meta.privacy_unit!r} cannot be a feature or the "
+                         f"label (it identifies people; leave it out of the SELECT)")
+    feats = [f for c in columns if _column(meta, c).name != lab for f in _features(meta, c)]
+    if not feats:
+        raise QueryError("select at least one feature column besides the label")
+    if lab in meta.domains:
+        classes = tuple(meta.domains[lab])
+        if len(classes) < 2:
+            raise QueryError(f"label {lab!r} needs at least two declared classes")
+        return Encoding(meta.name, tuple(feats), lab, classes, None)
+    bounds = meta.bounds_for(lab)
+    if bounds is None or type_class(_column(meta, lab).type) not in _NUMERIC:
+        raise QueryError(f"label {lab!r} needs a declared domain (its classes) or bounds "
+                         f"(a number to predict)")
+    return Encoding(meta.name, tuple(feats), lab, None, (float(bounds[0]), float(bounds[1])))
+
+
+def _label_sql(enc: Encoding, ref: str, type_: str) -> str:
+    if enc.classes is not None:
+        whens = " ".join(f"WHEN {ref} = {dplan.literal_sql(k, type_)} THEN {i}"
+                         for i, k in enumerate(enc.classes))
+        return f"(CASE {whens} ELSE NULL END)"
+    assert enc.label_bounds is not None
+    lo, hi = enc.label_bounds
+    x = f"TRY_CAST({ref} AS DOUBLE)"
+    return (f"(CASE WHEN {x} IS NULL OR isnan({x}) THEN NULL "
+            f"ELSE GREATEST(LEAST({x}, {hi!r}), {lo!r}) END)")
+
+
+def statement(meta: TableMeta, enc: Encoding, where: str | None, relation: str, *,
+              seed: int) -> str:
+    """The one statement reading the bounded, encoded rows (``__u``, ``__f<i>``, ``__y``)."""
+    t = quote_ident(PRIVATE_ALIAS)
+
+    def ref(c: str) -> str:
+        return f"{t}.{quote_ident(c)}"
+
+    proj = [f"{f.sql(ref(f.column), _column(meta, f.column).type)} AS __f{i}"
+            for i, f in enumerate(enc.features)]
+    proj.append(f"{_label_sql(enc, ref(enc.label), _column(meta, enc.label).type)} AS __y")
+    if not meta.record_level:
+        proj.insert(0, f"{ref(str(meta.privacy_unit))} AS __u")
+    conds = [c for c in (where,) if c]
+    inner = (f"SELECT {', '.join(proj)} FROM {relation} AS {t}"
+             + (f" WHERE {' AND '.join(conds)}" if conds else ""))
+    cols = [f"__f{i}" for i in range(len(enc.features))] + ["__y"]
+    ctes = [f"__src0 AS ({inner})", "__src AS (SELECT * FROM __src0 WHERE __y IS NOT NULL)"]
+    current = "__src"
+    if not meta.record_level:
+        bound, current = dplan.bounding_ctes(current, ["__u", *cols], [],
+                                             m=int(meta.max_rows_per_unit),
+                                             seed_lit=f"CAST({seed} AS UBIGINT)")
+        ctes.extend(bound)
+        cols = ["__u", *cols]
+    return f"WITH {', '.join(ctes)} SELECT {', '.join(cols)} FROM {current}"
+
+
+def _configure(model: Any, epsilon: float | None, delta: float | None) -> None:
+    for method in ("set_params", "privacy_event", "fit"):
+        if not callable(getattr(model, method, None)):
+            raise QueryError(
+                f"{type(model).__name__} cannot be trained through the curator: it needs "
+                f"{method}() (use a dpkit.learn estimator)")
+    params = {k: v for k, v in (("epsilon", epsilon), ("delta", delta)) if v is not None}
+    if params:
+        try:
+            model.set_params(**params)
+        except (TypeError, ValueError) as exc:
+            raise QueryError(f"cannot set {sorted(params)} on the model: {exc}") from None
+
+
+def _event(model: Any, enc: Encoding, meta: TableMeta) -> ev.Event:
+    contributions = 1 if meta.record_level else int(meta.max_rows_per_unit)
+    try:
+        event = model.privacy_event(len(enc.features), contributions)
+    except (TypeError, ValueError) as exc:
+        raise QueryError(f"the model refused its privacy parameters: {exc}") from None
+    if not isinstance(event, ev.Event):
+        raise QueryError(f"{type(model).__name__}.privacy_event() must return a dpkit event")
+    return event
+
+
+def fit(ctx: Context, model: Any, query: str, *, label: str, epsilon: float | None = None,
+        delta: float | None = None) -> TableModel:
+    """Train ``model`` on the rows ``query`` selects, charged once (see the module docstring)."""
+    meta, columns, where = _select_columns(query, ctx)
+    enc = plan_encoding(meta, columns, label)
+    _configure(model, epsilon, delta)
+    event = _event(model, enc, meta)
+    shadow = ctx.backend.shadow(table_relation(meta))
+    with ctx.lock:
+        with dry_run_errors("fit"):
+            ctx.backend.dry_run(statement(meta, enc, where, shadow, seed=0))
+        seed = int(_noise.uniform_int(2**63 - 1, 1, source=ctx.source)[0])
+        text = statement(meta, enc, where, table_relation(meta), seed=seed)
+        nf = len(enc.features)
+
+        def read() -> dict[str, np.ndarray]:
+            return ctx.backend.run_numpy(text)
+
+        def done(cols: dict[str, np.ndarray], entry: Entry) -> TableModel:
+            x = (np.column_stack([np.asarray(cols[f"__f{i}"], dtype=np.float64)
+                                  for i in range(nf)]) if len(cols["__y"]) else
+                 np.zeros((0, nf)))
+            y = np.asarray(cols["__y"])
+            y = y.astype(np.int64) if enc.classes is not None else y.astype(np.float64)
+            units = None if meta.record_level else np.asarray(cols["__u"])
+            model.fit(x, y, units=units)
+            return TableModel(model, enc, float(entry.view["epsilon_cost"]), entry.seq, event)
+
+        details = jsonable({"kind": "fit", "model": type(model).__name__, "table": meta.name,
+                            "features": enc.feature_names, "label": enc.label,
+                            "contributions": 1 if meta.record_level else
+                            int(meta.max_rows_per_unit)})
+        return charged_read(ctx.ledger, event, analyst=ctx.analyst, query=query,
+                            delta_share=_delta_share(ctx, model, event), details=details, read=read,
+                            finish=done, what="fit")
+
+
+def _delta_share(ctx: Context, model: Any, event: ev.Event) -> float | None:
+    """The δ an 'approx' ledger books for an event with Gaussian steps: the model's own δ
+    (a tenth of the project's when the model has none)."""
+    if ctx.ledger.config.accountant != "approx":
+        return None
+    if not any(isinstance(e, (ev.Gaussian, ev.DiscreteGaussian)) for e in event.leaves()):
+        return None
+    delta = getattr(model, "delta", None)
+    return float(delta) if delta else ctx.ledger.config.delta / 10.0

@@ -1,0 +1,123 @@
+"""Everything before the charge: one compiled statement per query, dry-run on no row.
+
+:meth:`Preparer.prepare` does everything that may fail without depending on a row, before the
+ledger is charged: the public look-ups (declared keys, a record-level join's key uniqueness), the
+compiled statement, and its dry run over empty tables of the same schema (DuckDB binds, casts
+constants and type-checks there, on no row). What it returns (:class:`dpkit.engine.read.Prepared`)
+is read after the charge by :func:`dpkit.engine.read.read_exact`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from dpkit import noise as _noise
+from dpkit.engine import plan as dplan
+from dpkit.engine.backend_duckdb import (
+    DuckBackend,
+    columnar_type,
+    dry_run_errors,
+    key_table_relation,
+    table_relation,
+)
+from dpkit.engine.read import Prepared
+from dpkit.engine.spec import QueryError
+from dpkit.engine.tables import quote_ident
+
+__all__ = ["Preparer"]
+
+_FEW_GROUPS = 256  # results with at most this many public keys are read as tuples, not Arrow
+
+
+class Preparer:
+    """Prepares a plan's statement against one backend (see the module docstring)."""
+
+    def __init__(self, backend: DuckBackend, source: _noise.Source | None) -> None:
+        self._backend = backend
+        self._source = source
+        # plans whose statements passed their dry run, with the tables version they ran at (a
+        # plan object is cached per public input, so its identity stands for its statement;
+        # the plan is kept so that its id cannot be reused)
+        self._dry_ok: dict[int, tuple[dplan.Plan, int]] = {}
+        self._keys_cache: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
+
+    def prepare(self, plan: dplan.Plan, tables_version: int) -> Prepared:
+        """Everything before the charge (spends nothing; errors depend on public things only).
+
+        ``tables_version`` keys the cache of declared keys (the ledger seq of the last table
+        registration)."""
+        relations = {name: table_relation(meta) for name, meta in plan.catalog.items()}
+        if plan.table.record_level:
+            self._check_join_keys(plan, relations)
+        # a copied private table carries hidden columns and key tables from its load
+        copied = plan.table.storage == "copy" and not plan.table.public
+        fixed = self._backend.fixed_columns(plan.table.stored_name) if copied else frozenset()
+        # declared domains stored as hidden key tables at load (copied private tables): read
+        # the keys from them instead of inlining every key in the statement
+        key_rel: dict[str, str] = {}
+        if plan.table.key_tables and copied:
+            have = self._backend.key_tables()
+            key_rel = {col: key_table_relation(t) for col, t in plan.table.key_tables.items()
+                       if t in have}
+        # a few declared keys: DuckDB returns the groups present and Python fills in the
+        # missing keys (the LEFT JOIN with the keys costs ~1 ms at any data size)
+        collated = self._backend.collated_columns(plan.table.stored_name) if copied else frozenset()
+        fill = dplan.can_fill_keys(plan, collated)
+
+        def compile_with(rels: Mapping[str, str], keys: Mapping[str, str], seed: int,
+                         fill_keys: bool) -> dplan.CompiledSQL:
+            return dplan.compile_sql(plan, relations=dict(rels), seed=seed, fixed_columns=fixed,
+                                     key_tables=keys, fill_keys=fill_keys)
+
+        ran = self._dry_ok.get(id(plan))
+        if ran is None or ran[0] is not plan or ran[1] != tables_version:
+            used = {plan.table.name, *(j.table for j in plan.spec.joins)}
+            shadow_rel = {n: self._backend.shadow(r) for n, r in relations.items()
+                          if n in used or (plan.catalog[n].public and plan.group_mode == "public")}
+            shadow_keys = {c: self._backend.shadow(r) for c, r in key_rel.items()}
+            for variant in ((True, False) if fill else (False,)):
+                with dry_run_errors("query"):
+                    self._backend.dry_run(compile_with(shadow_rel, shadow_keys, 0, variant).text)
+            if len(self._dry_ok) >= 256:
+                self._dry_ok.clear()
+            self._dry_ok[id(plan)] = (plan, tables_version)
+        seed = int(_noise.uniform_int(2**63 - 1, 1, source=self._source)[0])
+        compiled = compile_with(relations, key_rel, seed, fill)
+        declared = None
+        fallback: Callable[[], dplan.CompiledSQL] | None = None
+        if compiled.keys_text is not None:
+            declared = self._declared_keys(compiled.keys_text, tables_version)
+
+            def fallback() -> dplan.CompiledSQL:  # the join form, compiled only when needed
+                return compile_with(relations, key_rel, seed, False)
+        # Arrow pays off with many groups; for a few, one fetchall of tuples is ~1 ms faster
+        few = not plan.spec.group_by or (plan.keys is not None and len(plan.keys) <= _FEW_GROUPS)
+        columnar = not few and all(columnar_type(k.type) for k in plan.spec.group_by)
+        return Prepared(plan, compiled, fallback, declared, columnar)
+
+    def _declared_keys(self, keys_text: str, version: int) -> list[tuple[Any, ...]]:
+        """The declared keys a statement's key CTEs give, in DuckDB's order and types (public;
+        cached until a table is registered again)."""
+        keys = self._keys_cache.get((keys_text, version))
+        if keys is None:
+            keys = [tuple(r) for r in self._backend.query_public(keys_text)]
+            if len(self._keys_cache) >= 64:
+                self._keys_cache.clear()
+            self._keys_cache[(keys_text, version)] = keys
+        return keys
+
+    def _check_join_keys(self, plan: dplan.Plan, relations: dict[str, str]) -> None:
+        """Record-level tables: a public join must match each private row at most once."""
+        for j in plan.spec.joins:
+            cols = ", ".join(quote_ident(b) for _, b in j.on)
+            rows = self._backend.query_public(
+                f"SELECT COUNT(*) FROM (SELECT {cols} FROM {relations[j.table]} GROUP BY {cols} "
+                f"HAVING COUNT(*) > 1)"
+            )
+            if rows[0][0]:
+                raise QueryError(
+                    f"public table {j.table!r} has repeated join keys ({cols}); a row of the "
+                    f"record-level table {plan.table.name!r} would be counted several times. "
+                    f"Make the keys unique, or declare a privacy unit"
+                )
