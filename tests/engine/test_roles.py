@@ -211,7 +211,8 @@ def test_cli_analyst_tour(tmp_path: Path) -> None:
     csv = tmp_path / "t.csv"
     pd.DataFrame(ROWS).to_csv(csv, index=False)
     assert run(main, ["init", proj, "--epsilon", "3"]).exit_code == 0
-    assert run(main, ["add-table", proj, "t", str(csv), "--privacy-unit", "pid"]).exit_code == 0
+    assert run(main, ["add-table", proj, "t", str(csv), "--privacy-unit", "pid",
+                          "--max-rows-per-unit", "1"]).exit_code == 0
     out = run(main, ["analyst", "add", proj, "ann", "--epsilon", "1"])
     assert out.exit_code == 0, out.output
     found = re.findall(r"dpkit_[0-9a-f]{64}", out.output)
