@@ -145,6 +145,12 @@ def preview_of(plan: dplan.Plan, query: str, *, cost: float, remaining: float) -
             + (f"({n_keys} candidate groups)" if n_keys else
                "(for 1000 candidate groups; grows like ln K)")
         )
+    if plan.diag_measures:
+        what = ", ".join(m.label.removeprefix("diagnostics: ") for m in plan.diag_measures)
+        notes.append(
+            f"{100 * dplan.DIAGNOSTICS_SHARE:g}% of the budget measures what bounding changes "
+            f"({what}; the answer warns above 5%); diagnostics=False / --no-diagnostics "
+            f"gives it to the outputs")
     return Preview(query=query, epsilon=plan.epsilon, cost=cost, remaining=remaining,
                    delta=plan.delta, level=level, split=plan.split(),
                    outputs=expected_errors(plan), event=plan.event, notes=notes,
