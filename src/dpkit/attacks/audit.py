@@ -147,6 +147,36 @@ class _Tests:
         self.direction: list[int] = []  # 0: D0 vs D1 (P0 lower / P1 upper); 1: reversed
         self.label: list[str] = []
 
+    def add(self, kind: str, threshold: float, members: np.ndarray | None,
+            direction: int) -> None:
+        self.kind.append(kind)
+        self.threshold.append(threshold)
+        self.members.append(members)
+        self.direction.append(direction)
+
+
+@dataclass(frozen=True)
+class _Codes:
+    """The distinct outputs of the selection part, each coded by its index in ``values``;
+    an output never seen there gets -1 (it is in no set test)."""
+
+    values: np.ndarray
+    numeric: bool
+    discrete: bool  # few enough distinct values for set tests (always, for non-numeric ones)
+    index: dict[Any, int]  # non-numeric output -> code (numeric ones are found by bisection)
+
+    def of(self, x: np.ndarray) -> np.ndarray:
+        if self.numeric:
+            pos = np.searchsorted(self.values, x)
+            pos = np.minimum(pos, self.values.size - 1)
+            return np.where(self.values[pos] == x, pos, -1)
+        return np.fromiter((self.index.get(v, -1) for v in x.tolist()), dtype=np.int64,
+                           count=x.size)
+
+    def histogram(self, x: np.ndarray) -> np.ndarray:
+        """How often each value occurs in ``x``."""
+        return np.bincount(self.of(x) + 1, minlength=self.values.size + 1)[1:]
+
 
 def _describe(kind: str, t: float, members: np.ndarray | None, values: Sequence[Any]) -> str:
     if kind == "ge":
@@ -201,110 +231,110 @@ def empirical_epsilon(
         raise ValueError("max_tests must be >= 1 and max_thresholds >= 2")
     delta = float(delta)
     alpha = 1.0 - float(confidence)
+    # ---- 1. split: the selection part picks the tests, the held-out part certifies them
     m0 = max(1, int(a.size * selection_fraction))
     m1 = max(1, int(b.size * selection_fraction))
     if a.size - m0 < 1 or b.size - m1 < 1:
         raise ValueError("samples too small to split into selection and certification parts")
     sel = (a[:m0], b[:m1])
     cert = (a[m0:], b[m1:])
-    n_cert = (cert[0].size, cert[1].size)
     numeric = _numeric(a, b)
-
-    # ---- discrete codes from the selection part
     pooled = np.concatenate(sel) if numeric else np.concatenate([sel[0], sel[1]]).astype(object)
+    codes = _encode(pooled, numeric, max_thresholds)
+    # ---- 2. candidate tests, 3. selection, 4. certification
+    tests = _candidates(codes, sel, pooled, max_thresholds)
+    chosen, predicted = _select(tests, _frequencies(tests, codes, sel), (m0, m1),
+                                alpha / (2.0 * max_tests), delta, max_tests)
+    return _certify(tests, codes, cert, chosen, alpha=alpha, delta=delta,
+                    confidence=float(confidence),
+                    details={"candidates": len(tests.kind), "selection_sizes": (m0, m1)},
+                    predicted=predicted)
+
+
+def _encode(pooled: np.ndarray, numeric: bool, max_thresholds: int) -> _Codes:
+    """Codes for the distinct outputs of the selection part (non-numeric ones in order of
+    first appearance); numeric outputs are discrete when at most ``max_thresholds`` differ."""
     if numeric:
         values = np.unique(pooled)
-        discrete = values.size <= max_thresholds
-    else:
-        values_list: list[Any] = []
-        index: dict[Any, int] = {}
-        for v in pooled.tolist():
-            if v not in index:
-                index[v] = len(values_list)
-                values_list.append(v)
-        values = np.empty(len(values_list), dtype=object)
-        values[:] = values_list
-        discrete = True
+        return _Codes(values, True, values.size <= max_thresholds, {})
+    values_list: list[Any] = []
+    index: dict[Any, int] = {}
+    for v in pooled.tolist():
+        if v not in index:
+            index[v] = len(values_list)
+            values_list.append(v)
+    values = np.empty(len(values_list), dtype=object)
+    values[:] = values_list
+    return _Codes(values, False, True, index)
 
-    def codes(x: np.ndarray) -> np.ndarray:
-        if numeric:
-            pos = np.searchsorted(values, x)
-            pos = np.minimum(pos, values.size - 1)
-            return np.where(values[pos] == x, pos, -1)
-        return np.fromiter((index.get(v, -1) for v in x.tolist()), dtype=np.int64, count=x.size)
 
+def _candidates(codes: _Codes, sel: tuple[np.ndarray, np.ndarray], pooled: np.ndarray,
+                max_thresholds: int) -> _Tests:
+    """Step 2, from the selection part only: thresholds (numeric outputs), singletons and
+    likelihood-ratio-ordered prefixes (discrete outputs), each in both directions."""
     tests = _Tests()
-    # thresholds
-    if numeric:
+    values = codes.values
+    if codes.numeric:
         thresholds = values if values.size <= max_thresholds else np.unique(
             np.quantile(pooled.astype(np.float64), np.linspace(0, 1, max_thresholds))
         )
         for kind in ("ge", "le"):
             for d in (0, 1):
                 for t in thresholds.tolist():
-                    tests.kind.append(kind)
-                    tests.threshold.append(t)
-                    tests.members.append(None)
-                    tests.direction.append(d)
-    # discrete sets
-    if discrete:
-        c0 = np.bincount(codes(sel[0]) + 1, minlength=values.size + 1)[1:]
-        c1 = np.bincount(codes(sel[1]) + 1, minlength=values.size + 1)[1:]
-        f0 = (c0 + 0.5) / (m0 + 1.0)
-        f1 = (c1 + 0.5) / (m1 + 1.0)
+                    tests.add(kind, t, None, d)
+    if codes.discrete:
+        f0 = (codes.histogram(sel[0]) + 0.5) / (sel[0].size + 1.0)
+        f1 = (codes.histogram(sel[1]) + 0.5) / (sel[1].size + 1.0)
         for d in (0, 1):
             ratio = f0 / f1 if d == 0 else f1 / f0
             order = np.argsort(-ratio, kind="stable")
             for i in range(values.size):
-                tests.kind.append("in")
-                tests.threshold.append(math.nan)
-                tests.members.append(np.array([i]))
-                tests.direction.append(d)
+                tests.add("in", math.nan, np.array([i]), d)
             for j in range(2, values.size):
-                tests.kind.append("in")
-                tests.threshold.append(math.nan)
-                tests.members.append(np.sort(order[:j]))
-                tests.direction.append(d)
-
+                tests.add("in", math.nan, np.sort(order[:j]), d)
     if not tests.kind:
         raise ValueError("no candidate tests could be formed from the samples")
+    return tests
 
-    def frequencies(parts: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """Counts of every candidate set in parts[0] and parts[1]."""
-        out = []
-        for x in parts:
-            cnt = np.zeros(len(tests.kind), dtype=np.float64)
-            kinds = np.array(tests.kind)
-            if numeric:
-                xs = np.sort(x)
-                thr = np.array(tests.threshold, dtype=np.float64)
-                for kind in ("ge", "le"):
-                    idx = np.flatnonzero(kinds == kind)
-                    if idx.size:
-                        cnt[idx] = _counts_threshold(xs, kind, thr[idx])
-            idx = np.flatnonzero(kinds == "in")
-            if idx.size:
-                per_value = np.bincount(codes(x) + 1, minlength=values.size + 1)[1:]
-                for i in idx.tolist():
-                    members = tests.members[i]
-                    assert members is not None
-                    cnt[i] = per_value[members].sum()
-            out.append(cnt)
-        return out[0], out[1]
 
-    # ---- selection: the bound each candidate certifies *on the selection part* (same
-    # Clopper-Pearson level as the certification will use). Using the selection counts
-    # themselves, not frequencies scaled up to the certification size, penalises sets with few
-    # selection draws, whose ratios are mostly noise.
-    s0, s1 = frequencies(sel)
+def _frequencies(tests: _Tests, codes: _Codes,
+                 parts: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Counts of every candidate set in parts[0] and parts[1]."""
+    out = []
+    kinds = np.array(tests.kind)
+    for x in parts:
+        cnt = np.zeros(len(tests.kind), dtype=np.float64)
+        if codes.numeric:
+            xs = np.sort(x)
+            thr = np.array(tests.threshold, dtype=np.float64)
+            for kind in ("ge", "le"):
+                idx = np.flatnonzero(kinds == kind)
+                if idx.size:
+                    cnt[idx] = _counts_threshold(xs, kind, thr[idx])
+        idx = np.flatnonzero(kinds == "in")
+        if idx.size:
+            per_value = codes.histogram(x)
+            for i in idx.tolist():
+                members = tests.members[i]
+                assert members is not None
+                cnt[i] = per_value[members].sum()
+        out.append(cnt)
+    return out[0], out[1]
+
+
+def _select(tests: _Tests, counts: tuple[np.ndarray, np.ndarray], sizes: tuple[int, int],
+            alpha_each: float, delta: float, max_tests: int) -> tuple[list[int], np.ndarray]:
+    """Step 3: the best ``max_tests`` distinct candidates (their indices) and every candidate's
+    predicted bound. A candidate's score is the bound it certifies *on the selection part*
+    (``counts``, of sizes ``sizes``) at the certification's Clopper-Pearson level: using the
+    selection counts themselves, not frequencies scaled up to the certification size,
+    penalises sets with few selection draws, whose ratios are mostly noise."""
+    (s0, s1), (m0, m1) = counts, sizes
     direction = np.array(tests.direction)
-    k_num_sel = np.where(direction == 0, s0, s1)
-    k_den_sel = np.where(direction == 0, s1, s0)
-    n_num_sel = np.where(direction == 0, m0, m1)
-    n_den_sel = np.where(direction == 0, m1, m0)
-    alpha_each = alpha / (2.0 * max_tests)
-    low_pred = clopper_pearson(k_num_sel, n_num_sel, alpha_each)[0]
-    up_pred = clopper_pearson(k_den_sel, n_den_sel, alpha_each)[1]
+    low_pred = clopper_pearson(np.where(direction == 0, s0, s1),
+                               np.where(direction == 0, m0, m1), alpha_each)[0]
+    up_pred = clopper_pearson(np.where(direction == 0, s1, s0),
+                              np.where(direction == 0, m1, m0), alpha_each)[1]
     predicted = _bound(low_pred, up_pred, delta)
     order = np.argsort(-predicted, kind="stable")
     chosen: list[int] = []
@@ -323,51 +353,52 @@ def empirical_epsilon(
         chosen.append(i)
         if len(chosen) == max_tests:
             break
-    T = len(chosen)
+    return chosen, predicted
 
-    # ---- certification on the held-out part
-    k0, k1 = frequencies(cert)
+
+def _certify(tests: _Tests, codes: _Codes, cert: tuple[np.ndarray, np.ndarray],
+             chosen: list[int], *, alpha: float, delta: float, confidence: float,
+             details: dict[str, Any], predicted: np.ndarray) -> AuditResult:
+    """Step 4: every chosen test's bound on the held-out part, Bonferroni-corrected over the
+    ``2T`` Clopper-Pearson bounds; the best one is the result."""
+    n_cert = (cert[0].size, cert[1].size)
+    k0, k1 = _frequencies(tests, codes, cert)
     idx = np.array(chosen)
-    dirs = direction[idx]
+    dirs = np.array(tests.direction)[idx]
     k_num = np.where(dirs == 0, k0[idx], k1[idx])
     k_den = np.where(dirs == 0, k1[idx], k0[idx])
     n_num_c = np.where(dirs == 0, n_cert[0], n_cert[1])
     n_den_c = np.where(dirs == 0, n_cert[1], n_cert[0])
-    alpha_cert = alpha / (2.0 * T)
+    alpha_cert = alpha / (2.0 * len(chosen))
     lows = clopper_pearson(k_num, n_num_c, alpha_cert)[0]
     ups = clopper_pearson(k_den, n_den_c, alpha_cert)[1]
     bounds = _bound(lows, ups, delta)
     j = int(np.argmax(bounds))
     i = int(idx[j])
-    lb, lo, up = float(bounds[j]), float(lows[j]), float(ups[j])
-    p_hat_num, p_hat_den = k_num[j] / n_num_c[j], k_den[j] / n_den_c[j]
-    if p_hat_num <= delta:
-        est = -math.inf
-    elif p_hat_den == 0:
-        est = math.inf
-    else:
-        est = math.log(p_hat_num - delta) - math.log(p_hat_den)
-    cnts = (int(k_num[j]), int(k_den[j]))
     d = tests.direction[i]
-    what = _describe(tests.kind[i], tests.threshold[i], tests.members[i], list(values))
-    label = f"P0({what}) vs P1" if d == 0 else f"P1({what}) vs P0"
+    what = _describe(tests.kind[i], tests.threshold[i], tests.members[i], list(codes.values))
     return AuditResult(
-        epsilon_lower=max(0.0, lb),
-        best_test=label,
-        epsilon_estimate=est,
-        p_lower=lo,
-        p_upper=up,
-        counts=cnts,
+        epsilon_lower=max(0.0, float(bounds[j])),
+        best_test=f"P0({what}) vs P1" if d == 0 else f"P1({what}) vs P0",
+        epsilon_estimate=_estimate(k_num[j] / n_num_c[j], k_den[j] / n_den_c[j], delta),
+        p_lower=float(lows[j]),
+        p_upper=float(ups[j]),
+        counts=(int(k_num[j]), int(k_den[j])),
         sizes=(n_cert[0], n_cert[1]) if d == 0 else (n_cert[1], n_cert[0]),
-        tests=T,
-        confidence=float(confidence),
+        tests=len(chosen),
+        confidence=confidence,
         delta=delta,
-        details={
-            "candidates": len(tests.kind),
-            "selection_sizes": (m0, m1),
-            "predicted_bound": float(predicted[i]),
-        },
+        details={**details, "predicted_bound": float(predicted[i])},
     )
+
+
+def _estimate(p_hat_num: float, p_hat_den: float, delta: float) -> float:
+    """The point estimate ``ln((p_num - delta) / p_den)`` (information only, not a bound)."""
+    if p_hat_num <= delta:
+        return -math.inf
+    if p_hat_den == 0:
+        return math.inf
+    return math.log(p_hat_num - delta) - math.log(p_hat_den)
 
 
 def audit(

@@ -19,7 +19,13 @@ from typing import Any
 
 import duckdb
 
-from dpkit.engine.duckdb_sources import source_sql, store_domain, string_literal
+from dpkit.engine.duckdb_sources import (
+    check_complete,
+    loaded_columns,
+    source_sql,
+    store_domain,
+    string_literal,
+)
 from dpkit.engine.spec import QueryError
 from dpkit.engine.tables import FIXED_PREFIX, Column, TableMeta, quote_ident
 
@@ -138,19 +144,11 @@ def load_table(
     long statements run (copying the rows, computing the hidden columns), with DuckDB's own
     estimate of how far each is. Returns (columns, storage, relation).
     """
-    try:
-        con = duckdb.connect(str(db_path))
-    except duckdb.IOException as exc:
-        raise RuntimeError(
-            f"cannot open {db_path} for writing: {str(exc).splitlines()[0]}. Another process "
-            f"(an open Curator) is reading it; close it and retry"
-        ) from None
+    con = _open_for_load(db_path)
     try:
         _settings(con)
-        if progress is not None:  # DuckDB tracks a statement's progress only with this on
-            con.execute("SET enable_progress_bar=true")
-            con.execute("SET enable_progress_bar_print=false")
-            con.execute("SET progress_bar_time=0")
+        if progress is not None:
+            _track_progress(con)
         rel_sql, kind, cleanup = source_sql(con, source, source_table)
         try:
             schema = _SCHEMAS["public" if public else "private"]
@@ -162,41 +160,19 @@ def load_table(
                 )
             con.execute("BEGIN TRANSACTION")
             try:
-                con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-                for other in _SCHEMAS.values():
-                    if other != schema:
-                        con.execute(f"CREATE SCHEMA IF NOT EXISTS {other}")
-                        if physical is None:
-                            con.execute(f"DROP TABLE IF EXISTS {other}.{quote_ident(name)}")
-                            con.execute(f"DROP VIEW IF EXISTS {other}.{quote_ident(name)}")
-                con.execute(f"DROP TABLE IF EXISTS {target}")
-                con.execute(f"DROP VIEW IF EXISTS {target}")
+                _clear_target(con, schema, name, target, in_place=physical is None)
                 if copy:
                     _run_tracked(con, f"CREATE TABLE {target} AS SELECT * FROM {rel_sql}",
                                  "copying rows", progress)
-                    _drop_collations(con, target)
+                    _drop_collations(con, target)  # not in a helper: warns at stacklevel=4
                 else:
                     con.execute(f"CREATE VIEW {target} AS SELECT * FROM {rel_sql}")
-                desc = con.execute(f"DESCRIBE SELECT * FROM {target}").fetchall()
-                columns = [Column(str(r[0]), str(r[1])) for r in desc]
-                for c in columns:
-                    if c.name.lower().startswith(FIXED_PREFIX):
-                        raise ValueError(
-                            f"column {c.name!r} starts with {FIXED_PREFIX!r}, reserved for the "
-                            f"curator's hidden columns; rename it"
-                        )
-                count_row = con.execute(f"SELECT COUNT(*) FROM {target}").fetchone()
-                assert count_row is not None  # an aggregate without GROUP BY: always one row
-                rows = int(count_row[0])
-                validate(columns, rows)
+                columns = loaded_columns(con, target)
+                validate(columns, _row_count(con, target))
                 if not_null is not None:
-                    _check_complete(con, target, columns, not_null())
-                extra = list(fixed()) if fixed is not None and copy else []
-                if extra:
-                    cols_sql = ", ".join(f"{expr} AS {quote_ident(n)}" for n, expr in extra)
-                    _run_tracked(con, f"CREATE OR REPLACE TABLE {target} AS SELECT *, "
-                                      f"{cols_sql} FROM {target}",
-                                 "clamped values and unit totals", progress)
+                    check_complete(con, target, columns, not_null())
+                if fixed is not None and copy:
+                    _add_hidden_columns(con, target, list(fixed()), progress)
                 _replace_key_tables(con, name, columns, list(domains()) if domains else [],
                                     store=copy and not public, table=target,
                                     drop_old=physical is None)
@@ -213,6 +189,58 @@ def load_table(
     finally:
         con.close()
     return columns, ("copy" if copy else "view"), relation_name(physical or name, public)
+
+
+def _open_for_load(db_path: Path) -> duckdb.DuckDBPyConnection:
+    """The project's rows, opened read-write (refused while another process has them open)."""
+    try:
+        return duckdb.connect(str(db_path))
+    except duckdb.IOException as exc:
+        raise RuntimeError(
+            f"cannot open {db_path} for writing: {str(exc).splitlines()[0]}. Another process "
+            f"(an open Curator) is reading it; close it and retry"
+        ) from None
+
+
+def _track_progress(con: duckdb.DuckDBPyConnection) -> None:
+    """DuckDB tracks a statement's progress only with its progress bar on (printing nothing)."""
+    con.execute("SET enable_progress_bar=true")
+    con.execute("SET enable_progress_bar_print=false")
+    con.execute("SET progress_bar_time=0")
+
+
+def _clear_target(con: duckdb.DuckDBPyConnection, schema: str, name: str, target: str, *,
+                  in_place: bool) -> None:
+    """Make both schemas and free ``target``; ``in_place`` (no fresh physical name): also drop
+    ``name`` from the other schema (a table that changes between public and private)."""
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+    for other in _SCHEMAS.values():
+        if other != schema:
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {other}")
+            if in_place:
+                con.execute(f"DROP TABLE IF EXISTS {other}.{quote_ident(name)}")
+                con.execute(f"DROP VIEW IF EXISTS {other}.{quote_ident(name)}")
+    con.execute(f"DROP TABLE IF EXISTS {target}")
+    con.execute(f"DROP VIEW IF EXISTS {target}")
+
+
+def _row_count(con: duckdb.DuckDBPyConnection, target: str) -> int:
+    count_row = con.execute(f"SELECT COUNT(*) FROM {target}").fetchone()
+    assert count_row is not None  # an aggregate without GROUP BY: always one row
+    return int(count_row[0])
+
+
+def _add_hidden_columns(con: duckdb.DuckDBPyConnection, target: str,
+                        extra: Sequence[tuple[str, str]],
+                        progress: Callable[[str, float], None] | None) -> None:
+    """Materialise the hidden columns ``(name, SQL expression)`` (clamped fixed-point values,
+    unit totals) once, in the load's transaction, instead of in every query."""
+    if not extra:
+        return
+    cols_sql = ", ".join(f"{expr} AS {quote_ident(n)}" for n, expr in extra)
+    _run_tracked(con, f"CREATE OR REPLACE TABLE {target} AS SELECT *, "
+                      f"{cols_sql} FROM {target}",
+                 "clamped values and unit totals", progress)
 
 
 def drop_orphans(db_path: Path, keep: Collection[tuple[bool, str]],
@@ -335,27 +363,6 @@ def _run_tracked(con: duckdb.DuckDBPyConnection, sql: str, step: str,
     if failure:
         raise failure[0]
     progress(step, 1.0)
-
-
-def _check_complete(con: duckdb.DuckDBPyConnection, target: str, columns: Sequence[Column],
-                    names: Sequence[str]) -> None:
-    """Refuse the load when a column declared complete (``not_null``) holds NULL or NaN (the
-    data owner's check: the message goes to the owner, who sees the data anyway)."""
-    types = {c.name: c for c in columns}
-    for name in names:
-        col = quote_ident(name)
-        missing = f"{col} IS NULL"
-        if types[name].cls == "float":
-            missing += f" OR isnan({col})"
-        count_row = con.execute(f"SELECT COUNT(*) FROM {target} WHERE {missing}").fetchone()
-        assert count_row is not None  # an aggregate without GROUP BY: always one row
-        n = int(count_row[0])
-        if n:
-            raise ValueError(
-                f"column {name!r} is declared not_null, but {n} row(s) hold NULL"
-                + (" or NaN" if types[name].cls == "float" else "")
-                + "; drop it from not_null, or fill or drop those rows in the source"
-            )
 
 
 def _replace_key_tables(con: duckdb.DuckDBPyConnection, name: str, columns: Sequence[Column],

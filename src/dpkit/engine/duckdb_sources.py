@@ -4,7 +4,9 @@
 path, a pandas or polars frame, a pyarrow table, a dict of numpy columns, a DuckDB relation)
 into a relation DuckDB can read, refusing column names equal but for case; :func:`store_domain`
 casts a declared domain to its column's type and checks it (keys that cannot be read as the
-type, or that coincide in it, are refused). Both run only while a table is loaded.
+type, or that coincide in it, are refused); :func:`loaded_columns` reads the loaded
+relation's columns (refusing names reserved for hidden columns) and :func:`check_complete`
+refuses a NULL in a column declared complete. All run only while a table is loaded.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from typing import Any
 
 import duckdb
 
-from dpkit.engine.tables import quote_ident
+from dpkit.engine.tables import FIXED_PREFIX, Column, quote_ident
 
-__all__ = ["KEY_COLUMN", "check_case_distinct", "key_parts", "source_sql", "store_domain",
-           "string_literal"]
+__all__ = ["KEY_COLUMN", "check_case_distinct", "check_complete", "key_parts", "loaded_columns",
+           "source_sql", "store_domain", "string_literal"]
 
 KEY_COLUMN = "k"  # the one column of a hidden key table (a declared domain)
 
@@ -133,71 +135,79 @@ def source_sql(con: duckdb.DuckDBPyConnection, source: Any,
                 source_table: str | None) -> tuple[str, str, Callable[[], object]]:
     """SQL for a relation over ``source``, its storage kind hint, and a cleanup callback
     (its return value, e.g. the connection from ``con.execute``, is ignored)."""
-    cleanup: Callable[[], object] = lambda: None  # noqa: E731
     if isinstance(source, (str, Path)):
-        text = str(source)
-        if "::" in text and not Path(text).exists():
-            text, source_table = text.rsplit("::", 1)
-        path = Path(text).expanduser()
-        if not path.exists():
-            raise FileNotFoundError(f"source file {path} does not exist")
-        p = string_literal(str(path.resolve()))
-        suffixes = [s.lower() for s in path.suffixes]
-        if any(s in (".csv", ".tsv", ".txt") for s in suffixes):
-            header = con.execute(f"SELECT * FROM read_csv_auto({p}, header=false, "
-                                 f"all_varchar=true) LIMIT 1").fetchall()
-            check_case_distinct([str(v) for v in header[0]] if header else [])
-            return f"read_csv_auto({p})", "file", cleanup
-        if any(s in (".parquet", ".pq") for s in suffixes):
-            check_case_distinct([str(r[0]) for r in con.execute(
-                f"SELECT name FROM parquet_schema({p}) WHERE num_children IS NULL OR "
-                f"num_children = 0").fetchall()])
-            return f"read_parquet({p})", "file", cleanup
-        if any(s in (".json", ".jsonl", ".ndjson") for s in suffixes):
-            return f"read_json_auto({p})", "file", cleanup
-        if any(s in (".duckdb", ".db", ".ddb") for s in suffixes):
-            con.execute(f"ATTACH {p} AS __dp_src (READ_ONLY)")
-            cleanup = lambda: con.execute("DETACH __dp_src")  # noqa: E731
-            tables = [r[0] for r in con.execute(
-                "SELECT table_name FROM duckdb_tables() WHERE database_name = '__dp_src' "
-                "UNION ALL SELECT view_name FROM duckdb_views() WHERE database_name = '__dp_src' "
-                "AND NOT internal").fetchall()]
-            if source_table is None:
-                if len(tables) != 1:
-                    cleanup()
-                    raise ValueError(
-                        f"{path} holds {len(tables)} tables ({', '.join(tables) or 'none'}); name "
-                        f"one with source_table=... (or 'file.duckdb::table' on the command line)"
-                    )
-                source_table = tables[0]
-            if source_table not in tables:
-                cleanup()
-                raise ValueError(
-                    f"{path} has no table {source_table!r}; it has {', '.join(tables) or 'none'}"
-                )
-            return f"__dp_src.{quote_ident(source_table)}", "database", cleanup
+        return _path_sql(con, str(source), source_table)
+    return _frame_sql(con, source)
+
+
+def _no_cleanup() -> None:
+    return None
+
+
+def _path_sql(con: duckdb.DuckDBPyConnection, text: str,
+              source_table: str | None) -> tuple[str, str, Callable[[], object]]:
+    """A file source: its format told by its name (``file.duckdb::table`` names a table)."""
+    if "::" in text and not Path(text).exists():
+        text, source_table = text.rsplit("::", 1)
+    path = Path(text).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"source file {path} does not exist")
+    p = string_literal(str(path.resolve()))
+    suffixes = [s.lower() for s in path.suffixes]
+    if any(s in (".csv", ".tsv", ".txt") for s in suffixes):
+        header = con.execute(f"SELECT * FROM read_csv_auto({p}, header=false, "
+                             f"all_varchar=true) LIMIT 1").fetchall()
+        check_case_distinct([str(v) for v in header[0]] if header else [])
+        return f"read_csv_auto({p})", "file", _no_cleanup
+    if any(s in (".parquet", ".pq") for s in suffixes):
+        check_case_distinct([str(r[0]) for r in con.execute(
+            f"SELECT name FROM parquet_schema({p}) WHERE num_children IS NULL OR "
+            f"num_children = 0").fetchall()])
+        return f"read_parquet({p})", "file", _no_cleanup
+    if any(s in (".json", ".jsonl", ".ndjson") for s in suffixes):
+        return f"read_json_auto({p})", "file", _no_cleanup
+    if any(s in (".duckdb", ".db", ".ddb") for s in suffixes):
+        return _database_sql(con, path, p, source_table)
+    raise ValueError(
+        f"cannot tell the format of {path} from its name; use .csv, .parquet, .json or a "
+        f".duckdb database"
+    )
+
+
+def _database_sql(con: duckdb.DuckDBPyConnection, path: Path, p: str,
+                  source_table: str | None) -> tuple[str, str, Callable[[], object]]:
+    """One table of a DuckDB database file (``p``: its path as a SQL literal), attached
+    read-only until the cleanup detaches it (also before any refusal here)."""
+    con.execute(f"ATTACH {p} AS __dp_src (READ_ONLY)")
+    cleanup: Callable[[], object] = lambda: con.execute("DETACH __dp_src")  # noqa: E731
+    tables = [r[0] for r in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = '__dp_src' "
+        "UNION ALL SELECT view_name FROM duckdb_views() WHERE database_name = '__dp_src' "
+        "AND NOT internal").fetchall()]
+    if source_table is None:
+        if len(tables) != 1:
+            cleanup()
+            raise ValueError(
+                f"{path} holds {len(tables)} tables ({', '.join(tables) or 'none'}); name "
+                f"one with source_table=... (or 'file.duckdb::table' on the command line)"
+            )
+        source_table = tables[0]
+    if source_table not in tables:
+        cleanup()
         raise ValueError(
-            f"cannot tell the format of {path} from its name; use .csv, .parquet, .json or a "
-            f".duckdb database"
+            f"{path} has no table {source_table!r}; it has {', '.join(tables) or 'none'}"
         )
-    # in-memory frames: dicts of numpy columns, pandas, polars, pyarrow, DuckDB relations
+    return f"__dp_src.{quote_ident(source_table)}", "database", cleanup
+
+
+def _frame_sql(con: duckdb.DuckDBPyConnection,
+               source: Any) -> tuple[str, str, Callable[[], object]]:
+    """An in-memory frame (dict of numpy columns, pandas, polars, pyarrow, a DuckDB
+    relation), registered as ``__dp_frame`` until the cleanup unregisters it."""
     mod = type(source).__module__.split(".")[0]
     obj = source
     if isinstance(source, Mapping):
-        import numpy as np
-
-        obj = {}
-        for k, v in source.items():
-            arr = np.asarray(v)
-            if arr.dtype.kind == "M" and np.datetime_data(arr.dtype)[0] in ("D", "W", "M", "Y"):
-                arr = arr.astype("datetime64[us]")  # DuckDB reads s/ms/us/ns resolutions
-            obj[str(k)] = arr
-        lengths = {len(v) for v in obj.values()}
-        if not obj or len(lengths) != 1:
-            raise ValueError(
-                "a dict source needs columns of equal length (got lengths "
-                f"{sorted(lengths)})"
-            )
+        obj = _dict_columns(source)
     elif mod == "polars":
         obj = source.to_arrow()
     elif isinstance(source, duckdb.DuckDBPyRelation):
@@ -213,8 +223,27 @@ def source_sql(con: duckdb.DuckDBPyConnection, source: Any,
     names = list(found) if found is not None else []
     check_case_distinct([str(n) for n in names])
     con.register("__dp_frame", obj)
-    cleanup = lambda: con.unregister("__dp_frame")  # noqa: E731
+    cleanup: Callable[[], object] = lambda: con.unregister("__dp_frame")  # noqa: E731
     return "__dp_frame", "frame", cleanup
+
+
+def _dict_columns(source: Mapping[Any, Any]) -> dict[str, Any]:
+    """A dict source as numpy columns of one length, dates in a resolution DuckDB reads."""
+    import numpy as np
+
+    obj: dict[str, Any] = {}
+    for k, v in source.items():
+        arr = np.asarray(v)
+        if arr.dtype.kind == "M" and np.datetime_data(arr.dtype)[0] in ("D", "W", "M", "Y"):
+            arr = arr.astype("datetime64[us]")  # DuckDB reads s/ms/us/ns resolutions
+        obj[str(k)] = arr
+    lengths = {len(v) for v in obj.values()}
+    if not obj or len(lengths) != 1:
+        raise ValueError(
+            "a dict source needs columns of equal length (got lengths "
+            f"{sorted(lengths)})"
+        )
+    return obj
 
 
 def check_case_distinct(names: Sequence[str]) -> None:
@@ -229,3 +258,37 @@ def check_case_distinct(names: Sequence[str]) -> None:
                 f"the source has columns {other!r} and {n!r}, which differ only by case; "
                 f"column names are case-insensitive here, so rename one before loading"
             )
+
+
+def check_complete(con: duckdb.DuckDBPyConnection, target: str, columns: Sequence[Column],
+                   names: Sequence[str]) -> None:
+    """Refuse the load when a column declared complete (``not_null``) holds NULL or NaN (the
+    data owner's check: the message goes to the owner, who sees the data anyway)."""
+    types = {c.name: c for c in columns}
+    for name in names:
+        col = quote_ident(name)
+        missing = f"{col} IS NULL"
+        if types[name].cls == "float":
+            missing += f" OR isnan({col})"
+        count_row = con.execute(f"SELECT COUNT(*) FROM {target} WHERE {missing}").fetchone()
+        assert count_row is not None  # an aggregate without GROUP BY: always one row
+        n = int(count_row[0])
+        if n:
+            raise ValueError(
+                f"column {name!r} is declared not_null, but {n} row(s) hold NULL"
+                + (" or NaN" if types[name].cls == "float" else "")
+                + "; drop it from not_null, or fill or drop those rows in the source"
+            )
+
+
+def loaded_columns(con: duckdb.DuckDBPyConnection, target: str) -> list[Column]:
+    """The loaded relation's columns, refusing a name in the hidden columns' namespace."""
+    desc = con.execute(f"DESCRIBE SELECT * FROM {target}").fetchall()
+    columns = [Column(str(r[0]), str(r[1])) for r in desc]
+    for c in columns:
+        if c.name.lower().startswith(FIXED_PREFIX):
+            raise ValueError(
+                f"column {c.name!r} starts with {FIXED_PREFIX!r}, reserved for the "
+                f"curator's hidden columns; rename it"
+            )
+    return columns

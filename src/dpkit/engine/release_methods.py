@@ -122,8 +122,10 @@ class ReleaseMethods:
         (``SELECT a, b, label FROM t [WHERE ...]``), charged to the ledger once before any row is
         read, at the table's privacy unit (user level: a unit's rows are bounded and clipped
         together). Features are encoded from the declarations only (bounds: clamped to
-        [-1, 1]; domains: indicators); ``label`` has declared classes or bounds. ``epsilon=`` /
-        ``delta=`` set the model's own. Returns a :class:`~dpkit.engine.families.fit.TableModel`
+        [-1, 1]; domains: indicators); ``label`` has declared classes or bounds, which become the
+        model's ``classes`` / ``label_bounds`` when it leaves them unset. ``epsilon=`` /
+        ``delta=`` set the model's own (``delta`` defaults to a tenth of the project's, as for a
+        query). Returns a :class:`~dpkit.engine.families.fit.TableModel`
         (``.model``, ``.predict(rows)``, ``.score(rows, labels)``, ``.epsilon``). See
         :mod:`dpkit.engine.families.fit` for the guarantee.
         """

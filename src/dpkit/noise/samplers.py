@@ -36,6 +36,7 @@ __all__ = [
     "discrete_gaussian",
     "discrete_laplace",
     "dlap_effective_scale",
+    "fair_bits",
     "permutation",
     "uniform_float01",
     "uniform_int",
@@ -916,6 +917,15 @@ def _dgauss_setup(sigma2: Rational) -> tuple[int, int, float, float, int, int, f
 
 
 # --------------------------------------------------------------------------- helpers
+def fair_bits(size: Size, *, source: Source | None = None) -> np.ndarray:
+    """Independent fair bits (uint8 0/1), 64 from each draw of the source: the fast way to
+    many coin flips (for experiments' data; noise uses the exact samplers above)."""
+    shape = _shape(size)
+    n = math.prod(shape)
+    words = _source(source).uint64(-(-n // 64))
+    return np.unpackbits(words.view(np.uint8))[:n].reshape(shape)
+
+
 def uniform_float01(size: Size, *, source: Source | None = None) -> np.ndarray:
     """Floats ``k / 2**53`` with ``k`` uniform on [0, 2**53): for shuffling and similar
     non-privacy uses only (never to build noise)."""

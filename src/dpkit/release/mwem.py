@@ -217,66 +217,82 @@ def mwem(
     src = v.resolve_source(v.check_source(source))
     setup = _setup(Q, epsilon=epsilon, rho=rho, rounds=rounds, total=total,
                    total_fraction=total_fraction, contributions=contributions)
-    T, c, kind, budget = setup.rounds, setup.contributions, setup.kind, setup.budget
-    Mq, mult, Qt = setup.Mq, setup.mult, setup.Qt
-    eps_sel, par_m = setup.eps_sel, setup.par_m
     # --- the number of records
     if total is None:
         assert setup.par_n is not None
-        n_hat = max(1.0, float(int(xs.sum()) + _draw(kind, setup.par_n, src)))
+        n_hat = max(1.0, float(int(xs.sum()) + _draw(setup.kind, setup.par_n, src)))
     else:
         n_hat = float(v.check_positive_int(total, "total"))
-    true_int = Mq @ xs  # exact integer answers (scaled by mult)
+    true_int = setup.Mq @ xs  # exact integer answers (scaled by mult)
     p = np.full(n, 1.0 / n)
     avg = np.zeros(n)
     selected: list[int] = []
     measured: list[float] = []
-    for _ in range(T):
-        synth = n_hat * (Qt @ p)
-        synth_grid = np.rint(synth * _SCORE_GRID) / _SCORE_GRID
-        scores = np.abs(synth_grid - true_int / mult)
-        pick = exponential(
-            list(range(Q.shape[0])),
-            scores,
-            sensitivity=float(c * Mq.max()) / mult,
-            epsilon=eps_sel,
-            source=src,
-        )
-        j = int(pick.value)
-        m_j = (int(true_int[j]) + _draw(kind, par_m, src)) / mult
+    for _ in range(setup.rounds):
+        j = _select(setup, p, n_hat, true_int, src)
         selected.append(j)
-        measured.append(m_j)
-        for _ in range(P):
-            for i, mi in zip(selected, measured, strict=True):
-                q = Qt[i]
-                err = mi - n_hat * float(q @ p)
-                logw = np.log(np.maximum(p, 1e-300)) + q * err / (2.0 * n_hat)
-                logw -= logw.max()
-                p = np.exp(logw)
-                p /= p.sum()
+        measured.append(_measure(setup, true_int, j, src))
+        p = _update(setup.Qt, p, n_hat, selected, measured, P)
         avg += p
-    final = avg / T if output == "average" else p
+    final = avg / setup.rounds if output == "average" else p
     hist = n_hat * final
-    event = setup.event
     return Release(
         value=hist,
-        event=event,
+        event=setup.event,
         ci=None,
         level=0.95,
         insecure=src.insecure,
         details={
             "mechanism": "MWEM (Hardt-Ligett-McSherry 2012)",
-            "neighbouring": f"add/remove one unit; x moves by <= {c} in L1",
+            "neighbouring": f"add/remove one unit; x moves by <= {setup.contributions} in L1",
             "selected": selected,
             "measured": measured,
             "total": n_hat,
-            "rounds": T,
+            "rounds": setup.rounds,
             "answers": W.matvec(hist),
-            "selection_epsilon": eps_sel,
-            "measurement_noise": (kind, par_m),
-            "exact_budget": str(Fraction(budget)),
+            "selection_epsilon": setup.eps_sel,
+            "measurement_noise": (setup.kind, setup.par_m),
+            "exact_budget": str(Fraction(setup.budget)),
         },
     )
+
+
+def _select(setup: _Setup, p: np.ndarray, n_hat: float, true_int: np.ndarray,
+            src: Source) -> int:
+    """Step 1: a badly answered query by the exponential mechanism (``Exponential(eps_sel)``).
+    Scores lie on the 2**-20 grid, so one unit moves each by at most ``c * max(Mq) / mult``."""
+    synth = n_hat * (setup.Qt @ p)
+    synth_grid = np.rint(synth * _SCORE_GRID) / _SCORE_GRID
+    scores = np.abs(synth_grid - true_int / setup.mult)
+    pick = exponential(
+        list(range(setup.Mq.shape[0])),
+        scores,
+        sensitivity=float(setup.contributions * setup.Mq.max()) / setup.mult,
+        epsilon=setup.eps_sel,
+        source=src,
+    )
+    return int(pick.value)
+
+
+def _measure(setup: _Setup, true_int: np.ndarray, j: int, src: Source) -> float:
+    """Step 2: query ``j``'s exact integer answer plus discrete Laplace / Gaussian noise, back
+    on the query's scale (the round's measurement event)."""
+    return (int(true_int[j]) + _draw(setup.kind, setup.par_m, src)) / setup.mult
+
+
+def _update(Qt: np.ndarray, p: np.ndarray, n_hat: float, selected: list[int],
+            measured: list[float], passes: int) -> np.ndarray:
+    """Step 3 (post-processing): ``passes`` sweeps of multiplicative weights over every
+    measurement so far, in log space shifted by its maximum (so ``exp`` never overflows)."""
+    for _ in range(passes):
+        for i, mi in zip(selected, measured, strict=True):
+            q = Qt[i]
+            err = mi - n_hat * float(q @ p)
+            logw = np.log(np.maximum(p, 1e-300)) + q * err / (2.0 * n_hat)
+            logw -= logw.max()
+            p = np.exp(logw)
+            p /= p.sum()
+    return p
 
 
 def synthetic_records(histogram: Any, total: int | None = None) -> np.ndarray:

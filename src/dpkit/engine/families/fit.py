@@ -268,13 +268,43 @@ def statement(meta: TableMeta, enc: Encoding, where: str | None, relation: str, 
     return f"WITH {', '.join(ctes)} SELECT {', '.join(cols)} FROM {current}"
 
 
-def _configure(model: Any, epsilon: float | None, delta: float | None) -> None:
+def _params_of(model: Any) -> dict[str, Any]:
+    try:
+        return dict(model.get_params())
+    except (AttributeError, TypeError):
+        return {}
+
+
+def _declared_params(model: Any, enc: Encoding) -> dict[str, Any]:
+    """What the declarations say and the model did not: its classes (the label's declared
+    domain, as the indices the engine passes) or its label bounds."""
+    have = _params_of(model)
+    out: dict[str, Any] = {}
+    if enc.classes is not None and "classes" in have:
+        k = len(enc.classes)
+        given = have["classes"]
+        if given is None:
+            out["classes"] = list(range(k))
+        elif list(given) != list(range(k)):
+            raise QueryError(
+                f"the label {enc.label!r} has {k} declared classes, passed to the model as "
+                f"0..{k - 1}; leave the model's classes unset (got {list(given)!r})")
+    if enc.label_bounds is not None and have.get("label_bounds", 0) is None:
+        out["label_bounds"] = enc.label_bounds
+    return out
+
+
+def _configure(model: Any, enc: Encoding, epsilon: float | None, delta: float | None,
+               project_delta: float) -> None:
     for method in ("set_params", "privacy_event", "fit"):
         if not callable(getattr(model, method, None)):
             raise QueryError(
                 f"{type(model).__name__} cannot be trained through the curator: it needs "
                 f"{method}() (use a dpkit.learn estimator)")
+    if delta is None and project_delta > 0 and "delta" in _params_of(model):
+        delta = project_delta / 10.0  # as for a query: a tenth of the project's delta
     params = {k: v for k, v in (("epsilon", epsilon), ("delta", delta)) if v is not None}
+    params.update(_declared_params(model, enc))
     if params:
         try:
             model.set_params(**params)
@@ -298,7 +328,7 @@ def fit(ctx: Context, model: Any, query: str, *, label: str, epsilon: float | No
     """Train ``model`` on the rows ``query`` selects, charged once (see the module docstring)."""
     meta, columns, where = _select_columns(query, ctx)
     enc = plan_encoding(meta, columns, label)
-    _configure(model, epsilon, delta)
+    _configure(model, enc, epsilon, delta, ctx.ledger.config.delta)
     event = _event(model, enc, meta)
     shadow = ctx.backend.shadow(table_relation(meta))
     with ctx.lock:
@@ -331,11 +361,11 @@ def fit(ctx: Context, model: Any, query: str, *, label: str, epsilon: float | No
 
 
 def _delta_share(ctx: Context, model: Any, event: ev.Event) -> float | None:
-    """The δ an 'approx' ledger books for an event with Gaussian steps: the model's own δ
+    """The δ an 'approx' ledger books for an event with Gaussian or zCDP steps: the model's own δ
     (a tenth of the project's when the model has none)."""
     if ctx.ledger.config.accountant != "approx":
         return None
-    if not any(isinstance(e, (ev.Gaussian, ev.DiscreteGaussian)) for e in event.leaves()):
+    if not any(isinstance(e, (ev.Gaussian, ev.DiscreteGaussian, ev.ZCDP)) for e in event.leaves()):
         return None
     delta = getattr(model, "delta", None)
     return float(delta) if delta else ctx.ledger.config.delta / 10.0

@@ -1,0 +1,44 @@
+"""dpkit.learn: private machine learning on floors F1-F4 (never the curator).
+
+Estimators follow scikit-learn's API (``fit`` / ``predict`` / ``score``, ``get_params``,
+``clone``-able) without importing it; each fitted model carries ``event_`` (a
+:mod:`dpkit.events` Event for the whole fit) and ``epsilon_``. See ``docs/learn.md``.
+
+- :class:`LogisticRegression`, :class:`LinearRegression` (``linear``), :class:`GaussianNB`
+  (``naive_bayes``), :class:`KMeans` (``cluster``)
+- :class:`FiniteClassLearner` and the classes :class:`Thresholds`, :class:`Intervals`,
+  :class:`Conjunctions` (``pac``): private PAC learning by the exponential mechanism
+- :class:`SQLogisticRegression`, :class:`CentralSQOracle` (``sq``): statistical-query learning,
+  central or local (``dpkit.local.LocalSQOracle``)
+"""
+
+from __future__ import annotations
+
+from .cluster import KMeans
+from .linear import LinearRegression, LogisticRegression
+from .naive_bayes import GaussianNB
+from .pac import (
+    Conjunctions,
+    FiniteClassLearner,
+    Intervals,
+    Thresholds,
+    pac_excess_bound,
+    threshold_excess,
+)
+from .sq import CentralSQOracle, LocalVectorSQOracle, SQLogisticRegression
+
+__all__ = [
+    "CentralSQOracle",
+    "Conjunctions",
+    "FiniteClassLearner",
+    "GaussianNB",
+    "Intervals",
+    "KMeans",
+    "LinearRegression",
+    "LocalVectorSQOracle",
+    "LogisticRegression",
+    "SQLogisticRegression",
+    "Thresholds",
+    "pac_excess_bound",
+    "threshold_excess",
+]

@@ -1,0 +1,270 @@
+"""What every dpkit estimator shares: scikit-learn's parameter protocol and the input checks.
+
+scikit-learn is never imported here. ``get_params`` / ``set_params`` read the ``__init__``
+signature as ``sklearn.base.BaseEstimator`` does, so ``clone``, ``Pipeline`` and
+``cross_val_score`` work; ``__init__`` only stores its arguments (``clone`` checks that).
+Every check runs in ``fit`` before any noise is drawn: a refused fit spends nothing.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+
+from dpkit import accounting, noise
+from dpkit.events import Event
+from dpkit.noise import Source
+
+__all__ = [
+    "PrivateEstimator",
+    "check_bounds",
+    "check_classes",
+    "check_count",
+    "check_delta",
+    "check_delta_alone",
+    "check_epsilon",
+    "check_features",
+    "check_labels",
+    "check_non_negative",
+    "check_positive",
+    "clip_rows",
+    "resolve_source",
+]
+
+
+class PrivateEstimator:
+    """Base of the dpkit estimators: the scikit-learn parameter protocol, and the privacy bill.
+
+    After ``fit``: ``event_`` (a :mod:`dpkit.events` Event, the whole fit) and ``epsilon_``
+    (``dpkit.accounting.epsilon(event_, delta)``, at the estimator's ``delta`` or 0).
+    """
+
+    _estimator_type = "estimator"
+    event_: Event
+    epsilon_: float
+
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        sig = inspect.signature(cls.__init__)
+        return sorted(p.name for p in sig.parameters.values()
+                      if p.name != "self" and p.kind == p.KEYWORD_ONLY)
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor's parameters by name (scikit-learn's protocol)."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params: Any) -> PrivateEstimator:
+        """Set constructor parameters by name; unknown names are refused."""
+        valid = set(self._param_names())
+        for name, value in params.items():
+            if name not in valid:
+                raise ValueError(f"{type(self).__name__} has no parameter {name!r}; "
+                                 f"valid parameters: {sorted(valid)}")
+            setattr(self, name, value)
+        return self
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"
+
+    def __sklearn_tags__(self) -> Any:
+        # Only scikit-learn calls this, so importing it here adds no dependency to dpkit.
+        from sklearn.utils import ClassifierTags, RegressorTags, Tags, TargetTags
+
+        kind = self._estimator_type
+        tags = Tags(estimator_type=None if kind == "estimator" else kind,
+                    target_tags=TargetTags(required=kind != "clusterer"))
+        if kind == "classifier":
+            tags.classifier_tags = ClassifierTags()
+        elif kind == "regressor":
+            tags.regressor_tags = RegressorTags()
+        return tags
+
+    def privacy_event(self, n_features: int, contributions: int = 1) -> Event:
+        """The curator's hook (``cur.fit``, ``dpkit fit``): an event that bounds what ``fit``
+        will realise on features in [-1, 1]^n_features when one privacy unit holds up to
+        ``contributions`` rows, from public parameters only (no data).
+
+        Calling it also *declares* that domain to the estimator (``domain_``): a missing feature
+        bound becomes the one [-1, 1]^n implies, and every sensitivity of the next fits is
+        scaled by ``contributions`` (a unit's rows add up). Labels then arrive as indices of
+        the declared classes, so pass ``classes=list(range(K))`` for a K-class label.
+        """
+        n = check_count(n_features, "n_features")
+        c = check_count(contributions, "contributions")
+        event = self._planned_event(n, c)
+        self.domain_ = (n, c)
+        return event
+
+    def _planned_event(self, n_features: int, contributions: int) -> Event:
+        raise ValueError(f"{type(self).__name__} is not trained through the curator: it has no "
+                         "public event for a table's encoded features")
+
+    def _contributions(self) -> int:
+        """Rows one privacy unit may hold (1: record level, unless the curator declared more)."""
+        domain = getattr(self, "domain_", None)
+        return 1 if domain is None else int(domain[1])
+
+    def _declared_norm(self, norm: Any) -> Any:
+        """The declared row norm, or sqrt(n) when the curator declared [-1, 1]^n."""
+        domain = getattr(self, "domain_", None)
+        return norm if norm is not None or domain is None else math.sqrt(domain[0])
+
+    def _declared_bounds(self, bounds: Any) -> Any:
+        """The declared feature bounds, or (-1, 1) when the curator declared [-1, 1]^n."""
+        return bounds if bounds is not None or getattr(self, "domain_", None) is None \
+            else (-1.0, 1.0)
+
+    def _bill(self, event: Event, delta: float) -> None:
+        self.event_ = event
+        self.epsilon_ = float(accounting.epsilon(event, delta=delta))
+
+
+def _number(value: Any, name: str, hint: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number {hint} (got {value!r})")
+    out = float(value)
+    if not math.isfinite(out):
+        raise ValueError(f"{name} must be a finite number {hint} (got {value!r})")
+    return out
+
+
+def check_epsilon(epsilon: Any) -> float:
+    """A finite ε > 0."""
+    eps = _number(epsilon, "epsilon", "> 0, e.g. epsilon=1.0")
+    if eps <= 0:
+        raise ValueError(f"epsilon must be > 0 (got {epsilon!r}); pass e.g. epsilon=1.0")
+    return eps
+
+
+def check_delta_alone(delta: Any) -> float:
+    """0 < δ < 1 (the 1/n check needs n: fit makes it)."""
+    dlt = _number(delta, "delta", "in (0, 1), e.g. delta=1e-6")
+    if not 0 < dlt < 1:
+        raise ValueError(f"delta must lie in (0, 1) (got {delta!r}); pass e.g. delta=1e-6")
+    return dlt
+
+
+def check_delta(delta: Any, n: int) -> float:
+    """0 < δ < 1/n: a δ of 1/n or more allows releasing a random row in the clear."""
+    dlt = _number(delta, "delta", "in (0, 1/n), e.g. delta=1e-6")
+    if not 0 < dlt < 1.0 / n:
+        raise ValueError(f"delta must lie in (0, 1/n) = (0, {1.0 / n:.3g}) for n = {n} rows "
+                         f"(got {delta!r}): a delta >= 1/n permits publishing a row; "
+                         f"pass e.g. delta={10 ** math.floor(math.log10(0.1 / n)):.0e}")
+    return dlt
+
+
+def check_positive(value: Any, name: str, example: str) -> float:
+    """A finite number > 0, or an error naming the parameter and an example."""
+    if value is None:
+        raise ValueError(f"{name} is required: the data bound must be declared, never read from "
+                         f"the data; pass e.g. {name}={example}")
+    out = _number(value, name, f"> 0, e.g. {name}={example}")
+    if out <= 0:
+        raise ValueError(f"{name} must be > 0 (got {value!r}); pass e.g. {name}={example}")
+    return out
+
+
+def check_count(value: Any, name: str) -> int:
+    """An int >= 1 (bool refused)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1 (got {value!r})")
+    return int(value)
+
+
+def check_non_negative(value: Any, name: str) -> float:
+    """A finite number >= 0."""
+    out = _number(value, name, ">= 0")
+    if out < 0:
+        raise ValueError(f"{name} must be >= 0 (got {value!r})")
+    return out
+
+
+def check_bounds(bounds: Any, n_features: int, name: str = "bounds") -> tuple[np.ndarray,
+                                                                              np.ndarray]:
+    """Declared per-feature bounds: a pair (low, high) for all features or one pair per feature."""
+    if bounds is None:
+        raise ValueError(f"{name} is required: declare the public range of every feature, "
+                         f"e.g. {name}=(0.0, 1.0) or {name}=[(lo_1, hi_1), ..., (lo_d, hi_d)]; "
+                         "it is never read from the data")
+    b = np.asarray(bounds, dtype=np.float64)
+    if b.shape == (2,):
+        b = np.tile(b, (n_features, 1))
+    if b.shape != (n_features, 2):
+        raise ValueError(f"{name} must be one (low, high) pair or {n_features} of them "
+                         f"(got shape {b.shape})")
+    if not np.all(np.isfinite(b)) or np.any(b[:, 0] >= b[:, 1]):
+        raise ValueError(f"{name} must be finite with low < high for every feature")
+    return b[:, 0].copy(), b[:, 1].copy()
+
+
+def check_features(X: Any, n_features: int | None = None) -> np.ndarray:
+    """A 2-d finite float64 array (NaN / inf refused: impute or drop them first)."""
+    try:
+        arr = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"X must be a 2-d array of numbers ({exc})") from None
+    if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise ValueError(f"X must be a non-empty 2-d array (n_samples, n_features); got shape "
+                         f"{arr.shape}; reshape a single feature with X.reshape(-1, 1)")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("X contains NaN or infinite values: impute or drop them before fit")
+    if n_features is not None and arr.shape[1] != n_features:
+        raise ValueError(f"X has {arr.shape[1]} features but the model was fitted with "
+                         f"{n_features}")
+    return arr
+
+
+def check_classes(classes: Any) -> np.ndarray:
+    """The declared, public label set (at least two distinct labels)."""
+    if classes is None:
+        raise ValueError("classes is required: declare the public label set, e.g. "
+                         "classes=[0, 1]; it is never read from the data")
+    arr = np.asarray(classes)
+    if arr.ndim != 1 or len(arr) < 2 or len(np.unique(arr)) != len(arr):
+        raise ValueError(f"classes must list at least two distinct labels (got {classes!r})")
+    return arr
+
+
+def check_labels(y: Any, classes: np.ndarray, n: int) -> np.ndarray:
+    """Indices of ``y`` in the declared ``classes``; a label outside them is refused."""
+    arr = np.asarray(y)
+    if arr.ndim != 1 or len(arr) != n:
+        raise ValueError(f"y must be 1-d with one label per row of X ({n}); got shape {arr.shape}")
+    try:
+        order = np.argsort(classes)
+        pos = np.clip(np.searchsorted(classes[order], arr), 0, len(classes) - 1)
+        idx = order[pos]
+        bad = classes[idx] != arr
+    except TypeError:  # labels not comparable with the classes (e.g. None, mixed types)
+        raise ValueError(f"y has labels that cannot be compared with the declared classes "
+                         f"{classes.tolist()}: declare every possible label in classes=") from None
+    if np.any(bad):
+        example = np.asarray(arr[bad][0]).tolist()
+        raise ValueError(f"y has labels outside the declared classes {classes.tolist()} "
+                         f"(e.g. {example!r}): declare every possible label in classes=")
+    return idx.astype(np.int64)
+
+
+def clip_rows(X: np.ndarray, norm: float) -> np.ndarray:
+    """Scale every row whose L2 norm exceeds ``norm`` back onto the ball (1-Lipschitz)."""
+    lengths = np.sqrt(np.einsum("ij,ij->i", X, X))
+    factor = np.minimum(1.0, norm / np.maximum(lengths, 1e-300))
+    return X * factor[:, None]
+
+
+def resolve_source(random_state: Any) -> Source:
+    """None: the secure default; an int: ``dpkit.noise.seeded`` (INSECURE, tests only)."""
+    if random_state is None:
+        return noise.default_source()
+    if isinstance(random_state, Source):
+        return random_state
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        return noise.seeded(int(random_state))
+    raise TypeError("random_state must be None (secure noise), an int seed or a "
+                    f"dpkit.noise source (got {random_state!r})")

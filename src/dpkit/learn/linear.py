@@ -1,0 +1,286 @@
+"""Private linear models: logistic regression (noisy full-batch gradient descent) and linear
+regression (noisy sufficient statistics), with the scikit-learn estimator API.
+
+Both answer the data only through the Gaussian mechanism of :mod:`dpkit.mechanisms` (exact
+discrete Gaussian on a grid, ρ-zCDP per release), so the fit is a composition of zCDP releases;
+``event_`` records it and ``epsilon_`` is its (ε, δ) bound from :mod:`dpkit.accounting`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dpkit import mechanisms
+from dpkit.accounting.zcdp import epsilon_to_rho
+from dpkit.events import ZCDP, Composed, Event, SelfComposed
+from dpkit.noise import Source
+
+from ._base import (
+    PrivateEstimator,
+    check_classes,
+    check_count,
+    check_delta,
+    check_delta_alone,
+    check_epsilon,
+    check_features,
+    check_labels,
+    check_non_negative,
+    check_positive,
+    clip_rows,
+    resolve_source,
+)
+
+__all__ = ["LinearRegression", "LogisticRegression", "noisy_count"]
+
+# Share of ρ spent on the row count (the normaliser of the averaged gradient / statistics).
+_COUNT_SHARE = 0.02
+
+
+def noisy_count(n: int, rho: float, source: Source, contributions: int = 1) -> tuple[float, Event]:
+    """Row count with discrete Gaussian noise (sensitivity: the rows one unit may hold), >= 1."""
+    r = mechanisms.gaussian(float(n), sensitivity=float(contributions), rho=rho, source=source)
+    return max(float(r.value), 1.0), r.event
+
+
+def _sigmoid(t: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * t))
+
+
+def _probabilities(margins: np.ndarray) -> np.ndarray:
+    """Sigmoid of a single column (binary), softmax across columns otherwise."""
+    if margins.shape[1] == 1:
+        return _sigmoid(margins)
+    e = np.exp(margins - margins.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+class LogisticRegression(PrivateEstimator):
+    """(ε, δ)-DP logistic regression (binary, or softmax for more than two declared classes) by
+    noisy full-batch gradient descent.
+
+    **Neighbouring relation**: add/remove one row (record-level privacy). Replace-one is two
+    such steps: the same fit is then 4ρ-zCDP (sensitivity doubles), see docs/learn.md.
+    **Guarantee**: (``epsilon``, ``delta``)-DP. The fit is a composition of ρ-zCDP releases:
+    the row count (2% of ρ) and ``max_iter`` gradient sums, each with exact discrete Gaussian
+    noise; ρ = the largest zCDP budget that converts to (ε, δ) (Canonne-Kamath-Steinke 2020).
+    Each row is clipped to L2 norm ``feature_norm`` (declared, public), so one row moves the
+    gradient sum of the logistic loss by at most ``S = sqrt(feature_norm² + 1)`` (the 1: the
+    intercept column), whatever the weights; with K > 2 classes the softmax gradient
+    ``(p - e_y) ⊗ z`` has Frobenius norm at most ``sqrt(2) S``.
+
+    **Optimiser**: ``w ← w − lr (ĝ/n̂ + alpha w)`` with ĝ the noisy gradient sum, n̂ the noisy
+    count, ``lr = learning_rate / (S² / 4 + alpha)`` (S²/2 for softmax: the worst-case
+    smoothness; real data are far flatter, hence the default 10), then
+    the average of the last half of the iterates (noise averages out; the data are not touched).
+    Defaults (100 steps, 10) were chosen on Adult; about 1 s for 30,000 rows × 105 features.
+
+    >>> import numpy as np
+    >>> X = np.r_[np.full((500, 1), 0.8), np.full((500, 1), -0.8)]; y = np.r_[[1] * 500, [0] * 500]
+    >>> m = LogisticRegression(epsilon=1.0, delta=1e-6, feature_norm=1.0, classes=[0, 1],
+    ...                        random_state=0).fit(X, y)
+    >>> m.score(X, y), round(m.epsilon_, 6) <= 1.0
+    (1.0, True)
+    """
+
+    _estimator_type = "classifier"
+
+    def __init__(self, *, epsilon: float = 1.0, delta: float = 1e-6,
+                 feature_norm: float | None = None, classes: Any = None, alpha: float = 1e-4,
+                 max_iter: int = 100, learning_rate: float = 10.0, fit_intercept: bool = True,
+                 random_state: Any = None) -> None:
+        self.epsilon = epsilon
+        self.delta = delta
+        self.feature_norm = feature_norm
+        self.classes = classes
+        self.alpha = alpha
+        self.max_iter = max_iter
+        self.learning_rate = learning_rate
+        self.fit_intercept = fit_intercept
+        self.random_state = random_state
+
+    def _check(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray, float, float, float]:
+        eps = check_epsilon(self.epsilon)
+        norm = check_positive(self._declared_norm(self.feature_norm), "feature_norm", "1.0")
+        classes = check_classes(self.classes)
+        check_count(self.max_iter, "max_iter")
+        check_positive(self.learning_rate, "learning_rate", "10.0")
+        check_non_negative(self.alpha, "alpha")
+        Xa = check_features(X)
+        idx = check_labels(y, classes, len(Xa))
+        dlt = check_delta(self.delta, len(Xa))
+        self.classes_ = classes
+        self.n_features_in_ = Xa.shape[1]
+        return Xa, idx, eps, dlt, norm
+
+    def _planned_event(self, n_features: int, contributions: int) -> Event:
+        rho = epsilon_to_rho(check_epsilon(self.epsilon), check_delta_alone(self.delta))
+        check_classes(self.classes)
+        steps = check_count(self.max_iter, "max_iter")
+        return Composed((ZCDP(_COUNT_SHARE * rho),
+                         SelfComposed(ZCDP((1.0 - _COUNT_SHARE) * rho / steps), steps)))
+
+    def fit(self, X: Any, y: Any, units: Any = None) -> LogisticRegression:
+        """Fit on rows ``X`` (clipped to ``feature_norm``) and labels ``y`` in ``classes``.
+        ``units`` (the curator's) is accepted and unused: sensitivities already allow
+        ``contributions`` rows per unit (see :meth:`privacy_event`)."""
+        Xa, yi, eps, dlt, norm = self._check(X, y)
+        src = resolve_source(self.random_state)
+        Z = clip_rows(Xa, norm)
+        if self.fit_intercept:
+            Z = np.hstack([Z, np.ones((len(Z), 1))])
+        k = len(self.classes_)
+        # binary: one sigmoid column, |σ - y| <= 1; softmax: ||p - e_y||_2 <= sqrt(2)
+        width, residual_norm, curvature = (1, 1.0, 0.25) if k == 2 else (k, np.sqrt(2.0), 0.5)
+        c = self._contributions()
+        row = float(residual_norm * np.sqrt(norm**2 + (1.0 if self.fit_intercept else 0.0)))
+        sens = c * row
+        rho = epsilon_to_rho(eps, dlt)
+        n_hat, count_event = noisy_count(len(Z), _COUNT_SHARE * rho, src, c)
+        rho_step = (1.0 - _COUNT_SHARE) * rho / self.max_iter
+        lr = self.learning_rate / (curvature * row**2 / residual_norm**2 + self.alpha)
+        target = np.eye(k)[yi][:, 1:] if k == 2 else np.eye(k)[yi]
+        W = np.zeros((Z.shape[1], width))
+        events: list[Event] = [count_event]
+        tail = np.zeros_like(W)
+        start = self.max_iter // 2
+        for t in range(self.max_iter):
+            G = Z.T @ (_probabilities(Z @ W) - target)
+            r = mechanisms.gaussian(G.ravel(), sensitivity=sens, rho=rho_step, source=src)
+            events.append(r.event)
+            W = W - lr * (np.asarray(r.value).reshape(W.shape) / n_hat + self.alpha * W)
+            if t >= start:
+                tail += W
+        W = tail / (self.max_iter - start)
+        d = Xa.shape[1]
+        self.coef_ = W[:d].T
+        self.intercept_ = W[d] if self.fit_intercept else np.zeros(width)
+        self._bill(Composed(tuple(events)), dlt)
+        return self
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """``X coef_ᵀ + intercept_`` (one column for two classes, as scikit-learn)."""
+        Xa = check_features(X, self.n_features_in_)
+        out = Xa @ self.coef_.T + self.intercept_
+        return out[:, 0] if out.shape[1] == 1 else out
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """One column per entry of ``classes_``."""
+        m = self.decision_function(X)
+        if m.ndim == 1:
+            p = _sigmoid(m)
+            return np.column_stack([1.0 - p, p])
+        return _probabilities(m)
+
+    def predict(self, X: Any) -> np.ndarray:
+        m = self.decision_function(X)
+        index = (m > 0).astype(np.int64) if m.ndim == 1 else np.argmax(m, axis=1)
+        return self.classes_[index]
+
+    def score(self, X: Any, y: Any) -> float:
+        """Accuracy (post-processing of the released model: free)."""
+        return float(np.mean(self.predict(X) == np.asarray(y)))
+
+
+class LinearRegression(PrivateEstimator):
+    """(ε, δ)-DP ridge / least-squares regression from noisy sufficient statistics.
+
+    **Neighbouring relation**: add/remove one row (record-level privacy).
+    **Guarantee**: (``epsilon``, ``delta``)-DP via two ρ/2-zCDP Gaussian releases: the upper
+    triangle of ``ZᵀZ`` (one row moves it by at most ``S²`` in L2) and ``Zᵀy`` (at most
+    ``S h``), where ``Z`` is X (rows clipped to L2 norm ``feature_norm``) plus an intercept
+    column, ``S² = feature_norm² + 1``, and y is clamped to the declared ``label_bounds`` and
+    centred on their midpoint (half-width h). Separate releases keep the Gram matrix's noise at
+    the scale of S², not of the label range. The weights solve
+    ``(ZᵀZ~ + alpha·I) w = Zᵀy~`` (post-processing; ``alpha`` keeps the noisy system well posed).
+
+    >>> import numpy as np
+    >>> X = np.linspace(-1, 1, 2000)[:, None]; y = 2 * X[:, 0] + 1
+    >>> m = LinearRegression(epsilon=1.0, delta=1e-6, feature_norm=1.0, label_bounds=(-3, 3),
+    ...                      random_state=0).fit(X, y)
+    >>> bool(abs(m.coef_[0] - 2) < 0.1), bool(abs(m.intercept_ - 1) < 0.1)
+    (True, True)
+    """
+
+    _estimator_type = "regressor"
+
+    def __init__(self, *, epsilon: float = 1.0, delta: float = 1e-6,
+                 feature_norm: float | None = None, label_bounds: Any = None,
+                 alpha: float = 1.0, fit_intercept: bool = True,
+                 random_state: Any = None) -> None:
+        self.epsilon = epsilon
+        self.delta = delta
+        self.feature_norm = feature_norm
+        self.label_bounds = label_bounds
+        self.alpha = alpha
+        self.fit_intercept = fit_intercept
+        self.random_state = random_state
+
+    def _check(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray, float, float, float,
+                                              float, float]:
+        eps = check_epsilon(self.epsilon)
+        norm = check_positive(self._declared_norm(self.feature_norm), "feature_norm", "1.0")
+        if self.label_bounds is None:
+            raise ValueError("label_bounds is required: declare the public range of y, e.g. "
+                             "label_bounds=(0.0, 100.0); it is never read from the data")
+        lo, hi = (float(v) for v in self.label_bounds)
+        if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+            raise ValueError(f"label_bounds must be finite with low < high "
+                             f"(got {self.label_bounds!r})")
+        if not check_non_negative(self.alpha, "alpha") > 0:
+            raise ValueError(f"alpha must be > 0 (got {self.alpha!r}): the noisy Gram matrix "
+                             "needs a ridge to be invertible")
+        Xa = check_features(X)
+        ya = np.asarray(y, dtype=np.float64)
+        if ya.shape != (len(Xa),) or not np.all(np.isfinite(ya)):
+            raise ValueError(f"y must be 1-d, finite, one value per row ({len(Xa)})")
+        dlt = check_delta(self.delta, len(Xa))
+        self.n_features_in_ = Xa.shape[1]
+        return Xa, ya, eps, dlt, norm, lo, hi
+
+    def _planned_event(self, n_features: int, contributions: int) -> Event:
+        if self.label_bounds is None:
+            raise ValueError("label_bounds is required: pass the label's declared bounds, e.g. "
+                             "label_bounds=(0.0, 100.0)")
+        half = ZCDP(epsilon_to_rho(check_epsilon(self.epsilon), check_delta_alone(self.delta)) / 2)
+        return Composed((half, half))
+
+    def fit(self, X: Any, y: Any, units: Any = None) -> LinearRegression:
+        """Fit on rows ``X`` (clipped to ``feature_norm``), labels clamped to ``label_bounds``;
+        ``units`` (the curator's) is accepted and unused (see :meth:`privacy_event`)."""
+        Xa, ya, eps, dlt, norm, lo, hi = self._check(X, y)
+        src = resolve_source(self.random_state)
+        mid, half = (lo + hi) / 2.0, (hi - lo) / 2.0
+        Z = clip_rows(Xa, norm)
+        if self.fit_intercept:
+            Z = np.hstack([Z, np.ones((len(Z), 1))])
+        yc = np.clip(ya, lo, hi) - mid
+        s2 = norm**2 + (1.0 if self.fit_intercept else 0.0)
+        d = Z.shape[1]
+        iu = np.triu_indices(d)
+        c, rho = self._contributions(), epsilon_to_rho(eps, dlt)
+        # two releases, half of rho each: joined, the label's range (h >> S) would give the Gram
+        # matrix the noise of Zᵀy and make the solve ill-posed
+        gram = mechanisms.gaussian((Z.T @ Z)[iu], sensitivity=c * s2, rho=rho / 2, source=src)
+        cross = mechanisms.gaussian(Z.T @ yc, sensitivity=c * float(np.sqrt(s2)) * half,
+                                    rho=rho / 2, source=src)
+        A = np.zeros((d, d))
+        A[iu] = np.asarray(gram.value)
+        A = A + np.triu(A, 1).T
+        w = np.linalg.solve(A + self.alpha * np.eye(d), np.asarray(cross.value))
+        self.coef_ = w[: Xa.shape[1]]
+        self.intercept_ = float(w[-1] + mid) if self.fit_intercept else mid
+        self._bill(Composed((gram.event, cross.event)), dlt)
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:
+        Xa = check_features(X, self.n_features_in_)
+        return Xa @ self.coef_ + self.intercept_
+
+    def score(self, X: Any, y: Any) -> float:
+        """R² (scikit-learn's regressor score)."""
+        ya = np.asarray(y, dtype=np.float64)
+        resid = float(np.sum((ya - self.predict(X)) ** 2))
+        total = float(np.sum((ya - ya.mean()) ** 2))
+        return 1.0 - resid / total if total > 0 else 0.0
