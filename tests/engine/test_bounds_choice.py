@@ -44,7 +44,7 @@ def test_auto_picks_the_95th_percentile_of_rows_per_unit(
         project: Callable[..., Curator]) -> None:
     # 5000 units: 80% with 1 row, 18% with 2, 2% with 10. q·N = 4750 lies in the rank range
     # [4000, 4900] of cap 2 (score 0); cap 1 scores -750, caps 3..10 -150, caps > 10 -250. Any
-    # cap but 2 has probability <= 1000·exp(-eps·150/(2·0.95)) = 1000·e^-158 at eps 2.
+    # of the 31 caps but 2 has probability <= 31·exp(-eps·150/(2·0.95)) = 31·e^-158 at eps 2.
     cur = project(epsilon=10.0)
     meta = cur.add_table("t", _units(), privacy_unit="u", max_rows_per_unit="auto",
                          rows_epsilon=2.0)

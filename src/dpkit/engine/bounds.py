@@ -4,10 +4,11 @@ Bounds are public (every analyst sees the declarations), so a bound read off the
 a differentially private release, charged like any answer. Two helpers:
 
 * :func:`pick_max_rows`: ``add_table(..., max_rows_per_unit="auto")``. Each unit's row count
-  ``r_u`` (clipped at :data:`MAX_AUTO_ROWS`) enters a histogram over the candidates
-  ``1..MAX_AUTO_ROWS``; the exponential mechanism picks a candidate ``c`` scored by the
-  distance from ``q·N`` (``q`` = :data:`AUTO_ROWS_QUANTILE`, ``N`` units) to its rank range
-  ``[#{u: r_u < c}, #{u: r_u <= c}]`` (:func:`rank_scores`). Add/remove one unit moves both
+  ``r_u`` (clipped at :data:`MAX_AUTO_ROWS`) enters a histogram; the exponential mechanism
+  picks a cap ``c`` of the public grid :data:`AUTO_ROWS_GRID` (1..10, then ~25% steps to
+  1000) scored by the distance from ``q·N`` (``q`` = :data:`AUTO_ROWS_QUANTILE`, ``N`` units)
+  to its rank range ``[#{u: r_u <= c'}, #{u: r_u <= c}]``, ``c'`` the grid point below
+  (:func:`rank_scores`). Add/remove one unit moves both
   ends by 0 or 1 in the same direction and ``q·N`` by ``q``, so every score moves by at
   most ``max(q, 1-q)`` (as in :func:`dpkit.engine.noisy._quantiles`): ε-DP for add/remove
   one unit (event ``Exponential(ε)``), one ledger charge through :mod:`dpkit.engine.charge`.
@@ -37,7 +38,7 @@ from dpkit.engine.ledger import Entry, Ledger
 from dpkit.engine.results import Result
 from dpkit.engine.tables import TableMeta, check_bounds, quote_ident
 
-__all__ = ["AUTO_ROWS_EPSILON", "AUTO_ROWS_QUANTILE", "MAX_AUTO_ROWS", "AutoRows",
+__all__ = ["AUTO_ROWS_EPSILON", "AUTO_ROWS_GRID", "AUTO_ROWS_QUANTILE", "MAX_AUTO_ROWS", "AutoRows",
            "check_rows_declaration", "check_rows_epsilon", "pick_max_rows", "rank_scores",
            "rows_histogram",
            "suggested_bounds", "with_auto_rows"]
@@ -45,6 +46,11 @@ __all__ = ["AUTO_ROWS_EPSILON", "AUTO_ROWS_QUANTILE", "MAX_AUTO_ROWS", "AutoRows
 AUTO_ROWS_QUANTILE = 0.95  # cap at the 95th percentile of rows per unit: 5% of units trimmed
 AUTO_ROWS_EPSILON = 0.1  # default cost of the choice (a rank error of ~100 units at 1000 cands)
 MAX_AUTO_ROWS = 1000  # the largest cap "auto" may choose (a public candidate range)
+# the caps "auto" chooses among: every count to 10, then steps of ~25% (32 candidates): a
+# short list keeps the exponential mechanism's error small (it grows like ln of the list),
+# and a cap a quarter too high costs little
+AUTO_ROWS_GRID: tuple[int, ...] = tuple(sorted(
+    {*range(1, 11), *(min(round(10 * 1.25 ** k), MAX_AUTO_ROWS) for k in range(1, 22))}))
 
 
 @dataclass(frozen=True)
@@ -71,13 +77,17 @@ def rows_histogram(query: Callable[[str], list[tuple[Any, ...]]], relation: str,
 
 
 def rank_scores(hist: np.ndarray, q: float) -> np.ndarray:
-    """Score of each cap ``c = 1..MAX_AUTO_ROWS``: ``-dist(q·N, [a_c, b_c])`` with
-    ``a_c = #{units with < c rows}``, ``b_c = #{units with <= c rows}`` (``hist[r]``: units
-    with ``r`` rows, ``hist[MAX]`` those with more): 0 for the true q-quantile, and caps above
-    every unit's count lose ``(1-q)·N`` (so the plateau above the largest count is never a
-    tie)."""
+    """Score of each cap ``c`` of :data:`AUTO_ROWS_GRID`: ``-dist(q·N, [a_c, b_c])`` with
+    ``a_c = #{units with <= c' rows}`` (``c'`` the grid point below ``c``, 0 for the first)
+    and ``b_c = #{units with <= c rows}`` (``hist[r]``: units with ``r`` rows, ``hist[MAX]``
+    those with more): 0 for the smallest grid cap at or above the true q-quantile, and caps
+    above every unit's count lose ``(1-q)·N`` (the plateau above the largest count is never
+    a tie)."""
     cum = np.cumsum(hist).astype(np.float64)
-    a, b, t = cum[:-1], cum[1:], q * float(hist.sum())
+    grid = np.asarray(AUTO_ROWS_GRID)
+    b = cum[grid]
+    a = np.concatenate([[cum[0]], cum[grid[:-1]]])
+    t = q * float(hist.sum())
     return -(np.maximum(a - t, 0.0) + np.maximum(t - b, 0.0))
 
 
@@ -89,7 +99,7 @@ def pick_max_rows(ledger: Ledger, query: Callable[[str], list[tuple[Any, ...]]],
     epsilon = check_rows_epsilon(epsilon)
     q = AUTO_ROWS_QUANTILE
     sens = max(q, 1.0 - q)
-    candidates = list(range(1, MAX_AUTO_ROWS + 1))
+    candidates = list(AUTO_ROWS_GRID)
     event = ev.Exponential(float(epsilon))
 
     def finish(hist: np.ndarray, entry: Entry) -> AutoRows:
