@@ -34,8 +34,8 @@ def query(project: str | Path, sql: str, *, epsilon: float | None = None,
           delta: float | None = None, accuracy: float | None = None, token: str | None = None,
           output: str | Path | None = None, console: Any = None, noise: str | None = None,
           rho: float | None = None, level: float | None = None,
-          weights: str | Mapping[str, float] | None = None, diagnostics: bool = True,
-          accuracy_rows: float | None = None) -> Any:
+          weights: str | Mapping[str, float] | None = None, dialect: str | None = None,
+          diagnostics: bool = True, accuracy_rows: float | None = None) -> Any:
     """Answer ``sql`` privately and print it with CIs and the budget left; optionally write it
     to a CSV or Parquet file (``output``).
 
@@ -57,7 +57,7 @@ def query(project: str | Path, sql: str, *, epsilon: float | None = None,
     with Curator.open(project, token=token) as cur:
         t0 = time.perf_counter()
         res = cur.sql(sql, epsilon=epsilon, delta=delta, accuracy=accuracy,
-                      level=0.95 if level is None else level, weights=wts,
+                      level=0.95 if level is None else level, weights=wts, dialect=dialect,
                       diagnostics=diagnostics, accuracy_rows=accuracy_rows, **extra)
         dt = time.perf_counter() - t0
         con.print(res.table())
@@ -92,7 +92,7 @@ def preview(project: str | Path, sql: str, *, epsilon: float | None = None,
             delta: float | None = None, console: Any = None, noise: str | None = None,
             rho: float | None = None, level: float | None = None,
             weights: str | Mapping[str, float] | None = None, token: str | None = None,
-            diagnostics: bool = True) -> Any:
+            dialect: str | None = None, diagnostics: bool = True) -> Any:
     """Print what ``sql`` would cost and how accurate it would be; spends nothing (same flags
     as :func:`query`: ``noise``, ``rho``, ``level``, ``weights``)."""
     from dpkit.engine.curator import Curator
@@ -106,7 +106,7 @@ def preview(project: str | Path, sql: str, *, epsilon: float | None = None,
     wts = parse_weights(weights)
     with Curator.open(project, token=token) as cur:
         pv = cur.preview(sql, epsilon=epsilon, delta=delta,
-                         level=0.95 if level is None else level, weights=wts,
+                         level=0.95 if level is None else level, weights=wts, dialect=dialect,
                          diagnostics=diagnostics, **extra)
         con.print(pv.table())
         for note in pv.notes:
@@ -117,6 +117,11 @@ def preview(project: str | Path, sql: str, *, epsilon: float | None = None,
 
 # ---------------------------------------------------------------------------------------------
 # the click commands
+
+
+_DIALECT = click.option(
+    "--dialect", default=None,
+    help="SQL dialect of the query when not DuckDB's: tsql, postgres, mysql, bigquery, ...")
 
 
 @click.command("query")
@@ -139,6 +144,7 @@ def preview(project: str | Path, sql: str, *, epsilon: float | None = None,
 @click.option(
     "--output", type=click.Path(path_type=Path), default=None, help="Also write CSV/Parquet."
 )
+@_DIALECT
 @query_options
 def query_command(
     project: Path,
@@ -171,6 +177,7 @@ def query_command(
 @click.option("--delta", type=float, default=None)
 @click.option("--token", default=None,
               help="Act as the analyst this token names (default: $DPKIT_TOKEN).")
+@_DIALECT
 @query_options
 def preview_command(project: Path, sql: str, epsilon: float | None, delta: float | None,
                     token: str | None, **flags: Any) -> None:

@@ -241,14 +241,18 @@ def marginals(project: Path, table: str, columns: str, k: int | None, epsilon: f
               help="Where to write the records (.parquet or .csv).")
 @click.option("--rows", type=int, default=None, help="Records to write (default: the private "
               "estimate of the number of rows).")
-@click.option("--method", type=click.Choice(["factorization", "mwem"]), default="factorization",
-              show_default=True)
+@click.option("--method", type=click.Choice(["auto", "factorization", "mwem", "mst"]),
+              default="auto", show_default=True,
+              help="auto: factorization up to 4096 grid cells, mst (marginal-based, any "
+                   "number of columns) beyond.")
 @click.option("--k", type=int, default=None, help="Marginal order preserved (default 2).")
 @click.option("--rounds", type=int, default=20, show_default=True, help="MWEM rounds.")
+@click.option("--target", default=None, help="MST: a column measured with every selected pair "
+              "(e.g. the label a model will predict).")
 @click.option("--bins", type=int, default=None, help="Cells for numeric columns.")
 @_privacy_options
 def synthetic(project: Path, table: str, columns: str, output: Path, rows: int | None,
-              method: str, k: int | None, rounds: int, bins: int | None,
+              method: str, k: int | None, rounds: int, target: str | None, bins: int | None,
               epsilon: float | None, delta: float | None, rho: float | None,
               where: str | None, level: float, token: str | None) -> None:
     """Synthetic records over the declared domains of the columns (one charge)."""
@@ -261,7 +265,7 @@ def synthetic(project: Path, table: str, columns: str, output: Path, rows: int |
     check_output_path(output)
     with _open(project, token) as cur:
         syn = cur.synthetic(table, cols, rows=rows, method=method, k=k, rounds=rounds,
-                            bins=bins, where=where, level=level,
+                            target=target, bins=bins, where=where, level=level,
                             **_privacy(epsilon, delta, rho))
         syn.write(output)
         t = Table(title=f"synthetic {table} ({len(syn)} records, first 10)", title_justify="left")

@@ -38,6 +38,16 @@ def _expr(text: str, what: str) -> exp.Expr:
         raise QueryError(f"cannot parse {what} {text!r}: {str(exc).splitlines()[0]}") from None
 
 
+def _value(v: Any) -> exp.Expr:
+    if isinstance(v, bool):
+        return exp.Boolean(this=v)
+    if isinstance(v, (int, float)):
+        return exp.Literal.number(v)
+    if isinstance(v, str):
+        return exp.Literal.string(v)
+    raise QueryError(f"where_in values are numbers, strings or booleans (got {v!r})")
+
+
 class QueryBuilder:
     """Immutable-style builder: each method returns a new builder.
 
@@ -51,6 +61,7 @@ class QueryBuilder:
         self._table = table
         self._where: list[exp.Expr] = []
         self._groups: list[str] = []
+        self._derived: dict[str, exp.Expr] = {}  # derived group key name -> its expression
         self._aggs: list[exp.Expr] = []
         self._having: list[exp.Expr] = []
         self._order: list[tuple[str, bool]] = []
@@ -62,6 +73,7 @@ class QueryBuilder:
         q = QueryBuilder(self._curator, self._table)
         q._where = list(self._where)
         q._groups = list(self._groups)
+        q._derived = dict(self._derived)
         q._aggs = list(self._aggs)
         q._having = list(self._having)
         q._order = list(self._order)
@@ -82,6 +94,29 @@ class QueryBuilder:
         for c in columns:
             _col(c)
             q._groups.append(c)
+        return q
+
+    def group_by_expr(self, expression: str, *, alias: str) -> QueryBuilder:
+        """Group by a value computed per row, output as ``alias``: ``CASE WHEN age < 18 THEN
+        'child' ELSE 'adult' END``, ``floor(age / 10) * 10``, ``date_trunc('month', d)`` (see
+        docs/curator.md for which of them have public keys and which are selected privately).
+        """
+        _col(alias)
+        if alias in self._groups or alias in self._names:
+            raise QueryError(f"output name {alias!r} is used twice; choose another alias")
+        q = self._copy()
+        q._derived[alias] = _expr(expression, "group_by_expr")
+        q._groups.append(alias)
+        return q
+
+    def where_in(self, column: str, values: list[Any]) -> QueryBuilder:
+        """``WHERE column IN (values)``: on a GROUP BY column the values are also its public
+        keys (an undeclared column then needs no private partition selection)."""
+        if isinstance(values, (str, bytes)) or not values:
+            raise QueryError(f"where_in takes a non-empty list of values (got {values!r})")
+        cond = exp.In(this=_col(column), expressions=[_value(v) for v in values])
+        q = self._copy()
+        q._where.append(cond)
         return q
 
     def having(self, condition: str) -> QueryBuilder:
@@ -180,15 +215,23 @@ class QueryBuilder:
 
     # ------------------------------------------------------------------ compile and run
 
+    def _key(self, name: str) -> exp.Expr:
+        if name in self._derived:
+            return exp.alias_(self._derived[name].copy(), exp.to_identifier(name, quoted=True))
+        return _col(name)
+
     def to_sql(self) -> str:
-        if not self._aggs:
+        if not self._aggs and not self._groups:
             raise QueryError("add at least one aggregate: .count(), .sum('col'), ...")
-        select = exp.select(*[_col(g) for g in self._groups], *self._aggs).from_(
+        select = exp.select(*[self._key(g) for g in self._groups], *self._aggs).from_(
             exp.Table(this=exp.to_identifier(self._table, quoted=True)))
         for w in self._where:
             select = select.where(w)
         if self._groups:
-            select = select.group_by(*[_col(g) for g in self._groups])
+            # derived keys by position: an alias in GROUP BY would lose to a column of its name
+            select = select.group_by(*[
+                exp.Literal.number(i + 1) if g in self._derived else _col(g)
+                for i, g in enumerate(self._groups)])
         for h in self._having:
             select = select.having(h)
         for name, desc in self._order:

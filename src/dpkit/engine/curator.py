@@ -373,9 +373,8 @@ class Curator(ReleaseMethods):
         level: float = 0.95,
         bounds: Mapping[str, Any] | None = None,
         analyst: None = None,
-        weights: Mapping[str, float] | None = None,
-        diagnostics: bool = True,
-        accuracy_rows: float | None = None,
+        weights: Mapping[str, float] | None = None, dialect: str | None = None,
+        diagnostics: bool = True, accuracy_rows: float | None = None,
     ) -> Result:
         """Answer an aggregate query privately, spending ``epsilon`` (or what ``accuracy`` needs).
 
@@ -385,10 +384,11 @@ class Curator(ReleaseMethods):
         ``"laplace"`` (pure DP) or ``"gaussian"`` (``rho=`` or ``epsilon=``). ``bounds``:
         per-query clamps. ``weights={"n": 1, "avg_age": 3}``: budget split per output name.
         ``ORDER BY <COUNT/SUM> LIMIT k`` picks groups by noisy max (``res.selection``).
+        ``dialect``: the query's SQL dialect if not DuckDB's (``"tsql"``, ``"postgres"``, ...).
         ``diagnostics`` (default on): 5% of the budget estimates the rows dropped and values
         clamped by bounding (``res.diagnostics``, ``res.warnings``; docs/curator.md).
         """
-        who = charged_analyst(self.analyst, analyst)
+        who, query = charged_analyst(self.analyst, analyst), dsql.to_duckdb(query, dialect)
         if _RELEASE_FORM.search(query) is not None:  # cheap test before parsing it twice
             special = families.answer_sql(self._families(), query, epsilon=epsilon,
                                           rho=rho, delta=delta, accuracy=accuracy,
@@ -453,12 +453,12 @@ class Curator(ReleaseMethods):
         level: float = 0.95,
         bounds: Mapping[str, Any] | None = None,
         analyst: None = None,
-        weights: Mapping[str, float] | None = None,
+        weights: Mapping[str, float] | None = None, dialect: str | None = None,
         diagnostics: bool = True,
     ) -> Preview:
         """Cost and expected error of a query, without reading data or spending anything
         (same parameters as :meth:`sql`; ``weights`` shows the weighted split)."""
-        who = charged_analyst(self.analyst, analyst)
+        who, query = charged_analyst(self.analyst, analyst), dsql.to_duckdb(query, dialect)
         plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
                           level=level, bounds=bounds, weights=weights, diagnostics=diagnostics)
         booked = plan.charge_delta if plan.charge_delta is not None else delta

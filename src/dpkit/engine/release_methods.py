@@ -90,24 +90,26 @@ class ReleaseMethods:
     def synthetic(self, table: str, columns: Sequence[str], *, where: str | None = None,
                   epsilon: float | None = None, rho: float | None = None,
                   delta: float | None = None, rows: int | None = None,
-                  method: str = "factorization", k: int | None = None, rounds: int = 20,
+                  method: str = "auto", k: int | None = None, rounds: int = 20,
                   bins: int | None = None, bounds: Mapping[str, Any] | None = None,
-                  level: float = 0.95, analyst: None = None) -> families.SyntheticData:
+                  level: float = 0.95, target: str | None = None,
+                  analyst: None = None) -> families.SyntheticData:
         """Synthetic records over the declared domains of ``columns``, charged to the ledger.
 
         Post-processing of one ε-DP (``epsilon=``) or ρ-zCDP (``rho=``; ``epsilon=, delta=``
-        converts to the largest ρ meeting (ε, δ)) release of the table's histogram over the
-        public product grid of ``columns``, for add/remove one privacy unit: no record is a
-        real row, and only the ``k``-way marginals are preserved, approximately. ``method``
-        ``"factorization"`` (default) or ``"mwem"``: see
-        :func:`dpkit.engine.families.answer.synthetic`. Returns
+        converts to the largest ρ meeting (ε, δ)) release for add/remove one privacy unit: no
+        record is a real row, and only the measured marginals are preserved, approximately.
+        ``method``: ``"auto"`` (default: ``"factorization"`` up to 4096 grid cells, ``"mst"``
+        beyond), ``"factorization"``, ``"mwem"`` or ``"mst"`` (any number of columns: 1-way and
+        tree-selected 2-way marginals; ``target=`` a column measured with every selected
+        pair): see :func:`dpkit.engine.families.answer.synthetic`. Returns
         :class:`~dpkit.engine.families.SyntheticData`.
         """
         ask = families.SyntheticAsk(table=table, columns=columns, where=where, rows=rows,
                                     method=method, k=k, rounds=rounds, bins=bins,
-                                    bounds=bounds, level=level)
-        target = families.Target(epsilon=epsilon, rho=rho, delta=delta)
-        return families.synthetic(self._families(analyst), ask, target)
+                                    bounds=bounds, level=level, target=target)
+        privacy = families.Target(epsilon=epsilon, rho=rho, delta=delta)
+        return families.synthetic(self._families(analyst), ask, privacy)
 
     def preview_release(self, kind: str, table: str, *args: Any, analyst: None = None,
                         **kwargs: Any) -> Preview:

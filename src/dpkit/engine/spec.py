@@ -72,9 +72,17 @@ class JoinSpec:
 
 @dataclass
 class GroupKey:
-    source: str  # "" = private table, else the public table's alias
-    column: str
+    source: str  # "__t" = private table, else the public table's alias ("" for derived keys)
+    column: str  # the column, or the derived key's name (its alias or its SQL text)
     type: str
+    # a derived key (GROUP BY CASE / floor bins / date_trunc, see engine/derived_keys.py): its
+    # DuckDB text over the query's column references, never raising on a row
+    expr: str | None = None
+    # public keys from the query alone: a derived key's domain, or the constants of
+    # ``WHERE key IN (...)`` / ``key = c`` (intersected with a declared domain); None: the
+    # declared domain, or private partition selection
+    domain: tuple[Any, ...] | None = None
+    exhaustive: bool = False  # every row's key lies in ``domain`` (CASE): no row is dropped
 
 
 @dataclass

@@ -8,7 +8,10 @@ table (optionally joined with public lookup tables) whose output is built from
   ``MEDIAN``, ``QUANTILE(col, q)``/``QUANTILE_CONT``/``PERCENTILE_CONT``, ``MIN``, ``MAX``, each
   over a bare column;
 * ``GROUP BY`` columns (public keys when the column has a declared domain or comes from a public
-  table; otherwise the groups are selected privately);
+  table, or when ``WHERE col IN (...)`` names them; otherwise the groups are selected
+  privately), and expressions of columns (``CASE``, bins, ``date_trunc``; their keys are
+  derived in :mod:`dpkit.engine.derived_keys`), by alias or position too; a SELECT of keys
+  alone (or ``SELECT DISTINCT`` keys) releases the keys;
 * arithmetic over those (evaluated after the noise, on the noisy values).
 
 ``WHERE`` may use any column with a fixed list of scalar functions; ``HAVING``, ``ORDER BY`` and
@@ -16,8 +19,9 @@ table (optionally joined with public lookup tables) whose output is built from
 LIMIT k`` over groups, whose ``k`` groups the planner chooses by noisy max before measuring
 them (``QuerySpec.order_aggs`` names the ordering aggregate). Everything else is refused by a
 :class:`QueryError` whose message says what to write instead: raw columns, ``SELECT *``,
-``DISTINCT``, subqueries, CTEs, window functions, set operations, table functions, sampling,
-parameters, joins between private tables, unknown tables, columns and functions.
+``DISTINCT`` with aggregates, subqueries, CTEs, window functions, set operations, table
+functions, sampling, parameters, joins between private tables, unknown tables, columns and
+functions. T-SQL's ``SELECT TOP n`` is read too; other dialects go through :func:`to_duckdb`.
 
 The result is a :class:`QuerySpec`: names resolved against the table metadata, casts turned
 into ``TRY_CAST``, and a flag saying whether the filter could raise a data-dependent error (then
@@ -28,11 +32,13 @@ row: a row on which the filter fails is simply not selected).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 
 import sqlglot
 from sqlglot import exp
 
+from dpkit.engine.derived_keys import derived_key, restrict_keys
 from dpkit.engine.scope import Scope, col_ref, from_clause
 from dpkit.engine.spec import (
     AVG,
@@ -64,7 +70,7 @@ from dpkit.engine.totality import is_total
 __all__ = ["AVG", "COUNT", "COUNT_COL", "COUNT_UNITS", "MAX_QUANTILE", "MIN_QUANTILE",
            "NUMERIC_AGGS", "PRIVATE_ALIAS", "QUANTILE", "STDDEV", "STDDEV_POP", "SUM", "VAR",
            "VAR_POP", "AggCall", "GroupKey", "JoinSpec", "Output", "QueryError", "QuerySpec",
-           "parse_query", "where_sql"]
+           "parse_query", "to_duckdb", "where_sql"]
 
 
 
@@ -104,26 +110,71 @@ def _allowed_function_list() -> str:
 # --------------------------------------------------------------------------- parsing
 
 
-def parse_query(
-    text: str,
-    catalog: Mapping[str, TableMeta],
-) -> QuerySpec:
-    """Parse and validate ``text`` against the registered tables; return the resolved spec."""
-    if not isinstance(text, str) or not text.strip():
-        raise QueryError("the query is empty; write e.g. SELECT COUNT(*) FROM <table>")
+_TOP = re.compile(r"^\s*SELECT\s+(DISTINCT\s+)?TOP\s", re.IGNORECASE)
+
+
+def _statements(text: str, dialect: str) -> list[exp.Expr]:
+    """The statements of ``text`` read in ``dialect`` (T-SQL's ``SELECT TOP n`` is also read
+    when the dialect is DuckDB's, which has no TOP)."""
     try:
-        statements = [s for s in sqlglot.parse(text, read="duckdb") if s is not None]
+        return [s for s in sqlglot.parse(text, read=dialect) if s is not None]
     except sqlglot.errors.ParseError as exc:
+        if dialect == "duckdb" and _TOP.match(text):
+            return _statements(text, "tsql")
         first = str(exc).splitlines()[0]
         raise QueryError(f"cannot parse the SQL: {first}") from None
     except sqlglot.errors.TokenError as exc:
         raise QueryError(f"cannot parse the SQL: {exc}") from None
+
+
+def to_duckdb(text: str, dialect: str | None) -> str:
+    """``text`` written in another SQL dialect sqlglot reads (``"tsql"``, ``"postgres"``,
+    ``"bigquery"``, ...) as DuckDB SQL; DuckDB's own text is returned unchanged."""
+    if dialect is None:
+        return text
+    if not isinstance(dialect, str) or dialect.lower() not in DIALECTS:
+        raise QueryError(f"unknown SQL dialect {dialect!r}; one of {', '.join(DIALECTS)}")
+    if dialect.lower() == "duckdb":
+        return text
+    if not isinstance(text, str) or not text.strip():
+        raise QueryError("the query is empty; write e.g. SELECT COUNT(*) FROM <table>")
+    return "; ".join(s.sql(dialect="duckdb") for s in _statements(text, dialect.lower()))
+
+
+DIALECTS = ("athena", "bigquery", "clickhouse", "databricks", "duckdb", "hive", "mysql",
+            "oracle", "postgres", "presto", "redshift", "snowflake", "spark", "sqlite",
+            "trino", "tsql")
+
+
+def _distinct_as_group_by(stmt: exp.Select) -> None:
+    """``SELECT DISTINCT a, b FROM t`` (no aggregate, no GROUP BY) is ``SELECT a, b FROM t
+    GROUP BY a, b``: the keys, declared or selected privately."""
+    distinct = stmt.args.get("distinct")
+    if not distinct or distinct.args.get("on") or stmt.args.get("group") or any(
+            s.find(exp.AggFunc) is not None or isinstance(s.unalias(), exp.Star)
+            for s in stmt.expressions):
+        return
+    stmt.set("distinct", None)
+    stmt.set("group", exp.Group(expressions=[s.unalias().copy() for s in stmt.expressions]))
+
+
+def parse_query(
+    text: str,
+    catalog: Mapping[str, TableMeta],
+    dialect: str = "duckdb",
+) -> QuerySpec:
+    """Parse and validate ``text`` against the registered tables; return the resolved spec."""
+    if not isinstance(text, str) or not text.strip():
+        raise QueryError("the query is empty; write e.g. SELECT COUNT(*) FROM <table>")
+    statements = _statements(text, dialect)
     if len(statements) != 1:
         raise QueryError(
             f"send exactly one SELECT statement (got {len(statements)}); split the work into "
             f"separate queries"
         )
     stmt = statements[0]
+    if isinstance(stmt, exp.Select):
+        _distinct_as_group_by(stmt)
     if isinstance(stmt, exp.Union | exp.Intersect | exp.Except):
         raise QueryError(
             "UNION/INTERSECT/EXCEPT are not allowed; run each SELECT as its own query and "
@@ -168,8 +219,10 @@ def parse_query(
                 "in WHERE, or run two queries"
             )
     scope, private, joins = from_clause(stmt, catalog)
-    group_by = _group_by(stmt, scope, private)
-    return _select(text, stmt, scope, private, joins, group_by)
+    group_by, derived = _group_by(stmt, scope, private)
+    spec = _select(text, stmt, scope, private, joins, group_by, derived)
+    restrict_keys(stmt.args["where"].this if stmt.args.get("where") else None, group_by, scope)
+    return spec
 
 
 def _check_key_readable(col: str, type_: str) -> None:
@@ -209,44 +262,79 @@ def _is_column(scope: Scope, col: exp.Column) -> bool:
     return False
 
 
-def _group_by(stmt: exp.Select, scope: Scope, private: TableMeta) -> list[GroupKey]:
+def _group_by(stmt: exp.Select, scope: Scope, private: TableMeta
+              ) -> tuple[list[GroupKey], list[tuple[exp.Expr, int]]]:
+    """The GROUP BY keys, and each derived key's expression with its key index (so that the
+    SELECT list, HAVING and ORDER BY can name it)."""
     group = stmt.args.get("group")
     if group is None:
-        return []
+        return [], []
     if group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets"):
         raise QueryError("ROLLUP/CUBE/GROUPING SETS are not supported; run one query per grouping")
     keys: list[GroupKey] = []
+    derived: list[tuple[exp.Expr, int]] = []
     select_items = stmt.expressions
     for item in group.expressions:
-        node = item
-        if isinstance(node, exp.Literal) and not node.is_string:
-            pos = int(node.this)
-            if not 1 <= pos <= len(select_items):
-                raise QueryError(f"GROUP BY {pos}: the SELECT list has {len(select_items)} items")
-            node = select_items[pos - 1].unalias()
-        elif isinstance(node, exp.Column) and not node.table and not _is_column(scope, node):
-            # GROUP BY an output alias (a table column of the same name wins, as in DuckDB)
-            for s in select_items:
-                if isinstance(s, exp.Alias) and s.alias.lower() == node.name.lower() and \
-                        isinstance(s.this, exp.Column):
-                    node = s.this
-                    break
+        node, label = _group_item(item, select_items, scope)
         if not isinstance(node, exp.Column):
-            raise QueryError(
-                f"GROUP BY takes columns (got {item.sql(dialect='duckdb')}); to group by a "
-                f"derived value, ask the data owner to add it as a column with a domain"
-            )
+            _derived_group_key(node, label, scope, private, keys, derived)
+            continue
         internal, col, type_ = scope.resolve(node)
         if internal == PRIVATE_ALIAS and private.privacy_unit and col == private.privacy_unit:
             raise QueryError(
                 f"GROUP BY the privacy unit {col!r} would give one group per person; group by a "
                 f"coarser column"
             )
-        if any(k.source == internal and k.column == col for k in keys):
+        if any(k.source == internal and k.column == col and k.expr is None for k in keys):
             continue
         _check_key_readable(col, type_)
         keys.append(GroupKey(source=internal, column=col, type=type_))
-    return keys
+    return keys, derived
+
+
+def _group_item(item: exp.Expression, select_items: list[exp.Expression], scope: Scope
+                ) -> tuple[exp.Expr, str]:
+    """What one GROUP BY item groups by (a position or an output alias resolved to its
+    expression; a table column wins over an alias, as in DuckDB), and the key's name."""
+    node: exp.Expr = item.unnest()  # GROUP BY (ward) is GROUP BY ward
+    if isinstance(node, exp.Literal) and not node.is_string:
+        pos = int(node.this)
+        if not 1 <= pos <= len(select_items):
+            raise QueryError(f"GROUP BY {pos}: the SELECT list has {len(select_items)} items")
+        chosen = select_items[pos - 1]
+        node = chosen.unalias()
+        if isinstance(chosen, exp.Alias):
+            return node, chosen.alias
+    elif isinstance(node, exp.Column) and not node.table and not _is_column(scope, node):
+        for s in select_items:
+            if isinstance(s, exp.Alias) and s.alias.lower() == node.name.lower():
+                return s.this, s.alias
+    else:
+        for s in select_items:  # the same expression with an alias in the SELECT list
+            if isinstance(s, exp.Alias) and s.this == node:
+                return node, s.alias
+    return node, node.sql(dialect="duckdb")[:60]
+
+
+def _derived_group_key(node: exp.Expr, label: str, scope: Scope, private: TableMeta,
+                       keys: list[GroupKey], derived: list[tuple[exp.Expr, int]]) -> None:
+    if node.find(exp.AggFunc) is not None:
+        raise QueryError(f"GROUP BY {label}: a group key cannot hold an aggregate")
+    if isinstance(node, exp.Literal | exp.Null | exp.Boolean):
+        raise QueryError(f"GROUP BY {label}: group by columns or expressions of columns")
+    if any(n == node for n, _ in derived):
+        return
+    used: set[tuple[str, str]] = set()
+    key = derived_key(node, label, scope, private,
+                      lambda n: _check_scalar(n, scope, "GROUP BY", used)[0])  # type: ignore[arg-type]
+    if any(s == PRIVATE_ALIAS and c == private.privacy_unit for s, c in used) and \
+            private.privacy_unit and key.domain is None:
+        raise QueryError(
+            f"GROUP BY {label} computes keys from the privacy unit {private.privacy_unit!r} "
+            f"without a public domain; group by a CASE with constant results instead"
+        )
+    derived.append((node, len(keys)))
+    keys.append(key)
 
 
 def _agg_from(node: exp.Expression, scope: Scope, private: TableMeta) -> AggCall | None:
@@ -440,8 +528,10 @@ def _check_scalar(
 
 
 def _select(text: str, stmt: exp.Select, scope: Scope, private: TableMeta,
-            joins: list[JoinSpec], group_by: list[GroupKey]) -> QuerySpec:
+            joins: list[JoinSpec], group_by: list[GroupKey],
+            derived: list[tuple[exp.Expr, int]] | None = None) -> QuerySpec:
     columns_used: set[tuple[str, str]] = set()
+    derived = derived or []
     aggs: list[AggCall] = []
 
     def agg_index(call: AggCall) -> int:
@@ -453,9 +543,16 @@ def _select(text: str, stmt: exp.Select, scope: Scope, private: TableMeta,
 
     def group_index(internal: str, col: str) -> int | None:
         for i, k in enumerate(group_by):
-            if k.source == internal and k.column == col:
+            if k.source == internal and k.column == col and k.expr is None:
                 return i
         return None
+
+    def _names_group_column(n: exp.Column) -> bool:
+        """In HAVING a table column in GROUP BY wins over an output alias (as in DuckDB)."""
+        if not _is_column(scope, n):
+            return False
+        internal, col, _ = scope.resolve(n)
+        return group_index(internal, col) is not None
 
     def rewrite_post(node: exp.Expression, where: str,
                      aliases: list[Output] | None = None) -> exp.Expression:
@@ -464,7 +561,11 @@ def _select(text: str, stmt: exp.Select, scope: Scope, private: TableMeta,
         by_name = {o.name.lower(): o for o in aliases or []}
 
         def visit(n: exp.Expression) -> exp.Expression:
-            if isinstance(n, exp.Column) and not n.table and n.name.lower() in by_name:
+            gd = next((gi for d, gi in derived if d == n), None)
+            if gd is not None:  # a derived group key, written out again
+                return exp.column(f"__g{gd}")
+            if isinstance(n, exp.Column) and not n.table and n.name.lower() in by_name and \
+                    not (where == "HAVING" and _names_group_column(n)):
                 o = by_name[n.name.lower()]
                 if o.kind == "agg":
                     return exp.column(f"__a{o.index}")
@@ -525,6 +626,10 @@ def _select(text: str, stmt: exp.Select, scope: Scope, private: TableMeta,
                 "SELECT * would reveal rows; ask for aggregates, e.g. SELECT COUNT(*) FROM "
                 f"{private.name}"
             )
+        gd = next((gi for d, gi in derived if d == node), None)
+        if gd is not None:  # a derived group key (CASE ... END AS band)
+            outputs.append(Output(unique(alias or group_by[gd].column), "group", gd))
+            continue
         if isinstance(node, exp.Column):
             internal, col, _ = scope.resolve(node)
             gi = group_index(internal, col)
@@ -548,7 +653,7 @@ def _select(text: str, stmt: exp.Select, scope: Scope, private: TableMeta,
             alias = "expr"
         outputs.append(Output(unique(alias or node.sql(dialect="duckdb")[:40]), "expr",
                               expr=expr))
-    if not aggs:
+    if not aggs and not (group_by and all(o.kind == "group" for o in outputs)):
         raise QueryError(
             "the query has no aggregate; only aggregates leave the curator. Add e.g. COUNT(*)"
         )

@@ -10,6 +10,7 @@ implicit casts (text as a boolean, ``CASE x WHEN``, ``IN`` / ``BETWEEN`` / ``COA
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -287,6 +288,7 @@ class Grammar:
         join, on = "", ""
         alias, t, pa = self.t, self.t, self.p
         group: list[str] = []
+        key: Column | None = None
         if self.public and d.chance(1, 4):
             p = d.pick(self.public)
             pc = d.pick(p.columns)
@@ -297,36 +299,96 @@ class Grammar:
             if d.chance(1, 2):
                 group.append(f"{pa}.{quote_ident(d.pick(p.columns).name)}")
         elif self.keys and d.chance(3, 5):
-            k = d.pick(self.keys)
-            tags.append("group_declared" if k.name in self.table.domains else "group_undeclared")
-            group.append(f"{t}.{quote_ident(k.name)}")
+            key = d.pick(self.keys)
+            tags.append("group_declared" if key.name in self.table.domains
+                        else "group_undeclared")
+            group.append(f"{t}.{quote_ident(key.name)}")
         aggs = ["COUNT(*) AS n"]
         for i in range(d.below(3)):
             aggs.append(self._agg(d, tags) + f" AS a{i}")
-        select = ", ".join(group + aggs)
-        text = f"SELECT {select} FROM {quote_ident(self.table.name)} AS {t}{join}{on}{{where}}"
-        noisy_rows = noisy_order = False
+        having = order = limit = ""
         if group:
-            text += " GROUP BY " + ", ".join(group)
             if d.chance(1, 6):
-                text += f" HAVING COUNT(*) > {d.pick((0, 2, 10))}"
-                noisy_rows = True
+                having = f"COUNT(*) > {d.pick((0, 2, 10))}"
                 tags.append("having")
             if d.chance(1, 2):
-                by_value = d.chance(1, 2)
-                text += " ORDER BY " + ("n DESC" if by_value else group[0])
-                noisy_order = by_value
+                order = "n DESC" if d.chance(1, 2) else "{key}"
                 if d.chance(2, 3):
-                    lim = d.pick(("0", "1", "3", HUGE_LIMIT))
-                    text += f" LIMIT {lim}"
-                    noisy_rows = noisy_rows or by_value
-                    tags.append("limit_huge" if lim == HUGE_LIMIT else "limit")
+                    limit = d.pick(("0", "1", "3", HUGE_LIMIT))
+                    tags.append("limit_huge" if limit == HUGE_LIMIT else "limit")
         weights: tuple[tuple[str, float], ...] = ()
         if len(aggs) > 1 and d.chance(1, 6):
             weights = (("n", float(d.pick((1, 3, 100)))),)
-        return Query("sql", self.table.name, text=text, where=self.where(d, alias, tags),
-                     epsilon=eps, noise=noise, delta=delta, weights=weights,
-                     noisy_rows=noisy_rows, noisy_order=noisy_order, tags=tuple(tags))
+        where = self.where(d, alias, tags)
+        # the forms of issue 14 (derived keys, WHERE on keys, key-only, TOP) are drawn from a
+        # stream of their own, so that the main stream (and every seed's queries) stays as it was
+        x = Draw(zlib.crc32(repr((group, aggs, having, order, limit, where, eps)).encode()))
+        shown, by, extra = self._group_forms(x, key, group, tags)
+        key_only = bool(by) and not having and x.chance(1, 8)
+        if key_only:
+            aggs, order = [], "" if order == "n DESC" else order
+            tags.append("key_only")
+        top = f"TOP {x.pick((1, 3))} " if by and not limit and x.chance(1, 10) else ""
+        select = ", ".join(shown + aggs)
+        if key_only and not top and not order and x.chance(1, 2):  # DISTINCT k: GROUP BY k
+            select, by = "DISTINCT " + select, []
+        text = (f"SELECT {top}{select} FROM {quote_ident(self.table.name)} AS {t}{join}{on}"
+                f"{{where}}")
+        if by:
+            text += " GROUP BY " + ", ".join(by)
+            if having:
+                text += f" HAVING {having}"
+            elif x.chance(1, 8):  # on the key itself: the grouped column, not an alias
+                text += f" HAVING {by[0]} IS NOT NULL"
+                tags.append("having_key")
+            if top:
+                order = order or "{key}"
+                tags.append("top")
+            if order:
+                text += " ORDER BY " + order.replace("{key}", by[0])
+            if limit:
+                text += f" LIMIT {limit}"
+        return Query("sql", self.table.name, text=text, where=where + extra, epsilon=eps,
+                     noise=noise, delta=delta, weights=weights,
+                     noisy_rows=bool(having) or (order == "n DESC" and bool(limit or top)),
+                     noisy_order=order == "n DESC", tags=tuple(tags))
+
+    def _group_forms(self, x: Draw, key: Column | None, group: list[str], tags: list[str]
+                     ) -> tuple[list[str], list[str], tuple[str, ...]]:
+        """(SELECT items, GROUP BY terms, extra WHERE conjuncts): the plain key, a WHERE
+        restriction of it to constants, or a derived key."""
+        if key is None:
+            return list(group), list(group), ()
+        if x.chance(1, 4):
+            shown, by = self._derived_key(x, self.t, tags)
+            return shown, by, ()
+        if x.chance(1, 4):  # WHERE key IN (constants): the constants become the keys
+            tags.append("where_keys")
+            return list(group), list(group), (self._in_keys(x, key, self.t),)
+        return list(group), list(group), ()
+
+    def _in_keys(self, d: Draw, k: Column, t: str) -> str:
+        items = ", ".join(dict.fromkeys(self._literal(d, k) for _ in range(1 + d.below(3))))
+        op = d.pick(("IN", "IN", "=")) if "," not in items else "IN"
+        return f"{t}.{quote_ident(k.name)} {op} ({items})"
+
+    def _derived_key(self, d: Draw, t: str, tags: list[str]) -> tuple[list[str], list[str]]:
+        """A GROUP BY expression (CASE, bins, date_trunc, or one without public keys), shown as
+        ``g`` and grouped by alias, by position or written out again."""
+        k = self._ref(d.pick(self.keys), t)
+        cond = self._compare(d, t, tags)
+        forms = [f"CASE WHEN {cond} THEN 'a' WHEN {k.sql} IS NULL THEN 'b' END",
+                 f"CASE WHEN {cond} THEN 1 ELSE 2 END", f"lower(CAST({k.sql} AS VARCHAR))"]
+        if k.col.cls in ("int", "float", "decimal"):
+            forms += [f"floor({k.sql} / 10) * 10", f"floor({k.sql})", f"floor({k.sql} / 2.5)"]
+        if k.col.cls == "int":
+            forms.append(f"{k.sql} // 7")
+        if k.col.cls == "temporal":
+            forms.append(f"date_trunc('{d.pick(('month', 'year', 'day'))}', {k.sql})")
+        expr = d.pick(forms)
+        tags.append("derived_" + expr.split("(")[0].split(" ")[0].lower())
+        by = d.pick(("g", "1", expr))
+        return [f"{expr} AS g"], [by]
 
     def _agg(self, d: Draw, tags: list[str]) -> str:
         unit = self.table.privacy_unit

@@ -124,7 +124,11 @@ def synthetic(ctx: Context, ask: SyntheticAsk, target: Target) -> SyntheticData:
     (default ``k = min(2, len(columns))``), approximately. Relationships with other
     columns, and finer detail than the grid, are not preserved.
 
-    ``method``: ``"factorization"`` (default: all ``k``-way marginals measured through
+    ``method``: ``"auto"`` (default) is ``"factorization"`` while the product grid holds
+    at most 4096 cells and ``"mst"`` beyond. ``"mst"`` (:mod:`.synthetic_mst`, any number of
+    columns: all 1-way marginals and a privately selected spanning tree of 2-way marginals,
+    ``target=`` a column measured with every selected pair; numeric values uniform within
+    their cells). ``"factorization"``: all ``k``-way marginals measured through
     one optimised strategy, least-squares histogram, negative cells set to 0, rounded to
     records by largest remainder) or ``"mwem"`` (Hardt-Ligett-McSherry 2012: ``rounds``
     rounds of exponential-mechanism selection + measurement of the worst-answered

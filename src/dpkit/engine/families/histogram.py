@@ -19,7 +19,7 @@ from dpkit.engine.families.job import Context, Job
 from dpkit.engine.spec import PRIVATE_ALIAS
 from dpkit.engine.tables import TableMeta, quote_ident
 
-__all__ = ["dry_run", "read", "statement"]
+__all__ = ["dry_run", "read", "read_cells", "statement"]
 
 
 def _unit_totals(backend: DuckBackend, meta: TableMeta) -> str | None:
@@ -81,3 +81,17 @@ def read(ctx: Context, job: Job, text: str | None = None) -> np.ndarray:
     for key, n in zip(keys, out["__n"], strict=True):
         x[tuple(int(k) for k in key)] += int(n)
     return x.reshape(-1)
+
+
+def read_cells(ctx: Context, job: Job, text: str) -> np.ndarray:
+    """The same exact histogram, sparse: int64 rows ``(cell index per axis ..., count)``, one
+    per occupied cell, in the statement's order (for grids whose product is too large to hold;
+    never leaves the engine)."""
+    d = len(job.axes)
+    cnames = [f"__c{i}" for i in range(d)]
+    keys, out = ctx.backend.run(text, cnames, ["__n"])
+    x = np.zeros((len(keys), d + 1), dtype=np.int64)
+    if len(keys):
+        x[:, :d] = np.asarray([tuple(k) for k in keys], dtype=np.int64).reshape(len(keys), d)
+        x[:, d] = np.asarray(out["__n"], dtype=np.int64)
+    return x

@@ -151,9 +151,11 @@ class MarginalsAsk(Ask):
 class SyntheticAsk(Ask):
     columns: Sequence[str] | str
     rows: int | None = None
-    method: str = "factorization"
+    method: str = "auto"  # factorization up to MAX_PRODUCT_CELLS cells, MST beyond
     k: int | None = None
     rounds: int = 20
+    #: MST: a column measured with every selected pair (e.g. the label a model will predict)
+    target: str | None = None
 
 
 @dataclass

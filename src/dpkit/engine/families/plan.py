@@ -27,7 +27,14 @@ import numpy as np
 
 from dpkit.accounting import zcdp
 from dpkit.engine.accuracy import epsilon_for_accuracy
-from dpkit.engine.families.axes import Axis, column_of, ordered_axis, product_axes
+from dpkit.engine.families.axes import (
+    MAX_PRODUCT_CELLS,
+    Axis,
+    categorical_axis,
+    column_of,
+    ordered_axis,
+    product_axes,
+)
 from dpkit.engine.families.job import (
     OPTIMIZE_CELLS,
     Ask,
@@ -42,6 +49,7 @@ from dpkit.engine.families.job import (
     new_job,
     table_meta,
 )
+from dpkit.engine.families.synthetic_mst import plan_mst
 from dpkit.engine.spec import QueryError
 from dpkit.engine.tables import TableMeta
 from dpkit.release import mwem_event, plan_workload, workloads
@@ -223,22 +231,48 @@ def _plan_marginals(ctx: Context, ask: MarginalsAsk, target: Target) -> Job:
     return job
 
 
-def _plan_synthetic(ctx: Context, ask: SyntheticAsk, target: Target) -> Job:
-    meta = table_meta(ctx, ask.table)
+def _synthetic_columns(ask: SyntheticAsk) -> list[str]:
     columns = ask.columns
     if isinstance(columns, str):
         columns = [c.strip() for c in columns.split(",") if c.strip()]
     cols = list(columns or [])
     if not cols or not all(isinstance(c, str) for c in cols):
         raise QueryError("columns must be a list of column names, e.g. ['ward', 'age']")
-    names, sets = _marginal_sets(meta, cols, ask.k)
-    axes, cells = product_axes(meta, names, bins=ask.bins, bounds=ask.bounds)
-    method, rows = ask.method, ask.rows
-    if method not in ("mwem", "factorization"):
-        raise QueryError(f"method must be 'mwem' or 'factorization' (got {method!r})")
+    return cols
+
+
+def _synthetic_method(meta: TableMeta, names: list[str], ask: SyntheticAsk) -> str:
+    """The method asked, ``"auto"`` resolved from the public grid: the dense methods while
+    the product grid holds at most MAX_PRODUCT_CELLS cells, MST beyond."""
+    method = ask.method
+    if method not in ("auto", "mwem", "factorization", "mst"):
+        raise QueryError(
+            f"method must be 'auto', 'factorization', 'mwem' or 'mst' (got {method!r})")
+    if method != "auto":
+        return method
+    cells = math.prod(categorical_axis(meta, c, bins=ask.bins, bounds=ask.bounds).size
+                      for c in names)
+    return "factorization" if cells <= MAX_PRODUCT_CELLS else "mst"
+
+
+def _plan_synthetic(ctx: Context, ask: SyntheticAsk, target: Target) -> Job:
+    meta = table_meta(ctx, ask.table)
+    cols = _synthetic_columns(ask)
+    rows = ask.rows
     if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int)
                              or not 1 <= rows <= 100_000_000):
         raise QueryError(f"rows must be an integer in [1, 1e8] (got {rows!r})")
+    names, sets = _marginal_sets(meta, cols, ask.k if ask.method != "mst" else None)
+    method = _synthetic_method(meta, names, ask)
+    if method == "mst":
+        return plan_mst(ctx, meta, names, ask, target)
+    if ask.target is not None:
+        raise QueryError(f"target= applies to method='mst' (method {method!r} here)")
+    try:
+        axes, cells = product_axes(meta, names, bins=ask.bins, bounds=ask.bounds)
+    except QueryError as exc:
+        raise QueryError(f"{exc}; or method='mst' (1-way and tree-selected 2-way "
+                         f"marginals, any number of cells)") from None
     text = (f"SYNTHETIC {meta.name} ({', '.join(names)}) method={method}"
             + (f" k={ask.k}" if ask.k is not None else ""))
     job = new_job(ctx, "synthetic", meta, axes, ask, target, default_query=text,

@@ -67,6 +67,8 @@ def run(ctx: Context, job: Job, finish: Finish[R]) -> R:
                         "contributions": job.contributions})
 
         def read() -> np.ndarray:
+            if job.details.get("sparse"):  # MST synthetic data: no product-domain array
+                return histogram.read_cells(ctx, job, text)
             return histogram.read(ctx, job, text)
 
         def done(x: np.ndarray, entry: Entry) -> R:

@@ -1,4 +1,5 @@
-"""Synthetic records: the released histogram (factorization or MWEM) rounded to records.
+"""Synthetic records: the released histogram (factorization or MWEM) rounded to records,
+or MST's records (:mod:`.synthetic_mst`) beyond the product-grid cap.
 
 **What it protects.** The records are post-processing of one differentially private release of
 the table's histogram over the public product grid of the requested columns (see
@@ -18,6 +19,7 @@ from dpkit import events as ev
 from dpkit import noise as _noise
 from dpkit.engine.families.finish import rmse_note, split
 from dpkit.engine.families.job import Context, Job
+from dpkit.engine.families.synthetic_mst import mst_frame, values_in_cells
 from dpkit.engine.ledger import Entry
 from dpkit.engine.results import write_columns
 from dpkit.release import mwem, synthetic_records
@@ -29,10 +31,10 @@ __all__ = ["SyntheticData", "finish_synthetic"]
 class SyntheticData:
     """Synthetic records released by :meth:`Curator.synthetic`, and what they cost.
 
-    ``data``: one array per requested column, in order (values: declared keys, integers, or
-    cell midpoints for binned numeric columns); :meth:`to_pandas`, :meth:`write` (Parquet or
-    CSV, no pandas needed). Post-processing of a private release: any use of it costs no
-    further privacy.
+    ``data``: one array per requested column, in order (values: declared keys, or for numeric
+    columns a value drawn uniformly within its grid cell); :meth:`to_pandas`,
+    :meth:`write` (Parquet or CSV, no pandas needed). Post-processing of a private release:
+    any use of it costs no further privacy.
     """
 
     data: Any
@@ -98,25 +100,28 @@ def _histogram(ctx: Context, job: Job, x: np.ndarray) -> tuple[np.ndarray, list[
 
 def finish_synthetic(ctx: Context, job: Job, x: np.ndarray, entry: Entry,
                      remaining: float) -> SyntheticData:
-    hist, notes = _histogram(ctx, job, x)
-    counts = synthetic_records(hist, job.details.get("rows"))
-    cells = np.repeat(np.arange(counts.size), counts)
-    order = _noise.permutation(cells.size, source=ctx.source) if cells.size else cells
-    cells = cells[order]
-    idx = np.unravel_index(cells, tuple(a.size for a in job.axes)) if cells.size else [
-        np.zeros(0, dtype=np.int64) for _ in job.axes]
-    frame: dict[str, np.ndarray] = {}
-    for a, ii in zip(job.axes, idx, strict=True):
-        vals = a.values()
-        if a.kind == "keys":
-            keys = np.empty(len(vals), dtype=object)
-            keys[:] = list(vals)
-            frame[a.column] = keys[ii]
-        else:
-            frame[a.column] = np.asarray(vals)[ii] if len(ii) else np.zeros(0)
+    hist: np.ndarray | None = None
+    if job.details.get("method") == "mst":
+        frame, notes, _total = mst_frame(ctx, job, x)
+    else:
+        hist, notes = _histogram(ctx, job, x)
+        frame = _dense_frame(ctx, job, hist)
     eps_cost = float(entry.view["epsilon_cost"])
     return SyntheticData(
         data=frame, columns=[a.column for a in job.axes], method=str(job.details["method"]),
         event=job.event, epsilon=eps_cost, delta=float(entry.view.get("delta_cost") or 0.0),
         ledger_seq=entry.seq, query=job.query, level=job.level, insecure=ctx.insecure,
         notes=notes, split=split(job, eps_cost), histogram=hist, remaining=remaining)
+
+
+def _dense_frame(ctx: Context, job: Job, hist: np.ndarray) -> dict[str, np.ndarray]:
+    """Records from a released product-grid histogram: largest-remainder counts per cell,
+    shuffled, numeric values uniform within their cells."""
+    counts = synthetic_records(hist, job.details.get("rows"))
+    cells = np.repeat(np.arange(counts.size), counts)
+    order = _noise.permutation(cells.size, source=ctx.source) if cells.size else cells
+    cells = cells[order]
+    idx = np.unravel_index(cells, tuple(a.size for a in job.axes)) if cells.size else [
+        np.zeros(0, dtype=np.int64) for _ in job.axes]
+    return {a.column: values_in_cells(a, np.asarray(ii, dtype=np.int64), ctx.source)
+            for a, ii in zip(job.axes, idx, strict=True)}

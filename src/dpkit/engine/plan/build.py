@@ -120,17 +120,18 @@ def check_parameters(st: Planning) -> None:
 
 
 def group_keys(st: Planning) -> None:
-    """Public keys (declared domains, public tables) or private partition selection."""
+    """Public keys (declared domains, public tables, derived keys' domains, WHERE constants)
+    or private partition selection."""
     table = st.table
     public_keys = True
     for k in st.spec.group_by:
-        if k.source == dsql.PRIVATE_ALIAS:
-            dom = table.domains.get(k.column)
+        if k.expr is not None or k.source == dsql.PRIVATE_ALIAS:
+            dom = key_domain(table, k)
             if dom is None:
                 public_keys = False
                 st.key_sources.append(("private", None))
             else:
-                st.key_sources.append(("domain", list(dom)))
+                st.key_sources.append(("domain", dom))
         else:
             st.key_sources.append(("public", k))
     st.group_mode = "none" if not st.grouped else ("public" if public_keys else "select")
@@ -142,6 +143,27 @@ def group_keys(st: Planning) -> None:
                 f"fewer columns"
             )
         st.keys = KeyProduct([v for _, v in st.key_sources])
+
+
+def key_domain(table: TableMeta, k: dsql.GroupKey) -> list[Any] | None:
+    """The public keys of one private or derived GROUP BY key, None when there are none: a
+    derived key's domain; the declared domain, cut to the constants of ``WHERE key IN (...)``
+    when there are some; or those constants alone (they are public: the query names them)."""
+    declared = table.domains.get(k.column) if k.expr is None else None
+    if k.domain is None:
+        return None if declared is None else list(declared)
+    if declared is None:
+        values = list(k.domain)
+    else:
+        wanted = set(k.domain)
+        values = [v for v in declared if v in wanted]
+    if not values:
+        raise PlanError(
+            f"GROUP BY {k.column}: no key is left (the WHERE condition keeps none of its "
+            f"{'declared ' if declared is not None else ''}keys, or the declared range holds "
+            f"no bin), so there is nothing to answer; nothing was charged"
+        )
+    return values
 
 
 def query_delta(st: Planning) -> None:

@@ -41,7 +41,9 @@ KEY_COL = '"k"'  # the key column of a hidden key table (duckdb_sources.KEY_COLU
 
 def literal_sql(value: Any, type_: str) -> str:
     """A declared key as a typed DuckDB literal: ``CAST(<literal> AS <type>)``."""
-    if isinstance(value, bool):
+    if value is None:  # a CASE without ELSE has the key NULL
+        lit = "NULL"
+    elif isinstance(value, bool):
         lit = "TRUE" if value else "FALSE"
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         lit = repr(value) if isinstance(value, int) else repr(float(value))
@@ -94,6 +96,11 @@ def column_ref(alias_col: str) -> str:
     return f"{quote_ident(alias)}.{quote_ident(col)}"
 
 
+def key_sql(k: dsql.GroupKey) -> str:
+    """A GROUP BY key's value per row: its column, or a derived key's (total) expression."""
+    return k.expr if k.expr is not None else column_ref(k.source + "." + k.column)
+
+
 def canonical_key_sql(ref: str, type_: str) -> str:
     """A group key as one value per group, exactly as Python reads it back.
 
@@ -125,8 +132,7 @@ def project_columns(st: SqlState) -> None:
             f"{column_ref(dsql.PRIVATE_ALIAS + '.' + str(table.privacy_unit))} AS __u")
     st.group_cols = [f"__g{i}" for i in range(len(spec.group_by))]
     for i, k in enumerate(spec.group_by):
-        st.proj.append(f"{canonical_key_sql(column_ref(k.source + '.' + k.column), k.type)} "
-                       f"AS __g{i}")
+        st.proj.append(f"{canonical_key_sql(key_sql(k), k.type)} AS __g{i}")
     for src_col, c in st.value_cols.items():
         st.proj.append(f"{column_ref(src_col)} AS {c}")
     # materialised fixed-point integers for SUM / AVG (private table, current bounds only)
@@ -167,14 +173,14 @@ def source_cte(st: SqlState) -> None:
         # Rows outside a declared domain are dropped before bounding (so they use up no unit's
         # row cap); at record level the join with the key set (or the key fill) drops them
         # after the aggregate, which costs far less than a filter on every row.
-        if kind == "domain" and (not table.record_level or plan.group_mode != "public"):
-            k = spec.group_by[i]
+        k = spec.group_by[i]
+        if kind == "domain" and not k.exhaustive and (
+                not table.record_level or plan.group_mode != "public"):
             if i in st.key_rel:
-                conds.append(f"{column_ref(k.source + '.' + k.column)} IN (SELECT {KEY_COL} "
-                             f"FROM {st.key_rel[i]})")
+                conds.append(f"{key_sql(k)} IN (SELECT {KEY_COL} FROM {st.key_rel[i]})")
             else:
                 lits = ", ".join(literal_sql(v, k.type) for v in values)
-                conds.append(f"{column_ref(k.source + '.' + k.column)} IN ({lits})")
+                conds.append(f"{key_sql(k)} IN ({lits})")
     where = f" WHERE {' AND '.join(conds)}" if conds else ""
     st.ctes.append(f"__src AS (SELECT {', '.join(st.proj)} FROM {frm}{where})")
     st.current = "__src"
@@ -352,7 +358,10 @@ def group_output(st: SqlState) -> None:
         st.compiled = CompiledSQL(text, st.group_cols, st.mcols, keys_text=keys_text)
         return
     ctes.extend(key_ctes)
-    on = " AND ".join(f"__keys.__g{i} = __agg.__g{i}" for i in range(n))
+    # a CASE without ELSE has the public key NULL: matched as a value, not as SQL's unknown
+    eq = " IS NOT DISTINCT FROM " if any(
+        kind == "domain" and None in values for kind, values in plan.key_sources) else " = "
+    on = " AND ".join(f"__keys.__g{i}{eq}__agg.__g{i}" for i in range(n))
     sel = ", ".join([*(f"__keys.__g{i}" for i in range(n)), *(f"__agg.{c}" for c in st.mcols)])
     text = ("WITH " + ", ".join(ctes) + f" SELECT {sel} FROM __keys LEFT JOIN __agg ON {on} "
             f"ORDER BY {order}")
@@ -455,6 +464,7 @@ def key_relations(plan: Plan, key_tables: Mapping[str, str] | None) -> dict[int,
     for i, (kind, values) in enumerate(plan.key_sources):
         k = plan.spec.group_by[i]
         if (kind == "domain" and k.source == dsql.PRIVATE_ALIAS and k.column in key_tables
+                and k.expr is None and k.domain is None
                 and len(values) >= DOMAIN_TABLE_MIN_KEYS):
             out[i] = key_tables[k.column]
     return out
