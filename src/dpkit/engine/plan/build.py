@@ -384,9 +384,10 @@ def diagnostics(st: Planning) -> None:
     the rows read after bounding (the denominator), ``ddrop`` the rows the per-unit caps
     dropped (user level only; each unit's dropped rows count at most ``m``, so the estimate is
     a lower bound), ``dclamp`` per bounded column and bounds the rows whose value lies outside
-    them. Off with ``diagnostics=False``; none at record level without bounded columns.
+    them. Off with ``diagnostics=False``; none at record level without bounded columns, and
+    none for a query without aggregates (its keys are all it releases: nothing to bias).
     """
-    if not st.diagnostics:
+    if not st.diagnostics or not st.spec.aggs:
         return
     clamped: dict[tuple[str, float, float], Measure] = {}
     for mm in st.measures:
