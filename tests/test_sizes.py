@@ -32,8 +32,6 @@ ALLOWED: dict[str, str] = {
     "engine/ledger.py::Ledger": _ENGINE,
     "engine/noisy.py::release": _ENGINE,
     "engine/sql.py": _ENGINE,
-    "engine/scope.py::from_clause": _ENGINE,
-    "engine/sql.py::_agg_from": _ENGINE,
     "engine/sql.py::_select": _ENGINE,
     "engine/tables.py::validate_declarations": _ENGINE,
     "release/_lbfgs.py::minimize": "one L-BFGS loop (two-loop recursion + line search) kept "

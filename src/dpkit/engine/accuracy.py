@@ -91,7 +91,7 @@ def expected_errors(plan: dplan.Plan, rows: float | None = None) -> list[dict[st
             continue
         ap = by_index[o.index]  # type: ignore[index]
         func = ap.call.func
-        if func in (dsql.COUNT, dsql.COUNT_COL, dsql.COUNT_UNITS, dsql.SUM):
+        if func in (dsql.COUNT, dsql.COUNT_COL, dsql.COUNT_UNITS, dsql.COUNT_DISTINCT, dsql.SUM):
             mm = plan.measure(ap.measures.get("count") or ap.measures["sum"])
             out.append({"name": o.name, "halfwidth": halfwidth(mm, plan.level),
                         "note": "exact noise quantile"

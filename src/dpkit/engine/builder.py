@@ -163,7 +163,10 @@ class QueryBuilder:
 
     # ------------------------------------------------------------------ aggregates
 
-    def _agg(self, node: exp.Expression, name: str, alias: str | None) -> QueryBuilder:
+    def _agg(self, node: exp.Expr, name: str, alias: str | None,
+             filter: str | None = None) -> QueryBuilder:
+        if filter is not None:  # AGG(...) FILTER (WHERE <filter>)
+            node = exp.Filter(this=node, expression=exp.Where(this=_expr(filter, "filter")))
         q = self._copy()
         out = alias or name
         if out in q._names:
@@ -172,21 +175,41 @@ class QueryBuilder:
         q._aggs.append(exp.alias_(node, exp.to_identifier(out, quoted=True)))
         return q
 
-    def count(self, column: str | None = None, *, alias: str | None = None) -> QueryBuilder:
+    def count(self, column: str | None = None, *, alias: str | None = None,
+              filter: str | None = None) -> QueryBuilder:
+        """COUNT(*) or COUNT(column); ``filter="age > 65"`` counts only the rows where it
+        holds (``COUNT(*) FILTER (WHERE age > 65)``)."""
         if column is None:
-            return self._agg(exp.Count(this=exp.Star()), "count", alias)
-        return self._agg(exp.Count(this=_col(column)), f"count_{column}", alias)
+            return self._agg(exp.Count(this=exp.Star()), "count", alias, filter)
+        return self._agg(exp.Count(this=_col(column)), f"count_{column}", alias, filter)
 
-    def count_distinct(self, column: str, *, alias: str | None = None) -> QueryBuilder:
-        """COUNT(DISTINCT <privacy unit>): the number of people."""
+    def count_distinct(self, column: str, *, alias: str | None = None,
+                       filter: str | None = None) -> QueryBuilder:
+        """COUNT(DISTINCT column): the number of people for the privacy unit, else the number
+        of distinct values (sensitivity ``max_rows_per_unit``)."""
         node = exp.Count(this=exp.Distinct(expressions=[_col(column)]))
-        return self._agg(node, f"count_distinct_{column}", alias)
+        return self._agg(node, f"count_distinct_{column}", alias, filter)
 
-    def sum(self, column: str, *, alias: str | None = None) -> QueryBuilder:
-        return self._agg(exp.Sum(this=_col(column)), f"sum_{column}", alias)
+    def sum(self, column: str, *, alias: str | None = None,
+            filter: str | None = None) -> QueryBuilder:
+        return self._agg(exp.Sum(this=_col(column)), f"sum_{column}", alias, filter)
 
-    def avg(self, column: str, *, alias: str | None = None) -> QueryBuilder:
-        return self._agg(exp.Avg(this=_col(column)), f"avg_{column}", alias)
+    def avg(self, column: str, *, alias: str | None = None,
+            filter: str | None = None) -> QueryBuilder:
+        return self._agg(exp.Avg(this=_col(column)), f"avg_{column}", alias, filter)
+
+    def expr(self, text: str, *, alias: str) -> QueryBuilder:
+        """An output written in SQL: an aggregate over an expression (``"SUM(price * qty)"``)
+        or arithmetic over aggregates (``"SUM(cost) / COUNT(*)"``), checked as in
+        :meth:`Curator.sql`."""
+        if not isinstance(text, str) or not text.strip():
+            raise QueryError("expr takes SQL text, e.g. expr(\"SUM(cost) / COUNT(*)\", "
+                             "alias=\"per_row\")")
+        try:
+            node = sqlglot.parse_one(text, read="duckdb")
+        except sqlglot.errors.ParseError as exc:
+            raise QueryError(f"cannot parse {text!r}: {str(exc).splitlines()[0]}") from None
+        return self._agg(node, alias, alias)
 
     mean = avg
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from sqlglot import exp
 
 from dpkit import events as ev
 from dpkit import mechanisms
@@ -33,6 +34,7 @@ from dpkit.engine.plan import (
     ordinal,
     top_k_utility,
 )
+from dpkit.engine.plan.intervals import output_interval
 from dpkit.engine.postprocess import Scratch, project
 from dpkit.engine.read import Exact
 from dpkit.engine.results import Result
@@ -342,6 +344,7 @@ def release(plan: Plan, exact: Exact, *, source: Source | None, insecure: bool, 
         table[f"__a{ai}_lo"] = lo[idx]
         table[f"__a{ai}_hi"] = hi[idx]
 
+    _expression_intervals(plan, noisy, agg_cols, idx, table, level)
     columns, data, kinds = project(plan, table, scratch=scratch)
     notes = list(plan.notes)
     if selection is not None:
@@ -443,7 +446,7 @@ def _derive(plan: Plan, ap: Any, noisy: dict[str, NoisyMeasure],
             level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     func = ap.call.func
     r = ap.measures
-    if func in (dsql.COUNT, dsql.COUNT_COL, dsql.COUNT_UNITS):
+    if func in (dsql.COUNT, dsql.COUNT_COL, dsql.COUNT_UNITS, dsql.COUNT_DISTINCT):
         nm = noisy[r["count"]]
         return nm.value, nm.low, nm.high
     if func == dsql.SUM:
@@ -501,3 +504,72 @@ def _derive(plan: Plan, ap: Any, noisy: dict[str, NoisyMeasure],
     if func in (dsql.STDDEV, dsql.STDDEV_POP):
         return np.sqrt(var), np.sqrt(v_lo), np.sqrt(v_hi)
     return var, v_lo, v_hi
+
+
+def _expression_intervals(plan: Plan, noisy: dict[str, NoisyMeasure],
+                          agg_cols: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+                          idx: np.ndarray, table: dict[str, np.ndarray], level: float) -> None:
+    """An interval for each output computed from aggregates (``SUM(a) / SUM(b)``,
+    ``POWER(AVG(x), 2)``), as ``__o{i}_lo`` / ``__o{i}_hi`` columns of the noisy table.
+
+    Coverage ``>= level``: an output over ``k`` aggregates takes each one's interval at level
+    ``1 - (1 - level)/k`` (re-derived from the same noisy values: a half-width of the exact
+    noise law, or AVG/VAR's own union bound at that level); with probability ``>= level`` all
+    ``k`` cover their true values at once (union bound), and then the interval arithmetic of
+    :func:`dpkit.engine.plan.intervals.output_interval` contains the output of the true
+    values. Post-processing of released values only. No interval (the column is left out)
+    when a part has no interval rule, or for ``k >= 2`` aggregates one of which is a quantile
+    (its interval comes from its own mechanisms at the query's level and cannot be redrawn)."""
+    for oi, o in enumerate(plan.spec.outputs):
+        if o.kind != "expr" or o.expr is None:
+            continue
+        refs = sorted({int(n.name[3:]) for n in o.expr.find_all(exp.Column)
+                       if n.name.startswith("__a") and n.name[3:].isdigit()})
+        if not refs:
+            continue
+        lvl = 1.0 - (1.0 - level) / len(refs)
+        boxes: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for ai in refs:
+            got = agg_cols[ai] if len(refs) == 1 else _derive_at(plan, plan.aggs[ai], noisy, lvl)
+            if got is None:
+                break
+            boxes[f"__a{ai}"] = (np.asarray(got[1], dtype=np.float64)[idx],
+                                 np.asarray(got[2], dtype=np.float64)[idx])
+        else:
+            for gi in range(len(plan.spec.group_by)):
+                key = np.asarray(table[f"__g{gi}"])
+                if key.dtype.kind in "iuf":  # a numeric key is exact (public)
+                    boxes[f"__g{gi}"] = (key.astype(np.float64), key.astype(np.float64))
+            box = output_interval(o.expr, boxes)
+            if box is not None:
+                n = len(idx)
+                table[f"__o{oi}_lo"] = np.broadcast_to(box[0], (n,)).astype(np.float64)
+                table[f"__o{oi}_hi"] = np.broadcast_to(box[1], (n,)).astype(np.float64)
+
+
+def _derive_at(plan: Plan, ap: Any, noisy: dict[str, NoisyMeasure], level: float,
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The aggregate's value and interval at another ``level``, from the same noisy values
+    (None for quantiles, whose intervals are mechanisms of their own)."""
+    func = ap.call.func
+    if func == dsql.QUANTILE:
+        return None
+    if func not in (dsql.COUNT, dsql.COUNT_COL, dsql.COUNT_UNITS, dsql.COUNT_DISTINCT,
+                    dsql.SUM):
+        return _derive(plan, ap, noisy, level)
+    key = ap.measures.get("count") or ap.measures["sum"]
+    mm, nm = plan.measure(key), noisy[key]
+    h = halfwidth(mm, level)
+    if not math.isfinite(h):
+        return None
+    value = nm.value.astype(np.float64)
+    low, high = value - h, value + h
+    if mm.kind == "select":  # the count also chose the group: its lower end given Y >= T
+        shown = value >= mm.threshold
+        if shown.any():
+            gauss = mm.noise == GAUSSIAN_THRESHOLD
+            low[shown] = np.minimum(low[shown], selected_count_lower(
+                value[shown], mm.threshold, level,
+                scale=None if gauss else float(mm.scale), sigma2=float(mm.sigma2) if gauss
+                else None))
+    return nm.value, low, high

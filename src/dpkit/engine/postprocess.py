@@ -96,7 +96,7 @@ def _postprocess(plan: Plan, table: dict[str, np.ndarray], con: duckdb.DuckDBPyC
         sel: list[str] = []
         out_kinds: dict[str, str] = {}
         order_cols: list[str] = []
-        for o in spec.outputs:
+        for oi, o in enumerate(spec.outputs):
             if o.kind == "group":
                 sel.append(f"__g{o.index} AS {quote_ident(o.name)}")
                 out_kinds[o.name] = "group"
@@ -111,6 +111,11 @@ def _postprocess(plan: Plan, table: dict[str, np.ndarray], con: duckdb.DuckDBPyC
                 assert o.expr is not None
                 sel.append(f"{o.expr.sql(dialect='duckdb')} AS {quote_ident(o.name)}")
                 out_kinds[o.name] = "expr"
+                if f"__o{oi}_lo" in table:  # its interval (engine/noisy.py, union bound)
+                    sel.append(f"__o{oi}_lo AS {quote_ident(o.name + '_ci_low')}")
+                    sel.append(f"__o{oi}_hi AS {quote_ident(o.name + '_ci_high')}")
+                    out_kinds[o.name + "_ci_low"] = "ci_low"
+                    out_kinds[o.name + "_ci_high"] = "ci_high"
         for e, desc in spec.order:
             order_cols.append(e.sql(dialect="duckdb") + (" DESC" if desc else " ASC"))
         text = f"SELECT {', '.join(sel)} FROM __noisy"

@@ -148,9 +148,89 @@ def check_join_types(meta: TableMeta, col: str, jmeta: TableMeta, jcol: str) -> 
         )
 
 
+def _join_kind(join: exp.Join, meta: TableMeta, jmeta: TableMeta) -> str:
+    """``"inner"`` or ``"left"`` for a join with a public table; every other form refused."""
+    method = str(join.args.get("method") or "").upper()
+    extra = sorted(k.upper() for k, v in join.args.items()
+                   if v and k not in ("this", "on", "side", "kind", "method", "using",
+                                      "pivots"))
+    if method or extra:
+        raise QueryError(
+            f"{method or ' '.join(extra)} JOIN is not supported (it would not join on "
+            f"equal keys); write INNER JOIN or LEFT JOIN {jmeta.name} ON a.col = b.col"
+        )
+    if not jmeta.public:
+        raise QueryError(
+            f"joins between private tables ({meta.name!r} and {jmeta.name!r}) are refused: "
+            f"a person's rows in both could not be bounded together. Join a public lookup "
+            f"table instead, or ask the data owner to register one combined table with a "
+            f"single privacy unit"
+        )
+    side = (join.args.get("side") or "").lower()
+    kind = (join.args.get("kind") or "").lower()
+    if side == "left" and kind in ("", "outer"):
+        jkind = "left"
+    elif side == "" and kind in ("", "inner"):
+        jkind = "inner"
+    else:
+        raise QueryError(
+            f"only INNER and LEFT joins with a public table are supported (got "
+            f"{(side + ' ' + kind).strip().upper()} JOIN)"
+        )
+    if join.args.get("using"):
+        raise QueryError(
+            "write the join condition with ON a.col = b.col (USING is not supported)"
+        )
+    return jkind
+
+
+def _add_joined(scope: Scope, internal: str, jmeta: TableMeta, jalias: str | None) -> None:
+    if jalias and jmeta.name.lower() in scope.user_alias:
+        # the same public table again under another alias: only the aliases name it
+        scope.add(internal, jmeta, [jalias])
+        return
+    if not jalias and jmeta.name.lower() in scope.user_alias:
+        raise QueryError(
+            f"table {jmeta.name!r} appears twice in FROM/JOIN; give each occurrence "
+            f"its own alias (JOIN {jmeta.name} AS a ... JOIN {jmeta.name} AS b)"
+        )
+    scope.add(internal, jmeta, [jalias, jmeta.name] if jalias else [jmeta.name])
+
+
+def _on_pairs(join: exp.Join, scope: Scope, internal: str, meta: TableMeta,
+              jmeta: TableMeta) -> tuple[tuple[str, str], ...]:
+    """(private column, public column) for each equality of the ON condition."""
+    on = join.args.get("on")
+    if on is None:
+        raise QueryError(f"JOIN {jmeta.name} needs an ON condition (a.col = b.col)")
+    pairs: list[tuple[str, str]] = []
+    conds = list(on.flatten()) if isinstance(on, exp.And) else [on]
+    for cond in conds:
+        cond = cond.unnest()
+        if not (isinstance(cond, exp.EQ) and isinstance(cond.this, exp.Column)
+                and isinstance(cond.expression, exp.Column)):
+            raise QueryError(
+                f"join conditions must be equalities of columns joined by AND, e.g. "
+                f"v.ward = w.ward (got {cond.sql(dialect='duckdb')})"
+            )
+        a = scope.resolve(cond.this)
+        b = scope.resolve(cond.expression)
+        if a[0] == internal and b[0] == PRIVATE_ALIAS:
+            a, b = b, a
+        if a[0] != PRIVATE_ALIAS or b[0] != internal:
+            raise QueryError(
+                f"each join condition must compare a column of the private table with a "
+                f"column of {jmeta.name!r} (got {cond.sql(dialect='duckdb')})"
+            )
+        check_join_types(meta, a[1], jmeta, b[1])
+        pairs.append((a[1], b[1]))
+    return tuple(pairs)
+
+
 def from_clause(
     stmt: exp.Select, catalog: Mapping[str, TableMeta]
 ) -> tuple[Scope, TableMeta, list[JoinSpec]]:
+    """The private table of FROM, the public tables it joins, and the names they go by."""
     frm = stmt.args.get("from_") or stmt.args.get("from")
     if frm is None:
         raise QueryError("the query has no FROM clause; write SELECT ... FROM <table>")
@@ -167,71 +247,9 @@ def from_clause(
     joins: list[JoinSpec] = []
     for i, join in enumerate(stmt.args.get("joins") or []):
         jmeta, jalias = table_name(join.this, catalog)
-        method = str(join.args.get("method") or "").upper()
-        extra = sorted(k.upper() for k, v in join.args.items()
-                       if v and k not in ("this", "on", "side", "kind", "method", "using",
-                                          "pivots"))
-        if method or extra:
-            raise QueryError(
-                f"{method or ' '.join(extra)} JOIN is not supported (it would not join on "
-                f"equal keys); write INNER JOIN or LEFT JOIN {jmeta.name} ON a.col = b.col"
-            )
-        if not jmeta.public:
-            raise QueryError(
-                f"joins between private tables ({meta.name!r} and {jmeta.name!r}) are refused: "
-                f"a person's rows in both could not be bounded together. Join a public lookup "
-                f"table instead, or ask the data owner to register one combined table with a "
-                f"single privacy unit"
-            )
-        side = (join.args.get("side") or "").lower()
-        kind = (join.args.get("kind") or "").lower()
-        if side == "left" and kind in ("", "outer"):
-            jkind = "left"
-        elif side == "" and kind in ("", "inner"):
-            jkind = "inner"
-        else:
-            raise QueryError(
-                f"only INNER and LEFT joins with a public table are supported (got "
-                f"{(side + ' ' + kind).strip().upper()} JOIN)"
-            )
-        if join.args.get("using"):
-            raise QueryError(
-                "write the join condition with ON a.col = b.col (USING is not supported)"
-            )
+        jkind = _join_kind(join, meta, jmeta)
         internal = f"__p{i}"
-        if jalias and jmeta.name.lower() in scope.user_alias:
-            # the same public table again under another alias: only the aliases name it
-            scope.add(internal, jmeta, [jalias])
-        else:
-            if not jalias and jmeta.name.lower() in scope.user_alias:
-                raise QueryError(
-                    f"table {jmeta.name!r} appears twice in FROM/JOIN; give each occurrence "
-                    f"its own alias (JOIN {jmeta.name} AS a ... JOIN {jmeta.name} AS b)"
-                )
-            scope.add(internal, jmeta, [jalias, jmeta.name] if jalias else [jmeta.name])
-        on = join.args.get("on")
-        if on is None:
-            raise QueryError(f"JOIN {jmeta.name} needs an ON condition (a.col = b.col)")
-        pairs: list[tuple[str, str]] = []
-        conds = list(on.flatten()) if isinstance(on, exp.And) else [on]
-        for cond in conds:
-            cond = cond.unnest()
-            if not (isinstance(cond, exp.EQ) and isinstance(cond.this, exp.Column)
-                    and isinstance(cond.expression, exp.Column)):
-                raise QueryError(
-                    f"join conditions must be equalities of columns joined by AND, e.g. "
-                    f"v.ward = w.ward (got {cond.sql(dialect='duckdb')})"
-                )
-            a = scope.resolve(cond.this)
-            b = scope.resolve(cond.expression)
-            if a[0] == internal and b[0] == PRIVATE_ALIAS:
-                a, b = b, a
-            if a[0] != PRIVATE_ALIAS or b[0] != internal:
-                raise QueryError(
-                    f"each join condition must compare a column of the private table with a "
-                    f"column of {jmeta.name!r} (got {cond.sql(dialect='duckdb')})"
-                )
-            check_join_types(meta, a[1], jmeta, b[1])
-            pairs.append((a[1], b[1]))
-        joins.append(JoinSpec(table=jmeta.name, alias=internal, kind=jkind, on=tuple(pairs)))
+        _add_joined(scope, internal, jmeta, jalias)
+        pairs = _on_pairs(join, scope, internal, meta, jmeta)
+        joins.append(JoinSpec(table=jmeta.name, alias=internal, kind=jkind, on=pairs))
     return scope, meta, joins

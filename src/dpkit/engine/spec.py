@@ -25,6 +25,7 @@ class QueryError(ValueError):
 COUNT = "count"  # COUNT(*)
 COUNT_COL = "count_col"  # COUNT(col): non-NULL values
 COUNT_UNITS = "count_units"  # COUNT(DISTINCT privacy unit)
+COUNT_DISTINCT = "count_distinct"  # COUNT(DISTINCT col), col not the privacy unit
 SUM = "sum"
 AVG = "avg"
 VAR = "var"  # sample variance (n - 1); for DP purposes n is noisy, we report S2/n - mean^2
@@ -36,6 +37,9 @@ QUANTILE = "quantile"
 NUMERIC_AGGS = {SUM, AVG, VAR, VAR_POP, STDDEV, STDDEV_POP, QUANTILE}
 MIN_QUANTILE = 0.01  # MIN/MAX are released as these extreme quantiles (see docs/curator.md)
 MAX_QUANTILE = 0.99
+# AggCall.source of an aggregate over an expression (engine/aggexpr.py): its column is a name
+# made from the expression's text, the expression itself is AggCall.expr
+EXPR_SOURCE = "__e"
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,9 @@ class AggCall:
     q: float | None = None
     label: str = ""  # as the analyst would write it, e.g. "AVG(age)"
     default_name: str = ""  # output column name when no alias is given
+    # for source EXPR_SOURCE: the value expression as DuckDB text over resolved columns
+    # (__t."col"); a FILTER is a CASE WHEN in it. Bounds are derived at planning.
+    expr: str = ""
 
     @property
     def key(self) -> tuple[Any, ...]:

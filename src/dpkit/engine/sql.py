@@ -3,10 +3,11 @@
 Only aggregates leave the curator. :func:`parse_query` accepts one ``SELECT`` over one private
 table (optionally joined with public lookup tables) whose output is built from
 
-* aggregates: ``COUNT(*)``, ``COUNT(col)``, ``COUNT(DISTINCT <privacy unit>)``, ``SUM``, ``AVG``,
+* aggregates: ``COUNT(*)``, ``COUNT(col)``, ``COUNT(DISTINCT col)``, ``SUM``, ``AVG``,
   ``VAR``/``VARIANCE``/``VAR_SAMP``/``VAR_POP``, ``STDDEV``/``STDDEV_SAMP``/``STDDEV_POP``,
-  ``MEDIAN``, ``QUANTILE(col, q)``/``QUANTILE_CONT``/``PERCENTILE_CONT``, ``MIN``, ``MAX``, each
-  over a bare column;
+  ``MEDIAN``, ``QUANTILE(col, q)``/``QUANTILE_CONT``/``PERCENTILE_CONT``, ``MIN``, ``MAX``, over
+  a column or an expression of the private table's columns, optionally with ``FILTER (WHERE
+  ...)`` (:mod:`dpkit.engine.aggexpr`; the expression's range is derived at planning);
 * ``GROUP BY`` columns (public keys when the column has a declared domain or comes from a public
   table, or when ``WHERE col IN (...)`` names them; otherwise the groups are selected
   privately), and expressions of columns (``CASE``, bins, ``date_trunc``; their keys are
@@ -33,18 +34,22 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import replace as dc_replace
 
 import sqlglot
 from sqlglot import exp
 
+from dpkit.engine import aggexpr
 from dpkit.engine.derived_keys import derived_key, restrict_keys
 from dpkit.engine.scope import Scope, col_ref, from_clause
 from dpkit.engine.spec import (
     AVG,
     COUNT,
     COUNT_COL,
+    COUNT_DISTINCT,
     COUNT_UNITS,
+    EXPR_SOURCE,
     MAX_QUANTILE,
     MIN_QUANTILE,
     NUMERIC_AGGS,
@@ -67,8 +72,9 @@ from dpkit.engine.tables import TableMeta, type_class
 from dpkit.engine.totality import is_total
 
 # the spec's names stay reachable as dsql.X for the planner and the tests
-__all__ = ["AVG", "COUNT", "COUNT_COL", "COUNT_UNITS", "MAX_QUANTILE", "MIN_QUANTILE",
-           "NUMERIC_AGGS", "PRIVATE_ALIAS", "QUANTILE", "STDDEV", "STDDEV_POP", "SUM", "VAR",
+__all__ = ["AVG", "COUNT", "COUNT_COL", "COUNT_DISTINCT", "COUNT_UNITS", "EXPR_SOURCE",
+           "MAX_QUANTILE", "MIN_QUANTILE", "NUMERIC_AGGS", "PRIVATE_ALIAS", "QUANTILE", "STDDEV",
+           "STDDEV_POP", "SUM", "VAR",
            "VAR_POP", "AggCall", "GroupKey", "JoinSpec", "Output", "QueryError", "QuerySpec",
            "parse_query", "to_duckdb", "where_sql"]
 
@@ -337,24 +343,43 @@ def _derived_group_key(node: exp.Expr, label: str, scope: Scope, private: TableM
     keys.append(key)
 
 
-def _agg_from(node: exp.Expression, scope: Scope, private: TableMeta) -> AggCall | None:
-    """An AggCall for an aggregate node, or None if ``node`` is not an aggregate."""
-    def column_arg(arg: exp.Expression | None, fname: str) -> tuple[str, str, str]:
+def _agg_from(node: exp.Expr, scope: Scope, private: TableMeta) -> AggCall | None:
+    """An AggCall for an aggregate node, or None if ``node`` is not an aggregate; an
+    aggregate over an expression (or with FILTER) carries it (engine/aggexpr.py)."""
+    if isinstance(node, exp.Filter):
+        call = _agg_from(aggexpr.filtered_aggregate(node), scope, private)
+        if call is None:
+            raise QueryError(f"FILTER (WHERE ...) follows an aggregate (got "
+                             f"{node.sql(dialect='duckdb')[:60]})")
+        return dc_replace(call, label=node.sql(dialect="duckdb"),
+                          default_name=call.default_name.split("_")[0] + "_filtered")
+    made: dict[str, tuple[str, str]] = {}
+    counted = aggexpr.conditional_count(node)
+    call = _agg_call(counted, scope, private, made)
+    if call is not None and counted is not node:  # SUM(CASE WHEN c THEN 1 ELSE 0 END)
+        call = dc_replace(call, label=node.sql(dialect="duckdb"), default_name="sum_expr")
+    return None if call is None else aggexpr.with_expression(call, made)
+
+
+ColumnArg = Callable[[exp.Expr | None, str], tuple[str, str, str]]
+
+
+def _agg_call(node: exp.Expr, scope: Scope, private: TableMeta,
+              made: dict[str, tuple[str, str]]) -> AggCall | None:
+    def column_arg(arg: exp.Expr | None, fname: str) -> tuple[str, str, str]:
         if isinstance(arg, exp.Distinct):
             raise QueryError(
-                f"{fname}(DISTINCT ...) is not supported; only COUNT(DISTINCT "
-                f"{private.privacy_unit or '<privacy unit>'}) is"
+                f"{fname}(DISTINCT ...) is not supported; only COUNT(DISTINCT col) is"
             )
+        if arg is None or isinstance(arg, exp.Star):
+            raise QueryError(f"{fname}() takes a column or an expression of columns")
         if not isinstance(arg, exp.Column):
-            shown = arg.sql(dialect="duckdb") if arg is not None else ""
-            raise QueryError(
-                f"{fname}({shown}): aggregate a bare column (bounds are declared per column); "
-                f"filter rows with WHERE instead of expressions inside the aggregate"
-            )
+            where = f"{fname}(...)"
+            return aggexpr.expression_arg(  # sqlglot 30 types nodes as Expr
+                arg, fname, lambda n: _check_scalar(n, scope, where, set())[0],  # type: ignore[arg-type]
+                made)
         return scope.resolve(arg)
 
-    if isinstance(node, exp.Filter):
-        raise QueryError("FILTER (WHERE ...) on aggregates is not supported; put it in WHERE")
     if isinstance(node, exp.WithinGroup):
         inner = node.this
         order = node.expression
@@ -366,30 +391,7 @@ def _agg_from(node: exp.Expression, scope: Scope, private: TableMeta) -> AggCall
             return _numeric_agg(QUANTILE, internal, col, type_, q, private)
         raise QueryError(f"unsupported aggregate {node.sql(dialect='duckdb')}")
     if isinstance(node, exp.Count):
-        arg = node.this
-        if isinstance(arg, exp.Star) or (isinstance(arg, exp.Literal) and not arg.is_string):
-            return AggCall(COUNT, None, None, label="COUNT(*)", default_name="count")
-        if isinstance(arg, exp.Distinct):
-            cols = arg.expressions
-            if len(cols) != 1 or not isinstance(cols[0], exp.Column):
-                raise QueryError("COUNT(DISTINCT ...) takes one column: the privacy unit")
-            internal, col, _ = scope.resolve(cols[0])
-            if private.privacy_unit is None:
-                raise QueryError(
-                    f"table {private.name!r} is protected at record level (no privacy unit), so "
-                    f"COUNT(DISTINCT {col}) is not available; use COUNT(*)"
-                )
-            if internal != PRIVATE_ALIAS or col != private.privacy_unit:
-                raise QueryError(
-                    f"COUNT(DISTINCT {col}) would reveal how many different values exist with "
-                    f"unbounded sensitivity; only COUNT(DISTINCT {private.privacy_unit}) (the "
-                    f"privacy unit) is answered. To count values of {col}, write SELECT {col}, "
-                    f"COUNT(*) ... GROUP BY {col}"
-                )
-            return AggCall(COUNT_UNITS, PRIVATE_ALIAS, col, label=f"COUNT(DISTINCT {col})",
-                           default_name=f"count_distinct_{col}")
-        internal, col, _ = column_arg(arg, "COUNT")
-        return AggCall(COUNT_COL, internal, col, label=f"COUNT({col})", default_name=f"count_{col}")
+        return _count_call(node, column_arg, private)
     simple: dict[type[exp.Expression], str] = {
         exp.Sum: SUM, exp.Avg: AVG, exp.Variance: VAR, exp.VariancePop: VAR_POP,
         exp.Stddev: STDDEV, exp.StddevSamp: STDDEV, exp.StddevPop: STDDEV_POP,
@@ -438,10 +440,30 @@ def _agg_from(node: exp.Expression, scope: Scope, private: TableMeta) -> AggCall
     if isinstance(node, exp.AggFunc):
         raise QueryError(
             f"aggregate {node.sql(dialect='duckdb')} is not supported; available: COUNT(*), "
-            f"COUNT(col), COUNT(DISTINCT <privacy unit>), SUM, AVG, VAR, STDDEV, MEDIAN, "
+            f"COUNT(col), COUNT(DISTINCT col), SUM, AVG, VAR, STDDEV, MEDIAN, "
             f"QUANTILE(col, q), MIN, MAX"
         )
     return None
+
+
+def _count_call(node: exp.Count, column_arg: ColumnArg, private: TableMeta) -> AggCall:
+    """COUNT(*), COUNT(x), COUNT(DISTINCT <privacy unit>) and COUNT(DISTINCT x)."""
+    arg = node.this
+    if isinstance(arg, exp.Star) or (isinstance(arg, exp.Literal) and not arg.is_string):
+        return AggCall(COUNT, None, None, label="COUNT(*)", default_name="count")
+    if isinstance(arg, exp.Distinct):
+        cols = arg.expressions
+        if len(cols) != 1:
+            raise QueryError("COUNT(DISTINCT ...) takes one column or expression")
+        internal, col, _ = column_arg(cols[0], "COUNT")
+        if internal == PRIVATE_ALIAS and col == private.privacy_unit:
+            return AggCall(COUNT_UNITS, PRIVATE_ALIAS, col, label=f"COUNT(DISTINCT {col})",
+                           default_name=f"count_distinct_{col}")
+        # each kept row adds at most one distinct value: sensitivity max_rows_per_unit
+        return AggCall(COUNT_DISTINCT, internal, col, label=f"COUNT(DISTINCT {col})",
+                       default_name=f"count_distinct_{col}")
+    internal, col, _ = column_arg(arg, "COUNT")
+    return AggCall(COUNT_COL, internal, col, label=f"COUNT({col})", default_name=f"count_{col}")
 
 
 def _quantile_value(node: exp.Expression | None, fname: str) -> float:
@@ -457,7 +479,7 @@ def _quantile_value(node: exp.Expression | None, fname: str) -> float:
 
 def _numeric_agg(func: str, internal: str, col: str, type_: str, q: float | None,
                  private: TableMeta) -> AggCall:
-    if internal != PRIVATE_ALIAS:
+    if internal not in (PRIVATE_ALIAS, EXPR_SOURCE):
         raise QueryError(
             f"{func.upper()}({col}): aggregates must use columns of the private table "
             f"{private.name!r}; {col!r} comes from a public table"
@@ -506,7 +528,8 @@ def _check_scalar(
         if isinstance(n, exp.Cast) and not isinstance(n, exp.TryCast):
             if isinstance(n.this, exp.Literal | exp.Null):
                 return n  # a constant conversion: checked when the statement is dry-run
-            return exp.TryCast(this=n.this, to=n.args["to"])
+            # transform does not descend into a replaced node: resolve the operand here
+            return exp.TryCast(this=n.this.transform(visit), to=n.args["to"])
         if isinstance(n, _LOGIC + _COMPARE + _PRED + _ATOMS + _SCALAR_FUNCS + _ARITH):
             if isinstance(n, exp.In) and n.args.get("query"):
                 raise QueryError("IN (SELECT ...) is not allowed; list the values: IN ('a', 'b')")
@@ -577,6 +600,7 @@ def _select(text: str, stmt: exp.Select, scope: Scope, private: TableMeta,
             if call is not None:
                 if call.source == PRIVATE_ALIAS and call.column:
                     columns_used.add((PRIVATE_ALIAS, call.column))
+                columns_used.update(aggexpr.expr_columns(call))
                 return exp.column(f"__a{agg_index(call)}")
             if isinstance(n, exp.Column):
                 internal, col, _ = scope.resolve(n)
@@ -644,6 +668,7 @@ def _select(text: str, stmt: exp.Select, scope: Scope, private: TableMeta,
         if call is not None:
             if call.source == PRIVATE_ALIAS and call.column:
                 columns_used.add((PRIVATE_ALIAS, call.column))
+            columns_used.update(aggexpr.expr_columns(call))
             ai = agg_index(call)
             outputs.append(Output(unique(alias or call.default_name), "agg", ai))
             continue

@@ -400,6 +400,15 @@ class Grammar:
             c = f"{self.t}.{quote_ident(d.pick(self.bounded).name)}"
             options += [f"SUM({c})", f"AVG({c})", f"VAR({c})", f"STDDEV({c})", f"MEDIAN({c})",
                         f"QUANTILE({c}, 0.9)", f"MIN({c})", f"MAX({c})", f"SUM({c})"]
+            # aggregates over expressions, FILTER, ratios of aggregates (issue 14): the
+            # conditions are WHERE atoms, biased towards row-dependent failures
+            cond = self._atom(d, self.t, tags)
+            options += [f"SUM({c} * 2 - 1)", f"AVG(ABS({c}) + LEAST({c}, 1))",
+                        f"AVG(CASE WHEN {cond} THEN {c} ELSE 0 END)",
+                        f"SUM({c}) FILTER (WHERE {cond})", f"COUNT(*) FILTER (WHERE {cond})",
+                        f"SUM(CASE WHEN {cond} THEN 1 ELSE 0 END)", f"SUM({c} / {c})",
+                        f"SUM({c}) / COUNT(*)", f"POWER(AVG({c}), 2)"]
+        options.append(f"COUNT(DISTINCT {self.t}.{quote_ident(d.pick(self.cols).name)})")
         out = d.pick(options)
         tags.append("agg_" + out.split("(")[0].lower())
         return out

@@ -70,8 +70,26 @@ def recognise(query: object) -> exp.Select | None:
     stmt = statements[0]
     ours = any(isinstance(n, exp.Anonymous) and str(n.name).upper() in FUNCTIONS
                for n in stmt.walk())
-    filters = [n for n in stmt.expressions if isinstance(n.unalias(), exp.Filter)]
-    return stmt if ours or filters else None
+    return stmt if ours or _range_family(stmt) else None
+
+
+def _range_family(stmt: exp.Select) -> bool:
+    """Every output ``COUNT(*) FILTER (WHERE col BETWEEN a AND b)`` over one column, and no
+    clause but WHERE: the ranges family. Any other FILTER is an ordinary aggregate (the SQL
+    path answers it, with or without GROUP BY)."""
+    if any(stmt.args.get(k) for k in ("group", "having", "order", "limit", "offset", "joins")):
+        return False
+    columns: set[str] = set()
+    for o in stmt.expressions:
+        f = o.unalias()
+        if not isinstance(f, exp.Filter) or not isinstance(f.this, exp.Count) or \
+                not isinstance(f.this.this, exp.Star):
+            return False
+        cond = f.expression.this if isinstance(f.expression, exp.Where) else f.expression
+        if not isinstance(cond, exp.Between) or not isinstance(cond.this, exp.Column):
+            return False
+        columns.add(cond.this.name.lower())
+    return len(columns) == 1
 
 
 def answer_sql(ctx: Context, query: str, *, epsilon: float | None, rho: float | None,

@@ -25,6 +25,7 @@ from dpkit.engine.plan.calibrate import (
     plan_event,
 )
 from dpkit.engine.plan.fixed import fixed_point_exponent, row_exponent
+from dpkit.engine.plan.intervals import derive
 from dpkit.engine.plan.model import (
     DIAG_KINDS,
     DIAGNOSTICS_SHARE,
@@ -42,7 +43,8 @@ from dpkit.engine.plan.model import (
     check_delta,
     check_epsilon,
 )
-from dpkit.engine.tables import TableMeta, check_bounds
+from dpkit.engine.tables import TableMeta, check_bounds, type_class
+from dpkit.engine.totality import is_total
 
 
 @dataclass
@@ -86,6 +88,9 @@ class Planning:
     select: Measure | None = None
     topk: Measure | None = None
     notes: list[str] = field(default_factory=list)
+    # aggregates over expressions: value column -> (SQL, type, derived range or None)
+    derived: dict[str, tuple[str, str, tuple[float, float] | None]] = field(
+        default_factory=dict)
     # budget_split
     share_eps: dict[str, float] = field(default_factory=dict)
     share_rho: dict[str, float] = field(default_factory=dict)
@@ -251,6 +256,48 @@ def column_bounds(st: Planning, column: str, call: dsql.AggCall) -> tuple[float,
     return b
 
 
+def expression_column(st: Planning, call: dsql.AggCall, *, need_range: bool,
+                      ) -> tuple[float, float]:
+    """Register the value column of an aggregate over an expression; its derived range.
+
+    The range comes from the columns' bounds by interval arithmetic (:func:`derive`; refused
+    with the reason when it cannot be derived). A count needs no range: when the expression
+    cannot be bounded, ``COUNT(expr)`` counts the rows where it is not NULL, unclamped."""
+    key = f"{dsql.EXPR_SOURCE}.{call.column}"
+    known = st.derived.get(key)
+    if known is not None and (known[2] is not None or not need_range):
+        return known[2] or (0.0, 0.0)
+    table = st.table
+
+    def bounds(col: str) -> tuple[float, float] | None:
+        name = table.column(col).name
+        return st.override.get(name) or table.bounds_for(name)
+
+    try:
+        d = derive(call.expr, bounds=bounds, kind=lambda c: type_class(table.column(c).type),
+                   label=call.label,
+                   total=lambda n: is_total(n, lambda c: table.column(c.name).type))  # type: ignore[arg-type]
+    except PlanError:
+        if need_range:
+            raise
+        st.derived[key] = (f"TRY({call.expr})", "VARCHAR", None)
+        return 0.0, 0.0
+    st.derived[key] = (d.sql, "DOUBLE", (d.lo, d.hi))
+    if d.columns:
+        given = ", ".join(f"{c} in [{lo:g}, {hi:g}]" for c, lo, hi in d.columns)
+        st.notes.append(f"{call.label}: values in [{d.lo:g}, {d.hi:g}], derived from "
+                        f"{given} by interval arithmetic (columns clamped to their bounds first)")
+    return d.lo, d.hi
+
+
+def raw_expression_column(st: Planning, call: dsql.AggCall) -> str:
+    """``COUNT(DISTINCT expr)``: the expression's values as written (under TRY, unclamped:
+    clamping would merge distinct values)."""
+    key = f"{dsql.EXPR_SOURCE}.{call.column}_raw"
+    st.derived[key] = (f"TRY({call.expr})", "VARCHAR", None)
+    return key
+
+
 def nonnull_count(st: Planning, source: str, column: str) -> Measure:
     """``COUNT(column)``: rows where it is not NULL/NaN."""
     # a column the owner declared complete has COUNT(col) = COUNT(*) (bounded rows): one
@@ -261,7 +308,7 @@ def nonnull_count(st: Planning, source: str, column: str) -> Measure:
         mm.label = "COUNT(*)"
         return mm
     mm = add_measure(st, "nonnull", f"{source}.{column}")
-    mm.label = f"COUNT({column})"
+    mm.label = f"COUNT({column})" if source != dsql.EXPR_SOURCE else "COUNT(<expression>)"
     return mm
 
 
@@ -294,14 +341,27 @@ def aggregate_plan(st: Planning, call: dsql.AggCall) -> AggPlan:
             roles["count"] = mm.key
     elif call.func == dsql.COUNT_COL:
         assert call.source is not None and call.column is not None  # only COUNT(*) has None
+        if call.source == dsql.EXPR_SOURCE:
+            expression_column(st, call, need_range=False)
         roles["count"] = nonnull_count(st, call.source, call.column).key
+    elif call.func == dsql.COUNT_DISTINCT:
+        ref = (raw_expression_column(st, call) if call.source == dsql.EXPR_SOURCE
+               else f"{call.source}.{call.column}")
+        mm = add_measure(st, "distinct", ref)
+        mm.label = call.label
+        roles["count"] = mm.key
     else:
         assert call.source is not None and call.column is not None  # only COUNT(*) has None
-        lo, hi = column_bounds(st, call.column, call)
+        if call.source == dsql.EXPR_SOURCE:
+            lo, hi = expression_column(st, call, need_range=True)
+        else:
+            lo, hi = column_bounds(st, call.column, call)
         ref = f"{call.source}.{call.column}"
+        what = (call.column if call.source != dsql.EXPR_SOURCE
+                else f"<value of {call.label}>")
         if call.func == dsql.SUM:
             mm = add_measure(st, "sum", ref)
-            mm.label, mm.lo, mm.hi = f"SUM({call.column})", lo, hi
+            mm.label, mm.lo, mm.hi = f"SUM({what})", lo, hi
             roles["sum"] = mm.key
         elif call.func == dsql.QUANTILE:
             mm = add_measure(st, "quant", ref, call.q)
@@ -310,11 +370,11 @@ def aggregate_plan(st: Planning, call: dsql.AggCall) -> AggPlan:
         else:
             cnt = nonnull_count(st, call.source, call.column)
             s = add_measure(st, "csum", ref)
-            s.label, s.lo, s.hi = f"SUM({call.column} - mid)", lo, hi
+            s.label, s.lo, s.hi = f"SUM({what} - mid)", lo, hi
             roles["count"], roles["csum"] = cnt.key, s.key
             if call.func != dsql.AVG:
                 s2 = add_measure(st, "csq", ref)
-                s2.label, s2.lo, s2.hi = f"SUM(({call.column} - mid)^2)", lo, hi
+                s2.label, s2.lo, s2.hi = f"SUM(({what} - mid)^2)", lo, hi
                 roles["csq"] = s2.key
     return AggPlan(call=call, measures=roles, lo=lo, hi=hi)
 
@@ -529,5 +589,6 @@ def build_plan(
         rho=st.rho_total, delta=st.q_delta, noise=noise, level=float(level), m=st.m, g=st.g,
         l0=st.l0, event=st.event, notes=st.notes, charge_delta=st.charge_delta,
         weights={str(k): float(v) for k, v in (weights or {}).items()},
+        derived_sql={k: (v[0], v[1]) for k, v in st.derived.items()},
         diagnostics=bool(diagnostics),
     )

@@ -134,7 +134,9 @@ def calibrate_measure(mm: Measure, *, table: TableMeta, m: int, l0: int, noise: 
         calibrate_selection(mm, l0=l0, noise=noise, share_eps=share_eps, share_rho=share_rho,
                             q_delta=q_delta)
         return
-    if mm.kind in ("rows", "nonnull", *DIAG_KINDS):
+    if mm.kind in ("rows", "nonnull", "distinct", *DIAG_KINDS):
+        # COUNT(DISTINCT col): each of a unit's (at most m) kept rows adds or removes at most
+        # one distinct value in its group, so the counts move by at most m in total; the
         # diagnostics are counts of at most m rows per unit too (ddrop clips each unit's
         # dropped rows at m), summed over every group: one unit moves each by at most m
         mm.f, mm.bound, mm.l1, mm.l2 = 0, 1, m, float(m)
@@ -394,7 +396,9 @@ def top_k_utility(mm: Measure, candidates: int, level: float) -> float:
 
 def column_class(table: TableMeta, ref: str | None) -> str:
     assert ref is not None
-    _, col = ref.split(".", 1)
+    alias, col = ref.split(".", 1)
+    if alias == dsql.EXPR_SOURCE:  # an expression's clamped value: a DOUBLE
+        return "float"
     return type_class(table.column(col).type)
 
 

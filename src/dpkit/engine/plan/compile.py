@@ -134,7 +134,8 @@ def project_columns(st: SqlState) -> None:
     for i, k in enumerate(spec.group_by):
         st.proj.append(f"{canonical_key_sql(key_sql(k), k.type)} AS __g{i}")
     for src_col, c in st.value_cols.items():
-        st.proj.append(f"{column_ref(src_col)} AS {c}")
+        derived = plan.derived_sql.get(src_col)  # an aggregate over an expression
+        st.proj.append(f"{derived[0] if derived else column_ref(src_col)} AS {c}")
     # materialised fixed-point integers for SUM / AVG (private table, current bounds only)
     for mm in plan.measures:
         if mm.kind in ("sum", "csum") and mm.column is not None and mm.column not in st.stored:
@@ -276,6 +277,8 @@ def measure_expr(st: SqlState, mm: Measure) -> str:
         return "COUNT(DISTINCT __u)" if st.unit_level and st.plan.m > 1 else "COUNT(*)"
     assert mm.column is not None
     c = st.value_cols[mm.column]
+    if mm.kind == "distinct":
+        return f"COUNT(DISTINCT {c})"
     cls = st.cls_of[mm.column]
     if mm.kind == "nonnull":  # a column without a fixed-point projection
         if cls == "float":
@@ -471,6 +474,8 @@ def key_relations(plan: Plan, key_tables: Mapping[str, str] | None) -> dict[int,
 
 
 def column_type(plan: Plan, alias_col: str) -> str:
+    if alias_col in plan.derived_sql:
+        return plan.derived_sql[alias_col][1]
     alias, col = alias_col.split(".", 1)
     if alias == dsql.PRIVATE_ALIAS:
         return plan.table.column(col).type

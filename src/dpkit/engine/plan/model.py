@@ -98,7 +98,7 @@ class Measure:
     """One noisy, integer-valued aggregate (a vector over the groups)."""
 
     key: str
-    kind: str  # rows | nonnull | units | sum | csum | csq | quant | select | d* (DIAG_KINDS)
+    kind: str  # rows | nonnull | units | distinct | sum | csum | csq | quant | select | d*
     column: str | None = None
     label: str = ""
     lo: float = 0.0
@@ -209,6 +209,9 @@ class Plan:
     # delta plus the partition-selection delta); None: the accountant needs none from the plan
     charge_delta: float | None = None
     weights: dict[str, float] = field(default_factory=dict)  # per output name, as given
+    # aggregates over expressions (engine/aggexpr.py): value column "__e.<name>" -> (its SQL
+    # over the private table's columns, never raising; its DuckDB type)
+    derived_sql: dict[str, tuple[str, str]] = field(default_factory=dict)
     diagnostics: bool = True  # rows-dropped / values-clamped estimates measured (DIAG_KINDS)
 
     @property
