@@ -451,7 +451,10 @@ def diagnostics(st: Planning) -> None:
         return
     clamped: dict[tuple[str, float, float], Measure] = {}
     for mm in st.measures:
-        if mm.kind in ("sum", "csum", "quant") and mm.column is not None:
+        # an aggregate over an expression clamps the columns inside it first (its value is
+        # always in range): those clamps are not counted here
+        if (mm.kind in ("sum", "csum", "quant") and mm.column is not None
+                and not mm.column.startswith(dsql.EXPR_SOURCE + ".")):
             clamped.setdefault((mm.column, mm.lo, mm.hi), mm)
     if st.table.record_level and not clamped:
         return
