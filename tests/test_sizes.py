@@ -31,7 +31,6 @@ ALLOWED: dict[str, str] = {
     "engine/curator.py::Curator": _ENGINE,
     "engine/ledger.py::Ledger": _ENGINE,
     "engine/noisy.py::release": _ENGINE,
-    "engine/sql.py": _ENGINE,
     "engine/sql.py::_select": _ENGINE,
     "engine/tables.py::validate_declarations": _ENGINE,
     "release/_lbfgs.py::minimize": "one L-BFGS loop (two-loop recursion + line search) kept "

@@ -382,8 +382,8 @@ def test_sources(project: Callable[..., Curator], tmp_path: Any) -> None:
 
 
 def test_polars_source(project: Callable[..., Curator]) -> None:
-    """A polars DataFrame loads like the other frames (polars is not a test dependency: it is
-    ~180 MB; this runs where it is installed)."""
+    """A polars DataFrame loads like the other frames (polars is in the ``test`` extra, so this
+    runs in CI; tests/test_extras.py fails there if it would skip)."""
     pl = pytest.importorskip("polars")
     cur = project()
     df = pl.DataFrame({"u": [1, 1, 2], "x": [1.0, None, 3.0], "g": ["a", "b", "a"]})

@@ -24,6 +24,7 @@ import sys
 from typing import Any
 
 import click
+from rich.markup import escape
 
 from dpkit.cli import account, analysts, attack, bounds, learn, project, query, release
 from dpkit.cli.options import err_console
@@ -38,7 +39,12 @@ class _FriendlyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except (ValueError, FileNotFoundError, FileExistsError, PermissionError) as exc:
-            err_console.print(f"[bold red]error:[/] {exc}")
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
+            sys.exit(2)
+        except ImportError as exc:  # a missing optional extra says which to install
+            if "pip install" not in str(exc):
+                raise
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
             sys.exit(2)
 
 

@@ -71,14 +71,30 @@ def parse_bounds(items: tuple[str, ...]) -> dict[str, tuple[float, float]]:
     return bounds
 
 
-def parse_domains(items: tuple[str, ...]) -> dict[str, list[str]]:
-    """``("ward=A,B",)`` -> ``{"ward": ["A", "B"]}`` (the repeatable ``--domain`` flag)."""
+def parse_domains(items: tuple[str, ...],
+                  values: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    """``("ward=A,B",)`` -> ``{"ward": ["A", "B"]}`` (the repeatable ``--domain`` flag; keys
+    are CSV fields, so ``ward=A,"B, annex"`` keeps the comma); ``values``: the repeatable
+    ``--domain-value ward=B, annex``, one key each, taken verbatim after the first ``=``."""
+    import csv
+
     domains: dict[str, list[str]] = {}
     for item in items:
         column, sep, keys = item.partition("=")
         if not sep or not keys:
             raise click.BadParameter(f"write a domain as column=key1,key2 (got {item!r})")
-        domains[column.strip()] = [k.strip() for k in keys.split(",")]
+        try:
+            fields = next(csv.reader([keys], skipinitialspace=True, strict=True))
+        except csv.Error as exc:
+            raise click.BadParameter(f"cannot read the keys of {item!r} ({exc}); quote a key "
+                                     f'with a comma as "B, annex", or use --domain-value '
+                                     f"or --declare") from None
+        domains.setdefault(column.strip(), []).extend(k.strip() for k in fields)
+    for item in values:
+        column, sep, key = item.partition("=")
+        if not sep or not column.strip():
+            raise click.BadParameter(f"write one key as column=value (got {item!r})")
+        domains.setdefault(column.strip(), []).append(key)
     return domains
 
 

@@ -54,24 +54,35 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
               domains: Mapping[str, Sequence[Any]] | None = None,
               not_null: Sequence[str] | None = None, public: bool = False,
               copy: bool = True, replace: bool = False, console: Any = None,
-              rows_epsilon: float | None = None) -> None:
+              declare: str | Path | None = None, rows_epsilon: float | None = None) -> None:
     """Register a table from a CSV / Parquet / JSON file or a DuckDB database (``db::table``).
+
+    ``declare``: a JSON/YAML declaration file (:mod:`dpkit.engine.declare`); the other
+    arguments add to it (the same column declared in both is refused: keep one).
     ``max_rows_per_unit="auto"`` chooses the cap privately, charged ``rows_epsilon``."""
     from dpkit.engine.bounds import AUTO_ROWS_EPSILON
     from dpkit.engine.curator import Curator
+    from dpkit.engine.declare import read_declaration, where_declared
 
     con = make_console(console)
+    declared: Mapping[str, Any] = read_declaration(declare) if declare is not None else {}
+    kw = merge_declarations(declared, {
+        "privacy_unit": privacy_unit, "bounds": dict(bounds or {}),
+        "max_rows_per_unit": max_rows_per_unit, "max_groups_per_unit": max_groups_per_unit,
+        "domains": dict(domains or {}), "not_null": list(not_null or []), "public": public})
     with Curator.open(project) as cur:
         t0 = time.perf_counter()
         with load_progress(con, f"loading {source}") as progress:
-            meta = cur.add_table(name, source, privacy_unit=privacy_unit, bounds=bounds or None,
-                                 max_rows_per_unit=max_rows_per_unit,
-                                 max_groups_per_unit=max_groups_per_unit,
-                                 domains=domains or None, not_null=not_null,
-                                 public=public, copy=copy, replace=replace, progress=progress,
-                                 rows_epsilon=AUTO_ROWS_EPSILON if rows_epsilon is None
-                                 else rows_epsilon)
-        if max_rows_per_unit == "auto":
+            try:
+                meta = cur.add_table(name, source, copy=copy, replace=replace,
+                                     progress=progress,
+                                     rows_epsilon=AUTO_ROWS_EPSILON if rows_epsilon is None
+                                     else rows_epsilon, **kw)
+            except (ValueError, TypeError) as exc:
+                if declare is None:
+                    raise
+                raise type(exc)(where_declared(declared, str(exc))) from exc
+        if kw.get("max_rows_per_unit") == "auto":
             con.print(f"[yellow]{meta.description.rsplit('; ', 1)[-1]}[/]")
         from rich.table import Table
 
@@ -99,6 +110,29 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
                       "have several rows, name the column with --privacy-unit.[/]")
 
 
+def merge_declarations(declared: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """A declaration file's keywords plus the command line's; a column (or a setting) given
+    in both is refused rather than silently overridden (which one would the owner mean?)."""
+    out = dict(declared)
+    for key, value in given.items():
+        if value is None or value is False or (isinstance(value, (dict, list)) and not value):
+            continue
+        if isinstance(value, dict):
+            both = sorted(set(out.get(key) or {}) & set(value))
+            if both:
+                raise ValueError(f"{key} of {', '.join(both)} declared both in the --declare "
+                                 f"file and on the command line: keep one")
+            out[key] = {**(out.get(key) or {}), **value}
+        elif isinstance(value, list):
+            out[key] = list(dict.fromkeys([*(out.get(key) or []), *value]))
+        elif key in out and out[key] != value:
+            raise ValueError(f"{key} is {out[key]!r} in the --declare file and {value!r} on "
+                             f"the command line: keep one")
+        else:
+            out[key] = value
+    return out
+
+
 @contextlib.contextmanager
 def load_progress(console: Any, title: str) -> Iterator[Callable[[str, float], None]]:
     """A rich progress bar for :meth:`Curator.add_table`'s ``progress`` callback: one bar per
@@ -119,19 +153,29 @@ def load_progress(console: Any, title: str) -> Iterator[Callable[[str, float], N
 
 
 def budget(project: str | Path, *, console: Any = None, as_json: bool = False,
-           analyst: str | None = None, token: str | None = None) -> Any:
+           analyst: str | None = None, token: str | None = None,
+           plot: str | Path | None = None) -> Any:
     """Print spent / remaining and the history (``as_json``: machine-readable, with the head
     hash to keep elsewhere). ``analyst``: the owner looks at one analyst; ``token``: an analyst
-    looks at its own budget (default ``$DPKIT_TOKEN``)."""
+    looks at its own budget (default ``$DPKIT_TOKEN``); ``plot``: also draw the spend over
+    time per analyst (.png/.svg/.pdf; needs matplotlib)."""
     from dpkit.engine.curator import Curator
 
     con = make_console(console)
+    if plot is not None:
+        from dpkit.engine.plots import check_plot_path
+
+        check_plot_path(plot)
     with Curator.open(project, token=token) as cur:
         status = cur.budget(analyst)
         if as_json:
             con.print_json(json.dumps(status.to_dict()))
         else:
             con.print(status.table())
+        if plot is not None:
+            status.plot(plot)
+            if not as_json:
+                con.print(f"drew {plot}")
         return status
 
 
@@ -188,7 +232,13 @@ def init_command(project: Path, epsilon: float, delta: float, accountant: str | 
 @click.option("--rows-epsilon", type=float, default=None,
               help="Budget of --max-rows-per-unit auto (default 0.1).")
 @click.option("--max-groups-per-unit", type=int, default=None, help="Groups one unit may touch.")
-@click.option("--domain", multiple=True, help="Public keys of a column: ward=A,B,C (repeatable).")
+@click.option("--domain", multiple=True,
+              help='Public keys of a column: ward=A,B,C (repeatable; quote a key with a comma: '
+                   'ward=A,"B, annex").')
+@click.option("--domain-value", "domain_value", multiple=True,
+              help="One public key, verbatim (commas and all): ward=B, annex (repeatable).")
+@click.option("--declare", type=click.Path(path_type=Path), default=None,
+              help="Declarations from a JSON/YAML file (unit, bounds, domains, ...).")
 @click.option("--not-null", "not_null", multiple=True,
               help="A column with no NULL/NaN (checked at load); AVG of it shares COUNT(*).")
 @click.option("--public", is_flag=True, help="A public lookup table (no privacy; joinable).")
@@ -206,6 +256,8 @@ def add_table_command(
     rows_epsilon: float | None,
     max_groups_per_unit: int | None,
     domain: tuple[str, ...],
+    domain_value: tuple[str, ...],
+    declare: Path | None,
     not_null: tuple[str, ...],
     public: bool,
     no_copy: bool,
@@ -214,7 +266,9 @@ def add_table_command(
     """Register a sensitive table (CSV, Parquet, or a DuckDB database) with its privacy unit."""
     from dpkit.cli.bounds import ask_max_rows, parse_max_rows
 
-    rows = ask_max_rows(privacy_unit, parse_max_rows(max_rows_per_unit), public=public)
+    rows = parse_max_rows(max_rows_per_unit)
+    if declare is None:  # a declaration file may name the cap: the engine refuses if not
+        rows = ask_max_rows(privacy_unit, rows, public=public)
     add_table(
         project,
         name,
@@ -224,12 +278,13 @@ def add_table_command(
         max_rows_per_unit=rows,
         rows_epsilon=rows_epsilon,
         max_groups_per_unit=max_groups_per_unit,
-        domains=parse_domains(domain),
+        domains=parse_domains(domain, domain_value),
         not_null=[c for item in not_null for c in item.split(",") if c] or None,
         public=public,
         copy=not no_copy,
         replace=replace,
         console=console,
+        declare=declare,
     )
 
 
@@ -239,10 +294,12 @@ def add_table_command(
 @click.option("--analyst", default=None, help="(Owner) show this analyst's own budget.")
 @click.option("--token", default=None,
               help="Act as the analyst this token names (default: $DPKIT_TOKEN).")
+@click.option("--plot", type=click.Path(path_type=Path), default=None,
+              help="Also draw the spend over time per analyst (.png/.svg/.pdf; matplotlib).")
 def budget_command(project: Path, as_json: bool, analyst: str | None,
-                   token: str | None) -> None:
+                   token: str | None, plot: Path | None) -> None:
     """Show the budget: spent, remaining, and the history of charges."""
-    budget(project, console=console, as_json=as_json, analyst=analyst, token=token)
+    budget(project, console=console, as_json=as_json, analyst=analyst, token=token, plot=plot)
 
 
 #: what :mod:`dpkit.cli` registers on the ``dpkit`` group

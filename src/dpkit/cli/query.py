@@ -35,15 +35,18 @@ def query(project: str | Path, sql: str, *, epsilon: float | None = None,
           output: str | Path | None = None, console: Any = None, noise: str | None = None,
           rho: float | None = None, level: float | None = None,
           weights: str | Mapping[str, float] | None = None, dialect: str | None = None,
-          diagnostics: bool = True, accuracy_rows: float | None = None) -> Any:
+          plot: str | Path | None = None, diagnostics: bool = True,
+          accuracy_rows: float | None = None) -> Any:
     """Answer ``sql`` privately and print it with CIs and the budget left; optionally write it
-    to a CSV or Parquet file (``output``).
+    to ``output`` (.csv, .parquet, .json or .xlsx, from the extension) and draw it to ``plot``
+    (.png, .svg, .pdf; needs matplotlib). Both paths are checked before anything is charged.
 
     ``noise`` (``--noise laplace|gaussian``), ``rho`` (``--rho``, zCDP budget with Gaussian
     noise), ``level`` (``--level``, CI level, default 0.95), ``weights`` (``--weights
     n=1,avg=3``: budget split per output name) are passed to :meth:`Curator.sql`.
     """
     from dpkit.engine.curator import Curator
+    from dpkit.engine.plots import check_plot_path
     from dpkit.engine.results import check_output_path, split_table
 
     con = make_console(console)
@@ -54,6 +57,8 @@ def query(project: str | Path, sql: str, *, epsilon: float | None = None,
     wts = parse_weights(weights)
     if output is not None:
         check_output_path(output)
+    if plot is not None:
+        check_plot_path(plot)
     with Curator.open(project, token=token) as cur:
         t0 = time.perf_counter()
         res = cur.sql(sql, epsilon=epsilon, delta=delta, accuracy=accuracy,
@@ -66,8 +71,11 @@ def query(project: str | Path, sql: str, *, epsilon: float | None = None,
         print_diagnostics(con, res)
         con.print(split_table(res.split, title=f"budget split ({dt * 1000:.0f} ms)"))
         if output is not None:
-            _write(res, Path(output))
+            res.write(output)
             con.print(f"wrote {output}")
+        if plot is not None:
+            res.plot(plot)
+            con.print(f"drew {plot}")
         return res
 
 
@@ -80,12 +88,6 @@ def print_diagnostics(con: Any, res: Any) -> None:
         con.print(f"[dim]bounding (DP estimates, share >= at 95%): {text}[/]")
     for w in getattr(res, "warnings", []):
         con.print(f"[yellow]warning: {w}[/]")
-
-
-def _write(res: Any, path: Path) -> None:
-    from dpkit.engine.results import write_columns
-
-    write_columns({c: res.data[c] for c in res.columns}, path)
 
 
 def preview(project: str | Path, sql: str, *, epsilon: float | None = None,
@@ -142,8 +144,11 @@ _DIALECT = click.option(
 @click.option("--token", default=None,
               help="Act as the analyst this token names (default: $DPKIT_TOKEN).")
 @click.option(
-    "--output", type=click.Path(path_type=Path), default=None, help="Also write CSV/Parquet."
+    "--output", type=click.Path(path_type=Path), default=None,
+    help="Also write the answer: .csv, .parquet, .json or .xlsx (from the extension).",
 )
+@click.option("--plot", type=click.Path(path_type=Path), default=None,
+              help="Also draw it: .png/.svg/.pdf (bars or a line, CI whiskers; matplotlib).")
 @_DIALECT
 @query_options
 def query_command(
@@ -154,6 +159,7 @@ def query_command(
     accuracy: float | None,
     token: str | None,
     output: Path | None,
+    plot: Path | None,
     **flags: Any,
 ) -> None:
     """Answer an aggregate SQL query privately (spends budget)."""
@@ -165,6 +171,7 @@ def query_command(
         accuracy=accuracy,
         token=token,
         output=output,
+        plot=plot,
         console=console,
         **flags,
     )

@@ -31,6 +31,7 @@ __all__ = [
     "QueryBuilder",
     "QueryError",
     "Result",
+    "read_declaration",
 ]
 
 _EXPORTS = {
@@ -43,6 +44,7 @@ _EXPORTS = {
     "QueryBuilder": "dpkit.engine.builder",
     "QueryError": "dpkit.engine.sql",
     "Result": "dpkit.engine.results",
+    "read_declaration": "dpkit.engine.declare",
 }
 
 

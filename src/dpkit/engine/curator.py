@@ -73,6 +73,7 @@ from dpkit.engine.roles import (
     OWNER,
     add_analyst,
     charged_analyst,
+    headroom,
     project_source,
     reopen_seed,
     revoke_analyst,
@@ -420,10 +421,9 @@ class Curator(ReleaseMethods):
             insecure = bool(src is not None and src.insecure)
 
             def finish(exact: Exact, entry: Entry) -> Result:
-                spend = self.ledger.spend(who if who in self.ledger.analyst_budgets() else None)
                 return release(plan, exact, source=src, insecure=insecure,
                                epsilon_cost=float(entry.view["epsilon_cost"]),
-                               ledger_seq=entry.seq, remaining=spend.remaining,
+                               ledger_seq=entry.seq, remaining=headroom(self.ledger, who),
                                scratch=self._backend.scratch)
 
             return charged_read(self.ledger, plan.event, analyst=who, query=query,
@@ -462,12 +462,12 @@ class Curator(ReleaseMethods):
         plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
                           level=level, bounds=bounds, weights=weights, diagnostics=diagnostics)
         booked = plan.charge_delta if plan.charge_delta is not None else delta
-        spend = self.ledger.spend(who if who in self.ledger.analyst_budgets() else None)
+        remaining = headroom(self.ledger, who)  # what this caller's next charge may use
         try:
             cost = self._cost(plan, who, booked).epsilon
         except BudgetExceeded as exc:
             cost = float(exc.requested.epsilon)
-        return preview_of(plan, query, cost=cost, remaining=spend.remaining)
+        return preview_of(plan, query, cost=cost, remaining=remaining)
 
     # ------------------------------------------------------------------ release families
 

@@ -13,8 +13,7 @@ values clamped into their bounds. They say nothing about the bias bounding may i
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,10 @@ from typing import Any
 import numpy as np
 
 from dpkit import events as ev
+from dpkit.engine.output import check_output_path, write_columns
 
-__all__ = ["BudgetStatus", "HistoryItem", "Preview", "Result", "json_safe"]
+__all__ = ["BudgetStatus", "HistoryItem", "Preview", "Result", "check_output_path", "json_safe",
+           "write_columns"]
 
 
 @dataclass
@@ -94,6 +95,48 @@ class Result:
 
         return pa.table({c: self.data[c] for c in self.columns})
 
+    def about(self) -> dict[str, Any]:
+        """What this answer was and what it cost (kept in JSON and Excel files)."""
+        return {"query": self.query, "epsilon": self.epsilon, "delta": self.delta,
+                "level": self.level, "ledger_seq": self.ledger_seq,
+                "remaining": self.remaining, "insecure": self.insecure,
+                "event": self.event.to_dict()}
+
+    def write(self, path: str | Path) -> Path:
+        """Write the answer (values and interval columns) to ``path``: ``.csv``, ``.parquet``,
+        ``.json`` or ``.xlsx`` (openpyxl), the format from the extension; returns the path.
+
+        The answer is already paid for, so check a path before asking the query with
+        :func:`dpkit.engine.output.check_output_path` (the ``--output`` flag does).
+        """
+        target = check_output_path(path)
+        write_columns({c: self.data[c] for c in self.columns}, target, about=self.about())
+        return target
+
+    def plot(self, path: str | Path | None = None, *, column: str | None = None,
+             ax: Any = None) -> Any:
+        """A chart of the answer (needs matplotlib: ``pip install 'dpkit[plots]'``): bars for
+        categorical keys, a line for ordered (numeric or date) keys, each value with its
+        interval as whiskers; one panel per aggregate (or only ``column``). Returns the
+        matplotlib Figure; ``path``: also save it (PNG, SVG, PDF from the extension)."""
+        from dpkit.engine.plots import Panel, plot_panels
+
+        values = [c for c in self.columns if self.kinds[c] in ("value", "expr")]
+        if column is not None:
+            if column not in values:
+                raise KeyError(f"no aggregate {column!r} to plot; aggregates: "
+                               f"{', '.join(values)}")
+            values = [column]
+        keys = [self.data[c] for c in self.columns if self.kinds[c] == "group"]
+        names = [c for c in self.columns if self.kinds[c] == "group"]
+        panels = []
+        for c in values:
+            lo, hi = (self.ci(c) if f"{c}_ci_low" in self.data else (None, None))
+            panels.append(Panel(name=c, values=self.data[c], low=lo, high=hi))
+        title = f"epsilon {self.epsilon:.3g}, {int(self.level * 100)}% CI" + (
+            "; INSECURE seeded noise" if self.insecure else "")
+        return plot_panels(keys, names, panels, title=title, path=path, ax=ax)
+
     # ------------------------------------------------------------------ display
 
     def __repr__(self) -> str:
@@ -110,28 +153,27 @@ class Result:
         return "\n".join(lines)
 
     def table(self, title: str | None = None) -> Any:
-        """A rich Table: each aggregate as ``value ± half-width`` plus its interval."""
-        from rich.table import Table
+        """A table for the console: each aggregate and its interval, split over several tables
+        (the group keys repeated) when the console is too narrow, never cutting a number."""
+        from dpkit.engine.display import Col, FitTable
 
-        t = Table(title=title, title_justify="left")
-        shown = [c for c in self.columns if self.kinds[c] in ("group", "value", "expr")]
-        for c in shown:
+        cols: list[Col] = []
+        for unit, c in enumerate(self.columns):
             kind = self.kinds[c]
-            t.add_column(c, justify="left" if kind == "group" else "right")
+            if kind not in ("group", "value", "expr"):
+                continue
+            cells = [_cell(_py(v), group=kind == "group") for v in self.data[c]]
+            if kind == "group":
+                numeric = all(_is_number(_py(v)) for v in self.data[c])
+                cols.append(Col(c, cells, justify="right" if numeric else "left", key=True,
+                                flex=not numeric and any(len(x) > 16 for x in cells)))
+                continue
+            cols.append(Col(c, cells, unit=unit))
             if kind == "value":
-                t.add_column(f"{int(self.level * 100)}% CI", justify="right", style="dim")
-        for i in range(len(self)):
-            cells: list[str] = []
-            for c in shown:
-                v = _py(self.data[c][i])
-                if self.kinds[c] == "group" and isinstance(v, float) and v.is_integer():
-                    v = int(v)  # a whole-number key (a range end, a grid edge) reads as one
-                cells.append(_fmt(v))
-                if self.kinds[c] == "value":
-                    lo = _py(self.data[f"{c}_ci_low"][i])
-                    hi = _py(self.data[f"{c}_ci_high"][i])
-                    cells.append("n/a" if _isnan(lo) else f"[{_fmt(lo)}, {_fmt(hi)}]")
-            t.add_row(*cells)
+                lo, hi = self.ci(c)
+                ci = ["n/a" if _isnan(_py(a)) else f"[{_fmt(_py(a))}, {_fmt(_py(b))}]"
+                      for a, b in zip(lo, hi, strict=True)]
+                cols.append(Col(f"{int(self.level * 100)}% CI", ci, unit=unit, style="dim"))
         cap = f"epsilon spent {self.epsilon:.4g}"
         if self.delta:
             cap += f", delta {self.delta:.3g}"
@@ -139,8 +181,7 @@ class Result:
             cap += f"; remaining {self.remaining:.4g}"
         if self.insecure:
             cap += "; INSECURE seeded noise (tests only)"
-        t.caption = cap
-        return t
+        return FitTable(cols, title=title, caption=cap)
 
     def __rich__(self) -> Any:
         return self.table()
@@ -176,44 +217,51 @@ class Preview:
         return "\n".join(lines)
 
     def table(self) -> Any:
-        from rich.table import Table
+        """The expected interval half-width per output, and the cost (fits the console)."""
+        from dpkit.engine.display import Col, FitTable
 
-        t = Table(title=f"preview: {self.query}", title_justify="left")
-        t.add_column("output")
-        t.add_column(f"{int(self.level * 100)}% CI half-width", justify="right")
-        t.add_column("note", style="dim")
-        for o in self.outputs:
-            hw = o.get("halfwidth")
-            t.add_row(o["name"], "-" if hw is None else f"±{_fmt(hw)}", o.get("note", ""))
-        t.caption = (f"would spend epsilon {self.cost:.4g} (remaining {self.remaining:.4g})"
+        hws = [o.get("halfwidth") for o in self.outputs]
+        caption = (f"would spend epsilon {self.cost:.4g} (remaining {self.remaining:.4g})"
                      + (f", delta {self.delta:.3g}" if self.delta else "")
                      + ("" if self.affordable else " - NOT affordable")
                      + ("; budget weights " + ", ".join(f"{k}={v:g}" for k, v in
                                                        self.weights.items())
                         if self.weights else "; budget split equally"))
-        return t
+        return FitTable([
+            Col("output", [str(o["name"]) for o in self.outputs], justify="left", key=True),
+            Col(f"{int(self.level * 100)}% CI half-width",
+                ["-" if hw is None else f"±{_fmt(hw)}" for hw in hws]),
+            Col("note", [str(o.get("note", "")) for o in self.outputs], justify="left",
+                flex=True, style="dim"),
+        ], title=f"preview: {self.query}", caption=caption)
 
     def __rich__(self) -> Any:
         return self.table()
 
 
 def split_table(split: Sequence[dict[str, Any]], title: str = "budget split") -> Any:
-    from rich.table import Table
+    """How a query's budget was split: one line per measurement (fits the console: the
+    measurement's text folds, numbers stay whole)."""
+    from dpkit.engine.display import Col, FitTable
 
-    t = Table(title=title, title_justify="left")
-    for c in ("measurement", "mechanism", "weight", "share", "epsilon / rho", "sensitivity"):
-        t.add_column(c)
+    shares, weights, fractions = [], [], []
     for s in split:
         share = (f"rho {s['rho']:.4g}" if s.get("rho") else f"eps {s['epsilon']:.4g}")
         if s.get("delta"):
             share += f", delta {s['delta']:.3g}"
         if s.get("threshold"):
             share += f", threshold {s['threshold']}"
-        w = s.get("weight")
-        frac = s.get("share")
-        t.add_row(s["measurement"], s["mechanism"], "-" if w is None else f"{w:g}",
-                  "-" if frac is None else f"{frac:.1%}", share, _fmt(s["sensitivity"]))
-    return t
+        shares.append(share)
+        weights.append("-" if s.get("weight") is None else f"{s['weight']:g}")
+        fractions.append("-" if s.get("share") is None else f"{s['share']:.1%}")
+    return FitTable([
+        Col("measurement", [str(s["measurement"]) for s in split], justify="left", flex=True,
+            key=True),
+        Col("mechanism", [str(s["mechanism"]) for s in split], justify="left"),
+        Col("weight", weights), Col("share", fractions),
+        Col("epsilon / rho", shares, justify="left"),
+        Col("sensitivity", [_fmt(s["sensitivity"]) for s in split]),
+    ], title=title)
 
 
 def _isnan(v: Any) -> bool:
@@ -224,6 +272,16 @@ def _py(v: Any) -> Any:
     if isinstance(v, np.generic):
         return v.item()
     return v
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+
+def _cell(v: Any, *, group: bool) -> str:
+    if group and isinstance(v, float) and v.is_integer():
+        v = int(v)  # a whole-number key (a range end, a grid edge) reads as one
+    return _fmt(v)
 
 
 def _fmt(v: Any) -> str:
@@ -243,44 +301,6 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def check_output_path(path: str | Path) -> Path:
-    """Refuse an output file that cannot be written, before anything is charged: a write that
-    fails after the charge would spend budget on an answer nobody sees."""
-    target = Path(path).expanduser()
-    folder = target.parent if str(target.parent) else Path(".")
-    if not folder.is_dir():
-        raise ValueError(f"cannot write {target}: the folder {folder} does not exist; create it "
-                         f"first (nothing was charged)")
-    if target.is_dir():
-        raise ValueError(f"cannot write {target}: it is a folder; give a file name such as "
-                         f"{target / 'answer.csv'} (nothing was charged)")
-    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise ValueError(f"cannot write {target}: no write permission (nothing was charged)")
-    return target
-
-
-def write_columns(data: Mapping[str, Any], path: str | Path, fmt: str | None = None) -> None:
-    """Write columns (name -> array, in order) as Parquet or CSV with a header, through DuckDB:
-    no pandas needed. NaN is written as NULL. ``fmt``: ``"parquet"`` or ``"csv"``; default: from
-    the suffix (``.parquet``/``.pq``: Parquet, anything else: CSV)."""
-    import duckdb
-
-    target = Path(path)
-    if fmt is None:
-        fmt = "parquet" if target.suffix.lower() in (".parquet", ".pq") else "csv"
-    if fmt not in ("parquet", "csv"):
-        raise ValueError(f"fmt must be 'parquet' or 'csv' (got {fmt!r})")
-    con = duckdb.connect()
-    try:
-        # contiguous copies: DuckDB cannot scan arrays with negative strides (reversed views)
-        con.register("__result", {c: np.ascontiguousarray(v) for c, v in data.items()})
-        literal = "'" + str(target).replace("'", "''") + "'"
-        options = "PARQUET" if fmt == "parquet" else "CSV, HEADER"
-        con.execute(f"COPY __result TO {literal} (FORMAT {options})")
-    finally:
-        con.close()
-
-
 @dataclass(frozen=True)
 class HistoryItem:
     seq: int
@@ -291,6 +311,7 @@ class HistoryItem:
     epsilon: float  # this charge's own cost
     delta: float
     epsilon_spent: float  # project total after it
+    analyst_spent: float | None = None  # this analyst's own total after it (its charges composed)
 
 
 @dataclass
@@ -309,7 +330,11 @@ class BudgetStatus:
     analyst: str | None = None
     rho_spent: float | None = None
     rho_remaining: float | None = None
-    analysts: dict[str, float] = field(default_factory=dict)
+    analysts: dict[str, float] = field(default_factory=dict)  # analyst -> epsilon cap
+    project_remaining: float | None = None  # what the whole project has left
+    # analyst -> {"cap", "spent", "remaining"}: own charges composed; remaining is what its next
+    # charge may use (its cap's headroom, bounded by the project's)
+    per_analyst: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -324,39 +349,75 @@ class BudgetStatus:
             "rho_remaining": self.rho_remaining,
             "analyst": self.analyst,
             "analyst_budgets": self.analysts,
+            "project_remaining": self.project_remaining,
+            "analysts": {k: json_safe(dict(v)) for k, v in self.per_analyst.items()},
             "head": {"seq": self.head[0], "hash": self.head[1]},
             "history": [
                 {"seq": h.seq, "time": h.time, "analyst": h.analyst, "query": h.query,
                  "epsilon": h.epsilon, "delta": h.delta, "epsilon_spent": h.epsilon_spent,
-                 "event": h.event.to_dict()}
+                 "analyst_spent": _finite_or_none(h.analyst_spent), "event": h.event.to_dict()}
                 for h in self.history
             ],
         }
 
     def table(self) -> Any:
-        from rich.table import Table
+        """The history (with each analyst's own running spend), the totals, and, project-wide,
+        one line per analyst: cap, spent, and what its next query may use."""
+        from rich.console import Group
+
+        from dpkit.engine.display import Col, FitTable
 
         who = f" (analyst {self.analyst})" if self.analyst else ""
-        t = Table(title=f"privacy budget{who}: accountant {self.accountant}",
-                  title_justify="left")
-        t.add_column("#", justify="right")
-        t.add_column("time")
-        t.add_column("analyst")
-        t.add_column("query", overflow="fold", max_width=60)
-        t.add_column("epsilon", justify="right")
-        t.add_column("delta", justify="right")
-        t.add_column("total spent", justify="right")
-        for h in self.history:
-            t.add_row(str(h.seq), h.time[:19].replace("T", " "), h.analyst, h.query,
-                      f"{h.epsilon:.4g}", f"{h.delta:.3g}" if h.delta else "0",
-                      f"{h.epsilon_spent:.4g}")
-        t.caption = (f"spent epsilon {self.spent:.4g} of {self.epsilon:g} (remaining "
-                     f"{self.remaining:.4g}); delta {self.delta_spent:.3g} of {self.delta:g}; "
-                     f"ledger head #{self.head[0]} {self.head[1][:12]}")
-        return t
+        h = self.history
+        cols = [
+            Col("#", [str(x.seq) for x in h], key=True),
+            Col("epsilon", [f"{x.epsilon:.4g}" for x in h]),
+            Col("delta", [f"{x.delta:.3g}" if x.delta else "0" for x in h]),
+            Col("own total", ["n/a" if x.analyst_spent is None or math.isnan(x.analyst_spent)
+                              else f"{x.analyst_spent:.4g}" for x in h]),
+            Col("project total", [f"{x.epsilon_spent:.4g}" for x in h]),
+            Col("analyst", [x.analyst for x in h], justify="left"),
+            Col("time (UTC)", [x.time[:16].replace("T", " ") for x in h], justify="left"),
+            Col("query", [x.query for x in h], justify="left", flex=True),
+        ]
+        cap = (f"spent epsilon {self.spent:.4g} of {self.epsilon:g} (remaining "
+               f"{self.remaining:.4g}"
+               + (f"; project remaining {self.project_remaining:.4g}"
+                  if self.analyst and self.project_remaining is not None else "")
+               + f"); delta {self.delta_spent:.3g} of {self.delta:g}; "
+               f"ledger head #{self.head[0]} {self.head[1][:12]}")
+        t = FitTable(cols, title=f"privacy budget{who}: accountant {self.accountant}",
+                     caption=cap)
+        if self.analyst or not self.per_analyst:
+            return t
+        rows = self.per_analyst
+        a = FitTable([
+            Col("analyst", list(rows), justify="left", key=True),
+            Col("cap", ["-" if r.get("cap") is None else f"{r['cap']:g}" for r in rows.values()]),
+            Col("spent", [f"{r['spent']:.4g}" for r in rows.values()]),
+            Col("remaining", [f"{r['remaining']:.4g}" for r in rows.values()]),
+        ], title="per analyst (remaining: what its next query may use)")
+        return Group(t, a)
+
+    def plot(self, path: str | Path | None = None) -> Any:
+        """Spend over time (needs matplotlib: ``pip install 'dpkit[plots]'``): each analyst's
+        own running spend, the project's total and the budget; returns the Figure, and saves
+        it to ``path`` if given."""
+        from dpkit.engine.plots import plot_budget
+
+        h = self.history
+        who = f"analyst {self.analyst}" if self.analyst else "project"
+        return plot_budget([x.time for x in h], [x.analyst for x in h],
+                           [x.analyst_spent for x in h], [x.epsilon_spent for x in h],
+                           epsilon=self.epsilon, path=path, caps=self.analysts,
+                           title=f"privacy budget ({who}, accountant {self.accountant})")
 
     def __rich__(self) -> Any:
         return self.table()
+
+
+def _finite_or_none(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else x
 
 
 def json_safe(d: dict[str, Any]) -> dict[str, Any]:

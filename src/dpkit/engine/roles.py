@@ -10,17 +10,21 @@ source a project is created with, and the seeded source an insecure project gets
 from __future__ import annotations
 
 import hashlib
+import math
 import re
+from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 from dpkit import noise as _noise
 from dpkit.engine.ledger import Ledger
+from dpkit.engine.ledger_rows import Entry, Spend
 from dpkit.engine.plan import check_epsilon
 from dpkit.engine.results import BudgetStatus, HistoryItem
 
 __all__ = ["OWNER", "TOKEN_ENV", "add_analyst", "charged_analyst", "check_analyst_name",
-           "identify", "new_token", "project_source", "reopen_seed", "revoke_analyst",
-           "visible_budget"]
+           "headroom", "identify", "new_token", "project_source", "reopen_seed",
+           "revoke_analyst", "visible_budget"]
 
 OWNER = "owner"  # the name the owner's own charges are recorded under
 TOKEN_ENV = "DPKIT_TOKEN"
@@ -92,36 +96,117 @@ def identify(ledger: Ledger, token: str) -> str:
 def visible_budget(ledger: Ledger, acting: str, *, owner: bool,
                    analyst: str | None = None) -> BudgetStatus:
     """The budget as the caller may see it: project-wide or for one ``analyst`` (the owner),
-    or the caller's own (an analyst sees only its own charges and cap; its ``remaining`` is
-    the smaller of its cap's and the project's)."""
+    or the caller's own (an analyst sees only its own charges and cap).
+
+    An analyst's ``remaining`` is what its next charge may really use: the smaller of what its
+    cap leaves and what the project leaves (``Ledger.charge`` checks both), whoever looks. Each
+    history item carries its analyst's own running spend (their charges composed under the
+    project's accountant), so a report or a plot per analyst needs no second source of truth.
+    """
     if not owner:
         if analyst not in (None, acting):
             raise PermissionError(f"analyst {acting!r} may see only its own budget, "
                                   f"not {analyst!r}")
         analyst = acting
     spend = ledger.spend(analyst)
+    project = ledger.spend()
     remaining, delta_remaining = spend.remaining, spend.delta_remaining
-    caps = ledger.analyst_budgets()
-    if not owner:
-        project = ledger.spend()
+    rho_remaining = spend.rho_remaining
+    if analyst is not None:
         remaining = min(remaining, project.remaining)
         delta_remaining = min(delta_remaining, project.delta_remaining)
+        if rho_remaining is not None and project.rho_remaining is not None:
+            rho_remaining = min(rho_remaining, project.rho_remaining)
+    caps = ledger.analyst_budgets()
+    if not owner:
         caps = {k: v for k, v in caps.items() if k == acting}
+    charges = [e for e in ledger.entries("charge") if analyst is None or e.analyst == analyst]
+    running = analyst_running_spend(ledger, charges)
     history = [
         HistoryItem(seq=e.seq, time=e.time, analyst=e.analyst, query=e.query, event=e.event,
                     epsilon=float(e.view.get("epsilon_cost", 0.0)),
                     delta=float(e.view.get("delta_cost", 0.0)),
-                    epsilon_spent=float(e.view.get("epsilon_spent", 0.0)))
-        for e in ledger.entries("charge")
-        if analyst is None or e.analyst == analyst
+                    epsilon_spent=float(e.view.get("epsilon_spent", 0.0)),
+                    analyst_spent=running[i])
+        for i, e in enumerate(charges)
     ]
+    names = sorted({e.analyst for e in charges}
+                   | (set(ledger.analysts()) if analyst is None and owner else set()))
     return BudgetStatus(
         epsilon=spend.epsilon, delta=spend.delta, accountant=spend.accountant,
         spent=spend.spent, remaining=remaining, delta_spent=spend.delta_spent,
         delta_remaining=delta_remaining, history=history, head=ledger.head(),
-        analyst=analyst, rho_spent=spend.rho_spent, rho_remaining=spend.rho_remaining,
-        analysts=caps,
+        analyst=analyst, rho_spent=spend.rho_spent, rho_remaining=rho_remaining,
+        analysts=caps, project_remaining=project.remaining,
+        per_analyst={n: analyst_summary(ledger, n, project) for n in names},
     )
+
+
+def headroom(ledger: Ledger, analyst: str | None = None) -> float:
+    """The epsilon the next charge of ``analyst`` may use: what its cap leaves, bounded by
+    what the project leaves (``Ledger.charge`` checks both); the project's for None."""
+    project = float(ledger.spend().remaining)
+    if analyst is None or analyst not in ledger.analyst_budgets():
+        return project
+    return min(project, float(ledger.spend(analyst).remaining))
+
+
+def analyst_summary(ledger: Ledger, name: str, project: Spend) -> dict[str, float | None]:
+    """``{"cap", "spent", "remaining"}`` of one analyst: its own charges composed, and what
+    its next charge may use (its cap's headroom, bounded by the project's)."""
+    own = ledger.spend(name)
+    return {"cap": ledger.analyst_budgets().get(name), "spent": own.spent,
+            "remaining": min(own.remaining, project.remaining)}
+
+
+def analyst_running_spend(ledger: Ledger, charges: Sequence[Entry]) -> list[float]:
+    """Each charge's analyst's own spend after it: their charges replayed, in order, into a
+    fresh budget of the project's accountant (the same composition ``Ledger.spend`` does, one
+    charge at a time). NaN where the accountant refuses to replay a row (a history written by
+    an older accountant), and, under ``pld``, before an analyst's latest charge (each point is
+    a PLD composition, ~0.1 s: the report would grow slow with the ledger); the totals
+    elsewhere never depend on this."""
+    if ledger.config.accountant == "pld":
+        return _pld_running(ledger, charges)
+    if ledger.config.accountant in ("pure", "approx"):
+        # the accountant's rule is the sum of the recorded costs (Budget.from_dict restores
+        # them as recorded): summed here, not recomputed (an (eps, delta) conversion per
+        # Gaussian row doubled the report's time)
+        # exact running sums (Fraction holds every float exactly), rounded once per row
+        sums: dict[str, Fraction] = {}
+        out_sum: list[float] = []
+        for e in charges:
+            total = sums.get(e.analyst, Fraction(0)) + Fraction(float(e.view.get(
+                "epsilon_cost", 0.0)))
+            sums[e.analyst] = total
+            out_sum.append(float(total))
+        return out_sum
+    from dpkit.accounting import Budget
+
+    cfg = ledger.config
+    budgets: dict[str, Any] = {}
+    out: list[float] = []
+    for e in charges:
+        b = budgets.get(e.analyst)
+        if b is None:
+            b = budgets[e.analyst] = Budget.from_dict(cfg.budget_dict())
+        share = e.view.get("delta_share") if cfg.accountant == "approx" else None
+        try:
+            b.charge(e.event, delta=share)
+            out.append(float(b.spent.epsilon))
+        except ValueError:  # BudgetExceeded, UnsupportedEvent: both ValueErrors
+            out.append(math.nan)
+    return out
+
+
+def _pld_running(ledger: Ledger, charges: Sequence[Entry]) -> list[float]:
+    """Under PLD: each analyst's total at its latest charge (``Ledger.spend``, which the
+    report composes anyway), NaN before it."""
+    last = {e.analyst: i for i, e in enumerate(charges)}
+    out = [math.nan] * len(charges)
+    for name, i in last.items():
+        out[i] = float(ledger.spend(name).spent)
+    return out
 
 
 def add_analyst(ledger: Ledger, owner: str, name: str, epsilon: float | None) -> str:

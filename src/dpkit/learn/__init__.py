@@ -10,12 +10,16 @@ Estimators follow scikit-learn's API (``fit`` / ``predict`` / ``score``, ``get_p
   :class:`Conjunctions` (``pac``): private PAC learning by the exponential mechanism
 - :class:`SQLogisticRegression`, :class:`CentralSQOracle` (``sq``): statistical-query learning,
   central or local (``dpkit.local.LocalSQOracle``)
+- :class:`MLPClassifier` (``mlp``): DP-SGD on a multi-layer perceptron (the ``[torch]`` extra
+  at ``fit``); ``dpkit.learn.torch.make_private`` for your own PyTorch objects
+  (``docs/learn_torch.md``)
 """
 
 from __future__ import annotations
 
 from .cluster import KMeans
 from .linear import LinearRegression, LogisticRegression
+from .mlp import MLPClassifier
 from .naive_bayes import GaussianNB
 from .pac import (
     Conjunctions,
@@ -37,6 +41,7 @@ __all__ = [
     "LinearRegression",
     "LocalVectorSQOracle",
     "LogisticRegression",
+    "MLPClassifier",
     "SQLogisticRegression",
     "Thresholds",
     "pac_excess_bound",

@@ -12,6 +12,7 @@ CSPRNG. Samplers are exact: see ``docs/noise.md`` for the algorithms and proofs.
 from __future__ import annotations
 
 from . import grid
+from .gaussian import gaussian_float, gaussian_on_grid
 from .samplers import (
     MAX_DGAUSS_SIGMA2,
     MAX_DLAP_SCALE,
@@ -57,6 +58,8 @@ __all__ = [
     "discrete_laplace",
     "dlap_effective_scale",
     "fair_bits",
+    "gaussian_float",
+    "gaussian_on_grid",
     "grid",
     "permutation",
     "secure",

@@ -958,3 +958,8 @@ def permutation(n: int, *, source: Source | None = None) -> np.ndarray:
         sk = keys[order]
         if n < 2 or not np.any(sk[1:] == sk[:-1]):
             return order.astype(np.int64)
+
+
+# public names for the other samplers of this package (noise/gaussian.py)
+as_shape = _shape
+resolve_source = _source

@@ -28,6 +28,7 @@ from dpkit.engine import sql as dsql
 from dpkit.engine.backend_duckdb import DuckBackend
 from dpkit.engine.families.axes import Axis
 from dpkit.engine.ledger import Ledger
+from dpkit.engine.roles import headroom
 from dpkit.engine.spec import QueryError, where_sql
 from dpkit.engine.tables import TableMeta, quote_ident
 from dpkit.mechanisms import validate
@@ -77,9 +78,9 @@ class Context:
         return bool(self.source is not None and self.source.insecure)
 
     def remaining(self) -> float:
-        """The epsilon left to the analyst (their own cap when they have one)."""
-        who = self.analyst if self.analyst in self.ledger.analyst_budgets() else None
-        return self.ledger.spend(who).remaining
+        """The epsilon the analyst's next charge may use (its cap's headroom, bounded by the
+        project's)."""
+        return headroom(self.ledger, self.analyst)
 
 
 @dataclass(frozen=True)

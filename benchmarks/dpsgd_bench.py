@@ -1,0 +1,331 @@
+"""DP-SGD: dpkit.learn.torch against the non-private step and Opacus 1.6, in the same run.
+
+    PYTHONPATH=src python benchmarks/dpsgd_bench.py            # speed, memory, epsilon
+    PYTHONPATH=src python benchmarks/dpsgd_bench.py --accuracy # + MNIST-5k MLPClassifier (slow)
+    PYTHONPATH=src python benchmarks/dpsgd_bench.py --fedavg   # DP-FedAvg on MNIST-5k only
+
+Speed: a 784-1000-1000-10 ReLU MLP, SGD, expected batch 1024, CPU, torch threads = 2. Each
+variant runs in its own fresh process (so peak RSS is its own), Opacus in its venv
+(``benchmarks/.venvs/opacus``: ``pip install torch==2.13.0 opacus==1.6.0``); the variants are
+interleaved over ``--repeats`` rounds and the ratios are per round (median and range), because
+the machine is shared. Epsilon: the same (q, σ, steps) through dpkit's PLD and Opacus's RDP and
+PRV accountants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+OPACUS_PY = next((p for p in [HERE / ".venvs" / "opacus" / "bin" / "python",
+                              HERE.parents[2] / "main" / "benchmarks" / ".venvs" / "opacus" / "bin"
+                              / "python"] if p.exists()), None)
+N, BATCH, DIMS = 8192, 1024, (784, 1000, 1000, 10)
+SIGMA, C = 1.0, 1.0
+
+
+def _net():  # type: ignore[no-untyped-def]
+    import torch
+
+    torch.manual_seed(0)
+    layers = []
+    for i, (a, b) in enumerate(itertools.pairwise(DIMS)):
+        layers += [torch.nn.Linear(a, b)] + ([torch.nn.ReLU()] if i < len(DIMS) - 2 else [])
+    return torch.nn.Sequential(*layers)
+
+
+def _data():  # type: ignore[no-untyped-def]
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(N, DIMS[0], generator=g)
+    y = torch.randint(0, DIMS[-1], (N,), generator=g)
+    return DataLoader(TensorDataset(x, y), batch_size=BATCH)
+
+
+def _timed(loader, model, opt, loss_fn, steps: int, extra=None) -> dict:  # type: ignore[no-untyped-def]
+    times, noise = [], []
+    it = iter(loader)
+    for _ in range(steps + 1):  # the first step warms up
+        xb, yb = next(it)
+        t = time.perf_counter()
+        opt.zero_grad()
+        loss_fn(model(xb), yb).backward()
+        opt.step()
+        times.append(time.perf_counter() - t)
+        if extra is not None:
+            noise.append(extra())
+    return {"step_s": times[1:], "noise_s": noise[1:],
+            "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def worker(kind: str, steps: int) -> dict:
+    import torch
+
+    torch.set_num_threads(2)
+    model, loader = _net(), _data()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    ce = torch.nn.functional.cross_entropy
+    if kind == "nonprivate":
+        return _timed(loader, model, opt, ce, steps)
+    if kind == "dpkit":
+        from dpkit.learn.torch import make_private
+
+        tr = make_private(model, opt, loader, max_grad_norm=C, noise_multiplier=SIGMA)
+        return _timed(tr.data_loader, tr.module, tr.optimizer, ce, steps,
+                      lambda: tr.optimizer.last_noise_s)
+    from opacus import PrivacyEngine
+
+    mode = {"opacus_hooks": "hooks", "opacus_ghost": "ghost"}[kind]
+    engine = PrivacyEngine()
+    crit = torch.nn.CrossEntropyLoss()
+    out = engine.make_private(module=model, optimizer=opt, data_loader=loader, criterion=crit,
+                              noise_multiplier=SIGMA, max_grad_norm=C, grad_sample_mode=mode,
+                              poisson_sampling=True)
+    if mode == "ghost":
+        model, opt, crit, loader = out
+    else:
+        model, opt, loader = out
+    return _timed(loader, model, opt, crit, steps)
+
+
+def _variant(kind: str):  # type: ignore[no-untyped-def]
+    """(loader, model, optimizer, loss, noise-time getter) for one variant, set up as its users
+    would: the non-private step, dpkit's make_private, Opacus's make_private (hooks / ghost)."""
+    import torch
+
+    model, loader = _net(), _data()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    ce = torch.nn.functional.cross_entropy
+    if kind == "nonprivate":
+        return loader, model, opt, ce, None
+    if kind in ("dpkit", "dpkit_no_noise"):
+        from dpkit.learn.torch import make_private
+
+        tr = make_private(model, opt, loader, max_grad_norm=C, noise_multiplier=SIGMA)
+        if kind == "dpkit_no_noise":  # clipping overhead alone: a zero noise vector
+            import numpy as np
+
+            tr.optimizer._next_noise = lambda: np.zeros(tr.optimizer.dim)  # type: ignore[method-assign]
+        return tr.data_loader, tr.module, tr.optimizer, ce, lambda: tr.optimizer.last_noise_s
+    from opacus import PrivacyEngine
+
+    mode = {"opacus_hooks": "hooks", "opacus_ghost": "ghost"}[kind]
+    crit = torch.nn.CrossEntropyLoss()
+    out = PrivacyEngine().make_private(module=model, optimizer=opt, data_loader=loader,
+                                       criterion=crit, noise_multiplier=SIGMA, max_grad_norm=C,
+                                       grad_sample_mode=mode, poisson_sampling=True)
+    if mode == "ghost":
+        model, opt, crit, loader = out
+    else:
+        model, opt, loader = out
+    return loader, model, opt, crit, None
+
+
+def interleaved(rounds: int, hooks_rounds: int) -> dict:
+    """All variants in ONE process, one step of each in turn per round: same-time ratios."""
+    import torch
+
+    torch.set_num_threads(2)
+    kinds = ["nonprivate", "dpkit", "dpkit_no_noise", "opacus_ghost", "opacus_hooks"]
+    setups = {k: _variant(k) for k in kinds}
+    iters = {k: iter(v[0]) for k, v in setups.items()}
+    times: dict[str, list[float]] = {k: [] for k in kinds}
+    noise: list[float] = []
+    for r in range(rounds + 1):  # round 0 warms up
+        for k in kinds:
+            if k == "opacus_hooks" and r > hooks_rounds:
+                continue
+            loader, model, opt, loss_fn, get_noise = setups[k]
+            try:
+                xb, yb = next(iters[k])
+            except StopIteration:
+                iters[k] = iter(loader)
+                xb, yb = next(iters[k])
+            t = time.perf_counter()
+            opt.zero_grad()
+            loss_fn(model(xb), yb).backward()
+            opt.step()
+            if r:
+                times[k].append(time.perf_counter() - t)
+                if k == "dpkit":
+                    noise.append(get_noise())
+    return {"step_s": times, "noise_s": noise}
+
+
+def _run(kind: str, steps: int) -> dict:
+    py = str(OPACUS_PY) if kind.startswith("opacus") else sys.executable
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent / "src"))
+    out = subprocess.run([py, __file__, "--worker", kind, "--steps", str(steps)], env=env,
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _epsilons(steps: int, q: float, delta: float) -> dict:
+    from dpkit import accounting, events
+
+    e = events.SelfComposed(events.PoissonSampled(q, events.Gaussian(SIGMA)), steps)
+    res = {"dpkit_pld": accounting.epsilon(e, delta=delta, method="pld")}
+    if OPACUS_PY is not None:
+        code = ("import json;from opacus.accountants import RDPAccountant, PRVAccountant\n"
+                "r={}\nfor name, A in (('rdp', RDPAccountant), ('prv', PRVAccountant)):\n"
+                f" a=A(); a.history=[({SIGMA}, {q}, {steps})]\n"
+                f" r['opacus_'+name]=a.get_epsilon({delta})\nprint(json.dumps(r))")
+        out = subprocess.run([str(OPACUS_PY), "-c", code], capture_output=True, text=True,
+                             check=True)
+        res.update(json.loads(out.stdout.strip().splitlines()[-1]))
+    return res
+
+
+def speed(repeats: int, steps: int) -> None:
+    kinds = ["nonprivate", "dpkit"] + (["opacus_ghost", "opacus_hooks"] if OPACUS_PY else [])
+    rounds = []
+    for r in range(repeats):
+        got = {}
+        for k in kinds:
+            if k == "opacus_hooks" and r > 0:
+                continue  # 7.5 GB of per-example gradients per step: one round is enough
+            got[k] = _run(k, 2 if k == "opacus_hooks" else steps)
+        rounds.append(got)
+        print(f"round {r}: " + ", ".join(f"{k} {statistics.median(v['step_s']):.3f}s"
+                                         for k, v in got.items()), flush=True)
+    med = {k: [statistics.median(rd[k]["step_s"]) for rd in rounds if k in rd] for k in kinds}
+    base = [statistics.median(rd["nonprivate"]["step_s"]) for rd in rounds]
+
+    def ratio(a: str, b: list[float] | None = None, inv: bool = False) -> str:
+        rs = [(y / x if inv else x / y) for x, y in zip(med[a], b or base, strict=False)]
+        return f"{statistics.median(rs):.2f}x (range {min(rs):.2f}-{max(rs):.2f})"
+
+    print("\nseparate processes, median step: " +
+          ", ".join(f"{k} {statistics.median(v):.3f}s" for k, v in med.items()))
+    print(f"dpkit / non-private: {ratio('dpkit')} (the interleaved figures above are the fairer "
+          "ones: these processes run one after another under a changing load)")
+    for k in kinds[2:]:
+        print(f"{k} / dpkit: {ratio(k, med['dpkit'])}")
+    rss = {k: statistics.median([rd[k]["maxrss_mb"] for rd in rounds if k in rd]) for k in kinds}
+    print("peak RSS (MB): " + ", ".join(f"{k} {v:.0f}" for k, v in rss.items()))
+    print(f"dpkit peak RSS / non-private: {rss['dpkit'] / rss['nonprivate']:.3f}")
+
+
+def same_time(rounds: int) -> None:
+    """Ratios from the interleaved run (Opacus venv: it holds torch, opacus, numpy, scipy)."""
+    if OPACUS_PY is None:
+        print("no Opacus venv: skipping the interleaved run")
+        return
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent / "src"))
+    out = subprocess.run([str(OPACUS_PY), __file__, "--worker", "interleaved", "--steps",
+                          str(rounds)], env=env, capture_output=True, text=True, check=True)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    st = res["step_s"]
+    base = st["nonprivate"]
+    print(f"\ninterleaved, {rounds} rounds: median step " +
+          ", ".join(f"{k} {statistics.median(v):.3f}s" for k, v in st.items()))
+    for k in ("dpkit", "dpkit_no_noise", "opacus_ghost", "opacus_hooks"):
+        n = len(st[k])
+        rs = sorted(st[k][i] / base[i] for i in range(n))
+        print(f"  {k} / non-private, per round: median {statistics.median(rs):.2f}x "
+              f"(range {rs[0]:.2f}-{rs[-1]:.2f}, {n} rounds)")
+    for k in ("opacus_ghost", "opacus_hooks"):
+        n = len(st[k])
+        rs = sorted(st[k][i] / st["dpkit"][i] for i in range(n))
+        print(f"  {k} / dpkit, per round: median {statistics.median(rs):.2f}x "
+              f"(range {rs[0]:.2f}-{rs[-1]:.2f})")
+    nz = res["noise_s"]
+    print(f"  dpkit secure noise draw (1.8 M Gaussians, on its thread, overlapping the next "
+          f"forward/backward): median {statistics.median(nz):.3f}s")
+
+
+def accuracy() -> None:
+    sys.path.insert(0, str(HERE))
+    from dpkit.learn.mlp import MLPClassifier
+    from mnist_data import mnist_5k
+
+    Xtr, ytr, Xte, yte = mnist_5k()
+    for eps in (1.0, 3.0):
+        accs = []
+        for seed in range(3):
+            clf = MLPClassifier(epsilon=eps, delta=1e-5, random_state=seed).fit(Xtr, ytr)
+            accs.append(clf.score(Xte, yte))
+        print(f"MNIST-5k MLPClassifier eps={eps}: test accuracy {accs} "
+              f"(mean {statistics.mean(accs):.3f}), epsilon spent {clf.epsilon_:.3f}")
+
+
+def fed() -> None:
+    """DP-FedAvg on MNIST-5k: 100 clients of 40 examples, IID and non-IID, 3 seeds each.
+
+    Features: 2x2-average-pooled pixels (196, a public transform); a linear softmax model;
+    every client in every round (q = 1), 40 rounds, 10 local SGD steps of 20 examples at lr 0.5,
+    updates clipped to norm 1, server lr 1, δ = 1e-5.
+    """
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str(HERE))
+    from dpkit import noise
+    from dpkit.learn.fedavg import fedavg, split_clients
+    from mnist_data import mnist_5k
+
+    torch.set_num_threads(1)
+    Xtr, ytr, Xte, yte = mnist_5k()
+
+    def pool(X: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(X.reshape(-1, 14, 2, 14, 2).mean((2, 4)).reshape(-1, 196))
+
+    A, B, Y = pool(Xtr), pool(Xte), torch.from_numpy(ytr)
+    for eps in (8.0, 3.0):
+        for iid in (True, False):
+            accs = []
+            for seed in range(3):
+                src = noise.seeded(seed)
+                parts = split_clients(ytr, 100, iid=iid, source=src)
+                model = torch.nn.Linear(196, 10)
+                torch.nn.init.zeros_(model.weight)
+                torch.nn.init.zeros_(model.bias)
+                r = fedavg(model, [(A[p], Y[p]) for p in parts], rounds=40, client_rate=1.0,
+                           max_update_norm=1.0, target_epsilon=eps, target_delta=1e-5,
+                           local_steps=10, local_lr=0.5, local_batch=20, source=src)
+                with torch.no_grad():
+                    accs.append(float((model(B).argmax(1).numpy() == yte).mean()))
+            print(f"DP-FedAvg eps={eps} {'IID' if iid else 'non-IID'}: accuracy {accs} (mean "
+                  f"{statistics.mean(accs):.3f}), sigma {r.noise_multiplier:.3f}, "
+                  f"epsilon {r.epsilon(1e-5):.3f}", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--worker")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--accuracy", action="store_true")
+    ap.add_argument("--fedavg", action="store_true", help="only the DP-FedAvg accuracy runs")
+    a = ap.parse_args()
+    if a.fedavg:
+        fed()
+        return
+    if a.worker == "interleaved":
+        print(json.dumps(interleaved(a.steps, 2)))
+        return
+    if a.worker:
+        print(json.dumps(worker(a.worker, a.steps)))
+        return
+    print(f"epsilon, q={BATCH / N}, sigma={SIGMA}, 3 epochs: "
+          f"{_epsilons(3 * N // BATCH, BATCH / N, 1e-5)}")
+    print(f"epsilon, q=0.01, sigma={SIGMA}, 10000 steps: {_epsilons(10000, 0.01, 1e-5)}")
+    same_time(a.steps * 3)
+    speed(a.repeats, a.steps)
+    if a.accuracy:
+        accuracy()
+
+
+if __name__ == "__main__":
+    main()

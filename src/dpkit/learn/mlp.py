@@ -1,0 +1,161 @@
+"""``MLPClassifier``: a differentially private multi-layer perceptron with scikit-learn's API.
+
+Trained with DP-SGD (:func:`dpkit.learn.torch.make_private`: Poisson batches, per-example
+clipping, Gaussian noise from the OS CSPRNG, PLD accounting); needs the ``[torch]`` extra.
+Guarantee: the fitted weights are (ε, δ)-DP for add/remove-one-example neighbours, ε the
+``epsilon`` asked for (the noise multiplier is calibrated so the PLD ε after ``epochs`` epochs is
+at most it). The set of class labels is treated as public (pass ``classes=`` to fix it rather
+than read it from ``y``), and so is the feature scaling: features should already lie in a known
+range (e.g. pixels / 255); nothing is computed from the data except the private gradients.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+
+from dpkit import noise
+
+__all__ = ["MLPClassifier"]
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("MLPClassifier needs PyTorch: pip install 'dpkit[torch]'") from exc
+    return torch
+
+
+class MLPClassifier:
+    """Differentially private MLP classifier (scikit-learn estimator API).
+
+    Parameters: ``hidden_layer_sizes`` (units per hidden layer), ``epsilon``, ``delta``,
+    ``epochs``, ``batch_size`` (expected Poisson batch), ``max_grad_norm`` (clip C),
+    ``learning_rate`` and ``momentum`` (SGD), ``activation`` ("tanh" or "relu"),
+    ``averaging`` (the fitted weights are the mean of the iterates over this last fraction of
+    the steps, Polyak averaging: post-processing, free in privacy, and it averages the noise
+    out; 0 keeps the last iterate),
+    ``classes`` (the public label set), ``random_state`` (an int makes the weights'
+    initialisation *and the noise* reproducible and insecure: tests only).
+
+    >>> import numpy as np
+    >>> X = np.r_[np.zeros((200, 2)), np.ones((200, 2))]; y = np.r_[[0] * 200, [1] * 200]
+    >>> clf = MLPClassifier((8,), epsilon=2.0, delta=1e-4, epochs=5, batch_size=100,
+    ...                     random_state=0).fit(X, y)   # doctest: +SKIP
+    >>> clf.score(X, y) > 0.9                            # doctest: +SKIP
+    True
+    """
+
+    def __init__(self, hidden_layer_sizes: tuple[int, ...] = (64,), *, epsilon: float = 3.0,
+                 delta: float = 1e-5, epochs: int = 30, batch_size: int = 1000,
+                 max_grad_norm: float = 1.0, learning_rate: float = 0.1, momentum: float = 0.9,
+                 activation: str = "tanh", averaging: float = 0.5, classes: Any = None,
+                 random_state: int | None = None) -> None:
+        self.hidden_layer_sizes = hidden_layer_sizes
+        self.epsilon = epsilon
+        self.delta = delta
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.max_grad_norm = max_grad_norm
+        self.learning_rate = learning_rate
+        self.momentum = momentum
+        self.activation = activation
+        self.averaging = averaging
+        self.classes = classes
+        self.random_state = random_state
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in (
+            "hidden_layer_sizes", "epsilon", "delta", "epochs", "batch_size", "max_grad_norm",
+            "learning_rate", "momentum", "activation", "averaging", "classes", "random_state")}
+
+    def set_params(self, **params: Any) -> MLPClassifier:
+        for k, v in params.items():
+            if k not in self.get_params():
+                raise ValueError(f"unknown parameter {k!r} for MLPClassifier")
+            setattr(self, k, v)
+        return self
+
+    def _network(self, d: int, k: int, source: noise.Source | None) -> Any:
+        torch = _torch()
+        act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}.get(self.activation)
+        if act is None:
+            raise ValueError(f"activation must be 'tanh' or 'relu' (got {self.activation!r})")
+        sizes = [d, *[int(h) for h in self.hidden_layer_sizes], k]
+        layers: list[Any] = []
+        for i, (a, b) in enumerate(itertools.pairwise(sizes)):
+            lin = torch.nn.Linear(a, b)
+            bound = 1.0 / math.sqrt(a)  # torch's default range, drawn by dpkit.noise
+            u = noise.uniform_float01((b, a), source=source)
+            with torch.no_grad():
+                lin.weight.copy_(torch.from_numpy((2 * u - 1) * bound))
+                lin.bias.zero_()
+            layers += [lin] if i == len(sizes) - 2 else [lin, act()]
+        return torch.nn.Sequential(*layers)
+
+    def fit(self, X: Any, y: Any) -> MLPClassifier:
+        """Train with DP-SGD; ``X`` (n, d) numeric with no NaN, ``y`` labels in ``classes``."""
+        torch = _torch()
+        from dpkit.learn.torch import make_private
+
+        X = np.asarray(X, dtype=np.float32)
+        y = np.asarray(y)
+        if X.ndim != 2 or len(X) != len(y):
+            raise ValueError(f"X must be 2-D with one row per label (got {X.shape}, {y.shape})")
+        self.classes_ = np.unique(y) if self.classes is None else np.asarray(self.classes)
+        codes = np.searchsorted(self.classes_, y)
+        if np.any(codes >= len(self.classes_)) or np.any(self.classes_[
+                np.minimum(codes, len(self.classes_) - 1)] != y):
+            raise ValueError("y holds a label that is not in classes")
+        source = None if self.random_state is None else noise.seeded(self.random_state)
+        net = self._network(X.shape[1], len(self.classes_), source)
+        data = torch.utils.data.TensorDataset(torch.from_numpy(X), torch.from_numpy(codes))
+        loader = torch.utils.data.DataLoader(data, batch_size=int(self.batch_size))
+        opt = torch.optim.SGD(net.parameters(), lr=self.learning_rate, momentum=self.momentum)
+        tr = make_private(net, opt, loader, max_grad_norm=self.max_grad_norm,
+                          target_epsilon=self.epsilon, target_delta=self.delta,
+                          epochs=int(self.epochs), loss_reduction="sum", source=source)
+        self._train(tr, net)
+        tr.detach()
+        self.training_ = tr
+        self.network_ = net
+        self.epsilon_ = tr.epsilon(self.delta)
+        return self
+
+    def _train(self, tr: Any, net: Any) -> None:
+        torch = _torch()
+        total = int(self.epochs) * len(tr.data_loader)
+        start = int(total * (1.0 - float(self.averaging)))
+        avg = [torch.zeros_like(p) for p in net.parameters()]
+        step = 0
+        for _ in range(int(self.epochs)):
+            for xb, yb in tr.data_loader:
+                tr.optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(net(xb), yb, reduction="sum").backward()
+                tr.optimizer.step()
+                step += 1
+                if step > start:
+                    with torch.no_grad():
+                        for a, p in zip(avg, net.parameters(), strict=True):
+                            a.add_(p.detach() - a, alpha=1.0 / (step - start))
+        if step > start:
+            with torch.no_grad():
+                for a, p in zip(avg, net.parameters(), strict=True):
+                    p.copy_(a)
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        torch = _torch()
+        with torch.no_grad():
+            logits = self.network_(torch.from_numpy(np.asarray(X, dtype=np.float32)))
+            return torch.softmax(logits, 1).numpy()
+
+    def predict(self, X: Any) -> np.ndarray:
+        return self.classes_[self.predict_proba(X).argmax(1)]
+
+    def score(self, X: Any, y: Any) -> float:
+        """Accuracy on ``(X, y)``."""
+        return float(np.mean(self.predict(X) == np.asarray(y)))

@@ -1,0 +1,209 @@
+"""The private optimizer: per-example clipping, Gaussian noise on a grid, then the user's step.
+
+One step of DP-SGD (Abadi et al. 2016) on a Poisson batch ``B`` of expected size ``qn``:
+
+    ĝ = ( round_k( Σ_{i∈B} clip_C'(∇ℓ_i) ) + round_k(N(0, σ²C² I)) ) / (q n)
+
+with ``clip_C'(v) = v · min(1, C'/‖v‖)``. Under add/remove-one neighbours the clipped sum moves
+by at most ``C'`` in L2 and the grid rounding (``round_k`` to ``2^-k``, both sides) by at most
+``√d 2^-k`` more; ``C' = C - √d 2^-k`` makes the total ``C``, so a step is the Gaussian
+mechanism ``Gaussian(σ)`` on a Poisson(q) sample: the event ``PoissonSampled(q, Gaussian(σ))``.
+The division and the optimizer's update are post-processing. Floating-point error in forming the
+float32 sum is not covered (as in every DP-SGD library; it is ~1e-7 relative).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from dpkit import noise
+
+from .layers import LayerTap
+from .loader import PoissonLoader
+
+__all__ = ["DPOptimizer", "grid_exponent"]
+
+_CHUNK = 1 << 18
+
+
+def grid_exponent(dim: int, max_grad_norm: float) -> int:
+    """Smallest ``k`` with ``√dim · 2^-k <= 1e-6 · C``: rounding costs C a millionth."""
+    return max(0, math.ceil(math.log2(math.sqrt(max(dim, 1)) / (1e-6 * max_grad_norm))))
+
+
+class DPOptimizer(torch.optim.Optimizer):
+    """Wraps a torch optimizer: ``step()`` privatises the gradients, then runs the original step.
+
+    Shares ``param_groups`` and ``state`` with the wrapped optimizer (LR schedulers work on it).
+    """
+
+    def __init__(self, original: torch.optim.Optimizer, *, taps: list[LayerTap],
+                 loader: PoissonLoader, noise_multiplier: float, max_grad_norm: float,
+                 loss_reduction: str, exact_noise: bool, source: noise.Source | None,
+                 max_steps: int | None) -> None:
+        super().__init__(original.param_groups, original.defaults)
+        self.original = original
+        self.param_groups = original.param_groups
+        self.state = original.state
+        self.taps = taps
+        self.loader = loader
+        self.noise_multiplier = float(noise_multiplier)
+        self.max_grad_norm = float(max_grad_norm)
+        self.loss_reduction = loss_reduction
+        self.exact_noise = exact_noise
+        self.source = source
+        self.max_steps = max_steps
+        self.steps = 0
+        self._seen = loader.batches_out
+        self.params = [p for t in taps for _, p in t.params()]
+        self.dim = sum(p.numel() for p in self.params)
+        self.k = grid_exponent(self.dim, self.max_grad_norm)
+        self.clip_norm = self.max_grad_norm - math.sqrt(self.dim) * 2.0**-self.k
+        self.last_noise_s = 0.0  # wall time of the last noise draw, for benchmarks
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: Future[tuple[np.ndarray, float]] | None = None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for t in self.taps:
+            t.reset()
+        self.original.zero_grad(set_to_none)
+
+    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        if closure is not None:
+            with torch.enable_grad():
+                closure()
+        self._check_batch()
+        flat = self.clipped_flat(self.loader.last_batch_size)
+        self._noise_into_grads(flat)
+        self.steps += 1
+        for t in self.taps:
+            t.reset()
+        return self.original.step()
+
+    def _check_batch(self) -> None:
+        if self.loader.batches_out == self._seen:
+            raise RuntimeError("step() without a new batch from training.data_loader: the "
+                               "privacy accounting assumes each step's batch is Poisson-sampled "
+                               "by it; iterate training.data_loader, not the original loader")
+        if self.loader.batches_out != self._seen + 1:
+            raise RuntimeError("several batches were drawn from training.data_loader for one "
+                               "step(); call step() once per batch")
+        self._seen = self.loader.batches_out
+        if self.max_steps is not None and self.steps >= self.max_steps:
+            raise RuntimeError(f"the budget was charged for {self.max_steps} steps; training "
+                               "longer needs a new make_private with more epochs")
+
+    def clipped_sums(self, batch: int) -> list[Tensor]:
+        """``Σ_i clip_C'(∇ℓ_i)`` per parameter, from what the last backward recorded."""
+        flat = self.clipped_flat(batch)
+        out, lo = [], 0
+        for p in self.params:
+            out.append(flat[lo : lo + p.numel()].view_as(p))
+            lo += p.numel()
+        return out
+
+    @torch.no_grad()
+    def clipped_flat(self, batch: int) -> Tensor:
+        """The clipped sums of all parameters, concatenated into one float32 vector."""
+        flat = torch.zeros(self.dim, dtype=torch.float32)
+        live = [t for t in self.taps if t.records]
+        for t in live:
+            for _, g in t.records:
+                if g.shape[0] != batch:
+                    raise RuntimeError(f"{t.name}: its output has {g.shape[0]} rows for a batch "
+                                       f"of {batch}; the batch dimension must come first")
+        if batch == 0 or not live:
+            return flat
+        # a mean loss scales each example's gradient by 1/batch: undo it in the factors
+        scale = float(batch) if self.loss_reduction == "mean" else 1.0
+        sq = sum(t.rule.sq_norms(t) for t in live)
+        norms = torch.as_tensor(sq).sqrt() * scale
+        if not bool(torch.isfinite(norms).all()):
+            raise FloatingPointError("a per-example gradient is NaN or infinite (check the "
+                                     "inputs, the loss and the learning rate)")
+        c = (self.clip_norm / (norms + 1e-6)).clamp(max=1.0) * scale
+        lo = 0
+        for t in self.taps:
+            views = {}
+            for n, p in t.params():
+                views[n] = flat[lo : lo + p.numel()].view(p.shape)
+                lo += p.numel()
+            if t.records:
+                t.rule.clipped_sum_into(t, c, views)
+        return flat
+
+    def _draw(self) -> tuple[np.ndarray, float]:
+        """The next step's noise in grid units (data-independent), and the time it took."""
+        sigma = self.noise_multiplier * self.max_grad_norm
+        scale = 2.0**self.k
+        start = time.perf_counter()
+        if self.exact_noise:
+            z = noise.discrete_gaussian((sigma * scale) ** 2, self.dim, source=self.source)
+            z = z.astype(np.float64)
+        else:  # in chunks: the sampler's transient words and floats stay ~10 MB
+            z = np.empty(self.dim, dtype=np.float64)
+            for lo in range(0, self.dim, _CHUNK):
+                part = noise.gaussian_float(sigma * scale, min(_CHUNK, self.dim - lo),
+                                            source=self.source)
+                np.rint(part, out=z[lo : lo + part.size])
+        return z, time.perf_counter() - start
+
+    def _next_noise(self) -> np.ndarray:
+        """This step's noise; a secure source draws the next step's meanwhile, on a thread.
+
+        The noise does not depend on the data, so drawing it while the next forward and backward
+        run changes nothing in the guarantee; it hides the draw on machines with idle cores. A
+        seeded source draws in line, so a seeded run stays reproducible.
+        """
+        if self.source is not None and self.source.insecure:
+            z, self.last_noise_s = self._draw()
+            return z
+        if self._pending is None:
+            self._pending = self._pool().submit(self._draw)
+        z, self.last_noise_s = self._pending.result()
+        self._pending = self._pool().submit(self._draw)
+        return z
+
+    def close(self) -> None:
+        """Stop drawing noise ahead (the training is over)."""
+        if self._executor is not None:
+            if self._pending is not None:
+                self._pending.cancel()
+            self._executor.shutdown(wait=False)
+            self._executor, self._pending = None, None
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="dpkit-noise")
+        return self._executor
+
+    def _noise_into_grads(self, flat: Tensor) -> None:
+        sigma = self.noise_multiplier * self.max_grad_norm
+        scale = 2.0**self.k
+        zt = torch.from_numpy(self._next_noise())
+        # release on the grid 2^-k (module docstring): both terms are integers times 2^-k, and
+        # their sum is exact in float64 (checked below)
+        # exact while |sum| + |noise| < 2^52 grid steps: |sum| <= B C' (each term has norm <= C')
+        # and |noise| <= 12.2 σ for the float sampler; the exact sampler is checked
+        zmax = float(zt.abs().max()) if self.exact_noise else 13.0 * sigma * scale
+        if (self.loader.last_batch_size * self.max_grad_norm * 1.001 * scale + zmax >= 2.0**52):
+            raise FloatingPointError("the clipped sum is too large for the grid 2^-k to be "
+                                     "exact in float64; use a smaller batch or max_grad_norm")
+        # chunk by chunk into one float32 buffer: no full-size float64 copy of the sum
+        g = torch.empty(self.dim, dtype=torch.float32)
+        denom = scale * self.loader.sample_rate * self.loader.n
+        for lo in range(0, self.dim, _CHUNK):
+            hi = min(lo + _CHUNK, self.dim)
+            s64 = flat[lo:hi].to(torch.float64).mul_(scale).round_()
+            g[lo:hi] = s64.add_(zt[lo:hi]).div_(denom)
+        lo = 0
+        for p in self.params:
+            p.grad = g[lo : lo + p.numel()].view_as(p).to(p.dtype)
+            lo += p.numel()

@@ -1,0 +1,231 @@
+"""``make_private``: DP-SGD on the user's own module, optimizer and data, with dpkit's accountant.
+
+Guarantee: after ``T`` steps, the trained parameters (and every intermediate model) are
+(ε, δ)-DP for add/remove-one-example neighbours, with ε = ``training.epsilon(δ)``: the PLD
+upper bound of ``SelfComposed(PoissonSampled(q, Gaussian(σ)), T)`` (``q`` the sampling rate,
+``σ`` the noise multiplier; see :mod:`dpkit.learn.torch.optimizer` for why one step is that
+event). The user's training loop runs unchanged: iterate ``training.data_loader``, call
+``loss.backward()`` and ``training.optimizer.step()``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from dpkit import accounting, events, noise
+
+from .layers import LayerTap, UnsupportedLayer, rule_for
+from .loader import PoissonLoader, check_finite
+from .optimizer import DPOptimizer
+
+__all__ = ["PrivateTraining", "make_private"]
+
+
+@dataclass
+class PrivateTraining:
+    """What :func:`make_private` returns: the objects to train with and their privacy."""
+
+    module: nn.Module
+    optimizer: DPOptimizer
+    data_loader: PoissonLoader
+    noise_multiplier: float
+    max_grad_norm: float
+    sample_rate: float
+    taps: list[LayerTap]
+
+    @property
+    def steps(self) -> int:
+        return self.optimizer.steps
+
+    @property
+    def insecure(self) -> bool:
+        """True when the noise came from a seeded (reproducible, insecure) source."""
+        src = self.optimizer.source
+        return bool(src is not None and src.insecure)
+
+    def event(self, steps: int | None = None) -> events.Event:
+        """The privacy event of ``steps`` steps (default: the steps taken so far)."""
+        t = self.steps if steps is None else steps
+        one = events.PoissonSampled(self.sample_rate, events.Gaussian(self.noise_multiplier))
+        return events.SelfComposed(one, max(t, 1)) if t else events.PureDP(0.0)
+
+    def epsilon(self, delta: float) -> float:
+        """Upper bound on ε at ``delta`` for the steps taken so far (dpkit's PLD accountant)."""
+        if self.steps == 0:
+            return 0.0
+        return accounting.epsilon(self.event(), delta=delta, method="pld")
+
+    def detach(self) -> None:
+        """Give the module its own forward back, remove dpkit's hooks, stop the noise thread."""
+        self.optimizer.close()
+        for t in self.taps:
+            for h in t.handles:
+                h.remove()
+            t.module.__dict__.pop("forward", None)
+            t.reset()
+
+    def __repr__(self) -> str:
+        note = ", INSECURE noise source (tests only)" if self.insecure else ""
+        return (f"PrivateTraining(noise_multiplier={self.noise_multiplier:.4g}, max_grad_norm="
+                f"{self.max_grad_norm:g}, sample_rate={self.sample_rate:.4g}, steps={self.steps}"
+                f"{note})")
+
+
+def _hook_forward(tap: LayerTap, module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
+    if tap.paused or not isinstance(out, torch.Tensor) or not out.requires_grad:
+        return
+    x = args[0].detach() if isinstance(args[0], torch.Tensor) else args[0]
+
+    def keep(g: torch.Tensor) -> None:
+        tap.records.append((x, g.detach()))
+
+    out.register_hook(keep)
+
+
+def attach(module: nn.Module, fallback: bool) -> list[LayerTap]:
+    """Tap or hook every module that owns trainable parameters; refuse what cannot be covered."""
+    taps: list[LayerTap] = []
+    for name, m in module.named_modules():
+        own = [p for p in m.parameters(recurse=False) if p.requires_grad]
+        if not own:
+            continue
+        label = name or type(module).__name__
+        if any(True for _ in m.children()):
+            raise UnsupportedLayer(f"{label}: a module with both its own trainable parameters "
+                                   "and submodules; move the parameters into a leaf module")
+        taps.append(LayerTap(label, m, rule_for(m, label, fallback)))
+    if not taps:
+        raise ValueError("the module has no trainable parameters")
+    for t in taps:
+        if t.rule.tapped:
+            t.module.forward = functools.partial(t.rule.forward, t.module, t)  # type: ignore[attr-defined,method-assign]
+        else:
+            t.handles.append(t.module.register_forward_hook(functools.partial(_hook_forward, t)))
+    return taps
+
+
+def _check_numbers(max_grad_norm: float, noise_multiplier: float | None,
+                   target_epsilon: float | None, target_delta: float | None,
+                   epochs: int | None, n: int, budget: Any) -> None:
+    if not (math.isfinite(max_grad_norm) and max_grad_norm > 0):
+        raise ValueError(f"max_grad_norm must be a finite number > 0 (got {max_grad_norm!r})")
+    if (noise_multiplier is None) == (target_epsilon is None):
+        raise ValueError("give exactly one of noise_multiplier= and target_epsilon=")
+    if noise_multiplier is not None and not (math.isfinite(noise_multiplier)
+                                             and noise_multiplier > 0):
+        raise ValueError(f"noise_multiplier must be > 0 (got {noise_multiplier!r})")
+    if target_epsilon is not None and not (math.isfinite(target_epsilon) and target_epsilon > 0):
+        raise ValueError(f"target_epsilon must be a finite number > 0 (got {target_epsilon!r})")
+    if (target_epsilon is not None or budget is not None) and (
+            target_delta is None or epochs is None):
+        raise ValueError("target_epsilon= and budget= need target_delta= and epochs=")
+    if target_delta is not None and not 0.0 < target_delta < 1.0 / n:
+        raise ValueError(f"target_delta must lie in (0, 1/n) = (0, {1.0 / n:.3g}) for n={n} "
+                         f"examples (got {target_delta!r}); a larger δ allows releasing an "
+                         "example outright")
+    if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int)
+                               or epochs < 1):
+        raise ValueError(f"epochs must be an int >= 1 (got {epochs!r})")
+
+
+def _loader_of(data_loader: Any) -> tuple[Any, int, Any]:
+    if isinstance(data_loader, PoissonLoader):
+        return data_loader.dataset, data_loader.steps, data_loader.collate_fn
+    if not isinstance(data_loader, DataLoader):
+        raise TypeError(f"data_loader must be a torch DataLoader (got {type(data_loader)!r})")
+    if isinstance(data_loader.dataset, torch.utils.data.IterableDataset):
+        raise ValueError("an IterableDataset cannot be Poisson-sampled: DP-SGD's accounting "
+                         "needs random access to the examples")
+    return data_loader.dataset, len(data_loader), data_loader.collate_fn
+
+
+def make_private(module: nn.Module, optimizer: torch.optim.Optimizer, data_loader: Any, *,
+                 max_grad_norm: float, noise_multiplier: float | None = None,
+                 target_epsilon: float | None = None, target_delta: float | None = None,
+                 epochs: int | None = None, budget: accounting.Budget | None = None,
+                 loss_reduction: str = "mean", fallback: str | None = "vmap",
+                 noise_kind: str = "float", source: noise.Source | None = None,
+                 ) -> PrivateTraining:
+    """Make ``module``'s training with ``optimizer`` on ``data_loader`` DP-SGD.
+
+    (ε, δ)-DP for add/remove-one-example neighbours (module docstring). The batch size of
+    ``data_loader`` sets the sampling rate ``q = 1 / len(data_loader)``, one epoch being
+    ``len(data_loader)`` Poisson batches. ``target_epsilon`` (with ``target_delta``, ``epochs``)
+    picks the smallest noise multiplier whose PLD ε after ``epochs`` epochs is at most the
+    target. ``budget`` is charged for all ``epochs`` up front; training further is refused.
+    ``loss_reduction``: "mean" or "sum", how the loss combines the batch's examples.
+    ``fallback="vmap"`` computes per-example gradients with ``torch.func`` for modules without a
+    ghost-norm rule; ``None`` refuses them. ``noise_kind``: "float" (precise, fast, the
+    default) or "exact" (discrete Gaussian on the grid); ``source``: a :mod:`dpkit.noise`
+    source (the OS CSPRNG by default; ``noise.seeded(s)`` is reproducible and insecure).
+
+    >>> import torch, dpkit.noise
+    >>> from torch.utils.data import DataLoader, TensorDataset
+    >>> from dpkit.learn.torch import make_private
+    >>> data = TensorDataset(torch.zeros(100, 3), torch.zeros(100, dtype=torch.long))
+    >>> net = torch.nn.Linear(3, 2)
+    >>> tr = make_private(net, torch.optim.SGD(net.parameters(), lr=0.1),
+    ...                   DataLoader(data, batch_size=10), max_grad_norm=1.0,
+    ...                   noise_multiplier=1.0, source=dpkit.noise.seeded(0))
+    >>> for x, y in tr.data_loader:
+    ...     torch.nn.functional.cross_entropy(tr.module(x), y).backward()
+    ...     tr.optimizer.step(); tr.optimizer.zero_grad()
+    >>> round(tr.epsilon(1e-5), 2) > 0
+    True
+    """
+    dataset, steps_per_epoch, collate = _loader_of(data_loader)
+    n = len(dataset)
+    if n < 1 or steps_per_epoch < 1:
+        raise ValueError("the data loader is empty")
+    _check_numbers(max_grad_norm, noise_multiplier, target_epsilon, target_delta, epochs, n,
+                   budget)
+    if loss_reduction not in ("mean", "sum"):
+        raise ValueError(f"loss_reduction must be 'mean' or 'sum' (got {loss_reduction!r})")
+    if noise_kind not in ("float", "exact"):
+        raise ValueError(f"noise_kind must be 'float' or 'exact' (got {noise_kind!r})")
+    if fallback not in ("vmap", None):
+        raise ValueError(f"fallback must be 'vmap' or None (got {fallback!r})")
+    if isinstance(dataset, TensorDataset):
+        check_finite(list(dataset.tensors), "the dataset")
+    q = 1.0 / steps_per_epoch
+    total = None if epochs is None else epochs * steps_per_epoch
+    if target_epsilon is not None:
+        assert total is not None and target_delta is not None
+        noise_multiplier = accounting.calibrate.dpsgd_noise_multiplier(
+            sampling_probability=q, steps=total, target_epsilon=target_epsilon,
+            delta=target_delta, method="pld")
+    assert noise_multiplier is not None
+    _check_optimizer(module, optimizer)
+    if budget is not None:  # charged before any step: a refusal spends nothing, trains nothing
+        assert total is not None
+        budget.charge(events.SelfComposed(
+            events.PoissonSampled(q, events.Gaussian(noise_multiplier)), total),
+            # only the 'approx' accountant books a δ share per charge; the others use the budget's
+            delta=target_delta if budget.accountant == "approx" else None)
+    taps = attach(module, fallback == "vmap")
+    loader = PoissonLoader(dataset, sample_rate=q, steps=steps_per_epoch, collate_fn=collate,
+                           source=source)
+    opt = DPOptimizer(optimizer, taps=taps, loader=loader, noise_multiplier=noise_multiplier,
+                      max_grad_norm=max_grad_norm, loss_reduction=loss_reduction,
+                      exact_noise=noise_kind == "exact", source=source,
+                      max_steps=total if budget is not None else None)
+    return PrivateTraining(module, opt, loader, float(noise_multiplier), float(max_grad_norm),
+                           q, taps)
+
+
+def _check_optimizer(module: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer (got {type(optimizer)!r})")
+    mine = {id(p) for p in module.parameters()}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if id(p) not in mine:
+                raise ValueError("the optimizer updates a parameter that is not in the module; "
+                                 "its gradient would not be private")

@@ -1,0 +1,60 @@
+"""DP-FedAvg: client splits, user-level accounting, clipping of client updates, refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from dpkit import accounting, events, noise  # noqa: E402
+from dpkit.learn.fedavg import fedavg, split_clients  # noqa: E402
+
+
+def _clients(n: int = 10, m: int = 8) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(0)
+    return [(torch.randn(m, 3, generator=g), torch.randint(0, 2, (m,), generator=g))
+            for _ in range(n)]
+
+
+def test_splits_cover_every_example_once() -> None:
+    y = np.repeat(np.arange(10), 40)
+    for iid in (True, False):
+        parts = split_clients(y, 100, iid=iid, source=noise.seeded(1))
+        assert len(parts) == 100 and sorted(np.concatenate(parts).tolist()) == list(range(400))
+    non_iid = split_clients(y, 100, iid=False, source=noise.seeded(1))
+    assert max(len(set(y[p])) for p in non_iid) <= 2  # two label-sorted shards per client
+
+
+def test_event_and_epsilon_are_user_level_pld() -> None:
+    model = torch.nn.Linear(3, 2)
+    r = fedavg(model, _clients(), rounds=3, client_rate=0.5, max_update_norm=1.0,
+               noise_multiplier=2.0, source=noise.seeded(0))
+    e = events.SelfComposed(events.PoissonSampled(0.5, events.Gaussian(2.0)), 3)
+    assert r.event == e and r.insecure
+    assert r.epsilon(1e-3) == accounting.epsilon(e, delta=1e-3, method="pld")
+
+
+def test_one_client_moves_the_model_by_at_most_its_clip() -> None:
+    # with (almost) no noise, one round with every client is the mean of clipped updates
+    clients = _clients(n=4)
+    model = torch.nn.Linear(3, 2)
+    before = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    fedavg(model, clients, rounds=1, client_rate=1.0, max_update_norm=0.01,
+           noise_multiplier=1e-9, local_lr=10.0, source=noise.seeded(0))
+    after = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    assert float((after - before).norm()) <= 0.01 + 1e-6  # mean of 4 updates of norm <= 0.01
+
+
+def test_bad_input_refused() -> None:
+    model = torch.nn.Linear(3, 2)
+    with pytest.raises(ValueError, match="target_delta must lie in"):
+        fedavg(model, _clients(), rounds=2, client_rate=0.5, max_update_norm=1.0,
+               target_epsilon=1.0, target_delta=0.5)
+    with pytest.raises(ValueError, match="target_epsilon must be > 0"):
+        fedavg(model, _clients(), rounds=2, client_rate=0.5, max_update_norm=1.0,
+               target_epsilon=-1.0, target_delta=1e-3)
+    bad = _clients()
+    bad[3][0][0, 0] = float("nan")
+    with pytest.raises(ValueError, match="client 3: NaN"):
+        fedavg(model, bad, rounds=1, client_rate=0.5, max_update_norm=1.0, noise_multiplier=1.0)
