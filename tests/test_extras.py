@@ -11,11 +11,13 @@ import pytest
 
 # module -> the extra of pyproject.toml that installs it (all are in the `test` extra too)
 EXTRAS = {"polars": "dataframes", "matplotlib": "plots", "openpyxl": "xlsx", "yaml": "yaml",
-          "pandas": "dataframes"}
+          "pandas": "dataframes", "sklearn": "test", "torch": "torch"}
 
 
 @pytest.mark.parametrize("module", sorted(EXTRAS))
 def test_the_extras_are_installed_in_ci(module: str) -> None:
+    """(torch is installed by .ci/run's own line, ``pip install torch==2.13.0``: the CPU
+    build; an unpinned torch pulls a multi-GB CUDA build.)"""
     if not os.environ.get("DPKIT_REQUIRE_EXTRAS"):
         pytest.skip("outside CI (DPKIT_REQUIRE_EXTRAS unset): the extras are optional")
     try:
