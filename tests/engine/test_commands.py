@@ -79,11 +79,14 @@ def test_demo_runs_and_prints(tmp_path: Path) -> None:
     out, buf = _console()
     results = run_demo(tmp_path / "demo.dpkit", console=out, rows=20_000)
     text = buf.getvalue()
-    assert len(results) == 5
+    # session 5: a CASE group, derived bins with a ratio, and a warned clamp joined the tour
+    assert len(results) == 8
     assert "refused" in text and "Reopened from disk" in text
     assert text.count("refused:") == 3  # over her cap, raw rows, registering a table
+    assert "age_group" in text and "senior" in text and "readmit_rate" in text
+    assert (tmp_path / "demo.dpkit" / "dpkit-demo-age-groups.png").stat().st_size > 1000
     again = Curator.open(tmp_path / "demo.dpkit")
-    assert again.budget().spent == pytest.approx(1.9)
+    assert again.budget().spent == pytest.approx(2.4)
     assert {h.analyst for h in again.budget().history} == {"alice"}
 
 

@@ -113,7 +113,18 @@ DEMO_QUERIES: tuple[tuple[str, str, float], ...] = (
      "LIMIT 3", 0.3),
     ("Visits per age band: five overlapping bands answered together (correlated noise)",
      "SELECT DP_RANGES(age, (0, 17), (18, 64), (65, 100), (0, 64), (18, 100)) FROM visits", 0.3),
+    ("Visits and cost per age group (GROUP BY a CASE: every group is released, even if empty)",
+     "SELECT CASE WHEN age < 18 THEN 'child' WHEN age < 65 THEN 'adult' ELSE 'senior' END "
+     "AS age_group, COUNT(*) AS visits, AVG(cost) AS mean_cost FROM visits GROUP BY age_group",
+     0.2),
+    ("Readmission rate per decade of age (derived bins; a ratio with its interval)",
+     "SELECT floor(age / 10) * 10 AS decade, COUNT(*) FILTER (WHERE readmitted) / COUNT(*) "
+     "AS readmit_rate FROM visits GROUP BY decade", 0.2),
 )
+
+#: a question asked with a clamp that is far too tight: the answer says so
+WARNING_QUERY = ("Mean cost, clamped to [0, 1000] (a bound set too low: the answer warns)",
+                 "SELECT AVG(cost) AS mean_cost FROM visits", 0.1, {"cost": (0, 1000)})
 
 
 def _ask_all(con: Any, cur: Any) -> list[Any]:
@@ -123,19 +134,35 @@ def _ask_all(con: Any, cur: Any) -> list[Any]:
     from dpkit.engine.results import split_table
 
     results = []
-    for question, sql, eps in DEMO_QUERIES:
+    asks = [(q, sql, eps, None) for q, sql, eps in DEMO_QUERIES] + [WARNING_QUERY]
+    for question, sql, eps, bounds in asks:
         t = time.perf_counter()
-        res = cur.sql(sql, epsilon=eps)
+        res = cur.sql(sql, epsilon=eps, bounds=bounds)
         dt = time.perf_counter() - t
         results.append(res)
         con.print(Panel.fit(f"[bold]{question}[/]\n[cyan]{sql}[/]  [dim](epsilon {eps})[/]"))
         con.print(res.table())
+        for warning in getattr(res, "warnings", []):
+            con.print(f"[bold yellow]warning:[/] {warning}")
         for note in res.notes:
             con.print(f"[dim]note: {note}[/]")
         con.print(f"[dim]answered in {dt * 1000:.0f} ms; budget split:[/]")
         con.print(split_table(res.split, title=""))
         con.print()
     return results
+
+
+def _picture(con: Any, res: Any, folder: Path) -> None:
+    """The age-group answer as a bar chart with its intervals (when matplotlib is there)."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        con.print("[dim](pip install 'dpkit[plots]' to draw the answers: Result.plot())[/]\n")
+        return
+    path = folder / "dpkit-demo-age-groups.png"
+    res.plot(path)
+    con.print(f"The age-group answer as a picture, intervals as whiskers: [bold]{path}[/] "
+              f"([dim]Result.plot(), dpkit query ... --plot out.png[/])\n")
 
 
 def _refusals(con: Any, cur: Any) -> None:
@@ -161,11 +188,12 @@ def _refusals(con: Any, cur: Any) -> None:
 
 
 def run_demo(path: str | Path | None = None, console: Any = None, *, rows: int = 300_000,
-             seed: int = 2024) -> Any:
+             seed: int = 2024, picture_dir: str | Path | None = None) -> Any:
     """Build a project on generated hospital visits, run a few queries, print everything.
 
-    ``path``: keep the project there (default: a temporary folder, removed afterwards). Returns
-    the list of results (the project is closed).
+    ``path``: keep the project there (default: a temporary folder, removed afterwards);
+    ``picture_dir``: where the demo's chart goes (default: the project's folder when ``path``
+    is given, else the current directory). Returns the list of results (the project is closed).
     """
     from rich.console import Console
 
@@ -179,6 +207,8 @@ def run_demo(path: str | Path | None = None, console: Any = None, *, rows: int =
         project = Path(tmp) / "hospital.dpkit"
     else:
         project = Path(path)
+        picture_dir = picture_dir if picture_dir is not None else project
+    picture_dir = Path(picture_dir) if picture_dir is not None else None
     results = []
     try:
         con.rule("[bold]dpkit demo: a hospital's visits behind a private curator")
@@ -201,11 +231,12 @@ def run_demo(path: str | Path | None = None, console: Any = None, *, rows: int =
         con.print("[dim]Each patient is one privacy unit: every answer below is differentially "
                   "private for adding or removing one patient with all their visits; at most 5 "
                   "visits per patient count towards any answer.[/]\n")
-        token = cur.add_analyst("alice", epsilon=2.5)
+        token = cur.add_analyst("alice", epsilon=2.8)
         con.print(f"The owner gives analyst [bold]alice[/] a token (shown once, stored hashed) "
-                  f"and a cap of epsilon 2.5: [dim]{token[:14]}...[/]\n")
+                  f"and a cap of epsilon 2.8: [dim]{token[:14]}...[/]\n")
         alice = Curator.open(project, token=token)
         results.extend(_ask_all(con, alice))
+        _picture(con, results[len(DEMO_QUERIES) - 2], picture_dir or Path.cwd())
         _refusals(con, alice)
         alice.close()
         con.print(cur.budget().table())

@@ -169,7 +169,8 @@ class Result:
                                 flex=not numeric and any(len(x) > 16 for x in cells)))
                 continue
             cols.append(Col(c, cells, unit=unit))
-            if kind == "value":
+            # an output over aggregates (a ratio, POWER(AVG(x), 2)) has its interval too
+            if kind == "value" or f"{c}_ci_low" in self.data:
                 lo, hi = self.ci(c)
                 ci = ["n/a" if _isnan(_py(a)) else f"[{_fmt(_py(a))}, {_fmt(_py(b))}]"
                       for a, b in zip(lo, hi, strict=True)]
