@@ -193,7 +193,8 @@ def test_extreme_values_cover_the_type_limits() -> None:
 def test_fuzz_a_project_leaves_it_untouched(tmp_path: Path) -> None:
     cur = dp.Curator.create(tmp_path / "own.dpkit", budget=dp.Budget(epsilon=1.0))
     df = pd.DataFrame({"uid": range(40), "k": ["a", "b"] * 20, "x": np.linspace(0, 10, 40)})
-    cur.add_table("t", df, privacy_unit="uid", bounds={"x": (0, 10)}, domains={"k": ["a", "b"]})
+    cur.add_table("t", df, privacy_unit="uid", max_rows_per_unit=1, bounds={"x": (0, 10)},
+                  domains={"k": ["a", "b"]})
     cur.close()
     rep = sc.fuzz(tmp_path / "own.dpkit", queries=20, seed=1, neighbours=("add", "remove"),
                   accountants=("approx",))
@@ -212,7 +213,7 @@ def test_command_line(tmp_path: Path) -> None:
 
     cur = dp.Curator.create(tmp_path / "own.dpkit", budget=dp.Budget(epsilon=1.0))
     cur.add_table("t", pd.DataFrame({"uid": range(20), "x": np.linspace(0, 10, 20)}),
-                  privacy_unit="uid", bounds={"x": (0, 10)})
+                  privacy_unit="uid", max_rows_per_unit=1, bounds={"x": (0, 10)})
     cur.close()
     res = CliRunner().invoke(main, ["attack", "side-channels", str(tmp_path / "own.dpkit"),
                                     "--queries", "8", "--neighbours", "add",

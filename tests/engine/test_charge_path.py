@@ -23,7 +23,7 @@ def cur(project: Callable[..., Curator]) -> Curator:
     c = project(epsilon=100.0, delta=1e-4)
     c.add_table("t", pd.DataFrame({"uid": [1, 2, 3, 4], "x": [1.0, 2.0, 3.0, 4.0],
                                    "s": ["a", "b", "c", "d"]}),
-                privacy_unit="uid", bounds={"x": (0, 10)})
+                privacy_unit="uid", max_rows_per_unit=1, bounds={"x": (0, 10)})
     return c
 
 

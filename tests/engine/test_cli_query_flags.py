@@ -91,11 +91,17 @@ def test_parse_weights() -> None:
 def test_preview_flags_through_click(project_path: Path) -> None:
     runner = CliRunner()
     r = runner.invoke(_cli(), ["preview", str(project_path), QUERY, "--noise", "gaussian",
-                               "--rho", "0.4", "--weights", "n=3,s=1", "--level", "0.9"])
+                               "--rho", "0.4", "--weights", "n=3,s=1", "--level", "0.9",
+                               "--no-diagnostics"])  # the outputs get the whole rho
     assert r.exit_code == 0, r.output
     hw_n = discrete_gaussian_plan(sensitivity=1.0, rho=0.3).halfwidth(0.9)
     assert f"n={float(hw_n)}" in r.output
     assert "COUNT(*): rho=0.3" in r.output and "weight=3.0" in r.output
+    assert "diagnostics" not in r.output
+    r = runner.invoke(_cli(), ["preview", str(project_path), QUERY, "--rho", "0.4",
+                               "--noise", "gaussian"])  # diagnostics on: 5% of rho
+    assert r.exit_code == 0, r.output
+    assert "COUNT(*): rho=0.19" in r.output and "diagnostics: rows read" in r.output
     r = runner.invoke(_cli(), ["preview", str(project_path), QUERY, "--epsilon", "1"])
     assert r.exit_code == 0, r.output
     hw = discrete_laplace_plan(sensitivity=1, epsilon=0.5).halfwidth(0.95)

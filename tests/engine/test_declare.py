@@ -100,7 +100,8 @@ def test_a_column_error_from_add_table_says_where_it_was_declared(project: Any,
                                                                   tmp_path: Path) -> None:
     cur = project(epsilon=5.0)
     cur.close()
-    doc = '{\n  "privacy_unit": "pid",\n  "bounds": {\n    "ward": [0, 1]\n  }\n}'
+    doc = ('{\n  "privacy_unit": "pid",\n  "bounds": {\n    "ward": [0, 1]\n  },\n'
+           '  "max_rows_per_unit": 1\n}')  # the cap last: "ward" stays on line 4
     with pytest.raises(ValueError, match=r"decl\.json, line 4"):
         cli_add_table(cur.path, "visits", str(_csv(tmp_path)),
                       console=Console(file=io.StringIO()), declare=_declaration(tmp_path, doc))
@@ -116,8 +117,8 @@ def test_repeatable_domain_options_keep_commas(project: Any, tmp_path: Path) -> 
     cur = project(epsilon=5.0)
     cur.close()
     args = ["add-table", str(cur.path), "visits", str(_csv(tmp_path)), "--privacy-unit", "pid",
-            "--domain", 'ward=A,"B, annex"', "--domain-value", 'ward=C "east"',
-            "--domain-value", "ward= D"]
+            "--max-rows-per-unit", "1", "--domain", 'ward=A,"B, annex"',
+            "--domain-value", 'ward=C "east"', "--domain-value", "ward= D"]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     with Curator.open(cur.path) as c:

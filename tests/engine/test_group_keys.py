@@ -31,7 +31,7 @@ def _curator(tmp: Path, name: str, extreme: bool) -> Curator:
     cur = Curator.create(tmp / f"{name}.dpkit", epsilon=1000.0, delta=1e-6,
                          source=dp.noise.seeded(3))
     sql = BASE + (f" UNION ALL {EXTREME}" if extreme else "")
-    cur.add_table("t", duckdb.sql(sql), privacy_unit="pid",
+    cur.add_table("t", duckdb.sql(sql), privacy_unit="pid", max_rows_per_unit=1,
                   bounds={"age": (0, 100), "score": (0, 100)},
                   domains={"educ": [0, 1, 2, 3, 4], "d": DATES})
     return cur

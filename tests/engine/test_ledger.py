@@ -264,7 +264,7 @@ def test_eight_processes_never_overspend_the_ledger(tmp_path: Path) -> None:
 def test_eight_processes_never_overspend(tmp_path: Path, visits_data: Any) -> None:
     path = tmp_path / "p"
     cur = Curator.create(path, epsilon=1.0, accountant="pure")
-    cur.add_table("t", visits_data(200), privacy_unit="pid")
+    cur.add_table("t", visits_data(200), privacy_unit="pid", max_rows_per_unit=1)
     tokens = [cur.add_analyst(f"w{i}") for i in range(8)]
     cur.close()
     env = {**os.environ, "PYTHONHASHSEED": "0"}

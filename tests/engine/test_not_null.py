@@ -13,6 +13,7 @@ from scipy import stats
 
 import dpkit as dp
 from dpkit.engine import Curator
+from dpkit.engine.plan import DIAGNOSTICS_SHARE
 from dpkit.engine.tables import TableMeta
 
 
@@ -29,7 +30,8 @@ def _frame(n: int = 400, seed: int = 3) -> pd.DataFrame:
 def _kinds(cur: Curator, query: str) -> list[str]:
     plan = cur._plan(query, epsilon=1.0, rho=None, delta=None, noise="laplace", level=0.95,
                      bounds=None)
-    return sorted(m.kind for m in plan.measures)
+    # the outputs' measurements (the diagnostics, plan.diag_measures, come on top)
+    return sorted(m.kind for m in plan.measures if m not in plan.diag_measures)
 
 
 def test_avg_and_count_share_the_row_count(project: Callable[..., Curator]) -> None:
@@ -44,10 +46,13 @@ def test_avg_and_count_share_the_row_count(project: Callable[..., Curator]) -> N
     # an undeclared column keeps its own count of non-missing values
     assert _kinds(cur, "SELECT COUNT(*), AVG(cost) FROM t") == ["csum", "nonnull", "rows"]
     assert _kinds(cur, "SELECT VAR(age) FROM t") == ["csq", "csum", "rows"]
-    # the budget goes to the two measurements (half each), and COUNT(age) is COUNT(*)'s value
+    # the outputs' budget goes to the two measurements (half each; the diagnostics take
+    # DIAGNOSTICS_SHARE first), and COUNT(age) is COUNT(*)'s value
     res = cur.sql(q, epsilon=1.0)
-    shares = sorted(s["share"] for s in res.split)
-    assert shares == pytest.approx([0.5, 0.5])
+    main = 1.0 - DIAGNOSTICS_SHARE
+    shares = sorted(s["share"] for s in res.split
+                    if not s["measurement"].startswith("diagnostics"))
+    assert shares == pytest.approx([main / 2, main / 2])
     assert list(res["n"]) == list(res["na"])
 
 

@@ -44,7 +44,8 @@ def _run_until(st: pbuild.Planning, last: str) -> pbuild.Planning:
 def test_passes_are_named_and_the_driver_runs_them_all(visits_curator: Curator) -> None:
     names = [p.__name__ for p in pbuild.PLAN_PASSES]
     assert names == ["check_parameters", "group_keys", "query_delta", "privacy_budget",
-                     "measurements", "top_k", "budget_split", "calibration", "query_event"]
+                     "measurements", "top_k", "diagnostics", "budget_split", "calibration",
+                     "query_event"]
     q = "SELECT ward, COUNT(*), AVG(cost) FROM visits GROUP BY ward"
     st = _run_until(_state(visits_curator, q), "query_event")
     plan = dplan.build_plan(st.spec, st.catalog, epsilon=1.0, budget_delta=1e-6,
@@ -88,8 +89,12 @@ def test_measurements_are_shared_between_aggregates(visits_curator: Curator) -> 
 def test_budget_split_pass_follows_weights(visits_curator: Curator) -> None:
     st = _run_until(_state(visits_curator, "SELECT COUNT(*) AS n, SUM(cost) AS s FROM visits",
                            weights={"s": 3}), "budget_split")
-    shares = {m.label: m.share for m in st.measures}
-    assert shares == {"COUNT(*)": 0.25, "SUM(cost)": 0.75}
+    # the outputs split what the diagnostics (DIAGNOSTICS_SHARE, equal parts) leave
+    main = 1.0 - dplan.DIAGNOSTICS_SHARE
+    shares = {m.label: m.share for m in st.measures if m.kind not in dplan.DIAG_KINDS}
+    assert shares == pytest.approx({"COUNT(*)": 0.25 * main, "SUM(cost)": 0.75 * main})
+    diag = [m.share for m in st.measures if m.kind in dplan.DIAG_KINDS]
+    assert len(diag) == 3 and sum(diag) == pytest.approx(dplan.DIAGNOSTICS_SHARE)
     assert sum(st.share_eps.values()) == pytest.approx(1.0, rel=1e-12)
 
 

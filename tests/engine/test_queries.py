@@ -26,7 +26,8 @@ Z = 5.33
 def _exact(cur: Curator, sql: str, **kw: Any) -> tuple[Any, Exact]:
     plan = cur._plan(sql, epsilon=kw.pop("epsilon", 1.0), rho=kw.pop("rho", None),
                      delta=kw.pop("delta", None), noise=kw.pop("noise", "laplace"),
-                     level=kw.pop("level", 0.95), bounds=kw.pop("bounds", None))
+                     level=kw.pop("level", 0.95), bounds=kw.pop("bounds", None),
+                     diagnostics=kw.pop("diagnostics", False))  # outputs' measurements only
     return plan, cur._execute(plan)
 
 
@@ -358,16 +359,18 @@ def test_sources(project: Callable[..., Curator], tmp_path: Any) -> None:
     con = duckdb.connect(str(tmp_path / "db.duckdb"))
     con.execute("CREATE TABLE t AS SELECT * FROM df")
     con.close()
-    cur.add_table("csv", tmp_path / "a.csv", privacy_unit="u")
+    cur.add_table("csv", tmp_path / "a.csv", privacy_unit="u", max_rows_per_unit=1)
     with pytest.raises(ValueError, match="private tables are always copied"):
-        cur.add_table("pq", str(tmp_path / "a.parquet"), privacy_unit="u", copy=False)
+        cur.add_table("pq", str(tmp_path / "a.parquet"), privacy_unit="u",
+                      max_rows_per_unit=1, copy=False)
     assert "pq" not in cur.tables()
-    cur.add_table("pq", str(tmp_path / "a.parquet"), privacy_unit="u")
+    cur.add_table("pq", str(tmp_path / "a.parquet"), privacy_unit="u", max_rows_per_unit=1)
     cur.add_table("pq_view", str(tmp_path / "a.parquet"), public=True, copy=False)
-    cur.add_table("db", f"{tmp_path / 'db.duckdb'}::t", privacy_unit="u")
-    cur.add_table("pd", df, privacy_unit="u")
-    cur.add_table("arrow", pa.Table.from_pandas(df), privacy_unit="u")
-    cur.add_table("rel", duckdb.sql("SELECT 1 AS u, 2.0 AS x"), privacy_unit="u")
+    cur.add_table("db", f"{tmp_path / 'db.duckdb'}::t", privacy_unit="u", max_rows_per_unit=1)
+    cur.add_table("pd", df, privacy_unit="u", max_rows_per_unit=1)
+    cur.add_table("arrow", pa.Table.from_pandas(df), privacy_unit="u", max_rows_per_unit=1)
+    cur.add_table("rel", duckdb.sql("SELECT 1 AS u, 2.0 AS x"), privacy_unit="u",
+                  max_rows_per_unit=1)
     for name in ("csv", "pq", "db", "pd", "arrow"):
         plan, ex = _exact(cur, f"SELECT COUNT(*) FROM {name}")
         assert ex.cols[plan.measures[0].sql_col][0] == 2  # one row per unit by default

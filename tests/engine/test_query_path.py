@@ -73,7 +73,8 @@ def test_a_query_crosses_each_stage_once_in_order(project: Callable[..., Curator
     cur = project(epsilon=10.0, delta=1e-4)
     cur.add_table("t", pd.DataFrame({"uid": [1, 1, 2, 3], "x": [1.0, 2, 3, 4],
                                      "s": ["a", "b", "c", "d"], "u": ["p", "q", "p", "r"]}),
-                  privacy_unit="uid", bounds={"x": (0, 10)}, domains={"s": list("abcd")})
+                  privacy_unit="uid", max_rows_per_unit=1, bounds={"x": (0, 10)},
+                  domains={"s": list("abcd")})
     seen = _trace(lambda: cur.sql(query, epsilon=0.5, delta=1e-6))
     entries = [(f, q) for f, q in seen if (f, q) in STAGES]
     assert entries == STAGES, entries
@@ -96,7 +97,7 @@ def test_a_refused_query_stops_at_the_charge(project: Callable[..., Curator]) ->
 
     cur = project(epsilon=1.0)
     cur.add_table("t", pd.DataFrame({"uid": [1, 2], "x": [1.0, 2.0]}), privacy_unit="uid",
-                  bounds={"x": (0, 10)})
+                  max_rows_per_unit=1, bounds={"x": (0, 10)})
     box: dict[str, Any] = {}
 
     def ask() -> None:

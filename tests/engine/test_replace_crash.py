@@ -27,7 +27,7 @@ NEW_DECL = {"privacy_unit": "pid", "bounds": {"age": (0, 90)}, "max_rows_per_uni
 
 def _project(tmp_path: Path) -> Path:
     cur = Curator.create(tmp_path / "p", epsilon=100.0, source=dp.noise.seeded(1))
-    cur.add_table("t", OLD, privacy_unit="pid", bounds={"age": (0, 60)})
+    cur.add_table("t", OLD, privacy_unit="pid", max_rows_per_unit=1, bounds={"age": (0, 60)})
     cur.close()
     return tmp_path / "p"
 

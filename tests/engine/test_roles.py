@@ -22,7 +22,7 @@ ROWS = {"pid": [1, 2, 3, 4, 5, 6], "age": [30, 40, 50, 60, 70, 80]}
 def owned(tmp_path: Path) -> tuple[Curator, str, str]:
     """A project with one table and two analysts: (owner's curator, ann's token, bob's)."""
     cur = Curator.create(tmp_path / "p", epsilon=5.0, source=dp.noise.seeded(3))
-    cur.add_table("t", ROWS, privacy_unit="pid", bounds={"age": (0, 100)})
+    cur.add_table("t", ROWS, privacy_unit="pid", max_rows_per_unit=1, bounds={"age": (0, 100)})
     ann = cur.add_analyst("ann", epsilon=1.0)
     bob = cur.add_analyst("bob")
     return cur, ann, bob
@@ -65,7 +65,7 @@ def test_token_from_the_environment(owned: tuple[Curator, str, str],
 
 
 @pytest.mark.parametrize("action", [
-    lambda c: c.add_table("u", ROWS, privacy_unit="pid"),
+    lambda c: c.add_table("u", ROWS, privacy_unit="pid", max_rows_per_unit=1),
     lambda c: c.add_table("t", ROWS, privacy_unit="pid", max_rows_per_unit=50, replace=True),
     lambda c: c.add_public_table("lookup", {"k": [1, 2]}),
     lambda c: c.set_analyst_budget("ann", 100.0),
@@ -155,7 +155,7 @@ def test_caller_chosen_analyst_is_refused(owned: tuple[Curator, str, str]) -> No
 
 def test_noise_source_is_fixed_at_creation(tmp_path: Path) -> None:
     cur = Curator.create(tmp_path / "p", epsilon=5.0, source=dp.noise.seeded(7))
-    cur.add_table("t", ROWS, privacy_unit="pid", bounds={"age": (0, 100)})
+    cur.add_table("t", ROWS, privacy_unit="pid", max_rows_per_unit=1, bounds={"age": (0, 100)})
     assert cur.insecure and cur.sql("SELECT COUNT(*) FROM t", epsilon=0.1).insecure
     cur.close()
     with pytest.raises(ValueError, match="fixed when the project is created"):
@@ -187,7 +187,7 @@ def test_reopen_seed_depends_on_seed_and_length_only(tmp_path: Path) -> None:
 
 def test_secure_project_says_secure(tmp_path: Path) -> None:
     cur = Curator.create(tmp_path / "p", epsilon=5.0)
-    cur.add_table("t", ROWS, privacy_unit="pid", bounds={"age": (0, 100)})
+    cur.add_table("t", ROWS, privacy_unit="pid", max_rows_per_unit=1, bounds={"age": (0, 100)})
     assert not cur.sql("SELECT COUNT(*) FROM t", epsilon=0.1).insecure
     cur.close()
     again = Curator.open(tmp_path / "p")
@@ -211,7 +211,8 @@ def test_cli_analyst_tour(tmp_path: Path) -> None:
     csv = tmp_path / "t.csv"
     pd.DataFrame(ROWS).to_csv(csv, index=False)
     assert run(main, ["init", proj, "--epsilon", "3"]).exit_code == 0
-    assert run(main, ["add-table", proj, "t", str(csv), "--privacy-unit", "pid"]).exit_code == 0
+    assert run(main, ["add-table", proj, "t", str(csv), "--privacy-unit", "pid",
+                          "--max-rows-per-unit", "1"]).exit_code == 0
     out = run(main, ["analyst", "add", proj, "ann", "--epsilon", "1"])
     assert out.exit_code == 0, out.output
     found = re.findall(r"dpkit_[0-9a-f]{64}", out.output)

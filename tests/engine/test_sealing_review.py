@@ -34,10 +34,10 @@ def test_temporal_keys_outside_pythons_range_group_as_null(
     mangle the released key column (a string among datetimes failed post-processing after the
     charge; 'infinity' collided with 9999-12-31)."""
     d = project(epsilon=100.0, delta=1e-4)
-    d.add_table("t", duckdb.sql(BASE), privacy_unit="pid")
+    d.add_table("t", duckdb.sql(BASE), privacy_unit="pid", max_rows_per_unit=1)
     d1 = project(epsilon=100.0, delta=1e-4)
     d1.add_table("t", duckdb.sql(BASE + f" UNION ALL SELECT 1000 + i, {extreme} FROM range(100) "
-                                 f"t(i)"), privacy_unit="pid")
+                                 f"t(i)"), privacy_unit="pid", max_rows_per_unit=1)
     q = "SELECT d, COUNT(*) AS n FROM t GROUP BY d"
     on_d, on_d1 = _keys(d, q), _keys(d1, q)
     assert on_d1[:3] == on_d  # the crowd's group comes last (NULL), in key order
@@ -50,7 +50,7 @@ def test_a_real_9999_12_31_key_stays_apart_from_infinity(project: Callable[..., 
     cur.add_table("t", duckdb.sql(
         "SELECT i AS pid, CASE WHEN i < 100 THEN TIMESTAMP 'infinity' ELSE "
         "TIMESTAMP '9999-12-31 23:59:59.999999' END AS d FROM range(200) t(i)"),
-        privacy_unit="pid")
+        privacy_unit="pid", max_rows_per_unit=1)
     keys = _keys(cur, "SELECT d, COUNT(*) AS n FROM t GROUP BY d")
     assert len(keys) == len(set(map(str, keys))) == 2  # two groups, two distinct keys
 

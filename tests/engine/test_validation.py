@@ -150,7 +150,7 @@ def test_other_bad_declarations(project: Callable[..., Curator], tmp_path: Path)
     cur = project()
     data = {"x": np.arange(5.0), "u": np.arange(5)}
     with pytest.raises(ValueError, match="no column 'who'"):
-        cur.add_table("t", data, privacy_unit="who")
+        cur.add_table("t", data, privacy_unit="who", max_rows_per_unit=1)
     with pytest.raises(ValueError, match="max_rows_per_unit must be >= 1"):
         cur.add_table("t", data, privacy_unit="u", max_rows_per_unit=0)
     with pytest.raises(TypeError, match="max_rows_per_unit"):

@@ -13,10 +13,17 @@ import numpy as np
 import pytest
 
 from dpkit.engine import Curator
+from dpkit.engine.plan import DIAGNOSTICS_SHARE
 from dpkit.engine.sql import QueryError
 from dpkit.mechanisms.plan import discrete_gaussian_plan, discrete_laplace_plan
 
 QUERY = "SELECT g, COUNT(*) AS n, SUM(x) AS s FROM t GROUP BY g"
+# the outputs share what the diagnostics (rows read, values clamped) leave: 95% by default
+MAIN = 1.0 - DIAGNOSTICS_SHARE
+
+
+def _main(split: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [s for s in split if not str(s["measurement"]).startswith("diagnostics")]
 
 
 @pytest.fixture
@@ -37,12 +44,13 @@ def test_weights_set_the_shares_and_the_interval_widths(cur: Curator) -> None:
     equal = cur.preview(QUERY, epsilon=eps)
     weighted = cur.preview(QUERY, epsilon=eps, weights={"n": 1, "s": 3})
     shares = {s["measurement"]: s["epsilon"] for s in weighted.split}
-    assert shares["COUNT(*)"] == pytest.approx(eps / 4)
-    assert shares["SUM(x)"] == pytest.approx(3 * eps / 4)
-    assert [s["weight"] for s in weighted.split] == [1.0, 3.0]
-    # the CI half-width of COUNT(*) is the exact discrete Laplace quantile at eps/4 (L1 = 1)
+    assert shares["COUNT(*)"] == pytest.approx(MAIN * eps / 4)
+    assert shares["SUM(x)"] == pytest.approx(MAIN * 3 * eps / 4)
+    assert [s["weight"] for s in _main(weighted.split)] == [1.0, 3.0]
+    # the CI half-width of COUNT(*) is the exact discrete Laplace quantile at its share (L1 = 1)
     hw = _halfwidths(weighted)
-    assert hw["n"] == discrete_laplace_plan(sensitivity=1, epsilon=eps / 4).halfwidth(0.95)
+    assert hw["n"] == discrete_laplace_plan(sensitivity=1,
+                                            epsilon=MAIN * eps / 4).halfwidth(0.95)
     # stated ratio: n's width goes from share 1/2 to 1/4 (x2), s's from 1/2 to 3/4 (x2/3),
     # up to the integer rounding of the noise quantile (one grid unit)
     h0 = _halfwidths(equal)
@@ -72,12 +80,12 @@ def test_shared_measurements_take_the_largest_weight(cur: Curator) -> None:
     # COUNT(x) is measured once for both outputs: weight max(1, 4) = 4
     pv = cur.preview("SELECT COUNT(x) AS c, AVG(x) AS a FROM t", epsilon=1.0,
                      weights={"a": 4})
-    w = {s["measurement"]: s["weight"] for s in pv.split}
+    w = {s["measurement"]: s["weight"] for s in _main(pv.split)}
     assert w == {"COUNT(x)": 4.0, "SUM(x - mid)": 4.0}
     pv = cur.preview("SELECT COUNT(*) AS n, SUM(x) / COUNT(*) AS per FROM t", epsilon=1.0,
                      weights={"per": 3})  # an expression output weighs its aggregates
-    assert {s["measurement"]: s["weight"] for s in pv.split} == {"COUNT(*)": 3.0,
-                                                                  "SUM(x)": 3.0}
+    assert {s["measurement"]: s["weight"] for s in _main(pv.split)} == {"COUNT(*)": 3.0,
+                                                                         "SUM(x)": 3.0}
 
 
 def test_gaussian_weights_split_rho(project: Callable[..., Curator]) -> None:
@@ -86,8 +94,10 @@ def test_gaussian_weights_split_rho(project: Callable[..., Curator]) -> None:
                 bounds={"x": (0, 64)}, domains={"g": ["a", "b"]})
     pv = c.preview(QUERY, rho=0.4, noise="gaussian", weights={"n": 3, "s": 1})
     rho = {s["measurement"]: s["rho"] for s in pv.split}
-    assert rho["COUNT(*)"] == pytest.approx(0.3) and rho["SUM(x)"] == pytest.approx(0.1)
-    assert _halfwidths(pv)["n"] == discrete_gaussian_plan(sensitivity=1.0, rho=0.3).halfwidth()
+    assert rho["COUNT(*)"] == pytest.approx(0.3 * MAIN)
+    assert rho["SUM(x)"] == pytest.approx(0.1 * MAIN)
+    assert _halfwidths(pv)["n"] == discrete_gaussian_plan(sensitivity=1.0,
+                                                          rho=0.3 * MAIN).halfwidth()
     c.sql(QUERY, rho=0.4, noise="gaussian", weights={"n": 3, "s": 1})
     assert c.budget().rho_spent == pytest.approx(0.4, rel=1e-9)
 
@@ -95,17 +105,18 @@ def test_gaussian_weights_split_rho(project: Callable[..., Curator]) -> None:
 def test_builder_and_accuracy_take_weights(cur: Curator) -> None:
     q = cur.table("t").group_by("g").count(alias="n").sum("x", alias="s").weights(s=3)
     pv = q.preview(epsilon=1.0)
-    assert {s["measurement"]: s["weight"] for s in pv.split} == {"COUNT(*)": 1.0,
-                                                                  "SUM(x)": 3.0}
+    assert {s["measurement"]: s["weight"] for s in _main(pv.split)} == {"COUNT(*)": 1.0,
+                                                                         "SUM(x)": 3.0}
     with pytest.raises(QueryError, match="not both"):
         q.run(epsilon=1.0, weights={"n": 2})
-    # accuracy= finds the smallest epsilon under the weighted split: n's share is eps/4
+    # accuracy= finds the smallest epsilon under the weighted split: n's share is MAIN·eps/4
     target = 20.0
     spent0 = cur.budget().spent
     cur.sql(QUERY, accuracy={"n": target}, weights={"n": 1, "s": 3})
     eps = cur.budget().spent - spent0
-    assert discrete_laplace_plan(sensitivity=1, epsilon=eps / 4).halfwidth() <= target
-    assert discrete_laplace_plan(sensitivity=1, epsilon=eps / 4 * 0.99).halfwidth() > target
+    share = MAIN * eps / 4
+    assert discrete_laplace_plan(sensitivity=1, epsilon=share).halfwidth() <= target
+    assert discrete_laplace_plan(sensitivity=1, epsilon=share * 0.99).halfwidth() > target
 
 
 @pytest.mark.parametrize(("weights", "match"), [

@@ -27,7 +27,7 @@ def cur(tmp_path):
                        "code": ["1", "2", "x", "2"], "n2": [1, 2, 3, 2]})
     c = dp.Curator.create(tmp_path / "join.dpkit", epsilon=100.0, delta=1e-5,
                           source=dp.noise.seeded(3))
-    c.add_table("t", df, privacy_unit="uid")
+    c.add_table("t", df, privacy_unit="uid", max_rows_per_unit=1)
     c.add_public_table("p", pd.DataFrame({"pcode": [1, 2], "name": ["one", "two"],
                                           "scode": ["1", "2"]}))
     return c

@@ -38,7 +38,7 @@ def cur(request, tmp_path):
     con.close()
     c = dp.Curator.create(tmp_path / "keys.dpkit", epsilon=1000.0, delta=1e-5,
                           source=dp.noise.seeded(5))
-    c.add_table("t", f"{src}::t", privacy_unit="uid")
+    c.add_table("t", f"{src}::t", privacy_unit="uid", max_rows_per_unit=1)
     return c
 
 

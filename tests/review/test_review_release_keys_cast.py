@@ -24,7 +24,7 @@ def cur(tmp_path):
                        "code": ["1", "2", "x", "2"], "age": [30, 40, 50, 60]})
     c = dp.Curator.create(tmp_path / "keys.dpkit", epsilon=100.0, delta=1e-5,
                           source=dp.noise.seeded(7))
-    c.add_table("t", df, privacy_unit="uid", bounds={"age": (0, 100)},
+    c.add_table("t", df, privacy_unit="uid", max_rows_per_unit=1, bounds={"age": (0, 100)},
                 domains={"code": [1, 2]})
     return c
 

@@ -34,7 +34,7 @@ def _shown_small_groups(tmp_path, noise: str, seed: int) -> tuple[int, int, int]
     cur = dp.Curator.create(tmp_path / f"sel_{noise}.dpkit", epsilon=1000.0, delta=1e-5,
                             source=dp.noise.seeded(seed))
     probe = pd.DataFrame({"uid": np.arange(10), "g": ["x"] * 10})
-    cur.add_table("t", probe, privacy_unit="uid")
+    cur.add_table("t", probe, privacy_unit="uid", max_rows_per_unit=1)
     pv = cur.preview(QUERY, epsilon=1.0, noise=noise)
     threshold = int(next(s["threshold"] for s in pv.split if "threshold" in s))
     half = int(next(o["halfwidth"] for o in pv.outputs if o["name"] == "n"))
@@ -43,7 +43,7 @@ def _shown_small_groups(tmp_path, noise: str, seed: int) -> tuple[int, int, int]
     groups = np.concatenate([np.repeat([f"s{i}" for i in range(N_SMALL)], c0),
                              np.repeat(["big"], 5000)])
     df = pd.DataFrame({"uid": np.arange(groups.size), "g": groups})
-    cur.add_table("t", df, privacy_unit="uid", replace=True)
+    cur.add_table("t", df, privacy_unit="uid", max_rows_per_unit=1, replace=True)
     out = cur.sql(QUERY, epsilon=1.0, noise=noise).to_pandas()
     small = out[out["g"] != "big"]
     covered = int(((small["n_ci_low"] <= c0) & (c0 <= small["n_ci_high"])).sum())

@@ -33,6 +33,8 @@ def _project(folder: Path, source: Any, *, accountant: str = "approx",
                             budget=dp.Budget(epsilon=1000, delta=1e-3, accountant=accountant))
     for name, src in (public or {}).items():
         cur.add_table(name, src, public=True)
+    if decl.get("privacy_unit") is not None:  # one row per unit unless a test says otherwise
+        decl.setdefault("max_rows_per_unit", 1)
     cur.add_table("t", source, **decl)
     return cur
 

@@ -26,7 +26,7 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from dpkit.cli import account, analysts, attack, learn, project, query, release
+from dpkit.cli import account, analysts, attack, bounds, learn, project, query, release
 from dpkit.cli.options import err_console
 
 __all__ = ["main"]
@@ -64,6 +64,7 @@ _COMMANDS: tuple[click.Command, ...] = (
     *query.commands,
     *release.commands,
     *learn.commands,
+    *bounds.commands,
     account.account,
     attack.attack,
 )

@@ -30,7 +30,8 @@ def make_console(given: Any) -> Any:
 
 
 def query_options(f: Any) -> Any:
-    """The options ``--noise``, ``--rho``, ``--level``, ``--weights``; their values pass through
+    """The options ``--noise``, ``--rho``, ``--level``, ``--weights``, ``--no-diagnostics``;
+    their values pass through
     as keyword arguments of :func:`dpkit.cli.query.query` / ``preview``."""
     options = [
         click.option("--noise", type=click.Choice(["laplace", "gaussian"]), default="laplace",
@@ -42,6 +43,9 @@ def query_options(f: Any) -> Any:
                      help="Confidence level of the intervals."),
         click.option("--weights", default=None,
                      help="Budget split per output name, e.g. n=1,avg_age=3 (others weigh 1)."),
+        click.option("--diagnostics/--no-diagnostics", default=True, show_default=True,
+                     help="Spend 5% of the budget estimating rows dropped by the per-unit cap "
+                          "and values clamped by the bounds (warns above 5%)."),
     ]
     for option in reversed(options):
         f = option(f)

@@ -43,21 +43,24 @@ def init_project(project: str | Path, *, epsilon: float, delta: float = 0.0,
     con.print(f"created [bold]{project}[/] with budget epsilon {cfg.epsilon:g}, delta "
               f"{cfg.delta:g} (accountant {cfg.accountant})")
     con.print("[dim]next: dpkit add-table PROJECT NAME FILE --privacy-unit COLUMN "
-              "--bounds col=low:high[/]")
+              "--max-rows-per-unit N|auto --bounds col=low:high[/]")
     cur.close()
 
 
 def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str | None = None,
               bounds: Mapping[str, tuple[float, float]] | None = None,
-              max_rows_per_unit: int | None = None, max_groups_per_unit: int | None = None,
+              max_rows_per_unit: int | str | None = None,
+              max_groups_per_unit: int | None = None,
               domains: Mapping[str, Sequence[Any]] | None = None,
               not_null: Sequence[str] | None = None, public: bool = False,
               copy: bool = True, replace: bool = False, console: Any = None,
-              declare: str | Path | None = None) -> None:
+              declare: str | Path | None = None, rows_epsilon: float | None = None) -> None:
     """Register a table from a CSV / Parquet / JSON file or a DuckDB database (``db::table``).
 
     ``declare``: a JSON/YAML declaration file (:mod:`dpkit.engine.declare`); the other
-    arguments add to it (the same column declared in both is refused: keep one)."""
+    arguments add to it (the same column declared in both is refused: keep one).
+    ``max_rows_per_unit="auto"`` chooses the cap privately, charged ``rows_epsilon``."""
+    from dpkit.engine.bounds import AUTO_ROWS_EPSILON
     from dpkit.engine.curator import Curator
     from dpkit.engine.declare import read_declaration, where_declared
 
@@ -72,11 +75,15 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
         with load_progress(con, f"loading {source}") as progress:
             try:
                 meta = cur.add_table(name, source, copy=copy, replace=replace,
-                                     progress=progress, **kw)
+                                     progress=progress,
+                                     rows_epsilon=AUTO_ROWS_EPSILON if rows_epsilon is None
+                                     else rows_epsilon, **kw)
             except (ValueError, TypeError) as exc:
                 if declare is None:
                     raise
                 raise type(exc)(where_declared(declared, str(exc))) from exc
+        if kw.get("max_rows_per_unit") == "auto":
+            con.print(f"[yellow]{meta.description.rsplit('; ', 1)[-1]}[/]")
         from rich.table import Table
 
         t = Table(title=f"table {name} ({meta.storage}, {time.perf_counter() - t0:.1f} s)",
@@ -220,7 +227,10 @@ def init_command(project: Path, epsilon: float, delta: float, accountant: str | 
 @click.argument("source")
 @click.option("--privacy-unit", default=None, help="Column identifying one person (default: rows).")
 @click.option("--bounds", multiple=True, help="Clamp a numeric column: age=0:120 (repeatable).")
-@click.option("--max-rows-per-unit", type=int, default=None, help="Contribution bound per unit.")
+@click.option("--max-rows-per-unit", default=None,
+              help="Rows one unit may contribute: a number, or 'auto' (chosen privately).")
+@click.option("--rows-epsilon", type=float, default=None,
+              help="Budget of --max-rows-per-unit auto (default 0.1).")
 @click.option("--max-groups-per-unit", type=int, default=None, help="Groups one unit may touch.")
 @click.option("--domain", multiple=True,
               help='Public keys of a column: ward=A,B,C (repeatable; quote a key with a comma: '
@@ -242,7 +252,8 @@ def add_table_command(
     source: str,
     privacy_unit: str | None,
     bounds: tuple[str, ...],
-    max_rows_per_unit: int | None,
+    max_rows_per_unit: str | None,
+    rows_epsilon: float | None,
     max_groups_per_unit: int | None,
     domain: tuple[str, ...],
     domain_value: tuple[str, ...],
@@ -253,13 +264,19 @@ def add_table_command(
     replace: bool,
 ) -> None:
     """Register a sensitive table (CSV, Parquet, or a DuckDB database) with its privacy unit."""
+    from dpkit.cli.bounds import ask_max_rows, parse_max_rows
+
+    rows = parse_max_rows(max_rows_per_unit)
+    if declare is None:  # a declaration file may name the cap: the engine refuses if not
+        rows = ask_max_rows(privacy_unit, rows, public=public)
     add_table(
         project,
         name,
         source,
         privacy_unit=privacy_unit,
         bounds=parse_bounds(bounds),
-        max_rows_per_unit=max_rows_per_unit,
+        max_rows_per_unit=rows,
+        rows_epsilon=rows_epsilon,
         max_groups_per_unit=max_groups_per_unit,
         domains=parse_domains(domain, domain_value),
         not_null=[c for item in not_null for c in item.split(",") if c] or None,

@@ -35,7 +35,8 @@ def query(project: str | Path, sql: str, *, epsilon: float | None = None,
           output: str | Path | None = None, console: Any = None, noise: str | None = None,
           rho: float | None = None, level: float | None = None,
           weights: str | Mapping[str, float] | None = None, dialect: str | None = None,
-          plot: str | Path | None = None) -> Any:
+          plot: str | Path | None = None, diagnostics: bool = True,
+          accuracy_rows: float | None = None) -> Any:
     """Answer ``sql`` privately and print it with CIs and the budget left; optionally write it
     to ``output`` (.csv, .parquet, .json or .xlsx, from the extension) and draw it to ``plot``
     (.png, .svg, .pdf; needs matplotlib). Both paths are checked before anything is charged.
@@ -62,11 +63,12 @@ def query(project: str | Path, sql: str, *, epsilon: float | None = None,
         t0 = time.perf_counter()
         res = cur.sql(sql, epsilon=epsilon, delta=delta, accuracy=accuracy,
                       level=0.95 if level is None else level, weights=wts, dialect=dialect,
-                      **extra)
+                      diagnostics=diagnostics, accuracy_rows=accuracy_rows, **extra)
         dt = time.perf_counter() - t0
         con.print(res.table())
         for note in res.notes:
             con.print(f"[dim]note: {note}[/]")
+        print_diagnostics(con, res)
         con.print(split_table(res.split, title=f"budget split ({dt * 1000:.0f} ms)"))
         if output is not None:
             res.write(output)
@@ -77,11 +79,22 @@ def query(project: str | Path, sql: str, *, epsilon: float | None = None,
         return res
 
 
+def print_diagnostics(con: Any, res: Any) -> None:
+    """What bounding did (DP estimates, dim) and the warnings (yellow) of a result."""
+    from dpkit.engine.diagnose import share_text
+
+    text = share_text(getattr(res, "diagnostics", {}))
+    if text:
+        con.print(f"[dim]bounding (DP estimates, share >= at 95%): {text}[/]")
+    for w in getattr(res, "warnings", []):
+        con.print(f"[yellow]warning: {w}[/]")
+
+
 def preview(project: str | Path, sql: str, *, epsilon: float | None = None,
             delta: float | None = None, console: Any = None, noise: str | None = None,
             rho: float | None = None, level: float | None = None,
             weights: str | Mapping[str, float] | None = None, token: str | None = None,
-            dialect: str | None = None) -> Any:
+            dialect: str | None = None, diagnostics: bool = True) -> Any:
     """Print what ``sql`` would cost and how accurate it would be; spends nothing (same flags
     as :func:`query`: ``noise``, ``rho``, ``level``, ``weights``)."""
     from dpkit.engine.curator import Curator
@@ -96,7 +109,7 @@ def preview(project: str | Path, sql: str, *, epsilon: float | None = None,
     with Curator.open(project, token=token) as cur:
         pv = cur.preview(sql, epsilon=epsilon, delta=delta,
                          level=0.95 if level is None else level, weights=wts, dialect=dialect,
-                         **extra)
+                         diagnostics=diagnostics, **extra)
         con.print(pv.table())
         for note in pv.notes:
             con.print(f"[dim]note: {note}[/]")
@@ -126,6 +139,8 @@ _DIALECT = click.option(
 @click.option(
     "--accuracy", type=float, default=None, help="Target CI half-width; dpkit picks the budget."
 )
+@click.option("--accuracy-rows", type=float, default=None,
+              help="With --accuracy for AVG/quantiles: the fewest rows of a group you target.")
 @click.option("--token", default=None,
               help="Act as the analyst this token names (default: $DPKIT_TOKEN).")
 @click.option(

@@ -3,6 +3,13 @@
 Both read the plan only (public things: the query, the declarations, the budget split), never a
 row. :func:`expected_errors` gives, per output, the half-width of its interval when that does
 not depend on the data (COUNT, SUM: an exact quantile of the noise law) and a note otherwise.
+AVG and QUANTILE errors shrink with the group's size ``n``: given ``rows`` (a public
+assumption: the fewest rows a group the analyst cares about has; never read from the data),
+AVG gets the bound ``(h_s + half·h_n) / (rows - h_n)`` (``h_s``, ``h_n``: the half-widths of its
+centred sum and count at the union-bound level, ``half`` the clamp's half-range: the widest
+the interval can be for any mean of a group of at least ``rows`` rows, ignoring the clamp to
+the bounds), and QUANTILE its interval's rank margin ``t`` over ``rows``: the quantile level
+error (``0.01``: the interval ends sit about one percentile from the target).
 :func:`epsilon_for_accuracy` finds the smallest epsilon whose half-widths meet a target with
 :func:`dpkit.accounting.calibrate.smallest_passing`, the one such search in dpkit.
 """
@@ -62,15 +69,21 @@ def _targets(outs: list[dict[str, Any]], accuracy: float | Mapping[str, float],
         if o["halfwidth"] is None:
             raise QueryError(
                 f"accuracy= cannot be met for {o['name']}: its error depends on the data "
-                f"({o['note']}); give epsilon= instead"
+                f"({o['note']}); give epsilon= instead (for AVG and quantiles, or give "
+                f"accuracy_rows=: the fewest rows of a group you target)"
             )
         if not (t > 0 and math.isfinite(t)):
             raise QueryError(f"accuracy must be a positive number (got {t!r})")
     return targets
 
 
-def expected_errors(plan: dplan.Plan) -> list[dict[str, Any]]:
-    """Per output: the CI half-width when it does not depend on the data, else a note."""
+def expected_errors(plan: dplan.Plan, rows: float | None = None) -> list[dict[str, Any]]:
+    """Per output: the CI half-width when it does not depend on the data (or, for AVG and
+    QUANTILE, on the group size ``rows`` when given: module docstring), else a note."""
+    if rows is not None and (isinstance(rows, bool) or not isinstance(rows, (int, float))
+                             or not (math.isfinite(rows) and rows >= 1)):
+        raise QueryError(f"accuracy_rows must be a number >= 1 (got {rows!r}): the fewest "
+                         f"rows of a group whose AVG/quantile accuracy you target")
     out: list[dict[str, Any]] = []
     by_index = {i: ap for i, ap in enumerate(plan.aggs)}
     for o in plan.spec.outputs:
@@ -86,9 +99,16 @@ def expected_errors(plan: dplan.Plan) -> list[dict[str, Any]]:
         elif func == dsql.AVG:
             c = plan.measure(ap.measures["count"])
             s = plan.measure(ap.measures["csum"])
-            out.append({"name": o.name, "halfwidth": None,
-                        "note": f"about (±{halfwidth(s, plan.level):.4g} + |avg - mid| × "
-                                f"±{halfwidth(c, plan.level):.4g}) / n for n rows in a group"})
+            lvl = 1.0 - (1.0 - plan.level) / 2  # the union bound of noisy._derive
+            hs, hn = halfwidth(s, lvl), halfwidth(c, lvl)
+            half = max(ap.hi - ap.lo, 0.0) / 2.0
+            hw = None
+            if rows is not None:
+                hw = (hs + half * hn) / (rows - hn) if rows > hn else math.inf
+            out.append({"name": o.name, "halfwidth": hw,
+                        "note": f"about (±{hs:.4g} + |avg - mid| × ±{hn:.4g}) / n for n rows "
+                                f"in a group" + ("" if rows is None else
+                                                 f" (at most {hw:.4g} for n >= {rows:g})")})
         elif func == dsql.QUANTILE:
             mm = plan.measure(ap.measures["quant"])
             assert mm.candidates is not None
@@ -98,9 +118,11 @@ def expected_errors(plan: dplan.Plan) -> list[dict[str, Any]]:
                 math.log(len(mm.candidates)) + math.log(1 / (1 - plan.level)))
             t = 2 * mm.quant_sensitivity / eps_end * (
                 math.log(len(mm.candidates)) + math.log(2 / (1 - plan.level)))
-            out.append({"name": o.name, "halfwidth": None,
+            out.append({"name": o.name, "halfwidth": None if rows is None else t / rows,
                         "note": f"rank within ±{u:.3g} rows of the target (exponential "
-                                f"mechanism); interval ends aimed ±{t:.3g} rows away"})
+                                f"mechanism); interval ends aimed ±{t:.3g} rows away"
+                                + ("" if rows is None else
+                                   f" (±{t / rows:.3g} in quantile level for n = {rows:g})")})
         else:
             out.append({"name": o.name, "halfwidth": None,
                         "note": "depends on the group sizes (shrinks like 1/n)"})
@@ -123,6 +145,12 @@ def preview_of(plan: dplan.Plan, query: str, *, cost: float, remaining: float) -
             + (f"({n_keys} candidate groups)" if n_keys else
                "(for 1000 candidate groups; grows like ln K)")
         )
+    if plan.diag_measures:
+        what = ", ".join(m.label.removeprefix("diagnostics: ") for m in plan.diag_measures)
+        notes.append(
+            f"{100 * dplan.DIAGNOSTICS_SHARE:g}% of the budget measures what bounding changes "
+            f"({what}; the answer warns above 5%); diagnostics=False / --no-diagnostics "
+            f"gives it to the outputs")
     return Preview(query=query, epsilon=plan.epsilon, cost=cost, remaining=remaining,
                    delta=plan.delta, level=level, split=plan.split(),
                    outputs=expected_errors(plan), event=plan.event, notes=notes,

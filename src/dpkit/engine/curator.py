@@ -47,14 +47,12 @@ from typing import Any
 
 from dpkit import noise as _noise
 from dpkit.accounting import BudgetExceeded
+from dpkit.engine import bounds as dbounds
 from dpkit.engine import families
 from dpkit.engine import plan as dplan
 from dpkit.engine import sql as dsql
 from dpkit.engine.accuracy import epsilon_for_accuracy, expected_errors, preview_of
-from dpkit.engine.backend_duckdb import (
-    DuckBackend,
-    drop_orphans,
-)
+from dpkit.engine.backend_duckdb import DuckBackend, drop_orphans
 from dpkit.engine.charge import charged_read, quote
 from dpkit.engine.ledger import Entry, Ledger
 from dpkit.engine.load import Declarations, load_declared, load_lock, tables_in_force
@@ -81,10 +79,7 @@ from dpkit.engine.roles import (
     revoke_analyst,
     visible_budget,
 )
-from dpkit.engine.tables import (
-    TableMeta,
-    check_identifier,
-)
+from dpkit.engine.tables import TableMeta, check_identifier
 
 __all__ = ["BudgetStatus", "Curator", "HistoryItem"]
 
@@ -220,7 +215,7 @@ class Curator(ReleaseMethods):
         *,
         privacy_unit: str | None = None,
         bounds: Mapping[str, Any] | None = None,
-        max_rows_per_unit: int | None = None,
+        max_rows_per_unit: int | str | None = None,
         max_groups_per_unit: int | None = None,
         domains: Mapping[str, Any] | None = None,
         not_null: Any = None,
@@ -230,31 +225,23 @@ class Curator(ReleaseMethods):
         replace: bool = False,
         description: str = "",
         progress: Any = None,
+        rows_epsilon: float = dbounds.AUTO_ROWS_EPSILON,
     ) -> TableMeta:
-        """Register a table (the data owner's job); spends nothing.
+        """Register a table (the data owner's job); spends nothing, except ``"auto"``.
 
-        ``source``: a CSV / Parquet / JSON path, a DuckDB database path (``source_table=`` or
-        ``"file.duckdb::table"``), a pandas or polars DataFrame, a pyarrow Table or a DuckDB
-        relation. ``privacy_unit``: the column naming one person (None: record level).
-        ``max_rows_per_unit`` (default 1): rows one unit may contribute to a query (more are
-        dropped at query time, chosen at random). ``max_groups_per_unit``: groups one unit may
-        touch in a GROUP BY (default: max_rows_per_unit). ``bounds={"age": (0, 120)}``: values
-        are clamped into these before summing. ``domains={"ward": ["A", "B"]}``: the public keys
-        of a column (GROUP BY ward then shows every key, and needs no delta; each key is cast
-        to the column's type at load, and keys that cannot be read as it, or that coincide in
-        it, are refused; a copied table keeps the keys in a hidden key table that queries join
-        with, so a million keys cost about what the GROUP BY itself costs).
-        ``not_null=["age"]``: columns with no NULL (or NaN) value, checked at load (a load that
-        finds one is refused): COUNT(age) is then COUNT(*), and AVG/VAR/STDDEV(age) share the
-        query's noisy row count instead of measuring their own (less budget per measurement).
-        ``public=True``: a lookup table with no private data, joinable to private tables.
-        ``copy=False`` (public tables only): keep a view over the CSV/Parquet file instead of
-        copying it in; private tables are always copied, so their rows are a snapshot the
-        ledger's declarations describe. ``progress(step, fraction)``: called while the
-        long steps of the load run (the CLI draws a progress bar with it).
+        ``source``: a CSV / Parquet / JSON / DuckDB path, a pandas or polars DataFrame, a
+        pyarrow Table or a DuckDB relation. ``privacy_unit``: the column naming one person
+        (None: record level). ``max_rows_per_unit``: rows one unit may contribute to a query,
+        required with a ``privacy_unit``: a number you know, or ``"auto"`` (chosen privately,
+        charged ``rows_epsilon``: :mod:`dpkit.engine.bounds`). ``bounds={"age": (0, 120)}``:
+        clamps. ``domains={"ward": ["A", "B"]}``: public keys. ``not_null=["age"]``: columns
+        checked to hold no NULL/NaN. ``public=True``: a lookup table (``copy=False``: a view).
+        ``progress(step, fraction)``: called during the load. Details: docs/curator.md.
         """
         check_identifier(name, "table")
         self._require_owner("adding, replacing or declaring a table")
+        auto = dbounds.check_rows_declaration(privacy_unit, max_rows_per_unit, public=public,
+                                              name=name, epsilon=rows_epsilon)
         if not copy and not public:
             raise ValueError(
                 f"copy=False keeps a view that re-reads the file at every query, so a row "
@@ -273,11 +260,16 @@ class Curator(ReleaseMethods):
             meta = load_declared(
                 self.path / DATA_FILE, name, source,
                 Declarations(privacy_unit=privacy_unit, bounds=bounds,
-                             max_rows_per_unit=max_rows_per_unit,
+                             max_rows_per_unit=None if isinstance(max_rows_per_unit, str)
+                             else max_rows_per_unit,
                              max_groups_per_unit=max_groups_per_unit, domains=domains,
                              not_null=not_null, public=public, copy=copy,
                              source_table=source_table, description=description),
                 progress=progress)
+            if auto:  # charged before the declaration that publishes it is recorded
+                meta = dbounds.with_auto_rows(self.ledger, self._backend.query_public, meta,
+                                              analyst=self.analyst, epsilon=rows_epsilon,
+                                              source=self._source)
             self.ledger.record("table", {"name": name, "table": meta.to_dict()},
                                analyst=self.analyst,
                                query=f"ADD TABLE {name} ({meta.summary()})")
@@ -351,12 +343,14 @@ class Curator(ReleaseMethods):
     def _plan(self, query: str, *, epsilon: float | None, rho: float | None,
               delta: float | None, noise: str, level: float,
               bounds: Mapping[str, Any] | None,
-              weights: Mapping[str, float] | None = None) -> dplan.Plan:
+              weights: Mapping[str, float] | None = None,
+              diagnostics: bool = True) -> dplan.Plan:
         cfg = self.ledger.config
         return self._planner.plan(query, self.tables(), self._tables_version(),
                                   accountant=cfg.accountant, budget_delta=cfg.delta,
                                   epsilon=epsilon, rho=rho, delta=delta, noise=noise,
-                                  level=level, bounds=bounds, weights=weights)
+                                  level=level, bounds=bounds, weights=weights,
+                                  diagnostics=diagnostics)
 
     def _delta_share(self, plan: dplan.Plan, delta: float | None) -> float | None:
         cfg = self.ledger.config
@@ -381,20 +375,19 @@ class Curator(ReleaseMethods):
         bounds: Mapping[str, Any] | None = None,
         analyst: None = None,
         weights: Mapping[str, float] | None = None, dialect: str | None = None,
+        diagnostics: bool = True, accuracy_rows: float | None = None,
     ) -> Result:
         """Answer an aggregate query privately, spending ``epsilon`` (or what ``accuracy`` needs).
 
-        ``accuracy``: target CI half-width (a number for every output, or per output name);
-        the smallest epsilon reaching it is found and spent (COUNT and SUM outputs only: other
-        aggregates' errors depend on the data). ``delta``: the query's delta, for private group
-        selection and (accountant ``approx``) Gaussian noise, halved between them when both
-        (default: a tenth of the project's delta). ``noise``: ``"laplace"`` (pure DP, default)
-        or ``"gaussian"`` (``rho=`` or ``epsilon=``; needs delta > 0). ``bounds``: per-query
-        clamps. ``weights``: ``{"n": 1, "avg_age": 3}`` splits the budget in proportion to
-        these weights per output name instead of equally (unnamed outputs weigh 1).
-        ``ORDER BY <COUNT/SUM> [DESC] LIMIT k`` over groups chooses the ``k`` groups by noisy
-        max (``res.selection`` has its utility bound). ``dialect``: the query's SQL dialect if
-        not DuckDB's (``"tsql"``, ``"postgres"``, ...; ``SELECT TOP n`` is read in any case).
+        ``accuracy``: target CI half-width (one number, or per output name); AVG and QUANTILE
+        also need ``accuracy_rows`` (:mod:`dpkit.engine.accuracy`). ``delta``: for private
+        group selection and Gaussian noise (default: a tenth of the project's). ``noise``:
+        ``"laplace"`` (pure DP) or ``"gaussian"`` (``rho=`` or ``epsilon=``). ``bounds``:
+        per-query clamps. ``weights={"n": 1, "avg_age": 3}``: budget split per output name.
+        ``ORDER BY <COUNT/SUM> LIMIT k`` picks groups by noisy max (``res.selection``).
+        ``dialect``: the query's SQL dialect if not DuckDB's (``"tsql"``, ``"postgres"``, ...).
+        ``diagnostics`` (default on): 5% of the budget estimates the rows dropped and values
+        clamped by bounding (``res.diagnostics``, ``res.warnings``; docs/curator.md).
         """
         who, query = charged_analyst(self.analyst, analyst), dsql.to_duckdb(query, dialect)
         if _RELEASE_FORM.search(query) is not None:  # cheap test before parsing it twice
@@ -410,10 +403,11 @@ class Curator(ReleaseMethods):
                 epsilon = epsilon_for_accuracy(
                     lambda eps: expected_errors(self._plan(
                         query, epsilon=eps, rho=None, delta=delta, noise=noise, level=level,
-                        bounds=bounds, weights=weights)),
-                    accuracy)
+                        bounds=bounds, weights=weights, diagnostics=diagnostics),
+                        accuracy_rows), accuracy)
             plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
-                              level=level, bounds=bounds, weights=weights)
+                              level=level, bounds=bounds, weights=weights,
+                              diagnostics=diagnostics)
             # under 'approx' with Gaussian noise the plan books one delta for the query (the
             # Gaussian conversion plus partition selection)
             booked = plan.charge_delta if plan.charge_delta is not None else delta
@@ -460,12 +454,13 @@ class Curator(ReleaseMethods):
         bounds: Mapping[str, Any] | None = None,
         analyst: None = None,
         weights: Mapping[str, float] | None = None, dialect: str | None = None,
+        diagnostics: bool = True,
     ) -> Preview:
         """Cost and expected error of a query, without reading data or spending anything
         (same parameters as :meth:`sql`; ``weights`` shows the weighted split)."""
         who, query = charged_analyst(self.analyst, analyst), dsql.to_duckdb(query, dialect)
         plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
-                          level=level, bounds=bounds, weights=weights)
+                          level=level, bounds=bounds, weights=weights, diagnostics=diagnostics)
         booked = plan.charge_delta if plan.charge_delta is not None else delta
         remaining = headroom(self.ledger, who)  # what this caller's next charge may use
         try:
@@ -483,6 +478,17 @@ class Curator(ReleaseMethods):
             tables=self.tables, ledger=self.ledger, backend=self._backend, source=self._source,
             lock=self._lock, strategy_cache=self.path / STRATEGY_CACHE,
             analyst=charged_analyst(self.analyst, analyst))
+
+    def suggest_bounds(self, table: str, column: str, *, epsilon: float,
+                       search: tuple[float, float] | None = None, lower: float = 0.01,
+                       upper: float = 0.99, bins: int | None = None,
+                       analyst: None = None) -> dict[str, Any]:
+        """Clamp bounds for ``column``: its ``lower``/``upper`` quantiles by :meth:`quantiles`
+        over the public ``search`` range (default: its declared bounds), one ε-DP charge."""
+        rng = dbounds.search_range(self.tables(), table, column, search)
+        res = self.quantiles(table, column, [lower, upper], epsilon=epsilon,
+                             bounds={column: rng}, bins=bins, analyst=analyst)
+        return dbounds.suggested_bounds(res, column, lower, upper)
 
     # ------------------------------------------------------------------ budget
 

@@ -22,7 +22,9 @@ from sqlglot import exp
 from dpkit import events as ev
 from dpkit import mechanisms
 from dpkit.engine import sql as dsql
+from dpkit.engine.diagnose import exact_total, summarise
 from dpkit.engine.plan import (
+    DIAG_KINDS,
     GAUSSIAN,
     GAUSSIAN_THRESHOLD,
     LAPLACE,
@@ -315,7 +317,7 @@ def release(plan: Plan, exact: Exact, *, source: Source | None, insecure: bool, 
         chosen, selection = _top_k(topk, score_mm, exact, keep, level, source)
         keep = np.sort(chosen)
     for mm in plan.measures:
-        if mm.key in noisy or mm.kind == "topk":
+        if mm.key in noisy or mm.kind == "topk" or mm.kind in DIAG_KINDS:
             continue
         if mm.kind == "quant":
             noisy[mm.key] = _quantiles(mm, exact.column(mm.sql_col), level, source, keep)
@@ -355,7 +357,10 @@ def release(plan: Plan, exact: Exact, *, source: Source | None, insecure: bool, 
                          f"{level:g} per group; its interval (two more exponential mechanisms "
                          f"aimed ±{d.get('interval_rank_margin', math.nan):.3g} rows away) "
                          f"covers the true quantile with probability >= {level:g} per group")
+    diagnostics, warnings = _diagnostics(plan, exact, level, source)
     return Result(
+        diagnostics=diagnostics,
+        warnings=warnings,
         columns=columns,
         data=data,
         kinds=kinds,
@@ -371,6 +376,18 @@ def release(plan: Plan, exact: Exact, *, source: Source | None, insecure: bool, 
         remaining=remaining,
         selection=selection,
     )
+
+
+def _diagnostics(plan: Plan, exact: Exact, level: float, source: Source | None,
+                 ) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """The diagnostic counts (whole-query totals of their exact columns), noised with their
+    charged mechanisms, then read as shares and warnings (:mod:`dpkit.engine.diagnose`)."""
+    released: list[tuple[Measure, int, int, int]] = []
+    for mm in plan.diag_measures:
+        total = exact_total(exact.column(mm.sql_col), scalar=mm.kind == "ddrop")
+        nm = _noisy_integer(mm, _as_int([total]), level, source)
+        released.append((mm, int(nm.value[0]), int(nm.low[0]), int(nm.high[0])))
+    return summarise(released, m=plan.m)
 
 
 def _top_k(mm: Measure, score_mm: Measure, exact: Exact, candidates: np.ndarray, level: float,

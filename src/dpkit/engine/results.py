@@ -48,6 +48,11 @@ class Result:
     # utility_bound (native units; every group shown is within it of the true k-th best with
     # probability >= level), note
     selection: dict[str, Any] | None = None
+    # what bounding did, as DP estimates (dpkit.engine.diagnose): rows_read, rows_dropped,
+    # clamped:<column>, each with estimate, ci_low, ci_high, share, share_low, share_of_budget
+    diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # when the answer may mislead (a dropped or clamped share above 5% at 95% confidence)
+    warnings: list[str] = field(default_factory=list)
 
     # ------------------------------------------------------------------ access
 
@@ -144,6 +149,7 @@ class Result:
             lines.append("  " + " | ".join(_fmt(v) for v in r))
         if len(self) > 20:
             lines.append(f"  ... {len(self) - 20} more rows")
+        lines.extend(f"  warning: {w}" for w in self.warnings)
         return "\n".join(lines)
 
     def table(self, title: str | None = None) -> Any:

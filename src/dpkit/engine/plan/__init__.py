@@ -96,6 +96,8 @@ from dpkit.engine.plan.fixed import (
     unit_rows_column_name,
 )
 from dpkit.engine.plan.model import (
+    DIAG_KINDS,
+    DIAGNOSTICS_SHARE,
     GAUSSIAN,
     GAUSSIAN_THRESHOLD,
     LAPLACE,
@@ -119,7 +121,8 @@ from dpkit.engine.plan.model import (
 )
 
 __all__ = [
-    "COMPILE_PASSES", "FILL_MAX_KEYS", "FIXED_PREFIX", "GAUSSIAN", "GAUSSIAN_THRESHOLD",
+    "COMPILE_PASSES", "DIAGNOSTICS_SHARE", "DIAG_KINDS", "FILL_MAX_KEYS", "FIXED_PREFIX",
+    "GAUSSIAN", "GAUSSIAN_THRESHOLD",
     "LAPLACE", "MAX_KEYS", "MAX_QUERY_EPSILON", "MAX_TOP_K", "MIN_QUERY_EPSILON",
     "MIN_QUERY_RHO", "NOISES", "PLAN_PASSES", "QUANTILE_BINS", "QUANTILE_CI_SHARE",
     "SELECTION_WEIGHT", "TOP_K_WEIGHT", "AggPlan", "CompiledSQL", "KeyProduct", "Measure",

@@ -27,6 +27,8 @@ from dpkit.engine.plan.calibrate import (
 from dpkit.engine.plan.fixed import fixed_point_exponent, row_exponent
 from dpkit.engine.plan.intervals import derive
 from dpkit.engine.plan.model import (
+    DIAG_KINDS,
+    DIAGNOSTICS_SHARE,
     GAUSSIAN,
     LAPLACE,
     MAX_KEYS,
@@ -61,6 +63,7 @@ class Planning:
     gaussian_delta: float | None
     weights: Mapping[str, Any] | None
     accountant: str | None
+    diagnostics: bool = True
     # check_parameters: per-query bounds, contribution bounds
     override: dict[str, tuple[float, float]] = field(default_factory=dict)
     m: int = 1
@@ -107,6 +110,8 @@ def check_parameters(st: Planning) -> None:
     """Noise kind, interval level, per-query bounds; rows ``m`` and groups ``g`` per unit."""
     if st.noise not in NOISES:
         raise PlanError(f"noise must be one of {', '.join(NOISES)} (got {st.noise!r})")
+    if not isinstance(st.diagnostics, bool):
+        raise PlanError(f"diagnostics must be True or False (got {st.diagnostics!r})")
     level = st.level
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.5 <= level < 1:
         raise PlanError(f"level must lie in [0.5, 1) (got {level!r}); e.g. level=0.95")
@@ -432,13 +437,54 @@ def top_k(st: Planning) -> None:
                   f"{'DESC' if desc else 'ASC'} (noisy max)")
 
 
+def diagnostics(st: Planning) -> None:
+    """Rows dropped by the per-unit cap and values clamped by the bounds, measured privately.
+
+    Three kinds of whole-query counts (never per group), each of sensitivity ``m``: ``dkept``
+    the rows read after bounding (the denominator), ``ddrop`` the rows the per-unit caps
+    dropped (user level only; each unit's dropped rows count at most ``m``, so the estimate is
+    a lower bound), ``dclamp`` per bounded column and bounds the rows whose value lies outside
+    them. Off with ``diagnostics=False``; none at record level without bounded columns, and
+    none for a query without aggregates (its keys are all it releases: nothing to bias).
+    """
+    if not st.diagnostics or not st.spec.aggs:
+        return
+    clamped: dict[tuple[str, float, float], Measure] = {}
+    for mm in st.measures:
+        # an aggregate over an expression clamps the columns inside it first (its value is
+        # always in range): those clamps are not counted here
+        if (mm.kind in ("sum", "csum", "quant") and mm.column is not None
+                and not mm.column.startswith(dsql.EXPR_SOURCE + ".")):
+            clamped.setdefault((mm.column, mm.lo, mm.hi), mm)
+    if st.table.record_level and not clamped:
+        return
+    kept = add_measure(st, "dkept")
+    kept.label = "diagnostics: rows read after bounding"
+    if not st.table.record_level:
+        drop = add_measure(st, "ddrop")
+        drop.label = (f"diagnostics: rows dropped by the per-unit cap (at most {st.m} "
+                      f"counted per unit)")
+    for col, lo, hi in clamped:
+        dm = add_measure(st, "dclamp", col)
+        dm.lo, dm.hi = lo, hi
+        dm.label = f"diagnostics: {col.split('.', 1)[1]} outside [{lo:g}, {hi:g}]"
+
+
 def budget_split(st: Planning) -> None:
-    """Each measurement's share of ε (or ρ): its weight over the sum (equal by default)."""
+    """Each measurement's share of ε (or ρ): its weight over the sum (equal by default).
+
+    Diagnostic measurements (:func:`diagnostics`) take :data:`DIAGNOSTICS_SHARE` together,
+    in equal parts; the outputs split the rest by their weights."""
     mweights = measure_weights(st.spec, st.agg_plans, st.measures, st.weights)
-    total_w = math.fsum(mweights[x.key] for x in st.measures)
+    diag = [x for x in st.measures if x.kind in DIAG_KINDS]
+    main_part = 1.0 - DIAGNOSTICS_SHARE if diag else 1.0
+    total_w = math.fsum(mweights[x.key] for x in st.measures if x.kind not in DIAG_KINDS)
     for x in st.measures:
         x.weight = mweights[x.key]
-        x.share = x.weight / total_w
+        if x.kind in DIAG_KINDS:
+            x.share = DIAGNOSTICS_SHARE / len(diag)
+        else:
+            x.share = main_part * x.weight / total_w
         if st.noise == LAPLACE:
             st.share_eps[x.key] = st.eps * x.share
             st.share_rho[x.key] = 0.0
@@ -500,6 +546,7 @@ PLAN_PASSES: tuple[Callable[[Planning], None], ...] = (
     privacy_budget,
     measurements,
     top_k,
+    diagnostics,
     budget_split,
     calibration,
     query_event,
@@ -520,6 +567,7 @@ def build_plan(
     gaussian_delta: float | None = None,
     weights: Mapping[str, Any] | None = None,
     accountant: str | None = None,
+    diagnostics: bool = True,
 ) -> Plan:
     """The data-independent plan for ``spec`` at the given privacy parameters.
 
@@ -527,11 +575,14 @@ def build_plan(
     output needs (unnamed outputs weigh 1; see :func:`measure_weights`). ``accountant``: the
     project's accountant; with ``"approx"`` and Gaussian noise the query's ``delta`` (default a
     tenth of the project's) is booked once, split in halves between the Gaussian conversion and
-    private partition selection when both are needed (``Plan.charge_delta``).
+    private partition selection when both are needed (``Plan.charge_delta``). ``diagnostics``:
+    measure the rows dropped and values clamped (:func:`diagnostics`) with
+    :data:`~dpkit.engine.plan.model.DIAGNOSTICS_SHARE` of the budget.
     """
     st = Planning(spec=spec, catalog=catalog, epsilon=epsilon, rho=rho, delta=delta,
                   noise=noise, level=level, bounds=bounds, budget_delta=budget_delta,
-                  gaussian_delta=gaussian_delta, weights=weights, accountant=accountant)
+                  gaussian_delta=gaussian_delta, weights=weights, accountant=accountant,
+                  diagnostics=diagnostics)
     for plan_pass in PLAN_PASSES:
         plan_pass(st)
     return Plan(
@@ -542,4 +593,5 @@ def build_plan(
         l0=st.l0, event=st.event, notes=st.notes, charge_delta=st.charge_delta,
         weights={str(k): float(v) for k, v in (weights or {}).items()},
         derived_sql={k: (v[0], v[1]) for k, v in st.derived.items()},
+        diagnostics=bool(diagnostics),
     )

@@ -56,7 +56,7 @@ class PlanCache:
     def plan(self, query: str, catalog: Mapping[str, TableMeta], version: int, *,
              accountant: str, budget_delta: float, epsilon: float | None, rho: float | None,
              delta: float | None, noise: str, level: float, bounds: Mapping[str, Any] | None,
-             weights: Mapping[str, float] | None) -> Plan:
+             weights: Mapping[str, float] | None, diagnostics: bool = True) -> Plan:
         """The plan of ``query`` under ``catalog`` (declarations at ``version``), built or
         reused; refuses what the project's accountant cannot pay for."""
         key = (query, version)
@@ -67,13 +67,13 @@ class PlanCache:
                 self._specs.clear()
             self._specs[key] = spec
         plan_key = cache_key(key, epsilon, rho, delta, noise, level, bounds, weights,
-                             accountant, budget_delta)
+                             accountant, budget_delta, diagnostics)
         cached = self._plans.get(plan_key) if plan_key is not None else None
         if cached is not None:
             return cached
         plan = build_plan(spec, dict(catalog), epsilon=epsilon, rho=rho, delta=delta, noise=noise,
                           level=level, bounds=dict(bounds or {}), budget_delta=budget_delta,
-                          weights=weights, accountant=accountant)
+                          weights=weights, accountant=accountant, diagnostics=diagnostics)
         _check_accountant(plan, spec, accountant)
         if plan_key is not None:
             if len(self._plans) >= _SIZE:

@@ -25,6 +25,7 @@ from dpkit.engine.plan.fixed import (
     shift_round,
 )
 from dpkit.engine.plan.model import (
+    DIAG_KINDS,
     GAUSSIAN,
     GAUSSIAN_THRESHOLD,
     LAPLACE,
@@ -133,9 +134,11 @@ def calibrate_measure(mm: Measure, *, table: TableMeta, m: int, l0: int, noise: 
         calibrate_selection(mm, l0=l0, noise=noise, share_eps=share_eps, share_rho=share_rho,
                             q_delta=q_delta)
         return
-    if mm.kind in ("rows", "nonnull", "distinct"):
+    if mm.kind in ("rows", "nonnull", "distinct", *DIAG_KINDS):
         # COUNT(DISTINCT col): each of a unit's (at most m) kept rows adds or removes at most
-        # one distinct value in its group, so the counts move by at most m in total
+        # one distinct value in its group, so the counts move by at most m in total; the
+        # diagnostics are counts of at most m rows per unit too (ddrop clips each unit's
+        # dropped rows at m), summed over every group: one unit moves each by at most m
         mm.f, mm.bound, mm.l1, mm.l2 = 0, 1, m, float(m)
     elif mm.kind == "units":
         mm.f, mm.bound, mm.l1, mm.l2 = 0, 1, l0, sqrt_up(l0)

@@ -269,8 +269,10 @@ def measure_aggregates(st: SqlState) -> None:
 
 def measure_expr(st: SqlState, mm: Measure) -> str:
     """The aggregate expression of a count, distinct-unit count, squared sum or quantile."""
-    if mm.kind == "rows":
+    if mm.kind in ("rows", "dkept"):
         return "COUNT(*)"
+    if mm.kind == "ddrop":
+        return dropped_rows_sql(st)
     if mm.kind in ("units", "select"):
         return "COUNT(DISTINCT __u)" if st.unit_level and st.plan.m > 1 else "COUNT(*)"
     assert mm.column is not None
@@ -282,6 +284,12 @@ def measure_expr(st: SqlState, mm: Measure) -> str:
         if cls == "float":
             return f"COUNT(CASE WHEN NOT isnan(CAST({c} AS DOUBLE)) THEN 1 END)"
         return f"COUNT({c})"
+    if mm.kind == "dclamp":
+        v = f"CAST({c} AS DOUBLE)"
+        out = f"({v} < {double_lit(mm.lo)} OR {v} > {double_lit(mm.hi)})"
+        if cls == "float":  # NaN is missing (as in the sums), not a clamped value
+            out = f"(NOT isnan({v}) AND {out})"
+        return f"COUNT(CASE WHEN {out} THEN 1 END)"
     x = clamp_sql(c, mm.lo, mm.hi, cls)
     if mm.kind == "csq":
         # centred where the centred sum is, so that Var = Q/n - (S/n)^2 holds
@@ -292,6 +300,24 @@ def measure_expr(st: SqlState, mm: Measure) -> str:
     if mm.kind == "quant":
         return quantile_histogram_sql(mm, x, cls)
     raise AssertionError(mm.kind)  # pragma: no cover
+
+
+def dropped_rows_sql(st: SqlState) -> str:
+    """Rows the per-unit caps dropped, each unit's count clipped at ``m`` (an uncorrelated
+    scalar subquery: the same whole-query total on every output row).
+
+    Each unit's term depends on its own rows only and lies in ``[0, m]``, so one unit moves the
+    total by at most ``m``. With only the row cap (``g >= m``) the units above it are those of
+    ``__l`` (their rows counted in ``__c``): ``min(max(__c - m, 0), m)``. With a groups cap the
+    rows before (``__src``) and after (``__b``) bounding are counted per unit.
+    """
+    m = st.plan.m
+    if st.plan.spec.group_by and st.plan.g < m:
+        return (f"(SELECT COALESCE(SUM(LEAST(__a.__c - COALESCE(__z.__c, 0), {m})), 0) FROM "
+                f"(SELECT __u, COUNT(*) AS __c FROM __src GROUP BY __u) AS __a LEFT JOIN "
+                f"(SELECT __u, COUNT(*) AS __c FROM __b GROUP BY __u) AS __z "
+                f"ON __a.__u = __z.__u)")
+    return f"(SELECT COALESCE(SUM(LEAST(GREATEST(__c - {m}, 0), {m})), 0) FROM __l)"
 
 
 def quantile_histogram_sql(mm: Measure, x: str, cls: str) -> str:
@@ -488,7 +514,8 @@ def bounding_ctes(source: str, cols: list[str], derived: list[str], *, m: int,
         return [
             f"__r AS (SELECT {sel}, hash({hashed}) AS __h FROM {source} "
             f"WHERE {total_col} > {m})",
-            f"__l AS (SELECT __u, list_sort(min(__h, {m})) AS __hl FROM __r GROUP BY __u)",
+            f"__l AS (SELECT __u, list_sort(min(__h, {m})) AS __hl, COUNT(*) AS __c FROM __r "
+            f"GROUP BY __u)",
             "__t AS (SELECT __u, __hl[-1] AS __th, len(__hl) + 1 - "
             "list_position(__hl, __hl[-1]) AS __k FROM __l)",
             "__j AS (SELECT __r.*, __th, __k FROM __r JOIN __t ON __r.__u = __t.__u "
@@ -500,7 +527,8 @@ def bounding_ctes(source: str, cols: list[str], derived: list[str], *, m: int,
     return [
         f"__w AS (SELECT {sel}, COUNT(*) OVER (PARTITION BY __u) AS __n FROM {source})",
         f"__r AS (SELECT {sel}, hash({hashed}) AS __h FROM __w WHERE __n > {m})",
-        f"__l AS (SELECT __u, list_sort(min(__h, {m})) AS __hl FROM __r GROUP BY __u)",
+        f"__l AS (SELECT __u, list_sort(min(__h, {m})) AS __hl, COUNT(*) AS __c FROM __r "
+        f"GROUP BY __u)",
         f"__t AS (SELECT __u, __hl[{m}] AS __th, {m} + 1 - "
         f"list_position(__hl, __hl[{m}]) AS __k FROM __l)",
         "__j AS (SELECT __r.*, __th, __k FROM __r JOIN __t ON __r.__u = __t.__u "

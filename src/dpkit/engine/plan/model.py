@@ -34,6 +34,13 @@ QUANTILE_BINS = 1000
 # mechanism releases (low and high end), each getting half of it; the point estimate keeps the
 # rest. Powers of two, so the three shares add back to the charged epsilon exactly.
 QUANTILE_CI_SHARE = 0.5
+# Diagnostics (rows dropped by the per-unit cap, values clamped by the bounds): together this
+# fraction of the query's epsilon (or rho), equal parts each; the outputs keep the rest. 5% costs
+# the outputs ~5% wider intervals and resolves a share of a few percent once the query reads
+# some thousands of rows (engine/diagnose.py, docs/curator.md "Answers that say when they
+# mislead").
+DIAGNOSTICS_SHARE = 0.05
+DIAG_KINDS = ("dkept", "ddrop", "dclamp")  # measured once over the whole query, never per group
 TOP_K_WEIGHT = "top_k"  # reserved weights= names for the selection measurements
 SELECTION_WEIGHT = "partition_selection"
 
@@ -91,7 +98,7 @@ class Measure:
     """One noisy, integer-valued aggregate (a vector over the groups)."""
 
     key: str
-    kind: str  # rows | nonnull | units | distinct | sum | csum | csq | quant | select
+    kind: str  # rows | nonnull | units | distinct | sum | csum | csq | quant | select | d*
     column: str | None = None
     label: str = ""
     lo: float = 0.0
@@ -205,6 +212,7 @@ class Plan:
     # aggregates over expressions (engine/aggexpr.py): value column "__e.<name>" -> (its SQL
     # over the private table's columns, never raising; its DuckDB type)
     derived_sql: dict[str, tuple[str, str]] = field(default_factory=dict)
+    diagnostics: bool = True  # rows-dropped / values-clamped estimates measured (DIAG_KINDS)
 
     @property
     def top_k(self) -> Measure | None:
@@ -215,6 +223,10 @@ class Plan:
             if x.key == key:
                 return x
         raise KeyError(key)
+
+    @property
+    def diag_measures(self) -> list[Measure]:
+        return [x for x in self.measures if x.kind in DIAG_KINDS]
 
     def split(self) -> list[dict[str, Any]]:
         return [m.describe() for m in self.measures]
