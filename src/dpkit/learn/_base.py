@@ -17,6 +17,7 @@ import numpy as np
 
 from dpkit import accounting, noise
 from dpkit.events import Event
+from dpkit.mechanisms import validate
 from dpkit.noise import Source
 
 __all__ = [
@@ -134,19 +135,13 @@ def _number(value: Any, name: str, hint: str) -> float:
 
 
 def check_epsilon(epsilon: Any) -> float:
-    """A finite ε > 0."""
-    eps = _number(epsilon, "epsilon", "> 0, e.g. epsilon=1.0")
-    if eps <= 0:
-        raise ValueError(f"epsilon must be > 0 (got {epsilon!r}); pass e.g. epsilon=1.0")
-    return eps
+    """A finite ε > 0 (the mechanisms' own check: one wording everywhere)."""
+    return validate.check_epsilon(epsilon)
 
 
 def check_delta_alone(delta: Any) -> float:
     """0 < δ < 1 (the 1/n check needs n: fit makes it)."""
-    dlt = _number(delta, "delta", "in (0, 1), e.g. delta=1e-6")
-    if not 0 < dlt < 1:
-        raise ValueError(f"delta must lie in (0, 1) (got {delta!r}); pass e.g. delta=1e-6")
-    return dlt
+    return validate.check_delta(delta)
 
 
 def check_delta(delta: Any, n: int) -> float:
