@@ -157,7 +157,7 @@ def _picture(con: Any, res: Any, folder: Path) -> None:
     import importlib.util
 
     if importlib.util.find_spec("matplotlib") is None:
-        con.print("[dim](pip install 'dpkit[plots]' to draw the answers: Result.plot())[/]\n")
+        con.print("[dim](pip install 'dpkit\\[plots]' to draw the answers: Result.plot())[/]\n")
         return
     path = folder / "dpkit-demo-age-groups.png"
     res.plot(path)
