@@ -63,7 +63,7 @@ def bench(rows: int, repeat: int, workdir: Path) -> dict[str, Any]:
             cur._execute(plans[k])
         for _ in range(repeat):
             for k in FORMS:
-                times[k].append(timed(lambda k=k: cur._execute(plans[k])))
+                times[k].append(timed(lambda k=k, plans=plans: cur._execute(plans[k])))
         out[table] = times
     rel = f"d.priv.{cur.tables()['rec'].stored_name}"
     cur.close()

@@ -7,7 +7,8 @@ on the grid at the values. dpkit: the exponential mechanism (eps-DP under replac
 eps-approximately truthful). Baselines: a posted price of 0.5 fixed in advance (truthful, needs
 the distribution to be known), a uniformly random grid price (truthful), and the non-private
 optimal price (revenue OPT, not truthful: one buyer can move it). The theory column is the
-high-probability shortfall (B/eps)(ln|grid| + ln 20) (monotonic scores) at level 0.95, as a ratio of OPT.
+high-probability shortfall (B/eps)(ln|grid| + ln 20) (monotonic scores) at level 0.95, as a
+ratio of OPT.
 Writes benchmarks/results/markets.json (and docs/img/markets_revenue.png with --plot).
 """
 
