@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from dpkit.cli.attack_models import model_commands
 from dpkit.cli.options import console
 
 __all__ = ["attack"]
@@ -205,3 +206,7 @@ def attack_side_channels(project: Path, table: str | None, queries: int, seed: i
             neighbours=neighbours, accountants=accountants, max_findings=max_findings,
         )
     )
+
+
+for _command in model_commands:  # inversion, membership-model (cli/attack_models.py)
+    attack.add_command(_command)
