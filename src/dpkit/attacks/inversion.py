@@ -7,8 +7,11 @@ what the model *remembers* of class ``c``. For a model that generalises, that is
 population appearance (inference from population statistics, which DP does not claim to stop);
 for an overfit model it can sit close to individual training examples, which DP does bound.
 
-Two attackers, both maximising ``log p_c(x) - tv * TV(x)`` over ``x`` in ``[lo, hi]^d``, where
-``TV`` is the (smoothed, anisotropic) total variation of ``x`` as an image of ``input_shape``:
+Two attackers, both maximising ``phi_c(x) - tv * TV(x)`` over ``x`` in ``[lo, hi]^d``, where
+``phi_c = log p_c - log(1 - p_c)`` is the logit-scaled confidence in class ``c`` (unlike
+``log p_c`` it does not flatten out as ``p_c -> 1``, so the optimiser, and above all the
+zeroth-order one, keeps a usable gradient) and ``TV`` is the (smoothed, anisotropic) total
+variation of ``x`` as an image of ``input_shape``:
 
 - :func:`invert_white_box`: the attacker holds the weights (a ``torch.nn.Module`` returning
   logits, or a fitted :class:`dpkit.learn.MLPClassifier` / :class:`~dpkit.attacks.model_targets.
@@ -16,7 +19,7 @@ Two attackers, both maximising ``log p_c(x) - tv * TV(x)`` over ``x`` in ``[lo, 
 - :func:`invert_black_box`: the attacker can only query probabilities (any callable, or any
   object with ``predict_proba``): the gradient of ``log p_c`` is estimated from antithetic
   Gaussian perturbations (natural-evolution-strategies / zeroth-order optimisation, Ilyas et
-  al. 2018), the known prior's gradient is exact; projected Adam on that estimate. The
+  al. 2018) of ``phi_c``, the known prior's gradient is exact; projected Adam on it. The
   perturbations come from :mod:`dpkit.noise`.
 
 :func:`similarity` measures what was recovered against the *private* training rows: SSIM and
@@ -39,6 +42,7 @@ import numpy as np
 from scipy import ndimage
 
 from dpkit import noise
+from dpkit.attacks.lira import logit_confidence
 from dpkit.attacks.model_targets import torch_or_error
 from dpkit.noise import Source
 
@@ -201,7 +205,8 @@ def invert_white_box(
     start: Any = None,
 ) -> Inversion:
     """Gradient ascent on the input of a torch model: projected Adam on
-    ``log softmax(f(x))_c - tv * TV(x)``, ``x`` clipped to ``box`` after every step.
+    ``z_c - logsumexp_{j != c} z_j - tv * TV(x)`` (``z = f(x)`` the logits, so the first terms
+    are ``log p_c - log(1 - p_c)``), ``x`` clipped to ``box`` after every step.
 
     ``classes``: output column indices to invert (one reconstruction each, optimised as one
     batch). ``start``: the initial input (default: the box's low corner). Deterministic: no
@@ -212,16 +217,19 @@ def invert_white_box(
     _check_run(steps, learning_rate, tv)
     net = _torch_module(model)
     d = math.prod(shape)
-    _probe_logits(net, d, cls)
+    k = _probe_logits(net, d, cls)
     dtype = next(iter(net.parameters())).dtype if any(True for _ in net.parameters()) \
         else torch.float32
     x = torch.tensor(_start(start, len(cls), d, lo_hi), dtype=dtype, requires_grad=True)
     opt = torch.optim.Adam([x], lr=learning_rate)
     rows = torch.arange(len(cls))
     target = torch.from_numpy(cls)
+    others = torch.ones((len(cls), k), dtype=torch.bool)
+    others[rows, target] = False
     for _ in range(steps):
-        logp = torch.log_softmax(net(x), 1)[rows, target]
-        loss = -logp.sum() + tv * _tv_torch(x, shape).sum()
+        z = net(x)
+        phi = z[rows, target] - torch.logsumexp(z.masked_fill(~others, -torch.inf), 1)
+        loss = -phi.sum() + tv * _tv_torch(x, shape).sum()
         (grad,) = torch.autograd.grad(loss, x)
         x.grad = grad
         opt.step()
@@ -252,8 +260,9 @@ def invert_black_box(
     """Zeroth-order inversion from probabilities only (NES with antithetic pairs).
 
     Each step queries ``samples`` points ``x ± sigma u_j`` per class (``u_j`` standard normal
-    from :mod:`dpkit.noise`), estimates ``grad log p_c(x) ~ sum_j (F(x + sigma u_j) -
-    F(x - sigma u_j)) u_j / (sigma samples)``, adds the exact gradient of ``-tv * TV`` and takes
+    from :mod:`dpkit.noise`), estimates ``grad phi_c(x) ~ sum_j (F(x + sigma u_j) -
+    F(x - sigma u_j)) u_j / (sigma samples)`` (``F = phi_c``: ``log p_c - log`` of the other
+    probabilities' sum), adds the exact gradient of ``-tv * TV`` and takes
     a projected Adam step. ``model``: a callable ``X (n, d) -> probabilities (n, k)``, or an
     object with ``predict_proba``; checked on ``start`` before the first step.
     """
@@ -274,8 +283,8 @@ def invert_black_box(
         u = noise.gaussian_float(1.0, (c, half, d), source=source)
         pts = np.concatenate([x[:, None] + sigma * u, x[:, None] - sigma * u], axis=1)
         p = check_probabilities(f(pts.reshape(-1, d)), c * samples).reshape(c, samples, k)
-        logp = np.log(np.maximum(p[np.arange(c), :, cls], 1e-300))
-        diff = logp[:, :half] - logp[:, half:]
+        phi = logit_confidence(p.reshape(-1, k), np.repeat(cls, samples)).reshape(c, samples)
+        diff = phi[:, :half] - phi[:, half:]
         g = -np.einsum("cs,csd->cd", diff, u) / (sigma * samples)
         g += tv * total_variation(x, shape)[1]
         m = 0.9 * m + 0.1 * g
@@ -304,7 +313,8 @@ def ssim(a: Any, b: Any, *, input_shape: Sequence[int], data_range: float = 1.0,
     var_y = ndimage.uniform_filter(y * y, size) - mu_y**2
     cov = ndimage.uniform_filter(x * y, size) - mu_x * mu_y
     c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
-    s = ((2 * mu_x * mu_y + c1) * (2 * cov + c2)) / ((mu_x**2 + mu_y**2 + c1) * (var_x + var_y + c2))
+    s = ((2 * mu_x * mu_y + c1) * (2 * cov + c2)) / (
+        (mu_x**2 + mu_y**2 + c1) * (var_x + var_y + c2))
     return np.asarray(s.reshape(x.shape[0], -1).mean(1))
 
 
@@ -322,7 +332,11 @@ class Similarity:
     """Per reconstruction (one per class): SSIM and correlation with the training class mean;
     L2 distance to the nearest training example of the class and the largest correlation with
     one (``nearest_index``: that example's row); ``mean_match``: the class mean it correlates
-    with most is its own class's."""
+    with most is its own class's; ``holdout_corr``: the largest correlation with a *held-out*
+    example of the class, over as many held-out rows as the class has training rows (NaN
+    without held-out rows). ``nearest_corr - holdout_corr`` is the
+    memorisation gap: a reconstruction that resembles the training rows more than fresh rows
+    of the same class reveals something about the training rows themselves."""
 
     classes: np.ndarray
     ssim_mean: np.ndarray
@@ -331,6 +345,7 @@ class Similarity:
     nearest_corr: np.ndarray
     nearest_index: np.ndarray
     mean_match: np.ndarray
+    holdout_corr: np.ndarray
 
     def summary(self) -> dict[str, float]:
         """Averages over the classes."""
@@ -338,13 +353,14 @@ class Similarity:
                 "corr_mean": float(self.corr_mean.mean()),
                 "nearest_distance": float(self.nearest_distance.mean()),
                 "nearest_corr": float(self.nearest_corr.mean()),
+                "holdout_corr": float(self.holdout_corr.mean()),
                 "mean_match": float(self.mean_match.mean())}
 
 
-def similarity(inv: Inversion, X_train: Any, y_train: Any, *,
-               data_range: float = 1.0) -> Similarity:
+def similarity(inv: Inversion, X_train: Any, y_train: Any, *, X_holdout: Any = None,
+               y_holdout: Any = None, data_range: float = 1.0) -> Similarity:
     """Compare reconstructions with the private training rows (labels = the inverted classes'
-    column indices, e.g. digits 0-9)."""
+    column indices, e.g. digits 0-9) and, when given, with held-out rows of the same classes."""
     X = np.asarray(X_train, dtype=np.float64)
     y = np.asarray(y_train).ravel()
     d = inv.images.shape[1]
@@ -366,8 +382,17 @@ def similarity(inv: Inversion, X_train: Any, y_train: Any, *,
         near_d.append(dist.min())
         near_c.append(cor.max())
         near_i.append(rows[int(np.argmax(cor))])
+    hold = np.full(len(inv.classes), np.nan)
+    if X_holdout is not None and y_holdout is not None:
+        Xh, yh = np.asarray(X_holdout, dtype=np.float64), np.asarray(y_holdout).ravel()
+        for j, c in enumerate(inv.classes):
+            # as many held-out rows as training rows: a max over more rows is larger by itself
+            rows = np.flatnonzero(yh == c)[:int((y == c).sum())]
+            if rows.size:
+                hold[j] = _corr(inv.images[j:j + 1], Xh[rows])[0].max()
     return Similarity(
         classes=inv.classes,
+        holdout_corr=hold,
         ssim_mean=ssim(inv.images, means[own], input_shape=inv.input_shape,
                        data_range=data_range),
         corr_mean=corr_means[np.arange(len(own)), own],

@@ -252,7 +252,7 @@ def lira_report(run: ShadowRun, *, audit_guesses: int | None = None,
     ``audit_guesses``: examples guessed "in" and as many "out" for the one-run audit (default
     ``N // 20``: a fixed 10% of the canaries guessed, 90% abstaining).
     """
-    K, N = run.membership.shape
+    N = run.membership.shape[1]
     g = max(1, N // 20) if audit_guesses is None else int(audit_guesses)
     if not 1 <= 2 * g <= N:
         raise ValueError(f"audit_guesses must lie in 1..{N // 2} (got {audit_guesses!r})")

@@ -79,6 +79,7 @@ class _Estimator:
     """get_params / set_params over the constructor's keyword arguments."""
 
     _params: tuple[str, ...] = ()
+    classes_: np.ndarray
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self._params}

@@ -31,8 +31,8 @@ def attack_inversion(
     log: Callable[[str], None] | None = None,
 ) -> AttackSummary:
     """Model inversion of every MNIST digit, non-private MLP vs DP-SGD at ``epsilons``; writes
-    ``attack_inversion.png`` (class means, then each model's reconstructions) into
-    ``plot_dir``."""
+    ``attack_inversion_<train_rows>.png`` (class means, then each model's reconstructions)
+    into ``plot_dir``."""
     from dpkit.attacks.model_experiments import inversion_study
 
     if plot_dir is not None:  # fail before training when the extra is missing
@@ -41,7 +41,7 @@ def attack_inversion(
                             white_steps=steps, black_steps=steps, samples=samples, tv=tv,
                             seed=seed, log=log)
     rows = [[r["model"], r["method"], r["test_accuracy"], r["confidence"], r["ssim_mean"],
-             r["corr_mean"], r["nearest_corr"], r["nearest_distance"],
+             r["corr_mean"], r["nearest_corr"], r["holdout_corr"], r["nearest_distance"],
              f"{round(10 * r['mean_match'])}/10"] for r in study.rows]
     files: list[Path] = []
     if plot_dir is not None:
@@ -50,12 +50,14 @@ def attack_inversion(
         grid.update(study.images)
         first = next(iter(study.nearest))
         grid[f"nearest training row to\n{first}"] = study.nearest[first]
-        files.append(plot_inversion_grid(grid, Path(plot_dir) / "attack_inversion.png",
-                                         title="Model inversion on MNIST-5k"))
+        path = Path(plot_dir) / f"attack_inversion_{train_rows}.png"
+        files.append(plot_inversion_grid(grid, path, title="Model inversion on MNIST-5k"))
     return AttackSummary(
-        title="Model inversion (MNIST-5k, one reconstruction per digit, means over digits)",
+        title=f"Model inversion (MNIST-5k, {train_rows} training rows, one reconstruction per "
+              "digit, means over digits)",
         columns=["model", "attack", "test acc", "p(class)", "SSIM to mean", "corr to mean",
-                 "max corr to a training row", "L2 to nearest row", "own mean closest"],
+                 "max corr to a training row", "max corr to a held-out row", "L2 to nearest row",
+                 "own mean closest"],
         rows=rows, files=files,
         notes=["SSIM / correlation with the mean of the class's training rows: what the model "
                "reveals about the class (population statistics, not a privacy breach by "

@@ -94,8 +94,9 @@ def membership_model(dataset: str, epsilons: str, population: int | None, shadow
     """LiRA membership inference with shadow models, beside the DP bound and the one-run audit."""
     from dpkit.cli.attack_model_runs import attack_membership_model
 
-    _threads()
     datasets = ("mnist", "adult") if dataset == "both" else (dataset,)
+    if "mnist" in datasets:  # Adult's logistic regressions need no torch
+        _threads()
     _show(attack_membership_model(datasets=datasets, epsilons=_floats(epsilons),
                                   population=population, shadow_models=shadows, seed=seed,
                                   plot_dir=plot_dir,
