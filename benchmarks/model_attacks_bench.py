@@ -5,7 +5,7 @@ membership inference on MNIST-5k and Adult, non-private vs dpkit's private estim
     python benchmarks/model_attacks_bench.py --only lira     # or: inversion
     python benchmarks/model_attacks_bench.py --repeats 3     # LiRA spread over 3 seeds
 
-Writes ``benchmarks/results/model_attacks.json`` and redraws
+Writes ``benchmarks/results/model_attacks[_<only>].json`` and redraws
 ``docs/img/attack_inversion_4000.png``, ``attack_inversion_100.png`` and ``attack_lira.png``.
 One torch thread (the models are small; the machine is shared). Needs the data in
 ``../shared/data`` (or ``$DPKIT_DATA``), torch and matplotlib.
@@ -45,9 +45,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=2024)
     ap.add_argument("--repeats", type=int, default=1, help="LiRA runs with seeds seed, seed+1, …")
     ap.add_argument("--img", type=Path, default=ROOT / "docs" / "img")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results"
-                    / "model_attacks.json")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default: benchmarks/results/model_attacks[_<only>].json")
     args = ap.parse_args()
+    name = "model_attacks" + (f"_{args.only}" if args.only else "") + ".json"
+    args.out = args.out or ROOT / "benchmarks" / "results" / name
     torch.set_num_threads(1)
     out: dict[str, Any] = {"seed": args.seed, "machine": "2 shared CPU cores, torch 1 thread"}
     if args.only in (None, "inversion"):

@@ -59,7 +59,7 @@ def test_white_box_finds_the_closed_form_optimum() -> None:
     corner x_j = 1 where (w_c - w_other)_j > 0, else 0: the attack must land there."""
     W = _templates()
     res = inv.invert_white_box(_linear_torch(W), [0, 1], input_shape=SHAPE, steps=200,
-                               learning_rate=0.5, tv=0.0)
+                               learning_rate=0.5, tv=0.0, objective="logit")
     for c in (0, 1):
         corner = (W[c] - W[1 - c] > 0).astype(float)
         np.testing.assert_allclose(res.images[c], corner, atol=1e-6)
@@ -111,6 +111,8 @@ def test_bad_input_is_refused_before_the_attack() -> None:
                              samples=3)
     with pytest.raises(ValueError, match="input_shape"):
         inv.invert_black_box(lambda X: X, [0], input_shape=(2, 2, 2))
+    with pytest.raises(ValueError, match="objective"):
+        inv.invert_black_box(lambda X: X, [0], input_shape=SHAPE, objective="p")
     with pytest.raises(ValueError, match="box"):
         inv.invert_black_box(lambda X: X, [0], input_shape=SHAPE, box=(1.0, 0.0))
     pytest.importorskip("torch")

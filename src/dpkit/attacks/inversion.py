@@ -7,11 +7,12 @@ what the model *remembers* of class ``c``. For a model that generalises, that is
 population appearance (inference from population statistics, which DP does not claim to stop);
 for an overfit model it can sit close to individual training examples, which DP does bound.
 
-Two attackers, both maximising ``phi_c(x) - tv * TV(x)`` over ``x`` in ``[lo, hi]^d``, where
-``phi_c = log p_c - log(1 - p_c)`` is the logit-scaled confidence in class ``c`` (unlike
-``log p_c`` it does not flatten out as ``p_c -> 1``, so the optimiser, and above all the
-zeroth-order one, keeps a usable gradient) and ``TV`` is the (smoothed, anisotropic) total
-variation of ``x`` as an image of ``input_shape``:
+Two attackers, both maximising ``F_c(x) - tv * TV(x)`` over ``x`` in ``[lo, hi]^d``, where
+``TV`` is the (smoothed, anisotropic) total variation of ``x`` as an image of ``input_shape``
+and ``F_c`` the ``objective``: ``"log-p"``, ``log p_c`` (Fredrikson et al.'s; bounded, so once
+the model is sure the prior shapes the image), or ``"logit"``, the logit-scaled confidence
+``log p_c - log(1 - p_c)`` (it does not flatten out as ``p_c -> 1``, so a zeroth-order
+estimate of its gradient stays above its noise; the black-box default):
 
 - :func:`invert_white_box`: the attacker holds the weights (a ``torch.nn.Module`` returning
   logits, or a fitted :class:`dpkit.learn.MLPClassifier` / :class:`~dpkit.attacks.model_targets.
@@ -19,7 +20,7 @@ variation of ``x`` as an image of ``input_shape``:
 - :func:`invert_black_box`: the attacker can only query probabilities (any callable, or any
   object with ``predict_proba``): the gradient of ``log p_c`` is estimated from antithetic
   Gaussian perturbations (natural-evolution-strategies / zeroth-order optimisation, Ilyas et
-  al. 2018) of ``phi_c``, the known prior's gradient is exact; projected Adam on it. The
+  al. 2018) of ``F_c``, the known prior's gradient is exact; projected Adam on it. The
   perturbations come from :mod:`dpkit.noise`.
 
 :func:`similarity` measures what was recovered against the *private* training rows: SSIM and
@@ -105,6 +106,11 @@ def _check_run(steps: int, learning_rate: float, tv: float) -> None:
         raise ValueError(f"learning_rate must be > 0 (got {learning_rate!r})")
     if not (math.isfinite(tv) and tv >= 0):
         raise ValueError(f"tv must be >= 0 (got {tv!r})")
+
+
+def _check_objective(objective: str) -> None:
+    if objective not in ("log-p", "logit"):
+        raise ValueError(f"objective must be 'log-p' or 'logit' (got {objective!r})")
 
 
 def _torch_module(model: Any) -> Any:
@@ -203,10 +209,12 @@ def invert_white_box(
     tv: float = 0.02,
     box: tuple[float, float] = (0.0, 1.0),
     start: Any = None,
+    objective: str = "log-p",
 ) -> Inversion:
     """Gradient ascent on the input of a torch model: projected Adam on
-    ``z_c - logsumexp_{j != c} z_j - tv * TV(x)`` (``z = f(x)`` the logits, so the first terms
-    are ``log p_c - log(1 - p_c)``), ``x`` clipped to ``box`` after every step.
+    ``F_c(x) - tv * TV(x)``, ``x`` clipped to ``box`` after every step; ``F_c`` is
+    ``log softmax(z)_c`` (``objective="log-p"``) or ``z_c - logsumexp_{j != c} z_j``
+    (``"logit"``, i.e. ``log p_c - log(1 - p_c)``), ``z = f(x)`` the logits.
 
     ``classes``: output column indices to invert (one reconstruction each, optimised as one
     batch). ``start``: the initial input (default: the box's low corner). Deterministic: no
@@ -215,6 +223,7 @@ def invert_white_box(
     torch = torch_or_error("white-box inversion")
     shape, cls, lo_hi = _check_shape(input_shape), _check_classes(classes), _check_box(box)
     _check_run(steps, learning_rate, tv)
+    _check_objective(objective)
     net = _torch_module(model)
     d = math.prod(shape)
     k = _probe_logits(net, d, cls)
@@ -228,7 +237,10 @@ def invert_white_box(
     others[rows, target] = False
     for _ in range(steps):
         z = net(x)
-        phi = z[rows, target] - torch.logsumexp(z.masked_fill(~others, -torch.inf), 1)
+        if objective == "log-p":
+            phi = torch.log_softmax(z, 1)[rows, target]
+        else:
+            phi = z[rows, target] - torch.logsumexp(z.masked_fill(~others, -torch.inf), 1)
         loss = -phi.sum() + tv * _tv_torch(x, shape).sum()
         (grad,) = torch.autograd.grad(loss, x)
         x.grad = grad
@@ -256,13 +268,15 @@ def invert_black_box(
     box: tuple[float, float] = (0.0, 1.0),
     start: Any = None,
     source: Source | None = None,
+    objective: str = "logit",
 ) -> Inversion:
     """Zeroth-order inversion from probabilities only (NES with antithetic pairs).
 
     Each step queries ``samples`` points ``x ± sigma u_j`` per class (``u_j`` standard normal
     from :mod:`dpkit.noise`), estimates ``grad phi_c(x) ~ sum_j (F(x + sigma u_j) -
-    F(x - sigma u_j)) u_j / (sigma samples)`` (``F = phi_c``: ``log p_c - log`` of the other
-    probabilities' sum), adds the exact gradient of ``-tv * TV`` and takes
+    F(x - sigma u_j)) u_j / (sigma samples)`` (``F``: ``log p_c - log`` of the other
+    probabilities' sum, or ``log p_c`` with ``objective="log-p"``), adds the exact gradient of
+    ``-tv * TV`` and takes
     a projected Adam step. ``model``: a callable ``X (n, d) -> probabilities (n, k)``, or an
     object with ``predict_proba``; checked on ``start`` before the first step.
     """
@@ -272,6 +286,7 @@ def invert_black_box(
         raise ValueError(f"samples must be an even int >= 2 (got {samples!r})")
     if not (math.isfinite(sigma) and sigma > 0):
         raise ValueError(f"sigma must be > 0 (got {sigma!r})")
+    _check_objective(objective)
     f = _probability_fn(model)
     d, c, half = math.prod(shape), len(cls), samples // 2
     x = _start(start, c, d, lo_hi)
@@ -283,7 +298,10 @@ def invert_black_box(
         u = noise.gaussian_float(1.0, (c, half, d), source=source)
         pts = np.concatenate([x[:, None] + sigma * u, x[:, None] - sigma * u], axis=1)
         p = check_probabilities(f(pts.reshape(-1, d)), c * samples).reshape(c, samples, k)
-        phi = logit_confidence(p.reshape(-1, k), np.repeat(cls, samples)).reshape(c, samples)
+        if objective == "log-p":
+            phi = np.log(np.maximum(p[np.arange(c), :, cls], 1e-300))
+        else:
+            phi = logit_confidence(p.reshape(-1, k), np.repeat(cls, samples)).reshape(c, samples)
         diff = phi[:, :half] - phi[:, half:]
         g = -np.einsum("cs,csd->cd", diff, u) / (sigma * samples)
         g += tv * total_variation(x, shape)[1]
