@@ -138,7 +138,9 @@ def train_shadows(
     Checked before any training: ``estimator`` has ``fit`` / ``predict_proba`` /
     ``get_params``, the data's shapes, ``shadow_models >= 4``. ``seed`` (an int) gives clone
     ``k`` ``random_state = seed + k`` when it takes one (reproducible and INSECURE noise for a
-    private estimator: experiments only); ``source`` draws the membership coins.
+    private estimator: experiments only; an int ``random_state`` already on ``estimator``
+    serves as ``seed``, so no two models share their noise); ``source`` draws the membership
+    coins.
     ``classes``: the label set, in the order of ``predict_proba``'s columns (default: the
     sorted labels of ``y``).
     """
@@ -153,6 +155,9 @@ def train_shadows(
     acc_in, acc_test = [], []
     eps: float | None = None
     dlt: float | None = None
+    own = estimator.get_params().get("random_state")
+    if seed is None and isinstance(own, int) and not isinstance(own, bool):
+        seed = own  # a fixed random_state on the prototype: vary it per model, never share it
     for k in range(K):
         over = {} if seed is None else {"random_state": int(seed) + k}
         model = clone(estimator, **over).fit(Xa[member[k]], ya[member[k]])
