@@ -135,7 +135,7 @@ def test_adult_study_small() -> None:
 
 @pytest.mark.slow
 def test_mnist_mlp_leaks_and_dp_sgd_does_not() -> None:
-    """The MNIST half of the documented figure, smaller (1,000 rows, 8 models, ε = 1; ~3 min
+    """The MNIST half of the documented figure, smaller (1,000 rows, 8 models, ε = 1; 52 s
     on the shared machine): the non-private MLP's online LiRA TPR at 1% FPR is far above the
     (1, 1e-5) bound (documented run, 2,000 rows / 16 models: 16.9% vs 2.7%), DP-SGD's is
     not above bound + 3 points (documented: 1.4%)."""
