@@ -1,4 +1,4 @@
-"""De-identification to attack: generalisation hierarchies and k-anonymity, l-diversity, t-closeness.
+"""De-identification to attack: hierarchies; k-anonymity, l-diversity, t-closeness by Datafly.
 
 Nothing here is private in the DP sense: these are the *baselines* that
 :mod:`dpkit.attacks.linkage` breaks. The releases in the benchmark are made with ANJANA

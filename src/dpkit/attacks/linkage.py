@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from dpkit.attacks.deidentify import ADULT_HIERARCHIES, Hierarchy, generalise, validate
+from dpkit.attacks.deidentify import ADULT_HIERARCHIES, Hierarchy, generalise
 from dpkit.noise import Source, permutation
 
 __all__ = ["ADULT_QIS", "ADULT_SENSITIVE", "SYNTHETIC_LEVELS", "Targets", "adult_frames",
@@ -55,8 +55,9 @@ _COLUMNS = ["age", "workclass", "fnlwgt", "education", "education_num", "marital
 def _pandas() -> Any:
     try:
         import pandas as pd
-    except ImportError:  # pragma: no cover - pandas is in the test and dataframes extras
-        raise ImportError("the linkage attacks need pandas: pip install 'dpkit[dataframes]'")
+    except ImportError as exc:  # pragma: no cover - pandas is in the test and dataframes extras
+        raise ImportError("the linkage attacks need pandas: pip install 'dpkit[dataframes]'"
+                          ) from exc
     return pd
 
 

@@ -113,12 +113,12 @@ def run_linkage(*, ks: Sequence[int] = (2, 5, 10, 25, 50), ls: Sequence[int] = (
     """
     for k in ks:
         validate_k(k)
-    for v in ls:
-        if isinstance(v, bool) or int(v) != v or v < 2:
-            raise ValueError(f"l must be an integer >= 2 (got {v!r})")
-    for v in ts:
-        if not 0.0 < v < 1.0:
-            raise ValueError(f"t must be in (0, 1) (got {v!r})")
+    for lv in ls:
+        if isinstance(lv, bool) or int(lv) != lv or lv < 2:
+            raise ValueError(f"l must be an integer >= 2 (got {lv!r})")
+    for tv in ts:
+        if not 0.0 < tv < 1.0:
+            raise ValueError(f"t must be in (0, 1) (got {tv!r})")
     if any(e <= 0 for e in epsilons) or (curator_epsilon is not None and curator_epsilon <= 0):
         raise ValueError("every epsilon must be > 0")
     train, test = adult_frames() if data is None else data

@@ -99,11 +99,12 @@ def _table(rows: Any, sensitive: str) -> Any:
 
     t = Table(title=f"Linkage attacks on Adult ({sensitive}): share of targets, "
                     "members / non-members")
-    for c in ("release", "param", "suppressed", "linked", "best guess", "homogeneity",
-              "background"):
+    t.add_column("release", no_wrap=True)
+    for c in ("supp.", "linked", "best guess", "homogeneity", "background"):
         t.add_column(c)
     for r in rows:
-        cells = [f"{r.members[m]:.3f} / {r.non_members[m]:.3f}"
+        cells = [f"{r.members[m]:.3f}/{r.non_members[m]:.3f}"
                  for m in ("linked", "inference", "homogeneity", "background")]
-        t.add_row(r.release, r.param, "" if r.suppressed is None else str(r.suppressed), *cells)
+        t.add_row(f"{r.release} {r.param}", "" if r.suppressed is None else str(r.suppressed),
+                  *cells)
     return t
