@@ -131,8 +131,8 @@ def run_linkage(*, ks: Sequence[int] = (2, 5, 10, 25, 50), ls: Sequence[int] = (
     rows = [prior, *_deidentified(train, targets, dom, mode, sensitive, ks=ks, ls=ls, ts=ts,
                                   supp_level=supp_level)]
     for label, frame in (releases or {}).items():
-        lv = infer_levels(frame, ADULT_HIERARCHIES, ADULT_QIS)
-        c = release_counts(frame, targets, lv, sensitive, dom)
+        seen = infer_levels(frame, ADULT_HIERARCHIES, ADULT_QIS)
+        c = release_counts(frame, targets, seen, sensitive, dom)
         rows.append(attack_release(label, "external", c, targets, dom, fallback=mode,
                                    suppressed=len(train) - len(frame)))
     rows += _dp_rows(train, targets, dom, mode, sensitive, epsilons=epsilons,
