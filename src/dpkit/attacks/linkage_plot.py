@@ -20,8 +20,9 @@ _TITLES = {"inference": "best guess right (linkage)",
 
 def plot_linkage(rows: Sequence[LinkageRow], path: str | Path) -> Path:
     """Three panels (inference, homogeneity, background): success on members (solid) and
-    non-members (dashed) of the k-anonymous releases by k; DP synthetic data and the
-    population baseline as horizontal lines. Returns the PNG's path."""
+    non-members (dashed) of the k-anonymous releases by k; l-diverse and t-close releases
+    (k = 2) as points beside k = 2; DP releases and the population baseline as horizontal
+    lines (members solid, non-members dotted). Returns the PNG's path."""
     try:
         from matplotlib.figure import Figure
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -36,10 +37,16 @@ def plot_linkage(rows: Sequence[LinkageRow], path: str | Path) -> Path:
                 label="k-anonymous, members")
         ax.plot(ks, [r.non_members[metric] for r in kan], "o--", color="C3", alpha=0.6,
                 label="k-anonymous, non-members")
+        for marker, kind in (("^", "l-diversity"), ("s", "t-closeness")):
+            pts = [r for r in rows if r.release == kind]
+            for j, r in enumerate(pts):
+                ax.plot([2.0 * (1.06 + 0.06 * j)], [r.members[metric]], marker, color="C4",
+                        alpha=1.0 - 0.3 * j, label=f"{kind} {r.param}, members")
         for i, r in enumerate(flat):
             _hline(ax, r, metric, f"C{i % 3}" if r.release != "population" else "k")
         ax.set_xscale("log")
         ax.set_xticks(ks, [str(k) for k in ks])
+        ax.minorticks_off()
         ax.set_xlabel("k")
         ax.set_title(_TITLES[metric], fontsize=10)
         ax.set_ylim(bottom=0)

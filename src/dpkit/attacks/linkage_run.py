@@ -103,12 +103,13 @@ def run_linkage(*, ks: Sequence[int] = (2, 5, 10, 25, 50), ls: Sequence[int] = (
                 n_targets: int = 500, curator_epsilon: float | None = 1.0,
                 curator_targets: int = 50, supp_level: float = 10.0,
                 sensitive: str = ADULT_SENSITIVE,
-                releases: Mapping[str, Any] | None = None, data: tuple[Any, Any] | None = None,
+                releases: Sequence[tuple[str, str, Any]] = (), data: tuple[Any, Any] | None = None,
                 source: Source | None = None, workdir: Path | None = None) -> list[LinkageRow]:
     """Every release attacked with the same targets; see the module docstring.
 
-    ``releases``: extra de-identified frames (label -> DataFrame of generalised QIs and
-    ``sensitive``) made elsewhere; their levels are read off their labels. Bad input (k < 2,
+    ``releases``: extra de-identified releases made elsewhere (e.g. by ANJANA), as
+    ``(kind, param, frame)``: ``("k-anonymity", "k=2", DataFrame of generalised QIs and
+    ``sensitive``)``; their levels are read off their labels. Bad input (k < 2,
     l < 2, t outside (0, 1), epsilons <= 0) is refused before any work.
     """
     for k in ks:
@@ -130,11 +131,13 @@ def run_linkage(*, ks: Sequence[int] = (2, 5, 10, 25, 50), ls: Sequence[int] = (
                            dom, fallback=mode)
     rows = [prior, *_deidentified(train, targets, dom, mode, sensitive, ks=ks, ls=ls, ts=ts,
                                   supp_level=supp_level)]
-    for label, frame in (releases or {}).items():
+    for kind, param, frame in releases:
         seen = infer_levels(frame, ADULT_HIERARCHIES, ADULT_QIS)
         c = release_counts(frame, targets, seen, sensitive, dom)
-        rows.append(attack_release(label, "external", c, targets, dom, fallback=mode,
-                                   suppressed=len(train) - len(frame)))
+        row = attack_release(kind, param, c, targets, dom, fallback=mode,
+                             suppressed=len(train) - len(frame))
+        rows.append(LinkageRow(row.release, row.param, row.members, row.non_members,
+                               row.suppressed, row.targets, {"levels": seen}))
     rows += _dp_rows(train, targets, dom, mode, sensitive, epsilons=epsilons,
                      curator_epsilon=curator_epsilon, curator_targets=curator_targets,
                      source=source, workdir=workdir)
