@@ -182,8 +182,9 @@ def curator_counts(cur: Any, table: str, targets: Targets, sensitive: str,
                    hierarchies: Mapping[str, Hierarchy] | None = None) -> np.ndarray:
     """Per target, one DP count query on its QI group, grouped by the sensitive column.
 
-    ``SELECT s, COUNT(*) FROM table WHERE <target's QIs> GROUP BY s`` at ``epsilon`` each,
-    charged to ``cur``'s ledger (the table must declare ``sensitive``'s domain, so every value
+    ``SELECT s, COUNT(*) FROM table WHERE <target's QIs> GROUP BY s`` at ``epsilon`` each
+    (each answer ``epsilon``-DP for add/remove one privacy unit of the table, as the curator
+    guarantees; one row per person at record level), charged to ``cur``'s ledger (the table must declare ``sensitive``'s domain, so every value
     is released, with noise). Noisy counts are rounded and clipped at 0 (post-processing).
     ``len(targets)`` queries cost ``len(targets) * epsilon``: the budget must allow it.
     """

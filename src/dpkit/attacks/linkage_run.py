@@ -5,6 +5,11 @@ for each k, l, t, or releases made elsewhere, e.g. by ANJANA, passed as ``releas
 dpkit MST synthetic data at each ε and, optionally, answers one DP count query per target from
 the curator; then attacks each release with the same targets (half members of the train split,
 half people of the test split) and returns one :class:`LinkageRow` per release.
+
+Guarantees of the DP releases (record level: add/remove one row of Adult): the synthetic data
+at ``epsilon=eps, delta=1e-9`` is (eps, 1e-9)-DP (MST under zCDP, converted); each curator
+answer is ``curator_epsilon``-DP, and the targets' queries compose to their sum. The
+de-identified releases have no such guarantee.
 """
 
 from __future__ import annotations
