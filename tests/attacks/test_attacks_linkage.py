@@ -212,3 +212,16 @@ def test_cli_small_run_on_adult(tmp_path: Any) -> None:
                   "dp curator count eps=1/query"):
         assert label in res.output
     assert png.stat().st_size > 10_000
+
+
+def test_datafly_matches_anjana() -> None:
+    """ANJANA (an oracle; it pins numpy 2.0 / pandas 2.3, so CI runs it only where installed:
+    benchmarks/linkage_bench.py checks all five k on full Adult in its own venv)."""
+    anonymity = pytest.importorskip("anjana.anonymity")
+    df = _hospital()[["age", "sex", "zip", "diagnosis"]]
+    hs = {q: {j: pd.Series(v) for j, v in HIER[q].to_anjana().items()} for q in HIER}
+    theirs = anonymity.k_anonymity(df, [], ["age", "sex", "zip"], 2, 0, hs)
+    mine = de.anonymize(df, ["age", "sex", "zip"], "diagnosis", k=2, supp_level=0,
+                        hierarchies=HIER)
+    assert de.infer_levels(theirs, HIER, ["age", "sex", "zip"]) == mine.levels
+    assert len(theirs) == len(mine.frame)
