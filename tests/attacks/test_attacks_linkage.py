@@ -111,6 +111,10 @@ def test_bad_k_refused_before_any_data_is_read(monkeypatch: pytest.MonkeyPatch) 
         run_linkage(ks=(2, 1))
     with pytest.raises(ValueError, match="epsilon must be > 0"):
         run_linkage(ks=(2,), epsilons=(0.0,))
+    with pytest.raises(ValueError, match=r"quasi-identifier\(s\) \['zip'\] unknown"):
+        run_linkage(ks=(2,), quasi_identifiers=("age", "zip"))
+    with pytest.raises(ValueError, match="background >= 0"):
+        run_linkage(ks=(2,), background=-1)
 
 
 def test_cli_refuses_k_below_two() -> None:
@@ -120,6 +124,9 @@ def test_cli_refuses_k_below_two() -> None:
 
     res = CliRunner().invoke(main, ["attack", "linkage", "--k", "1"])
     assert res.exit_code == 2 and "k must be an integer >= 2" in res.output
+    res = CliRunner().invoke(main, ["attack", "linkage", "--qis", "age,postcode",
+                                    "--data", "/nonexistent"])
+    assert res.exit_code == 2 and "['postcode'] unknown" in res.output
 
 
 def test_adult_hierarchies_cover_the_public_domains() -> None:

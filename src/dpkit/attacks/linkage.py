@@ -154,8 +154,8 @@ def synthetic_counts(records: Any, targets: Targets, sensitive: str, domain: Seq
     grouping applied to the synthetic records.
     """
     hier = ADULT_HIERARCHIES if hierarchies is None else hierarchies
-    lv = {q: 0 for q in targets.qi.columns} | dict(SYNTHETIC_LEVELS if levels is None else
-                                                    levels)
+    chosen = dict(SYNTHETIC_LEVELS if levels is None else levels)
+    lv = {q: chosen.get(q, 0) for q in targets.qi.columns}
     return release_counts(generalise(records, lv, hier), targets, lv, sensitive, domain, hier)
 
 
@@ -184,9 +184,10 @@ def curator_counts(cur: Any, table: str, targets: Targets, sensitive: str,
 
     ``SELECT s, COUNT(*) FROM table WHERE <target's QIs> GROUP BY s`` at ``epsilon`` each
     (each answer ``epsilon``-DP for add/remove one privacy unit of the table, as the curator
-    guarantees; one row per person at record level), charged to ``cur``'s ledger (the table must declare ``sensitive``'s domain, so every value
-    is released, with noise). Noisy counts are rounded and clipped at 0 (post-processing).
-    ``len(targets)`` queries cost ``len(targets) * epsilon``: the budget must allow it.
+    guarantees; one row per person at record level), charged to ``cur``'s ledger (the table
+    must declare ``sensitive``'s domain, so every value is released, with noise). Noisy counts
+    are rounded and clipped at 0 (post-processing). ``len(targets)`` queries cost
+    ``len(targets) * epsilon``: the budget must allow it.
     """
     hier = ADULT_HIERARCHIES if hierarchies is None else hierarchies
     lv = dict(SYNTHETIC_LEVELS if levels is None else levels)

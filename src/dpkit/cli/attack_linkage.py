@@ -48,6 +48,10 @@ def _floats(text: str, what: str) -> tuple[float, ...]:
               help="Targets per group asked of the curator (one query each).")
 @click.option("--sensitive", default="occupation", show_default=True,
               help="The sensitive column the adversary wants (occupation or income).")
+@click.option("--qis", default="age,education,marital_status,race,sex,native_country",
+              show_default=True, help="Comma-separated quasi-identifiers the adversary knows.")
+@click.option("--background", default=1, show_default=True,
+              help="Values the background-knowledge adversary knows the target does not have.")
 @click.option("--supp-level", type=float, default=10.0, show_default=True,
               help="Largest share of rows (percent) the de-identification may suppress.")
 @click.option("--data", "data_dir", type=click.Path(path_type=Path), default=None,
@@ -58,23 +62,21 @@ def _floats(text: str, what: str) -> tuple[float, ...]:
 @click.option("--plot", "plot", type=click.Path(path_type=Path), default=None,
               help="Write the figure to this PNG (needs matplotlib: pip install 'dpkit[plots]').")
 def linkage(ks: str, ls: str, ts: str, epsilons: str, targets: int, curator_epsilon: float,
-            curator_targets: int, sensitive: str, supp_level: float, data_dir: Path | None,
+            curator_targets: int, sensitive: str, qis: str, background: int,
+            supp_level: float, data_dir: Path | None,
             seed: int | None, plot: Path | None) -> None:
     """Linkage attacks on k-anonymity, l-diversity and t-closeness vs DP releases of Adult."""
-    from dpkit.attacks.linkage import adult_frames
-    from dpkit.attacks.linkage_run import run_linkage, validate_k
+    from dpkit.attacks.linkage_run import run_linkage
 
     k_list = _ints(ks, "k")
     if not k_list:
         raise ValueError("--k needs at least one k >= 2")
-    for k in k_list:
-        validate_k(k)
-    source = _source(seed)
-    data = adult_frames(data_dir)
-    rows = run_linkage(ks=k_list, ls=_ints(ls, "l"), ts=_floats(ts, "t"),
-                       epsilons=_floats(epsilons, "epsilons"), n_targets=targets,
-                       curator_epsilon=curator_epsilon or None, curator_targets=curator_targets,
-                       supp_level=supp_level, sensitive=sensitive, data=data, source=source)
+    rows = run_linkage(
+        ks=k_list, ls=_ints(ls, "l"), ts=_floats(ts, "t"), epsilons=_floats(epsilons, "epsilons"),
+        n_targets=targets, curator_epsilon=curator_epsilon or None,
+        curator_targets=curator_targets, supp_level=supp_level, sensitive=sensitive,
+        quasi_identifiers=tuple(q.strip() for q in qis.split(",") if q.strip()),
+        background=background, data=data_dir, source=_source(seed))
     console.print(_table(rows, sensitive))
     console.print("[dim]- members: targets whose row is in the release's data; non-members: "
                   "people of the same population who are not. What a release tells about "
