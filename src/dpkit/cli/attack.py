@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from dpkit.cli import attack_linkage
 from dpkit.cli.attack_models import model_commands
 from dpkit.cli.options import console
 
@@ -208,5 +209,6 @@ def attack_side_channels(project: Path, table: str | None, queries: int, seed: i
     )
 
 
+attack.add_command(attack_linkage.linkage)
 for _command in model_commands:  # inversion, membership-model (cli/attack_models.py)
     attack.add_command(_command)

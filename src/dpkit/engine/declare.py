@@ -17,12 +17,15 @@ Python, ``cur.add_table("visits", "visits.csv", **read_declaration("visits.json"
       "description": "hospital visits, 2024"
     }
 
+``"max_rows_per_unit": "auto"`` chooses it privately at load (its cost charged, as
+``add_table(max_rows_per_unit="auto")``); a DATE/TIMESTAMP column's bounds are a pair of ISO
+dates, ``["2024-01-01", "2024-12-31"]``.
 YAML (``.yaml``/``.yml``, needs PyYAML: ``pip install 'dpkit[yaml]'``) takes the same keys.
 The structure is checked here, before the project is touched: an unknown key, a bound that is
-not a pair of numbers, a domain that is not a list, a count that is not a positive integer,
-each refused with the file and line. What needs the table's columns (does ``age`` exist, is it
-numeric) is checked by ``add_table`` itself, and :func:`where_declared` adds the line to those
-messages.
+not a pair of numbers (or of dates), a domain that is not a list, a count that is not a
+positive integer, each refused with the file and line. What needs the table's columns (does
+``age`` exist, is it numeric) is checked by ``add_table`` itself, and :func:`where_declared`
+adds the line to those messages.
 """
 
 from __future__ import annotations
@@ -169,7 +172,9 @@ def read_declaration(path: str | Path) -> Declaration:
         if key not in KEYS:
             raise DeclarationError(f"{where}: unknown key {key!r}; a declaration takes "
                                    f"{', '.join(KEYS)}")
-        if key in ("max_rows_per_unit", "max_groups_per_unit"):
+        if key == "max_rows_per_unit" and value == "auto":
+            out[key] = "auto"  # chosen privately at load, its cost charged (engine/bounds.py)
+        elif key in ("max_rows_per_unit", "max_groups_per_unit"):
             out[key] = _count(value, where, key)
         elif key == "privacy_unit" or key == "description":
             if not isinstance(value, str) and not (key == "privacy_unit" and value is None):
