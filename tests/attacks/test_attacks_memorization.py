@@ -62,6 +62,19 @@ def test_corpus_is_seeded_and_canaries_are_inserted() -> None:
     assert MAX_CANDIDATES == 10**7
 
 
+def test_canaries_doctest_and_no_torch_at_import() -> None:
+    import doctest
+    import subprocess
+    import sys
+
+    from dpkit.attacks.memorization import canaries
+
+    assert doctest.testmod(canaries).failed == 0
+    code = ("import sys, dpkit.attacks.memorization, dpkit.cli; "
+            "assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 # ------------------------------------------------------------------ exposure (torch)
 torch = pytest.importorskip("torch")
 
@@ -80,10 +93,10 @@ def test_both_rank_methods_equal_brute_force() -> None:
     fmt = CanaryFormat("kim's pin is ", "D-DD")  # 1,000 candidates: brute force is cheap
     m = _random_model(1)
     brute = np.array([xp.log_perplexity(m, fmt, fmt.secret(i)) for i in range(fmt.size)])
-    assert np.allclose(xp.candidate_costs(m, fmt), brute, atol=1e-4)
+    assert np.allclose(xp.candidate_costs(m, fmt), brute, rtol=0, atol=1e-9)
     for i in (0, 17, 404, 999, int(np.argmin(brute)), int(np.argmax(brute))):
         s = fmt.secret(i)
-        want = 1 + int(np.sum(brute < brute[i] - 1e-4))
+        want = 1 + int(np.sum(brute < brute[i] - 1e-9))
         enum, pruned = xp.rank_enumerate(m, fmt, s), xp.rank_pruned(m, fmt, s)
         assert enum.rank == pruned.rank == want, (s, enum, pruned)
         assert pruned.nodes <= enum.nodes

@@ -21,11 +21,14 @@ level is one batched forward pass):
   along a path (every step adds ``-log2 p >= 0``), so a node whose partial cost already reaches
   the canary's cost cannot lead to a better candidate and is dropped. Exact, and fast when the
   canary is exposed (few better candidates); as slow as enumeration when it is not.
-Candidates within 1e-4 bits of the canary (float noise between batch shapes) count as ties.
+Scores are computed in float64 (on a double copy of the model): in float32, candidates a few
+1e-5 bits apart swap places between batch shapes, and near a random canary's score there are
+thousands of candidates per bit. Candidates within 1e-9 bits of the canary count as ties.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import dataclass
@@ -39,7 +42,7 @@ from .model import BOS, CharLM, as_module, encode
 __all__ = ["Exposure", "candidate_costs", "exposure", "extract", "log_perplexity",
            "rank_pruned"]
 
-_TIE = 1e-4  # bits: float32 scores differ by ~1e-5 bits between batch shapes
+_TIE = 1e-9  # bits; float64 scores of one candidate agree to ~1e-12 across batch shapes
 _LN2 = math.log(2.0)
 
 
@@ -65,6 +68,11 @@ def exposure(rank: int, size: int) -> float:
     if not 1 <= rank <= size:
         raise ValueError(f"rank must lie in [1, {size}] (got {rank})")
     return math.log2(size) - math.log2(rank)
+
+
+def _scorer(model: CharLM | object) -> CharLM:
+    """A float64 copy of the model (the caller's model is left as it is)."""
+    return copy.deepcopy(as_module(model)).double().eval()
 
 
 def _start(model: CharLM, fmt: CanaryFormat) -> torch.Tensor:
@@ -120,7 +128,7 @@ def _walk(model: CharLM, fmt: CanaryFormat, *, below: float | None = None,
 def candidate_costs(model: CharLM | object, fmt: CanaryFormat, *,
                     batch: int = 1 << 16) -> np.ndarray:
     """``Px`` (bits) of every candidate, in candidate-index order (``fmt.size`` values)."""
-    cost, idx, _ = _walk(as_module(model), fmt, batch=batch)
+    cost, idx, _ = _walk(_scorer(model), fmt, batch=batch)
     out = np.empty(fmt.size)
     out[idx] = cost
     return out
@@ -128,7 +136,7 @@ def candidate_costs(model: CharLM | object, fmt: CanaryFormat, *,
 
 def log_perplexity(model: CharLM | object, fmt: CanaryFormat, secret: str) -> float:
     """``-log2 P(secret | fmt.prefix)`` under ``model`` (bits)."""
-    m = as_module(model)
+    m = _scorer(model)
     ids = encode(fmt.prefix + secret)
     n0 = len(fmt.prefix)
     full = torch.tensor([[BOS, *ids]])
@@ -141,7 +149,7 @@ def rank_enumerate(model: CharLM | object, fmt: CanaryFormat, secret: str) -> Ex
     """Exact rank by scoring all ``|R|`` candidates."""
     t0 = time.perf_counter()
     i = fmt.index(secret)
-    cost, idx, nodes = _walk(as_module(model), fmt)
+    cost, idx, nodes = _walk(_scorer(model), fmt)
     c = float(cost[np.flatnonzero(idx == i)[0]])
     rank = 1 + int(np.count_nonzero(cost < c - _TIE))
     return Exposure(secret, rank, fmt.size, c, "enumerate", time.perf_counter() - t0, nodes)
@@ -152,7 +160,7 @@ def rank_pruned(model: CharLM | object, fmt: CanaryFormat, secret: str) -> Expos
     t0 = time.perf_counter()
     fmt.index(secret)
     c = log_perplexity(model, fmt, secret)
-    cost, _, nodes = _walk(as_module(model), fmt, below=c - _TIE)
+    cost, _, nodes = _walk(_scorer(model), fmt, below=c - _TIE)
     rank = 1 + len(cost)
     return Exposure(secret, rank, fmt.size, c, "pruned", time.perf_counter() - t0, nodes)
 
@@ -166,5 +174,5 @@ def extract(model: CharLM | object, fmt: CanaryFormat, *, beam: int = 1) -> str:
     """
     if beam < 1:
         raise ValueError(f"beam must be >= 1 (got {beam})")
-    cost, idx, _ = _walk(as_module(model), fmt, beam=beam)
+    cost, idx, _ = _walk(_scorer(model), fmt, beam=beam)
     return fmt.secret(int(idx[int(np.argmin(cost))]))
