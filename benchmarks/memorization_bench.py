@@ -1,4 +1,4 @@
-"""Unintended memorization: the exposure figure of docs/attacks.md (section 7), in one run.
+"""Unintended memorization: the exposure figure of docs/attacks.md (section 8), in one run.
 
     python benchmarks/memorization_bench.py --plot              # figure into docs/img
     python benchmarks/memorization_bench.py --lines 1000 --epochs 6 --epsilons none,3
