@@ -1,4 +1,4 @@
-"""Attacks on models (docs/attacks.md, sections 8 and 9): model inversion on MNIST-5k and LiRA
+"""Attacks on models (docs/attacks.md, sections 9 and 10): model inversion on MNIST-5k and LiRA
 membership inference on MNIST-5k and Adult, non-private vs dpkit's private estimators.
 
     python benchmarks/model_attacks_bench.py                 # everything, seed 2024
