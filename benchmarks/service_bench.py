@@ -272,7 +272,7 @@ def main() -> None:
         server = Server(path, workers=1)
         server.start()
         try:  # interleaved with the in-process baseline: the machine's load moves
-            for rep in range(a.repeats):
+            for _ in range(a.repeats):
                 out.setdefault("latency_curator_in_process", []).append(
                     curator_latency(path, tokens[-1], a.queries))
                 out.setdefault("latency_diagnostics_off", []).append(
