@@ -130,6 +130,23 @@ def latency(url: str, token: str, n: int, diagnostics: bool) -> dict[str, float]
             "n": n}
 
 
+def cache_effect(url: str, tokens: list[str]) -> dict[str, float]:
+    """The first request of an analyst (its curator opened: chain verified, data attached)
+    against the next ones (the cached curator), ms."""
+    first, later = [], []
+    for tok in tokens:
+        with Client(url, tok) as c:
+            t0 = time.perf_counter()
+            c.budget()
+            first.append((time.perf_counter() - t0) * 1000)
+            for _ in range(5):
+                t0 = time.perf_counter()
+                c.budget()
+                later.append((time.perf_counter() - t0) * 1000)
+    return {"first_request_ms": statistics.median(first),
+            "cached_request_ms": statistics.median(later), "analysts": len(tokens)}
+
+
 def curator_latency(path: Path, token: str, n: int) -> dict[str, float]:
     """The same query on the curator in this process (no HTTP): the baseline of phase 1."""
     times = []
@@ -272,6 +289,7 @@ def main() -> None:
         server = Server(path, workers=1)
         server.start()
         try:  # interleaved with the in-process baseline: the machine's load moves
+            out["curator_cache"] = cache_effect(server.url, tokens[2:])
             for _ in range(a.repeats):
                 out.setdefault("latency_curator_in_process", []).append(
                     curator_latency(path, tokens[-1], a.queries))
