@@ -295,3 +295,13 @@ def test_curators_are_cached_per_analyst(client: Any, project: Project) -> None:
     assert pool.opened == 2  # one curator per analyst, opened at its first request
     assert client.get("/v1/me", headers=project.headers(project.owner)).status_code == 200
     assert pool.opened == 2  # the owner's curator is the one that authenticates
+
+
+def test_database_driver_errors_are_503() -> None:
+    from dpkit.server.problems import problem_of
+
+    class OperationalError(Exception):  # what psycopg raises when PostgreSQL is down
+        __module__ = "psycopg.errors"
+
+    assert problem_of(OperationalError("connection refused")).status == 503
+    assert problem_of(RuntimeError("a bug")).status == 500
