@@ -6,9 +6,9 @@ import re
 from typing import Any
 
 from click.testing import CliRunner
+from tests.server.conftest import Project
 
 from dpkit.cli import main
-from tests.server.conftest import Project
 
 
 def flat(text: str) -> str:  # rich wraps long lines
