@@ -1,9 +1,9 @@
-"""``dpkit.Client(url, token)``: the curator's methods over HTTP (standard library only).
+"""``dpkit.Client(url, token)``: the curator's methods over HTTP (standard library only)::
 
->>> c = dp.Client("http://127.0.0.1:8000", token)                    # doctest: +SKIP
->>> res = c.sql("SELECT ward, COUNT(*) AS n FROM visits GROUP BY ward", epsilon=0.5)
->>> res.to_pandas()                          # ward, n, n_ci_low, n_ci_high (as the curator's)
->>> c.budget()["remaining_epsilon"]
+    c = dp.Client("http://127.0.0.1:8000", token)
+    res = c.sql("SELECT ward, COUNT(*) AS n FROM visits GROUP BY ward", epsilon=0.5)
+    res.to_pandas()                          # ward, n, n_ci_low, n_ci_high (as the curator's)
+    c.budget()["remaining_epsilon"]
 
 The answers are the service's: differentially private for add/remove one privacy unit, each
 charged to the token's analyst before it was computed (the client adds nothing and keeps
