@@ -1,0 +1,183 @@
+// The console: sign in with a token, browse tables, preview and run queries, see answers as a
+// table and a chart with interval whiskers, the budget and one's own history; owners also
+// manage analysts. Everything it shows comes from the /v1 API (docs/service.md); every check
+// that matters (who may do what, what a query costs, whether the budget allows it) is the
+// service's, the console only asks and shows the answer or the refusal's `detail` text.
+
+import { ApiError, call, clearToken, getToken, setToken } from "./api.js";
+import { drawChart } from "./chart.js";
+import { attachCompletion } from "./complete.js";
+import { initOwner, loadAnalysts } from "./owner.js";
+import {
+  chartData, el, renderBudget, renderHistory, renderPreview, renderTables, resultTable,
+} from "./views.js";
+
+const $ = (id) => document.getElementById(id);
+let tables = [];
+let lastResult = null;
+
+function setError(id, err) {
+  $(id).textContent = err ? err.message : "";
+}
+
+// A 401 anywhere means the token is no longer good (revoked, expired): back to sign-in.
+function handle(id, err) {
+  if (err instanceof ApiError && err.status === 401) return signOut(`Signed out: ${err.message}`);
+  setError(id, err);
+}
+
+function signOut(message = "") {
+  clearToken();
+  $("app").hidden = true;
+  $("whoami").hidden = true;
+  $("signin").hidden = false;
+  $("signin-error").textContent = message;
+  $("token").value = "";
+  $("token").focus();
+}
+
+async function loadBudget() {
+  try {
+    renderBudget($("budget-meter"), $("budget-text"), await call("GET", "budget"));
+    setError("budget-error", null);
+  } catch (err) { handle("budget-error", err); }
+}
+
+async function loadHistory() {
+  try {
+    renderHistory($("history-table"), (await call("GET", "history")).items);
+    setError("history-error", null);
+  } catch (err) { handle("history-error", err); }
+}
+
+async function loadTables() {
+  try {
+    tables = (await call("GET", "tables")).tables;
+    renderTables($("tables-list"), tables, useTable);
+  } catch (err) { handle("tables-error", err); }
+}
+
+function useTable(t) {
+  const sql = $("sql");
+  const key = t.columns.find((c) => c.domain) || null;
+  sql.value = key
+    ? `SELECT ${key.name}, COUNT(*) FROM ${t.name} GROUP BY ${key.name}`
+    : `SELECT COUNT(*) FROM ${t.name}`;
+  sql.focus();
+}
+
+// Epsilon or a target error (the service calibrates epsilon to it), never both.
+function queryBody() {
+  const sql = $("sql").value.trim();
+  if (!sql) throw new Error("Write a query first, e.g. SELECT COUNT(*) FROM <table>.");
+  const acc = $("accuracy").value.trim();
+  const eps = $("epsilon").value.trim();
+  if (!acc && !eps) throw new Error("Give an ε (epsilon) or a target error.");
+  return {
+    sql,
+    epsilon: acc ? null : Number(eps),
+    accuracy: acc ? Number(acc) : null,
+    noise: $("noise").value || null,
+  };
+}
+
+async function preview() {
+  setError("query-error", null);
+  try {
+    const body = queryBody();
+    $("preview").replaceChildren(el("p", { class: "hint", text: "Pricing…" }));
+    renderPreview($("preview"), await call("POST", "preview", body));
+  } catch (err) {
+    $("preview").replaceChildren();
+    handle("query-error", err);
+  }
+}
+
+function showResult(res) {
+  lastResult = res;
+  $("results").hidden = false;
+  $("charge").textContent = `Charged ε = ${+Number(res.charge.epsilon).toPrecision(4)}, `
+    + `δ = ${+Number(res.charge.delta).toPrecision(4)}.`;
+  $("warnings").replaceChildren(...(res.warnings || []).map((w) => el("li", { text: w })));
+  const measures = res.columns.filter((c) => c in (res.intervals || {}));
+  const select = $("measure");
+  select.replaceChildren(...measures.map((m) => el("option", { value: m, text: m })));
+  select.disabled = measures.length < 2;
+  $("chart").parentElement.hidden = measures.length === 0;
+  if (measures.length) drawChart($("chart"), chartData(res, measures[0]));
+  resultTable($("result-table"), res);
+}
+
+async function run(ev) {
+  if (ev) ev.preventDefault();
+  setError("query-error", null);
+  const btn = $("run-btn");
+  try {
+    const body = queryBody();
+    btn.disabled = true;
+    btn.textContent = "Running…";
+    const res = await call("POST", "query", body);
+    showResult(res);
+    if (res.budget) renderBudget($("budget-meter"), $("budget-text"), res.budget);
+    $("results-title").focus();
+  } catch (err) {
+    handle("query-error", err);
+    // a refusal spends nothing, but the gauge may be stale (another tab, another process)
+    loadBudget();
+  } finally {
+    btn.disabled = false;
+    btn.textContent = "Run";
+    loadHistory();
+  }
+}
+
+async function enter(me) {
+  $("signin").hidden = true;
+  $("app").hidden = false;
+  $("whoami").hidden = false;
+  $("who-name").textContent = me.name;
+  $("who-role").textContent = me.role;
+  $("owner").hidden = me.role !== "owner";
+  document.body.dataset.role = me.role;
+  await Promise.all([loadTables(), loadBudget(), loadHistory(),
+    me.role === "owner" ? loadAnalysts() : null]);
+  $("main").focus();
+}
+
+async function signIn(ev) {
+  ev.preventDefault();
+  const token = $("token").value.trim();
+  $("signin-error").textContent = "";
+  try {
+    const me = await call("GET", "me", undefined, token);
+    setToken(token);
+    $("token").value = "";
+    await enter(me);
+  } catch (err) {
+    $("signin-error").textContent = err.message;
+  }
+}
+
+function init() {
+  $("results-title").tabIndex = -1;
+  $("signin-form").addEventListener("submit", signIn);
+  $("signout").addEventListener("click", () => signOut("Signed out."));
+  $("query-form").addEventListener("submit", run);
+  $("preview-btn").addEventListener("click", preview);
+  $("measure").addEventListener("change", () => {
+    if (lastResult) drawChart($("chart"), chartData(lastResult, $("measure").value));
+  });
+  $("sql").addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) run(ev);
+  });
+  attachCompletion($("sql"), $("completions"), () => tables);
+  initOwner();
+  if (getToken()) {
+    call("GET", "me").then(enter).catch((err) => signOut(
+      err instanceof ApiError && err.status === 401 ? `Signed out: ${err.message}` : err.message));
+  } else {
+    $("token").focus();
+  }
+}
+
+init();

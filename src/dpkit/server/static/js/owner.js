@@ -1,0 +1,71 @@
+// The owner's panel: analysts, their caps and spending; add (the token is shown once, as the
+// CLI does), set a cap, revoke. The service refuses these endpoints to analysts (403); the
+// panel is only shown to an owner token, but the check that matters is the server's.
+
+import { call } from "./api.js";
+import { el, fillTable, fmtEps } from "./views.js";
+
+const $ = (id) => document.getElementById(id);
+
+function showError(err) {
+  $("owner-error").textContent = err ? err.message : "";
+}
+
+async function setCap(name, input) {
+  showError(null);
+  const v = input.value.trim();
+  if (v === "") { input.focus(); return showError(new Error(`Type a cap for ${name} first.`)); }
+  try {
+    await call("PUT", `analysts/${encodeURIComponent(name)}/budget`, { epsilon: Number(v) });
+    await loadAnalysts();
+  } catch (err) { showError(err); }
+}
+
+async function revoke(name) {
+  showError(null);
+  if (!window.confirm(`Revoke ${name}? Their token will open nothing, now and later.`)) return;
+  try {
+    await call("DELETE", `analysts/${encodeURIComponent(name)}`);
+    await loadAnalysts();
+  } catch (err) { showError(err); }
+}
+
+export async function loadAnalysts() {
+  try {
+    const { analysts } = await call("GET", "analysts");
+    fillTable($("analysts-table"), ["analyst", "status", "own ε cap", "ε spent", "actions"],
+      analysts.map((a) => {
+        const input = el("input", { type: "number", min: "0", step: "any", class: "cap-input",
+          "aria-label": `New ε cap for ${a.name}`, placeholder: fmtEps(a.cap_epsilon) });
+        const active = a.status !== "revoked";
+        const actions = el("div", { class: "row-actions" }, input,
+          el("button", { type: "button", class: "secondary small", text: "Set cap",
+            "aria-label": `Set ε cap of ${a.name}`, onclick: () => setCap(a.name, input) }),
+          active ? el("button", { type: "button", class: "danger small", text: "Revoke",
+            "aria-label": `Revoke ${a.name}`, onclick: () => revoke(a.name) }) : null);
+        return [a.name, a.status, fmtEps(a.cap_epsilon), fmtEps(a.spent_epsilon), actions];
+      }), `${analysts.length} analyst${analysts.length === 1 ? "" : "s"}`);
+  } catch (err) { showError(err); }
+}
+
+export function initOwner() {
+  $("add-analyst-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    showError(null);
+    const name = $("new-name").value.trim();
+    const eps = $("new-epsilon").value.trim();
+    try {
+      const made = await call("POST", "analysts", { name, epsilon: eps === "" ? null : Number(eps) });
+      const code = el("code", { class: "token", text: made.token });
+      const copy = el("button", { type: "button", class: "secondary small", text: "Copy",
+        onclick: async () => {
+          try { await navigator.clipboard.writeText(made.token); copy.textContent = "Copied"; }
+          catch { copy.textContent = "Select and copy it by hand"; }
+        } });
+      $("new-token").replaceChildren(
+        el("p", { text: `Token for ${made.name}, shown only now (only its hash is kept):` }), code, copy);
+      $("add-analyst-form").reset();
+      await loadAnalysts();
+    } catch (err) { showError(err); }
+  });
+}

@@ -1,0 +1,129 @@
+// Rendering: JSON from the service -> DOM. Every value goes in through textContent (never
+// innerHTML), so a table or analyst name cannot inject markup into the page.
+
+export function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  node.append(...children.filter((c) => c !== null && c !== undefined));
+  return node;
+}
+
+// Noisy numbers are shown to 6 significant digits: more would only print noise.
+export function fmt(v) {
+  if (v === null || v === undefined) return "—";
+  if (typeof v === "number") {
+    if (!Number.isFinite(v)) return String(v);
+    return Number.isInteger(v) ? v.toLocaleString("en-US") : String(+v.toPrecision(6));
+  }
+  return String(v);
+}
+
+export function fmtEps(v) {
+  return v === null || v === undefined ? "none" : String(+Number(v).toPrecision(4));
+}
+
+function headRow(names) {
+  return el("thead", {}, el("tr", {}, ...names.map((n) => el("th", { scope: "col", text: n }))));
+}
+
+export function fillTable(table, names, rows, caption) {
+  const body = el("tbody", {}, ...rows.map((r) => el("tr", {}, ...r.map((c) =>
+    c instanceof Node ? el("td", {}, c) : el("td", { text: fmt(c), class: typeof c === "number" ? "num" : null })))));
+  table.replaceChildren(...(caption ? [el("caption", { text: caption })] : []), headRow(names), body);
+}
+
+export function renderTables(container, tables, onUse) {
+  if (!tables.length) {
+    container.replaceChildren(el("p", { text: "No tables are declared in this project yet." }));
+    return;
+  }
+  container.replaceChildren(...tables.map((t) => {
+    const unit = t.privacy_unit ? `privacy unit: ${t.privacy_unit}` : "each row is its own privacy unit";
+    const rowsPer = t.max_rows_per_unit ? `, at most ${t.max_rows_per_unit} rows per unit` : "";
+    const cols = el("table", { class: "columns" });
+    fillTable(cols, ["column", "type", "bounds / domain"], t.columns.map((c) => [
+      c.name, c.type,
+      c.bounds ? `${fmt(c.bounds[0])} to ${fmt(c.bounds[1])}`
+        : c.domain ? c.domain.map(fmt).join(", ") : "—",
+    ]), `Columns of ${t.name}`);
+    return el("details", { class: "table-meta", "data-table": t.name },
+      el("summary", {}, el("strong", { text: t.name }), el("span", { class: "hint", text: ` ${t.columns.length} columns` })),
+      el("p", { class: "hint", text: unit + rowsPer }),
+      cols,
+      el("button", { type: "button", class: "secondary small", text: `Query ${t.name}`, onclick: () => onUse(t) }));
+  }));
+}
+
+export function renderBudget(meter, text, b) {
+  const spent = Number(b.spent_epsilon) || 0;
+  const total = b.cap_epsilon ?? spent + Number(b.remaining_epsilon);
+  meter.max = total > 0 ? total : 1;
+  meter.value = Math.min(spent, meter.max);
+  meter.low = meter.max * 0.5;
+  meter.high = meter.max * 0.8;
+  const cap = b.cap_epsilon === null || b.cap_epsilon === undefined ? "no own cap" : `own cap ${fmtEps(b.cap_epsilon)}`;
+  text.textContent = `ε spent ${fmtEps(spent)} (${cap}); ${fmtEps(b.remaining_epsilon)} left to you, `
+    + `${fmtEps(b.project_remaining_epsilon)} left in the project. δ spent ${fmtEps(b.spent_delta)}.`;
+  meter.textContent = `${fmtEps(spent)} of ${fmtEps(total)}`;
+}
+
+export function renderPreview(box, p) {
+  const errs = Object.entries(p.expected_error || {});
+  box.replaceChildren(
+    el("p", {}, el("strong", { text: "Would cost " }),
+      el("span", { class: "cost", text: `ε = ${fmtEps(p.epsilon)}, δ = ${fmtEps(p.delta)}` }),
+      el("span", { text: " (nothing charged yet)" })),
+    errs.length ? el("ul", { class: "errors-list", "aria-label": "Expected error per column" },
+      ...errs.map(([c, e]) => el("li", { text: `${c}: ± ${fmt(e)}` }))) : null,
+    p.text ? el("pre", { class: "preview-text", text: p.text }) : null);
+}
+
+// Group-key columns label the bars; the columns with intervals are the measures.
+export function chartData(result, measure) {
+  const keys = result.columns.filter((c) => !(c in (result.intervals || {})));
+  const mi = result.columns.indexOf(measure);
+  const ki = keys.map((k) => result.columns.indexOf(k));
+  return {
+    measure,
+    labels: result.rows.map((r) => (ki.length ? ki.map((i) => fmt(r[i])).join(" · ") : "all")),
+    values: result.rows.map((r) => (typeof r[mi] === "number" ? r[mi] : null)),
+    intervals: (result.intervals || {})[measure] || null,
+  };
+}
+
+export function resultTable(table, result) {
+  const iv = result.intervals || {};
+  const names = [];
+  for (const c of result.columns) {
+    names.push(c);
+    if (c in iv) names.push(`${c} interval`);
+  }
+  const rows = result.rows.map((r, i) => {
+    const out = [];
+    result.columns.forEach((c, j) => {
+      out.push(r[j]);
+      if (c in iv) {
+        const x = iv[c][i];
+        out.push(x ? `${fmt(x[0])} to ${fmt(x[1])}` : "—");
+      }
+    });
+    return out;
+  });
+  fillTable(table, names, rows, `Answer: ${result.rows.length} row${result.rows.length === 1 ? "" : "s"}`);
+}
+
+export function renderHistory(table, items) {
+  const sorted = [...items].sort((a, b) => String(b.time).localeCompare(String(a.time)));
+  if (!sorted.length) {
+    table.replaceChildren(el("caption", { text: "Nothing spent yet." }));
+    return;
+  }
+  fillTable(table, ["time", "kind", "query", "ε", "δ"], sorted.map((h) => [
+    new Date(h.time).toLocaleString(), h.kind, h.sql ?? "—", fmtEps(h.epsilon), fmtEps(h.delta),
+  ]));
+}
