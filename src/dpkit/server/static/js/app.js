@@ -15,6 +15,7 @@ import {
 const $ = (id) => document.getElementById(id);
 let tables = [];
 let lastResult = null;
+let role = "analyst";
 
 function setError(id, err) {
   $(id).textContent = err ? err.message : "";
@@ -38,7 +39,7 @@ function signOut(message = "") {
 
 async function loadBudget() {
   try {
-    renderBudget($("budget-meter"), $("budget-text"), await call("GET", "budget"));
+    renderBudget($("budget-meter"), $("budget-text"), await call("GET", "budget"), role);
     setError("budget-error", null);
   } catch (err) { handle("budget-error", err); }
 }
@@ -73,12 +74,12 @@ function queryBody() {
   const acc = $("accuracy").value.trim();
   const eps = $("epsilon").value.trim();
   if (!acc && !eps) throw new Error("Give an ε (epsilon) or a target error.");
-  return {
-    sql,
-    epsilon: acc ? null : Number(eps),
-    accuracy: acc ? Number(acc) : null,
-    noise: $("noise").value || null,
-  };
+  // unset fields are left out rather than sent as null: the same request either way
+  const body = { sql };
+  if (acc) body.accuracy = Number(acc);
+  else body.epsilon = Number(eps);
+  if ($("noise").value) body.noise = $("noise").value;
+  return body;
 }
 
 async function preview() {
@@ -118,7 +119,7 @@ async function run(ev) {
     btn.textContent = "Running…";
     const res = await call("POST", "query", body);
     showResult(res);
-    if (res.budget) renderBudget($("budget-meter"), $("budget-text"), res.budget);
+    if (res.budget) renderBudget($("budget-meter"), $("budget-text"), res.budget, role);
     $("results-title").focus();
   } catch (err) {
     handle("query-error", err);
@@ -137,7 +138,10 @@ async function enter(me) {
   $("whoami").hidden = false;
   $("who-name").textContent = me.name;
   $("who-role").textContent = me.role;
+  role = me.role;
   $("owner").hidden = me.role !== "owner";
+  // the owner's budget and history are the project's, over every analyst
+  $("history-title").textContent = me.role === "owner" ? "Project history" : "My history";
   document.body.dataset.role = me.role;
   await Promise.all([loadTables(), loadBudget(), loadHistory(),
     me.role === "owner" ? loadAnalysts() : null]);

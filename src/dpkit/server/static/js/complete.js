@@ -36,6 +36,11 @@ export function candidates(text, caret, tables) {
       items.push({ label, kind });
     }
   };
+  // after FROM or JOIN only a table fits; elsewhere the columns of the tables named so far
+  if (/\b(from|join)\s+$/i.test(before.slice(0, before.length - m[3].length))) {
+    for (const t of tables) add(t.name, "table");
+    return { start: caret - m[3].length, items: items.slice(0, 12) };
+  }
   const named = mentionedTables(text, tables);
   for (const t of named.length ? named : tables) {
     for (const c of t.columns) add(c.name, `${t.name} column · ${c.type}`);

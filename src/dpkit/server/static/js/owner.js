@@ -3,7 +3,7 @@
 // panel is only shown to an owner token, but the check that matters is the server's.
 
 import { call } from "./api.js";
-import { el, fillTable, fmtEps } from "./views.js";
+import { el, fillTable, fmtEps, gauge } from "./views.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -38,12 +38,13 @@ export async function loadAnalysts() {
         const input = el("input", { type: "number", min: "0", step: "any", class: "cap-input",
           "aria-label": `New ε cap for ${a.name}`, placeholder: fmtEps(a.cap_epsilon) });
         const active = a.status !== "revoked";
-        const actions = el("div", { class: "row-actions" }, input,
+        const actions = active ? el("div", { class: "row-actions" }, input,
           el("button", { type: "button", class: "secondary small", text: "Set cap",
             "aria-label": `Set ε cap of ${a.name}`, onclick: () => setCap(a.name, input) }),
-          active ? el("button", { type: "button", class: "danger small", text: "Revoke",
-            "aria-label": `Revoke ${a.name}`, onclick: () => revoke(a.name) }) : null);
-        return [a.name, a.status, fmtEps(a.cap_epsilon), fmtEps(a.spent_epsilon), actions];
+          el("button", { type: "button", class: "danger small", text: "Revoke",
+            "aria-label": `Revoke ${a.name}`, onclick: () => revoke(a.name) })) : "—";
+        return [a.name, a.status, fmtEps(a.cap_epsilon),
+          gauge(Number(a.spent_epsilon) || 0, a.cap_epsilon, `ε spent by ${a.name}`), actions];
       }), `${analysts.length} analyst${analysts.length === 1 ? "" : "s"}`);
   } catch (err) { showError(err); }
 }

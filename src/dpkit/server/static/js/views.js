@@ -1,5 +1,5 @@
 // Rendering: JSON from the service -> DOM. Every value goes in through textContent (never
-// innerHTML), so a table or analyst name cannot inject markup into the page.
+// parsed as HTML), so a table or analyst name cannot inject markup into the page.
 
 export function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -59,17 +59,35 @@ export function renderTables(container, tables, onUse) {
   }));
 }
 
-export function renderBudget(meter, text, b) {
+// An analyst's gauge runs up to their own cap (or what is left of the project if they have
+// none); the owner's is the whole project's budget, over every analyst.
+export function renderBudget(meter, text, b, role = "analyst") {
   const spent = Number(b.spent_epsilon) || 0;
   const total = b.cap_epsilon ?? spent + Number(b.remaining_epsilon);
   meter.max = total > 0 ? total : 1;
   meter.value = Math.min(spent, meter.max);
   meter.low = meter.max * 0.5;
   meter.high = meter.max * 0.8;
+  meter.textContent = `${fmtEps(spent)} of ${fmtEps(total)}`;
+  if (role === "owner") {
+    text.textContent = `Project: ε spent ${fmtEps(spent)} of ${fmtEps(total)} over all analysts; `
+      + `${fmtEps(b.project_remaining_epsilon)} left. δ spent ${fmtEps(b.spent_delta)}.`;
+    return;
+  }
   const cap = b.cap_epsilon === null || b.cap_epsilon === undefined ? "no own cap" : `own cap ${fmtEps(b.cap_epsilon)}`;
   text.textContent = `ε spent ${fmtEps(spent)} (${cap}); ${fmtEps(b.remaining_epsilon)} left to you, `
     + `${fmtEps(b.project_remaining_epsilon)} left in the project. δ spent ${fmtEps(b.spent_delta)}.`;
-  meter.textContent = `${fmtEps(spent)} of ${fmtEps(total)}`;
+}
+
+// A small gauge for a table cell: spent against a cap (none: no gauge, the number alone).
+export function gauge(spent, cap, label) {
+  const box = el("span", { class: "cell-gauge" }, el("span", { text: fmtEps(spent) }));
+  if (cap) {
+    box.append(el("meter", { min: "0", max: String(cap), value: String(Math.min(spent, cap)),
+      low: String(cap * 0.5), high: String(cap * 0.8), optimum: "0", "aria-label": label,
+      text: `${fmtEps(spent)} of ${fmtEps(cap)}` }));
+  }
+  return box;
 }
 
 export function renderPreview(box, p) {
@@ -79,7 +97,9 @@ export function renderPreview(box, p) {
       el("span", { class: "cost", text: `ε = ${fmtEps(p.epsilon)}, δ = ${fmtEps(p.delta)}` }),
       el("span", { text: " (nothing charged yet)" })),
     errs.length ? el("ul", { class: "errors-list", "aria-label": "Expected error per column" },
-      ...errs.map(([c, e]) => el("li", { text: `${c}: ± ${fmt(e)}` }))) : null,
+      ...errs.map(([c, e]) => el("li", { text: e === null || e === undefined
+        ? `${c}: no single figure (it depends on the group's size; see below)`
+        : `${c}: ± ${fmt(e)}` }))) : null,
     p.text ? el("pre", { class: "preview-text", text: p.text }) : null);
 }
 

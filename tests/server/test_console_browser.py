@@ -1,0 +1,242 @@
+"""The web console end to end in a real browser: Debian's ``chromium`` driven headless by
+Playwright (pytest-playwright's ``page`` fixture; RECIPES.md section 1), against the real
+service (uvicorn on a free loopback port, in a thread) over a small demo project.
+
+What an analyst does: sign in (a wrong token first: the service's refusal text is shown),
+browse a table's public metadata, write SQL with completion, preview the cost, run, see the
+answer as a table and as bars with interval whiskers, then hit their cap and see the refusal
+(nothing charged); the token stays out of the URL. What the owner does: see analysts and their
+spending, add one (the token is shown once), revoke one. Screenshots go to
+``$DPKIT_SCREENSHOTS`` (if set) or pytest's tmp dir; the ones in docs/img/console-*.png were
+made this way.
+
+Skips with the reason when chromium, Playwright or the service's extra is missing, except
+under ``DPKIT_REQUIRE_EXTRAS=1`` (CI), where a missing piece fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REQUIRED = bool(os.environ.get("DPKIT_REQUIRE_EXTRAS"))
+
+
+def _need(module: str, why: str) -> Any:
+    if REQUIRED:  # CI: the browser test must run, never skip quietly
+        return __import__(module)
+    return pytest.importorskip(module, reason=why)
+
+
+_need("playwright", "the console's browser test needs Playwright: pip install playwright "
+      "pytest-playwright (never `playwright install`: it uses Debian's chromium)")
+_need("pytest_playwright", "pip install pytest-playwright (the page/browser fixtures)")
+uvicorn = _need("uvicorn", "the service needs its extra: pip install 'dpkit[server]'")
+_need("fastapi", "the service needs its extra: pip install 'dpkit[server]'")
+
+from playwright.sync_api import Page, expect  # noqa: E402
+
+import dpkit as dp  # noqa: E402
+from dpkit.server.app import create_app  # noqa: E402
+
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists()
+                                        else None)
+if CHROMIUM is None:
+    if REQUIRED:
+        raise RuntimeError("chromium is missing: apt-get install -y chromium (.ci/run does)")
+    pytest.skip("Debian's chromium is missing: apt-get install -y chromium",
+                allow_module_level=True)
+
+OWNER_TOKEN = "dpkit_owner_" + "0" * 64  # a test credential; the service keeps only its hash
+CAP = 1.0  # the analyst's own cap: one query at EPS fits, a second does not
+EPS = 0.6
+WARDS = ["A", "B", "C", "D"]
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
+    return {**browser_type_launch_args, "executable_path": CHROMIUM,
+            "args": ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                     "--disable-background-networking", "--disable-component-update"]}
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    env = os.environ.get("DPKIT_SCREENSHOTS")
+    out = Path(env) if env else tmp_path_factory.mktemp("console-screenshots")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _project(path: Path) -> str:
+    """A small demo project: 400 patients in 4 wards (declared keys), ages clamped to 0-100;
+    an analyst ``alice`` with her own cap of CAP; a seeded (INSECURE, test-only) noise source."""
+    rows = "\n".join(f"{i},{WARDS[i % 4]},{(i * 37) % 90 + 5}" for i in range(400))
+    (path.parent / "patients.csv").write_text("patient_id,ward,age\n" + rows + "\n")
+    cur = dp.Curator.create(path, epsilon=5.0, source=dp.noise.seeded(7))
+    cur.add_table("patients", path.parent / "patients.csv", privacy_unit="patient_id",
+                  max_rows_per_unit=1, bounds={"age": (0, 100)}, domains={"ward": WARDS})
+    token = cur.add_analyst("alice", epsilon=CAP)
+    cur.add_analyst("bob", epsilon=0.5)
+    cur.close()
+    return token
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The real service in a uvicorn thread; yields its URL and the two tokens."""
+    project = tmp_path_factory.mktemp("console") / "clinic.dpkit"
+    analyst = _project(project)
+    app = create_app(project, owner_token_sha256=(hashlib.sha256(OWNER_TOKEN.encode()).hexdigest(),),
+                     rate=1000.0, burst=1000)
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the service did not start on 127.0.0.1")
+        time.sleep(0.02)
+    yield {"url": f"http://127.0.0.1:{port}/", "analyst": analyst, "owner": OWNER_TOKEN}
+    server.should_exit = True
+    thread.join(10)
+
+
+def _sign_in(page: Page, url: str, token: str) -> None:
+    page.goto(url)
+    page.get_by_label("Token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#app")).to_be_visible()
+
+
+def test_analyst_signs_in_queries_sees_the_chart_and_hits_the_cap(
+        page: Page, service: dict[str, str], shots: Path) -> None:
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(service["url"])
+    # a wrong token: the service's 401 detail is what the user reads
+    page.get_by_label("Token").fill("dpkit_" + "f" * 64)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#signin-error")).to_contain_text("token")
+    expect(page.locator("#app")).to_be_hidden()
+
+    _sign_in(page, service["url"], service["analyst"])
+    expect(page.locator("#who-name")).to_have_text("alice")
+    assert service["analyst"] not in page.url
+    assert page.evaluate("sessionStorage.getItem('dpkit.token')") == service["analyst"]
+
+    # browse: the table's public metadata (declared keys, bounds, privacy unit)
+    page.locator("details[data-table=patients] summary").click()
+    meta = page.locator("details[data-table=patients]")
+    expect(meta).to_contain_text("privacy unit: patient_id")
+    expect(meta).to_contain_text("0 to 100")
+
+    # completion: "pat" -> patients (keyboard only), then "wa" -> ward
+    sql = page.locator("#sql")
+    sql.click()
+    sql.press_sequentially("SELECT COUNT(*) FROM pat")
+    expect(page.get_by_role("option", name="patients")).to_be_visible()
+    sql.press("Enter")
+    expect(sql).to_have_value("SELECT COUNT(*) FROM patients")
+    sql.fill("")
+    sql.press_sequentially("SELECT wa")
+    expect(page.get_by_role("option").first).to_contain_text("ward")
+    page.screenshot(path=str(shots / "console-completion.png"))
+    sql.press("Tab")
+    sql.press_sequentially(", COUNT(*), AVG(age) FROM patients GROUP BY ward")
+    expect(sql).to_have_value("SELECT ward, COUNT(*), AVG(age) FROM patients GROUP BY ward")
+    page.get_by_label("ε (epsilon)").fill(str(EPS))
+
+    page.get_by_role("button", name="Preview cost").click()
+    expect(page.locator("#preview")).to_contain_text(f"ε = {EPS}")
+    expect(page.locator("#preview")).to_contain_text("nothing charged")
+
+    page.get_by_role("button", name="Run").click()
+    chart = page.locator("#chart[data-bars]")
+    expect(chart).to_have_attribute("data-bars", str(len(WARDS)))
+    expect(chart).to_have_attribute("data-whiskers", str(len(WARDS)))
+    rows = page.locator("#result-table tbody tr")
+    expect(rows).to_have_count(len(WARDS))
+    expect(page.locator("#charge")).to_contain_text(f"ε = {EPS}")
+    expect(page.locator("#budget-text")).to_contain_text(f"ε spent {EPS}")
+    expect(page.locator("#history-table tbody tr")).to_have_count(1)
+    # the whiskers are the service's intervals: each bar's value lies inside its own
+    bars = page.evaluate("""() => { const c = Chart.getChart(document.getElementById('chart'));
+        const d = c.data.datasets[0]; return d.data.map((v, i) => [v, d.intervals[i]]); }""")
+    assert len(bars) == len(WARDS)
+    assert all(lo <= v <= hi for v, (lo, hi) in bars)
+    page.screenshot(path=str(shots / "console-results.png"), full_page=True)
+
+    # the cap: a second query at EPS would exceed alice's CAP -> refused, nothing charged
+    page.get_by_role("button", name="Run").click()
+    refusal = page.locator("#query-error")
+    expect(refusal).to_contain_text("budget")
+    expect(page.locator("#budget-text")).to_contain_text(f"ε spent {EPS}")
+    expect(page.locator("#history-table tbody tr")).to_have_count(1)
+    page.screenshot(path=str(shots / "console-refusal.png"), full_page=True)
+
+    # sign out forgets the token
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.locator("#signin")).to_be_visible()
+    assert page.evaluate("sessionStorage.getItem('dpkit.token')") is None
+    assert not errors, errors
+
+
+def test_owner_sees_analysts_adds_and_revokes(page: Page, service: dict[str, str],
+                                              shots: Path) -> None:
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.on("dialog", lambda d: d.accept())  # the revoke confirmation
+    _sign_in(page, service["url"], service["owner"])
+    expect(page.locator("#who-role")).to_have_text("owner")
+    table = page.locator("#analysts-table")
+    expect(table.locator("tbody tr")).to_have_count(2)
+    alice = table.locator("tr", has_text="alice")
+    expect(alice).to_contain_text("active")
+    expect(alice.locator("meter")).to_have_attribute("max", f"{CAP:g}")  # her spending gauge
+    expect(page.locator("#history-title")).to_have_text("Project history")
+
+    page.get_by_label("Analyst name", exact=True).fill("carol")
+    page.get_by_label("Own ε cap").fill("0.25")
+    page.get_by_role("button", name="Add analyst").click()
+    token = page.locator("#new-token code")
+    expect(token).to_have_text(_hex_token())
+    expect(table.locator("tbody tr")).to_have_count(3)
+
+    page.get_by_role("button", name="Revoke bob").click()
+    expect(table.locator("tr", has_text="bob")).to_contain_text("revoked")
+    expect(page.get_by_role("button", name="Revoke bob")).to_have_count(0)
+    page.screenshot(path=str(shots / "console-owner.png"), full_page=True)
+
+
+def _hex_token() -> Any:
+    import re
+
+    return re.compile(r"^dpkit_[0-9a-f]{64}$")
+
+
+def test_narrow_screen_has_no_sideways_scroll(page: Page, service: dict[str, str],
+                                              shots: Path) -> None:
+    page.set_viewport_size({"width": 390, "height": 844})
+    _sign_in(page, service["url"], service["owner"])
+    expect(page.locator("#tables-list details")).to_have_count(1)
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the page scrolls sideways by {overflow}px at 390px"
+    page.screenshot(path=str(shots / "console-narrow.png"), full_page=True)
