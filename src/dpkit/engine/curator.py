@@ -454,11 +454,21 @@ class Curator(ReleaseMethods):
         bounds: Mapping[str, Any] | None = None,
         analyst: None = None,
         weights: Mapping[str, float] | None = None, dialect: str | None = None,
-        diagnostics: bool = True,
+        diagnostics: bool = True, accuracy: float | Mapping[str, float] | None = None,
+        accuracy_rows: float | None = None,
     ) -> Preview:
         """Cost and expected error of a query, without reading data or spending anything
-        (same parameters as :meth:`sql`; ``weights`` shows the weighted split)."""
+        (same parameters as :meth:`sql`; ``weights`` shows the weighted split; ``accuracy``:
+        the epsilon :meth:`sql` would spend for it)."""
         who, query = charged_analyst(self.analyst, analyst), dsql.to_duckdb(query, dialect)
+        if accuracy is not None:
+            if epsilon is not None or rho is not None:
+                raise dsql.QueryError("give epsilon= or accuracy=, not both")
+            epsilon = epsilon_for_accuracy(
+                lambda eps: expected_errors(self._plan(
+                    query, epsilon=eps, rho=None, delta=delta, noise=noise, level=level,
+                    bounds=bounds, weights=weights, diagnostics=diagnostics),
+                    accuracy_rows), accuracy)
         plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
                           level=level, bounds=bounds, weights=weights, diagnostics=diagnostics)
         booked = plan.charge_delta if plan.charge_delta is not None else delta
