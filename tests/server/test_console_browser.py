@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import socket
 import threading
@@ -102,8 +103,8 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     """The real service in a uvicorn thread; yields its URL and the two tokens."""
     project = tmp_path_factory.mktemp("console") / "clinic.dpkit"
     analyst = _project(project)
-    app = create_app(project, owner_token_sha256=(hashlib.sha256(OWNER_TOKEN.encode()).hexdigest(),),
-                     rate=1000.0, burst=1000)
+    owner_sha = hashlib.sha256(OWNER_TOKEN.encode()).hexdigest()
+    app = create_app(project, owner_token_sha256=(owner_sha,), rate=1000.0, burst=1000)
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            lifespan="on"))
@@ -217,19 +218,13 @@ def test_owner_sees_analysts_adds_and_revokes(page: Page, service: dict[str, str
     page.get_by_label("Own ε cap").fill("0.25")
     page.get_by_role("button", name="Add analyst").click()
     token = page.locator("#new-token code")
-    expect(token).to_have_text(_hex_token())
+    expect(token).to_have_text(re.compile(r"^dpkit_[0-9a-f]{64}$"))
     expect(table.locator("tbody tr")).to_have_count(3)
 
     page.get_by_role("button", name="Revoke bob").click()
     expect(table.locator("tr", has_text="bob")).to_contain_text("revoked")
     expect(page.get_by_role("button", name="Revoke bob")).to_have_count(0)
     page.screenshot(path=str(shots / "console-owner.png"), full_page=True)
-
-
-def _hex_token() -> Any:
-    import re
-
-    return re.compile(r"^dpkit_[0-9a-f]{64}$")
 
 
 def test_narrow_screen_has_no_sideways_scroll(page: Page, service: dict[str, str],
