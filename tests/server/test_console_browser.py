@@ -79,13 +79,16 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _project(path: Path) -> str:
-    """A small demo project: 400 patients in 4 wards (declared keys), ages clamped to 0-100;
+    """A small demo project: 4,000 patients in 4 wards (declared keys), ages 5-94 declared 0-50:
+    about half are clamped, so the answer warns (the diagnostic counts get 1/60 of the query's
+    epsilon: at 0.01 their 95% half-width is ~300 rows against ~2,000 clamped, so a missed
+    warning needs noise ~6x that half-width: probability < 1e-6, and the source is seeded);
     an analyst ``alice`` with her own cap of CAP; a seeded (INSECURE, test-only) noise source."""
-    rows = "\n".join(f"{i},{WARDS[i % 4]},{(i * 37) % 90 + 5}" for i in range(400))
+    rows = "\n".join(f"{i},{WARDS[i % 4]},{(i * 37) % 90 + 5}" for i in range(4000))
     (path.parent / "patients.csv").write_text("patient_id,ward,age\n" + rows + "\n")
     cur = dp.Curator.create(path, epsilon=5.0, source=dp.noise.seeded(7))
     cur.add_table("patients", path.parent / "patients.csv", privacy_unit="patient_id",
-                  max_rows_per_unit=1, bounds={"age": (0, 100)}, domains={"ward": WARDS})
+                  max_rows_per_unit=1, bounds={"age": (0, 50)}, domains={"ward": WARDS})
     token = cur.add_analyst("alice", epsilon=CAP)
     cur.add_analyst("bob", epsilon=0.5)
     cur.close()
@@ -148,7 +151,7 @@ def test_analyst_signs_in_queries_sees_the_chart_and_hits_the_cap(
     page.locator("details[data-table=patients] summary").click()
     meta = page.locator("details[data-table=patients]")
     expect(meta).to_contain_text("privacy unit: patient_id")
-    expect(meta).to_contain_text("0 to 100")
+    expect(meta).to_contain_text("0 to 50")
 
     # completion: "pat" -> patients (keyboard only), then "wa" -> ward
     sql = page.locator("#sql")
@@ -177,6 +180,7 @@ def test_analyst_signs_in_queries_sees_the_chart_and_hits_the_cap(
     rows = page.locator("#result-table tbody tr")
     expect(rows).to_have_count(len(WARDS))
     expect(page.locator("#charge")).to_contain_text(f"ε = {EPS}")
+    expect(page.locator("#warnings li").first).to_contain_text("age")  # half the ages clamped
     expect(page.locator("#budget-text")).to_contain_text(f"ε spent {EPS}")
     expect(page.locator("#history-table tbody tr")).to_have_count(1)
     # the whiskers are the service's intervals: each bar's value lies inside its own

@@ -32,8 +32,10 @@ function headRow(names) {
 }
 
 export function fillTable(table, names, rows, caption) {
-  const body = el("tbody", {}, ...rows.map((r) => el("tr", {}, ...r.map((c) =>
-    c instanceof Node ? el("td", {}, c) : el("td", { text: fmt(c), class: typeof c === "number" ? "num" : null })))));
+  // data-label: on a narrow screen each row becomes a card of "label: value" lines (app.css)
+  const body = el("tbody", {}, ...rows.map((r) => el("tr", {}, ...r.map((c, j) =>
+    c instanceof Node ? el("td", { "data-label": names[j] }, c)
+      : el("td", { text: fmt(c), "data-label": names[j], class: typeof c === "number" ? "num" : null })))));
   table.replaceChildren(...(caption ? [el("caption", { text: caption })] : []), headRow(names), body);
 }
 
