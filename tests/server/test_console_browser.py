@@ -193,7 +193,7 @@ def test_analyst_signs_in_queries_sees_the_chart_and_hits_the_cap(
     # the cap: a second query at EPS would exceed alice's CAP -> refused, nothing charged
     page.get_by_role("button", name="Run").click()
     refusal = page.locator("#query-error")
-    expect(refusal).to_contain_text("budget")
+    expect(refusal).to_contain_text("Refused: privacy budget exceeded")  # the curator's text
     expect(page.locator("#budget-text")).to_contain_text(f"ε spent {EPS}")
     expect(page.locator("#history-table tbody tr")).to_have_count(1)
     page.screenshot(path=str(shots / "console-refusal.png"), full_page=True)

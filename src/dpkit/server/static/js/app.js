@@ -24,6 +24,11 @@ function setError(id, err) {
 // A 401 anywhere means the token is no longer good (revoked, expired): back to sign-in.
 function handle(id, err) {
   if (err instanceof ApiError && err.status === 401) return signOut(`Signed out: ${err.message}`);
+  // 409: the service refused the query (budget, SQL); it says why, and nothing was charged
+  if (err instanceof ApiError && err.status === 409) {
+    $(id).textContent = `Refused: ${err.message}`;
+    return;
+  }
   setError(id, err);
 }
 

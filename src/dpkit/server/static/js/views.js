@@ -46,7 +46,8 @@ export function renderTables(container, tables, onUse) {
   }
   container.replaceChildren(...tables.map((t) => {
     const unit = t.privacy_unit ? `privacy unit: ${t.privacy_unit}` : "each row is its own privacy unit";
-    const rowsPer = t.max_rows_per_unit ? `, at most ${t.max_rows_per_unit} rows per unit` : "";
+    const m = t.max_rows_per_unit;
+    const rowsPer = m ? `, at most ${m} row${m === 1 ? "" : "s"} per unit` : "";
     const cols = el("table", { class: "columns" });
     fillTable(cols, ["column", "type", "bounds / domain"], t.columns.map((c) => [
       c.name, c.type,
