@@ -198,6 +198,11 @@ def test_analyst_signs_in_queries_sees_the_chart_and_hits_the_cap(
     expect(page.locator("#history-table tbody tr")).to_have_count(1)
     page.screenshot(path=str(shots / "console-refusal.png"), full_page=True)
 
+    # a reload keeps the tab signed in (sessionStorage), with the token still out of the URL
+    page.reload()
+    expect(page.locator("#who-name")).to_have_text("alice")
+    assert service["analyst"] not in page.url
+
     # sign out forgets the token
     page.get_by_role("button", name="Sign out").click()
     expect(page.locator("#signin")).to_be_visible()
@@ -236,6 +241,12 @@ def test_narrow_screen_has_no_sideways_scroll(page: Page, service: dict[str, str
     page.set_viewport_size({"width": 390, "height": 844})
     _sign_in(page, service["url"], service["owner"])
     expect(page.locator("#tables-list details")).to_have_count(1)
+    # every control has an accessible name (a label, aria-label or its text)
+    unnamed = page.evaluate("""() => [...document.querySelectorAll(
+        'input, select, textarea, button')].filter((e) => e.offsetParent !== null
+        && !(e.labels && e.labels.length) && !e.getAttribute('aria-label')
+        && !e.getAttribute('aria-labelledby') && !e.textContent.trim()).map((e) => e.outerHTML)""")
+    assert not unnamed, unnamed
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0, f"the page scrolls sideways by {overflow}px at 390px"
     page.screenshot(path=str(shots / "console-narrow.png"), full_page=True)

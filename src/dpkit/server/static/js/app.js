@@ -109,9 +109,15 @@ function showResult(res) {
   const select = $("measure");
   select.replaceChildren(...measures.map((m) => el("option", { value: m, text: m })));
   select.disabled = measures.length < 2;
-  $("chart").parentElement.hidden = measures.length === 0;
-  if (measures.length) drawChart($("chart"), chartData(res, measures[0]));
+  // the table first: the answer is paid for, so it is shown even if the chart cannot be drawn
   resultTable($("result-table"), res);
+  $("chart").parentElement.hidden = measures.length === 0;
+  try {
+    if (measures.length) drawChart($("chart"), chartData(res, measures[0]));
+  } catch (err) {
+    $("chart").parentElement.hidden = true;
+    $("warnings").append(el("li", { text: `No chart: ${err.message}. The table has the answer.` }));
+  }
 }
 
 async function run(ev) {
