@@ -44,7 +44,7 @@ _need("pytest_playwright", "pip install pytest-playwright (the page/browser fixt
 uvicorn = _need("uvicorn", "the service needs its extra: pip install 'dpkit[server]'")
 _need("fastapi", "the service needs its extra: pip install 'dpkit[server]'")
 
-from playwright.sync_api import Page, expect  # noqa: E402
+from playwright.sync_api import Page, Route, expect  # noqa: E402
 
 import dpkit as dp  # noqa: E402
 from dpkit.server.app import create_app  # noqa: E402
@@ -123,6 +123,14 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     thread.join(10)
 
 
+def _with_csp(route: Route) -> None:
+    """Serve the page with ``default-src 'self'``: no inline script or style, no other origin
+    (whatever header the service sets; docs/service.md says the console needs no more)."""
+    resp = route.fetch()
+    route.fulfill(response=resp, headers={
+        **resp.headers, "content-security-policy": "default-src 'self'"})
+
+
 def _sign_in(page: Page, url: str, token: str) -> None:
     page.goto(url)
     page.get_by_label("Token").fill(token)
@@ -134,6 +142,9 @@ def test_analyst_signs_in_queries_sees_the_chart_and_hits_the_cap(
         page: Page, service: dict[str, str], shots: Path) -> None:
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text
+            else None)
+    page.route(service["url"], _with_csp)  # the console must run under a strict CSP
     page.set_viewport_size({"width": 1280, "height": 900})
     page.goto(service["url"])
     # a wrong token: the service's 401 detail is what the user reads
