@@ -200,6 +200,10 @@ def test_analyst_signs_in_queries_sees_the_chart_and_hits_the_cap(
     assert len(bars) == len(WARDS)
     assert all(lo <= v <= hi for v, (lo, hi) in bars)
     page.screenshot(path=str(shots / "console-results.png"), full_page=True)
+    with page.expect_download() as dl:
+        page.get_by_role("button", name="Download CSV").click()
+    csv = Path(dl.value.path()).read_text().splitlines()
+    assert csv[0].startswith("ward,") and "_low," in csv[0] and len(csv) == 1 + len(WARDS)
 
     # the cap: a second query at EPS would exceed alice's CAP -> refused, nothing charged
     page.get_by_role("button", name="Run").click()
@@ -208,6 +212,20 @@ def test_analyst_signs_in_queries_sees_the_chart_and_hits_the_cap(
     expect(page.locator("#budget-text")).to_contain_text(f"ε spent {EPS}")
     expect(page.locator("#history-table tbody tr")).to_have_count(1)
     page.screenshot(path=str(shots / "console-refusal.png"), full_page=True)
+
+    # SQL the curator refuses: its own text, nothing charged
+    sql.fill("SELECT age FROM patients")
+    page.get_by_role("button", name="Run").click()
+    expect(refusal).to_contain_text("Refused: column 'age' is neither aggregated")
+    expect(page.locator("#history-table tbody tr")).to_have_count(1)
+
+    # a target error instead of an epsilon: the service finds the epsilon (preview only)
+    sql.fill("SELECT COUNT(*) FROM patients")
+    page.get_by_label("ε (epsilon)").fill("")
+    page.get_by_label("or target error ±").fill("50")
+    page.get_by_role("button", name="Preview cost").click()
+    expect(page.locator("#preview li")).to_have_text("count: ± 50")
+    expect(refusal).to_be_empty()
 
     # a reload keeps the tab signed in (sessionStorage), with the token still out of the URL
     page.reload()

@@ -9,7 +9,7 @@ import { drawChart } from "./chart.js";
 import { attachCompletion } from "./complete.js";
 import { initOwner, loadAnalysts } from "./owner.js";
 import {
-  chartData, el, renderBudget, renderHistory, renderPreview, renderTables, resultTable,
+  chartData, el, renderBudget, renderHistory, renderPreview, renderTables, resultCsv, resultTable,
 } from "./views.js";
 
 const $ = (id) => document.getElementById(id);
@@ -173,12 +173,23 @@ async function signIn(ev) {
   }
 }
 
+function downloadCsv() {
+  if (!lastResult) return;
+  const url = URL.createObjectURL(new Blob([resultCsv(lastResult)], { type: "text/csv" }));
+  const a = el("a", { href: url, download: "answer.csv" });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+
 function init() {
   $("results-title").tabIndex = -1;
   $("signin-form").addEventListener("submit", signIn);
   $("signout").addEventListener("click", () => signOut("Signed out."));
   $("query-form").addEventListener("submit", run);
   $("preview-btn").addEventListener("click", preview);
+  $("csv-btn").addEventListener("click", downloadCsv);
   $("measure").addEventListener("change", () => {
     if (lastResult) drawChart($("chart"), chartData(lastResult, $("measure").value));
   });

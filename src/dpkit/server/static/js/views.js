@@ -150,3 +150,25 @@ export function renderHistory(table, items) {
     new Date(h.time).toLocaleString(), h.kind, h.sql ?? "—", fmtEps(h.epsilon), fmtEps(h.delta),
   ]));
 }
+
+// The answer as CSV (each aggregate with <name>_low/<name>_high), made in the browser from the
+// JSON already received: post-processing, nothing is asked of the service.
+export function resultCsv(result) {
+  const iv = result.intervals || {};
+  const cell = (v) => {
+    const t = v === null || v === undefined ? "" : String(v);
+    return /[",\n\r]/.test(t) ? `"${t.replace(/"/g, '""')}"` : t;
+  };
+  const head = [];
+  for (const c of result.columns) head.push(c, ...(c in iv ? [`${c}_low`, `${c}_high`] : []));
+  const lines = [head.map(cell).join(",")];
+  result.rows.forEach((r, i) => {
+    const out = [];
+    result.columns.forEach((c, j) => {
+      out.push(r[j]);
+      if (c in iv) out.push(...(iv[c][i] || [null, null]));
+    });
+    lines.push(out.map(cell).join(","));
+  });
+  return lines.join("\r\n") + "\r\n";
+}
