@@ -78,6 +78,7 @@ def make_client(project: Project) -> Iterator[Any]:
     yield make
     for c in made:
         c.__exit__(None, None, None)
+        c.app.state.service.close()
 
 
 @pytest.fixture

@@ -206,8 +206,9 @@ def test_owner_manages_analysts(client: Any, project: Project) -> None:
     assert r.status_code == 201, r.text
     token = r.json()["token"]
     assert client.get("/v1/me", headers=project.headers(token)).json()["name"] == "carol"
-    assert_problem(client.post("/v1/analysts", json={"name": "carol"}, headers=o), 422)
-    assert_problem(client.post("/v1/analysts", json={"name": "x y"}, headers=o), 422)
+    assert_problem(client.post("/v1/analysts", json={"name": "carol"}, headers=o), 409)
+    assert_problem(client.post("/v1/analysts", json={"name": "x y"}, headers=o), 409)
+    assert_problem(client.post("/v1/analysts", json={"nom": "x"}, headers=o), 422)
     r = client.put("/v1/analysts/carol/budget", json={"epsilon": 0.7}, headers=o)
     assert {a["name"]: a["cap_epsilon"] for a in r.json()["analysts"]}["carol"] == 0.7
     assert client.delete("/v1/analysts/carol", headers=o).status_code == 204

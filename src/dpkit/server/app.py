@@ -9,7 +9,6 @@ limit and the audit log wrap everything (:class:`dpkit.server.limits.Guard`).
 from __future__ import annotations
 
 import logging
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +61,28 @@ def _install_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def on_http(request: Request, exc: HTTPException) -> JSONResponse:
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-        if exc.status_code == 404:
+        status, headers = exc.status_code, dict(exc.headers or {})
+        if status == 404:
             detail = f"no such endpoint {request.url.path!r}; see /openapi.json"
-        return _problem_response(exc.status_code, _SLUGS.get(exc.status_code, "error"),
-                                 detail, dict(exc.headers or {}))
+        elif status == 400:  # FastAPI's own: a body it could not decode (not UTF-8 JSON)
+            status, detail = 422, (f"the request body could not be read as JSON ({detail}); "
+                                   f"send UTF-8 JSON with Content-Type: application/json")
+        elif status == 405:  # every method of every route on this path, not the first's
+            allowed = _allowed(request.app.routes, request.url.path)
+            headers["Allow"] = ", ".join(allowed)
+            detail = f"{request.method} is not allowed here; allowed: {', '.join(allowed)}"
+        return _problem_response(status, _SLUGS.get(status, "invalid"), detail, headers)
+
+
+def _allowed(routes: Any, path: str) -> list[str]:
+    out: set[str] = set()
+    for r in routes:
+        inner = getattr(r, "original_router", None)  # routers included by FastAPI
+        if inner is not None:
+            out.update(_allowed(inner.routes, path))
+        elif getattr(r, "methods", None) and r.path_regex.match(path):
+            out.update(r.methods)
+    return sorted(out)
 
 
 def create_app(config: ServerConfig | str | Path, **settings: Any) -> FastAPI:
@@ -74,14 +91,10 @@ def create_app(config: ServerConfig | str | Path, **settings: Any) -> FastAPI:
     unverifiable ledger or a missing extra fails here, not at the first request."""
     if not isinstance(config, ServerConfig):
         config = ServerConfig(project=str(config), **settings)
+    # no lifespan hook closes the service: a test client (or an ASGI fuzzer) runs startup
+    # and shutdown around every session of the same app; the process's exit closes it
     service = Service(config)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> Any:
-        yield
-        service.close()
-
-    app = FastAPI(title="dpkit", version="1", lifespan=lifespan,
+    app = FastAPI(title="dpkit", version="1",
                   description="Differentially private answers from a dpkit project: "
                               "aggregates with intervals, charged to the caller's budget.")
     app.state.service = service

@@ -56,8 +56,9 @@ def new_owner_token(project: str | Path) -> str:
     """A fresh owner token (256 bits from the OS CSPRNG); its hash replaces the project's
     stored owner hash (the old owner token stops working). Returned once, never stored."""
     path = Path(project)
-    if not (path / "ledger.sqlite").exists():
-        raise FileNotFoundError(f"{path} is not a dpkit project (no ledger.sqlite)")
+    if not (path / "ledger.key").exists():  # the owner key: beside any ledger store
+        raise FileNotFoundError(f"{path} is not a dpkit project (no ledger.key); the owner "
+                                f"runs this in the project folder they created")
     token = OWNER_PREFIX + _noise.token_hex(32)
     target = path / OWNER_HASH_FILE
     fd = os.open(target.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

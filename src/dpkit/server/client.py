@@ -78,6 +78,7 @@ class RemoteResult:
     notes: list[str] = field(default_factory=list)
     budget: dict[str, Any] = field(default_factory=dict)
     insecure: bool = False
+    ledger_seq: int | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RemoteResult:
@@ -85,7 +86,7 @@ class RemoteResult:
                    epsilon=d["charge"]["epsilon"], delta=d["charge"]["delta"],
                    level=d.get("level", 0.95), warnings=d.get("warnings", []),
                    notes=d.get("notes", []), budget=d.get("budget", {}),
-                   insecure=d.get("insecure", False))
+                   insecure=d.get("insecure", False), ledger_seq=d.get("ledger_seq"))
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -177,10 +178,15 @@ class Client:
                 resp = conn.getresponse()
                 raw = resp.read()
                 break
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            except (http.client.HTTPException, OSError) as exc:
                 self.close()
+                # a GET is retried once (a keep-alive connection closed by the server); a
+                # POST is not: it may have been charged, and a retry would charge again
                 if attempt or method != "GET":
-                    raise
+                    raise ConnectionError(
+                        f"the connection to {self.url} failed during {method} {path} "
+                        f"({type(exc).__name__}: {exc}); a query sent may have been charged: "
+                        f"see history()") from exc
         ctype = resp.getheader("Content-Type", "")
         if resp.status >= 400:
             self._raise(resp.status, ctype, raw, resp.getheader("Retry-After"))

@@ -1,8 +1,9 @@
 """RFC 9457 problem details: every error the service gives, with the curator's own text.
 
 :func:`problem_of` maps the library's exceptions to statuses: a refused query (its SQL, or
-the budget) is 409, a bad value 422, a missing right 403, a ledger or database that cannot be
-used 503 (nothing charged: the charge is the ledger's transaction). Nothing a client sends
+the budget) or value is 409, a missing right 403, a ledger or database that cannot be
+used 503 (nothing charged: the charge is the ledger's transaction). 422 is for a body that
+does not match the endpoint's schema; a schema-valid body the curator refuses is a 409. Nothing a client sends
 reaches the generic 500: that would be a bug, and says so.
 """
 
@@ -82,8 +83,9 @@ def problem_of(exc: BaseException) -> Problem:
                        f"was charged by this request. Try again later or tell the owner")
     if isinstance(exc, RuntimeError) and "cannot open the project's data" in text:
         return Problem(503, "unavailable", text)
-    if isinstance(exc, (ValueError, TypeError, KeyError, LookupError)):
-        return Problem(422, "invalid", text)
-    if isinstance(exc, ImportError):
-        return Problem(422, "unsupported", text)
+    if isinstance(exc, (ValueError, TypeError, KeyError, LookupError, ImportError)):
+        # a body that matches the schema but that the curator refuses (an epsilon above
+        # the project's, a name already taken ...): refused, like a query; 422 is kept for
+        # bodies that do not match the schema at all
+        return Problem(409, "refused", text)
     return Problem(500, "internal", f"internal error ({type(exc).__name__}); it was logged")

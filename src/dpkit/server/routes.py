@@ -31,7 +31,8 @@ PROBLEMS: dict[int | str, dict[str, Any]] = {
     code: {"description": text, "content": {"application/problem+json": {}}}
     for code, text in [(401, "no, malformed, unknown or revoked credential"),
                        (403, "a valid credential without the right"),
-                       (409, "query refused (SQL, or over budget); nothing charged"),
+                       (404, "no such analyst (owner routes)"),
+                       (409, "refused by the curator (SQL, budget, value); nothing charged"),
                        (413, "body too large"), (422, "invalid request"),
                        (429, "rate limited"), (503, "ledger or data unavailable"),
                        (504, "timed out")]}

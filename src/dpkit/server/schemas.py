@@ -143,6 +143,7 @@ class ResultOut(BaseModel):
     warnings: list[str]
     notes: list[str] = []
     insecure: bool = False
+    ledger_seq: int | None = None  # the ledger row that charged this answer
     charge: ChargeOut
     budget: BudgetOut
 

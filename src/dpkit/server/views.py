@@ -100,6 +100,6 @@ def result_json(res: Result, cur: Curator) -> dict[str, Any]:
                  for c in cols if f"{c}_ci_low" in data and f"{c}_ci_high" in data}
     return clean({"columns": cols, "rows": rows, "intervals": intervals, "level": res.level,
                   "warnings": list(res.warnings), "notes": list(res.notes),
-                  "insecure": bool(res.insecure),
+                  "insecure": bool(res.insecure), "ledger_seq": res.ledger_seq,
                   "charge": {"epsilon": float(res.epsilon), "delta": float(res.delta)},
                   "budget": budget_json(cur)})
