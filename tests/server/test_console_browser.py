@@ -227,6 +227,10 @@ def test_analyst_signs_in_queries_sees_the_chart_and_hits_the_cap(
     expect(page.locator("#preview li")).to_have_text("count: ± 50")
     expect(refusal).to_be_empty()
 
+    # a past query goes back into the editor from the history
+    page.locator("#history-table tbody button").first.click()
+    expect(sql).to_have_value("SELECT ward, COUNT(*), AVG(age) FROM patients GROUP BY ward")
+
     # a reload keeps the tab signed in (sessionStorage), with the token still out of the URL
     page.reload()
     expect(page.locator("#who-name")).to_have_text("alice")
@@ -279,3 +283,23 @@ def test_narrow_screen_has_no_sideways_scroll(page: Page, service: dict[str, str
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0, f"the page scrolls sideways by {overflow}px at 390px"
     page.screenshot(path=str(shots / "console-narrow.png"), full_page=True)
+
+
+def test_chart_and_csv_helpers_in_the_page(page: Page, service: dict[str, str]) -> None:
+    """The console's own modules, run in the browser: a long answer charts its first 60 rows
+    (the rest stay in the table and the CSV); CSV cells with commas, quotes or line breaks are
+    quoted (RFC 4180)."""
+    page.goto(service["url"])
+    out = page.evaluate("""async () => {
+        const v = await import('./static/js/views.js');
+        const rows = Array.from({length: 100}, (_, i) => [`k${i}`, i]);
+        const res = {columns: ['key', 'n'], rows,
+                     intervals: {n: rows.map((r) => [r[1] - 1, r[1] + 1])}};
+        const d = v.chartData(res, 'n');
+        const csv = v.resultCsv({columns: ['name', 'n'], rows: [["a,\\"b\\"\\nc", 1]],
+                                 intervals: {n: [[0, 2]]}});
+        return {bars: d.values.length, whiskers: d.intervals.length, omitted: d.omitted,
+                label: d.labels[59], csv};
+    }""")
+    assert out == {"bars": 60, "whiskers": 60, "omitted": 40, "label": "k59",
+                   "csv": 'name,n,n_low,n_high\r\n"a,""b""\nc",1,0,2\r\n'}

@@ -51,7 +51,10 @@ async function loadBudget() {
 
 async function loadHistory() {
   try {
-    renderHistory($("history-table"), (await call("GET", "history")).items);
+    renderHistory($("history-table"), (await call("GET", "history")).items, (text) => {
+      $("sql").value = text;
+      $("sql").focus();
+    });
     setError("history-error", null);
   } catch (err) { handle("history-error", err); }
 }
@@ -99,6 +102,14 @@ async function preview() {
   }
 }
 
+function showChart(res, measure) {
+  const data = chartData(res, measure);
+  drawChart($("chart"), data);
+  $("chart-note").textContent = data.omitted
+    ? `The chart shows the first ${data.values.length} rows; all ${res.rows.length} are in the table and the CSV.`
+    : "";
+}
+
 function showResult(res) {
   lastResult = res;
   $("results").hidden = false;
@@ -113,7 +124,7 @@ function showResult(res) {
   resultTable($("result-table"), res);
   $("chart").parentElement.hidden = measures.length === 0;
   try {
-    if (measures.length) drawChart($("chart"), chartData(res, measures[0]));
+    if (measures.length) showChart(res, measures[0]);
   } catch (err) {
     $("chart").parentElement.hidden = true;
     $("warnings").append(el("li", { text: `No chart: ${err.message}. The table has the answer.` }));
@@ -191,7 +202,7 @@ function init() {
   $("preview-btn").addEventListener("click", preview);
   $("csv-btn").addEventListener("click", downloadCsv);
   $("measure").addEventListener("change", () => {
-    if (lastResult) drawChart($("chart"), chartData(lastResult, $("measure").value));
+    if (lastResult) showChart(lastResult, $("measure").value);
   });
   $("sql").addEventListener("keydown", (ev) => {
     if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) run(ev);

@@ -36,7 +36,7 @@ const whiskers = {
 let current = null;
 
 // labels: one per row; values: numbers (null for a missing value); intervals: [lo, hi] | null.
-export function drawChart(canvas, { labels, values, intervals, measure }) {
+export function drawChart(canvas, { labels, values, intervals, measure, omitted = 0 }) {
   if (current) { current.destroy(); current = null; }
   const Chart = window.Chart;
   if (!Chart) throw new Error("the chart library did not load (static/vendor/chart.umd.min.js)");
@@ -82,8 +82,9 @@ export function drawChart(canvas, { labels, values, intervals, measure }) {
     plugins: [whiskers],
   });
   const n = values.length;
+  const more = omitted ? ` (the first ${n}; ${omitted} more in the table)` : "";
   canvas.setAttribute("aria-label",
-    `Bar chart of ${measure} over ${n} row${n === 1 ? "" : "s"}, with interval whiskers; the same numbers are in the table below.`);
+    `Bar chart of ${measure} over ${n} row${n === 1 ? "" : "s"}${more}, with interval whiskers; the same numbers are in the table below.`);
   canvas.dataset.bars = String(n);
   canvas.dataset.whiskers = String((intervals || []).filter(Boolean).length);
   return current;

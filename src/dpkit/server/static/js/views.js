@@ -106,16 +106,22 @@ export function renderPreview(box, p) {
     p.text ? el("pre", { class: "preview-text", text: p.text }) : null);
 }
 
-// Group-key columns label the bars; the columns with intervals are the measures.
+// Group-key columns label the bars; the columns with intervals are the measures. At most
+// CHART_BARS bars: past that a bar chart is unreadable (the table and the CSV have them all).
+export const CHART_BARS = 60;
+
 export function chartData(result, measure) {
   const keys = result.columns.filter((c) => !(c in (result.intervals || {})));
   const mi = result.columns.indexOf(measure);
   const ki = keys.map((k) => result.columns.indexOf(k));
+  const rows = result.rows.slice(0, CHART_BARS);
+  const iv = (result.intervals || {})[measure];
   return {
     measure,
-    labels: result.rows.map((r) => (ki.length ? ki.map((i) => fmt(r[i])).join(" · ") : "all")),
-    values: result.rows.map((r) => (typeof r[mi] === "number" ? r[mi] : null)),
-    intervals: (result.intervals || {})[measure] || null,
+    labels: rows.map((r) => (ki.length ? ki.map((i) => fmt(r[i])).join(" · ") : "all")),
+    values: rows.map((r) => (typeof r[mi] === "number" ? r[mi] : null)),
+    intervals: iv ? iv.slice(0, CHART_BARS) : null,
+    omitted: result.rows.length - rows.length,
   };
 }
 
@@ -140,14 +146,18 @@ export function resultTable(table, result) {
   fillTable(table, names, rows, `Answer: ${result.rows.length} row${result.rows.length === 1 ? "" : "s"}`);
 }
 
-export function renderHistory(table, items) {
+// onUse(sql): put a past query back in the editor (re-running it is charged again).
+export function renderHistory(table, items, onUse) {
   const sorted = [...items].sort((a, b) => String(b.time).localeCompare(String(a.time)));
   if (!sorted.length) {
     table.replaceChildren(el("caption", { text: "Nothing spent yet." }));
     return;
   }
   fillTable(table, ["time", "kind", "query", "ε", "δ"], sorted.map((h) => [
-    new Date(h.time).toLocaleString(), h.kind, h.sql ?? "—", fmtEps(h.epsilon), fmtEps(h.delta),
+    new Date(h.time).toLocaleString(), h.kind,
+    h.sql ? el("button", { type: "button", class: "link", text: h.sql,
+      title: "Put this query in the editor", onclick: () => onUse(h.sql) }) : "—",
+    fmtEps(h.epsilon), fmtEps(h.delta),
   ]));
 }
 
