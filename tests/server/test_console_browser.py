@@ -240,6 +240,11 @@ def test_analyst_signs_in_queries_sees_the_chart_and_hits_the_cap(
     page.get_by_role("button", name="Sign out").click()
     expect(page.locator("#signin")).to_be_visible()
     assert page.evaluate("sessionStorage.getItem('dpkit.token')") is None
+    # ... and what was shown for it: the next person at this computer finds no answer
+    expect(page.locator("#results")).to_be_hidden()
+    expect(page.locator("#result-table tr")).to_have_count(0)
+    expect(page.locator("#history-table tr")).to_have_count(0)
+    expect(page.locator("#sql")).to_have_value("")
     assert not errors, errors
 
 

@@ -5,7 +5,7 @@
 // service's, the console only asks and shows the answer or the refusal's `detail` text.
 
 import { ApiError, call, clearToken, getToken, setToken } from "./api.js";
-import { drawChart } from "./chart.js";
+import { clearChart, drawChart } from "./chart.js";
 import { attachCompletion } from "./complete.js";
 import { initOwner, loadAnalysts } from "./owner.js";
 import {
@@ -32,8 +32,22 @@ function handle(id, err) {
   setError(id, err);
 }
 
+// Signing out forgets the token and everything shown for it: on a shared computer the next
+// person must not find the last answer, token or analyst list on the page.
 function signOut(message = "") {
   clearToken();
+  lastResult = null;
+  tables = [];
+  role = "analyst";
+  $("query-form").reset();
+  $("add-analyst-form").reset();
+  for (const id of ["preview", "new-token", "tables-list", "warnings"]) $(id).replaceChildren();
+  for (const id of ["result-table", "history-table", "analysts-table"]) $(id).replaceChildren();
+  for (const id of ["query-error", "budget-error", "tables-error", "history-error", "owner-error",
+    "budget-text", "charge", "chart-note"]) $(id).textContent = "";
+  clearChart($("chart"));
+  $("results").hidden = true;
+  $("owner").hidden = true;
   $("app").hidden = true;
   $("whoami").hidden = true;
   $("signin").hidden = false;
@@ -133,8 +147,9 @@ function showResult(res) {
 
 async function run(ev) {
   if (ev) ev.preventDefault();
-  setError("query-error", null);
   const btn = $("run-btn");
+  if (btn.disabled) return;  // one query at a time: Ctrl+Enter while one runs does nothing
+  setError("query-error", null);
   try {
     const body = queryBody();
     btn.disabled = true;

@@ -35,6 +35,12 @@ const whiskers = {
 
 let current = null;
 
+export function clearChart(canvas) {
+  if (current) { current.destroy(); current = null; }
+  delete canvas.dataset.bars;
+  delete canvas.dataset.whiskers;
+}
+
 // labels: one per row; values: numbers (null for a missing value); intervals: [lo, hi] | null.
 export function drawChart(canvas, { labels, values, intervals, measure, omitted = 0 }) {
   if (current) { current.destroy(); current = null; }
