@@ -26,7 +26,7 @@ export function candidates(text, caret, tables) {
     for (const c of t ? t.columns : []) {
       if (c.name.toLowerCase().startsWith(prefix)) items.push({ label: c.name, kind: `${t.name} column · ${c.type}` });
     }
-    return { start: caret - (m[2] || "").length, items };
+    return { start: caret - (m[2] || "").length, items, dotted: true };
   }
   const prefix = m[3].toLowerCase();
   const seen = new Set();
@@ -84,8 +84,9 @@ export function attachCompletion(textarea, list, getTables) {
   };
 
   const open = (force) => {
-    const { start, items } = candidates(textarea.value, textarea.selectionStart, getTables());
-    if (!items.length || (!force && textarea.selectionStart === start)) return close();
+    const { start, items, dotted } = candidates(textarea.value, textarea.selectionStart, getTables());
+    // typing opens the list once a word has begun, or right after "table."
+    if (!items.length || (!force && !dotted && textarea.selectionStart === start)) return close();
     state = { start, items, active: 0 };
     list.replaceChildren(...items.map((it, i) => {
       const li = document.createElement("li");
