@@ -57,6 +57,10 @@ if CHROMIUM is None:
     pytest.skip("Debian's chromium is missing: apt-get install -y chromium",
                 allow_module_level=True)
 
+# pytest-playwright 0.10's base_url fixture trips a pytest 9 deprecation notice (theirs, not ours)
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Session-scoped fixtures defined as instance methods")
+
 OWNER_TOKEN = "dpkit_owner_" + "0" * 64  # a test credential; the service keeps only its hash
 CAP = 1.0  # the analyst's own cap: one query at EPS fits, a second does not
 EPS = 0.6
