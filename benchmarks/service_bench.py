@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 import dpkit as dp
-from dpkit.server.client import Client, QueryRefused, ServiceError
+from dpkit.server.client import Client, QueryRefusedError, ServiceError
 
 ROOT = Path(__file__).resolve().parents[1]
 SQL = "SELECT g, COUNT(*) AS n FROM events GROUP BY g"
@@ -173,7 +173,7 @@ def race_round(folder: Path, ledger: str, clients: int) -> dict[str, Any]:
                 try:
                     c.sql(SQL, epsilon=0.3, diagnostics=False)
                     wins.append(k)
-                except QueryRefused:
+                except QueryRefusedError:
                     pass
 
     try:
@@ -200,7 +200,7 @@ def kill_rounds(folder: Path, ledger: str, kills: int) -> dict[str, Any]:
         server.start()
         stop = threading.Event()
 
-        def run(k: int) -> None:
+        def run(k: int, stop: threading.Event = stop) -> None:
             c = Client(server.url, tokens[k], timeout=10)
             while not stop.is_set():
                 try:

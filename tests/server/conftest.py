@@ -18,10 +18,10 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import numpy as np
+import pandas as pd
 
-import dpkit as dp  # noqa: E402
+import dpkit as dp
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 SQL = "SELECT g, COUNT(*) AS n FROM t GROUP BY g"

@@ -9,7 +9,6 @@ import re
 from typing import Any
 
 import pytest
-
 from tests.server.conftest import SQL, Project
 
 OPEN = {"/v1/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/",

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dpkit.engine.ledger import Ledger
 from tests.server.conftest import SQL, Project
+
+from dpkit.engine.ledger import Ledger
 
 PROBLEM = "application/problem+json"
 

@@ -21,10 +21,10 @@ schemathesis = pytest.importorskip("schemathesis")
 pytest.importorskip("fastapi")
 
 from hypothesis import HealthCheck, settings  # noqa: E402
+from tests.server.conftest import make_project  # noqa: E402
 
 from dpkit.server.app import create_app  # noqa: E402
 from dpkit.server.auth import owner_hashes  # noqa: E402
-from tests.server.conftest import make_project  # noqa: E402
 
 _FOLDER = tempfile.mkdtemp(prefix="dpkit-fuzz-")
 atexit.register(shutil.rmtree, _FOLDER, ignore_errors=True)

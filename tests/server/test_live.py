@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.server.conftest import SQL, live_server, make_project, stop
 
 from dpkit.engine.ledger import Ledger
-from tests.server.conftest import SQL, live_server, make_project, stop
 
 
 def test_racing_clients_over_two_processes_never_overspend(tmp_path: Path) -> None:
@@ -32,7 +32,7 @@ def test_racing_clients_over_two_processes_never_overspend(tmp_path: Path) -> No
                 try:
                     c.sql(SQL, epsilon=0.3)
                     code = 200
-                except dp.server.client.QueryRefused as exc:
+                except dp.server.client.QueryRefusedError as exc:
                     code = exc.status
                 with lock:
                     codes.append(code)
@@ -67,7 +67,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def test_client_has_the_curators_methods(live: Any) -> None:
     import dpkit as dp
-    from dpkit.server.client import NotAuthenticated, QueryRefused
+    from dpkit.server.client import NotAuthenticatedError, QueryRefusedError
 
     project, server = live
     c = dp.Client(server.url, project.alice)
@@ -83,16 +83,16 @@ def test_client_has_the_curators_methods(live: Any) -> None:
     one = c.sql("SELECT COUNT(*) AS n FROM t", epsilon=0.1)
     assert abs(one.value() - 2000) < 200  # Laplace scale 10: P(|noise| > 200) = e^-20
     assert [h["sql"] for h in c.history()] == [SQL, "SELECT COUNT(*) AS n FROM t"]
-    with pytest.raises(QueryRefused, match="budget"):
+    with pytest.raises(QueryRefusedError, match="budget"):
         c.sql(SQL, epsilon=5.0)
-    with pytest.raises(ValueError, match="SELECT"):  # QueryRefused is a ValueError
+    with pytest.raises(ValueError, match="SELECT"):  # QueryRefusedError is a ValueError
         c.sql("SELECT * FROM t", epsilon=0.1)
     assert c.quantiles("t", "x", [0.5], epsilon=0.1).columns == ["probability", "quantile"]
     assert c.synthetic("t", ["g"], epsilon=0.1, rows=3).splitlines()[0] == "g"
     assert abs(c.budget()["spent_epsilon"] - 0.4) < 1e-9
-    with pytest.raises(NotAuthenticated):
+    with pytest.raises(NotAuthenticatedError):
         dp.Client(server.url, "dpkit_" + "0" * 64).budget()
-    with pytest.raises(PermissionError):  # Forbidden: an analyst at an owner route
+    with pytest.raises(PermissionError):  # ForbiddenError: an analyst at an owner route
         c.analysts()
     owner = dp.Client(server.url, project.owner)
     token = owner.add_analyst("dave", epsilon=0.5)

@@ -7,9 +7,9 @@
 
 The answers are the service's: differentially private for add/remove one privacy unit, each
 charged to the token's analyst before it was computed (the client adds nothing and keeps
-nothing). A refusal raises :class:`QueryRefused` (a ``ValueError``, as the curator's
-refusals are) with the curator's text; a credential refused raises :class:`NotAuthenticated`
-/ :class:`Forbidden` (``PermissionError``). One keep-alive connection per client: use one
+nothing). A refusal raises :class:`QueryRefusedError` (a ``ValueError``, as the curator's
+refusals are) with the curator's text; a credential refused raises :class:`NotAuthenticatedError`
+/ :class:`ForbiddenError` (``PermissionError``). One keep-alive connection per client: use one
 client per thread.
 """
 
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-__all__ = ["Client", "Forbidden", "NotAuthenticated", "QueryRefused", "RateLimited",
-           "RemoteResult", "ServiceError", "Unavailable"]
+__all__ = ["Client", "ForbiddenError", "NotAuthenticatedError", "QueryRefusedError",
+           "RateLimitedError", "RemoteResult", "ServiceError", "UnavailableError"]
 
 
 class ServiceError(Exception):
@@ -34,32 +34,32 @@ class ServiceError(Exception):
         self.status, self.detail, self.type, self.body = status, detail, type_, body
 
 
-class QueryRefused(ServiceError, ValueError):
+class QueryRefusedError(ServiceError, ValueError):
     """409/422: the query or its parameters were refused; nothing was charged."""
 
 
-class NotAuthenticated(ServiceError, PermissionError):
+class NotAuthenticatedError(ServiceError, PermissionError):
     """401: no, malformed, unknown, expired or revoked credential."""
 
 
-class Forbidden(ServiceError, PermissionError):
+class ForbiddenError(ServiceError, PermissionError):
     """403: a valid credential without the right (an analyst at an owner endpoint)."""
 
 
-class RateLimited(ServiceError):
+class RateLimitedError(ServiceError):
     """429: too many requests; ``retry_after`` seconds."""
 
     retry_after: float = 1.0
 
 
-class Unavailable(ServiceError):
+class UnavailableError(ServiceError):
     """503/504: the ledger or the data is unavailable, or the query timed out."""
 
 
-_ERRORS: dict[int, type[ServiceError]] = {401: NotAuthenticated, 403: Forbidden,
-                                          409: QueryRefused, 413: QueryRefused,
-                                          422: QueryRefused, 429: RateLimited,
-                                          503: Unavailable, 504: Unavailable}
+_ERRORS: dict[int, type[ServiceError]] = {401: NotAuthenticatedError, 403: ForbiddenError,
+                                          409: QueryRefusedError, 413: QueryRefusedError,
+                                          422: QueryRefusedError, 429: RateLimitedError,
+                                          503: UnavailableError, 504: UnavailableError}
 
 
 @dataclass
@@ -202,7 +202,7 @@ class Client:
         except ValueError:
             body, detail, type_ = None, raw[:200].decode("utf-8", "replace"), ""
         err = _ERRORS.get(status, ServiceError)(status, detail, type_, body)
-        if isinstance(err, RateLimited) and retry:
+        if isinstance(err, RateLimitedError) and retry:
             err.retry_after = float(retry)
         raise err
 

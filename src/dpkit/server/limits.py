@@ -21,7 +21,7 @@ from typing import Any
 
 from starlette.exceptions import HTTPException
 
-from dpkit.server.problems import MEDIA_TYPE, Problem, problem_body
+from dpkit.server.problems import MEDIA_TYPE, Problem
 
 __all__ = ["AuditLog", "Guard", "RateLimiter"]
 

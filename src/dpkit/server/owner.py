@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import Response
 
 from dpkit.engine.curator import Curator
 from dpkit.server import schemas as s
 from dpkit.server.problems import Problem
 from dpkit.server.routes import PROBLEMS
-from dpkit.server.service import Caller, owner_caller
+from dpkit.server.service import OwnerCall
 from dpkit.server.views import clean
 
 __all__ = ["router"]
@@ -33,14 +33,14 @@ def _analysts(cur: Curator) -> dict[str, Any]:
 
 
 @router.get("/analysts", response_model=s.AnalystsOut, responses=PROBLEMS)
-def list_analysts(c: Caller = Depends(owner_caller)) -> Any:
+def list_analysts(c: OwnerCall) -> Any:
     """Every analyst, active or revoked, with its cap and what it spent."""
     return c.run(_analysts)
 
 
 @router.post("/analysts", status_code=201, response_model=s.NewAnalystOut,
              responses=PROBLEMS)
-def add_analyst(body: s.AnalystIn, c: Caller = Depends(owner_caller)) -> Any:
+def add_analyst(body: s.AnalystIn, c: OwnerCall) -> Any:
     """Add an analyst; its token is in this answer only (the ledger keeps its hash)."""
     token = c.run(lambda cur: cur.add_analyst(body.name, epsilon=body.epsilon))
     return {"name": body.name, "token": token}
@@ -48,7 +48,7 @@ def add_analyst(body: s.AnalystIn, c: Caller = Depends(owner_caller)) -> Any:
 
 @router.delete("/analysts/{name}", status_code=204, response_class=Response,
                responses=PROBLEMS)
-def revoke_analyst(name: str, c: Caller = Depends(owner_caller)) -> Response:
+def revoke_analyst(name: str, c: OwnerCall) -> Response:
     """Revoke an analyst's token (its history stays): 404 for no such analyst, 409 if it was
     revoked already."""
     def call(cur: Curator) -> None:
@@ -63,7 +63,7 @@ def revoke_analyst(name: str, c: Caller = Depends(owner_caller)) -> Response:
 
 
 @router.put("/analysts/{name}/budget", response_model=s.AnalystsOut, responses=PROBLEMS)
-def set_budget(name: str, body: s.BudgetIn, c: Caller = Depends(owner_caller)) -> Any:
+def set_budget(name: str, body: s.BudgetIn, c: OwnerCall) -> Any:
     """Set (or, with null, remove) an analyst's own epsilon cap; answers the analysts."""
     def call(cur: Curator) -> Any:
         _known(cur, name)

@@ -3,8 +3,8 @@
 :func:`problem_of` maps the library's exceptions to statuses: a refused query (its SQL, or
 the budget) or value is 409, a missing right 403, a ledger or database that cannot be
 used 503 (nothing charged: the charge is the ledger's transaction). 422 is for a body that
-does not match the endpoint's schema; a schema-valid body the curator refuses is a 409. Nothing a client sends
-reaches the generic 500: that would be a bug, and says so.
+does not match the endpoint's schema; a schema-valid body the curator refuses is a 409.
+Nothing a client sends reaches the generic 500: that would be a bug, and says so.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ _TITLES = {
 
 
 @dataclass(eq=False)
-class Problem(Exception):
+class Problem(Exception):  # noqa: N818 - an answer (RFC 9457), raised to end a request
     """An error answer: ``status``, a short ``slug`` (the type's last part) and the detail."""
 
     status: int

@@ -9,12 +9,12 @@ import csv
 import io
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import Response
 
 from dpkit.engine.curator import Curator
 from dpkit.server import schemas as s
-from dpkit.server.service import Caller, caller
+from dpkit.server.service import AnalystCall, Caller
 from dpkit.server.views import (
     budget_json,
     clean,
@@ -47,26 +47,26 @@ def _query_kwargs(body: s.PreviewIn) -> dict[str, Any]:
 
 
 @router.get("/me", response_model=s.MeOut, responses=PROBLEMS)
-def me(c: Caller = Depends(caller)) -> Any:
+def me(c: AnalystCall) -> Any:
     return {"name": c.who.name, "role": c.who.role}
 
 
 @router.get("/tables", response_model=s.TablesOut, responses=PROBLEMS)
-def tables(c: Caller = Depends(caller)) -> Any:
+def tables(c: AnalystCall) -> Any:
     """Public metadata only: schema, declared bounds and domains, privacy unit."""
     metas = c.run(lambda cur: cur.tables())
     return {"tables": [table_json(m) for _, m in sorted(metas.items())]}
 
 
 @router.post("/preview", response_model=s.PreviewOut, responses=PROBLEMS)
-def preview(body: s.PreviewIn, c: Caller = Depends(caller)) -> Any:
+def preview(body: s.PreviewIn, c: AnalystCall) -> Any:
     """Cost and expected error; reads no data, charges nothing."""
     return c.run(lambda cur: preview_json(
         cur.preview(body.sql, accuracy=body.accuracy, **_query_kwargs(body))))
 
 
 @router.post("/query", response_model=s.ResultOut, responses=PROBLEMS)
-def query(body: s.QueryIn, c: Caller = Depends(caller)) -> Any:
+def query(body: s.QueryIn, c: AnalystCall) -> Any:
     """Run an aggregate query: noisy values with intervals, charged to the caller."""
     def call(cur: Curator) -> Any:
         res = cur.sql(body.sql, accuracy=body.accuracy, diagnostics=body.diagnostics,
@@ -92,27 +92,27 @@ def _target(body: Any) -> dict[str, Any]:
 
 
 @router.post("/release/cdf", response_model=s.ResultOut, responses=PROBLEMS)
-def release_cdf(body: s.CdfIn, c: Caller = Depends(caller)) -> Any:
+def release_cdf(body: s.CdfIn, c: AnalystCall) -> Any:
     """The CDF of a column with a simultaneous band (one charge)."""
     return _release(c, "cdf", body.table, body.column, **_target(body))
 
 
 @router.post("/release/quantiles", response_model=s.ResultOut, responses=PROBLEMS)
-def release_quantiles(body: s.QuantilesIn, c: Caller = Depends(caller)) -> Any:
+def release_quantiles(body: s.QuantilesIn, c: AnalystCall) -> Any:
     """Quantiles from one private CDF (one charge), intervals holding jointly."""
     return _release(c, "quantiles", body.table, body.column, body.probabilities,
                     **_target(body))
 
 
 @router.post("/release/marginals", response_model=s.ResultOut, responses=PROBLEMS)
-def release_marginals(body: s.MarginalsIn, c: Caller = Depends(caller)) -> Any:
+def release_marginals(body: s.MarginalsIn, c: AnalystCall) -> Any:
     """Mutually consistent marginal tables over declared domains (one charge)."""
     return _release(c, "marginals", body.table, body.columns, k=body.k, **_target(body))
 
 
 @router.post("/release/synthetic", responses={
     **PROBLEMS, 200: {"content": {"text/csv": {}}, "description": "synthetic records (CSV)"}})
-def release_synthetic(body: s.SyntheticIn, c: Caller = Depends(caller)) -> Response:
+def release_synthetic(body: s.SyntheticIn, c: AnalystCall) -> Response:
     """Synthetic records (post-processing of one charged release), as a CSV download."""
     def call(cur: Curator) -> Any:
         syn = cur.synthetic(body.table, body.columns, epsilon=body.epsilon, rows=body.rows,
@@ -132,12 +132,12 @@ def release_synthetic(body: s.SyntheticIn, c: Caller = Depends(caller)) -> Respo
 
 
 @router.get("/budget", response_model=s.BudgetOut, responses=PROBLEMS)
-def budget(c: Caller = Depends(caller)) -> Any:
+def budget(c: AnalystCall) -> Any:
     """The caller's own budget (the owner: the project's)."""
     return c.run(budget_json)
 
 
 @router.get("/history", response_model=s.HistoryOut, responses=PROBLEMS)
-def history(c: Caller = Depends(caller)) -> Any:
+def history(c: AnalystCall) -> Any:
     """The caller's own charges, oldest first (the owner: every charge)."""
     return c.run(history_json)

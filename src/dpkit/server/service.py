@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -16,7 +16,7 @@ from dpkit.server.limits import AuditLog, RateLimiter
 from dpkit.server.pool import Pool
 from dpkit.server.problems import Problem, problem_of
 
-__all__ = ["Caller", "Service", "caller", "owner_caller"]
+__all__ = ["AnalystCall", "Caller", "OwnerCall", "Service", "caller", "owner_caller"]
 
 log = logging.getLogger("dpkit.server")
 bearer = HTTPBearer(auto_error=False, description="an analyst token (`dpkit analyst add`), "
@@ -63,7 +63,7 @@ class Caller:
 
 
 def caller(request: Request,
-           creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Caller:
+           creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Caller:
     """Authenticate (401), then rate-limit (429) the credential."""
     service: Service = request.app.state.service
     header = request.headers.get("authorization")
@@ -78,10 +78,14 @@ def caller(request: Request,
     return Caller(who, token.strip(), service, request)
 
 
-def owner_caller(c: Caller = Depends(caller)) -> Caller:
+def owner_caller(c: Annotated[Caller, Depends(caller)]) -> Caller:
     """Only the owner's credential passes (403 for an analyst's)."""
     if not c.who.owner:
         raise Problem(403, "forbidden",
                       f"this needs the owner's credential; analyst {c.who.name!r} cannot do "
                       f"it. Nothing was changed")
     return c
+
+
+AnalystCall = Annotated[Caller, Depends(caller)]  # any valid credential
+OwnerCall = Annotated[Caller, Depends(owner_caller)]  # the owner's only

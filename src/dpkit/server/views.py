@@ -41,17 +41,22 @@ def clean(v: Any) -> Any:
 
 
 def budget_json(cur: Curator) -> dict[str, Any]:
-    """``GET /v1/budget``: the caller's own (an analyst), or the project's (the owner)."""
-    b = cur.budget()
-    name = cur.analyst
-    total = float(cur.ledger.config.epsilon)
-    cap = b.analysts.get(name) if not cur.is_owner else total
-    project_remaining = b.project_remaining if b.project_remaining is not None else b.remaining
-    return clean({"analyst": name, "spent_epsilon": float(b.spent),
-                  "spent_delta": float(b.delta_spent), "cap_epsilon": cap,
-                  "remaining_epsilon": float(b.remaining),
-                  "project_remaining_epsilon": float(project_remaining),
-                  "project_epsilon": total, "accountant": b.accountant})
+    """``GET /v1/budget``: the caller's own (an analyst), or the project's (the owner).
+
+    From the ledger's running totals (what ``Curator.budget`` reports, without the history
+    it also builds: every answer carries this, so it must not grow with the ledger)."""
+    led = cur.ledger
+    project = led.spend()
+    total = float(led.config.epsilon)
+    if cur.is_owner:
+        own, cap = project, total
+    else:
+        own, cap = led.spend(cur.analyst), led.analyst_budgets().get(cur.analyst)
+    return clean({"analyst": cur.analyst, "spent_epsilon": float(own.spent),
+                  "spent_delta": float(own.delta_spent), "cap_epsilon": cap,
+                  "remaining_epsilon": float(min(own.remaining, project.remaining)),
+                  "project_remaining_epsilon": float(project.remaining),
+                  "project_epsilon": total, "accountant": project.accountant})
 
 
 def _kind(query: str) -> str:
