@@ -278,6 +278,12 @@ def test_owner_sees_analysts_adds_and_revokes(page: Page, service: dict[str, str
     expect(token).to_have_text(re.compile(r"^dpkit_[0-9a-f]{64}$"))
     expect(table.locator("tbody tr")).to_have_count(3)
 
+    carol = table.locator("tr", has_text="carol")
+    expect(carol).to_contain_text("0.25")
+    page.get_by_label("New ε cap for carol").fill("0.75")
+    page.get_by_role("button", name="Set ε cap of carol").click()
+    expect(carol.locator("meter")).to_have_attribute("max", "0.75")
+
     page.get_by_role("button", name="Revoke bob").click()
     expect(table.locator("tr", has_text="bob")).to_contain_text("revoked")
     expect(page.get_by_role("button", name="Revoke bob")).to_have_count(0)
