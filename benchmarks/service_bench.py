@@ -130,6 +130,20 @@ def latency(url: str, token: str, n: int, diagnostics: bool) -> dict[str, float]
             "n": n}
 
 
+def curator_latency(path: Path, token: str, n: int) -> dict[str, float]:
+    """The same query on the curator in this process (no HTTP): the baseline of phase 1."""
+    times = []
+    with dp.Curator.open(path, token=token) as cur:
+        for _ in range(5):
+            cur.sql(SQL, epsilon=0.01, diagnostics=False)
+        for _ in range(n):
+            t0 = time.perf_counter()
+            cur.sql(SQL, epsilon=0.01, diagnostics=False)
+            times.append((time.perf_counter() - t0) * 1000)
+    return {"p50_ms": pct(times, 50), "p99_ms": pct(times, 99), "mean_ms": statistics.mean(times),
+            "n": n}
+
+
 def throughput(url: str, tokens: list[str], seconds: float) -> dict[str, float]:
     counts = [0] * len(tokens)
     errors = [0] * len(tokens)
@@ -235,7 +249,8 @@ def kill_rounds(folder: Path, ledger: str, kills: int) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=3, help="latency repeats (spread)")
     ap.add_argument("--analysts", type=int, default=8)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=10.0)
@@ -246,25 +261,33 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "service_bench.json"))
     a = ap.parse_args()
     if a.quick:
-        a.rows, a.queries, a.seconds, a.races, a.kills = 100_000, 60, 3.0, 2, 5
+        a.rows, a.queries, a.seconds, a.races, a.kills, a.repeats = 100_000, 60, 3.0, 2, 5, 1
     out: dict[str, Any] = {"args": vars(a), "machine": f"{os.cpu_count()} cores (shared)"}
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         path, tokens = make_project(Path(tmp) / "main", rows=a.rows, epsilon=1000.0,
                                     analysts=a.analysts, ledger=a.ledger)
         out["load_s"] = time.perf_counter() - t0
+        out["load_average_before"] = os.getloadavg()
         server = Server(path, workers=1)
         server.start()
-        try:
-            out["latency_diagnostics_off"] = latency(server.url, tokens[0], a.queries, False)
-            out["latency_default"] = latency(server.url, tokens[0], a.queries, True)
+        try:  # interleaved with the in-process baseline: the machine's load moves
+            for _ in range(a.repeats):
+                out.setdefault("latency_curator_in_process", []).append(
+                    curator_latency(path, tokens[-1], a.queries))
+                out.setdefault("latency_diagnostics_off", []).append(
+                    latency(server.url, tokens[0], a.queries, False))
+                out.setdefault("latency_default", []).append(
+                    latency(server.url, tokens[1], a.queries, True))
         finally:
             server.stop()
-        print(json.dumps({k: out[k] for k in ("latency_diagnostics_off", "latency_default")}))
+        print(json.dumps({k: out[k] for k in ("latency_curator_in_process",
+                                              "latency_diagnostics_off", "latency_default")}))
         server = Server(path, workers=a.workers)
         server.start()
         try:
-            out["throughput"] = throughput(server.url, tokens, a.seconds)
+            out["throughput"] = [throughput(server.url, tokens, a.seconds)
+                                 for _ in range(a.repeats)]
         finally:
             server.stop()
         print(json.dumps(out["throughput"]))
@@ -274,6 +297,7 @@ def main() -> None:
         print(json.dumps(out["race"]))
         out["kill9"] = kill_rounds(Path(tmp) / "kills", a.ledger, a.kills)
         print(json.dumps(out["kill9"]))
+        out["load_average_after"] = os.getloadavg()
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=2))
     print(f"written to {a.out}")

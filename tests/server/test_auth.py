@@ -206,3 +206,29 @@ def test_oidc_jwt_maps_a_claim_to_the_analyst(make_client: Any, project: Project
     assert client.delete("/v1/analysts/alice", headers=o).status_code == 204
     assert client.get("/v1/me", headers=token()).status_code == 401
     assert json.loads(client.get("/v1/me", headers=token()).text)["status"] == 401
+
+
+def test_expired_analyst_token_is_401(client: Any, project: Project) -> None:
+    import time
+
+    o = project.headers(project.owner)
+    r = client.post("/v1/analysts", json={"name": "temp", "expires_days": 2e-6}, headers=o)
+    assert r.status_code == 201 and r.json()["expires"]
+    token = r.json()["token"]
+    listed = {a["name"]: a for a in client.get("/v1/analysts", headers=o).json()["analysts"]}
+    assert listed["temp"]["expires"] == r.json()["expires"] and listed["bob"]["expires"] is None
+    time.sleep(0.25)  # 2e-6 days = 0.17 s
+    for method, path in routes(client):
+        if path not in OWNER_ONLY:
+            got = call(client, method, path, project.headers(token))
+            assert got.status_code == 401, (method, path, got.text)
+            assert "expired" in got.json()["detail"]
+    from dpkit.engine.curator import Curator
+
+    with pytest.raises(PermissionError, match="expired"):  # the library refuses it too
+        Curator.open(project.path, token=token)
+    long = client.post("/v1/analysts", json={"name": "later", "expires_days": 30},
+                       headers=o).json()["token"]
+    assert client.get("/v1/me", headers=project.headers(long)).status_code == 200
+    assert client.post("/v1/analysts", json={"name": "x", "expires_days": -1},
+                       headers=o).status_code == 422

@@ -310,12 +310,14 @@ class Curator(ReleaseMethods):
 
     # ------------------------------------------------------------------ roles
 
-    def add_analyst(self, name: str, *, epsilon: float | None = None) -> str:
+    def add_analyst(self, name: str, *, epsilon: float | None = None,
+                    expires_days: float | None = None) -> str:
         """Add an analyst and return their token (owner only). The token is shown once: only
         its SHA-256 is stored. It carries 256 bits from the OS CSPRNG; ``epsilon``: the
-        analyst's own cap inside the project's budget (None: only the project's budget)."""
+        analyst's own cap inside the project's budget (None: only the project's budget);
+        ``expires_days``: the token opens nothing after that many days (None: never)."""
         self._require_owner("adding an analyst")
-        return add_analyst(self.ledger, self.analyst, name, epsilon)
+        return add_analyst(self.ledger, self.analyst, name, epsilon, expires_days)
 
     def revoke_analyst(self, name: str) -> None:
         """Revoke an analyst's token (owner only): it opens nothing from now on, and a curator

@@ -269,10 +269,11 @@ class Client:
     def analysts(self) -> list[dict[str, Any]]:
         return list(self._json("GET", "/v1/analysts")["analysts"])
 
-    def add_analyst(self, name: str, *, epsilon: float | None = None) -> str:
+    def add_analyst(self, name: str, *, epsilon: float | None = None,
+                    expires_days: float | None = None) -> str:
         """Add an analyst; returns its token (shown once)."""
-        return str(self._json("POST", "/v1/analysts", {"name": name, "epsilon": epsilon})
-                   ["token"])
+        body = _clean({"name": name, "epsilon": epsilon, "expires_days": expires_days})
+        return str(self._json("POST", "/v1/analysts", body)["token"])
 
     def revoke_analyst(self, name: str) -> None:
         self.request("DELETE", f"/v1/analysts/{quote(name, safe='')}")

@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from dpkit.engine.curator import Curator
+from dpkit.engine.roles import token_expiry
 from dpkit.server import schemas as s
 from dpkit.server.problems import Problem
 from dpkit.server.routes import PROBLEMS
@@ -25,10 +26,12 @@ def _analysts(cur: Curator) -> dict[str, Any]:
     rows = []
     for name, info in cur.analysts().items():
         spent = b.per_analyst.get(name, {}).get("spent")
+        ends = token_expiry(cur.ledger, name)
         rows.append({"name": name, "status": "active" if info["active"] else "revoked",
                      "cap_epsilon": info["epsilon"],
                      "spent_epsilon": float(spent) if spent is not None
-                     else float(cur.budget(name).spent)})
+                     else float(cur.budget(name).spent),
+                     "expires": None if ends is None else ends.isoformat()})
     return {"analysts": clean(rows)}
 
 
@@ -42,8 +45,14 @@ def list_analysts(c: OwnerCall) -> Any:
              responses=PROBLEMS)
 def add_analyst(body: s.AnalystIn, c: OwnerCall) -> Any:
     """Add an analyst; its token is in this answer only (the ledger keeps its hash)."""
-    token = c.run(lambda cur: cur.add_analyst(body.name, epsilon=body.epsilon))
-    return {"name": body.name, "token": token}
+    def call(cur: Curator) -> dict[str, Any]:
+        token = cur.add_analyst(body.name, epsilon=body.epsilon,
+                                expires_days=body.expires_days)
+        ends = token_expiry(cur.ledger, body.name)
+        return {"name": body.name, "token": token,
+                "expires": None if ends is None else ends.isoformat()}
+
+    return c.run(call)
 
 
 @router.delete("/analysts/{name}", status_code=204, response_class=Response,

@@ -73,6 +73,7 @@ class SyntheticIn(_In):
 class AnalystIn(_In):
     name: str = Name
     epsilon: float | None = Eps
+    expires_days: float | None = Field(default=None, gt=0, le=36_600, allow_inf_nan=False)
 
 
 class BudgetIn(_In):
@@ -165,6 +166,7 @@ class AnalystOut(BaseModel):
     status: Literal["active", "revoked"]
     cap_epsilon: float | None
     spent_epsilon: float
+    expires: str | None = None  # when its token stops opening the project (ISO-8601 UTC)
 
 
 class AnalystsOut(BaseModel):
@@ -174,3 +176,4 @@ class AnalystsOut(BaseModel):
 class NewAnalystOut(BaseModel):
     name: str
     token: str
+    expires: str | None = None

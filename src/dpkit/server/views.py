@@ -47,10 +47,9 @@ def budget_json(cur: Curator) -> dict[str, Any]:
     it also builds: every answer carries this, so it must not grow with the ledger)."""
     led = cur.ledger
     project = led.spend()
-    total = float(led.config.epsilon)
-    if cur.is_owner:
-        own, cap = project, total
-    else:
+    total: float | None = float(led.config.epsilon)
+    own, cap = project, total
+    if not cur.is_owner:
         own, cap = led.spend(cur.analyst), led.analyst_budgets().get(cur.analyst)
     return clean({"analyst": cur.analyst, "spent_epsilon": float(own.spent),
                   "spent_delta": float(own.delta_spent), "cap_epsilon": cap,
