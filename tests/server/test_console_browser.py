@@ -137,7 +137,7 @@ def _with_csp(route: Route) -> None:
 
 def _sign_in(page: Page, url: str, token: str) -> None:
     page.goto(url)
-    page.get_by_label("Token").fill(token)
+    page.get_by_label("Token", exact=True).fill(token)
     page.get_by_role("button", name="Sign in").click()
     expect(page.locator("#app")).to_be_visible()
 
@@ -152,7 +152,7 @@ def test_analyst_signs_in_queries_sees_the_chart_and_hits_the_cap(
     page.set_viewport_size({"width": 1280, "height": 900})
     page.goto(service["url"])
     # a wrong token: the service's 401 detail is what the user reads
-    page.get_by_label("Token").fill("dpkit_" + "f" * 64)
+    page.get_by_label("Token", exact=True).fill("dpkit_" + "f" * 64)
     page.get_by_role("button", name="Sign in").click()
     expect(page.locator("#signin-error")).to_contain_text("token")
     expect(page.locator("#app")).to_be_hidden()
@@ -273,10 +273,13 @@ def test_owner_sees_analysts_adds_and_revokes(page: Page, service: dict[str, str
 
     page.get_by_label("Analyst name", exact=True).fill("carol")
     page.get_by_label("Own ε cap").fill("0.25")
+    page.get_by_label("Expires after (days)").fill("30")
     page.get_by_role("button", name="Add analyst").click()
     token = page.locator("#new-token code")
     expect(token).to_have_text(re.compile(r"^dpkit_[0-9a-f]{64}$"))
     expect(table.locator("tbody tr")).to_have_count(3)
+    expect(page.locator("#new-token")).to_contain_text("it expires")
+    expect(table.locator("tr", has_text="alice")).to_contain_text("never")
 
     carol = table.locator("tr", has_text="carol")
     expect(carol).to_contain_text("0.25")

@@ -33,7 +33,7 @@ async function revoke(name) {
 export async function loadAnalysts() {
   try {
     const { analysts } = await call("GET", "analysts");
-    fillTable($("analysts-table"), ["analyst", "status", "own ε cap", "ε spent", "actions"],
+    fillTable($("analysts-table"), ["analyst", "status", "own ε cap", "ε spent", "token expires", "actions"],
       analysts.map((a) => {
         const input = el("input", { type: "number", min: "0", step: "any", class: "cap-input",
           "aria-label": `New ε cap for ${a.name}`, placeholder: fmtEps(a.cap_epsilon) });
@@ -44,7 +44,8 @@ export async function loadAnalysts() {
           el("button", { type: "button", class: "danger small", text: "Revoke",
             "aria-label": `Revoke ${a.name}`, onclick: () => revoke(a.name) })) : "—";
         return [a.name, a.status, fmtEps(a.cap_epsilon),
-          gauge(Number(a.spent_epsilon) || 0, a.cap_epsilon, `ε spent by ${a.name}`), actions];
+          gauge(Number(a.spent_epsilon) || 0, a.cap_epsilon, `ε spent by ${a.name}`),
+          a.expires ? new Date(a.expires).toLocaleString() : "never", actions];
       }), `${analysts.length} analyst${analysts.length === 1 ? "" : "s"}`);
   } catch (err) { showError(err); }
 }
@@ -55,8 +56,11 @@ export function initOwner() {
     showError(null);
     const name = $("new-name").value.trim();
     const eps = $("new-epsilon").value.trim();
+    const days = $("new-expires").value.trim();
+    const body = { name, epsilon: eps === "" ? null : Number(eps) };
+    if (days !== "") body.expires_days = Number(days);
     try {
-      const made = await call("POST", "analysts", { name, epsilon: eps === "" ? null : Number(eps) });
+      const made = await call("POST", "analysts", body);
       const code = el("code", { class: "token", text: made.token });
       const copy = el("button", { type: "button", class: "secondary small", text: "Copy",
         onclick: async () => {
@@ -64,7 +68,9 @@ export function initOwner() {
           catch { copy.textContent = "Select and copy it by hand"; }
         } });
       $("new-token").replaceChildren(
-        el("p", { text: `Token for ${made.name}, shown only now (only its hash is kept):` }), code, copy);
+        el("p", { text: `Token for ${made.name}, shown only now (only its hash is kept)`
+          + (made.expires ? `; it expires ${new Date(made.expires).toLocaleString()}:` : ":") }),
+        code, copy);
       $("add-analyst-form").reset();
       await loadAnalysts();
     } catch (err) { showError(err); }
