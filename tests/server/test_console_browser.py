@@ -82,21 +82,22 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _project(path: Path) -> str:
+def _project(path: Path) -> dict[str, str]:
     """A small demo project: 4,000 patients in 4 wards (declared keys), ages 5-94 declared 0-50:
     about half are clamped, so the answer warns (the diagnostic counts get 1/60 of the query's
     epsilon: at 0.01 their 95% half-width is ~300 rows against ~2,000 clamped, so a missed
     warning needs noise ~6x that half-width: probability < 1e-6, and the source is seeded);
-    an analyst ``alice`` with her own cap of CAP; a seeded (INSECURE, test-only) noise source."""
+    analysts ``alice`` and ``dora`` with their own cap of CAP, ``bob`` with 0.5; a seeded
+    (INSECURE, test-only) noise source."""
     rows = "\n".join(f"{i},{WARDS[i % 4]},{(i * 37) % 90 + 5}" for i in range(4000))
     (path.parent / "patients.csv").write_text("patient_id,ward,age\n" + rows + "\n")
     cur = dp.Curator.create(path, epsilon=5.0, source=dp.noise.seeded(7))
     cur.add_table("patients", path.parent / "patients.csv", privacy_unit="patient_id",
                   max_rows_per_unit=1, bounds={"age": (0, 50)}, domains={"ward": WARDS})
-    token = cur.add_analyst("alice", epsilon=CAP)
-    cur.add_analyst("bob", epsilon=0.5)
+    tokens = {name: cur.add_analyst(name, epsilon=cap)
+              for name, cap in (("alice", CAP), ("bob", 0.5), ("dora", CAP))}
     cur.close()
-    return token
+    return tokens
 
 
 def _free_port() -> int:
@@ -109,7 +110,7 @@ def _free_port() -> int:
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The real service in a uvicorn thread; yields its URL and the two tokens."""
     project = tmp_path_factory.mktemp("console") / "clinic.dpkit"
-    analyst = _project(project)
+    tokens = _project(project)
     owner_sha = hashlib.sha256(OWNER_TOKEN.encode()).hexdigest()
     app = create_app(project, owner_token_sha256=(owner_sha,), rate=1000.0, burst=1000)
     port = _free_port()
@@ -122,7 +123,8 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("the service did not start on 127.0.0.1")
         time.sleep(0.02)
-    yield {"url": f"http://127.0.0.1:{port}/", "analyst": analyst, "owner": OWNER_TOKEN}
+    yield {"url": f"http://127.0.0.1:{port}/", "analyst": tokens["alice"],
+           "dora": tokens["dora"], "owner": OWNER_TOKEN}
     server.should_exit = True
     thread.join(10)
 
@@ -258,6 +260,37 @@ def test_analyst_signs_in_queries_sees_the_chart_and_hits_the_cap(
     assert not errors, errors
 
 
+def test_release_quantiles_from_the_console(page: Page, service: dict[str, str]) -> None:
+    """The release family answers like a query: quantiles of age with their intervals as a
+    table and a chart; bad probabilities are caught before anything is sent or charged."""
+    _sign_in(page, service["url"], service["dora"])
+    page.get_by_text("Releases: quantiles, CDF, marginals").click()
+    expect(page.get_by_label("Table", exact=True)).to_have_value("patients")
+    page.get_by_label("Column", exact=True).fill("age")
+    page.get_by_label("Probabilities").fill("0.5, 2")
+    page.get_by_role("button", name="Release").click()
+    expect(page.locator("#query-error")).to_contain_text("between 0 and 1")
+    expect(page.locator("#history-table tbody tr")).to_have_count(0)
+
+    page.get_by_label("Probabilities").fill("0.25, 0.5, 0.75")
+    page.get_by_label("ε (epsilon)").fill("0.5")
+    page.get_by_role("button", name="Release").click()
+    expect(page.locator("#chart")).to_have_attribute("data-bars", "3")
+    expect(page.locator("#result-table tbody tr")).to_have_count(3)
+    expect(page.locator("#charge")).to_contain_text("ε = 0.5")
+    expect(page.locator("#history-table tbody tr")).to_have_count(1)
+    bars = page.evaluate("""() => { const c = Chart.getChart(document.getElementById('chart'));
+        const d = c.data.datasets[0]; return d.data.map((v, i) => [v, d.intervals[i]]); }""")
+    assert [v for v, _ in bars] == sorted(v for v, _ in bars)  # quartiles in order
+    assert all(lo <= v <= hi for v, (lo, hi) in bars)
+
+    page.get_by_label("Kind").select_option("marginals")
+    page.get_by_label("Columns (comma-separated)").fill("ward")
+    page.get_by_label("ε (epsilon)").fill("0.25")
+    page.get_by_role("button", name="Release").click()
+    expect(page.locator("#result-table tbody tr")).to_have_count(len(WARDS))
+
+
 def test_owner_sees_analysts_adds_and_revokes(page: Page, service: dict[str, str],
                                               shots: Path) -> None:
     page.set_viewport_size({"width": 1280, "height": 900})
@@ -265,7 +298,7 @@ def test_owner_sees_analysts_adds_and_revokes(page: Page, service: dict[str, str
     _sign_in(page, service["url"], service["owner"])
     expect(page.locator("#who-role")).to_have_text("owner")
     table = page.locator("#analysts-table")
-    expect(table.locator("tbody tr")).to_have_count(2)
+    expect(table.locator("tbody tr")).to_have_count(3)
     alice = table.locator("tr", has_text="alice")
     expect(alice).to_contain_text("active")
     expect(alice.locator("meter")).to_have_attribute("max", f"{CAP:g}")  # her spending gauge
@@ -277,7 +310,7 @@ def test_owner_sees_analysts_adds_and_revokes(page: Page, service: dict[str, str
     page.get_by_role("button", name="Add analyst").click()
     token = page.locator("#new-token code")
     expect(token).to_have_text(re.compile(r"^dpkit_[0-9a-f]{64}$"))
-    expect(table.locator("tbody tr")).to_have_count(3)
+    expect(table.locator("tbody tr")).to_have_count(4)
     expect(page.locator("#new-token")).to_contain_text("it expires")
     expect(table.locator("tr", has_text="alice")).to_contain_text("never")
 

@@ -7,8 +7,12 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import re
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 STATIC = ROOT / "src" / "dpkit" / "server" / "static"
@@ -67,3 +71,15 @@ def test_the_sign_in_form_cannot_put_the_token_in_a_url() -> None:
     assert 'type="password"' in html
     api = (STATIC / "js" / "api.js").read_text()
     assert "sessionStorage" in api and "localStorage" not in api
+
+
+def test_the_scripts_parse() -> None:
+    """A syntax error in one module blanks the whole console; say which file, before any
+    browser starts (Node's parser, where Node is installed; the browser test catches it too)."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the browser test still loads every module")
+    for js in sorted((STATIC / "js").glob("*.js")):
+        done = subprocess.run([node, "--input-type=module", "--check"], input=js.read_bytes(),
+                              capture_output=True, timeout=30, check=False)
+        assert done.returncode == 0, f"{js.name}: {done.stderr.decode(errors='replace')}"

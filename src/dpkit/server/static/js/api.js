@@ -13,8 +13,13 @@ export function setToken(token) {
   sessionStorage.setItem(TOKEN_KEY, token);
 }
 
+// Bumped at sign-out: an answer that arrives after it belongs to the signed-out session and
+// is dropped (thrown as a `stale` error the console ignores), never drawn for the next person.
+let epoch = 0;
+
 export function clearToken() {
   sessionStorage.removeItem(TOKEN_KEY);
+  epoch += 1;
 }
 
 // An error carrying the service's RFC 9457 problem details: `detail` is the curator's own text
@@ -25,7 +30,14 @@ export class ApiError extends Error {
     this.status = status;
     this.title = title;
     this.detail = detail;
+    this.stale = false;
   }
+}
+
+function stale() {
+  const err = new ApiError(0, "stale", "signed out while this request was under way");
+  err.stale = true;
+  return err;
 }
 
 async function problem(resp) {
@@ -56,13 +68,18 @@ export async function call(method, path, body, token = getToken()) {
     headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
+  const started = epoch;
   let resp;
   try {
     resp = await fetch(`v1/${path}`, init);
   } catch (err) {
+    if (started !== epoch) throw stale();
     throw new ApiError(0, "network", `The service did not answer (${err.message}). Is it running?`);
   }
+  if (started !== epoch) throw stale();
   if (!resp.ok) throw await problem(resp);
   if (resp.status === 204) return null;
-  return resp.json();
+  const answer = await resp.json();
+  if (started !== epoch) throw stale();
+  return answer;
 }

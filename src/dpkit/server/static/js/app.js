@@ -8,6 +8,7 @@ import { ApiError, call, clearToken, getToken, setToken } from "./api.js";
 import { clearChart, drawChart } from "./chart.js";
 import { attachCompletion } from "./complete.js";
 import { initOwner, loadAnalysts } from "./owner.js";
+import { fillReleaseTables, initRelease } from "./release.js";
 import {
   chartData, el, renderBudget, renderHistory, renderPreview, renderTables, resultCsv, resultTable,
 } from "./views.js";
@@ -23,6 +24,7 @@ function setError(id, err) {
 
 // A 401 anywhere means the token is no longer good (revoked, expired): back to sign-in.
 function handle(id, err) {
+  if (err instanceof ApiError && err.stale) return;  // an answer for a signed-out session
   if (err instanceof ApiError && err.status === 401) return signOut(`Signed out: ${err.message}`);
   // 409: the service refused the query (budget, SQL); it says why, and nothing was charged
   if (err instanceof ApiError && err.status === 409) {
@@ -41,6 +43,7 @@ function signOut(message = "") {
   role = "analyst";
   $("query-form").reset();
   $("add-analyst-form").reset();
+  $("release-form").reset();
   for (const id of ["preview", "new-token", "tables-list", "warnings"]) $(id).replaceChildren();
   for (const id of ["result-table", "history-table", "analysts-table"]) $(id).replaceChildren();
   for (const id of ["query-error", "budget-error", "tables-error", "history-error", "owner-error",
@@ -77,6 +80,7 @@ async function loadTables() {
   try {
     tables = (await call("GET", "tables")).tables;
     renderTables($("tables-list"), tables, useTable);
+    fillReleaseTables(tables);
   } catch (err) { handle("tables-error", err); }
 }
 
@@ -90,16 +94,18 @@ function useTable(t) {
 }
 
 // Epsilon or a target error (the service calibrates epsilon to it), never both.
-function queryBody() {
-  const sql = $("sql").value.trim();
-  if (!sql) throw new Error("Write a query first, e.g. SELECT COUNT(*) FROM <table>.");
+function target() {
   const acc = $("accuracy").value.trim();
   const eps = $("epsilon").value.trim();
   if (!acc && !eps) throw new Error("Give an ε (epsilon) or a target error.");
-  // unset fields are left out rather than sent as null: the same request either way
-  const body = { sql };
-  if (acc) body.accuracy = Number(acc);
-  else body.epsilon = Number(eps);
+  return acc ? { accuracy: Number(acc) } : { epsilon: Number(eps) };
+}
+
+// unset fields are left out rather than sent as null: the same request either way
+function queryBody() {
+  const sql = $("sql").value.trim();
+  if (!sql) throw new Error("Write a query first, e.g. SELECT COUNT(*) FROM <table>.");
+  const body = { sql, ...target() };
   if ($("noise").value) body.noise = $("noise").value;
   return body;
 }
@@ -145,16 +151,16 @@ function showResult(res) {
   }
 }
 
-async function run(ev) {
-  if (ev) ev.preventDefault();
-  const btn = $("run-btn");
-  if (btn.disabled) return;  // one query at a time: Ctrl+Enter while one runs does nothing
+// A charged request (a query or a release): one at a time; the answer or the refusal shown.
+async function charged(path, makeBody, btn) {
+  if (btn.disabled) return;  // Ctrl+Enter while one runs does nothing
   setError("query-error", null);
+  const label = btn.textContent;
   try {
-    const body = queryBody();
+    const body = makeBody();
     btn.disabled = true;
     btn.textContent = "Running…";
-    const res = await call("POST", "query", body);
+    const res = await call("POST", path, body);
     showResult(res);
     if (res.budget) renderBudget($("budget-meter"), $("budget-text"), res.budget, role);
     $("results-title").focus();
@@ -164,9 +170,14 @@ async function run(ev) {
     loadBudget();
   } finally {
     btn.disabled = false;
-    btn.textContent = "Run";
+    btn.textContent = label;
     loadHistory();
   }
+}
+
+function run(ev) {
+  if (ev) ev.preventDefault();
+  return charged("query", queryBody, $("run-btn"));
 }
 
 async function enter(me) {
@@ -195,7 +206,7 @@ async function signIn(ev) {
     $("token").value = "";
     await enter(me);
   } catch (err) {
-    $("signin-error").textContent = err.message;
+    if (!err.stale) $("signin-error").textContent = err.message;
   }
 }
 
@@ -224,8 +235,10 @@ function init() {
   });
   attachCompletion($("sql"), $("completions"), () => tables);
   initOwner();
+  initRelease(() => tables, target,
+    (kind, makeBody) => charged(`release/${kind}`, makeBody, $("release-btn")));
   if (getToken()) {
-    call("GET", "me").then(enter).catch((err) => signOut(
+    call("GET", "me").then(enter).catch((err) => err.stale || signOut(
       err instanceof ApiError && err.status === 401 ? `Signed out: ${err.message}` : err.message));
   } else {
     $("token").focus();

@@ -8,6 +8,7 @@ import { el, fillTable, fmtEps, gauge } from "./views.js";
 const $ = (id) => document.getElementById(id);
 
 function showError(err) {
+  if (err && err.stale) return;  // an answer for a signed-out session
   $("owner-error").textContent = err ? err.message : "";
 }
 
