@@ -155,8 +155,9 @@ export function renderHistory(table, items, onUse) {
   }
   fillTable(table, ["time", "kind", "query", "ε", "δ"], sorted.map((h) => [
     new Date(h.time).toLocaleString(), h.kind,
-    h.sql ? el("button", { type: "button", class: "link", text: h.sql,
-      title: "Put this query in the editor", onclick: () => onUse(h.sql) }) : "—",
+    // only a query's text can be run again as SQL; a release's is a description of it
+    h.sql && h.kind === "query" ? el("button", { type: "button", class: "link", text: h.sql,
+      title: "Put this query in the editor", onclick: () => onUse(h.sql) }) : h.sql ?? "—",
     fmtEps(h.epsilon), fmtEps(h.delta),
   ]));
 }
