@@ -9,9 +9,12 @@ this process, so client and server share the machine's cores):
 
 1. latency: one analyst, sequential grouped COUNTs over ``--rows`` rows with declared keys
    (16 groups), p50/p99 per query, with and without the answer diagnostics (the default
-   spends 5% of epsilon estimating rows dropped by bounding: README);
+   spends 5% of epsilon estimating rows dropped by bounding: README); baseline, interleaved
+   in the same run: the same query on a curator in this process (no HTTP); also the first
+   request of an analyst (its curator opened) against the cached ones;
 2. throughput: ``--analysts`` analysts (8) querying at once for ``--seconds``, over
-   ``--workers`` (2) server processes: queries/s;
+   ``--workers`` (2) server processes: queries/s; baseline, interleaved: 8 curators in this
+   process, one thread each;
 3. race: 32 clients over 2 server processes for the last of a budget (1.0, queries of 0.3:
    exactly 3 fit), ``--races`` rounds: overspend = answers beyond 3, and spent > budget;
 4. kill -9: a server process killed mid-load ``--kills`` (25) times and restarted; then the
@@ -130,6 +133,23 @@ def latency(url: str, token: str, n: int, diagnostics: bool) -> dict[str, float]
             "n": n}
 
 
+def cache_effect(url: str, tokens: list[str]) -> dict[str, float]:
+    """The first request of an analyst (its curator opened: chain verified, data attached)
+    against the next ones (the cached curator), ms."""
+    first, later = [], []
+    for tok in tokens:
+        with Client(url, tok) as c:
+            t0 = time.perf_counter()
+            c.budget()
+            first.append((time.perf_counter() - t0) * 1000)
+            for _ in range(5):
+                t0 = time.perf_counter()
+                c.budget()
+                later.append((time.perf_counter() - t0) * 1000)
+    return {"first_request_ms": statistics.median(first),
+            "cached_request_ms": statistics.median(later), "analysts": len(tokens)}
+
+
 def curator_latency(path: Path, token: str, n: int) -> dict[str, float]:
     """The same query on the curator in this process (no HTTP): the baseline of phase 1."""
     times = []
@@ -170,6 +190,32 @@ def throughput(url: str, tokens: list[str], seconds: float) -> dict[str, float]:
     took = time.monotonic() - t0
     return {"queries": sum(counts), "errors": sum(errors), "seconds": took,
             "qps": sum(counts) / took, "analysts": len(tokens)}
+
+
+def curator_throughput(path: Path, tokens: list[str], seconds: float) -> dict[str, float]:
+    """Phase 2's baseline: one curator per analyst in this process, one thread each."""
+    curs = [dp.Curator.open(path, token=t) for t in tokens]
+    counts = [0] * len(curs)
+    for cur in curs:
+        cur.sql(SQL, epsilon=0.001, diagnostics=False)
+    stop_at = time.monotonic() + seconds
+
+    def run(k: int) -> None:
+        while time.monotonic() < stop_at:
+            curs[k].sql(SQL, epsilon=0.001, diagnostics=False)
+            counts[k] += 1
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(curs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    took = time.monotonic() - t0
+    for cur in curs:
+        cur.close()
+    return {"queries": sum(counts), "seconds": took, "qps": sum(counts) / took,
+            "analysts": len(curs)}
 
 
 def race_round(folder: Path, ledger: str, clients: int) -> dict[str, Any]:
@@ -272,6 +318,7 @@ def main() -> None:
         server = Server(path, workers=1)
         server.start()
         try:  # interleaved with the in-process baseline: the machine's load moves
+            out["curator_cache"] = cache_effect(server.url, tokens[2:])
             for _ in range(a.repeats):
                 out.setdefault("latency_curator_in_process", []).append(
                     curator_latency(path, tokens[-1], a.queries))
@@ -286,11 +333,16 @@ def main() -> None:
         server = Server(path, workers=a.workers)
         server.start()
         try:
-            out["throughput"] = [throughput(server.url, tokens, a.seconds)
-                                 for _ in range(a.repeats)]
+            throughput(server.url, tokens, 3.0)  # warm: every analyst's curator in each worker
+            for _ in range(a.repeats):  # interleaved with the in-process baseline
+                out.setdefault("throughput", []).append(
+                    throughput(server.url, tokens, a.seconds))
+                out.setdefault("throughput_curator_in_process", []).append(
+                    curator_throughput(path, tokens, a.seconds))
         finally:
             server.stop()
-        print(json.dumps(out["throughput"]))
+        print(json.dumps({k: out[k] for k in ("throughput",
+                                              "throughput_curator_in_process")}))
         races = [race_round(Path(tmp) / f"race{r}", a.ledger, 32) for r in range(a.races)]
         out["race"] = {"rounds": races, "overspend_total": sum(r["overspend"] for r in races),
                        "max_spent": max(r["spent"] for r in races)}

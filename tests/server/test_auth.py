@@ -232,3 +232,45 @@ def test_expired_analyst_token_is_401(client: Any, project: Project) -> None:
     assert client.get("/v1/me", headers=project.headers(long)).status_code == 200
     assert client.post("/v1/analysts", json={"name": "x", "expires_days": -1},
                        headers=o).status_code == 422
+
+
+def test_oidc_jwks_url(make_client: Any, project: Project, rsa_pem: Any) -> None:
+    """The provider's key set fetched from a JWKS URL (a loopback server here)."""
+    import http.server
+    import threading
+    import time
+
+    import jwt
+    from jwt.algorithms import RSAAlgorithm
+
+    from dpkit.server.config import OidcConfig
+
+    key, _ = rsa_pem
+    jwk = json.loads(RSAAlgorithm.to_jwk(key.public_key()))
+    jwks = json.dumps({"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]}).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(jwks)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
+        client = make_client(oidc=OidcConfig(jwks_url=url, audience="dpkit"))
+        good = jwt.encode({"sub": "bob", "aud": "dpkit", "exp": int(time.time()) + 60}, key,
+                          algorithm="RS256", headers={"kid": "k1"})
+        r = client.get("/v1/me", headers={"Authorization": f"Bearer {good}"})
+        assert r.json() == {"name": "bob", "role": "analyst"}, r.text
+        other = jwt.encode({"sub": "bob", "aud": "dpkit", "exp": int(time.time()) + 60}, key,
+                           algorithm="RS256", headers={"kid": "unknown"})
+        assert client.get("/v1/me", headers={"Authorization": f"Bearer {other}"}
+                          ).status_code == 401
+    finally:
+        server.shutdown()

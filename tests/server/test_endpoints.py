@@ -284,3 +284,24 @@ def test_timeout_is_504_and_a_late_charge_is_in_the_history(make_client: Any,
     # answered without its charge; the analyst sees it in its own history
     hist = client.get("/v1/history", headers=h).json()["items"]
     assert len(hist) == charges(project) == 1
+
+
+def test_curators_are_cached_per_analyst(client: Any, project: Project) -> None:
+    pool = client.app.state.service.pool
+    a, b = project.headers(project.alice), project.headers(project.bob)
+    for _ in range(4):
+        client.get("/v1/budget", headers=a)
+        client.post("/v1/preview", json={"sql": SQL, "epsilon": 0.1}, headers=b)
+    assert pool.opened == 2  # one curator per analyst, opened at its first request
+    assert client.get("/v1/me", headers=project.headers(project.owner)).status_code == 200
+    assert pool.opened == 2  # the owner's curator is the one that authenticates
+
+
+def test_database_driver_errors_are_503() -> None:
+    from dpkit.server.problems import problem_of
+
+    class OperationalError(Exception):  # what psycopg raises when PostgreSQL is down
+        __module__ = "psycopg.errors"
+
+    assert problem_of(OperationalError("connection refused")).status == 503
+    assert problem_of(RuntimeError("a bug")).status == 500

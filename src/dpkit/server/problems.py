@@ -77,7 +77,8 @@ def problem_of(exc: BaseException) -> Problem:
         return Problem(409, "refused-query", text)
     if isinstance(exc, PermissionError):
         return Problem(403, "forbidden", text)
-    if isinstance(exc, (LedgerError, sqlite3.Error, OSError)):
+    driver = type(exc).__module__.split(".")[0] in ("psycopg", "psycopg2", "psycopg_pool")
+    if isinstance(exc, (LedgerError, sqlite3.Error, OSError)) or driver:
         return Problem(503, "unavailable",
                        f"the project's ledger or data cannot be used now ({text}); nothing "
                        f"was charged by this request. Try again later or tell the owner")
