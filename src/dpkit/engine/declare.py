@@ -182,9 +182,12 @@ def read_declaration(path: str | Path) -> Declaration:
         elif key == "not_null":
             out[key] = _names(value, where, key)
         elif key == "bounds":
-            bounds: dict[str, tuple[float, float]] = {}
+            bounds: dict[str, tuple[Any, Any]] = {}
             for col, pair in _section(data, key, at).items():
                 try:
+                    if _date_pair(pair):  # a DATE/TIMESTAMP range: checked against the column
+                        bounds[str(col)] = (pair[0], pair[1])  # type at load
+                        continue
                     bounds[str(col)] = check_bounds(pair, str(col))
                 except (TypeError, ValueError) as exc:
                     raise DeclarationError(f"{at.at(key, str(col))}: {exc}") from None
@@ -211,3 +214,10 @@ def where_declared(declaration: Mapping[str, Any], message: str) -> str:
         if len(key) == 2 and f"'{key[1]}'" in message:
             return f"{message} (declared at {at.at(*key)})"
     return message
+
+
+def _date_pair(pair: Any) -> bool:
+    import datetime as dt
+
+    return (isinstance(pair, list | tuple) and len(pair) == 2
+            and all(isinstance(v, str | dt.date) for v in pair))
