@@ -305,3 +305,14 @@ def test_database_driver_errors_are_503() -> None:
 
     assert problem_of(OperationalError("connection refused")).status == 503
     assert problem_of(RuntimeError("a bug")).status == 500
+
+
+def test_ledger_unreadable_at_authentication_is_503(client: Any, project: Project,
+                                                    monkeypatch: Any) -> None:
+    import sqlite3
+
+    def broken(self: Any, token: str) -> str:
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(Ledger, "analyst_for_token", broken)
+    assert_problem(client.get("/v1/me", headers=project.headers(project.alice)), 503)

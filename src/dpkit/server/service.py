@@ -72,7 +72,12 @@ def caller(request: Request,
                       "the Authorization header must be 'Bearer <token>'",
                       {"WWW-Authenticate": 'Bearer realm="dpkit"'})
     token = creds.credentials if creds is not None else ""
-    who = service.auth(token)
+    try:
+        who = service.auth(token)
+    except Problem:
+        raise
+    except Exception as exc:  # the ledger could not be read: 503, not a 500
+        raise problem_of(exc) from exc
     request.state.analyst, request.state.role = who.name, who.role
     service.limiter.take(who.key)
     return Caller(who, token.strip(), service, request)
