@@ -1,0 +1,251 @@
+"""The ledger's rows in PostgreSQL, for a service with several processes or hosts.
+
+A project whose ledger lives in PostgreSQL keeps, in its folder, ``ledger.pg`` (JSON: the DSN
+and the schema, mode 0600), the owner key ``ledger.key`` and the head file ``ledger.head``;
+the database holds one schema per project (``dpkit_<12 hex>`` unless named) with two tables:
+
+``ledger``       the same ten text/integer columns as the SQLite ledger, append-only (triggers
+                 refuse UPDATE, DELETE and TRUNCATE)
+``ledger_head``  one row: the newest ``(seq, hash)`` and its MAC under the owner key, updated
+                 in the same transaction as the rows it names
+
+**The write lock** is ``SELECT ... FROM ledger_head WHERE id = 1 FOR UPDATE`` at the start of
+every write transaction (READ COMMITTED): every writer, on every host, queues on that one row;
+after it is granted, each later statement sees every row committed before, so the ledger's
+check (the budget replayed from all rows) and its append happen on the newest state. A
+process killed inside the transaction leaves nothing: PostgreSQL rolls back a transaction
+whose connection dies. The key never reaches the database: rows and head are authenticated
+by the ledger before they are written, and verified after they are read.
+
+``$DPKIT_LEDGER_DSN`` (when set) replaces the DSN stored in ``ledger.pg`` on open, so a
+deployment can keep the password out of the folder (libpq's ``PGPASSWORD`` and ``~/.pgpass``
+work too). The driver is ``psycopg`` 3, the ``[postgres]`` extra, imported only when a
+PostgreSQL ledger is created or opened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from dpkit import noise as _noise
+from dpkit.engine.ledger_rows import GENESIS_PREV, LedgerError, LedgerTampered
+from dpkit.engine.ledger_store import ROW_COLUMNS, Row
+
+__all__ = ["DSN_ENV", "PostgresStore", "is_dsn", "new_schema_name"]
+
+DSN_ENV = "DPKIT_LEDGER_DSN"
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+_DDL = """
+CREATE SCHEMA {s};
+CREATE TABLE {s}.ledger (
+    seq       BIGINT PRIMARY KEY,
+    kind      TEXT NOT NULL,
+    analyst   TEXT NOT NULL,
+    time      TEXT NOT NULL,
+    query     TEXT NOT NULL,
+    event     TEXT NOT NULL,
+    view      TEXT NOT NULL,
+    payload   TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash      TEXT NOT NULL
+);
+CREATE TABLE {s}.ledger_head (
+    id   INTEGER PRIMARY KEY CHECK (id = 1),
+    seq  BIGINT NOT NULL,
+    hash TEXT NOT NULL,
+    mac  TEXT NOT NULL
+);
+INSERT INTO {s}.ledger_head VALUES (1, 0, '{genesis}', '');
+CREATE FUNCTION {s}.append_only() RETURNS trigger LANGUAGE plpgsql AS
+$$ BEGIN RAISE EXCEPTION 'the dpkit ledger is append-only'; END $$;
+CREATE TRIGGER ledger_no_change BEFORE UPDATE OR DELETE ON {s}.ledger
+    FOR EACH ROW EXECUTE FUNCTION {s}.append_only();
+CREATE TRIGGER ledger_no_truncate BEFORE TRUNCATE ON {s}.ledger
+    FOR EACH STATEMENT EXECUTE FUNCTION {s}.append_only();
+"""
+
+
+def is_dsn(text: str) -> bool:
+    """Whether ``text`` names a PostgreSQL database (a URI or libpq ``key=value`` string)."""
+    return text.startswith(("postgresql://", "postgres://")) or (
+        "=" in text and any(k in text for k in ("dbname=", "host=", "user=", "port=")))
+
+
+def new_schema_name() -> str:
+    """A fresh schema for one project's ledger: ``dpkit_`` and 12 random hex digits."""
+    return "dpkit_" + _noise.token_hex(16)[:12]
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise ImportError(
+            "a PostgreSQL ledger needs the psycopg driver: pip install 'dpkit[postgres]'"
+        ) from None
+    return psycopg
+
+
+class PostgresStore:
+    """One project's ledger schema in a PostgreSQL database (see the module docstring)."""
+
+    keeps_head = True
+
+    def __init__(self, dsn: str, schema: str, locator: Path) -> None:
+        if not _SCHEMA_NAME.match(schema):
+            raise ValueError(f"a ledger schema name is lower-case letters, digits and _ "
+                             f"(got {schema!r})")
+        self.locator = locator
+        self.schema = schema
+        self._dsn = dsn
+        self._conn: Any = None
+        self._in_tx = False  # inside transaction(): never reconnect (the lock would be lost)
+        self.where = f"PostgreSQL schema {schema}"
+        self._connect()
+
+    # ------------------------------------------------------------------ making and finding
+
+    @classmethod
+    def create(cls, locator: Path, dsn: str, schema: str | None = None) -> PostgresStore:
+        """Make the schema (refused if it exists), then ``locator`` (refused if it exists)."""
+        if locator.exists():
+            raise FileExistsError(f"a ledger already exists at {locator}; open it instead")
+        store = cls(dsn, schema or new_schema_name(), locator)
+        psycopg = _psycopg()
+        try:
+            with store._errors(), store._conn.transaction():
+                store._conn.execute(_DDL.format(s=store.schema, genesis=GENESIS_PREV))
+        except psycopg.errors.DuplicateSchema:
+            store.close()
+            raise FileExistsError(f"the schema {store.schema} already exists in the ledger "
+                                  f"database; give another schema or open that project") from None
+        fd = os.open(locator, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps({"dsn": dsn, "schema": store.schema}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        return store
+
+    @classmethod
+    def open(cls, locator: Path) -> PostgresStore:
+        """The store ``locator`` names (its DSN replaced by ``$DPKIT_LEDGER_DSN`` when set)."""
+        try:
+            d = json.loads(locator.read_text())
+            dsn, schema = str(d["dsn"]), str(d["schema"])
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no ledger at {locator}: create the project first") from None
+        except (ValueError, KeyError, TypeError):
+            raise LedgerError(f"{locator} is not a PostgreSQL ledger locator (JSON with 'dsn' "
+                              f"and 'schema'); restore it from the owner's backup") from None
+        store = cls(os.environ.get(DSN_ENV) or dsn, schema, locator)
+        with store._errors():
+            found = store._conn.execute(
+                "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = %s "
+                "AND table_name IN ('ledger', 'ledger_head')", (schema,)).fetchone()[0]
+        if found != 2:
+            store.close()
+            raise LedgerError(
+                f"the ledger database has no dpkit ledger in schema {schema} (named by "
+                f"{locator}): is {DSN_ENV} or the DSN pointing at the right database? To "
+                f"restore a backup: psql ... < the pg_dump of that schema")
+        return store
+
+    def drop(self) -> None:
+        """Remove the schema and everything in it (tests and failed creates only)."""
+        with self._errors():
+            self._conn.execute(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
+
+    # ------------------------------------------------------------------ the connection
+
+    def _connect(self) -> Any:
+        """The connection (autocommit: reads see the newest commits), reopened if it broke."""
+        if self._conn is not None and not self._conn.closed and not self._conn.broken:
+            return self._conn
+        psycopg = _psycopg()
+        try:
+            self._conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=10,
+                                         client_encoding="utf8")
+        except psycopg.Error as exc:
+            raise LedgerError(
+                f"cannot reach the ledger database ({_first_line(exc)}): nothing was read or "
+                f"charged. Check that PostgreSQL is up and that the DSN ({DSN_ENV} or "
+                f"{self.locator}) is right") from None
+        info = self._conn.info
+        self.where = f"PostgreSQL {info.host}:{info.port}/{info.dbname} schema {self.schema}"
+        return self._conn
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """A lost connection becomes a :class:`LedgerError` (the next call reconnects, but
+        never inside a transaction: a new connection would not hold its lock)."""
+        psycopg = _psycopg()
+        if not self._in_tx:
+            self._connect()
+        try:
+            yield
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise LedgerError(
+                f"the ledger database failed ({_first_line(exc)}); the transaction was "
+                f"rolled back, nothing was charged") from None
+
+    # ------------------------------------------------------------------ the Store interface
+
+    def rows(self, after: int) -> list[Row]:
+        with self._errors():
+            return list(self._conn.execute(
+                f"SELECT {ROW_COLUMNS} FROM {self.schema}.ledger WHERE seq > %s ORDER BY seq",
+                (after,)).fetchall())
+
+    def max_seq(self) -> int:
+        with self._errors():
+            row = self._conn.execute(
+                f"SELECT COALESCE(MAX(seq), 0) FROM {self.schema}.ledger").fetchone()
+        return int(row[0])
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """The write lock: the head row ``FOR UPDATE``, held until COMMIT or ROLLBACK."""
+        with self._errors(), self._conn.transaction():
+            locked = self._conn.execute(
+                f"SELECT seq FROM {self.schema}.ledger_head WHERE id = 1 FOR UPDATE").fetchone()
+            if locked is None:
+                raise LedgerTampered(0, "its head row (ledger_head, id 1) was deleted, so no "
+                                     "write can be serialised", self.where)
+            self._in_tx = True
+            try:
+                yield
+            finally:
+                self._in_tx = False
+
+    def insert(self, row: Row) -> None:
+        with self._errors():
+            self._conn.execute(
+                f"INSERT INTO {self.schema}.ledger ({ROW_COLUMNS}) VALUES "
+                f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", row)
+
+    def read_head(self) -> tuple[int, str, str] | None:
+        with self._errors():
+            row = self._conn.execute(
+                f"SELECT seq, hash, mac FROM {self.schema}.ledger_head WHERE id = 1").fetchone()
+        return None if row is None else (int(row[0]), str(row[1]), str(row[2]))
+
+    def write_head(self, seq: int, digest: str, mac: str) -> None:
+        with self._errors():
+            self._conn.execute(
+                f"UPDATE {self.schema}.ledger_head SET seq = %s, hash = %s, mac = %s "
+                f"WHERE id = 1", (seq, digest, mac))
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
