@@ -65,7 +65,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def make(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Make:
+def make(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Make]:
     """Factory: a new ledger in ``tmp_path`` on this test's backend."""
     dsn = request.getfixturevalue("pg_dsn") if backend == "postgres" else None
 
@@ -74,7 +74,9 @@ def make(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Make:
         name = "l.sqlite" if dsn is None else "l.pg"
         return Ledger.create(tmp_path / name, dsn=dsn, **args)
 
-    return create
+    yield create
+    if dsn is not None and (tmp_path / "l.pg").exists():  # a server given by the environment
+        _sql(dsn, f"DROP SCHEMA IF EXISTS {_schema(tmp_path / 'l.pg')} CASCADE")
 
 
 def _tamper(led: Ledger, statements: list[str]) -> None:
@@ -325,3 +327,32 @@ def test_kill_inside_the_transaction_leaves_no_row(pg_dsn: str, tmp_path: Path) 
     led.charge(ev.PureDP(0.8), analyst="a", query="the rest")  # nothing was left locked
     assert Ledger.open(led.path).verify() == 3
     assert head_path(led.path).exists()
+
+
+def test_a_service_role_with_least_privilege(pg_dsn: str, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/service.md's grants suffice to charge, and leave the rows out of the role's reach."""
+    import psycopg
+
+    led = Ledger.create(tmp_path / "l.pg", epsilon=1.0, delta=0.0, accountant="pure",
+                        dsn=pg_dsn)
+    s, role = _schema(led.path), "dpkit_test_service"
+    try:
+        _sql(pg_dsn, f"DROP ROLE IF EXISTS {role}", f"CREATE ROLE {role} LOGIN")
+    except psycopg.Error as exc:
+        pytest.skip(f"cannot create a role on this server: {exc}")
+    try:
+        _sql(pg_dsn, f"GRANT USAGE ON SCHEMA {s} TO {role}",
+             f"GRANT SELECT, INSERT ON {s}.ledger TO {role}",
+             f"GRANT SELECT, UPDATE ON {s}.ledger_head TO {role}")
+        service = pg_dsn.replace("user=postgres", f"user={role}")
+        monkeypatch.setenv("DPKIT_LEDGER_DSN", service)
+        mine = Ledger.open(led.path)
+        mine.charge(ev.PureDP(0.1), analyst="a", query="q")
+        mine.close()
+        for stmt in (f"DELETE FROM {s}.ledger", f"ALTER TABLE {s}.ledger DISABLE TRIGGER USER"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                _sql(service, stmt)
+        assert Ledger.open(led.path).spend().spent == pytest.approx(0.1)
+    finally:
+        _sql(pg_dsn, f"DROP OWNED BY {role}", f"DROP ROLE {role}")

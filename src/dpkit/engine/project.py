@@ -44,7 +44,7 @@ def ledger_dsn(ledger: str | None) -> str | None:
         return None
     if not isinstance(ledger, str) or not is_dsn(ledger):
         raise ValueError(
-            f"ledger= takes 'sqlite' (the default: a file in the project folder) or a "
+            f"the ledger is 'sqlite' (the default: a file in the project folder) or a "
             f"PostgreSQL DSN such as 'postgresql://user@host:5432/dbname' (got {ledger!r})")
     return ledger
 
