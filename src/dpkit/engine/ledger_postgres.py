@@ -25,6 +25,7 @@ PostgreSQL ledger is created or opened.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -107,6 +108,11 @@ class PostgresStore:
         self._dsn = dsn
         self._conn: Any = None
         self._in_tx = False  # inside transaction(): never reconnect (the lock would be lost)
+        self._seen = 0  # the newest seq read or written through this store, outside a write
+        self._seen_in_tx = 0
+        self._prefetched: tuple[int, list[Row]] | None = None
+        self._pending: list[Row] = []
+        self._pending_head: tuple[int, str, str] | None = None
         self.where = f"PostgreSQL schema {schema}"
         self._connect()
 
@@ -198,6 +204,23 @@ class PostgresStore:
     # ------------------------------------------------------------------ the Store interface
 
     def rows(self, after: int) -> list[Row]:
+        if not self._in_tx:
+            got = self._select_rows(after)
+            if got:
+                self._seen = max(self._seen, int(got[-1][0]))
+            return got
+        pre, self._prefetched = self._prefetched, None
+        if pre is not None and pre[0] == after:
+            got = pre[1]  # read under the lock in transaction()'s first batch
+        elif pre is None and after >= self._seen_in_tx:
+            return []  # the lock is held and every row up to _seen_in_tx was read under it
+        else:
+            got = self._select_rows(after)
+        if got:
+            self._seen_in_tx = max(self._seen_in_tx, int(got[-1][0]))
+        return got
+
+    def _select_rows(self, after: int) -> list[Row]:
         with self._errors():
             return list(self._conn.execute(
                 f"SELECT {ROW_COLUMNS} FROM {self.schema}.ledger WHERE seq > %s ORDER BY seq",
@@ -211,24 +234,52 @@ class PostgresStore:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """The write lock: the head row ``FOR UPDATE``, held until COMMIT or ROLLBACK."""
-        with self._errors(), self._conn.transaction():
-            locked = self._conn.execute(
-                f"SELECT seq FROM {self.schema}.ledger_head WHERE id = 1 FOR UPDATE").fetchone()
-            if locked is None:
-                raise LedgerTampered(0, "its head row (ledger_head, id 1) was deleted, so no "
-                                     "write can be serialised", self.where)
-            self._in_tx = True
+        """The write lock: the head row ``FOR UPDATE``, held until COMMIT or ROLLBACK.
+
+        Two round trips while the lock is held, whatever is written, because a waiting writer
+        waits for them: BEGIN, the lock and the rows committed since the last read go in one
+        pipelined batch (each statement of a READ COMMITTED transaction takes its snapshot when
+        it starts, so the rows are read after the lock is granted); the buffered INSERTs, the
+        head and COMMIT in another. A process killed before the second batch leaves nothing."""
+        s = self.schema
+        with self._errors():
+            conn = self._conn
             try:
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    lock = conn.execute(f"SELECT seq FROM {s}.ledger_head WHERE id = 1 "
+                                        f"FOR UPDATE")
+                    newer = conn.execute(f"SELECT {ROW_COLUMNS} FROM {s}.ledger WHERE seq > %s "
+                                         f"ORDER BY seq", (self._seen,))
+                if lock.fetchone() is None:
+                    raise LedgerTampered(0, "its head row (ledger_head, id 1) was deleted, so "
+                                         "no write can be serialised", self.where)
+                self._prefetched = (self._seen, list(newer.fetchall()))
+                self._in_tx, self._seen_in_tx = True, self._seen
                 yield
-            finally:
-                self._in_tx = False
+                with conn.pipeline():
+                    for row in self._pending:
+                        conn.execute(f"INSERT INTO {s}.ledger ({ROW_COLUMNS}) VALUES "
+                                     f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", row)
+                    if self._pending_head is not None:
+                        conn.execute(f"UPDATE {s}.ledger_head SET seq = %s, hash = %s, "
+                                     f"mac = %s WHERE id = 1", self._pending_head)
+                    conn.execute("COMMIT")
+                self._seen = max([self._seen_in_tx, *(int(r[0]) for r in self._pending)])
+            except BaseException:
+                if not conn.closed and not conn.broken:
+                    with contextlib.suppress(Exception):
+                        conn.execute("ROLLBACK")
+                raise
+            finally:  # rows others committed, read in here, stay read even after a rollback
+                self._seen = max(self._seen, self._seen_in_tx)
+                self._in_tx, self._prefetched = False, None
+                self._pending, self._pending_head = [], None
 
     def insert(self, row: Row) -> None:
-        with self._errors():
-            self._conn.execute(
-                f"INSERT INTO {self.schema}.ledger ({ROW_COLUMNS}) VALUES "
-                f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", row)
+        """Buffered: sent with the head and COMMIT in one batch (see :meth:`transaction`)."""
+        assert self._in_tx, "insert() belongs inside transaction()"
+        self._pending.append(row)
 
     def read_head(self) -> tuple[int, str, str] | None:
         with self._errors():
@@ -237,10 +288,8 @@ class PostgresStore:
         return None if row is None else (int(row[0]), str(row[1]), str(row[2]))
 
     def write_head(self, seq: int, digest: str, mac: str) -> None:
-        with self._errors():
-            self._conn.execute(
-                f"UPDATE {self.schema}.ledger_head SET seq = %s, hash = %s, mac = %s "
-                f"WHERE id = 1", (seq, digest, mac))
+        assert self._in_tx, "write_head() belongs inside transaction()"
+        self._pending_head = (seq, digest, mac)
 
     def close(self) -> None:
         if self._conn is not None:
