@@ -315,12 +315,14 @@ class Curator(ReleaseMethods):
 
     # ------------------------------------------------------------------ roles
 
-    def add_analyst(self, name: str, *, epsilon: float | None = None) -> str:
+    def add_analyst(self, name: str, *, epsilon: float | None = None,
+                    expires_days: float | None = None) -> str:
         """Add an analyst and return their token (owner only). The token is shown once: only
         its SHA-256 is stored. It carries 256 bits from the OS CSPRNG; ``epsilon``: the
-        analyst's own cap inside the project's budget (None: only the project's budget)."""
+        analyst's own cap inside the project's budget (None: only the project's budget);
+        ``expires_days``: the token opens nothing after that many days (None: never)."""
         self._require_owner("adding an analyst")
-        return add_analyst(self.ledger, self.analyst, name, epsilon)
+        return add_analyst(self.ledger, self.analyst, name, epsilon, expires_days)
 
     def revoke_analyst(self, name: str) -> None:
         """Revoke an analyst's token (owner only): it opens nothing from now on, and a curator
@@ -459,11 +461,21 @@ class Curator(ReleaseMethods):
         bounds: Mapping[str, Any] | None = None,
         analyst: None = None,
         weights: Mapping[str, float] | None = None, dialect: str | None = None,
-        diagnostics: bool = True,
+        diagnostics: bool = True, accuracy: float | Mapping[str, float] | None = None,
+        accuracy_rows: float | None = None,
     ) -> Preview:
         """Cost and expected error of a query, without reading data or spending anything
-        (same parameters as :meth:`sql`; ``weights`` shows the weighted split)."""
+        (same parameters as :meth:`sql`; ``weights`` shows the weighted split; ``accuracy``:
+        the epsilon :meth:`sql` would spend for it)."""
         who, query = charged_analyst(self.analyst, analyst), dsql.to_duckdb(query, dialect)
+        if accuracy is not None:
+            if epsilon is not None or rho is not None:
+                raise dsql.QueryError("give epsilon= or accuracy=, not both")
+            epsilon = epsilon_for_accuracy(
+                lambda eps: expected_errors(self._plan(
+                    query, epsilon=eps, rho=None, delta=delta, noise=noise, level=level,
+                    bounds=bounds, weights=weights, diagnostics=diagnostics),
+                    accuracy_rows), accuracy)
         plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
                           level=level, bounds=bounds, weights=weights, diagnostics=diagnostics)
         booked = plan.charge_delta if plan.charge_delta is not None else delta
