@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -130,6 +131,7 @@ def kill(folder: Path, dsn: str | None, rng: random.Random) -> dict[str, int]:
 
 def run(store: str, dsn: str | None, args: argparse.Namespace) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix=f"dpkit-ledger-{store}-"))
+    load_before = os.getloadavg()[0]
     rng = random.Random(1)  # the benchmark's own timing, never a privacy draw
     singles = [single(folder, dsn, args.charges) for _ in range(args.repeat)]
     parallels = [parallel(folder, dsn, args.charges) for _ in range(args.repeat)]
@@ -141,6 +143,7 @@ def run(store: str, dsn: str | None, args: argparse.Namespace) -> dict[str, Any]
         "kill_lost": sum(k["lost"] for k in kills),
         "kill_half_written": sum(k["half_written"] for k in kills), "kills": args.kills,
         "kill_committed_median": statistics.median(k["committed"] for k in kills),
+        "load_average_1min": [round(load_before, 1), round(os.getloadavg()[0], 1)],
     }
     print(store, json.dumps(out), flush=True)
     return out
