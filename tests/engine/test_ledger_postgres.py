@@ -357,3 +357,17 @@ def test_a_service_role_with_least_privilege(pg_dsn: str, tmp_path: Path,
         assert Ledger.open(led.path).spend().spent == pytest.approx(0.1)
     finally:
         _sql(pg_dsn, f"DROP OWNED BY {role}", f"DROP ROLE {role}")
+
+
+def test_the_driver_is_optional(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The core never imports psycopg; without it a PostgreSQL ledger names the extra and
+    leaves no half project behind."""
+    code = ("import sys, dpkit, dpkit.engine.curator, dpkit.cli; "
+            "assert 'psycopg' not in sys.modules, 'psycopg imported at import time'")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # what `import psycopg` sees without it
+    with pytest.raises(ImportError, match=r"dpkit\[postgres\]"):
+        Curator.create(tmp_path / "p", epsilon=1.0, ledger="postgresql://u@127.0.0.1/db")
+    assert not (tmp_path / "p").exists()
