@@ -371,3 +371,19 @@ def test_the_driver_is_optional(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(ImportError, match=r"dpkit\[postgres\]"):
         Curator.create(tmp_path / "p", epsilon=1.0, ledger="postgresql://u@127.0.0.1/db")
     assert not (tmp_path / "p").exists()
+
+
+def test_a_dropped_connection_is_replaced(pg_dsn: str, tmp_path: Path) -> None:
+    """A database restart between calls (here: the server ends this ledger's backend) costs
+    nothing: reads and the next charge reconnect, once, before anything is written."""
+    led = Ledger.create(tmp_path / "l.pg", epsilon=1.0, delta=0.0, accountant="pure",
+                        dsn=pg_dsn)
+    other = Ledger.open(led.path)
+    for action in (lambda: led.spend(), lambda: led.charge(ev.PureDP(0.1), analyst="a",
+                                                           query="after a restart")):
+        other.charge(ev.PureDP(0.1), analyst="b", query="meanwhile")
+        pid = led._store._conn.info.backend_pid  # type: ignore[attr-defined]
+        _sql(pg_dsn, f"SELECT pg_terminate_backend({pid})")
+        action()
+    assert led.spend().spent == pytest.approx(0.3) == Ledger.open(led.path).spend().spent
+    assert led.verify() == 4

@@ -201,6 +201,22 @@ class PostgresStore:
                 f"the ledger database failed ({_first_line(exc)}); the transaction was "
                 f"rolled back, nothing was charged") from None
 
+    def _fetch(self, query: str, params: tuple[Any, ...] = ()) -> list[Row]:
+        """A read's rows. Outside a transaction a connection found dead (a database restart
+        since the last call) is replaced once: a read can be repeated; inside one it cannot
+        (the new connection would not hold the lock)."""
+        psycopg = _psycopg()
+        with self._errors():
+            for attempt in (0, 1):
+                conn = self._conn
+                try:
+                    return list(conn.execute(query, params).fetchall())
+                except (psycopg.OperationalError, psycopg.InterfaceError):
+                    if attempt or self._in_tx or not (conn.closed or conn.broken):
+                        raise
+                    self._connect()
+        raise AssertionError("unreachable")  # pragma: no cover
+
     # ------------------------------------------------------------------ the Store interface
 
     def rows(self, after: int) -> list[Row]:
@@ -221,16 +237,11 @@ class PostgresStore:
         return got
 
     def _select_rows(self, after: int) -> list[Row]:
-        with self._errors():
-            return list(self._conn.execute(
-                f"SELECT {ROW_COLUMNS} FROM {self.schema}.ledger WHERE seq > %s ORDER BY seq",
-                (after,)).fetchall())
+        return self._fetch(f"SELECT {ROW_COLUMNS} FROM {self.schema}.ledger WHERE seq > %s "
+                           f"ORDER BY seq", (after,))
 
     def max_seq(self) -> int:
-        with self._errors():
-            row = self._conn.execute(
-                f"SELECT COALESCE(MAX(seq), 0) FROM {self.schema}.ledger").fetchone()
-        return int(row[0])
+        return int(self._fetch(f"SELECT COALESCE(MAX(seq), 0) FROM {self.schema}.ledger")[0][0])
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -243,18 +254,12 @@ class PostgresStore:
         head and COMMIT in another. A process killed before the second batch leaves nothing."""
         s = self.schema
         with self._errors():
-            conn = self._conn
             try:
-                with conn.pipeline():
-                    conn.execute("BEGIN")
-                    lock = conn.execute(f"SELECT seq FROM {s}.ledger_head WHERE id = 1 "
-                                        f"FOR UPDATE")
-                    newer = conn.execute(f"SELECT {ROW_COLUMNS} FROM {s}.ledger WHERE seq > %s "
-                                         f"ORDER BY seq", (self._seen,))
-                if lock.fetchone() is None:
+                conn, locked, newer = self._begin()
+                if locked is None:
                     raise LedgerTampered(0, "its head row (ledger_head, id 1) was deleted, so "
                                          "no write can be serialised", self.where)
-                self._prefetched = (self._seen, list(newer.fetchall()))
+                self._prefetched = (self._seen, newer)
                 self._in_tx, self._seen_in_tx = True, self._seen
                 yield
                 with conn.pipeline():
@@ -267,14 +272,35 @@ class PostgresStore:
                     conn.execute("COMMIT")
                 self._seen = max([self._seen_in_tx, *(int(r[0]) for r in self._pending)])
             except BaseException:
-                if not conn.closed and not conn.broken:
+                if not self._conn.closed and not self._conn.broken:
                     with contextlib.suppress(Exception):
-                        conn.execute("ROLLBACK")
+                        self._conn.execute("ROLLBACK")
                 raise
             finally:  # rows others committed, read in here, stay read even after a rollback
                 self._seen = max(self._seen, self._seen_in_tx)
                 self._in_tx, self._prefetched = False, None
                 self._pending, self._pending_head = [], None
+
+    def _begin(self) -> tuple[Any, Any, list[Row]]:
+        """BEGIN, the lock and the newer rows in one batch. A connection found dead here (the
+        database restarted since the last call; nothing that could write was sent) is replaced
+        once; any other failure is raised."""
+        psycopg = _psycopg()
+        s = self.schema
+        for attempt in (0, 1):
+            conn = self._connect()
+            try:
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    lock = conn.execute(f"SELECT seq FROM {s}.ledger_head WHERE id = 1 "
+                                        f"FOR UPDATE")
+                    newer = conn.execute(f"SELECT {ROW_COLUMNS} FROM {s}.ledger WHERE seq > %s "
+                                         f"ORDER BY seq", (self._seen,))
+                return conn, lock.fetchone(), list(newer.fetchall())
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                if attempt or not (conn.closed or conn.broken):
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def insert(self, row: Row) -> None:
         """Buffered: sent with the head and COMMIT in one batch (see :meth:`transaction`)."""
@@ -282,10 +308,8 @@ class PostgresStore:
         self._pending.append(row)
 
     def read_head(self) -> tuple[int, str, str] | None:
-        with self._errors():
-            row = self._conn.execute(
-                f"SELECT seq, hash, mac FROM {self.schema}.ledger_head WHERE id = 1").fetchone()
-        return None if row is None else (int(row[0]), str(row[1]), str(row[2]))
+        got = self._fetch(f"SELECT seq, hash, mac FROM {self.schema}.ledger_head WHERE id = 1")
+        return None if not got else (int(got[0][0]), str(got[0][1]), str(got[0][2]))
 
     def write_head(self, seq: int, digest: str, mac: str) -> None:
         assert self._in_tx, "write_head() belongs inside transaction()"
