@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from dpkit.cli import attack_linkage
 from dpkit.cli.options import console
 
 __all__ = ["attack"]
@@ -205,3 +206,6 @@ def attack_side_channels(project: Path, table: str | None, queries: int, seed: i
             neighbours=neighbours, accountants=accountants, max_findings=max_findings,
         )
     )
+
+
+attack.add_command(attack_linkage.linkage)
