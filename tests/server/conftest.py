@@ -99,13 +99,16 @@ class Live:
 
 
 def live_server(project: Path, *, workers: int = 1, extra: tuple[str, ...] = (),
-                env: dict[str, str] | None = None) -> Live:
-    """``dpkit serve`` in a subprocess on a free loopback port, up when this returns."""
+                env: dict[str, str] | None = None,
+                https: tuple[Path, Path] | None = None) -> Live:
+    """``dpkit serve`` in a subprocess on a free loopback port, up when this returns
+    (``https``: its key and certificate files; ``Live.url`` stays http://, for the probe)."""
     import httpx
 
     port = free_port()
+    tls = ("--ssl-keyfile", str(https[0]), "--ssl-certfile", str(https[1])) if https else ()
     cmd = [sys.executable, "-m", "dpkit.cli", "serve", str(project), "--port", str(port),
-           "--workers", str(workers), *extra]
+           "--workers", str(workers), *tls, *extra]
     full_env = {**os.environ, "PYTHONPATH": str(SRC), **(env or {})}
     full_env.pop("DPKIT_TOKEN", None)
     proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.DEVNULL,
@@ -116,7 +119,8 @@ def live_server(project: Path, *, workers: int = 1, extra: tuple[str, ...] = (),
         if proc.poll() is not None:
             raise RuntimeError(f"dpkit serve exited: {proc.stderr.read().decode()[-2000:]}")
         try:
-            if httpx.get(url + "/v1/health", timeout=0.5).status_code == 200:
+            probe = url.replace("http://", "https://") if https else url
+            if httpx.get(probe + "/v1/health", timeout=0.5, verify=False).status_code == 200:
                 return Live(url, proc)
         except httpx.HTTPError:
             time.sleep(0.1)

@@ -13,7 +13,9 @@ from tests.server.conftest import SQL, Project
 
 OPEN = {"/v1/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/",
         "/static"}
-OWNER_ONLY = {"/v1/analysts", "/v1/analysts/{name}", "/v1/analysts/{name}/budget"}
+OWNER_ONLY = {("GET", "/v1/analysts"), ("POST", "/v1/analysts"),
+              ("DELETE", "/v1/analysts/{name}"), ("PUT", "/v1/analysts/{name}/budget"),
+              ("POST", "/v1/tables")}
 BODIES = {"/v1/preview": {"sql": SQL, "epsilon": 0.1},
           "/v1/query": {"sql": SQL, "epsilon": 0.1},
           "/v1/release/cdf": {"table": "t", "column": "x", "epsilon": 0.1},
@@ -22,7 +24,8 @@ BODIES = {"/v1/preview": {"sql": SQL, "epsilon": 0.1},
           "/v1/release/marginals": {"table": "t", "columns": ["g"], "epsilon": 0.1},
           "/v1/release/synthetic": {"table": "t", "columns": ["g"], "epsilon": 0.1},
           "/v1/analysts": {"name": "mallory", "epsilon": 1.0},
-          "/v1/analysts/{name}/budget": {"epsilon": 5.0}}
+          "/v1/analysts/{name}/budget": {"epsilon": 5.0},
+          "/v1/tables": {"name": "t2", "source": "/nonexistent.csv"}}
 
 
 def _walk(routes: Any) -> Any:
@@ -59,7 +62,8 @@ def call(client: Any, method: str, path: str, headers: dict[str, str]) -> Any:
 def test_every_protected_route_is_enumerated(client: Any) -> None:
     found = {p for _, p in routes(client)}
     assert found >= {"/v1/me", "/v1/tables", "/v1/preview", "/v1/query", "/v1/budget",
-                     "/v1/history", *OWNER_ONLY, *(p for p in BODIES if "release" in p)}
+                     "/v1/history", *(p for _, p in OWNER_ONLY),
+                     *(p for p in BODIES if "release" in p)}
     assert all(p.startswith("/v1/") for p in found)
 
 
@@ -90,7 +94,7 @@ def test_bad_credentials_are_401_everywhere(client: Any, project: Project) -> No
 
 def test_analysts_are_403_on_owner_routes(client: Any, project: Project) -> None:
     for method, path in routes(client):
-        if path in OWNER_ONLY:
+        if (method, path) in OWNER_ONLY:
             r = call(client, method, path, project.headers(project.alice))
             assert r.status_code == 403, (method, path, r.text)
     o = client.get("/v1/analysts", headers=project.headers(project.owner)).json()
@@ -105,7 +109,7 @@ def test_no_answer_has_a_row_or_another_analysts_history(client: Any,
                        headers=b).status_code == 200
     texts = []
     for method, path in routes(client):
-        if path in OWNER_ONLY:
+        if (method, path) in OWNER_ONLY:
             continue
         r = call(client, method, path, a)
         assert r.status_code < 500, (method, path, r.text)
@@ -219,7 +223,7 @@ def test_expired_analyst_token_is_401(client: Any, project: Project) -> None:
     assert listed["temp"]["expires"] == r.json()["expires"] and listed["bob"]["expires"] is None
     time.sleep(0.25)  # 2e-6 days = 0.17 s
     for method, path in routes(client):
-        if path not in OWNER_ONLY:
+        if (method, path) not in OWNER_ONLY:
             got = call(client, method, path, project.headers(token))
             assert got.status_code == 401, (method, path, got.text)
             assert "expired" in got.json()["detail"]
@@ -232,3 +236,45 @@ def test_expired_analyst_token_is_401(client: Any, project: Project) -> None:
     assert client.get("/v1/me", headers=project.headers(long)).status_code == 200
     assert client.post("/v1/analysts", json={"name": "x", "expires_days": -1},
                        headers=o).status_code == 422
+
+
+def test_oidc_jwks_url(make_client: Any, project: Project, rsa_pem: Any) -> None:
+    """The provider's key set fetched from a JWKS URL (a loopback server here)."""
+    import http.server
+    import threading
+    import time
+
+    import jwt
+    from jwt.algorithms import RSAAlgorithm
+
+    from dpkit.server.config import OidcConfig
+
+    key, _ = rsa_pem
+    jwk = json.loads(RSAAlgorithm.to_jwk(key.public_key()))
+    jwks = json.dumps({"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]}).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(jwks)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
+        client = make_client(oidc=OidcConfig(jwks_url=url, audience="dpkit"))
+        good = jwt.encode({"sub": "bob", "aud": "dpkit", "exp": int(time.time()) + 60}, key,
+                          algorithm="RS256", headers={"kid": "k1"})
+        r = client.get("/v1/me", headers={"Authorization": f"Bearer {good}"})
+        assert r.json() == {"name": "bob", "role": "analyst"}, r.text
+        other = jwt.encode({"sub": "bob", "aud": "dpkit", "exp": int(time.time()) + 60}, key,
+                           algorithm="RS256", headers={"kid": "unknown"})
+        assert client.get("/v1/me", headers={"Authorization": f"Bearer {other}"}
+                          ).status_code == 401
+    finally:
+        server.shutdown()

@@ -40,3 +40,17 @@ def test_serve_refuses_bad_settings_before_starting(project: Project, tmp_path: 
     monkeypatch.delenv("DPKIT_TOKEN")
     out = runner.invoke(main, ["owner-token", str(tmp_path)])
     assert out.exit_code == 2 and "not a dpkit project" in flat(out.output)
+
+
+def test_dpkit_and_its_client_import_no_web_stack() -> None:
+    import subprocess
+    import sys
+
+    from tests.server.conftest import SRC
+
+    code = ("import sys, dpkit; dpkit.Client; import dpkit.server.client; "
+            "print([m for m in ('fastapi', 'uvicorn', 'starlette', 'pydantic', 'jwt') "
+            "if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(SRC), "PATH": ""}, check=True)
+    assert out.stdout.strip() == "[]"

@@ -305,3 +305,51 @@ def test_database_driver_errors_are_503() -> None:
 
     assert problem_of(OperationalError("connection refused")).status == 503
     assert problem_of(RuntimeError("a bug")).status == 500
+
+
+def test_ledger_unreadable_at_authentication_is_503(client: Any, project: Project,
+                                                    monkeypatch: Any) -> None:
+    import sqlite3
+
+    def broken(self: Any, token: str) -> str:
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(Ledger, "analyst_for_token", broken)
+    assert_problem(client.get("/v1/me", headers=project.headers(project.alice)), 503)
+
+
+def test_owner_registers_a_table(client: Any, project: Project, tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    o, a = project.headers(project.owner), project.headers(project.alice)
+    # alice's curator is open (attached to the data) before the load: it is closed and reopened
+    assert client.post("/v1/query", json={"sql": SQL, "epsilon": 0.1}, headers=a).status_code == 200
+    csv = tmp_path / "w.csv"
+    csv.write_text("ward,age\n" + "".join(f"{'AB'[i % 2]},{i % 90}\n" for i in range(400)))
+    body = {"name": "w", "source": str(csv), "bounds": {"age": [0, 100]},
+            "domains": {"ward": ["A", "B"]}}
+    r = client.post("/v1/tables", json=body, headers=o)
+    assert r.status_code == 201, r.text
+    assert {c["name"]: c["bounds"] for c in r.json()["columns"]}["age"] == [0.0, 100.0]
+    q = client.post("/v1/query", json={"sql": "SELECT ward, COUNT(*) AS n FROM w GROUP BY ward",
+                                       "epsilon": 0.1}, headers=a)
+    assert q.status_code == 200 and [row[0] for row in q.json()["rows"]] == ["A", "B"]
+    assert_problem(client.post("/v1/tables", json=body, headers=o), 409)  # exists: replace
+    assert_problem(client.post("/v1/tables", json={**body, "source": str(tmp_path / "no.csv"),
+                                                   "name": "x"}, headers=o), 409)
+    assert_problem(client.post("/v1/tables", json=body, headers=a), 403)
+    # another process reading the data: the load is refused, nothing changes
+    reader = subprocess.Popen([sys.executable, "-c",
+                               "import duckdb, sys, time; c = duckdb.connect(); "
+                               f"c.execute(\"ATTACH '{project.path / 'data.duckdb'}' AS d "
+                               "(READ_ONLY)\"); print('up', flush=True); time.sleep(30)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout is not None and reader.stdout.readline().strip() == "up"
+        r = client.post("/v1/tables", json={**body, "replace": True}, headers=o)
+        assert "stop the other service processes" in assert_problem(r, 409, "busy")["detail"]
+    finally:
+        reader.kill()
+        reader.wait()
+    assert client.post("/v1/query", json={"sql": SQL, "epsilon": 0.1}, headers=a).status_code == 200

@@ -102,3 +102,45 @@ def test_client_has_the_curators_methods(live: Any) -> None:
     assert {a["name"]: a["status"] for a in owner.analysts()}["dave"] == "revoked"
     with pytest.raises(ValueError, match="http"):
         dp.Client("ftp://x", token)
+
+
+def test_tls_through_uvicorn_and_the_client(tmp_path: Path) -> None:
+    """``dpkit serve --ssl-keyfile --ssl-certfile`` (a self-signed certificate for
+    127.0.0.1), and ``dpkit.Client`` over https trusting it with ``cafile=``."""
+    import datetime as dt
+    import ipaddress
+
+    pytest.importorskip("cryptography")
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    import dpkit as dp
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=1))
+            .not_valid_after(now + dt.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    keyfile, certfile = tmp_path / "key.pem", tmp_path / "cert.pem"
+    keyfile.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                          serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    certfile.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    project = make_project(tmp_path, rows=300)
+    live = live_server(project.path, https=(keyfile, certfile))
+    try:
+        url = live.url.replace("http://", "https://")
+        c = dp.Client(url, project.alice, cafile=str(certfile))
+        assert c.me() == {"name": "alice", "role": "analyst"}
+        with pytest.raises(ConnectionError, match=r"(?i)certificate"):
+            dp.Client(url, project.alice).me()  # not trusted without the cafile
+    finally:
+        stop(live)

@@ -1,9 +1,9 @@
-"""``dpkit.Client(url, token)``: the curator's methods over HTTP (standard library only).
+"""``dpkit.Client(url, token)``: the curator's methods over HTTP (standard library only)::
 
->>> c = dp.Client("http://127.0.0.1:8000", token)                    # doctest: +SKIP
->>> res = c.sql("SELECT ward, COUNT(*) AS n FROM visits GROUP BY ward", epsilon=0.5)
->>> res.to_pandas()                          # ward, n, n_ci_low, n_ci_high (as the curator's)
->>> c.budget()["remaining_epsilon"]
+    c = dp.Client("http://127.0.0.1:8000", token)
+    res = c.sql("SELECT ward, COUNT(*) AS n FROM visits GROUP BY ward", epsilon=0.5)
+    res.to_pandas()                          # ward, n, n_ci_low, n_ci_high (as the curator's)
+    c.budget()["remaining_epsilon"]
 
 The answers are the service's: differentially private for add/remove one privacy unit, each
 charged to the token's analyst before it was computed (the client adds nothing and keeps
@@ -172,17 +172,19 @@ class Client:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
         for attempt in (0, 1):  # a keep-alive connection the server closed: reconnect once
-            conn = self._connection()
+            conn, sent = self._connection(), False
             try:
                 conn.request(method, self._base + path, body=data, headers=headers)
+                sent = True
                 resp = conn.getresponse()
                 raw = resp.read()
                 break
             except (http.client.HTTPException, OSError) as exc:
                 self.close()
-                # a GET is retried once (a keep-alive connection closed by the server); a
-                # POST is not: it may have been charged, and a retry would charge again
-                if attempt or method != "GET":
+                # retried once: a request that could not be sent (the server had closed an
+                # idle connection: it never saw it), or a GET. A POST sent whose answer was
+                # lost is not: it may have been charged, and a retry would charge again
+                if attempt or (sent and method != "GET"):
                     raise ConnectionError(
                         f"the connection to {self.url} failed during {method} {path} "
                         f"({type(exc).__name__}: {exc}); a query sent may have been charged: "

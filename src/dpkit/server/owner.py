@@ -14,7 +14,7 @@ from dpkit.server import schemas as s
 from dpkit.server.problems import Problem
 from dpkit.server.routes import PROBLEMS
 from dpkit.server.service import OwnerCall
-from dpkit.server.views import clean
+from dpkit.server.views import clean, table_json
 
 __all__ = ["router"]
 
@@ -87,3 +87,19 @@ def _known(cur: Curator, name: str) -> None:
         raise Problem(404, "not-found", f"no analyst {name!r}; the analysts are "
                                         f"{sorted(cur.analysts())} (add one with POST "
                                         f"/v1/analysts)")
+
+
+@router.post("/tables", status_code=201, response_model=s.TableOut, responses=PROBLEMS)
+def register_table(body: s.TableIn, c: OwnerCall) -> Any:
+    """Register (or, with ``replace``, load again) a table from a file on the service's
+    machine; answers its public declarations. Spends nothing. The load needs the data file to
+    itself: with several service processes it is refused (409) until the others stop."""
+    def call(cur: Curator) -> Any:
+        bounds = {k: tuple(v) for k, v in body.bounds.items()} if body.bounds else None
+        meta = cur.add_table(body.name, body.source, privacy_unit=body.privacy_unit,
+                             max_rows_per_unit=body.max_rows_per_unit, bounds=bounds,
+                             domains=body.domains, public=body.public, replace=body.replace,
+                             description=body.description)
+        return table_json(meta)
+
+    return c.run(call, exclusive=True)

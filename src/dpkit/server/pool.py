@@ -67,11 +67,12 @@ class Pool:
     def run(self, who: Identity, token: str | None, call: Callable[[Curator], T], *,
             timeout: float | None = None) -> T:
         """``call(curator)`` under the curator's lock, answered within the timeout."""
-        cur, lock = self.curator(who, token)
-
         def locked() -> T:
-            with lock:
-                return call(cur)
+            while True:  # the curator may be replaced meanwhile (:meth:`exclusive`)
+                hit = self.curator(who, token)
+                with hit[1]:
+                    if self._curators.get(hit[0].analyst) is hit:
+                        return call(hit[0])
 
         future = self._threads.submit(locked)
         try:
@@ -81,6 +82,25 @@ class Pool:
                           f"the request ran past the service's limit of "
                           f"{timeout or self.timeout:g} s; if a query was charged the charge "
                           f"stays (see /v1/history). Ask a smaller query") from None
+
+    def exclusive(self, call: Callable[[Curator], T]) -> T:
+        """``call(owner's curator)`` with every other curator of this process closed (waiting
+        for their calls to end): loading a table takes the data file's write lock, which
+        DuckDB grants only while no reader has the file attached. They reopen at their next
+        request. Other processes' readers make the load fail (409: stop them)."""
+        with self._lock:
+            others = {n: hit for n, hit in self._curators.items() if hit[0] is not self.owner}
+            for _, lock in others.values():
+                lock.acquire()
+            try:
+                for n, (cur, _) in others.items():
+                    cur.close()
+                    del self._curators[n]
+                with self._curators[self.owner.analyst][1]:
+                    return call(self.owner)
+            finally:
+                for _, lock in others.values():
+                    lock.release()
 
     def close(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)

@@ -77,6 +77,14 @@ def problem_of(exc: BaseException) -> Problem:
         return Problem(409, "refused-query", text)
     if isinstance(exc, PermissionError):
         return Problem(403, "forbidden", text)
+    if isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+        return Problem(409, "refused", text)  # a source file named by the owner
+    if isinstance(exc, RuntimeError) and not isinstance(exc, LedgerError) and "lock" in text:
+        # DuckDB refused the data file's write lock (a load while others read it)
+        return Problem(409, "busy",
+                       f"{text}. Another process has the project's data open: stop the "
+                       f"other service processes (or run the service with --workers 1) to "
+                       f"register a table; nothing was changed")
     driver = type(exc).__module__.split(".")[0] in ("psycopg", "psycopg2", "psycopg_pool")
     if isinstance(exc, (LedgerError, sqlite3.Error, OSError)) or driver:
         return Problem(503, "unavailable",

@@ -34,7 +34,11 @@ def serve(config: ServerConfig, *, host: str = "127.0.0.1", port: int = 8000,
         raise ValueError("TLS needs both --ssl-keyfile and --ssl-certfile")
     opts: dict[str, Any] = {"host": host, "port": port, "log_level": log_level,
                             "ssl_keyfile": ssl_keyfile, "ssl_certfile": ssl_certfile,
-                            "timeout_graceful_shutdown": 5, **uvicorn_options}
+                            "timeout_graceful_shutdown": 5,
+                            # clients keep connections open between queries (uvicorn's 5 s
+                            # closes them under an analyst's pace, and a POST cut mid-send is
+                            # retried by dpkit.Client, one cut mid-answer is not)
+                            "timeout_keep_alive": 30, **uvicorn_options}
     if workers == 1:
         uvicorn.run(create_app(config), **opts)
         return

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "AnalystIn", "AnalystOut", "AnalystsOut", "BudgetIn", "BudgetOut", "CdfIn", "ColumnOut",
     "HistoryItemOut", "HistoryOut", "MarginalsIn", "MeOut", "PreviewIn", "PreviewOut",
-    "QuantilesIn", "QueryIn", "ResultOut", "SyntheticIn", "TableOut", "TablesOut",
+    "QuantilesIn", "QueryIn", "ResultOut", "SyntheticIn", "TableIn", "TableOut", "TablesOut",
 ]
 
 MAX_SQL = 20_000
@@ -74,6 +74,19 @@ class AnalystIn(_In):
     name: str = Name
     epsilon: float | None = Eps
     expires_days: float | None = Field(default=None, gt=0, le=36_600, allow_inf_nan=False)
+
+
+class TableIn(_In):
+    name: str = Name
+    source: str = Field(min_length=1, max_length=4096,
+                        description="a CSV/Parquet/JSON/DuckDB file on the service's machine")
+    privacy_unit: str | None = Field(default=None, max_length=128)
+    max_rows_per_unit: int | None = Field(default=None, ge=1, le=1_000_000)
+    bounds: dict[str, tuple[float, float]] | None = None
+    domains: dict[str, list[str | int | float | bool]] | None = None
+    public: bool = False
+    replace: bool = False
+    description: str = Field(default="", max_length=2000)
 
 
 class BudgetIn(_In):

@@ -46,10 +46,14 @@ class Caller:
     service: Service
     request: Request
 
-    def run(self, call: Any, *, timeout: float | None = None) -> Any:
-        """``call(curator)`` as this caller, under the service's timeout."""
+    def run(self, call: Any, *, timeout: float | None = None, exclusive: bool = False) -> Any:
+        """``call(curator)`` as this caller, under the service's timeout (``exclusive``: the
+        owner's curator alone, no timeout: :meth:`Pool.exclusive`)."""
+        pool = self.service.pool
         try:
-            return self.service.pool.run(self.who, self.token, call, timeout=timeout)
+            if exclusive:
+                return pool.exclusive(call)
+            return pool.run(self.who, self.token, call, timeout=timeout)
         except Problem:
             raise
         except Exception as exc:  # the curator's refusals, with their own texts
@@ -72,7 +76,12 @@ def caller(request: Request,
                       "the Authorization header must be 'Bearer <token>'",
                       {"WWW-Authenticate": 'Bearer realm="dpkit"'})
     token = creds.credentials if creds is not None else ""
-    who = service.auth(token)
+    try:
+        who = service.auth(token)
+    except Problem:
+        raise
+    except Exception as exc:  # the ledger could not be read: 503, not a 500
+        raise problem_of(exc) from exc
     request.state.analyst, request.state.role = who.name, who.role
     service.limiter.take(who.key)
     return Caller(who, token.strip(), service, request)
