@@ -10,6 +10,7 @@ skip and say why.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -20,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pg_cluster import throwaway_cluster, unavailable
+from pg_cluster import TEST_DSN_ENV, throwaway_cluster, unavailable
 
 import dpkit as dp
 from dpkit import events as ev
 from dpkit.accounting import BudgetExceeded
-from dpkit.engine import Curator
+from dpkit.engine import Curator, ledger_postgres
 from dpkit.engine.ledger import Ledger, LedgerError, LedgerTampered, head_path, key_path
 
 Make = Callable[..., Ledger]
@@ -36,19 +37,28 @@ def pg_dsn() -> Iterator[str]:
     reason = unavailable()
     if reason is not None:
         pytest.skip(f"PostgreSQL ledger tests skipped: {reason}")
+    created: list[str] = []  # schemas made here: dropped after, on a server we were given
+    new_name = ledger_postgres.new_schema_name
+    patch = pytest.MonkeyPatch()
+    patch.setattr(ledger_postgres, "new_schema_name",
+                  lambda: created.append(new_name()) or created[-1])
     try:
         with throwaway_cluster(fsync=False) as dsn:
             yield dsn
+            if os.environ.get(TEST_DSN_ENV):
+                _sql(dsn, *[f"DROP SCHEMA IF EXISTS {s} CASCADE" for s in created])
     except (OSError, subprocess.CalledProcessError) as exc:
         detail = getattr(exc, "stderr", "") or exc
         pytest.skip(f"PostgreSQL ledger tests skipped: cannot start a cluster ({detail})")
+    finally:
+        patch.undo()
 
 
 def _sql(dsn: str, *statements: str) -> list[Any]:
     import psycopg
 
     out: list[Any] = []
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(dsn, autocommit=True, client_encoding="utf8") as conn:
         for s in statements:
             cur = conn.execute(s)
             out.append(cur.fetchall() if cur.description else None)
@@ -65,7 +75,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def make(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Make]:
+def make(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Make:
     """Factory: a new ledger in ``tmp_path`` on this test's backend."""
     dsn = request.getfixturevalue("pg_dsn") if backend == "postgres" else None
 
@@ -74,9 +84,7 @@ def make(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
         name = "l.sqlite" if dsn is None else "l.pg"
         return Ledger.create(tmp_path / name, dsn=dsn, **args)
 
-    yield create
-    if dsn is not None and (tmp_path / "l.pg").exists():  # a server given by the environment
-        _sql(dsn, f"DROP SCHEMA IF EXISTS {_schema(tmp_path / 'l.pg')} CASCADE")
+    return create
 
 
 def _tamper(led: Ledger, statements: list[str]) -> None:
