@@ -103,6 +103,7 @@ __all__ = [
 # (the head file's (seq, hash), the database's (seq, hash, mac) where the store keeps one)
 _Heads = tuple[tuple[int, str] | None, tuple[int, str, str] | None]
 
+
 class Ledger:
     """A project's ledger file. Open with :meth:`create` or :meth:`open`; both verify the chain.
 
