@@ -395,3 +395,21 @@ def test_a_dropped_connection_is_replaced(pg_dsn: str, tmp_path: Path) -> None:
         action()
     assert led.spend().spent == pytest.approx(0.3) == Ledger.open(led.path).spend().spent
     assert led.verify() == 4
+
+
+def test_two_hosts_share_one_budget(pg_dsn: str, tmp_path: Path) -> None:
+    """Two copies of the project folder (two hosts) over one PostgreSQL ledger: one budget."""
+    import shutil
+
+    one = Curator.create(tmp_path / "host1", epsilon=1.0, source=dp.noise.seeded(0),
+                         ledger=pg_dsn)
+    one.add_table("t", {"x": [1.0, 2.0, 3.0]}, bounds={"x": (0, 5)})
+    one.close()
+    shutil.copytree(tmp_path / "host1", tmp_path / "host2")
+    a, b = Curator.open(tmp_path / "host1"), Curator.open(tmp_path / "host2")
+    a.sql("SELECT COUNT(*) FROM t", epsilon=0.4)
+    b.sql("SELECT COUNT(*) FROM t", epsilon=0.4)
+    with pytest.raises(BudgetExceeded):
+        a.sql("SELECT COUNT(*) FROM t", epsilon=0.4)  # 0.8 spent, on the other host too
+    assert a.budget().spent == pytest.approx(0.8) == b.budget().spent
+    assert Curator.open(tmp_path / "host2").verify() == 4  # each host's head file agrees
