@@ -5,6 +5,7 @@ A project is a folder::
     clinic.dpkit/
         ledger.sqlite   the keyed, hash-chained ledger: budget, declarations, analysts, charges
         ledger.key      the owner key (mode 0600) that authenticates it; ledger.head its head
+        (ledger.pg      instead of ledger.sqlite: the PostgreSQL database and schema holding it)
         data.duckdb     the rows (private tables copied in; public ones may be file views)
 
 **Privacy semantics.** Each private table names its *privacy unit* (a column identifying one
@@ -63,6 +64,7 @@ from dpkit.engine.project import (
     DATA_FILE,
     LOAD_LOCK,
     budget_parameters,
+    ledger_dsn,
     make_project,
     open_project,
 )
@@ -130,6 +132,7 @@ class Curator(ReleaseMethods):
         delta: float = 0.0,
         accountant: str | None = None,
         source: _noise.Source | None = None,
+        ledger: str | None = None,
     ) -> Curator:
         """Create a project folder with a total budget; the caller is its owner.
 
@@ -139,15 +142,17 @@ class Curator(ReleaseMethods):
         mode 0600) is written into the folder: it authenticates the ledger, and whoever can
         read it (and the data beside it) is the owner. ``source``: the secure OS CSPRNG
         (default) or ``dp.noise.seeded(s)`` for an INSECURE, reproducible test project; it is
-        recorded in the ledger and cannot be changed later.
+        recorded in the ledger and cannot be changed later. ``ledger``: ``"sqlite"`` (default:
+        ``ledger.sqlite`` in the folder) or a PostgreSQL DSN (default ``$DPKIT_LEDGER_DSN``),
+        for a service with several processes or hosts; extra ``[postgres]``.
         """
         path = Path(path)
         src, noise_seed = project_source(source)
         epsilon, delta, accountant, orders = budget_parameters(
             budget, epsilon=epsilon, delta=delta, accountant=accountant)
-        ledger = make_project(path, epsilon=epsilon, delta=delta, accountant=accountant,
-                              orders=orders, noise_seed=noise_seed)
-        return cls(path, ledger, analyst=OWNER, owner=True, source=src)
+        made = make_project(path, epsilon=epsilon, delta=delta, accountant=accountant,
+                            orders=orders, noise_seed=noise_seed, dsn=ledger_dsn(ledger))
+        return cls(path, made, analyst=OWNER, owner=True, source=src)
 
     @classmethod
     def open(cls, path: str | Path, *, token: str | None = None,
