@@ -12,7 +12,7 @@ CSPRNG. Samplers are exact: see ``docs/noise.md`` for the algorithms and proofs.
 from __future__ import annotations
 
 from . import grid
-from .gaussian import gaussian_float, gaussian_on_grid
+from .gaussian import gaussian_float, gaussian_float32, gaussian_on_grid
 from .samplers import (
     MAX_DGAUSS_SIGMA2,
     MAX_DLAP_SCALE,
@@ -59,6 +59,7 @@ __all__ = [
     "dlap_effective_scale",
     "fair_bits",
     "gaussian_float",
+    "gaussian_float32",
     "gaussian_on_grid",
     "grid",
     "permutation",

@@ -37,10 +37,11 @@ import numpy as np
 from .samplers import Size, as_shape, resolve_source
 from .sources import Source
 
-__all__ = ["gaussian_float", "gaussian_on_grid"]
+__all__ = ["gaussian_float", "gaussian_float32", "gaussian_on_grid"]
 
 _TWO_PI = 2.0 * math.pi
 _U53 = 2.0**-53
+_U32 = 2.0**-32
 _CHUNK = 1 << 18
 
 
@@ -85,6 +86,50 @@ def gaussian_float(sigma: float, size: Size, *, source: Source | None = None) ->
     np.multiply(r, np.cos(theta), out=out[:pairs])
     np.multiply(r, np.sin(theta), out=out[pairs:])
     return out[:n].reshape(shape)
+
+
+def gaussian_float32(sigma: float, size: Size, *, source: Source | None = None,
+                     out: np.ndarray | None = None) -> np.ndarray:
+    """Float32 samples of ``N(0, sigma²)`` from 32 random bits each: **statistical use only**.
+
+    For Monte Carlo (randomized smoothing's certificates), never for privacy: one 64-bit word
+    per pair, ``u = (k + 1/2) 2^-32`` from its low half (so the tails stop at
+    ``sqrt(2 · 33 ln 2) = 6.76`` standard deviations, a truncated mass below 2e-11 per draw),
+    the angle from the top 24 bits of the high half, the radius in float64 and the rotation
+    in float32 (relative error ~1e-7). About 4x faster than :func:`gaussian_float` (half the
+    random bytes, float32 trigonometry). ``out`` (float32, C-contiguous, of ``size``) is
+    filled and returned instead of a new array, so a caller can reuse one buffer.
+
+    >>> import dpkit.noise as noise
+    >>> z = noise.gaussian_float32(2.0, 100_000, source=noise.seeded(3))
+    >>> z.dtype.name, abs(z.std() / 2.0 - 1.0) < 0.02
+    ('float32', True)
+    """
+    s = _check_sigma(sigma)
+    shape = as_shape(size)
+    n = math.prod(shape)
+    if out is None:
+        out = np.empty(shape, dtype=np.float32)
+    elif out.dtype != np.float32 or out.shape != shape or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous float32 array of shape {shape} "
+                         f"(got {out.dtype} {out.shape})")
+    pairs = (n + 1) // 2
+    halves = resolve_source(source).uint64(pairs).view(np.uint32)
+    u = halves[0::2].astype(np.float64)
+    u += 0.5
+    u *= _U32
+    r = np.log(u)
+    r *= -2.0
+    np.sqrt(r, out=r)
+    r *= s
+    r32 = r.astype(np.float32)
+    theta = (halves[1::2] >> np.uint32(8)).astype(np.float32)
+    theta *= np.float32(_TWO_PI * 2.0**-24)
+    flat = out.reshape(-1)
+    half = n // 2
+    np.multiply(r32[:half], np.cos(theta[:half]), out=flat[:half])
+    np.multiply(r32[: n - half], np.sin(theta[: n - half]), out=flat[half:])
+    return out
 
 
 def gaussian_on_grid(values: np.ndarray, sigma: float, k: int, *,

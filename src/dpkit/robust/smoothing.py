@@ -3,7 +3,7 @@
 The base classifier ``f`` maps a batch of inputs ``(b, *shape)`` to labels ``(b,)`` in
 ``[0, num_classes)`` or to scores/logits ``(b, num_classes)`` (the argmax is taken). It may be a
 numpy callable or a ``torch.nn.Module`` (torch is imported only when one is given; it runs
-under ``no_grad`` on the module's device and dtype, as it is: call ``.eval()`` first). The smoothed
+under ``inference_mode`` on the module's device and dtype, as it is: call ``.eval()`` first). The smoothed
 classifier is ``g(x) = argmax_c P(f(x + eps) = c)`` with ``eps ~ N(0, sigma² I)``.
 
 What a certificate promises: with probability at least ``1 - alpha`` over the Monte Carlo noise
@@ -13,8 +13,8 @@ drawn here, the *smoothed* classifier ``g`` (the ideal argmax over the noise dis
 implies, about inputs farther than ``radius``, or about whether the class is the right one.
 Across many certified inputs, about an ``alpha`` fraction of certificates may be wrong.
 
-Noise comes only from :func:`dpkit.noise.gaussian_float` (pass ``source=dpkit.noise.seeded(s)``
-for reproducible runs). The certificate needs statistically good noise, not secret noise: a
+Noise comes only from :func:`dpkit.noise.gaussian_float` (or, with ``float32=True``, the cheaper
+:func:`dpkit.noise.gaussian_float32`; pass ``source=dpkit.noise.seeded(s)`` for reproducible runs). The certificate needs statistically good noise, not secret noise: a
 seeded source is acceptable for certification, unlike for privacy.
 """
 
@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dpkit.noise import Source, gaussian_float
+from dpkit.noise import Source, gaussian_float, gaussian_float32
 from dpkit.robust.bounds import binomial_pvalue, check_alpha, clopper_pearson_lower, cohen_radius
 
 ABSTAIN = -1
@@ -63,7 +63,7 @@ def _torch_caller(module: Any) -> Callable[[np.ndarray], np.ndarray]:
     device = param.device if param is not None else torch.device("cpu")
 
     def call(batch: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
+        with torch.inference_mode():  # cheaper than no_grad: no version counters
             out = module(torch.as_tensor(batch, dtype=dtype, device=device))
         return np.asarray(out.detach().cpu().numpy())
 
@@ -91,7 +91,8 @@ class Smoothed:
     ABSTAIN = ABSTAIN
 
     def __init__(self, classifier: Callable[[np.ndarray], Any] | Any, sigma: float,
-                 num_classes: int, *, source: Source | None = None) -> None:
+                 num_classes: int, *, source: Source | None = None,
+                 float32: bool = False) -> None:
         if not (isinstance(sigma, (int, float, np.floating)) and np.isfinite(sigma) and sigma > 0):
             raise ValueError(f"sigma must be a finite number > 0, the noise level (got {sigma!r})")
         if isinstance(num_classes, bool) or int(num_classes) != num_classes or num_classes < 2:
@@ -103,6 +104,9 @@ class Smoothed:
         self.num_classes = int(num_classes)
         self._call = _torch_caller(classifier) if _is_torch_module(classifier) else classifier
         self._source = source
+        # float32 noise (dpkit.noise.gaussian_float32): 3-4x cheaper, tails cut at 6.76 sigma
+        # (mass < 2e-11 per coordinate); for a float32 model the float64 draw is rounded anyway
+        self.float32 = bool(float32)
 
     def __repr__(self) -> str:
         return f"Smoothed(sigma={self.sigma}, num_classes={self.num_classes})"
@@ -140,10 +144,17 @@ class Smoothed:
         """How often the base classifier returns each class on ``num`` noisy copies of ``x``."""
         counts = np.zeros(self.num_classes, dtype=np.int64)
         remaining = num
+        buf = np.empty((min(batch_size, num), *x.shape), np.float32) if self.float32 else None
+        x32 = x.astype(np.float32)
         while remaining > 0:
             b = min(batch_size, remaining)
-            batch = gaussian_float(self.sigma, (b, *x.shape), source=self._source)
-            batch += x
+            if buf is not None:  # one reused buffer: no allocation per batch
+                batch = gaussian_float32(self.sigma, (b, *x.shape), source=self._source,
+                                         out=buf[:b])
+                batch += x32
+            else:
+                batch = gaussian_float(self.sigma, (b, *x.shape), source=self._source)
+                batch += x
             counts += np.bincount(self.labels(batch), minlength=self.num_classes)
             remaining -= b
         return counts
