@@ -3,8 +3,8 @@
 The base classifier ``f`` maps a batch of inputs ``(b, *shape)`` to labels ``(b,)`` in
 ``[0, num_classes)`` or to scores/logits ``(b, num_classes)`` (the argmax is taken). It may be a
 numpy callable or a ``torch.nn.Module`` (torch is imported only when one is given; it runs
-under ``inference_mode`` on the module's device and dtype, as it is: call ``.eval()`` first). The smoothed
-classifier is ``g(x) = argmax_c P(f(x + eps) = c)`` with ``eps ~ N(0, sigma² I)``.
+under ``inference_mode`` on the module's device and dtype, as it is: call ``.eval()`` first).
+The smoothed classifier is ``g(x) = argmax_c P(f(x + eps) = c)`` with ``eps ~ N(0, sigma² I)``.
 
 What a certificate promises: with probability at least ``1 - alpha`` over the Monte Carlo noise
 drawn here, the *smoothed* classifier ``g`` (the ideal argmax over the noise distribution, not
@@ -13,8 +13,9 @@ drawn here, the *smoothed* classifier ``g`` (the ideal argmax over the noise dis
 implies, about inputs farther than ``radius``, or about whether the class is the right one.
 Across many certified inputs, about an ``alpha`` fraction of certificates may be wrong.
 
-Noise comes only from :func:`dpkit.noise.gaussian_float` (or, with ``float32=True``, the cheaper
-:func:`dpkit.noise.gaussian_float32`; pass ``source=dpkit.noise.seeded(s)`` for reproducible runs). The certificate needs statistically good noise, not secret noise: a
+Noise comes only from :func:`dpkit.noise.gaussian_float` (or, with ``float32=True``, the
+cheaper :func:`dpkit.noise.gaussian_float32`; pass ``source=dpkit.noise.seeded(s)`` for
+reproducible runs). The certificate needs statistically good noise, not secret noise: a
 seeded source is acceptable for certification, unlike for privacy.
 """
 
