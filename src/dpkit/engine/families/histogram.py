@@ -19,7 +19,8 @@ from dpkit.engine.families.job import Context, Job
 from dpkit.engine.spec import PRIVATE_ALIAS
 from dpkit.engine.tables import TableMeta, quote_ident
 
-__all__ = ["dry_run", "read", "read_cells", "statement"]
+__all__ = ["diagnostics_statement", "dry_run", "read", "read_cells", "read_diagnostics",
+           "statement"]
 
 
 def _unit_totals(backend: DuckBackend, meta: TableMeta) -> str | None:
@@ -31,19 +32,26 @@ def _unit_totals(backend: DuckBackend, meta: TableMeta) -> str | None:
     return name if name in backend.fixed_columns(meta.stored_name) else None
 
 
-def statement(backend: DuckBackend, job: Job, relation: str, *, seed: int) -> str:
-    """The one statement computing the job's exact histogram over ``relation``."""
+def _ctes(backend: DuckBackend, job: Job, relation: str, *, seed: int,
+          outside: bool = False) -> tuple[list[str], str, list[str]]:
+    """The CTEs mapping rows to cells and bounding each unit: ``(ctes, bounded relation,
+    cell columns)``. ``__src0``: every row (after WHERE) with its cells (and, ``outside``, the
+    flag ``__x`` of :meth:`~.axes.Axis.outside_sql`); ``__src``: the rows in a cell."""
     meta = job.meta
     alias = quote_ident(PRIVATE_ALIAS)
     cnames = [f"__c{i}" for i in range(len(job.axes))]
-    proj = [f"{a.cell_sql(f'{alias}.{quote_ident(a.column)}')} AS {c}"
-            for a, c in zip(job.axes, cnames, strict=True)]
+    refs = [f"{alias}.{quote_ident(a.column)}" for a in job.axes]
+    proj = [f"{a.cell_sql(r)} AS {c}" for a, r, c in zip(job.axes, refs, cnames, strict=True)]
     total_col = None
     if not meta.record_level:
         proj.insert(0, f"{alias}.{quote_ident(str(meta.privacy_unit))} AS __u")
         total_col = _unit_totals(backend, meta)
         if total_col is not None:
             proj.append(f"{alias}.{quote_ident(total_col)} AS __nt")
+    if outside:
+        proj.append("(" + " OR ".join(a.outside_sql(r) for a, r in zip(job.axes, refs,
+                                                                       strict=True))
+                    + ") AS __x")
     inner = (f"SELECT {', '.join(proj)} FROM {relation} AS {alias}"
              + (f" WHERE {job.where_sql}" if job.where_sql else ""))
     keep = " AND ".join(f"{c} IS NOT NULL" for c in cnames)
@@ -55,9 +63,45 @@ def statement(backend: DuckBackend, job: Job, relation: str, *, seed: int) -> st
             seed_lit=f"CAST({seed} AS UBIGINT)",
             total_col="__nt" if total_col is not None else None)
         ctes.extend(bound)
+    return ctes, current, cnames
+
+
+def statement(backend: DuckBackend, job: Job, relation: str, *, seed: int) -> str:
+    """The one statement computing the job's exact histogram over ``relation``."""
+    ctes, current, cnames = _ctes(backend, job, relation, seed=seed)
     cols = ", ".join(cnames)
     return (f"WITH {', '.join(ctes)} SELECT {cols}, COUNT(*) AS __n FROM {current} "
             f"GROUP BY {cols}")
+
+
+def diagnostics_statement(backend: DuckBackend, job: Job, relation: str, *, seed: int) -> str:
+    """The diagnostic counts over the same bounded rows as :func:`statement` (same ``seed``:
+    the same rows kept), one row: ``__k`` rows counted, ``__d`` rows the cap dropped and
+    ``__o`` rows outside the bounds/domains or NULL, each unit's term clipped at ``m`` (so
+    each total moves by at most ``m`` when one unit is added or removed)."""
+    ctes, current, _ = _ctes(backend, job, relation, seed=seed, outside=True)
+    if job.meta.record_level:
+        return (f"WITH {', '.join(ctes)} SELECT (SELECT COUNT(*) FROM {current}) AS __k, "
+                f"0 AS __d, (SELECT COUNT(*) FROM __src0 WHERE __x) AS __o")
+    m = int(job.meta.max_rows_per_unit)
+    # __l holds, per unit above the cap, its rows in a cell (__c); it exists in both forms of
+    # the bounding CTEs
+    return (f"WITH {', '.join(ctes)} SELECT (SELECT COUNT(*) FROM {current}) AS __k, "
+            f"(SELECT COALESCE(SUM(LEAST(GREATEST(__c - {m}, 0), {m})), 0) FROM __l) AS __d, "
+            f"(SELECT COALESCE(SUM(LEAST(__n, {m})), 0) FROM (SELECT COUNT(*) AS __n FROM "
+            f"__src0 WHERE __x GROUP BY __u)) AS __o")
+
+
+def read_diagnostics(ctx: Context, text: str) -> dict[str, int]:
+    """The exact diagnostic counts of :func:`diagnostics_statement` (never leave the engine:
+    :mod:`.diagnostics` noises them)."""
+    _, out = ctx.backend.run(text, [], ["__k", "__d", "__o"])
+
+    def first(c: str) -> int:
+        vals = list(out[c])
+        return int(vals[0]) if vals and vals[0] is not None else 0
+    return {"rows_read": first("__k"), "rows_dropped": first("__d"),
+            "rows_outside": first("__o")}
 
 
 def dry_run(ctx: Context, job: Job) -> None:
@@ -66,6 +110,8 @@ def dry_run(ctx: Context, job: Job) -> None:
     shadow = ctx.backend.shadow(table_relation(job.meta))
     with dry_run_errors("release"):
         ctx.backend.dry_run(statement(ctx.backend, job, shadow, seed=0))
+        if job.diag:
+            ctx.backend.dry_run(diagnostics_statement(ctx.backend, job, shadow, seed=0))
 
 
 def read(ctx: Context, job: Job, text: str | None = None) -> np.ndarray:
