@@ -71,6 +71,7 @@ def _shown(res: Any, show_all: bool) -> Any:
 
 
 def _print(con: Any, res: Any, title: str, *, show_all: bool = False) -> None:
+    from dpkit.cli.query import print_diagnostics
     from dpkit.engine.results import split_table
 
     sub = _shown(res, show_all)
@@ -78,6 +79,7 @@ def _print(con: Any, res: Any, title: str, *, show_all: bool = False) -> None:
                                        f" ({len(sub)} of {len(res)} rows; --all for every row)")))
     for note in res.notes:
         con.print(f"[dim]note: {note}[/]")
+    print_diagnostics(con, res)
     con.print(split_table(res.split, title=f"ledger entry #{res.ledger_seq}"))
 
 
@@ -258,6 +260,8 @@ def synthetic(project: Path, table: str, columns: str, output: Path, rows: int |
     """Synthetic records over the declared domains of the columns (one charge)."""
     from rich.table import Table
 
+    from dpkit.cli.query import print_diagnostics
+
     con = _console()
     from dpkit.engine.results import check_output_path
 
@@ -280,6 +284,7 @@ def synthetic(project: Path, table: str, columns: str, output: Path, rows: int |
         con.print(t)
         for note in syn.notes:
             con.print(f"[dim]note: {note}[/]")
+        print_diagnostics(con, syn)
         con.print(f"wrote {output}")
 
 

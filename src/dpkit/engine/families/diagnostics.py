@@ -1,16 +1,18 @@
 """Answers of the release families that say when they mislead (issue 14, item 4).
 
 A family counts the rows that fall in a cell of its public grid after each unit is cut to
-``m = max_rows_per_unit`` rows: rows beyond the cap and rows in no cell (a value outside the
-declared bounds of an axis whose grid does not clamp, a key outside a declared domain, NULL or
-NaN) are silently left out, and the answer describes the bounded rows only. So every release
+``m = max_rows_per_unit`` rows: rows beyond the cap and rows in no cell (a key outside a declared
+domain, NULL or NaN) are silently left out, and numbers outside the declared bounds are clamped
+into the end cells: the answer describes the bounded rows only. So every release
 also measures, with :data:`~dpkit.engine.plan.DIAGNOSTICS_SHARE` of its budget (as SQL answers
 do, :mod:`dpkit.engine.diagnose`), three whole-release counts:
 
 * ``rows_read`` (``K``): rows counted in the histogram (after the cap);
 * ``rows_dropped`` (``D``, user level only): rows the per-unit cap dropped, each unit's
   drops counted up to ``m`` (a floor of what was dropped);
-* ``rows_outside`` (``O``): rows in no cell, each unit's counted up to ``m`` (a floor).
+* ``rows_outside`` (``O``): rows with a value outside the declared bounds (clamped into an
+  end cell), a key outside a declared domain, NULL or NaN (in no cell), each unit's counted
+  up to ``m`` (a floor).
 
 **Privacy.** Neighbouring relation: add or remove one privacy unit with all its rows. Each
 count is a sum over units of a per-unit term in ``[0, m]`` that depends on that unit's rows
@@ -24,7 +26,8 @@ budget asked. The counts are read in the same charged read (a second statement o
 bounded rows and seed); shares and warnings are post-processing of the noisy counts.
 
 **Warnings** (as :mod:`dpkit.engine.diagnose`): the dropped share ``D / (D + K)`` and the
-outside share ``O / (O + K + D)`` are bounded below from each count's interval at
+outside share ``O / (O + K + D)`` (clamped rows are in ``K`` too, so this understates
+the share: a conservative figure) are bounded below from each count's interval at
 :data:`~dpkit.engine.diagnose.WARN_LEVEL`; a warning is issued when that lower bound exceeds
 :data:`~dpkit.engine.diagnose.WARN_SHARE` (5%): a false warning has probability at most 5%.
 ``diagnostics=False`` measures nothing and gives the family the whole budget.
