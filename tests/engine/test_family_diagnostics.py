@@ -158,3 +158,7 @@ def test_sql_form_and_cli_show_the_diagnostics(project: Callable[..., Curator],
     assert out.exit_code == 0, (out.output, out.exception)
     assert "warning:" in out.output and "per-unit cap" in out.output
     assert "rows_dropped" in out.output
+    off_cli = CliRunner().invoke(release_commands.cdf, [str(path), "t", "age", "--epsilon", "1",
+                                                        "--no-diagnostics"])
+    assert off_cli.exit_code == 0, (off_cli.output, off_cli.exception)
+    assert "warning:" not in off_cli.output and "rows_dropped" not in off_cli.output
