@@ -22,8 +22,9 @@ Gaussian noise at ``ρ·s/n`` (ρ-zCDP; ``(ε, δ)`` targets converted to the la
 them), ``s`` the share and ``n`` the number of counts. The family itself is planned at
 ``(1 - s)`` of the target, and the job's event is the composition of both parts (basic
 composition; zCDP parts merged into one ``ZCDP(Σρ)``): the ledger sees one charge for the
-budget asked. The counts are read in the same charged read (a second statement over the same
-bounded rows and seed); shares and warnings are post-processing of the noisy counts.
+budget asked. The counts are read in the same charged read (``K``: the exact histogram's total;
+``D`` and ``O``: a second statement, :func:`~.histogram.diagnostics_statement`); shares and
+warnings are post-processing of the noisy counts.
 
 **Warnings** (as :mod:`dpkit.engine.diagnose`): the dropped share ``D / (D + K)`` and the
 outside share ``O / (O + K + D)`` (clamped rows are in ``K`` too, so this understates

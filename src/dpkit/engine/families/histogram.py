@@ -74,34 +74,37 @@ def statement(backend: DuckBackend, job: Job, relation: str, *, seed: int) -> st
             f"GROUP BY {cols}")
 
 
-def diagnostics_statement(backend: DuckBackend, job: Job, relation: str, *, seed: int) -> str:
-    """The diagnostic counts over the same bounded rows as :func:`statement` (same ``seed``:
-    the same rows kept), one row: ``__k`` rows counted, ``__d`` rows the cap dropped and
-    ``__o`` rows outside the bounds/domains or NULL, each unit's term clipped at ``m`` (so
-    each total moves by at most ``m`` when one unit is added or removed)."""
-    ctes, current, _ = _ctes(backend, job, relation, seed=seed, outside=True)
+def diagnostics_statement(backend: DuckBackend, job: Job, relation: str) -> str:
+    """The diagnostic counts besides the rows read (the histogram's total), one row: ``__d``
+    rows the per-unit cap drops and ``__o`` rows outside the bounds/domains or NULL, each
+    unit's term clipped at ``m`` (so each total moves by at most ``m`` when one unit is added
+    or removed). One scan and one aggregate by unit, without the bounding's hashing: a unit
+    drops ``max(c - m, 0)`` rows, ``c`` its rows in a cell (the cap keeps ``min(c, m)``)."""
+    ctes, _, cnames = _ctes(backend, job, relation, seed=0, outside=True)
     if job.meta.record_level:
-        return (f"WITH {', '.join(ctes)} SELECT (SELECT COUNT(*) FROM {current}) AS __k, "
-                f"0 AS __d, (SELECT COUNT(*) FROM __src0 WHERE __x) AS __o")
+        return f"WITH {ctes[0]} SELECT 0 AS __d, COUNT(*) FILTER (WHERE __x) AS __o FROM __src0"
     m = int(job.meta.max_rows_per_unit)
-    # __l holds, per unit above the cap, its rows in a cell (__c); it exists in both forms of
-    # the bounding CTEs
-    return (f"WITH {', '.join(ctes)} SELECT (SELECT COUNT(*) FROM {current}) AS __k, "
-            f"(SELECT COALESCE(SUM(LEAST(GREATEST(__c - {m}, 0), {m})), 0) FROM __l) AS __d, "
-            f"(SELECT COALESCE(SUM(LEAST(__n, {m})), 0) FROM (SELECT COUNT(*) AS __n FROM "
-            f"__src0 WHERE __x GROUP BY __u)) AS __o")
+    inside = " AND ".join(f"{c} IS NOT NULL" for c in cnames)
+    # units whose stored total is within the cap drop nothing: only their outside rows count
+    heavy = f"__nt > {m} OR __x" if _unit_totals(backend, job.meta) else "TRUE"
+    return (f"WITH {ctes[0]}, __pu AS (SELECT COUNT(*) FILTER (WHERE {inside}) AS __ci, "
+            f"COUNT(*) FILTER (WHERE __x) AS __co FROM __src0 WHERE {heavy} GROUP BY __u) "
+            f"SELECT COALESCE(SUM(LEAST(GREATEST(__ci - {m}, 0), {m})), 0) AS __d, "
+            f"COALESCE(SUM(LEAST(__co, {m})), 0) AS __o FROM __pu")
 
 
-def read_diagnostics(ctx: Context, text: str) -> dict[str, int]:
-    """The exact diagnostic counts of :func:`diagnostics_statement` (never leave the engine:
-    :mod:`.diagnostics` noises them)."""
-    _, out = ctx.backend.run(text, [], ["__k", "__d", "__o"])
+def read_diagnostics(ctx: Context, text: str, x: np.ndarray, *, sparse: bool) -> dict[str, int]:
+    """The exact diagnostic counts: :func:`diagnostics_statement`'s and the rows read, the
+    total of the exact histogram ``x`` (dense, or :func:`read_cells`' rows when ``sparse``).
+    They never leave the engine: :mod:`.diagnostics` noises them."""
+    _, out = ctx.backend.run(text, [], ["__d", "__o"])
 
     def first(c: str) -> int:
         vals = list(out[c])
         return int(vals[0]) if vals and vals[0] is not None else 0
-    return {"rows_read": first("__k"), "rows_dropped": first("__d"),
-            "rows_outside": first("__o")}
+
+    kept = int(x[:, -1].sum()) if sparse else int(x.sum())
+    return {"rows_read": kept, "rows_dropped": first("__d"), "rows_outside": first("__o")}
 
 
 def dry_run(ctx: Context, job: Job) -> None:
@@ -111,7 +114,7 @@ def dry_run(ctx: Context, job: Job) -> None:
     with dry_run_errors("release"):
         ctx.backend.dry_run(statement(ctx.backend, job, shadow, seed=0))
         if job.diag:
-            ctx.backend.dry_run(diagnostics_statement(ctx.backend, job, shadow, seed=0))
+            ctx.backend.dry_run(diagnostics_statement(ctx.backend, job, shadow))
 
 
 def read(ctx: Context, job: Job, text: str | None = None) -> np.ndarray:

@@ -69,12 +69,15 @@ def run(ctx: Context, job: Job, finish: Finish[R]) -> R:
         exact_diag: dict[str, int] = {}
 
         def read() -> np.ndarray:
-            if job.diag:  # the same seed: the same bounded rows as the histogram's
-                exact_diag.update(histogram.read_diagnostics(ctx, histogram.diagnostics_statement(
-                    ctx.backend, job, table_relation(job.meta), seed=seed)))
-            if job.details.get("sparse"):  # MST synthetic data: no product-domain array
-                return histogram.read_cells(ctx, job, text)
-            return histogram.read(ctx, job, text)
+            sparse = bool(job.details.get("sparse"))  # MST: no product-domain array
+            x = (histogram.read_cells(ctx, job, text) if sparse
+                 else histogram.read(ctx, job, text))
+            if job.diag:
+                exact_diag.update(histogram.read_diagnostics(
+                    ctx, histogram.diagnostics_statement(ctx.backend, job,
+                                                         table_relation(job.meta)),
+                    x, sparse=sparse))
+            return x
 
         def done(x: np.ndarray, entry: Entry) -> R:
             res = finish(ctx, job, x, entry, ctx.remaining())
