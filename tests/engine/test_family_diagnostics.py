@@ -162,3 +162,18 @@ def test_sql_form_and_cli_show_the_diagnostics(project: Callable[..., Curator],
                                                         "--no-diagnostics"])
     assert off_cli.exit_code == 0, (off_cli.output, off_cli.exception)
     assert "warning:" not in off_cli.output and "rows_dropped" not in off_cli.output
+
+
+def test_record_level_and_mst(project: Callable[..., Curator]) -> None:
+    """Record level: no cap, so no rows_dropped; keys outside the domain warn. MST (its sparse
+    read) reports the same counts."""
+    cur = project(epsilon=10.0)
+    n = 3000
+    cur.add_table("r", {"ward": np.asarray(["A", "Q", "R"] * (n // 3), dtype=object),
+                        "age": np.arange(n, dtype=np.float64) % 90},
+                  bounds={"age": (0, 100)}, domains={"ward": ["A", "B"]})
+    res = cur.marginals("r", ["ward"], epsilon=1.0)
+    assert set(res.diagnostics) == {"rows_read", "rows_outside"}
+    assert any("outside the declared bounds" in w for w in res.warnings)  # 2/3 of the keys
+    syn = cur.synthetic("r", ["ward", "age"], epsilon=1.0, method="mst", rows=10)
+    assert syn.diagnostics["rows_read"]["estimate"] > 500 and syn.warnings
