@@ -116,7 +116,8 @@ def _variant(kind: str):  # type: ignore[no-untyped-def]
         if kind == "dpkit_no_noise":  # clipping overhead alone: a zero noise vector
             import numpy as np
 
-            tr.optimizer._next_noise = lambda: np.zeros(tr.optimizer.dim)  # type: ignore[method-assign]
+            zeros = np.zeros(tr.optimizer.dim)  # one buffer, as the noise itself
+            tr.optimizer._next_noise = lambda: zeros  # type: ignore[method-assign]
         return tr.data_loader, tr.module, tr.optimizer, ce, lambda: tr.optimizer.last_noise_s
     from opacus import PrivacyEngine
 
