@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python benchmarks/mnist_sweep.py --jobs 16 --budget-s 300   # ~8 min, 16 cores
     PYTHONPATH=src python benchmarks/mnist_sweep.py --config '{"features": "scatter"}'  # test one
+    PYTHONPATH=src python benchmarks/mnist_sweep.py --opacus --seeds 5  # Opacus, same recipe
 
 Protocol (so the test split never guides a choice):
 1. the 4,000 training rows (``mnist_data.mnist_5k``: shuffled with seed 0) are split again,
@@ -113,11 +114,12 @@ def search(pool: ProcessPoolExecutor, jobs: int, budget_s: float,
     pending: set[Any] = set()
     stop = time.perf_counter() + budget_s
     i = 0
+    cfg = _sample(rng)
     while time.perf_counter() < stop or pending:
         while time.perf_counter() < stop and len(pending) < 2 * jobs:
-            eps = eps_list[i % len(eps_list)]
-            cfg = _sample(rng) if i % len(eps_list) == 0 else cfg
-            pending.add(pool.submit(run_one, cfg, eps, 0, False))
+            if i and i % len(eps_list) == 0:  # each configuration runs at every epsilon
+                cfg = _sample(rng)
+            pending.add(pool.submit(run_one, cfg, eps_list[i % len(eps_list)], 0, False))
             i += 1
         if not pending:
             break
@@ -125,7 +127,7 @@ def search(pool: ProcessPoolExecutor, jobs: int, budget_s: float,
         for f in got:
             try:
                 done.append(f.result())
-            except Exception as exc:  # noqa: BLE001 - a bad configuration is data too
+            except Exception as exc:  # a bad configuration is data too
                 print("failed:", exc, flush=True)
     return done
 
@@ -160,6 +162,83 @@ def final(pool: ProcessPoolExecutor, cfg: dict[str, Any], eps: float,
     return out
 
 
+PEER = """
+import json, math, sys, warnings
+import numpy as np, torch
+warnings.filterwarnings("ignore")
+from opacus import PrivacyEngine
+torch.set_num_threads(1)
+d = np.load(sys.argv[1]); cfg = json.loads(sys.argv[2]); out = []
+A, ya = torch.from_numpy(d["A"]), torch.from_numpy(d["ya"])
+B, yb = torch.from_numpy(d["B"]), d["yb"]
+for eps in (1.0, 3.0):
+    c = cfg[str(eps)]
+    for seed in range(int(sys.argv[3])):
+        torch.manual_seed(100 + seed)
+        net = torch.nn.Linear(A.shape[1], 10)
+        torch.nn.init.zeros_(net.bias)
+        opt = torch.optim.SGD(net.parameters(), lr=c["lr"], momentum=c["momentum"])
+        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(A, ya),
+                                             batch_size=c["batch"])
+        net, opt, loader = PrivacyEngine(accountant="prv").make_private_with_epsilon(
+            module=net, optimizer=opt, data_loader=loader, target_epsilon=eps,
+            target_delta=1e-5, epochs=c["epochs"], max_grad_norm=c["clip"])
+        total = c["epochs"] * len(loader); start = int(total * (1 - c["averaging"])); step = 0
+        avg = [torch.zeros_like(p) for p in net.parameters()]
+        for _ in range(c["epochs"]):
+            for xb, yb_ in loader:
+                for g in opt.param_groups:
+                    g["lr"] = c["lr"] * 0.5 * (1 + math.cos(math.pi * step / total))
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(net(xb), yb_, reduction="mean").backward()
+                opt.step(); step += 1
+                if step > start:
+                    with torch.no_grad():
+                        for a, p in zip(avg, net.parameters()):
+                            a.add_(p.detach() - a, alpha=1.0 / (step - start))
+        if step > start:
+            with torch.no_grad():
+                for a, p in zip(avg, net.parameters()):
+                    p.copy_(a)
+        with torch.no_grad():
+            acc = float((net(B).argmax(1).numpy() == yb).mean())
+        out.append({"eps": eps, "seed": seed, "acc": acc})
+        print(json.dumps(out[-1]), file=sys.stderr, flush=True)
+print(json.dumps(out))
+"""
+
+
+def peer_opacus(venv: Path, res: dict[str, Any], seeds: int) -> dict[str, Any]:
+    """Opacus 1.6 with the same features, head and recipe as the winners (same run)."""
+    import subprocess
+    import tempfile
+
+    d = _load()
+    F = d["feats"]["scatter_norm"]
+    cfg: dict[str, dict[str, Any]] = {}
+    for key in ("1.0", "3.0"):
+        c = res["test"][key]["cfg"]
+        cfg[key] = {"lr": c["lr_c"] / c["max_grad_norm"], "momentum": c["momentum"],
+                  "batch": int(np.ceil(c["q"] * 4000)), "epochs": c["epochs"],
+                  "clip": c["max_grad_norm"], "averaging": c["averaging"]}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "f.npz"
+        np.savez(path, A=F[:4000], ya=d["ytr"], B=F[4000:], yb=d["yte"])
+        proc = subprocess.run([str(venv / "bin" / "python"), "-c", PEER, str(path),
+                               json.dumps(cfg), str(seeds)], capture_output=True, text=True,
+                              check=False)
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-2000:]}
+    runs = json.loads(proc.stdout.strip().splitlines()[-1])
+    out: dict[str, Any] = {}
+    for e in (1.0, 3.0):
+        accs = [r["acc"] for r in runs if r["eps"] == e]
+        out[str(e)] = {"test_accs": accs, "mean": statistics.mean(accs),
+                       "sd": statistics.stdev(accs) if len(accs) > 1 else 0.0}
+        print(f"OPACUS eps={e}: {out[str(e)]}", flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -168,7 +247,17 @@ def main() -> None:
     ap.add_argument("--config", type=json.loads, default=None,
                     help="a JSON configuration to score on test for both epsilons")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "mnist_sweep.json")
+    ap.add_argument("--opacus", action="store_true",
+                    help="only: Opacus 1.6 (benchmarks/.venvs/opacus) with the recipe in --out")
     a = ap.parse_args()
+    if a.opacus:
+        old = json.loads(a.out.read_text())
+        venv = next(p for p in [HERE / ".venvs" / "opacus",
+                                HERE.parents[2] / "main" / "benchmarks" / ".venvs" / "opacus"]
+                    if (p / "bin" / "python").exists())
+        old["opacus_same_recipe"] = peer_opacus(venv, old, a.seeds)
+        a.out.write_text(json.dumps(old, indent=1, default=str) + "\n")
+        return
     eps_list = [1.0, 3.0]
     res: dict[str, Any] = {"jobs": a.jobs, "budget_s": a.budget_s, "grid": GRID}
     with ProcessPoolExecutor(a.jobs, initializer=_init_worker) as pool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -30,13 +31,14 @@ def _noise_only_steps(steps: int) -> tuple[list[np.ndarray], object]:
         tr.optimizer.step()  # secure source: the next step's noise is drawn on a thread now
         if tr.optimizer._pending is not None:  # let the draw ahead finish: it must not alias
             tr.optimizer._pending.result()
-        out.append(torch.cat([p.grad.reshape(-1) for p in net.parameters()]).numpy().copy())
+        grads: list[Any] = [p.grad for p in net.parameters()]
+        out.append(torch.cat([g.reshape(-1) for g in grads]).numpy().copy())
     tr.detach()
     return out, tr
 
 
 def test_each_step_gets_fresh_noise_although_the_buffers_are_reused() -> None:
-    grads, tr = _noise_only_steps(3)
+    grads, _ = _noise_only_steps(3)
     d = grads[0].size  # 3,110 coordinates
     for a, b in ((0, 1), (1, 2), (0, 2)):
         # independent N(0, s²) vectors: correlation ~ N(0, 1/d); 6/sqrt(d) is a 6-sigma bound
@@ -54,16 +56,18 @@ def test_grads_survive_the_draw_ahead_and_share_one_buffer() -> None:
     tr = make_private(net, torch.optim.SGD(net.parameters(), lr=0.0),
                       DataLoader(data, batch_size=30), max_grad_norm=1.0, noise_multiplier=1.0)
     ptrs = set()
+    opt: Any = tr.optimizer
     for i, (x, y) in enumerate(tr.data_loader):
         tr.optimizer.zero_grad()
         nn.functional.cross_entropy(tr.module(x), y).backward()
         tr.optimizer.step()
-        before = [p.grad.clone() for p in net.parameters()]
+        grads: list[Any] = [p.grad for p in net.parameters()]
+        before = [g.clone() for g in grads]
         if tr.optimizer._pending is not None:
             tr.optimizer._pending.result()  # the next draw wrote its buffer meanwhile
         assert all(torch.equal(b, p.grad) for b, p in zip(before, net.parameters(), strict=True))
-        ptrs.add(tr.optimizer._flat.data_ptr())
-        ptrs.add(tr.optimizer._noise.ctypes.data)
+        ptrs.add(opt._flat.data_ptr())
+        ptrs.add(opt._noise.ctypes.data)
         if i == 3:
             break
     assert len(ptrs) == 2  # one clipped-sum/gradient buffer and one noise buffer, every step

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ def _mnist():  # type: ignore[no-untyped-def]
 
 # The recipe per epsilon chosen on a validation split of the training rows (never the test
 # split) by benchmarks/mnist_sweep.py: a linear head on the fixed scattering features.
-RECIPES = {
+RECIPES: dict[float, dict[str, Any]] = {
     1.0: {"learning_rate": 3.0, "momentum": 0.0, "averaging": 0.0},
     3.0: {"learning_rate": 1.0, "momentum": 0.9, "averaging": 0.5},
 }

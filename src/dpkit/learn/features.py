@@ -21,7 +21,7 @@ import numpy as np
 __all__ = ["ScatterFeatures", "morlet_bank"]
 
 
-def morlet_bank(size: int, J: int, L: int) -> tuple[np.ndarray, np.ndarray]:  # noqa: N803
+def morlet_bank(size: int, J: int, L: int) -> tuple[np.ndarray, np.ndarray]:
     """Fourier transforms of ``J·L`` zero-mean Morlet filters and the low-pass Gaussian.
 
     Scale ``j``: width ``σ = 0.8·2^j``, centre frequency ``ξ = (3π/4)/2^j``, ``L`` orientations
@@ -61,7 +61,7 @@ class ScatterFeatures:
     (2, 833)
     """
 
-    def __init__(self, shape: tuple[int, int] = (28, 28), *, J: int = 2, L: int = 8,  # noqa: N803
+    def __init__(self, shape: tuple[int, int] = (28, 28), *, J: int = 2, L: int = 8,
                  normalize: str | None = None, pad: int = 4) -> None:
         self.shape = shape
         self.J = J
