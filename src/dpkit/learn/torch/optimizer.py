@@ -10,6 +10,13 @@ by at most ``C'`` in L2 and the grid rounding (``round_k`` to ``2^-k``, both sid
 mechanism ``Gaussian(σ)`` on a Poisson(q) sample: the event ``PoissonSampled(q, Gaussian(σ))``.
 The division and the optimizer's update are post-processing. Floating-point error in forming the
 float32 sum is not covered (as in every DP-SGD library; it is ~1e-7 relative).
+
+Memory: two buffers live across steps, the float32 clipped sum (which becomes the gradients,
+in place) and the float64 noise in grid units; the grid pass works through a float64 scratch
+of 2^17 coordinates. The grid stays float64 on purpose: at ``2^-k`` fine enough that rounding
+costs C a millionth, the noise alone spans ~2^35 grid steps, past float32's 2^24 exact
+integers, so a float32 pass would not be exact. A secure source draws step t+1's noise into
+the noise buffer on a thread once step t has consumed it (never while it is read).
 """
 
 from __future__ import annotations
