@@ -13,11 +13,14 @@ Estimators follow scikit-learn's API (``fit`` / ``predict`` / ``score``, ``get_p
 - :class:`MLPClassifier` (``mlp``): DP-SGD on a multi-layer perceptron (the ``[torch]`` extra
   at ``fit``); ``dpkit.learn.torch.make_private`` for your own PyTorch objects
   (``docs/learn_torch.md``)
+- :class:`ScatterFeatures` (``features``): a fixed wavelet-scattering front end for images, a
+  public row-wise map (free in privacy) to put before ``MLPClassifier`` or a linear model
 """
 
 from __future__ import annotations
 
 from .cluster import KMeans
+from .features import ScatterFeatures
 from .linear import LinearRegression, LogisticRegression
 from .mlp import MLPClassifier
 from .naive_bayes import GaussianNB
@@ -43,6 +46,7 @@ __all__ = [
     "LogisticRegression",
     "MLPClassifier",
     "SQLogisticRegression",
+    "ScatterFeatures",
     "Thresholds",
     "pac_excess_bound",
     "threshold_excess",
