@@ -1,55 +1,78 @@
-"""ScatterFeatures: a fixed, row-wise (hence privacy-free) transform; shapes and refusals."""
+"""GaborFeatures: fixed filters, example by example, so it is free in privacy (checked here:
+the transform of a row never depends on the other rows or on what ``fit`` saw)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from dpkit.learn.features import ScatterFeatures, morlet_bank
+from dpkit.learn import GaborFeatures
+from dpkit.learn.features import gabor_bank
 
 
-def _images(n: int) -> np.ndarray:
-    # deterministic, varied images (no randomness needed here)
-    i = np.arange(n)[:, None, None]
-    yy, xx = np.mgrid[0:28, 0:28]
-    return (np.sin(0.3 * xx * (1 + i % 3) + 0.2 * yy * (i % 5)) ** 2).reshape(n, -1)
+def _images(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(0, 1, (n, 784))
 
 
-def test_shape_and_rows_are_transformed_independently() -> None:
-    X = _images(7)
-    f = ScatterFeatures((28, 28))
-    F = f.fit(X).transform(X)
-    assert F.shape == (7, 833) and F.dtype == np.float32
-    # row-wise: a row's features do not depend on the other rows (what makes it free)
-    alone = f.transform(X[3:4])
-    np.testing.assert_allclose(alone[0], F[3], rtol=1e-5, atol=1e-6)
-    changed = X.copy()
-    changed[0] = 0.0
-    np.testing.assert_allclose(f.transform(changed)[1:], F[1:], rtol=1e-5, atol=1e-6)
+def test_shape_and_finite() -> None:
+    f = GaborFeatures().fit_transform(_images(5, 0))
+    assert f.shape == (5, 17 * 49) and f.dtype == np.float32 and np.all(np.isfinite(f))
+    assert GaborFeatures(pool=7).fit_transform(_images(2, 0)).shape == (2, 17 * 16)
 
 
-def test_filters_have_zero_mean_and_features_see_orientation() -> None:
-    psis, phi = morlet_bank(36, 2, 8)
-    assert psis.shape == (16, 36, 36) and np.abs(psis[:, 0, 0]).max() < 1e-12
-    assert phi[0, 0] == 1.0
-    # vertical and horizontal stripes differ in their first-order channels
-    yy, xx = np.mgrid[0:28, 0:28]
-    v = (np.sin(1.2 * xx) ** 2).reshape(1, -1)
-    h = (np.sin(1.2 * yy) ** 2).reshape(1, -1)
-    Fv, Fh = ScatterFeatures().transform(np.r_[v, h]).reshape(2, 17, 49).mean(2)
-    assert np.abs(Fv[1:] - Fh[1:]).max() > 10 * np.abs(Fv[0] - Fh[0])
+def test_each_row_is_a_function_of_itself_alone() -> None:
+    a, b = _images(6, 1), _images(6, 2)
+    g = GaborFeatures(chunk=4)
+    alone = g.fit(a).transform(a[:1])
+    beside_others = g.fit(b).transform(np.r_[a[:1], b])[:1]  # fit on other data, other rows
+    np.testing.assert_array_equal(alone, beside_others)
 
 
-def test_example_normalisation_and_refusals() -> None:
-    F = ScatterFeatures(normalize="example").fit_transform(_images(3))
-    np.testing.assert_allclose(F.mean(1), 0.0, atol=1e-5)
-    np.testing.assert_allclose(F.std(1), 1.0, atol=1e-3)
-    with pytest.raises(ValueError, match="one 28x28 image per row"):
-        ScatterFeatures().transform(np.zeros((2, 100)))
+def test_filters_are_zero_mean_unit_norm_pairs() -> None:
+    bank = gabor_bank(7, (4.0, 7.0), 8)
+    assert bank.shape == (32, 7, 7)
+    np.testing.assert_allclose(bank.reshape(32, -1).sum(1), 0, atol=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(bank.reshape(32, -1), axis=1), 1)
+
+
+def test_a_shifted_stroke_moves_the_pooled_energy() -> None:
+    """A vertical stroke lights the vertical-edge maps where it is and nowhere else."""
+    img = np.zeros((2, 28, 28))
+    img[0, 4:24, 6] = 1.0
+    img[1, 4:24, 20] = 1.0
+    f = GaborFeatures(normalize="none").fit_transform(img.reshape(2, -1)).reshape(2, 17, 7, 7)
+    left, right = f[:, 1:].sum(1)[:, :, 1].sum(1), f[:, 1:].sum(1)[:, :, 5].sum(1)
+    assert left[0] > 5 * left[1] and right[1] > 5 * right[0]
+
+
+@pytest.mark.parametrize("kw,msg", [({"normalize": "batch"}, "normalize"),
+                                    ({"size": 6}, "odd"), ({"pool": 0}, "pool"),
+                                    ({"wavelengths": ()}, "wavelengths")])
+def test_bad_parameters(kw: dict[str, object], msg: str) -> None:
+    with pytest.raises(ValueError, match=msg):
+        GaborFeatures(**kw).fit(None)  # type: ignore[arg-type]
+
+
+def test_bad_input() -> None:
+    with pytest.raises(ValueError, match=r"shape \(n, 784\)"):
+        GaborFeatures().transform(np.zeros((2, 100)))
+    x = _images(1, 0)
+    x[0, 3] = np.nan
     with pytest.raises(ValueError, match="NaN"):
-        ScatterFeatures().transform(np.full((1, 784), np.nan))
-    with pytest.raises(ValueError, match="normalize"):
-        ScatterFeatures(normalize="batch").fit(np.zeros((1, 784)))
-    with pytest.raises(ValueError, match="unknown parameter"):
-        ScatterFeatures().set_params(alpha=1)
-    assert ScatterFeatures().transform(np.zeros((0, 784))).shape == (0, 833)
+        GaborFeatures().transform(x)
+
+
+def test_in_a_scikit_learn_pipeline() -> None:
+    sklearn = pytest.importorskip("sklearn")
+    from sklearn.base import clone
+    from sklearn.pipeline import make_pipeline
+
+    from dpkit.learn import GaussianNB
+
+    pipe = make_pipeline(GaborFeatures(pool=14), GaussianNB(
+        epsilon=1.0, bounds=(-5.0, 5.0), classes=[0, 1], random_state=0))
+    assert sklearn.__version__ and clone(pipe).get_params()["gaborfeatures__pool"] == 14
+    X = np.r_[_images(40, 3) * 0.2, _images(40, 4)]
+    y = np.r_[[0] * 40, [1] * 40]
+    pipe.fit(X, y)
+    assert pipe.predict(X).shape == (80,)

@@ -9,6 +9,10 @@
 - :mod:`~dpkit.attacks.oracles`: systems to attack (exact, fresh or sticky noise, suppression,
   the dpkit curator); :mod:`~dpkit.attacks.differencing`: differencing and averaging attacks;
 - :mod:`~dpkit.attacks.membership`: membership inference (likelihood ratio, LiRA), ROC curves;
+- :mod:`~dpkit.attacks.linkage` (with :mod:`~dpkit.attacks.deidentify`,
+  :mod:`~dpkit.attacks.linkage_run`): linkage, homogeneity and background-knowledge attacks on
+  k-anonymous / l-diverse / t-close releases and on DP ones (imported on demand: they need
+  pandas);
 - :mod:`~dpkit.attacks.side_channels`: the neighbouring-datasets fuzzer of the curator (imported
   on demand: ``from dpkit.attacks import side_channels``; it needs the engine and DuckDB).
 
