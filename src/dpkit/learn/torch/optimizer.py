@@ -76,7 +76,7 @@ class DPOptimizer(torch.optim.Optimizer):
         self.last_noise_s = 0.0  # wall time of the last noise draw, for benchmarks
         self._flat: Tensor | None = None  # buffers kept across steps (see clipped_flat)
         self._noise: np.ndarray | None = None
-        self._scratch: Tensor | None = None
+        self._scratch: np.ndarray | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._draw_ahead = False
         self._pending: Future[tuple[np.ndarray, float]] | None = None
@@ -228,16 +228,21 @@ class DPOptimizer(torch.optim.Optimizer):
         if (self.loader.last_batch_size * self.max_grad_norm * 1.001 * scale + zmax >= 2.0**52):
             raise FloatingPointError("the clipped sum is too large for the grid 2^-k to be "
                                      "exact in float64; use a smaller batch or max_grad_norm")
-        # chunk by chunk, in place in the clipped-sum buffer (it becomes the gradient): one
-        # float64 scratch of _CHUNK coordinates, so no full-size float64 copy exists
+        # chunk by chunk, in place in the clipped-sum buffer (it becomes the gradient), through
+        # one float64 scratch of _CHUNK coordinates: no full-size float64 copy exists. In numpy,
+        # single-threaded: ~90 small torch ops right after the clipping GEMMs ran into the
+        # intra-op threads still spinning from them (10-50x slower on 2 busy cores).
         if self._scratch is None:
-            self._scratch = torch.empty(min(_CHUNK, self.dim), dtype=torch.float64)
+            self._scratch = np.empty(min(_CHUNK, self.dim), dtype=np.float64)
         denom = scale * self.loader.sample_rate * self.loader.n
+        f, z = flat.numpy(), zt.numpy()
         for lo in range(0, self.dim, _CHUNK):
             hi = min(lo + _CHUNK, self.dim)
             s64 = self._scratch[: hi - lo]
-            s64.copy_(flat[lo:hi]).mul_(scale).round_().add_(zt[lo:hi]).div_(denom)
-            flat[lo:hi].copy_(s64)
+            np.multiply(f[lo:hi], scale, out=s64, dtype=np.float64)  # a power of 2: exact
+            np.rint(s64, out=s64)
+            s64 += z[lo:hi]
+            np.divide(s64, denom, out=f[lo:hi], casting="same_kind")
         self._ahead()
         lo = 0
         for p in self.params:
