@@ -15,6 +15,11 @@
   pandas);
 - :mod:`~dpkit.attacks.side_channels`: the neighbouring-datasets fuzzer of the curator (imported
   on demand: ``from dpkit.attacks import side_channels``; it needs the engine and DuckDB).
+- attacks on trained models, imported on demand (``from dpkit.attacks import inversion, lira``):
+  :mod:`~dpkit.attacks.inversion` (model inversion, white- and black-box),
+  :mod:`~dpkit.attacks.lira` (LiRA with shadow models on any classifier, beside the one-run
+  audit and the DP bound), :mod:`~dpkit.attacks.model_targets` (MNIST-5k, non-private
+  baselines), :mod:`~dpkit.attacks.model_experiments` (the figures of docs/attacks.md).
 
 ``dpkit.attacks.audit`` stays the *module* (its function ``audit`` is not re-exported here, so
 that ``dpkit.attacks.audit.empirical_epsilon`` keeps working). ``plots`` is imported on
