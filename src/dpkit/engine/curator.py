@@ -400,7 +400,8 @@ class Curator(ReleaseMethods):
         if _RELEASE_FORM.search(query) is not None:  # cheap test before parsing it twice
             special = families.answer_sql(self._families(), query, epsilon=epsilon,
                                           rho=rho, delta=delta, accuracy=accuracy,
-                                          noise=noise, level=level, bounds=bounds)
+                                          noise=noise, level=level, bounds=bounds,
+                                          diagnostics=diagnostics)
             if special is not None:  # a range/CDF/marginal family: answered by dpkit.release
                 return special
         with self._lock:
