@@ -102,7 +102,7 @@ def gaussian_float32(sigma: float, size: Size, *, source: Source | None = None,
 
     >>> import dpkit.noise as noise
     >>> z = noise.gaussian_float32(2.0, 100_000, source=noise.seeded(3))
-    >>> z.dtype.name, abs(z.std() / 2.0 - 1.0) < 0.02
+    >>> z.dtype.name, bool(abs(z.std() / 2.0 - 1.0) < 0.02)
     ('float32', True)
     """
     s = _check_sigma(sigma)
