@@ -120,7 +120,7 @@ class TableMeta:
     max_groups_per_unit: int | None = None
     bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     domains: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
-    storage: str = "copy"  # "copy" or "view"
+    storage: str = "copy"  # "copy", "view", or "spark" (rows in Parquet, read by Spark)
     source: str = ""
     relation: str = ""  # the DuckDB relation holding the rows (schema-qualified, quoted)
     description: str = ""
