@@ -208,7 +208,7 @@ class SparkBackend(DuckBackend):
                 t.replace(exp.to_table(view).as_(t.alias_or_name) if t.alias else
                           exp.to_table(view))
                 hit = True
-        return tree.sql(dialect="spark") if hit else None
+        return exact_sums(tree).sql(dialect="spark") if hit else None
 
     def check(self, text: str, tables: Mapping[str, TableMeta]) -> None:
         """Before the charge: Spark analyses the statement (no row read), so that a statement
@@ -278,6 +278,15 @@ class SparkBackend(DuckBackend):
         super().close()
         with contextlib.suppress(Exception):
             self._frames.clear()
+
+
+def exact_sums(tree: exp.Expression) -> exp.Expression:
+    """Every SUM of a compiled statement adds integers (fixed-point values, counts); DuckDB
+    adds them into HUGEINT, Spark into a BIGINT that wraps: sum them as DECIMAL(38, 0) here
+    (read back as Python ints, as DuckDB's HUGEINT is)."""
+    for node in list(tree.find_all(exp.Sum)):
+        node.set("this", exp.cast(node.this, exp.DataType.build("DECIMAL(38, 0)")))
+    return tree
 
 
 def _integral(v: Any) -> Any:

@@ -89,8 +89,8 @@ class Preparer:
             self._dry_ok[id(plan)] = (plan, tables_version)
         seed = int(_noise.uniform_int(2**63 - 1, 1, source=self._source)[0])
         compiled = compile_with(relations, key_rel, seed, fill)
-        if portable:  # Spark analyses the real statement too, before the charge
-            assert isinstance(self._backend, SparkBackend)
+        if isinstance(self._backend, SparkBackend) and plan.table.storage == SPARK:
+            # Spark analyses the real statement too (no row read), before the charge
             self._backend.check(compiled.text, plan.catalog)
         declared = None
         fallback: Callable[[], dplan.CompiledSQL] | None = None

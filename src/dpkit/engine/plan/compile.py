@@ -31,7 +31,6 @@ from dpkit.engine.plan.fixed import (
 from dpkit.engine.plan.model import Measure, Plan, PlanError
 from dpkit.engine.plan.portable import (
     bounding_ctes_portable,
-    decimal_sum,
     portable_hash_sql,
     tie_break,
 )
@@ -260,8 +259,7 @@ def fixed_point_sums(st: SqlState) -> None:
                 v = f"(({big_v} + {1 << (d - 1)}) >> {d})"
             proj_v.append(f"{v} AS __v{j}")
             st.fixed[mm.column] = (f"__v{j}", f"__s{j}", f"__n{j}")
-            st.aggs.append(f"{decimal_sum(f'__v{j}') if st.portable else f'SUM(__v{j})'} "
-                           f"AS __s{j}")
+            st.aggs.append(f"SUM(__v{j}) AS __s{j}")
             st.aggs.append(f"COUNT(__v{j}) AS __n{j}")
             st.mcols.extend([f"__s{j}", f"__n{j}"])
     if proj_v:
@@ -323,9 +321,8 @@ def measure_expr(st: SqlState, mm: Measure) -> str:
         # centred where the centred sum is, so that Var = Q/n - (S/n)^2 holds
         csum = next(o for o in st.plan.measures if o.kind == "csum" and o.column == mm.column)
         mid = math.ldexp(float(csum.center), -csum.f)
-        sq = (f"LEAST(CAST(round(({x} - {double_lit(mid)}) * ({x} - {double_lit(mid)}) "
-              f"* {pow2_lit(mm.f)}) AS BIGINT), {mm.bound})")
-        return decimal_sum(sq) if st.portable else f"SUM({sq})"
+        return (f"SUM(LEAST(CAST(round(({x} - {double_lit(mid)}) * ({x} - {double_lit(mid)}) "
+                f"* {pow2_lit(mm.f)}) AS BIGINT), {mm.bound}))")
     if mm.kind == "quant":
         if st.portable:  # DuckDB's histogram() aggregate has no Spark twin (yet)
             raise PlanError("QUANTILE/MEDIAN is not available on Spark tables yet; load the "

@@ -15,8 +15,9 @@ the same in both engines (the text is then transpiled to Spark by sqlglot in
   LAST, identical in both engines), so the rows kept are the same in both.
 * **bounding** keeps a unit's ``m`` first rows in that order with ``ROW_NUMBER`` (a window
   both engines have) instead of DuckDB's top-m list aggregate. It keeps the same rows.
-* **sums** of fixed-point integers are taken as ``DECIMAL(38, 0)``: DuckDB sums BIGINT into
-  HUGEINT, Spark into BIGINT (which wraps or fails), both sum DECIMAL(38, 0) exactly.
+* **sums**: every SUM in a compiled statement adds integers (fixed-point values, counts).
+  DuckDB sums BIGINT into HUGEINT; Spark into BIGINT, which wraps, so the Spark backend sums
+  them as ``DECIMAL(38, 0)`` (exact; :func:`dpkit.engine.backend_spark.exact_sums`).
 
 The privacy argument is unchanged: which rows a unit keeps depends only on its own rows and
 the secret seed (a stable transformation: one unit changes at most ``m`` rows of the output).
@@ -28,7 +29,7 @@ from collections.abc import Sequence
 
 from dpkit.engine.tables import type_class
 
-__all__ = ["bounding_ctes_portable", "decimal_sum", "hash_text_sql", "portable_hash_sql"]
+__all__ = ["bounding_ctes_portable", "hash_text_sql", "portable_hash_sql", "tie_break"]
 
 # the smallest normal double: below it C's printf and Java's Formatter print different digits
 _MIN_NORMAL = "CAST(2.2250738585072014e-308 AS DOUBLE)"
@@ -40,7 +41,8 @@ def hash_text_sql(col: str, type_: str) -> str:
     cls = type_class(type_)
     if cls == "float":
         x = f"CAST({col} AS DOUBLE)"
-        text = (f"(CASE WHEN isnan({x}) THEN 'nan' WHEN {x} > CAST(1.7976931348623157e308 AS "
+        # NULL first: Spark's printf formats NULL as the text 'null'
+        text = (f"(CASE WHEN {x} IS NULL THEN NULL WHEN isnan({x}) THEN 'nan' WHEN {x} > CAST(1.7976931348623157e308 AS "
                 f"DOUBLE) THEN 'inf' WHEN {x} < CAST(-1.7976931348623157e308 AS DOUBLE) THEN "
                 f"'-inf' WHEN abs({x}) < {_MIN_NORMAL} THEN 'sub' ELSE printf('%.12e', {x}) END)")
     elif cls == "bool":
@@ -62,11 +64,6 @@ def tie_break(cols: Sequence[tuple[str, str]]) -> str:
     items after the hash."""
     floats = [c for c, t in cols if type_class(t) == "float"]
     return "".join(f", {c} NULLS LAST" for c in floats)
-
-
-def decimal_sum(expr: str) -> str:
-    """``SUM`` of a BIGINT expression, exact in both engines."""
-    return f"SUM(CAST({expr} AS DECIMAL(38, 0)))"
 
 
 def bounding_ctes_portable(source: str, cols: Sequence[tuple[str, str]],
