@@ -128,14 +128,13 @@ def test_bounding_keeps_the_same_rows(spark: Any, parquet_rows: Path) -> None:
         s_text = sqlglot.transpile(text.format(rel="rows_view"), read="duckdb",
                                    write="spark")[0]
         s = [tuple(r) for r in spark.sql(s_text).collect()]
-        norm = {"NaN": "nan", "Infinity": "inf", "1.0E300": "1e+300", "-1.0E300": "-1e+300"}
-
-        def canon(rows: list[Any]) -> list[Any]:
-            return sorted((u, g or "", str(float(v)) if v is not None and
-                           v not in norm else norm.get(v, "NULL")) for u, g, v in rows)
-
-        assert canon(s) == canon(d)
+        assert _canon(s) == _canon(d)
         assert len(d) < 3400  # heavy units were cut
+
+
+def _canon(rows: list[Any]) -> list[Any]:
+    """Kept rows with their values as one text (the engines print doubles differently)."""
+    return sorted((u, g or "", "NULL" if v is None else repr(float(v))) for u, g, v in rows)
 
 
 def test_quantiles_are_refused_before_the_charge(pair: Any) -> None:

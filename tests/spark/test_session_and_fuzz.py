@@ -26,7 +26,7 @@ SMALL = TableMeta("t", (Column("uid", "BIGINT"), Column("k", "VARCHAR"), Column(
 class _DeadSession:
     """What a SparkSession looks like once its JVM is gone: every call into it fails."""
 
-    def newSession(self) -> _DeadSession:  # noqa: N802 (pyspark's name)
+    def newSession(self) -> _DeadSession:
         return self
 
     @property
@@ -37,7 +37,7 @@ class _DeadSession:
         pass
 
     @property
-    def sparkContext(self) -> Any:  # noqa: N802 (pyspark's name)
+    def sparkContext(self) -> Any:
         raise ConnectionError("Py4JNetworkError: answer from Java side is empty")
 
 

@@ -127,12 +127,13 @@ def _check_complete(df: Any, columns: Sequence[Column], names: Sequence[str]) ->
     """Refuse a NULL (or NaN) in a column declared ``not_null`` (one Spark job)."""
     if not names:
         return
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as fn
 
     cls = {c.name: c.cls for c in columns}
     counts = df.agg(*[
-        F.sum((F.col(n).isNull() | (F.isnan(F.col(n)) if cls[n] == "float" else F.lit(False)))
-              .cast("long")).alias(f"c{i}") for i, n in enumerate(names)]).collect()[0]
+        fn.sum((fn.col(n).isNull() | (fn.isnan(fn.col(n)) if cls[n] == "float" else
+                                      fn.lit(False))).cast("long")).alias(f"c{i}")
+        for i, n in enumerate(names)]).collect()[0]
     for i, n in enumerate(names):
         if counts[f"c{i}"]:
             raise ValueError(f"column {n!r} is declared not_null, but {counts[f'c{i}']} row(s) "
@@ -280,7 +281,7 @@ class SparkBackend(DuckBackend):
             self._frames.clear()
 
 
-def exact_sums(tree: exp.Expression) -> exp.Expression:
+def exact_sums(tree: Any) -> Any:
     """Every SUM of a compiled statement adds integers (fixed-point values, counts); DuckDB
     adds them into HUGEINT, Spark into a BIGINT that wraps: sum them as DECIMAL(38, 0) here
     (read back as Python ints, as DuckDB's HUGEINT is)."""

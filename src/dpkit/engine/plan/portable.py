@@ -42,9 +42,10 @@ def hash_text_sql(col: str, type_: str) -> str:
     if cls == "float":
         x = f"CAST({col} AS DOUBLE)"
         # NULL first: Spark's printf formats NULL as the text 'null'
-        text = (f"(CASE WHEN {x} IS NULL THEN NULL WHEN isnan({x}) THEN 'nan' WHEN {x} > CAST(1.7976931348623157e308 AS "
-                f"DOUBLE) THEN 'inf' WHEN {x} < CAST(-1.7976931348623157e308 AS DOUBLE) THEN "
-                f"'-inf' WHEN abs({x}) < {_MIN_NORMAL} THEN 'sub' ELSE printf('%.12e', {x}) END)")
+        text = (f"(CASE WHEN {x} IS NULL THEN NULL WHEN isnan({x}) THEN 'nan' "
+                f"WHEN {x} > CAST(1.7976931348623157e308 AS DOUBLE) THEN 'inf' "
+                f"WHEN {x} < CAST(-1.7976931348623157e308 AS DOUBLE) THEN '-inf' "
+                f"WHEN abs({x}) < {_MIN_NORMAL} THEN 'sub' ELSE printf('%.12e', {x}) END)")
     elif cls == "bool":
         text = f"(CASE WHEN {col} THEN 't' ELSE 'f' END)"
     else:
