@@ -123,3 +123,12 @@ def test_repeatable_domain_options_keep_commas(project: Any, tmp_path: Path) -> 
     assert res.exit_code == 0, res.output
     with Curator.open(cur.path) as c:
         assert list(c.tables()["visits"].domains["ward"]) == WARDS
+
+
+def test_a_file_may_ask_for_max_rows_per_unit_auto(tmp_path: Path) -> None:
+    f = tmp_path / "auto.json"
+    f.write_text('{"privacy_unit": "pid", "max_rows_per_unit": "auto"}')
+    assert read_declaration(f)["max_rows_per_unit"] == "auto"
+    f.write_text('{"privacy_unit": "pid", "max_rows_per_unit": "many"}')
+    with pytest.raises(DeclarationError, match="line 1"):
+        read_declaration(f)

@@ -45,6 +45,8 @@ def test_the_stated_epsilon_is_met_and_the_run_is_feasible_at_large_epsilon() ->
     (np.zeros((3, 2)), 1, {"epsilon": 0.0}, "epsilon"), (np.zeros((3, 2)), 1, {"delta": 1.0},
                                                          "delta"),
     (np.zeros((3, 2)), 1, {"method": "x"}, "method"),
+    (np.zeros((3, 2)), 1, {"margin": 1.0}, "margin"), (np.zeros((3, 2)), 1, {"margin": "x"},
+                                                       "margin"),
 ])
 def test_bad_markets_are_refused(values: np.ndarray, supply: object, kw: dict[str, object],
                                  words: str) -> None:
@@ -52,3 +54,42 @@ def test_bad_markets_are_refused(values: np.ndarray, supply: object, kw: dict[st
     args.update(kw)
     with pytest.raises(ValueError, match=words):
         allocate(values, supply, **args)  # type: ignore[arg-type]
+
+
+def test_the_auto_margin_is_public_two_noise_sds_per_good_capped_at_half_the_supply() -> None:
+    """It depends on (epsilon, delta, rounds, supply) only: the same for any values."""
+    from dpkit.accounting.zcdp import epsilon_to_rho
+    from dpkit.markets.allocation import AUTO_MARGIN_SDS
+
+    held = []
+    for seed in (1, 2):
+        v = noise.uniform_float01((200, 3), source=noise.seeded(seed))
+        held.append(allocate(v, 100, epsilon=1.0, delta=1e-6, rounds=20,
+                             source=noise.seeded(seed)).held_back)
+    assert held[0] == held[1]
+    assert held[0] == pytest.approx(AUTO_MARGIN_SDS / np.sqrt(epsilon_to_rho(1.0, 1e-6)))
+    v = noise.uniform_float01((200, 3), source=noise.seeded(1))
+    assert allocate(v, 4, epsilon=0.1, delta=1e-6, rounds=20,
+                    source=noise.seeded(1)).held_back == 2.0  # half of 4 copies
+    assert allocate(v, 4, epsilon=1.0, delta=1e-6, method="tatonnement",
+                    source=noise.seeded(1)).held_back == 0.0
+
+
+def test_feasible_welfare_keeps_the_best_buyers_of_an_over_sold_good() -> None:
+    from dpkit.markets.allocation import feasible_welfare
+
+    v = np.array([[0.9, 0.0], [0.5, 0.0], [0.7, 0.0], [0.0, 0.4]])
+    assert feasible_welfare(v, np.array([0, 0, 0, 1]), np.array([2, 1])) == pytest.approx(2.0)
+
+
+def test_the_margin_keeps_over_allocation_small_at_epsilon_1() -> None:
+    """n = 300, 3 goods with 100 copies each, eps = 1: the averaged demand noise has SD 1/sqrt(rho)
+    = 6.4 buyers per good; holding back 2 SDs leaves P(over-sell a good by > 2 copies)
+    = P(Z > 2.3) ~ 0.011 per good, so over 3 seeds x 3 goods a total above 3% of supply (9
+    copies) needs several such tails at once (< 1e-3 by a union bound over the pairs)."""
+    over = []
+    for seed in range(3):
+        v = noise.uniform_float01((300, 3), source=noise.seeded(seed))
+        a = allocate(v, 100, epsilon=1.0, delta=1e-6, source=noise.seeded(100 + seed))
+        over.append(a.over_allocation_share)
+    assert max(over) <= 0.03

@@ -17,12 +17,15 @@ Python, ``cur.add_table("visits", "visits.csv", **read_declaration("visits.json"
       "description": "hospital visits, 2024"
     }
 
+``"max_rows_per_unit": "auto"`` chooses it privately at load (its cost charged, as
+``add_table(max_rows_per_unit="auto")``); a DATE/TIMESTAMP column's bounds are a pair of ISO
+dates, ``["2024-01-01", "2024-12-31"]``.
 YAML (``.yaml``/``.yml``, needs PyYAML: ``pip install 'dpkit[yaml]'``) takes the same keys.
 The structure is checked here, before the project is touched: an unknown key, a bound that is
-not a pair of numbers, a domain that is not a list, a count that is not a positive integer,
-each refused with the file and line. What needs the table's columns (does ``age`` exist, is it
-numeric) is checked by ``add_table`` itself, and :func:`where_declared` adds the line to those
-messages.
+not a pair of numbers (or of dates), a domain that is not a list, a count that is not a
+positive integer, each refused with the file and line. What needs the table's columns (does
+``age`` exist, is it numeric) is checked by ``add_table`` itself, and :func:`where_declared`
+adds the line to those messages.
 """
 
 from __future__ import annotations
@@ -169,7 +172,9 @@ def read_declaration(path: str | Path) -> Declaration:
         if key not in KEYS:
             raise DeclarationError(f"{where}: unknown key {key!r}; a declaration takes "
                                    f"{', '.join(KEYS)}")
-        if key in ("max_rows_per_unit", "max_groups_per_unit"):
+        if key == "max_rows_per_unit" and value == "auto":
+            out[key] = "auto"  # chosen privately at load, its cost charged (engine/bounds.py)
+        elif key in ("max_rows_per_unit", "max_groups_per_unit"):
             out[key] = _count(value, where, key)
         elif key == "privacy_unit" or key == "description":
             if not isinstance(value, str) and not (key == "privacy_unit" and value is None):
@@ -182,9 +187,12 @@ def read_declaration(path: str | Path) -> Declaration:
         elif key == "not_null":
             out[key] = _names(value, where, key)
         elif key == "bounds":
-            bounds: dict[str, tuple[float, float]] = {}
+            bounds: dict[str, tuple[Any, Any]] = {}
             for col, pair in _section(data, key, at).items():
                 try:
+                    if _date_pair(pair):  # a DATE/TIMESTAMP range: checked against the column
+                        bounds[str(col)] = (pair[0], pair[1])  # type at load
+                        continue
                     bounds[str(col)] = check_bounds(pair, str(col))
                 except (TypeError, ValueError) as exc:
                     raise DeclarationError(f"{at.at(key, str(col))}: {exc}") from None
@@ -211,3 +219,10 @@ def where_declared(declaration: Mapping[str, Any], message: str) -> str:
         if len(key) == 2 and f"'{key[1]}'" in message:
             return f"{message} (declared at {at.at(*key)})"
     return message
+
+
+def _date_pair(pair: Any) -> bool:
+    import datetime as dt
+
+    return (isinstance(pair, list | tuple) and len(pair) == 2
+            and all(isinstance(v, str | dt.date) for v in pair))

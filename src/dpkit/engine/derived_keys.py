@@ -296,13 +296,44 @@ def _date_key(node: exp.Expr, label: str, scope: Scope, private: TableMeta,
     sql = (f"(CASE WHEN {ref} BETWEEN {lo} AND {hi} THEN CAST(date_trunc('{unit}', {ref}) "
            f"AS {type_}) END)")
     declared = private.domains.get(name) if internal == PRIVATE_ALIAS else None
+    span = private.date_ranges.get(name) if internal == PRIVATE_ALIAS else None
     domain = None
     if declared is not None:
         try:
             domain = tuple(dict.fromkeys(_trunc(v, unit, as_date) for v in declared))
         except (ValueError, TypeError, OverflowError):
             domain = None  # a declared value Python cannot read: select the groups privately
+    elif span is not None:
+        domain = _date_bins(span, unit, as_date)
     return GroupKey(source="", column=label, type=type_, expr=sql, domain=domain)
+
+
+MAX_DATE_BINS = 100_000
+
+
+def _date_bins(span: tuple[str, str], unit: str, as_date: bool) -> tuple[Any, ...] | None:
+    """Every ``unit`` bin that meets the declared range, in order: public keys from public
+    declarations alone. Over :data:`MAX_DATE_BINS` (an hourly key over 12 years) the groups
+    are selected privately instead, as for an undeclared column."""
+    first = _dt.datetime.fromisoformat(_trunc(span[0], unit, False))
+    last = _dt.datetime.fromisoformat(span[1])
+    out: list[Any] = []
+    d = first
+    while d <= last:
+        out.append(d.date().isoformat() if as_date else d.isoformat(sep=" "))
+        if len(out) > MAX_DATE_BINS:
+            return None
+        d = _next_bin(d, unit)
+    return tuple(out)
+
+
+def _next_bin(d: _dt.datetime, unit: str) -> _dt.datetime:
+    if unit in ("year", "quarter", "month"):
+        months = {"year": 12, "quarter": 3, "month": 1}[unit]
+        m = d.month - 1 + months
+        return d.replace(year=d.year + m // 12, month=m % 12 + 1)
+    return d + {"week": _dt.timedelta(days=7), "day": _dt.timedelta(days=1),
+                "hour": _dt.timedelta(hours=1)}[unit]
 
 
 def restrict_keys(where: exp.Expr | None, keys: list[GroupKey], scope: Scope) -> None:

@@ -29,6 +29,7 @@ from dpkit.engine.tables import (
     describe_source,
     domain_table_name,
     quote_ident,
+    split_date_bounds,
     validate_declarations,
     validate_not_null,
 )
@@ -67,15 +68,17 @@ class _Load:
         self.valid: tuple[Any, ...] = ()
         self.not_null: Any = None
         self.key_tables: dict[str, str] = {}
+        self.date_ranges: dict[str, tuple[str, str]] = {}
 
     def validate(self, columns: list[Column], rows: int) -> None:
         if rows == 0:
             raise ValueError(f"the source for {self.name!r} has no rows; nothing to protect")
         d = self.decl
         self.columns = columns
+        bounds, self.date_ranges = split_date_bounds(columns, d.bounds)
         self.valid = validate_declarations(
             name=self.name, columns=columns, privacy_unit=d.privacy_unit, public=d.public,
-            bounds=d.bounds, max_rows_per_unit=self.max_rows,
+            bounds=bounds, max_rows_per_unit=self.max_rows,
             max_groups_per_unit=d.max_groups_per_unit, domains=d.domains,
         )
         self.not_null = validate_not_null(columns, d.not_null, public=d.public)
@@ -127,7 +130,8 @@ def load_declared(db_path: Path, name: str, source: Any, decl: Declarations, *,
     return TableMeta(
         name=name, columns=tuple(columns), privacy_unit=unit, public=decl.public,
         max_rows_per_unit=rows, max_groups_per_unit=groups, bounds=bounds, domains=doms,
-        storage=storage, source=describe_source(source), relation=relation,
+        date_ranges=job.date_ranges, storage=storage, source=describe_source(source),
+        relation=relation,
         description=decl.description,
         key_tables=job.key_tables if storage == "copy" and not decl.public else {},
         not_null=job.not_null, physical=physical,
@@ -153,7 +157,8 @@ def load_declared_spark(db_path: Path, spark: Any, name: str, source: Any,
     return TableMeta(
         name=name, columns=tuple(columns), privacy_unit=unit, public=False,
         max_rows_per_unit=rows, max_groups_per_unit=groups, bounds=bounds, domains=doms,
-        storage=storage, source=str(directory / physical), relation=relation,
+        date_ranges=job.date_ranges, storage=storage, source=str(directory / physical),
+        relation=relation,
         description=decl.description, key_tables={}, not_null=job.not_null, physical=physical,
     )
 

@@ -120,6 +120,9 @@ class TableMeta:
     max_groups_per_unit: int | None = None
     bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     domains: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    # DATE / TIMESTAMP columns' declared ranges (ISO text, inclusive): date_trunc of such a
+    # column takes its public keys from the bins of this range (:func:`split_date_bounds`)
+    date_ranges: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     storage: str = "copy"  # "copy", "view", or "spark" (rows in Parquet, read by Spark)
     source: str = ""
     relation: str = ""  # the DuckDB relation holding the rows (schema-qualified, quoted)
@@ -193,6 +196,7 @@ class TableMeta:
             "max_groups_per_unit": self.max_groups_per_unit,
             "bounds": {k: [float(v[0]), float(v[1])] for k, v in self.bounds.items()},
             "domains": {k: _jsonable_list(v) for k, v in self.domains.items()},
+            "date_ranges": {k: [v[0], v[1]] for k, v in self.date_ranges.items()},
             "storage": self.storage,
             "source": self.source,
             "relation": self.relation,
@@ -215,6 +219,8 @@ class TableMeta:
             ),
             bounds={k: (float(v[0]), float(v[1])) for k, v in d.get("bounds", {}).items()},
             domains={k: tuple(v) for k, v in d.get("domains", {}).items()},
+            date_ranges={str(k): (str(v[0]), str(v[1]))
+                         for k, v in d.get("date_ranges", {}).items()},
             storage=str(d.get("storage", "copy")),
             source=str(d.get("source", "")),
             relation=str(d.get("relation", "")),
@@ -236,6 +242,9 @@ class TableMeta:
         if self.bounds:
             parts.append("bounds " + ", ".join(f"{k}=[{lo:g}, {hi:g}]"
                                                for k, (lo, hi) in self.bounds.items()))
+        if self.date_ranges:
+            parts.append("date ranges " + ", ".join(f"{k}=[{lo}, {hi}]"
+                                                    for k, (lo, hi) in self.date_ranges.items()))
         if self.domains:
             parts.append("domains " + ", ".join(f"{k} ({len(v)} keys)"
                                                 for k, v in self.domains.items()))
@@ -396,6 +405,54 @@ def validate_declarations(
             raise ValueError(f"domain of {col.name!r} has {len(clean)} keys; at most 1e6")
         out_domains[col.name] = tuple(clean)
     return unit, rows, groups, out_bounds, out_domains
+
+
+def split_date_bounds(columns: Sequence[Column], bounds: Mapping[str, Any] | None,
+                      ) -> tuple[dict[str, Any], dict[str, tuple[str, str]]]:
+    """(the numeric bounds, the DATE/TIMESTAMP ranges) of ``bounds``.
+
+    A temporal column's bounds are a public range, ``("2024-01-01", "2024-12-31")`` (ISO text,
+    ``datetime.date`` or ``datetime.datetime``; inclusive): ``date_trunc`` of the column then
+    releases every bin of the range, and rows outside it fall in no released group. They are
+    never summed, so they get no fixed-point column."""
+    probe = TableMeta(name="?", columns=tuple(columns))
+    numeric: dict[str, Any] = {}
+    dates: dict[str, tuple[str, str]] = {}
+    for col_name, pair in (bounds or {}).items():
+        col = probe.find(str(col_name))
+        if col is None or col.cls != "temporal":
+            numeric[col_name] = pair
+            continue
+        dates[col.name] = _date_range(pair, col)
+    return numeric, dates
+
+
+def _date_range(pair: Any, col: Column) -> tuple[str, str]:
+    import datetime as dt
+
+    try:
+        lo, hi = pair
+    except (TypeError, ValueError):
+        raise ValueError(f"bounds for {col.name!r} ({col.type}) must be a pair (first, last), "
+                         f"e.g. ('2024-01-01', '2024-12-31') (got {pair!r})") from None
+    date_only = col.type.upper().split("(")[0].strip() == "DATE"
+    out = []
+    for v in (lo, hi):
+        try:
+            t = v if isinstance(v, dt.datetime) else (
+                dt.datetime(v.year, v.month, v.day) if isinstance(v, dt.date)
+                else dt.datetime.fromisoformat(str(v)))
+        except ValueError:
+            raise ValueError(f"bounds for {col.name!r} ({col.type}): {v!r} is not an ISO date "
+                             f"or timestamp such as '2024-01-31' or '2024-01-31 12:00'") from None
+        if t.tzinfo is not None:
+            raise ValueError(f"bounds for {col.name!r}: give times without a time zone "
+                             f"(got {v!r})")
+        out.append(t)
+    if not out[0] < out[1]:
+        raise ValueError(f"bounds for {col.name!r} must satisfy first < last (got {pair!r})")
+    fmt = (lambda t: t.date().isoformat()) if date_only else (lambda t: t.isoformat(sep=" "))
+    return fmt(out[0]), fmt(out[1])
 
 
 def check_bounds(pair: Any, column: str) -> tuple[float, float]:

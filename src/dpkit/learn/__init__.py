@@ -13,11 +13,14 @@ Estimators follow scikit-learn's API (``fit`` / ``predict`` / ``score``, ``get_p
 - :class:`MLPClassifier` (``mlp``): DP-SGD on a multi-layer perceptron (the ``[torch]`` extra
   at ``fit``); ``dpkit.learn.torch.make_private`` for your own PyTorch objects
   (``docs/learn_torch.md``)
+- :class:`GaborFeatures` (``features``): fixed, data-independent image features that cost no
+  privacy, for a private model to learn from (Tramèr & Boneh 2021)
 """
 
 from __future__ import annotations
 
 from .cluster import KMeans
+from .features import GaborFeatures
 from .linear import LinearRegression, LogisticRegression
 from .mlp import MLPClassifier
 from .naive_bayes import GaussianNB
@@ -35,6 +38,7 @@ __all__ = [
     "CentralSQOracle",
     "Conjunctions",
     "FiniteClassLearner",
+    "GaborFeatures",
     "GaussianNB",
     "Intervals",
     "KMeans",

@@ -105,6 +105,20 @@ class PrivateEstimator:
         raise ValueError(f"{type(self).__name__} is not trained through the curator: it has no "
                          "public event for a table's encoded features")
 
+    def _rows_private(self) -> bool:
+        """True once the curator declared the domain (:meth:`privacy_event`): the rows then come
+        from a private read, so their number is private too. An empty read is fitted like any
+        other (noise only), and δ is not checked against the row count (the curator's project
+        δ bounds it instead): both would otherwise be refusals that depend on the data."""
+        return getattr(self, "domain_", None) is not None
+
+    def _checked_rows(self, X: Any) -> np.ndarray:
+        return check_features(X, allow_empty=self._rows_private())
+
+    def _checked_delta(self, n: int) -> float:
+        delta = getattr(self, "delta", None)
+        return check_delta_alone(delta) if self._rows_private() else check_delta(delta, n)
+
     def _contributions(self) -> int:
         """Rows one privacy unit may hold (1: record level, unless the curator declared more)."""
         domain = getattr(self, "domain_", None)
@@ -198,13 +212,16 @@ def check_bounds(bounds: Any, n_features: int, name: str = "bounds") -> tuple[np
     return b[:, 0].copy(), b[:, 1].copy()
 
 
-def check_features(X: Any, n_features: int | None = None) -> np.ndarray:
-    """A 2-d finite float64 array (NaN / inf refused: impute or drop them first)."""
+def check_features(X: Any, n_features: int | None = None, *,
+                   allow_empty: bool = False) -> np.ndarray:
+    """A 2-d finite float64 array (NaN / inf refused: impute or drop them first).
+    ``allow_empty``: zero rows are a dataset like any other (the curator's reads, whose row
+    count is private: refusing them after the charge would tell whether a WHERE matched)."""
     try:
         arr = np.asarray(X, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"X must be a 2-d array of numbers ({exc})") from None
-    if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
+    if arr.ndim != 2 or (arr.shape[0] == 0 and not allow_empty) or arr.shape[1] == 0:
         raise ValueError(f"X must be a non-empty 2-d array (n_samples, n_features); got shape "
                          f"{arr.shape}; reshape a single feature with X.reshape(-1, 1)")
     if not np.all(np.isfinite(arr)):

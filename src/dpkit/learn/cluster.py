@@ -62,7 +62,7 @@ class KMeans(PrivateEstimator):
         eps = check_epsilon(self.epsilon)
         check_count(self.n_clusters, "n_clusters")
         check_count(self.max_iter, "max_iter")
-        Xa = check_features(X)
+        Xa = self._checked_rows(X)
         lo, hi = check_bounds(self._declared_bounds(self.bounds), Xa.shape[1])
         src = resolve_source(self.random_state)
         mid, half = (lo + hi) / 2.0, (hi - lo) / 2.0

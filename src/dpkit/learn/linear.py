@@ -21,7 +21,6 @@ from ._base import (
     PrivateEstimator,
     check_classes,
     check_count,
-    check_delta,
     check_delta_alone,
     check_epsilon,
     check_features,
@@ -107,9 +106,9 @@ class LogisticRegression(PrivateEstimator):
         check_count(self.max_iter, "max_iter")
         check_positive(self.learning_rate, "learning_rate", "10.0")
         check_non_negative(self.alpha, "alpha")
-        Xa = check_features(X)
+        Xa = self._checked_rows(X)
         idx = check_labels(y, classes, len(Xa))
-        dlt = check_delta(self.delta, len(Xa))
+        dlt = self._checked_delta(len(Xa))
         self.classes_ = classes
         self.n_features_in_ = Xa.shape[1]
         return Xa, idx, eps, dlt, norm
@@ -231,11 +230,11 @@ class LinearRegression(PrivateEstimator):
         if not check_non_negative(self.alpha, "alpha") > 0:
             raise ValueError(f"alpha must be > 0 (got {self.alpha!r}): the noisy Gram matrix "
                              "needs a ridge to be invertible")
-        Xa = check_features(X)
+        Xa = self._checked_rows(X)
         ya = np.asarray(y, dtype=np.float64)
         if ya.shape != (len(Xa),) or not np.all(np.isfinite(ya)):
             raise ValueError(f"y must be 1-d, finite, one value per row ({len(Xa)})")
-        dlt = check_delta(self.delta, len(Xa))
+        dlt = self._checked_delta(len(Xa))
         self.n_features_in_ = Xa.shape[1]
         return Xa, ya, eps, dlt, norm, lo, hi
 

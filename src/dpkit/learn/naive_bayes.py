@@ -62,7 +62,7 @@ class GaussianNB(PrivateEstimator):
         ``units`` (the curator's) is accepted and unused (see ``privacy_event``)."""
         eps = check_epsilon(self.epsilon)
         classes = check_classes(self.classes)
-        Xa = check_features(X)
+        Xa = self._checked_rows(X)
         lo, hi = check_bounds(self._declared_bounds(self.bounds), Xa.shape[1])
         yi = check_labels(y, classes, len(Xa))
         if not self.var_floor > 0:

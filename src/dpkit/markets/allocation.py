@@ -23,6 +23,12 @@ prices): the price steps are relative to supply and shrink as ``1/sqrt(t)``; the
 are the *average* of the second half of the rounds (averaging cancels the independent noise of
 the rounds, by ``1/sqrt(rounds)``); and supply is shaded by a small ``margin`` so that the
 remaining noise errs towards leaving a copy unsold rather than selling one that does not exist.
+
+**The margin, from public numbers.** The averaged prices carry the noise of the averaged demand
+counts, whose standard deviation is ``sqrt(σ²/(rounds/2)) = 1/sqrt(ρ)`` buyers per good whatever
+the number of rounds. ``margin="auto"`` holds back :data:`AUTO_MARGIN_SDS` of those per good
+(capped at half the supply): a function of (ε, δ) and the supply only, so it costs no privacy.
+See docs/beyond.md for what it buys (``benchmarks/allocation_bench.py``).
 """
 
 from __future__ import annotations
@@ -37,7 +43,12 @@ from dpkit import events as ev
 from dpkit import noise as _noise
 from dpkit.accounting.zcdp import epsilon_to_rho, rho_to_epsilon
 
-__all__ = ["Allocation", "allocate", "best_responses", "welfare_optimum"]
+__all__ = ["AUTO_MARGIN_SDS", "Allocation", "allocate", "best_responses", "feasible_welfare",
+           "welfare_optimum"]
+
+#: copies held back per good by ``margin="auto"``, in standard deviations of the averaged
+#: demand noise (1/sqrt(rho)); chosen on the benchmark's instance (docs/beyond.md)
+AUTO_MARGIN_SDS = 1.75
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,9 @@ class Allocation:
     rounds: int
     method: str
     insecure: bool
+
+    feasible_welfare: float = 0.0  # welfare once each over-sold good keeps its best buyers
+    held_back: float = 0.0  # copies per good held back against the noise (the margin)
 
     @property
     def over_allocation_share(self) -> float:
@@ -96,6 +110,16 @@ def welfare_optimum(values: Any, supply: Any) -> tuple[float, np.ndarray]:
     return float(v[rows, copies[cols]].sum()), out
 
 
+def feasible_welfare(values: np.ndarray, assignment: np.ndarray, supply: np.ndarray) -> float:
+    """The welfare of ``assignment`` once every over-sold good keeps only its ``supply`` buyers
+    of highest value (the most a seller could deliver; an upper bound for any repair)."""
+    total = 0.0
+    for j in range(values.shape[1]):
+        got = np.sort(values[assignment == j, j])[::-1]
+        total += float(got[: int(supply[j])].sum())
+    return total
+
+
 def _noise_sigma2(epsilon: float, delta: float, rounds: int) -> tuple[float, ev.Event]:
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"epsilon must be positive (got {epsilon!r})")
@@ -107,14 +131,16 @@ def _noise_sigma2(epsilon: float, delta: float, rounds: int) -> tuple[float, ev.
 
 
 def allocate(values: Any, supply: Any, *, epsilon: float, delta: float, rounds: int = 100,
-             step: float = 0.5, margin: float = 0.01, method: str = "dpkit",
+             step: float = 0.5, margin: float | str = "auto", method: str = "dpkit",
              source: _noise.Source | None = None) -> Allocation:
     """Allocate the goods to unit-demand buyers, (ε, δ)-jointly DP (see the module docstring).
 
     ``rounds`` of price updates; ``step``: the first step, as a share of the largest value per
-    unit of relative excess demand; ``margin``: the share of supply held back against noise;
-    ``method``: ``"dpkit"`` (averaged, shaded, shrinking steps) or ``"tatonnement"`` (plain:
-    fixed steps, last prices, no margin), both under the same privacy.
+    unit of relative excess demand; ``margin``: ``"auto"`` (hold back :data:`AUTO_MARGIN_SDS`
+    standard deviations of the averaged demand noise per good: public) or a share of supply in
+    [0, 1) held back against noise; ``method``: ``"dpkit"`` (averaged, shaded, shrinking steps)
+    or ``"tatonnement"`` (plain: fixed steps, last prices, no margin), both under the same
+    privacy.
     """
     v, s = _check(values, supply)
     if method not in ("dpkit", "tatonnement"):
@@ -123,7 +149,8 @@ def allocate(values: Any, supply: Any, *, epsilon: float, delta: float, rounds: 
         raise ValueError(f"rounds must be a positive integer (got {rounds!r})")
     sigma2, event = _noise_sigma2(float(epsilon), float(delta), rounds)
     plain = method == "tatonnement"
-    target = s.astype(np.float64) * (1.0 if plain else 1.0 - margin)
+    held = np.zeros(len(s)) if plain else _held_back(margin, s, sigma2, rounds)
+    target = s.astype(np.float64) - held
     prices = np.zeros(v.shape[1])
     kept: list[np.ndarray] = []
     for t in range(rounds):
@@ -140,6 +167,20 @@ def allocate(values: Any, supply: Any, *, epsilon: float, delta: float, rounds: 
     src = source if source is not None else _noise.default_source()
     return Allocation(assignment=assignment, prices=final, welfare=welfare,
                       over_allocation=int(np.maximum(got - s, 0).sum()), supply=s,
+                      feasible_welfare=feasible_welfare(v, assignment, s),
+                      held_back=float(np.max(held)),
                       epsilon=float(rho_to_epsilon(rounds / (2.0 * sigma2), delta)),
                       delta=float(delta), event=event, rounds=rounds, method=method,
                       insecure=bool(src.insecure))
+
+
+def _held_back(margin: float | str, supply: np.ndarray, sigma2: float,
+               rounds: int) -> np.ndarray:
+    """Copies held back per good: public (the noise scale and the supply only)."""
+    if margin == "auto":
+        sd = math.sqrt(sigma2 / max(1, rounds - rounds // 2))  # the averaged rounds' noise
+        return np.minimum(AUTO_MARGIN_SDS * sd, 0.5 * supply)
+    if isinstance(margin, str) or not (isinstance(margin, (int, float)) and 0 <= margin < 1):
+        raise ValueError(f"margin must be 'auto' or a share of supply in [0, 1) "
+                         f"(got {margin!r})")
+    return float(margin) * supply.astype(np.float64)

@@ -276,7 +276,10 @@ def mst(cells: Any, counts: Any, shape: Any, *, epsilon: float | None = None,
     check_target(setup.shape, target)
     d = len(setup.shape)
     codes0 = np.asarray(cells, dtype=np.int64).reshape(-1, d)
-    cnt = v.check_integers(counts, "counts")
+    # no occupied cell is a dataset like any other (a curator's WHERE may match no row): the
+    # marginals are then zero counts plus noise, never an error after the charge
+    cnt = (np.zeros(0, dtype=np.int64) if np.size(counts) == 0
+           else v.check_integers(counts, "counts"))
     if cnt.shape != (codes0.shape[0],) or np.any(cnt < 0):
         raise ValueError("counts must be one non-negative integer per row of cells")
     if codes0.size and (codes0.min() < 0 or np.any(codes0.max(axis=0) >= np.array(setup.shape))):

@@ -26,7 +26,7 @@ EXTREME_EPSILONS = (5e-324, 1e-300, 1e3)
 HUGE_LIMIT = "1000000000000000000"
 # aggregate SQL three times as often as each release family (a family may be named twice to
 # weigh it more); the release families are the slow ones (a CDF plans a strategy per query)
-FAMILIES = ("sql", "sql", "sql", "filter", "dp_cdf", "cdf", "synthetic")
+FAMILIES = ("sql", "sql", "sql", "filter", "dp_cdf", "cdf", "synthetic", "fit")
 
 _BINS = (8, 16, 16, None)  # None: the default grid (up to 1024 cells, slower)
 _NUM_LITERALS = ("0", "1", "-1", "2.5", "-0.0", "1e308", "CAST('nan' AS DOUBLE)",
@@ -258,9 +258,17 @@ class Grammar:
         if family == "synthetic":
             cols = [c for c in self.cols if c.name in self.table.domains] + self.bounded
             if cols:
-                pick = tuple(dict.fromkeys(d.pick(cols).name for _ in range(2)))
+                method = d.pick(("", "", "mst"))  # MST: the many-column path, 2-4 columns
+                many = 4 if method == "mst" else 2
+                pick = tuple(dict.fromkeys(d.pick(cols).name for _ in range(many)))
+                if method:
+                    tags.append(f"synthetic_{method}")
                 return Query("synthetic", name, where=self.where(d, "", tags), columns=pick,
-                             epsilon=eps, tags=tuple(tags))
+                             epsilon=eps, method=method, tags=tuple(tags))
+        if family == "fit":
+            fitted = self._fit(d, eps, tags)
+            if fitted is not None:
+                return fitted
         if family == "dp_cdf" and self.bounded:
             c = quote_ident(d.pick(self.bounded).name)
             bins = d.pick(_BINS)
@@ -282,6 +290,32 @@ class Grammar:
             return Query("sql", name, text=f"SELECT {outs} FROM {quote_ident(name)}{{where}}",
                          where=self.where(d, "", tags), epsilon=eps, tags=tuple(tags))
         return self._aggregate(d, eps, noise, delta, tags)
+
+    def _fit(self, d: Draw, eps: float, tags: list[str]) -> Query | None:
+        """``cur.fit(model, "SELECT features, label FROM t WHERE ...", label=...)``: a label
+        with a declared domain (classifiers) or bounds (regression), features among the
+        declared columns, now and then an undeclared one (refused, before any charge)."""
+        from dpkit.attacks.side_channels.query import MODELS
+
+        declared = [c for c in self.cols if c.name in self.table.domains] + self.bounded
+        declared = [c for c in declared if c.name != self.table.privacy_unit]
+        if len(declared) < 2:
+            return None
+        model = d.pick(tuple(MODELS))
+        labels = [c for c in declared if (c.name in self.table.domains) == MODELS[model][1]]
+        if not labels:
+            return None
+        label = d.pick(labels)
+        feats = [c for c in declared if c.name != label.name]
+        pick = list(dict.fromkeys(d.pick(feats).name for _ in range(3)))
+        if d.chance(1, 10):
+            pick.append(d.pick(self.cols).name)  # maybe undeclared: refused, public
+        tags += [f"fit_{model}"]
+        cols = ", ".join(quote_ident(c) for c in [*pick, label.name])
+        return Query("fit", self.table.name,
+                     text=f"SELECT {cols} FROM {quote_ident(self.table.name)}{{where}}",
+                     where=self.where(d, "", tags), label=label.name, model=model,
+                     epsilon=eps, tags=tuple(tags))
 
     def _aggregate(self, d: Draw, eps: float, noise: str, delta: float | None,
                    tags: list[str]) -> Query:

@@ -84,6 +84,12 @@ def observe(cur: Any, query: Query, scrub: tuple[str, ...] = ()) -> Outcome:
             charged_delta=after.delta_spent - before.delta_spent,
             charges=after.charges - before.charges)
     after = cur.ledger.spend()
+    if query.family == "fit":  # a trained model: its public face is its shape and classes
+        return Outcome(
+            kind="answer", columns=_model_face(res), rows=0,
+            charged_epsilon=after.spent - before.spent,
+            charged_delta=after.delta_spent - before.delta_spent,
+            charges=after.charges - before.charges)
     synthetic = not hasattr(res, "kinds")
     return Outcome(
         kind="answer", columns=tuple(res.columns), keys=() if synthetic else _keys(res),
@@ -93,6 +99,16 @@ def observe(cur: Any, query: Query, scrub: tuple[str, ...] = ()) -> Outcome:
         charges=after.charges - before.charges,
         selected=float(getattr(res, "delta", 0.0) or 0.0) > 0.0 and not synthetic,
         noisy_rows=synthetic)
+
+
+def _model_face(fitted: Any) -> tuple[str, ...]:
+    """The estimator's class, its features' names and its classes: all from the query and the
+    declarations (the weights are the noisy part)."""
+    model = getattr(fitted, "model", fitted)
+    feats = getattr(getattr(fitted, "encoding", None), "features", ())
+    classes = getattr(model, "classes_", None)
+    return (type(model).__name__, *(str(getattr(f, "name", f)) for f in feats),
+            "classes=" + ("" if classes is None else repr([_key(c) for c in classes])))
 
 
 def _close(a: float, b: float) -> bool:

@@ -5,7 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["Query"]
+__all__ = ["MODELS", "Query"]
+
+#: the estimators a ``fit`` query may train, by name -> (module attribute, classifier?)
+MODELS = {"logistic": ("LogisticRegression", True), "naive_bayes": ("GaussianNB", True),
+          "linear": ("LinearRegression", False)}
+
+
+def make_model(name: str) -> Any:
+    import dpkit.learn as learn  # lazily: the fuzzer's other families need no learner
+
+    return getattr(learn, MODELS[name][0])()
 
 
 @dataclass(frozen=True)
@@ -13,7 +23,9 @@ class Query:
     """A query the fuzzer runs on both projects of a D/D' pair.
 
     ``family``: ``"sql"`` (``cur.sql(text, ...)``), ``"cdf"`` (``cur.cdf(table, column,
-    where=...)``) or ``"synthetic"`` (``cur.synthetic(table, columns, where=...)``). ``where``:
+    where=...)``), ``"synthetic"`` (``cur.synthetic(table, columns, where=..., method=...)``)
+    or ``"fit"`` (``cur.fit(model, text, label=...)``: ``model`` names a ``dpkit.learn``
+    estimator, :data:`MODELS`). ``where``:
     the WHERE conjuncts (kept apart so that a finding can be minimised to one of them);
     ``text`` is the SQL with ``{where}`` standing for them. ``noisy_rows``: the set of released
     rows may legitimately depend on noise (HAVING, or ORDER BY an aggregate with LIMIT);
@@ -32,6 +44,9 @@ class Query:
     delta: float | None = None
     weights: tuple[tuple[str, float], ...] = ()
     bins: int | None = None
+    method: str = ""  # synthetic: "auto", "mst", ...; "" leaves the curator's default
+    label: str = ""  # fit: the label column
+    model: str = ""  # fit: a key of MODELS
     noisy_rows: bool = False
     noisy_order: bool = False
     tags: tuple[str, ...] = field(default=(), compare=False)
@@ -55,6 +70,8 @@ class Query:
             kw["delta"] = self.delta
         if self.bins is not None and self.family == "cdf":
             kw["bins"] = self.bins
+        if self.family == "synthetic" and self.method:
+            kw["method"] = self.method
         if self.family == "sql":
             if self.noise != "laplace":
                 kw["noise"] = self.noise
@@ -72,6 +89,8 @@ class Query:
             return cur.cdf(self.table, self.column, where=where, **kw)
         if self.family == "synthetic":
             return cur.synthetic(self.table, list(self.columns), where=where, **kw)
+        if self.family == "fit":
+            return cur.fit(make_model(self.model), self.sql(), label=self.label, **kw)
         raise ValueError(f"unknown query family {self.family!r}")
 
     def python(self) -> str:
@@ -79,6 +98,9 @@ class Query:
         kw = ", ".join(f"{k}={v!r}" for k, v in self.kwargs().items())
         if self.family == "sql":
             return f"cur.sql({self.sql()!r}, {kw})"
+        if self.family == "fit":
+            return (f"cur.fit(dpkit.learn.{MODELS[self.model][0]}(), {self.sql()!r}, "
+                    f"label={self.label!r}, {kw})")
         where = self.where_sql() or None
         if self.family == "cdf":
             return f"cur.cdf({self.table!r}, {self.column!r}, where={where!r}, {kw})"
