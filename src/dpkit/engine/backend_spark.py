@@ -283,10 +283,22 @@ class SparkBackend(DuckBackend):
 
 def exact_sums(tree: Any) -> Any:
     """Every SUM of a compiled statement adds integers (fixed-point values, counts); DuckDB
-    adds them into HUGEINT, Spark into a BIGINT that wraps: sum them as DECIMAL(38, 0) here
-    (read back as Python ints, as DuckDB's HUGEINT is)."""
+    adds them into HUGEINT, Spark into a BIGINT that wraps. Each BIGINT ``v`` is split as
+    ``hi * 2^31 + lo`` (``hi = v >> 31``, ``0 <= lo < 2^31``): both parts are summed as BIGINT
+    (exact below 2^32 rows per group; a per-row DECIMAL(38, 0) sum is several times slower in
+    Spark) and joined as DECIMAL(38, 0) once per group (read back as Python ints, as DuckDB's
+    HUGEINT is)."""
+    dec = exp.DataType.build("DECIMAL(38, 0)")
     for node in list(tree.find_all(exp.Sum)):
-        node.set("this", exp.cast(node.this, exp.DataType.build("DECIMAL(38, 0)")))
+        v = node.this
+        hi = exp.cast(exp.Sum(this=exp.BitwiseRightShift(this=v.copy(),
+                                                         expression=exp.Literal.number(31))),
+                      dec)
+        lo = exp.cast(exp.Sum(this=exp.BitwiseAnd(this=v.copy(),
+                                                  expression=exp.Literal.number(2**31 - 1))),
+                      dec)
+        node.replace(exp.paren(exp.Add(this=exp.Mul(this=hi, expression=exp.Literal.number(
+            2**31)), expression=lo)))
     return tree
 
 
