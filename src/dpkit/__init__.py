@@ -30,9 +30,11 @@ _EXPORTS = {
     "Release": ("dpkit.mechanisms.release", "Release"),
     "Budget": ("dpkit.accounting", "Budget"),
     "Curator": ("dpkit.engine", "Curator"),
+    # the service's client: standard library only (no FastAPI)
+    "Client": ("dpkit.server.client", "Client"),
 }
 
-__all__ = ["Budget", "Curator", "Release", "__version__", *sorted(_SUBMODULES)]
+__all__ = ["Budget", "Client", "Curator", "Release", "__version__", *sorted(_SUBMODULES)]
 
 
 def __getattr__(name: str) -> Any:

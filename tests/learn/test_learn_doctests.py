@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["linear", "naive_bayes", "cluster", "pac", "sq"]
+MODULES = ["linear", "naive_bayes", "cluster", "pac", "sq", "features"]
 
 
 @pytest.mark.parametrize("name", MODULES)

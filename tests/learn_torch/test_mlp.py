@@ -35,3 +35,21 @@ def test_labels_outside_classes_are_refused() -> None:
         MLPClassifier(classes=["a"], epochs=1, delta=1e-4).fit(X, y)
     with pytest.raises(ValueError, match="unknown parameter"):
         MLPClassifier().set_params(alpha=1.0)
+
+
+def test_features_and_schedule() -> None:
+    X, y = _blobs()
+
+    class Doubler:  # a fixed public map: never fitted, only transform() is called
+        def transform(self, A: np.ndarray) -> np.ndarray:
+            return np.c_[A, 2 * np.asarray(A)]
+
+    clf = MLPClassifier((), epsilon=2.0, delta=1e-4, epochs=4, batch_size=100,
+                        learning_rate=0.5, schedule="cosine", features=Doubler(),
+                        random_state=0).fit(X, y)
+    assert clf.network_[0].in_features == 4  # trained on the transformed inputs
+    assert clf.score(X, y) > 0.9  # and predicts through them too
+    with pytest.raises(ValueError, match="schedule"):
+        MLPClassifier(schedule="step", delta=1e-4).fit(X, y)
+    with pytest.raises(TypeError, match="transform"):
+        MLPClassifier(features=object(), delta=1e-4).fit(X, y)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,15 +24,30 @@ def _mnist():  # type: ignore[no-untyped-def]
         pytest.skip("MNIST-5k not found (set DPKIT_DATA to the shared data folder)")
 
 
+# The recipe per epsilon chosen on a validation split of the training rows (never the test
+# split) by benchmarks/mnist_sweep.py: a linear head on the fixed scattering features.
+RECIPES: dict[float, dict[str, Any]] = {
+    1.0: {"learning_rate": 3.0, "momentum": 0.0, "averaging": 0.0},
+    3.0: {"learning_rate": 1.0, "momentum": 0.9, "averaging": 0.5},
+}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("epsilon", "target"), [(1.0, 0.85), (3.0, 0.93)])
 def test_mnist_accuracy_targets(epsilon: float, target: float) -> None:
     from dpkit.learn import MLPClassifier
+    from dpkit.learn.features import ScatterFeatures
 
     Xtr, ytr, Xte, yte = _mnist()
-    clf = MLPClassifier(epsilon=epsilon, delta=1e-5).fit(Xtr, ytr)
-    assert clf.epsilon_ <= epsilon
-    assert clf.score(Xte, yte) >= target
+    accs = []
+    for seed in (100, 101, 102):  # seeded, so deterministic; the benchmark runs 5 seeds
+        clf = MLPClassifier((), epsilon=epsilon, delta=1e-5, epochs=80, batch_size=250,
+                            max_grad_norm=0.1, schedule="cosine", classes=list(range(10)),
+                            features=ScatterFeatures((28, 28), normalize="example"),
+                            random_state=seed, **RECIPES[epsilon]).fit(Xtr, ytr)
+        assert clf.epsilon_ <= epsilon
+        accs.append(clf.score(Xte, yte))
+    assert sum(accs) / len(accs) >= target
 
 
 @pytest.mark.slow

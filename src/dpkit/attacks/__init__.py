@@ -9,8 +9,17 @@
 - :mod:`~dpkit.attacks.oracles`: systems to attack (exact, fresh or sticky noise, suppression,
   the dpkit curator); :mod:`~dpkit.attacks.differencing`: differencing and averaging attacks;
 - :mod:`~dpkit.attacks.membership`: membership inference (likelihood ratio, LiRA), ROC curves;
+- :mod:`~dpkit.attacks.linkage` (with :mod:`~dpkit.attacks.deidentify`,
+  :mod:`~dpkit.attacks.linkage_run`): linkage, homogeneity and background-knowledge attacks on
+  k-anonymous / l-diverse / t-close releases and on DP ones (imported on demand: they need
+  pandas);
 - :mod:`~dpkit.attacks.side_channels`: the neighbouring-datasets fuzzer of the curator (imported
   on demand: ``from dpkit.attacks import side_channels``; it needs the engine and DuckDB).
+- attacks on trained models, imported on demand (``from dpkit.attacks import inversion, lira``):
+  :mod:`~dpkit.attacks.inversion` (model inversion, white- and black-box),
+  :mod:`~dpkit.attacks.lira` (LiRA with shadow models on any classifier, beside the one-run
+  audit and the DP bound), :mod:`~dpkit.attacks.model_targets` (MNIST-5k, non-private
+  baselines), :mod:`~dpkit.attacks.model_experiments` (the figures of docs/attacks.md).
 
 ``dpkit.attacks.audit`` stays the *module* (its function ``audit`` is not re-exported here, so
 that ``dpkit.attacks.audit.empirical_epsilon`` keeps working). ``plots`` is imported on

@@ -10,6 +10,7 @@ per area, each a list of click commands that this module registers on :func:`mai
 ``release``          ``cdf``, ``quantiles``, ``ranges``, ``marginals``, ``synthetic``
 ``learn``            ``fit`` (a dpkit.learn model trained on a private table)
 ``account``          ``account`` (the privacy calculator)
+``serve``            ``serve`` (the HTTP service, extra ``[server]``), ``owner-token``
 ``attack``           the ``attack`` group (runs in ``attack_runs``)
 ``options``          the consoles, shared flags and their parsers
 ===================  ==============================================================
@@ -26,7 +27,7 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from dpkit.cli import account, analysts, attack, bounds, learn, project, query, release
+from dpkit.cli import account, analysts, attack, bounds, learn, project, query, release, serve
 from dpkit.cli.options import err_console
 
 __all__ = ["main"]
@@ -65,6 +66,7 @@ _COMMANDS: tuple[click.Command, ...] = (
     *release.commands,
     *learn.commands,
     *bounds.commands,
+    *serve.commands,
     account.account,
     attack.attack,
 )

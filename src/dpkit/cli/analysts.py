@@ -19,13 +19,14 @@ __all__ = ["add_analyst", "commands", "list_analysts", "migrate", "revoke_analys
 
 
 def add_analyst(project: str | Path, name: str, *, epsilon: float | None = None,
+                expires_days: float | None = None,
                 console: Any = None) -> str:
     """Add analyst ``name`` (own cap ``epsilon``) and print their token once."""
     from dpkit.engine.curator import Curator
 
     con = make_console(console)
     with Curator.open(project) as cur:
-        token = cur.add_analyst(name, epsilon=epsilon)
+        token = cur.add_analyst(name, epsilon=epsilon, expires_days=expires_days)
     cap = f"epsilon {epsilon:g} of the project's budget" if epsilon is not None else "no own cap"
     con.print(f"analyst [bold]{name}[/] added ({cap}). Their token, shown only now:")
     con.print(token, markup=False, highlight=False, soft_wrap=True)
@@ -82,9 +83,12 @@ def analyst_group() -> None:
 @click.argument("project", type=click.Path(path_type=Path))
 @click.argument("name")
 @click.option("--epsilon", type=float, default=None, help="The analyst's own epsilon cap.")
-def add_command(project: Path, name: str, epsilon: float | None) -> None:
+@click.option("--expires-days", type=float, default=None,
+              help="The token opens nothing after this many days (default: never).")
+def add_command(project: Path, name: str, epsilon: float | None,
+                expires_days: float | None) -> None:
     """Add an analyst; prints their token once."""
-    add_analyst(project, name, epsilon=epsilon, console=console)
+    add_analyst(project, name, epsilon=epsilon, expires_days=expires_days, console=console)
 
 
 @analyst_group.command("list")

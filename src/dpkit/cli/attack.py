@@ -11,6 +11,9 @@ from typing import Any
 
 import click
 
+from dpkit.cli import attack_linkage
+from dpkit.cli.attack_memorization import memorization_command
+from dpkit.cli.attack_models import model_commands
 from dpkit.cli.options import console
 
 __all__ = ["attack"]
@@ -205,3 +208,10 @@ def attack_side_channels(project: Path, table: str | None, queries: int, seed: i
             neighbours=neighbours, accountants=accountants, max_findings=max_findings,
         )
     )
+
+
+attack.add_command(attack_linkage.linkage)
+# the memorization attack lives in its own module (its options and run function together)
+attack.add_command(memorization_command)
+for _command in model_commands:  # inversion, membership-model (cli/attack_models.py)
+    attack.add_command(_command)

@@ -32,16 +32,21 @@ __all__ = ["add_table", "budget", "commands", "init_project", "load_progress", "
 
 
 def init_project(project: str | Path, *, epsilon: float, delta: float = 0.0,
-                 accountant: str | None = None, console: Any = None) -> None:
+                 accountant: str | None = None, console: Any = None,
+                 ledger: str | None = None) -> None:
     """Create a project folder with a total budget (``accountant`` default: pure if delta is 0,
-    else approx)."""
+    else approx); ``ledger``: a PostgreSQL DSN (default ``$DPKIT_LEDGER_DSN``, else SQLite)."""
     from dpkit.engine.curator import Curator
 
     con = make_console(console)
-    cur = Curator.create(project, epsilon=epsilon, delta=delta, accountant=accountant)
+    cur = Curator.create(project, epsilon=epsilon, delta=delta, accountant=accountant,
+                         ledger=ledger)
     cfg = cur.ledger.config
     con.print(f"created [bold]{project}[/] with budget epsilon {cfg.epsilon:g}, delta "
               f"{cfg.delta:g} (accountant {cfg.accountant})")
+    if cur.ledger.path.suffix == ".pg":
+        con.print(f"ledger: {cur.ledger.where} (named by {cur.ledger.path}); back it up with "
+                  f"pg_dump (docs/service.md)")
     con.print("[dim]next: dpkit add-table PROJECT NAME FILE --privacy-unit COLUMN "
               "--max-rows-per-unit N|auto --bounds col=low:high[/]")
     cur.close()
@@ -216,9 +221,18 @@ def demo_command(rows: int, path: Path | None) -> None:
     default=None,
     help="How charges compose (default: pure when delta is 0, else approx).",
 )
-def init_command(project: Path, epsilon: float, delta: float, accountant: str | None) -> None:
+@click.option(
+    "--ledger",
+    default=None,
+    metavar="DSN",
+    help="Keep the ledger in PostgreSQL (postgresql://user@host/db; default $DPKIT_LEDGER_DSN, "
+    "else ledger.sqlite in the folder). Needs the [postgres] extra.",
+)
+def init_command(project: Path, epsilon: float, delta: float, accountant: str | None,
+                 ledger: str | None) -> None:
     """Create a curator project with a total privacy budget."""
-    init_project(project, epsilon=epsilon, delta=delta, accountant=accountant, console=console)
+    init_project(project, epsilon=epsilon, delta=delta, accountant=accountant, console=console,
+                 ledger=ledger)
 
 
 @click.command("add-table")

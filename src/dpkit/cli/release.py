@@ -41,6 +41,9 @@ def _console() -> Any:
 
 
 def _privacy_options(f: Any) -> Any:
+    f = click.option("--diagnostics/--no-diagnostics", default=True, show_default=True,
+                     help="Estimate (5% of the budget) the rows dropped by the per-unit cap "
+                          "and outside the bounds, and warn above 5%.")(f)
     f = click.option("--token", default=None,
                      help="Act as the analyst this token names (default: $DPKIT_TOKEN).")(f)
     f = click.option("--level", type=float, default=0.95, show_default=True,
@@ -71,6 +74,7 @@ def _shown(res: Any, show_all: bool) -> Any:
 
 
 def _print(con: Any, res: Any, title: str, *, show_all: bool = False) -> None:
+    from dpkit.cli.query import print_diagnostics
     from dpkit.engine.results import split_table
 
     sub = _shown(res, show_all)
@@ -78,6 +82,7 @@ def _print(con: Any, res: Any, title: str, *, show_all: bool = False) -> None:
                                        f" ({len(sub)} of {len(res)} rows; --all for every row)")))
     for note in res.notes:
         con.print(f"[dim]note: {note}[/]")
+    print_diagnostics(con, res)
     con.print(split_table(res.split, title=f"ledger entry #{res.ledger_seq}"))
 
 
@@ -100,8 +105,9 @@ def _preview(con: Any, cur: Any, kind: str, *args: Any, **kwargs: Any) -> None:
         con.print(f"[dim]note: {note}[/]")
 
 
-def _privacy(epsilon: float | None, delta: float | None, rho: float | None) -> dict[str, Any]:
-    return {"epsilon": epsilon, "delta": delta, "rho": rho}
+def _privacy(epsilon: float | None, delta: float | None, rho: float | None,
+             diagnostics: bool = True) -> dict[str, Any]:
+    return {"epsilon": epsilon, "delta": delta, "rho": rho, "diagnostics": diagnostics}
 
 
 def _release(con: Any, cur: Any, kind: str, *args: Any, preview_only: bool,
@@ -136,14 +142,14 @@ def _release(con: Any, cur: Any, kind: str, *args: Any, preview_only: bool,
 def cdf(project: Path, table: str, column: str, epsilon: float | None, delta: float | None,
         rho: float | None, where: str | None, level: float, token: str | None,
         accuracy: float | None, bins: int | None, strategy: str | None, preview_only: bool,
-        show_all: bool, output: Path | None) -> None:
+        show_all: bool, output: Path | None, diagnostics: bool = True) -> None:
     """The private CDF of a bounded numeric column, with a simultaneous band."""
     con = _console()
     with _open(project, token) as cur:
         _release(con, cur, "cdf", table, column, preview_only=preview_only, accuracy=accuracy,
                  title=f"CDF of {table}.{column}", show_all=show_all, output=output,
                  where=where, bins=bins, strategy=strategy, level=level,
-                 **_privacy(epsilon, delta, rho))
+                 **_privacy(epsilon, delta, rho, diagnostics))
 
 
 @click.command("quantiles")
@@ -158,12 +164,13 @@ def cdf(project: Path, table: str, column: str, epsilon: float | None, delta: fl
 def quantiles(project: Path, table: str, column: str, probabilities: tuple[float, ...],
               epsilon: float | None, delta: float | None, rho: float | None,
               where: str | None, level: float, token: str | None, accuracy: float | None,
-              bins: int | None) -> None:
+              bins: int | None, diagnostics: bool = True) -> None:
     """Quantiles of a bounded numeric column from one private CDF (one charge)."""
     con = _console()
     with _open(project, token) as cur:
         res = cur.quantiles(table, column, list(probabilities), where=where, bins=bins,
-                            level=level, accuracy=accuracy, **_privacy(epsilon, delta, rho))
+                            level=level, accuracy=accuracy,
+                            **_privacy(epsilon, delta, rho, diagnostics))
         _print(con, res, f"quantiles of {table}.{column}")
 
 
@@ -190,7 +197,8 @@ def _parse_range(text: str) -> tuple[float, float]:
 def ranges(project: Path, table: str, column: str, ranges_: tuple[str, ...],
            epsilon: float | None, delta: float | None, rho: float | None, where: str | None,
            level: float, token: str | None, accuracy: float | None, bins: int | None,
-           strategy: str | None, preview_only: bool, output: Path | None) -> None:
+           strategy: str | None, preview_only: bool, output: Path | None,
+           diagnostics: bool = True) -> None:
     """Counts of rows in many ranges of one column, answered together (one charge)."""
     con = _console()
     pairs = [_parse_range(r) for r in ranges_]
@@ -198,7 +206,7 @@ def ranges(project: Path, table: str, column: str, ranges_: tuple[str, ...],
         _release(con, cur, "ranges", table, column, pairs, preview_only=preview_only,
                  accuracy=accuracy, title=f"ranges of {table}.{column}", show_all=True,
                  output=output, where=where, bins=bins, strategy=strategy, level=level,
-                 **_privacy(epsilon, delta, rho))
+                 **_privacy(epsilon, delta, rho, diagnostics))
 
 
 def _columns(text: str) -> list[str]:
@@ -222,7 +230,8 @@ def _columns(text: str) -> list[str]:
 def marginals(project: Path, table: str, columns: str, k: int | None, epsilon: float | None,
               delta: float | None, rho: float | None, where: str | None, level: float,
               token: str | None, accuracy: float | None, bins: int | None,
-              preview_only: bool, show_all: bool, output: Path | None) -> None:
+              preview_only: bool, show_all: bool, output: Path | None,
+              diagnostics: bool = True) -> None:
     """All k-way marginal tables of the columns over their declared domains (one charge)."""
     con = _console()
     cols = _columns(columns)
@@ -230,7 +239,7 @@ def marginals(project: Path, table: str, columns: str, k: int | None, epsilon: f
         _release(con, cur, "marginals", table, cols, preview_only=preview_only,
                  accuracy=accuracy, title=f"marginals of {table}", show_all=show_all,
                  output=output, k=k, where=where, bins=bins, level=level,
-                 **_privacy(epsilon, delta, rho))
+                 **_privacy(epsilon, delta, rho, diagnostics))
 
 
 @click.command("synthetic")
@@ -254,9 +263,12 @@ def marginals(project: Path, table: str, columns: str, k: int | None, epsilon: f
 def synthetic(project: Path, table: str, columns: str, output: Path, rows: int | None,
               method: str, k: int | None, rounds: int, target: str | None, bins: int | None,
               epsilon: float | None, delta: float | None, rho: float | None,
-              where: str | None, level: float, token: str | None) -> None:
+              where: str | None, level: float, token: str | None,
+              diagnostics: bool = True) -> None:
     """Synthetic records over the declared domains of the columns (one charge)."""
     from rich.table import Table
+
+    from dpkit.cli.query import print_diagnostics
 
     con = _console()
     from dpkit.engine.results import check_output_path
@@ -266,7 +278,7 @@ def synthetic(project: Path, table: str, columns: str, output: Path, rows: int |
     with _open(project, token) as cur:
         syn = cur.synthetic(table, cols, rows=rows, method=method, k=k, rounds=rounds,
                             target=target, bins=bins, where=where, level=level,
-                            **_privacy(epsilon, delta, rho))
+                            **_privacy(epsilon, delta, rho, diagnostics))
         syn.write(output)
         t = Table(title=f"synthetic {table} ({len(syn)} records, first 10)", title_justify="left")
         for c in syn.columns:
@@ -280,6 +292,7 @@ def synthetic(project: Path, table: str, columns: str, output: Path, rows: int |
         con.print(t)
         for note in syn.notes:
             con.print(f"[dim]note: {note}[/]")
+        print_diagnostics(con, syn)
         con.print(f"wrote {output}")
 
 

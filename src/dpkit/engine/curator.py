@@ -5,6 +5,7 @@ A project is a folder::
     clinic.dpkit/
         ledger.sqlite   the keyed, hash-chained ledger: budget, declarations, analysts, charges
         ledger.key      the owner key (mode 0600) that authenticates it; ledger.head its head
+        (ledger.pg      instead of ledger.sqlite: the PostgreSQL database and schema holding it)
         data.duckdb     the rows (private tables copied in; public ones may be file views)
 
 **Privacy semantics.** Each private table names its *privacy unit* (a column identifying one
@@ -71,6 +72,7 @@ from dpkit.engine.project import (
     DATA_FILE,
     LOAD_LOCK,
     budget_parameters,
+    ledger_dsn,
     make_project,
     open_project,
 )
@@ -141,6 +143,7 @@ class Curator(ReleaseMethods):
         delta: float = 0.0,
         accountant: str | None = None,
         source: _noise.Source | None = None,
+        ledger: str | None = None,
         engine: str = "duckdb",
         spark: Any = None,
     ) -> Curator:
@@ -152,18 +155,20 @@ class Curator(ReleaseMethods):
         mode 0600) is written into the folder: it authenticates the ledger, and whoever can
         read it (and the data beside it) is the owner. ``source``: the secure OS CSPRNG
         (default) or ``dp.noise.seeded(s)`` for an INSECURE, reproducible test project; it is
-        recorded in the ledger and cannot be changed later. ``engine="spark"``: tables are
-        added on Spark (``spark``: a SparkSession; None starts a local one when first needed;
-        docs/scale.md).
+        recorded in the ledger and cannot be changed later. ``ledger``: ``"sqlite"`` (default:
+        ``ledger.sqlite`` in the folder) or a PostgreSQL DSN (default ``$DPKIT_LEDGER_DSN``),
+        for a service with several processes or hosts; extra ``[postgres]``.
+        ``engine="spark"``: tables are added on Spark (``spark``: a SparkSession; None starts
+        a local one when first needed; docs/scale.md).
         """
         path = Path(path)
         check_engine(engine)
         src, noise_seed = project_source(source)
         epsilon, delta, accountant, orders = budget_parameters(
             budget, epsilon=epsilon, delta=delta, accountant=accountant)
-        ledger = make_project(path, epsilon=epsilon, delta=delta, accountant=accountant,
-                              orders=orders, noise_seed=noise_seed)
-        return cls(path, ledger, analyst=OWNER, owner=True, source=src, engine=engine,
+        made = make_project(path, epsilon=epsilon, delta=delta, accountant=accountant,
+                            orders=orders, noise_seed=noise_seed, dsn=ledger_dsn(ledger))
+        return cls(path, made, analyst=OWNER, owner=True, source=src, engine=engine,
                    spark=spark)
 
     @classmethod
@@ -349,12 +354,14 @@ class Curator(ReleaseMethods):
 
     # ------------------------------------------------------------------ roles
 
-    def add_analyst(self, name: str, *, epsilon: float | None = None) -> str:
+    def add_analyst(self, name: str, *, epsilon: float | None = None,
+                    expires_days: float | None = None) -> str:
         """Add an analyst and return their token (owner only). The token is shown once: only
         its SHA-256 is stored. It carries 256 bits from the OS CSPRNG; ``epsilon``: the
-        analyst's own cap inside the project's budget (None: only the project's budget)."""
+        analyst's own cap inside the project's budget (None: only the project's budget);
+        ``expires_days``: the token opens nothing after that many days (None: never)."""
         self._require_owner("adding an analyst")
-        return add_analyst(self.ledger, self.analyst, name, epsilon)
+        return add_analyst(self.ledger, self.analyst, name, epsilon, expires_days)
 
     def revoke_analyst(self, name: str) -> None:
         """Revoke an analyst's token (owner only): it opens nothing from now on, and a curator
@@ -432,7 +439,8 @@ class Curator(ReleaseMethods):
         if _RELEASE_FORM.search(query) is not None:  # cheap test before parsing it twice
             special = families.answer_sql(self._families(), query, epsilon=epsilon,
                                           rho=rho, delta=delta, accuracy=accuracy,
-                                          noise=noise, level=level, bounds=bounds)
+                                          noise=noise, level=level, bounds=bounds,
+                                          diagnostics=diagnostics)
             if special is not None:  # a range/CDF/marginal family: answered by dpkit.release
                 return special
         with self._lock:
@@ -493,11 +501,21 @@ class Curator(ReleaseMethods):
         bounds: Mapping[str, Any] | None = None,
         analyst: None = None,
         weights: Mapping[str, float] | None = None, dialect: str | None = None,
-        diagnostics: bool = True,
+        diagnostics: bool = True, accuracy: float | Mapping[str, float] | None = None,
+        accuracy_rows: float | None = None,
     ) -> Preview:
         """Cost and expected error of a query, without reading data or spending anything
-        (same parameters as :meth:`sql`; ``weights`` shows the weighted split)."""
+        (same parameters as :meth:`sql`; ``weights`` shows the weighted split; ``accuracy``:
+        the epsilon :meth:`sql` would spend for it)."""
         who, query = charged_analyst(self.analyst, analyst), dsql.to_duckdb(query, dialect)
+        if accuracy is not None:
+            if epsilon is not None or rho is not None:
+                raise dsql.QueryError("give epsilon= or accuracy=, not both")
+            epsilon = epsilon_for_accuracy(
+                lambda eps: expected_errors(self._plan(
+                    query, epsilon=eps, rho=None, delta=delta, noise=noise, level=level,
+                    bounds=bounds, weights=weights, diagnostics=diagnostics),
+                    accuracy_rows), accuracy)
         plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
                           level=level, bounds=bounds, weights=weights, diagnostics=diagnostics)
         booked = plan.charge_delta if plan.charge_delta is not None else delta

@@ -28,6 +28,12 @@ elsewhere if it matters (``dpkit budget --json`` prints it); :meth:`Ledger.verif
 :meth:`Ledger.open` accept an expected head. SQLite triggers refuse UPDATE and DELETE on the
 ledger table, so only a deliberate edit of the file (not a bug) can try either.
 
+**Where the rows live** is a small storage interface (:mod:`dpkit.engine.ledger_store`): the
+SQLite file above by default, or a schema in PostgreSQL for a service with several processes or
+hosts (:mod:`dpkit.engine.ledger_postgres`: the write lock is a ``SELECT ... FOR UPDATE`` on a
+head row, which is updated with its MAC in the same transaction). Everything else here (chain,
+check-and-charge, roles) is the same code for both; the key never leaves the project folder.
+
 Format 1 ledgers (dpkit before the keyed chain: plain SHA-256, which anyone can recompute) are
 refused on open; :func:`migrate` verifies one and rewrites it as a keyed ledger, keeping the old
 file beside it.
@@ -46,10 +52,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
-import sqlite3
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,13 +60,13 @@ from typing import Any
 
 from dpkit import events as ev
 from dpkit import noise as _noise
-from dpkit.engine.ledger_migrate import migrate, refuse_old_format
+from dpkit.engine.ledger_migrate import migrate
+from dpkit.engine.ledger_postgres import PostgresStore
 from dpkit.engine.ledger_rows import (
     ACCOUNTANTS,
     COLUMNS,
     FORMAT,
     GENESIS_PREV,
-    SCHEMA,
     Entry,
     HeadFile,
     LedgerConfig,
@@ -72,7 +75,6 @@ from dpkit.engine.ledger_rows import (
     Spend,
     canonical_json,
     config_from_genesis,
-    connect,
     finite,
     head_path,
     key_path,
@@ -83,6 +85,7 @@ from dpkit.engine.ledger_rows import (
     row_hash,
     verify_rows,
 )
+from dpkit.engine.ledger_store import SqliteStore, Store
 
 __all__ = [
     "ACCOUNTANTS",
@@ -97,17 +100,24 @@ __all__ = [
     "migrate",
 ]
 
+# (the head file's (seq, hash), the database's (seq, hash, mac) where the store keeps one)
+_Heads = tuple[tuple[int, str] | None, tuple[int, str, str] | None]
+
+
 class Ledger:
     """A project's ledger file. Open with :meth:`create` or :meth:`open`; both verify the chain.
 
-    Thread-safe within a process (one lock around the connection); process-safe through
-    SQLite's locking (``BEGIN IMMEDIATE`` for every write).
+    Thread-safe within a process (one lock around the connection); process-safe through the
+    store's write lock (:mod:`dpkit.engine.ledger_store`: SQLite's ``BEGIN IMMEDIATE``, or a
+    PostgreSQL row lock). ``path`` is the SQLite file, or the ``.pg`` file that names a
+    PostgreSQL ledger; the owner key and head file sit beside it either way.
     """
 
-    def __init__(self, path: Path, conn: sqlite3.Connection, key: bytes) -> None:
+    def __init__(self, path: Path, store: Store, key: bytes) -> None:
         self.path = path
         self._key = key
-        self._conn = conn
+        self._store = store
+        self._pending = 0  # rows appended inside the open write transaction
         self._lock = threading.RLock()
         self._head = HeadFile(head_path(path), key, path)
         self._entries: list[Entry] = []
@@ -123,10 +133,6 @@ class Ledger:
 
     # ------------------------------------------------------------------ opening
 
-    @staticmethod
-    def _connect(path: Path) -> sqlite3.Connection:
-        return connect(path)
-
     @classmethod
     def create(
         cls,
@@ -139,12 +145,16 @@ class Ledger:
         orders: Sequence[float] | None = None,
         analyst: str = "owner",
         noise_seed: int | None = None,
+        dsn: str | None = None,
+        schema: str | None = None,
     ) -> Ledger:
         """Create a new ledger holding the genesis row (the budget) and a fresh owner key
         (:func:`key_path`, mode 0600). Refuses an existing file.
 
         ``noise_seed`` records an INSECURE test project whose noise is seeded (None: the OS
-        CSPRNG). The budget is validated by :class:`dpkit.accounting.Budget` itself."""
+        CSPRNG). The budget is validated by :class:`dpkit.accounting.Budget` itself.
+        ``dsn``: keep the rows in PostgreSQL (a new ``schema`` there, random by default);
+        ``path`` (conventionally ``ledger.pg``) then records where."""
         from dpkit.accounting import Budget
 
         path = Path(path)
@@ -155,10 +165,10 @@ class Ledger:
         if noise_seed is not None and (isinstance(noise_seed, bool)
                                        or not isinstance(noise_seed, int)):
             raise TypeError(f"noise_seed must be an int or None (got {noise_seed!r})")
+        store: Store = (SqliteStore.create(path) if dsn is None
+                        else PostgresStore.create(path, dsn, schema))
         key = new_key(key_path(path))
-        conn = cls._connect(path)
-        conn.executescript(SCHEMA)
-        led = cls(path, conn, key)
+        led = cls(path, store, key)
         payload = {
             "format": FORMAT,
             "project_id": _noise.token_hex(16),
@@ -168,11 +178,10 @@ class Ledger:
             "noise": ({"source": "secure"} if noise_seed is None
                       else {"source": "seeded", "seed": noise_seed, "insecure": True}),
         }
-        with led._write() as cur:
-            rows = cur.execute("SELECT COUNT(*) FROM ledger").fetchone()[0]
-            if rows:
+        with led._write():
+            if store.max_seq():
                 raise FileExistsError(f"a ledger already exists at {path}; open it instead")
-            led._append(cur, kind="genesis", analyst=analyst, query="CREATE PROJECT",
+            led._append(kind="genesis", analyst=analyst, query="CREATE PROJECT",
                         event=ev.NoOp(), view={}, payload=payload)
         led._sync()
         led._load_config()
@@ -183,16 +192,10 @@ class Ledger:
         """Open and fully verify an existing ledger under its owner key: :class:`LedgerTampered`
         on any mismatch, including a ledger shorter than its stored head (truncation)."""
         path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"no ledger at {path}: create the project first")
-        conn = cls._connect(path)
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if "ledger" not in tables:
-            conn.close()
-            raise LedgerError(f"{path} is not a dpkit ledger (no 'ledger' table)")
+        store: Store = (PostgresStore.open(path) if path.suffix == ".pg"
+                        else SqliteStore.open(path))
         try:
-            refuse_old_format(conn, path)
-            led = cls(path, conn, read_key(key_path(path)))
+            led = cls(path, store, read_key(key_path(path)))
             with led._lock:
                 stored = led._stored_head()  # before the rows: see _check_stored_head
                 led._sync()
@@ -200,15 +203,20 @@ class Ledger:
             if expected_head is not None:
                 led.verify(expected_head=expected_head)
         except BaseException:
-            conn.close()
+            store.close()
             raise
         return led
 
     def close(self) -> None:
         with self._lock:
-            self._conn.close()
+            self._store.close()
 
     # ------------------------------------------------------------------ reading and verifying
+
+    @property
+    def where(self) -> str:
+        """Where the rows live (the SQLite file, or the PostgreSQL database and schema)."""
+        return self._store.where
 
     @property
     def config(self) -> LedgerConfig:
@@ -256,19 +264,28 @@ class Ledger:
             last = self._entries[-1]
             return last.seq, last.hash
 
-    def _stored_head(self) -> tuple[int, str] | None:
-        return self._head.read()
+    def _stored_head(self) -> _Heads:
+        """The head file's head and, where the store keeps one, the database's."""
+        return self._head.read(), self._store.read_head() if self._store.keeps_head else None
 
     def _store_head(self) -> None:
         """Write the newest head (never an older one) after a commit."""
         self._head.write(self._entries[-1].seq, self._entries[-1].hash)
 
-    def _check_stored_head(self, stored: tuple[int, str] | None) -> None:
+    def _check_stored_head(self, heads: _Heads) -> None:
         """Refuse a ledger shorter than its stored head, or one whose row at that head differs
-        (rows removed from the end, or the history rewritten). ``stored`` must be read *before*
-        the rows: a head is written only after its row commits, so every row it names is then
-        visible (read after, a concurrent commit would look like a truncation)."""
+        (rows removed from the end, or the history rewritten). ``heads`` must be read *before*
+        the rows: a head is written only after (or with) its row's commit, so every row it names
+        is then visible (read after, a concurrent commit would look like a truncation)."""
+        stored, in_db = heads
         with self._lock:
+            if self._store.keeps_head:
+                if in_db is None or not hmac.compare_digest(self._head.mac(*in_db[:2]),
+                                                            in_db[2]):
+                    raise LedgerTampered(
+                        in_db[0] if in_db else 0, f"the head kept in {self._store.where} is "
+                        f"missing or does not carry the owner key's MAC", self.path)
+                match_head(self._entries, in_db[:2], "the head kept in the database", self.path)
             if stored is None:
                 raise LedgerTampered(
                     len(self._entries), f"its head file {head_path(self.path)} is missing "
@@ -283,10 +300,7 @@ class Ledger:
         """
         with self._lock:
             stored = self._stored_head()  # before the rows (see _check_stored_head)
-            rows = self._conn.execute(
-                "SELECT seq, kind, analyst, time, query, event, view, payload, prev_hash, hash "
-                "FROM ledger ORDER BY seq"
-            ).fetchall()
+            rows = self._store.rows(0)
             entries = verify_rows(rows, start_seq=1, prev=GENESIS_PREV, key=self._key,
                                   path=self.path)
             self._entries = entries
@@ -302,10 +316,7 @@ class Ledger:
         """Append rows written since the last read (by any process), verifying the chain."""
         last_seq = self._entries[-1].seq if self._entries else 0
         prev = self._entries[-1].hash if self._entries else GENESIS_PREV
-        rows = self._conn.execute(
-            "SELECT seq, kind, analyst, time, query, event, view, payload, prev_hash, hash "
-            "FROM ledger WHERE seq > ? ORDER BY seq", (last_seq,)
-        ).fetchall()
+        rows = self._store.rows(last_seq)
         if rows:
             new = verify_rows(rows, start_seq=last_seq + 1, prev=prev, key=self._key,
                               path=self.path)
@@ -458,36 +469,36 @@ class Ledger:
     # ------------------------------------------------------------------ writing
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Cursor]:
-        """``BEGIN IMMEDIATE`` … ``COMMIT`` (rollback on any exception), under the thread lock."""
+    def _write(self) -> Iterator[None]:
+        """The store's write transaction under the thread lock: COMMIT (with the new head in
+        the database where it keeps one, then in the head file), or ROLLBACK on any exception
+        (and the rows this transaction appended leave the in-memory copy)."""
         with self._lock:
-            cur = self._conn.cursor()
-            deadline = time.monotonic() + 300.0
-            while True:
-                try:
-                    cur.execute("BEGIN IMMEDIATE")
-                    break
-                except sqlite3.OperationalError as exc:  # busy beyond busy_timeout
-                    if "locked" not in str(exc) or time.monotonic() > deadline:
-                        raise LedgerError(f"cannot lock the ledger {self.path}: {exc}") from exc
+            self._pending = 0
             try:
-                yield cur
+                with self._store.transaction():
+                    yield
+                    if self._pending:
+                        last = self._entries[-1]
+                        self._store.write_head(last.seq, last.hash,
+                                               self._head.mac(last.seq, last.hash))
             except BaseException:
-                cur.execute("ROLLBACK")
                 self._entries_rollback()
                 raise
             else:
-                cur.execute("COMMIT")
                 self._store_head()
+            finally:
+                self._pending = 0
 
     def _entries_rollback(self) -> None:
-        # Rows appended to the in-memory copy inside a rolled-back transaction must go.
-        n = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM ledger").fetchone()[0]
-        self._entries = [e for e in self._entries if e.seq <= n]
+        # _append runs after _sync in every write, so this transaction's rows are the newest
+        if self._pending:
+            del self._entries[len(self._entries) - self._pending:]
+            self._pending = 0
         self._reindex()
         self._budget_cache.clear()
 
-    def _append(self, cur: sqlite3.Cursor, *, kind: str, analyst: str, query: str,
+    def _append(self, *, kind: str, analyst: str, query: str,
                 event: ev.Event, view: dict[str, Any], payload: dict[str, Any]) -> Entry:
         prev = self._entries[-1].hash if self._entries else GENESIS_PREV
         seq = (self._entries[-1].seq if self._entries else 0) + 1
@@ -503,13 +514,10 @@ class Ledger:
             "payload": canonical_json(payload),
         }
         digest = row_hash(prev, fields, self._key)
-        cur.execute(
-            "INSERT INTO ledger (seq, kind, analyst, time, query, event, view, payload, "
-            "prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (*[fields[c] for c in COLUMNS], prev, digest),
-        )
+        self._store.insert((*[fields[c] for c in COLUMNS], prev, digest))
         entry = Entry(seq, kind, analyst, now, query, event, view, payload, prev, digest)
         self._entries.append(entry)
+        self._pending += 1
         self._index([entry])
         return entry
 
@@ -526,7 +534,7 @@ class Ledger:
 
         if not isinstance(event, ev.Event):
             raise TypeError(f"charge needs a dpkit event (got {event!r})")
-        with self._write() as cur:
+        with self._write():
             self._sync()
             if analyst in self._revoked:  # checked under the write lock: no race with revoke
                 raise PermissionError(f"analyst {analyst!r} was revoked by the owner; nothing "
@@ -555,7 +563,7 @@ class Ledger:
             }
             if details:
                 view["details"] = details
-            entry = self._append(cur, kind="charge", analyst=analyst, query=query, event=event,
+            entry = self._append(kind="charge", analyst=analyst, query=query, event=event,
                                  view=view, payload={})
             hit = self._budget_cache.get(None)
             if hit is not None:
@@ -570,13 +578,10 @@ class Ledger:
         """Append a configuration row (``table`` or ``analyst``); spends nothing."""
         if kind not in {"table", "analyst"}:
             raise ValueError(f"record() writes 'table' or 'analyst' rows (got {kind!r})")
-        with self._write() as cur:
+        with self._write():
             self._sync()
-            return self._append(cur, kind=kind, analyst=analyst, query=query or kind.upper(),
+            return self._append(kind=kind, analyst=analyst, query=query or kind.upper(),
                                 event=ev.NoOp(), view={}, payload=payload)
-
-    def pid_note(self) -> str:  # pragma: no cover - debugging aid
-        return f"ledger {self.path} (pid {os.getpid()})"
 
 
 def _charge_analyst(budget: Any, event: ev.Event, share: float | None, analyst: str) -> None:

@@ -62,6 +62,8 @@ def migrate(path: Path | str) -> Path:
     to it. History written before the migration is only as trustworthy as the unkeyed chain was.
     """
     path = Path(path)
+    if not path.is_file():  # sqlite3.connect would create an empty file (e.g. a PostgreSQL project)
+        raise FileNotFoundError(f"no SQLite ledger at {path}; only those can be format 1")
     old_conn = sqlite3.connect(str(path))
     try:
         rows = old_conn.execute(

@@ -27,7 +27,7 @@ class ReleaseMethods:
                rho: float | None = None, delta: float | None = None, strategy: Any = None,
                bins: int | None = None, bounds: Mapping[str, Any] | None = None,
                level: float = 0.95, accuracy: float | None = None,
-               analyst: None = None) -> Result:
+               diagnostics: bool = True, analyst: None = None) -> Result:
         """Counts of rows with ``low <= column <= high`` for every ``(low, high)`` in
         ``ranges``, answered together with correlated noise and charged once.
 
@@ -41,7 +41,8 @@ class ReleaseMethods:
         ... # doctest: +SKIP
         """
         ask = families.RangesAsk(table=table, column=column, ranges=ranges, where=where,
-                                 strategy=strategy, bins=bins, bounds=bounds, level=level)
+                                 strategy=strategy, bins=bins, bounds=bounds, level=level,
+                                 diagnostics=diagnostics)
         target = families.Target(epsilon=epsilon, rho=rho, delta=delta)
         return families.ranges(self._families(analyst), ask, target, accuracy=accuracy)
 
@@ -49,12 +50,13 @@ class ReleaseMethods:
             epsilon: float | None = None, rho: float | None = None,
             delta: float | None = None, strategy: Any = None, bins: int | None = None,
             bounds: Mapping[str, Any] | None = None, level: float = 0.95,
-            accuracy: float | None = None, analyst: None = None) -> Result:
+            accuracy: float | None = None, diagnostics: bool = True,
+            analyst: None = None) -> Result:
         """The cumulative distribution of ``column`` over its declared bounds, with a
         **simultaneous** confidence band (all rows at once at ``level``). Same guarantee as
         :meth:`ranges`; details: :func:`dpkit.engine.families.answer.cdf`."""
         ask = families.CdfAsk(table=table, column=column, where=where, strategy=strategy,
-                              bins=bins, bounds=bounds, level=level)
+                              bins=bins, bounds=bounds, level=level, diagnostics=diagnostics)
         target = families.Target(epsilon=epsilon, rho=rho, delta=delta)
         return families.cdf(self._families(analyst), ask, target, accuracy=accuracy)
 
@@ -63,13 +65,13 @@ class ReleaseMethods:
                   rho: float | None = None, delta: float | None = None, strategy: Any = None,
                   bins: int | None = None, bounds: Mapping[str, Any] | None = None,
                   level: float = 0.95, accuracy: float | None = None,
-                  analyst: None = None) -> Result:
+                  diagnostics: bool = True, analyst: None = None) -> Result:
         """Any number of quantiles of ``column`` from one private CDF (one charge), with
         intervals holding jointly at ``level``. Same guarantee as :meth:`cdf`; details:
         :func:`dpkit.engine.families.answer.quantiles`."""
         ask = families.CdfAsk(table=table, column=column, probabilities=probabilities,
                               where=where, strategy=strategy, bins=bins, bounds=bounds,
-                              level=level)
+                              level=level, diagnostics=diagnostics)
         target = families.Target(epsilon=epsilon, rho=rho, delta=delta)
         return families.quantiles(self._families(analyst), ask, target, accuracy=accuracy)
 
@@ -78,12 +80,14 @@ class ReleaseMethods:
                   epsilon: float | None = None, rho: float | None = None,
                   delta: float | None = None, strategy: Any = None, bins: int | None = None,
                   bounds: Mapping[str, Any] | None = None, level: float = 0.95,
-                  accuracy: float | None = None, analyst: None = None) -> Result:
+                  accuracy: float | None = None, diagnostics: bool = True,
+                  analyst: None = None) -> Result:
         """Marginal tables (contingency tables) over declared domains, answered together
         (mutually consistent). Same guarantee as :meth:`ranges`; ``columns`` and ``k``:
         :func:`dpkit.engine.families.answer.marginals`."""
         ask = families.MarginalsAsk(table=table, columns=columns, k=k, where=where,
-                                    strategy=strategy, bins=bins, bounds=bounds, level=level)
+                                    strategy=strategy, bins=bins, bounds=bounds, level=level,
+                                    diagnostics=diagnostics)
         target = families.Target(epsilon=epsilon, rho=rho, delta=delta)
         return families.marginals(self._families(analyst), ask, target, accuracy=accuracy)
 
@@ -93,7 +97,7 @@ class ReleaseMethods:
                   method: str = "auto", k: int | None = None, rounds: int = 20,
                   bins: int | None = None, bounds: Mapping[str, Any] | None = None,
                   level: float = 0.95, target: str | None = None,
-                  analyst: None = None) -> families.SyntheticData:
+                  diagnostics: bool = True, analyst: None = None) -> families.SyntheticData:
         """Synthetic records over the declared domains of ``columns``, charged to the ledger.
 
         Post-processing of one ε-DP (``epsilon=``) or ρ-zCDP (``rho=``; ``epsilon=, delta=``
@@ -107,7 +111,8 @@ class ReleaseMethods:
         """
         ask = families.SyntheticAsk(table=table, columns=columns, where=where, rows=rows,
                                     method=method, k=k, rounds=rounds, bins=bins,
-                                    bounds=bounds, level=level, target=target)
+                                    bounds=bounds, level=level, target=target,
+                                    diagnostics=diagnostics)
         privacy = families.Target(epsilon=epsilon, rho=rho, delta=delta)
         return families.synthetic(self._families(analyst), ask, privacy)
 

@@ -9,6 +9,7 @@ source a project is created with, and the seeded source an insecure project gets
 
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
 import math
 import re
@@ -23,8 +24,8 @@ from dpkit.engine.plan import check_epsilon
 from dpkit.engine.results import BudgetStatus, HistoryItem
 
 __all__ = ["OWNER", "TOKEN_ENV", "add_analyst", "charged_analyst", "check_analyst_name",
-           "headroom", "identify", "new_token", "project_source", "reopen_seed",
-           "revoke_analyst", "visible_budget"]
+           "expiry_of", "headroom", "identify", "new_token", "project_source", "reopen_seed",
+           "revoke_analyst", "token_expiry", "visible_budget"]
 
 OWNER = "owner"  # the name the owner's own charges are recorded under
 TOKEN_ENV = "DPKIT_TOKEN"
@@ -90,7 +91,36 @@ def identify(ledger: Ledger, token: str) -> str:
             "this analyst token is unknown to the project, or was revoked: ask the project's "
             "owner for a (new) token (`dpkit analyst add`)"
         )
+    ends = token_expiry(ledger, name)
+    if ends is not None and _dt.datetime.now(_dt.UTC) >= ends:
+        raise PermissionError(
+            f"this analyst token expired at {ends.isoformat(timespec='seconds')}: ask the "
+            f"project's owner for a new one (`dpkit analyst add ... --expires-days N`)"
+        )
     return name
+
+
+def token_expiry(ledger: Ledger, name: str) -> _dt.datetime | None:
+    """When analyst ``name``'s token stops opening the project (None: never), as recorded by
+    :func:`add_analyst`. Checked when a token is presented (each request of the service);
+    a curator opened before the expiry stays open until it is closed."""
+    for e in reversed(ledger.entries("analyst")):
+        if e.payload.get("analyst") == name and "token_sha256" in e.payload:
+            raw = e.payload.get("expires")
+            return None if raw is None else _dt.datetime.fromisoformat(str(raw))
+    return None
+
+
+def expiry_of(expires_days: float | None) -> str | None:
+    """The ISO-8601 UTC time ``expires_days`` from now (None: no expiry), checked."""
+    if expires_days is None:
+        return None
+    if isinstance(expires_days, bool) or not isinstance(expires_days, (int, float)) or not (
+            math.isfinite(expires_days) and 0 < expires_days <= 36_600):
+        raise ValueError(f"expires_days must be a number of days in (0, 36600] "
+                         f"(got {expires_days!r})")
+    ends = _dt.datetime.now(_dt.UTC) + _dt.timedelta(days=float(expires_days))
+    return ends.isoformat(timespec="seconds")
 
 
 def visible_budget(ledger: Ledger, acting: str, *, owner: bool,
@@ -209,18 +239,25 @@ def _pld_running(ledger: Ledger, charges: Sequence[Entry]) -> list[float]:
     return out
 
 
-def add_analyst(ledger: Ledger, owner: str, name: str, epsilon: float | None) -> str:
-    """Record analyst ``name`` (with its own epsilon cap, or None) and return its new token;
-    the caller has checked that the owner acts."""
+def add_analyst(ledger: Ledger, owner: str, name: str, epsilon: float | None,
+                expires_days: float | None = None) -> str:
+    """Record analyst ``name`` (with its own epsilon cap, or None; a token that expires
+    ``expires_days`` from now, or never) and return its new token; the caller has checked
+    that the owner acts."""
     check_analyst_name(name)
     if name in ledger.analysts():
         raise ValueError(f"analyst {name!r} exists already (names are never reused, so "
                          f"the history stays theirs); choose another name")
     if epsilon is not None:
         check_epsilon(epsilon, "epsilon")
+    expires = expiry_of(expires_days)
     token, digest = new_token()
-    ledger.record("analyst", {"analyst": name, "epsilon": epsilon, "token_sha256": digest},
-                  analyst=owner, query=f"ADD ANALYST {name} (epsilon {epsilon})")
+    payload: dict[str, Any] = {"analyst": name, "epsilon": epsilon, "token_sha256": digest}
+    if expires is not None:  # only when asked: older rows and readers stay as they were
+        payload["expires"] = expires
+    ledger.record("analyst", payload, analyst=owner,
+                  query=f"ADD ANALYST {name} (epsilon {epsilon}"
+                        + (f", expires {expires})" if expires else ")"))
     return token
 
 

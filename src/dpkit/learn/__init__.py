@@ -13,14 +13,14 @@ Estimators follow scikit-learn's API (``fit`` / ``predict`` / ``score``, ``get_p
 - :class:`MLPClassifier` (``mlp``): DP-SGD on a multi-layer perceptron (the ``[torch]`` extra
   at ``fit``); ``dpkit.learn.torch.make_private`` for your own PyTorch objects
   (``docs/learn_torch.md``)
-- :class:`GaborFeatures` (``features``): fixed, data-independent image features that cost no
-  privacy, for a private model to learn from (Tramèr & Boneh 2021)
+- :class:`ScatterFeatures` (``features``): fixed, data-independent
+  image features that cost no privacy, for a private model to learn from (Tramèr & Boneh 2021)
 """
 
 from __future__ import annotations
 
 from .cluster import KMeans
-from .features import GaborFeatures
+from .features import ScatterFeatures
 from .linear import LinearRegression, LogisticRegression
 from .mlp import MLPClassifier
 from .naive_bayes import GaussianNB
@@ -38,7 +38,6 @@ __all__ = [
     "CentralSQOracle",
     "Conjunctions",
     "FiniteClassLearner",
-    "GaborFeatures",
     "GaussianNB",
     "Intervals",
     "KMeans",
@@ -47,6 +46,7 @@ __all__ = [
     "LogisticRegression",
     "MLPClassifier",
     "SQLogisticRegression",
+    "ScatterFeatures",
     "Thresholds",
     "pac_excess_bound",
     "threshold_excess",

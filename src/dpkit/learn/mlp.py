@@ -38,7 +38,12 @@ class MLPClassifier:
     ``learning_rate`` and ``momentum`` (SGD), ``activation`` ("tanh" or "relu"),
     ``averaging`` (the fitted weights are the mean of the iterates over this last fraction of
     the steps, Polyak averaging: post-processing, free in privacy, and it averages the noise
-    out; 0 keeps the last iterate),
+    out; 0 keeps the last iterate), ``schedule`` ("constant" or "cosine": the learning rate
+    times ``(1 + cos(π t/T))/2`` at step t of T, a function of the step count only),
+    ``features`` (None, or a *fixed public row-wise* transform with a ``transform(X)`` method,
+    such as :class:`dpkit.learn.features.ScatterFeatures`, applied to ``X`` in ``fit`` and
+    ``predict``; it is never fitted on the data, which is what keeps it free in privacy: a
+    transform that learns from the rows would break the guarantee),
     ``classes`` (the public label set), ``random_state`` (an int makes the weights'
     initialisation *and the noise* reproducible and insecure: tests only).
 
@@ -53,7 +58,8 @@ class MLPClassifier:
     def __init__(self, hidden_layer_sizes: tuple[int, ...] = (64,), *, epsilon: float = 3.0,
                  delta: float = 1e-5, epochs: int = 30, batch_size: int = 1000,
                  max_grad_norm: float = 1.0, learning_rate: float = 0.1, momentum: float = 0.9,
-                 activation: str = "tanh", averaging: float = 0.5, classes: Any = None,
+                 activation: str = "tanh", averaging: float = 0.5, schedule: str = "constant",
+                 features: Any = None, classes: Any = None,
                  random_state: int | None = None) -> None:
         self.hidden_layer_sizes = hidden_layer_sizes
         self.epsilon = epsilon
@@ -65,13 +71,16 @@ class MLPClassifier:
         self.momentum = momentum
         self.activation = activation
         self.averaging = averaging
+        self.schedule = schedule
+        self.features = features
         self.classes = classes
         self.random_state = random_state
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         return {k: getattr(self, k) for k in (
             "hidden_layer_sizes", "epsilon", "delta", "epochs", "batch_size", "max_grad_norm",
-            "learning_rate", "momentum", "activation", "averaging", "classes", "random_state")}
+            "learning_rate", "momentum", "activation", "averaging", "schedule", "features",
+            "classes", "random_state")}
 
     def set_params(self, **params: Any) -> MLPClassifier:
         for k, v in params.items():
@@ -102,7 +111,9 @@ class MLPClassifier:
         torch = _torch()
         from dpkit.learn.torch import make_private
 
-        X = np.asarray(X, dtype=np.float32)
+        if self.schedule not in ("constant", "cosine"):
+            raise ValueError(f"schedule must be 'constant' or 'cosine' (got {self.schedule!r})")
+        X = self._inputs(X)
         y = np.asarray(y)
         if X.ndim != 2 or len(X) != len(y):
             raise ValueError(f"X must be 2-D with one row per label (got {X.shape}, {y.shape})")
@@ -130,10 +141,15 @@ class MLPClassifier:
         torch = _torch()
         total = int(self.epochs) * len(tr.data_loader)
         start = int(total * (1.0 - float(self.averaging)))
+        base = [g["lr"] for g in tr.optimizer.param_groups]
         avg = [torch.zeros_like(p) for p in net.parameters()]
         step = 0
         for _ in range(int(self.epochs)):
             for xb, yb in tr.data_loader:
+                if self.schedule == "cosine":  # public: depends on the step count only
+                    f = 0.5 * (1.0 + math.cos(math.pi * step / total))
+                    for g, lr in zip(tr.optimizer.param_groups, base, strict=True):
+                        g["lr"] = lr * f
                 tr.optimizer.zero_grad()
                 torch.nn.functional.cross_entropy(net(xb), yb, reduction="sum").backward()
                 tr.optimizer.step()
@@ -147,10 +163,19 @@ class MLPClassifier:
                 for a, p in zip(avg, net.parameters(), strict=True):
                     p.copy_(a)
 
+    def _inputs(self, X: Any) -> np.ndarray:
+        """``X`` as float32, through ``features`` when one is set (a fixed public map)."""
+        if self.features is None:
+            return np.asarray(X, dtype=np.float32)
+        if not callable(getattr(self.features, "transform", None)):
+            raise TypeError("features must be None or an object with a transform(X) method "
+                            f"(got {type(self.features).__name__})")
+        return np.asarray(self.features.transform(X), dtype=np.float32)
+
     def predict_proba(self, X: Any) -> np.ndarray:
         torch = _torch()
         with torch.no_grad():
-            logits = self.network_(torch.from_numpy(np.asarray(X, dtype=np.float32)))
+            logits = self.network_(torch.from_numpy(self._inputs(X)))
             return torch.softmax(logits, 1).numpy()
 
     def predict(self, X: Any) -> np.ndarray:

@@ -109,6 +109,16 @@ class Axis:
         # NULL must be tested first: DuckDB's GREATEST/LEAST skip NULL arguments
         return f"(CASE WHEN {v} IS NULL OR isnan({v}) THEN NULL ELSE {idx} END)"
 
+    def outside_sql(self, ref: str) -> str:
+        """SQL true when the row's value is not counted as it is: NULL, NaN, a key outside
+        the domain (in no cell), or a number outside ``[lo, hi]`` (clamped into an end cell);
+        the rows the diagnostics count (:mod:`.diagnostics`)."""
+        if self.kind == "keys":
+            return f"({self.cell_sql(ref)} IS NULL)"
+        v = f"TRY_CAST({ref} AS DOUBLE)"
+        return (f"({v} IS NULL OR isnan({v}) OR {v} < {_num(self.lo)} OR "
+                f"{v} > {_num(self.hi)})")
+
     def edges(self) -> np.ndarray:
         """``size + 1`` cell edges (numeric axes): cell ``i`` is ``[e_i, e_{i+1})``; for
         integer axes ``e_{i+1} − 1`` is the last integer of cell ``i``."""

@@ -35,10 +35,11 @@ def rmse_note(job: Job) -> str:
 def split(job: Job, epsilon_cost: float | None = None) -> list[dict[str, Any]]:
     """The one measurement of a job, as ``Result.split`` and the preview list it."""
     p = job.privacy
+    fam_eps = job.family_privacy()["epsilon"]
     entry: dict[str, Any] = {
         "measurement": f"{job.kind}: histogram over {job.cells} cells of "
                        f"{', '.join(a.column for a in job.axes)}",
-        "epsilon": p.epsilon if p.epsilon is not None else (epsilon_cost or 0.0),
+        "epsilon": fam_eps if fam_eps is not None else (epsilon_cost or 0.0),
         "rho": job.plan.noise.rho if job.plan is not None and p.gaussian else p.rho,
         "delta": p.delta_share or 0.0,
         "contributions": job.contributions,
@@ -60,7 +61,11 @@ def split(job: Job, epsilon_cost: float | None = None) -> list[dict[str, Any]]:
         entry.update({"mechanism": "MWEM (exponential mechanism + "
                                    f"{'Gaussian' if p.gaussian else 'Laplace'} measurements)",
                       "sensitivity": job.contributions})
-    return [entry]
+    return [entry, *[{
+        "measurement": f"diagnostics: {c.what}", "epsilon": c.epsilon or 0.0, "rho": c.rho,
+        "delta": 0.0, "contributions": job.contributions, "sensitivity": job.contributions,
+        "mechanism": f"discrete {'Gaussian' if c.rho is not None else 'Laplace'} noise, "
+                     f"{100 * c.share:.3g}% of the budget"} for c in job.diag]]
 
 
 def _result(ctx: Context, job: Job, entry: Entry, remaining: float, columns: list[str],

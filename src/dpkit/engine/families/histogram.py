@@ -20,7 +20,8 @@ from dpkit.engine.families.job import Context, Job
 from dpkit.engine.spec import PRIVATE_ALIAS
 from dpkit.engine.tables import TableMeta, quote_ident
 
-__all__ = ["dry_run", "read", "read_cells", "statement"]
+__all__ = ["diagnostics_statement", "dry_run", "read", "read_cells", "read_diagnostics",
+           "statement"]
 
 
 def _unit_totals(backend: DuckBackend, meta: TableMeta) -> str | None:
@@ -32,19 +33,26 @@ def _unit_totals(backend: DuckBackend, meta: TableMeta) -> str | None:
     return name if name in backend.fixed_columns(meta.stored_name) else None
 
 
-def statement(backend: DuckBackend, job: Job, relation: str, *, seed: int) -> str:
-    """The one statement computing the job's exact histogram over ``relation``."""
+def _ctes(backend: DuckBackend, job: Job, relation: str, *, seed: int,
+          outside: bool = False) -> tuple[list[str], str, list[str]]:
+    """The CTEs mapping rows to cells and bounding each unit: ``(ctes, bounded relation,
+    cell columns)``. ``__src0``: every row (after WHERE) with its cells (and, ``outside``, the
+    flag ``__x`` of :meth:`~.axes.Axis.outside_sql`); ``__src``: the rows in a cell."""
     meta = job.meta
     alias = quote_ident(PRIVATE_ALIAS)
     cnames = [f"__c{i}" for i in range(len(job.axes))]
-    proj = [f"{a.cell_sql(f'{alias}.{quote_ident(a.column)}')} AS {c}"
-            for a, c in zip(job.axes, cnames, strict=True)]
+    refs = [f"{alias}.{quote_ident(a.column)}" for a in job.axes]
+    proj = [f"{a.cell_sql(r)} AS {c}" for a, r, c in zip(job.axes, refs, cnames, strict=True)]
     total_col = None
     if not meta.record_level:
         proj.insert(0, f"{alias}.{quote_ident(str(meta.privacy_unit))} AS __u")
         total_col = _unit_totals(backend, meta)
         if total_col is not None:
             proj.append(f"{alias}.{quote_ident(total_col)} AS __nt")
+    if outside:
+        proj.append("(" + " OR ".join(a.outside_sql(r) for a, r in zip(job.axes, refs,
+                                                                       strict=True))
+                    + ") AS __x")
     inner = (f"SELECT {', '.join(proj)} FROM {relation} AS {alias}"
              + (f" WHERE {job.where_sql}" if job.where_sql else ""))
     keep = " AND ".join(f"{c} IS NOT NULL" for c in cnames)
@@ -56,9 +64,48 @@ def statement(backend: DuckBackend, job: Job, relation: str, *, seed: int) -> st
             seed_lit=f"CAST({seed} AS UBIGINT)",
             total_col="__nt" if total_col is not None else None)
         ctes.extend(bound)
+    return ctes, current, cnames
+
+
+def statement(backend: DuckBackend, job: Job, relation: str, *, seed: int) -> str:
+    """The one statement computing the job's exact histogram over ``relation``."""
+    ctes, current, cnames = _ctes(backend, job, relation, seed=seed)
     cols = ", ".join(cnames)
     return (f"WITH {', '.join(ctes)} SELECT {cols}, COUNT(*) AS __n FROM {current} "
             f"GROUP BY {cols}")
+
+
+def diagnostics_statement(backend: DuckBackend, job: Job, relation: str) -> str:
+    """The diagnostic counts besides the rows read (the histogram's total), one row: ``__d``
+    rows the per-unit cap drops and ``__o`` rows outside the bounds/domains or NULL, each
+    unit's term clipped at ``m`` (so each total moves by at most ``m`` when one unit is added
+    or removed). One scan and one aggregate by unit, without the bounding's hashing: a unit
+    drops ``max(c - m, 0)`` rows, ``c`` its rows in a cell (the cap keeps ``min(c, m)``)."""
+    ctes, _, cnames = _ctes(backend, job, relation, seed=0, outside=True)
+    if job.meta.record_level:
+        return f"WITH {ctes[0]} SELECT 0 AS __d, COUNT(*) FILTER (WHERE __x) AS __o FROM __src0"
+    m = int(job.meta.max_rows_per_unit)
+    inside = " AND ".join(f"{c} IS NOT NULL" for c in cnames)
+    # units whose stored total is within the cap drop nothing: only their outside rows count
+    heavy = f"__nt > {m} OR __x" if _unit_totals(backend, job.meta) else "TRUE"
+    return (f"WITH {ctes[0]}, __pu AS (SELECT COUNT(*) FILTER (WHERE {inside}) AS __ci, "
+            f"COUNT(*) FILTER (WHERE __x) AS __co FROM __src0 WHERE {heavy} GROUP BY __u) "
+            f"SELECT COALESCE(SUM(LEAST(GREATEST(__ci - {m}, 0), {m})), 0) AS __d, "
+            f"COALESCE(SUM(LEAST(__co, {m})), 0) AS __o FROM __pu")
+
+
+def read_diagnostics(ctx: Context, text: str, x: np.ndarray, *, sparse: bool) -> dict[str, int]:
+    """The exact diagnostic counts: :func:`diagnostics_statement`'s and the rows read, the
+    total of the exact histogram ``x`` (dense, or :func:`read_cells`' rows when ``sparse``).
+    They never leave the engine: :mod:`.diagnostics` noises them."""
+    _, out = ctx.backend.run(text, [], ["__d", "__o"])
+
+    def first(c: str) -> int:
+        vals = list(out[c])
+        return int(vals[0]) if vals and vals[0] is not None else 0
+
+    kept = int(x[:, -1].sum()) if sparse else int(x.sum())
+    return {"rows_read": kept, "rows_dropped": first("__d"), "rows_outside": first("__o")}
 
 
 def dry_run(ctx: Context, job: Job) -> None:
@@ -68,6 +115,8 @@ def dry_run(ctx: Context, job: Job) -> None:
     shadow = ctx.backend.shadow(table_relation(job.meta))
     with dry_run_errors("release"):
         ctx.backend.dry_run(statement(ctx.backend, job, shadow, seed=0))
+        if job.diag:
+            ctx.backend.dry_run(diagnostics_statement(ctx.backend, job, shadow))
 
 
 def read(ctx: Context, job: Job, text: str | None = None) -> np.ndarray:

@@ -27,6 +27,7 @@ from dpkit.engine import plan as dplan
 from dpkit.engine import sql as dsql
 from dpkit.engine.backend_duckdb import DuckBackend
 from dpkit.engine.families.axes import Axis
+from dpkit.engine.families.diagnostics import DiagCount, family_budget
 from dpkit.engine.ledger import Ledger
 from dpkit.engine.roles import headroom
 from dpkit.engine.spec import QueryError, where_sql
@@ -123,6 +124,9 @@ class Ask:
     query: str | None = None
     #: the FROM alias the WHERE condition of a SQL form may use
     where_alias: str | None = None
+    #: measure rows dropped by the cap / outside the bounds with DIAGNOSTICS_SHARE of the
+    #: budget (:mod:`.diagnostics`); False: the family gets the whole budget
+    diagnostics: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,6 +179,15 @@ class Job:
     notes: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
     cell_map: np.ndarray | None = None  # ranges: grid cell -> reduced segment (-1: dropped)
+    #: the diagnostic share of the budget (0: none measured) and the counts it pays for
+    diag_share: float = 0.0
+    diag: list[DiagCount] = field(default_factory=list)
+    #: the family's own event (``event`` composes it with the diagnostics')
+    family_event: ev.Event | None = None
+
+    def family_privacy(self) -> dict[str, float | None]:
+        """The family's own privacy arguments: ``(1 - diag_share)`` of the target."""
+        return family_budget(self.privacy, self.diag_share)
 
     @property
     def contributions(self) -> int:
@@ -277,8 +290,11 @@ def new_job(ctx: Context, kind: str, meta: TableMeta, axes: list[Axis], ask: Ask
     where = validated_where(ctx, meta, ask.where, where_alias)
     text = ask.query if ask.query is not None else default_query + (
         f" WHERE {ask.where}" if ask.where is not None else "")
+    if not isinstance(ask.diagnostics, bool):
+        raise QueryError(f"diagnostics must be True or False (got {ask.diagnostics!r})")
     return Job(kind=kind, meta=meta, axes=axes, where_sql=where, query=text, privacy=privacy,
-               event=ev.NoOp(), level=lvl)
+               event=ev.NoOp(), level=lvl,
+               diag_share=dplan.DIAGNOSTICS_SHARE if ask.diagnostics else 0.0)
 
 
 def jsonable(obj: Any) -> Any:

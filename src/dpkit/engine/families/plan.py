@@ -35,6 +35,7 @@ from dpkit.engine.families.axes import (
     ordered_axis,
     product_axes,
 )
+from dpkit.engine.families.diagnostics import compose, plan_counts
 from dpkit.engine.families.job import (
     OPTIMIZE_CELLS,
     Ask,
@@ -64,14 +65,33 @@ MAX_RANGES = 10_000
 def plan(ctx: Context, ask: Ask, target: Target) -> Job:
     """The job for ``ask`` at ``target``: grid, workload, strategy and event (no row read)."""
     if isinstance(ask, RangesAsk):
-        return _plan_ranges(ctx, ask, target)
-    if isinstance(ask, CdfAsk):
-        return _plan_cdf(ctx, ask, target)
-    if isinstance(ask, MarginalsAsk):
-        return _plan_marginals(ctx, ask, target)
-    if isinstance(ask, SyntheticAsk):
-        return _plan_synthetic(ctx, ask, target)
-    raise TypeError(f"not a release family: {ask!r}")  # pragma: no cover
+        job = _plan_ranges(ctx, ask, target)
+    elif isinstance(ask, CdfAsk):
+        job = _plan_cdf(ctx, ask, target)
+    elif isinstance(ask, MarginalsAsk):
+        job = _plan_marginals(ctx, ask, target)
+    elif isinstance(ask, SyntheticAsk):
+        job = _plan_synthetic(ctx, ask, target)
+    else:  # pragma: no cover
+        raise TypeError(f"not a release family: {ask!r}")
+    return _with_diagnostics(job)
+
+
+def _with_diagnostics(job: Job) -> Job:
+    """Add the diagnostic counts (:mod:`.diagnostics`) to a job planned at ``(1 - share)`` of
+    its target: the job's event becomes the composition, so one charge pays for both."""
+    job.family_event = job.event
+    job.details["diagnostics_share"] = job.diag_share
+    if not job.diag_share:
+        return job
+    try:
+        job.diag = plan_counts(job.privacy, m=job.contributions,
+                               record_level=job.meta.record_level)
+    except (TypeError, ValueError) as exc:
+        raise QueryError(f"{exc} (nothing charged; diagnostics=False gives the release the "
+                         f"whole budget)") from None
+    job.event = compose(job.event, job.diag)
+    return job
 
 
 def band_halfwidth(job: Job) -> float | None:
@@ -117,7 +137,7 @@ def plan_with_accuracy(ctx: Context, ask: Ask, target: Target, accuracy: object)
 def _attach_plan(ctx: Context, job: Job, workload: Workload, strategy: Any) -> None:
     try:
         wp = plan_workload(workload, strategy, contributions=job.contributions,
-                           cache_dir=ctx.strategy_cache, **job.privacy.kwargs)
+                           cache_dir=ctx.strategy_cache, **job.family_privacy())
     except (TypeError, ValueError) as exc:
         raise QueryError(f"{exc} (nothing charged)") from None
     job.plan = wp
@@ -283,14 +303,14 @@ def _plan_synthetic(ctx: Context, ask: SyntheticAsk, target: Target) -> Job:
     if method == "factorization":
         _attach_plan(ctx, job, W, None if cells <= OPTIMIZE_CELLS else "identity")
         return job
-    p = job.privacy
-    rho_m = p.rho
-    if p.delta is not None:
-        assert p.epsilon is not None
-        rho_m = zcdp.epsilon_to_rho(p.epsilon, p.delta)
+    fp = job.family_privacy()
+    rho_m = fp["rho"]
+    if fp["delta"] is not None:
+        assert fp["epsilon"] is not None
+        rho_m = zcdp.epsilon_to_rho(fp["epsilon"], fp["delta"])
     try:
         r = int(ask.rounds)
-        job.event = mwem_event(W, epsilon=p.epsilon if rho_m is None else None, rho=rho_m,
+        job.event = mwem_event(W, epsilon=fp["epsilon"] if rho_m is None else None, rho=rho_m,
                                rounds=r, contributions=job.contributions)
     except (TypeError, ValueError) as exc:
         raise QueryError(f"{exc} (nothing charged)") from None

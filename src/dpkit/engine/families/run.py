@@ -18,7 +18,7 @@ from dpkit import noise as _noise
 from dpkit.accounting import BudgetExceeded
 from dpkit.engine.backend_duckdb import table_relation
 from dpkit.engine.charge import charged_read, quote
-from dpkit.engine.families import histogram
+from dpkit.engine.families import diagnostics, histogram
 from dpkit.engine.families.job import Context, Job, jsonable
 from dpkit.engine.ledger import Entry
 
@@ -66,13 +66,25 @@ def run(ctx: Context, job: Job, finish: Finish[R]) -> R:
         details.update({"kind": job.kind, "level": job.level, "table": job.meta.name,
                         "contributions": job.contributions})
 
+        exact_diag: dict[str, int] = {}
+
         def read() -> np.ndarray:
-            if job.details.get("sparse"):  # MST synthetic data: no product-domain array
-                return histogram.read_cells(ctx, job, text)
-            return histogram.read(ctx, job, text)
+            sparse = bool(job.details.get("sparse"))  # MST: no product-domain array
+            x = (histogram.read_cells(ctx, job, text) if sparse
+                 else histogram.read(ctx, job, text))
+            if job.diag:
+                exact_diag.update(histogram.read_diagnostics(
+                    ctx, histogram.diagnostics_statement(ctx.backend, job,
+                                                         table_relation(job.meta)),
+                    x, sparse=sparse))
+            return x
 
         def done(x: np.ndarray, entry: Entry) -> R:
-            return finish(ctx, job, x, entry, ctx.remaining())
+            res = finish(ctx, job, x, entry, ctx.remaining())
+            if job.diag:
+                diagnostics.attach(res, job.diag, exact_diag, level=job.level,
+                                   m=job.contributions, source=ctx.source)
+            return res
 
         return charged_read(ctx.ledger, job.event, analyst=ctx.analyst, query=job.query,
                             delta_share=job.privacy.delta_share, details=jsonable(details),

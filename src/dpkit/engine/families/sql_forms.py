@@ -94,7 +94,8 @@ def _range_family(stmt: exp.Select) -> bool:
 
 def answer_sql(ctx: Context, query: str, *, epsilon: float | None, rho: float | None,
                delta: float | None, accuracy: float | Mapping[str, float] | None, noise: str,
-               level: float, bounds: Mapping[str, Any] | None) -> Result | None:
+               level: float, bounds: Mapping[str, Any] | None,
+               diagnostics: bool = True) -> Result | None:
     """Answer ``query`` if it is one of the release forms (module docstring); ``None``
     otherwise, so every other statement takes the ordinary SQL path untouched."""
     stmt = recognise(query)
@@ -107,7 +108,7 @@ def answer_sql(ctx: Context, query: str, *, epsilon: float | None, rho: float | 
     outs = [e.unalias() for e in stmt.expressions]
     names = [e.alias_or_name if isinstance(e, exp.Alias) else "" for e in stmt.expressions]
     common: dict[str, Any] = {"table": table, "where": where, "level": level,
-                              "bounds": bounds, "query": query,
+                              "bounds": bounds, "query": query, "diagnostics": diagnostics,
                               "where_alias": alias if alias and where is not None else None}
     if all(isinstance(o, exp.Filter) for o in outs):
         column, pairs = _filter_family(outs)

@@ -51,6 +51,9 @@ class SyntheticData:
     split: list[dict[str, Any]] = field(default_factory=list)
     histogram: np.ndarray | None = None
     remaining: float | None = None
+    #: what bounding did, as DP estimates (:mod:`.diagnostics`), and when it may mislead
+    diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.data[self.columns[0]]) if self.columns else 0
@@ -86,12 +89,12 @@ def _histogram(ctx: Context, job: Job, x: np.ndarray) -> tuple[np.ndarray, list[
         rel = job.plan.answer(x, level=job.level, source=ctx.source)
         hist = np.maximum(np.asarray(rel.details["x_hat"], dtype=np.float64), 0.0)
         return hist, [*job.notes, rmse_note(job)]
-    p = job.privacy
+    eps_m = job.family_privacy()["epsilon"]
     rho_m = job.details.get("mwem_rho")
-    rel = mwem(x, job.details["workload"], epsilon=p.epsilon if rho_m is None else None,
+    rel = mwem(x, job.details["workload"], epsilon=eps_m if rho_m is None else None,
                rho=rho_m, rounds=int(job.details["rounds"]), contributions=job.contributions,
                source=ctx.source)
-    if rel.event != job.event:  # pragma: no cover - guards the planning
+    if rel.event != job.family_event:  # pragma: no cover - guards the planning
         raise RuntimeError("MWEM ran with another event than the one charged")
     return np.asarray(rel.value, dtype=np.float64), [
         *job.notes, f"MWEM: {job.details['rounds']} rounds, estimated "

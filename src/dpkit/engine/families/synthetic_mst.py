@@ -34,13 +34,13 @@ __all__ = ["mst_frame", "plan_mst", "values_in_cells"]
 
 def _mst_privacy(job: Job) -> dict[str, float | None]:
     """MST's own budget argument: rho (zCDP; (ε, δ) converted), or epsilon (pure DP)."""
-    p = job.privacy
-    if p.rho is not None:
-        return {"rho": p.rho}
-    assert p.epsilon is not None
-    if p.delta is not None:
-        return {"rho": zcdp.epsilon_to_rho(p.epsilon, p.delta)}
-    return {"epsilon": p.epsilon}
+    p = job.family_privacy()  # (1 - share) of the target when diagnostics are measured
+    if p["rho"] is not None:
+        return {"rho": p["rho"]}
+    assert p["epsilon"] is not None
+    if p["delta"] is not None:
+        return {"rho": zcdp.epsilon_to_rho(p["epsilon"], p["delta"])}
+    return {"epsilon": p["epsilon"]}
 
 
 def plan_mst(ctx: Context, meta: TableMeta, names: list[str], ask: SyntheticAsk,
@@ -104,7 +104,7 @@ def mst_frame(ctx: Context, job: Job, x: np.ndarray) -> tuple[dict[str, np.ndarr
     rel = mst(x[:, :d], x[:, d], tuple(a.size for a in job.axes), rows=job.details["rows"],
               contributions=job.contributions, target=job.details["target"],
               source=ctx.source, **job.details["mst_budget"])
-    if rel.event != job.event:  # pragma: no cover - guards the planning
+    if rel.event != job.family_event:  # pragma: no cover - guards the planning
         raise RuntimeError("MST ran with another event than the one charged")
     records = rel.value
     frame = {a.column: values_in_cells(a, records[:, i], ctx.source)

@@ -1,0 +1,104 @@
+"""``dpkit attack memorization``: canary exposure of a character-level LM, with and without DP.
+
+The command (registered on the ``attack`` group by :mod:`dpkit.cli.attack`) and the function
+behind it, :func:`attack_memorization`, which returns the same
+:class:`~dpkit.cli.attack_runs.AttackSummary` as the other attacks. The library (torch
+included) is imported when the command runs, so ``dpkit --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dpkit.cli.options import console
+
+__all__ = ["attack_memorization", "memorization_command"]
+
+
+def _numbers(text: str, what: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{what} must be comma-separated numbers (got {text!r})") from None
+
+
+def attack_memorization(*, epsilons: Sequence[float] = (8.0, 3.0, 1.0), baseline: bool = True,
+                        insertions: Sequence[int] = (0, 1, 4, 16, 64), repeats: int = 2,
+                        lines: int = 2000, epochs: int | None = None, pattern: str = "DDD-DDD",
+                        prefix: str = "{name}'s code is ", secrets: Sequence[str] = (),
+                        method: str = "pruned", beam: int = 16, seed: int | None = None,
+                        plot: str | Path | None = None) -> Any:
+    """Run :func:`dpkit.attacks.memorization.experiment.run`; a summary table (and a PNG)."""
+    from dpkit import noise
+    from dpkit.attacks.memorization import experiment
+    from dpkit.attacks.memorization.model import TrainConfig
+    from dpkit.cli.attack_runs import AttackSummary
+
+    eps: list[float | None] = ([None] if baseline else []) + [float(e) for e in epsilons]
+    if not eps:
+        raise ValueError("nothing to train: give --epsilon values or keep the non-private "
+                         "baseline")
+    cfg = TrainConfig() if epochs is None else TrainConfig(epochs=int(epochs))
+    res = experiment.run(epsilons=eps, insertions=insertions, repeats=repeats, lines=lines,
+                         pattern=pattern, prefix=prefix, secrets=secrets, config=cfg,
+                         method=method, beam=beam,
+                         source=None if seed is None else noise.seeded(int(seed)))
+    notes = [f"{len(res.models[0].canaries)} canaries, candidate space |R| = {res.size:,} "
+             f"(pattern {pattern!r}), full exposure {math.log2(res.size):.2f} "
+             f"bits, chance about {experiment.CHANCE:.2f}; {lines} corpus lines"]
+    for m in res.models:
+        if m.epsilon is not None:
+            notes.append(f"{m.label}: PLD ε = {m.epsilon:.3f} at δ = {m.delta:g} for "
+                         f"add/remove-one-line neighbours (noise multiplier "
+                         f"{m.noise_multiplier:.3f}); a canary inserted r times is r lines")
+    if seed is not None:
+        notes.append(f"seed {seed}: reproducible, INSECURE noise")
+    summary = AttackSummary("Canary exposure and extraction (Carlini et al. 2019)",
+                            list(experiment.MemorizationResult.COLUMNS), res.rows(),
+                            notes=notes)
+    if plot is not None:
+        summary.files.append(experiment.plot(res, plot))
+    return summary
+
+
+@click.command("memorization")
+@click.option("--epsilon", "epsilons", default="8,3,1", show_default=True,
+              help="Comma-separated ε of the DP-SGD models (δ = 1e-5).")
+@click.option("--no-baseline", is_flag=True, help="Skip the non-private model.")
+@click.option("--insertions", default="0,1,4,16,64", show_default=True,
+              help="Comma-separated times each canary is inserted (0: control).")
+@click.option("--repeats", default=2, show_default=True, help="Canaries per insertion count.")
+@click.option("--lines", default=2000, show_default=True, help="Lines of generated corpus.")
+@click.option("--epochs", type=int, default=None, help="Training epochs (default 20).")
+@click.option("--pattern", default="DDD-DDD", show_default=True,
+              help="The secret's layout, D = one digit (at most 7 D: exact exposure).")
+@click.option("--prefix", default="{name}'s code is ", show_default=True,
+              help="Text before the secret; {name} gives each canary its own.")
+@click.option("--secret", "secrets", multiple=True, help="A secret to plant (repeatable).")
+@click.option("--method", type=click.Choice(["pruned", "enumerate", "both"]), default="pruned",
+              show_default=True, help="Exact rank by shortest-path search or enumeration.")
+@click.option("--seed", type=int, default=None, help="Reproducible INSECURE noise.")
+@click.option("--plot", type=click.Path(path_type=Path), default=None,
+              help="Write the exposure figure to this PNG (needs dpkit[plots]).")
+def memorization_command(epsilons: str, no_baseline: bool, insertions: str, repeats: int,
+                         lines: int, epochs: int | None, pattern: str, prefix: str,
+                         secrets: tuple[str, ...], method: str, seed: int | None,
+                         plot: Path | None) -> None:
+    """Canaries in a text corpus: how much a language model exposes them, with and without DP."""
+    counts = _numbers(insertions, "--insertions")
+    if any(c != int(c) for c in counts):
+        raise ValueError(f"--insertions must be whole numbers (got {insertions!r})")
+    summary = attack_memorization(
+        epsilons=_numbers(epsilons, "--epsilon"), baseline=not no_baseline,
+        insertions=[int(c) for c in counts], repeats=repeats, lines=lines, epochs=epochs,
+        pattern=pattern, prefix=prefix, secrets=secrets, method=method, seed=seed, plot=plot)
+    console.print(summary.table())
+    for note in summary.notes:
+        console.print(f"[dim]- {note}[/]")
+    for path in summary.files:
+        console.print(f"wrote {path}")

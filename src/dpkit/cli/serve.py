@@ -1,0 +1,92 @@
+"""``dpkit serve PROJECT`` and ``dpkit owner-token PROJECT``: the analyst service.
+
+``serve`` runs the HTTP service (the ``[server]`` extra: FastAPI + uvicorn) over a project;
+``owner-token`` makes the owner's credential for the owner endpoints (only its SHA-256 is kept,
+in ``PROJECT/owner-token.sha256``). docs/service.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from dpkit.cli.options import console
+
+__all__ = ["commands", "owner_token", "serve"]
+
+
+@click.command("owner-token")
+@click.argument("project", type=click.Path(exists=True, file_okay=False))
+def owner_token(project: str) -> None:
+    """Make a new owner token for the service (replaces the old one; printed once)."""
+    from dpkit.server.auth import new_owner_token
+
+    token = new_owner_token(project)
+    console.print("owner token for the service, shown only now (it replaces any older one):")
+    console.print(token, markup=False, highlight=False, soft_wrap=True)
+
+
+@click.command("serve")
+@click.argument("project", type=click.Path(exists=True, file_okay=False))
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="interface to listen on (0.0.0.0: every interface; use TLS then)")
+@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--workers", default=1, show_default=True, type=int,
+              help="server processes (they share the ledger: no overspending)")
+@click.option("--owner-token-file", type=click.Path(exists=True, dir_okay=False),
+              help="a file holding the owner token (also: $DPKIT_OWNER_TOKEN, and the hash "
+                   "`dpkit owner-token` stores in the project)")
+@click.option("--init-owner-token", is_flag=True,
+              help="make a new owner token first and print it (as `dpkit owner-token`)")
+@click.option("--ssl-keyfile", help="TLS private key (PEM), passed to uvicorn")
+@click.option("--ssl-certfile", help="TLS certificate chain (PEM), passed to uvicorn")
+@click.option("--max-body", default=64 * 1024, show_default=True, type=int,
+              help="largest request body in bytes (413 beyond)")
+@click.option("--rate", default=20.0, show_default=True, type=float,
+              help="requests per second per credential and process (429 beyond)")
+@click.option("--burst", default=60, show_default=True, type=int)
+@click.option("--timeout", default=30.0, show_default=True, type=float,
+              help="seconds a request may run before a 504 (a charge made stays)")
+@click.option("--audit-log", type=click.Path(dir_okay=False),
+              help="JSON-lines audit file [default: PROJECT/audit.jsonl]")
+@click.option("--oidc-public-key", type=click.Path(exists=True, dir_okay=False),
+              help="accept JWTs signed by this PEM public key (OIDC)")
+@click.option("--oidc-jwks-url", help="accept JWTs signed by a key of this JWKS (OIDC)")
+@click.option("--oidc-audience", help="the JWTs' required audience")
+@click.option("--oidc-issuer", help="the JWTs' required issuer")
+@click.option("--oidc-claim", default="sub", show_default=True,
+              help="the claim naming the analyst")
+def serve(project: str, host: str, port: int, workers: int, owner_token_file: str | None,
+          init_owner_token: bool, ssl_keyfile: str | None, ssl_certfile: str | None,
+          max_body: int, rate: float, burst: int, timeout: float, audit_log: str | None,
+          oidc_public_key: str | None, oidc_jwks_url: str | None, oidc_audience: str | None,
+          oidc_issuer: str | None, oidc_claim: str) -> None:
+    """Serve PROJECT over HTTP: analysts query with their tokens (docs/service.md)."""
+    from dpkit.server import require_extra
+
+    require_extra()
+    from dpkit.server.auth import new_owner_token, owner_hashes
+    from dpkit.server.config import OidcConfig, ServerConfig
+    from dpkit.server.run import serve as run_service
+
+    if init_owner_token:
+        console.print("owner token (shown only now):")
+        console.print(new_owner_token(project), markup=False, highlight=False,
+                      soft_wrap=True)
+    oidc = None
+    if oidc_public_key or oidc_jwks_url:
+        oidc = OidcConfig(public_key=oidc_public_key, jwks_url=oidc_jwks_url,
+                          audience=oidc_audience, issuer=oidc_issuer, claim=oidc_claim)
+    config = ServerConfig(project=str(Path(project).resolve()),
+                          owner_token_sha256=owner_hashes(project, token_file=owner_token_file),
+                          max_body=max_body, rate=rate, burst=burst, timeout=timeout,
+                          audit_log=audit_log, oidc=oidc)
+    scheme = "https" if ssl_certfile else "http"
+    console.print(f"dpkit service for {project}: {scheme}://{host}:{port}/ "
+                  f"(API: /docs); Ctrl-C stops it")
+    run_service(config, host=host, port=port, workers=workers, ssl_keyfile=ssl_keyfile,
+                ssl_certfile=ssl_certfile)
+
+
+commands = (serve, owner_token)

@@ -1,0 +1,122 @@
+"""The FastAPI application: :func:`create_app` (one per process).
+
+Routes: ``/v1`` (:mod:`dpkit.server.routes`, :mod:`dpkit.server.owner`), ``/v1/health``,
+``/openapi.json``, ``/docs``, the console at ``/`` and ``/static``. Every error is an RFC 9457
+problem (``application/problem+json``), FastAPI's own 404/405/422 included; the body-size
+limit and the audit log wrap everything (:class:`dpkit.server.limits.Guard`).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
+
+from dpkit.server import owner, routes
+from dpkit.server.config import ServerConfig
+from dpkit.server.limits import Guard
+from dpkit.server.problems import MEDIA_TYPE, Problem, problem_body
+from dpkit.server.service import Service
+
+__all__ = ["app_from_env", "create_app"]
+
+STATIC = Path(__file__).parent / "static"
+log = logging.getLogger("dpkit.server")
+_SLUGS = {404: "not-found", 405: "method-not-allowed", 413: "too-large", 400: "bad-request"}
+
+
+def _problem_response(status: int, slug: str, detail: str,
+                      headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(problem_body(status, slug, detail), status_code=status,
+                        headers=headers, media_type=MEDIA_TYPE)
+
+
+def _validation_detail(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        if err.get("type") == "json_invalid":
+            return ("the request body is not valid JSON: "
+                    f"{err.get('ctx', {}).get('error', 'decode error')}")
+        where = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "the request body is not valid JSON for this endpoint"
+
+
+def _install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(Problem)
+    async def on_problem(request: Request, exc: Problem) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers,
+                            media_type=MEDIA_TYPE)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _problem_response(422, "invalid", _validation_detail(exc))
+
+    @app.exception_handler(HTTPException)
+    async def on_http(request: Request, exc: HTTPException) -> JSONResponse:
+        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        status, headers = exc.status_code, dict(exc.headers or {})
+        if status == 404:
+            detail = f"no such endpoint {request.url.path!r}; see /openapi.json"
+        elif status == 400:  # FastAPI's own: a body it could not decode (not UTF-8 JSON)
+            status, detail = 422, (f"the request body could not be read as JSON ({detail}); "
+                                   f"send UTF-8 JSON with Content-Type: application/json")
+        elif status == 405:  # every method of every route on this path, not the first's
+            allowed = _allowed(request.app.routes, request.url.path)
+            headers["Allow"] = ", ".join(allowed)
+            detail = f"{request.method} is not allowed here; allowed: {', '.join(allowed)}"
+        return _problem_response(status, _SLUGS.get(status, "invalid"), detail, headers)
+
+
+def _allowed(routes: Any, path: str) -> list[str]:
+    out: set[str] = set()
+    for r in routes:
+        inner = getattr(r, "original_router", None)  # routers included by FastAPI
+        if inner is not None:
+            out.update(_allowed(inner.routes, path))
+        elif getattr(r, "methods", None) and r.path_regex.match(path):
+            out.update(r.methods)
+    return sorted(out)
+
+
+def create_app(config: ServerConfig | str | Path, **settings: Any) -> FastAPI:
+    """The service over a project (``config``: a :class:`ServerConfig`, or the project's
+    path with ``settings`` as its fields). Opens the project now: a missing project, an
+    unverifiable ledger or a missing extra fails here, not at the first request."""
+    if not isinstance(config, ServerConfig):
+        config = ServerConfig(project=str(config), **settings)
+    # no lifespan hook closes the service: a test client (or an ASGI fuzzer) runs startup
+    # and shutdown around every session of the same app; the process's exit closes it
+    service = Service(config)
+    app = FastAPI(title="dpkit", version="1",
+                  description="Differentially private answers from a dpkit project: "
+                              "aggregates with intervals, charged to the caller's budget.")
+    app.state.service = service
+    _install_handlers(app)
+    app.include_router(routes.router)
+    app.include_router(owner.router)
+
+    @app.get("/v1/health", tags=["service"])
+    def health() -> dict[str, str]:
+        """Liveness (no credential needed)."""
+        return {"status": "ok"}
+
+    @app.get("/", include_in_schema=False)
+    def console() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    # outermost: refuses oversized bodies before anything parses them, audits every answer
+    app.add_middleware(Guard, max_body=config.max_body, audit=service.audit)
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """The app of one ``dpkit serve --workers N`` process (configuration from the env)."""
+    return create_app(ServerConfig.from_env())

@@ -1,0 +1,98 @@
+"""What a service instance needs to know, as one value that crosses process boundaries.
+
+``dpkit serve --workers N`` starts N uvicorn processes; each builds its app from this
+configuration, passed as JSON in an environment variable (:data:`CONFIG_ENV`), so that every
+process enforces the same limits against the same project.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CONFIG_ENV", "OidcConfig", "ServerConfig"]
+
+CONFIG_ENV = "DPKIT_SERVE_CONFIG"
+
+
+@dataclass(frozen=True)
+class OidcConfig:
+    """Bearer JWTs from an identity provider, validated with PyJWT.
+
+    ``public_key``: a PEM file (RS256/ES256 ...) or ``jwks_url``: the provider's key set.
+    ``claim``: the claim naming the analyst (an analyst of that name must exist and be active
+    in the project: the owner still decides who may spend, the provider only says who is who).
+    """
+
+    public_key: str | None = None
+    jwks_url: str | None = None
+    audience: str | None = None
+    issuer: str | None = None
+    claim: str = "sub"
+    algorithms: tuple[str, ...] = ("RS256", "ES256")
+
+    def __post_init__(self) -> None:
+        if (self.public_key is None) == (self.jwks_url is None):
+            raise ValueError("OIDC needs exactly one of a public key file (--oidc-public-key) "
+                             "or a JWKS URL (--oidc-jwks-url)")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The service's settings (``dpkit serve`` flags; docs/service.md).
+
+    ``owner_token_sha256``: hashes of the owner tokens that reach the owner endpoints (the
+    plain tokens are never kept). ``max_body``: request bytes (413 beyond). ``rate`` and
+    ``burst``: per-credential token bucket, requests per second (429 beyond). ``timeout``:
+    seconds a query may run before the service answers 504 (a charge made stays).
+    ``audit_log``: JSON lines file (default ``PROJECT/audit.jsonl``).
+    """
+
+    project: str
+    owner_token_sha256: tuple[str, ...] = ()
+    max_body: int = 64 * 1024
+    rate: float = 20.0
+    burst: int = 60
+    timeout: float = 30.0
+    audit_log: str | None = None
+    oidc: OidcConfig | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("rate", "timeout"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be a number > 0 (got {v!r})")
+        if self.max_body < 1024 or self.burst < 1:
+            raise ValueError("max_body must be >= 1024 bytes and burst >= 1")
+
+    @property
+    def audit_path(self) -> Path:
+        return Path(self.audit_log) if self.audit_log else Path(self.project) / "audit.jsonl"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ServerConfig:
+        raw = json.loads(text)
+        oidc = raw.pop("oidc", None)
+        raw["owner_token_sha256"] = tuple(raw.get("owner_token_sha256", ()))
+        if oidc is not None:
+            oidc["algorithms"] = tuple(oidc.get("algorithms", ()))
+            raw["oidc"] = OidcConfig(**oidc)
+        return cls(**raw)
+
+    @classmethod
+    def from_env(cls) -> ServerConfig:
+        text = os.environ.get(CONFIG_ENV)
+        if not text:
+            raise RuntimeError(f"{CONFIG_ENV} is not set: start the service with `dpkit serve`")
+        return cls.from_json(text)
+
+    def with_(self, **changes: Any) -> ServerConfig:
+        return replace(self, **changes)

@@ -1,0 +1,110 @@
+"""Curators per analyst, cached per process (opening one verifies the ledger's chain and
+attaches the data: milliseconds that a request should not pay each time).
+
+Each analyst's curator is opened as that analyst, so every charge goes through the curator's
+own path (check and charge in one ledger transaction, revocation checked under the write lock)
+and is recorded under the analyst's name. Calls on one curator are serialised by its lock
+(one DuckDB connection each); different analysts run in parallel. A call that runs past the
+service's timeout is answered 504; the work goes on in its thread and a charge it made stays
+in the ledger (a lost answer loses budget, never privacy).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+from typing import TypeVar
+
+from dpkit.engine.curator import Curator
+from dpkit.engine.roles import TOKEN_ENV
+from dpkit.server.auth import Identity
+from dpkit.server.problems import Problem
+
+__all__ = ["Pool"]
+
+T = TypeVar("T")
+
+
+class Pool:
+    """The owner's curator (which also authenticates) and one curator per analyst."""
+
+    def __init__(self, project: str | Path, *, timeout: float = 30.0, threads: int = 16) -> None:
+        if os.environ.get(TOKEN_ENV):
+            raise ValueError(f"unset {TOKEN_ENV} before starting the service: it runs as the "
+                             f"project's owner and opens each analyst's curator itself")
+        self.project = Path(project)
+        self.owner = Curator.open(self.project)
+        self.timeout = timeout
+        self._curators: dict[str, tuple[Curator, threading.Lock]] = {
+            self.owner.analyst: (self.owner, threading.Lock())}
+        self._lock = threading.Lock()
+        self._threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dpkit-q")
+        self.opened = 0  # curators opened by this process (the cache's misses)
+
+    def curator(self, who: Identity, token: str | None = None) -> tuple[Curator, threading.Lock]:
+        """The cached curator acting as ``who`` (opened on first use)."""
+        name = who.name if not who.owner else self.owner.analyst
+        with self._lock:
+            hit = self._curators.get(name)
+            if hit is not None:
+                return hit
+            if token is not None and token.startswith("dpkit_") and token.count(".") == 0:
+                cur = Curator.open(self.project, token=token)
+            else:  # an OIDC identity: the service authenticated it; act as that analyst
+                cur = Curator.open(self.project)
+                cur.analyst, cur.is_owner = name, False
+            if cur.analyst != name:  # pragma: no cover - the token names the same analyst
+                cur.close()
+                raise Problem(401, "unauthenticated", "the credential changed meanwhile")
+            self.opened += 1
+            hit = self._curators[name] = (cur, threading.Lock())
+            return hit
+
+    def run(self, who: Identity, token: str | None, call: Callable[[Curator], T], *,
+            timeout: float | None = None) -> T:
+        """``call(curator)`` under the curator's lock, answered within the timeout."""
+        def locked() -> T:
+            while True:  # the curator may be replaced meanwhile (:meth:`exclusive`)
+                hit = self.curator(who, token)
+                with hit[1]:
+                    if self._curators.get(hit[0].analyst) is hit:
+                        return call(hit[0])
+
+        future = self._threads.submit(locked)
+        try:
+            return future.result(timeout=timeout if timeout is not None else self.timeout)
+        except FutureTimeout:
+            raise Problem(504, "timeout",
+                          f"the request ran past the service's limit of "
+                          f"{timeout or self.timeout:g} s; if a query was charged the charge "
+                          f"stays (see /v1/history). Ask a smaller query") from None
+
+    def exclusive(self, call: Callable[[Curator], T]) -> T:
+        """``call(owner's curator)`` with every other curator of this process closed (waiting
+        for their calls to end): loading a table takes the data file's write lock, which
+        DuckDB grants only while no reader has the file attached. They reopen at their next
+        request. Other processes' readers make the load fail (409: stop them)."""
+        with self._lock:
+            others = {n: hit for n, hit in self._curators.items() if hit[0] is not self.owner}
+            for _, lock in others.values():
+                lock.acquire()
+            try:
+                for n, (cur, _) in others.items():
+                    cur.close()
+                    del self._curators[n]
+                with self._curators[self.owner.analyst][1]:
+                    return call(self.owner)
+            finally:
+                for _, lock in others.values():
+                    lock.release()
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            for cur, _ in self._curators.values():
+                cur.close()
+            self._curators.clear()

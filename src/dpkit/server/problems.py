@@ -1,0 +1,100 @@
+"""RFC 9457 problem details: every error the service gives, with the curator's own text.
+
+:func:`problem_of` maps the library's exceptions to statuses: a refused query (its SQL, or
+the budget) or value is 409, a missing right 403, a ledger or database that cannot be
+used 503 (nothing charged: the charge is the ledger's transaction). 422 is for a body that
+does not match the endpoint's schema; a schema-valid body the curator refuses is a 409.
+Nothing a client sends reaches the generic 500: that would be a bug, and says so.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["PROBLEM_TYPE", "Problem", "problem_body", "problem_of"]
+
+PROBLEM_TYPE = "https://dpkit.dev/problems/"
+MEDIA_TYPE = "application/problem+json"
+
+_TITLES = {
+    400: "Bad request",
+    401: "Not authenticated",
+    403: "Forbidden",
+    404: "Not found",
+    405: "Method not allowed",
+    409: "Query refused",
+    413: "Request body too large",
+    415: "Unsupported media type",
+    422: "Invalid request",
+    429: "Too many requests",
+    500: "Internal error",
+    503: "Service unavailable",
+    504: "Query timed out",
+}
+
+
+@dataclass(eq=False)
+class Problem(Exception):  # noqa: N818 - an answer (RFC 9457), raised to end a request
+    """An error answer: ``status``, a short ``slug`` (the type's last part) and the detail."""
+
+    status: int
+    slug: str
+    detail: str
+    headers: dict[str, str] | None = None
+    extra: dict[str, Any] | None = None
+
+    def __str__(self) -> str:
+        return self.detail
+
+    def body(self) -> dict[str, Any]:
+        return problem_body(self.status, self.slug, self.detail, self.extra)
+
+
+def problem_body(status: int, slug: str, detail: str,
+                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"type": PROBLEM_TYPE + slug,
+                            "title": _TITLES.get(status, "Error"),
+                            "status": status, "detail": detail}
+    if extra:
+        body.update(extra)
+    return body
+
+
+def problem_of(exc: BaseException) -> Problem:
+    """The problem an exception raised by the curator (or the service) stands for."""
+    from dpkit.accounting import BudgetExceeded
+    from dpkit.engine.ledger_rows import LedgerError
+    from dpkit.engine.spec import QueryError
+
+    if isinstance(exc, Problem):
+        return exc
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, BudgetExceeded):
+        return Problem(409, "over-budget", text)
+    if isinstance(exc, QueryError):
+        return Problem(409, "refused-query", text)
+    if isinstance(exc, PermissionError):
+        return Problem(403, "forbidden", text)
+    if isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+        return Problem(409, "refused", text)  # a source file named by the owner
+    if isinstance(exc, RuntimeError) and not isinstance(exc, LedgerError) and "lock" in text:
+        # DuckDB refused the data file's write lock (a load while others read it)
+        return Problem(409, "busy",
+                       f"{text}. Another process has the project's data open: stop the "
+                       f"other service processes (or run the service with --workers 1) to "
+                       f"register a table; nothing was changed")
+    driver = type(exc).__module__.split(".")[0] in ("psycopg", "psycopg2", "psycopg_pool")
+    if isinstance(exc, (LedgerError, sqlite3.Error, OSError)) or driver:
+        return Problem(503, "unavailable",
+                       f"the project's ledger or data cannot be used now ({text}); nothing "
+                       f"was charged by this request. Try again later or tell the owner")
+    if isinstance(exc, RuntimeError) and "cannot open the project's data" in text:
+        return Problem(503, "unavailable", text)
+    if isinstance(exc, (ValueError, TypeError, KeyError, LookupError, ImportError)):
+        # a body that matches the schema but that the curator refuses (an epsilon above
+        # the project's, a name already taken ...): refused, like a query; 422 is kept for
+        # bodies that do not match the schema at all
+        return Problem(409, "refused", text)
+    return Problem(500, "internal", f"internal error ({type(exc).__name__}); it was logged")

@@ -1,0 +1,143 @@
+"""The analyst's endpoints (``/v1``): who am I, tables, preview, query, releases, budget,
+history. Each acts through the caller's own curator (:class:`~dpkit.server.pool.Pool`), so
+each answer carries the curator's guarantee (ε-DP, or (ε, δ) with Gaussian noise / private
+group selection, for add/remove one privacy unit) and was charged before it was computed."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+
+from dpkit.engine.curator import Curator
+from dpkit.server import schemas as s
+from dpkit.server.service import AnalystCall, Caller
+from dpkit.server.views import (
+    budget_json,
+    clean,
+    history_json,
+    preview_json,
+    result_json,
+    table_json,
+)
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1")
+PROBLEMS: dict[int | str, dict[str, Any]] = {
+    code: {"description": text, "content": {"application/problem+json": {}}}
+    for code, text in [(401, "no, malformed, unknown or revoked credential"),
+                       (403, "a valid credential without the right"),
+                       (404, "no such analyst (owner routes)"),
+                       (409, "refused by the curator (SQL, budget, value); nothing charged"),
+                       (413, "body too large"), (422, "invalid request"),
+                       (429, "rate limited"), (503, "ledger or data unavailable"),
+                       (504, "timed out")]}
+
+
+def _query_kwargs(body: s.PreviewIn) -> dict[str, Any]:
+    kw: dict[str, Any] = {"epsilon": body.epsilon, "delta": body.delta, "level": body.level,
+                          "weights": body.weights}
+    if body.noise is not None:
+        kw["noise"] = body.noise
+    return kw
+
+
+@router.get("/me", response_model=s.MeOut, responses=PROBLEMS)
+def me(c: AnalystCall) -> Any:
+    return {"name": c.who.name, "role": c.who.role}
+
+
+@router.get("/tables", response_model=s.TablesOut, responses=PROBLEMS)
+def tables(c: AnalystCall) -> Any:
+    """Public metadata only: schema, declared bounds and domains, privacy unit."""
+    metas = c.run(lambda cur: cur.tables())
+    return {"tables": [table_json(m) for _, m in sorted(metas.items())]}
+
+
+@router.post("/preview", response_model=s.PreviewOut, responses=PROBLEMS)
+def preview(body: s.PreviewIn, c: AnalystCall) -> Any:
+    """Cost and expected error; reads no data, charges nothing."""
+    return c.run(lambda cur: preview_json(
+        cur.preview(body.sql, accuracy=body.accuracy, **_query_kwargs(body))))
+
+
+@router.post("/query", response_model=s.ResultOut, responses=PROBLEMS)
+def query(body: s.QueryIn, c: AnalystCall) -> Any:
+    """Run an aggregate query: noisy values with intervals, charged to the caller."""
+    def call(cur: Curator) -> Any:
+        res = cur.sql(body.sql, accuracy=body.accuracy, diagnostics=body.diagnostics,
+                      **_query_kwargs(body))
+        c.charged(float(res.epsilon), float(res.delta))
+        return result_json(res, cur)
+
+    return c.run(call)
+
+
+def _release(c: Caller, method: str, *args: Any, **kw: Any) -> Any:
+    def call(cur: Curator) -> Any:
+        res = getattr(cur, method)(*args, **kw)
+        c.charged(float(res.epsilon), float(res.delta))
+        return result_json(res, cur)
+
+    return c.run(call)
+
+
+def _target(body: Any) -> dict[str, Any]:
+    return {"epsilon": body.epsilon, "accuracy": body.accuracy, "level": body.level,
+            "where": body.where, "bins": body.bins}
+
+
+@router.post("/release/cdf", response_model=s.ResultOut, responses=PROBLEMS)
+def release_cdf(body: s.CdfIn, c: AnalystCall) -> Any:
+    """The CDF of a column with a simultaneous band (one charge)."""
+    return _release(c, "cdf", body.table, body.column, **_target(body))
+
+
+@router.post("/release/quantiles", response_model=s.ResultOut, responses=PROBLEMS)
+def release_quantiles(body: s.QuantilesIn, c: AnalystCall) -> Any:
+    """Quantiles from one private CDF (one charge), intervals holding jointly."""
+    return _release(c, "quantiles", body.table, body.column, body.probabilities,
+                    **_target(body))
+
+
+@router.post("/release/marginals", response_model=s.ResultOut, responses=PROBLEMS)
+def release_marginals(body: s.MarginalsIn, c: AnalystCall) -> Any:
+    """Mutually consistent marginal tables over declared domains (one charge)."""
+    return _release(c, "marginals", body.table, body.columns, k=body.k, **_target(body))
+
+
+@router.post("/release/synthetic", responses={
+    **PROBLEMS, 200: {"content": {"text/csv": {}}, "description": "synthetic records (CSV)"}})
+def release_synthetic(body: s.SyntheticIn, c: AnalystCall) -> Response:
+    """Synthetic records (post-processing of one charged release), as a CSV download."""
+    def call(cur: Curator) -> Any:
+        syn = cur.synthetic(body.table, body.columns, epsilon=body.epsilon, rows=body.rows,
+                            method=body.method, where=body.where)
+        c.charged(float(syn.epsilon), float(syn.delta))
+        out = io.StringIO()
+        w = csv.writer(out)
+        w.writerow(syn.columns)
+        cols = [list(clean(list(syn.data[n]))) for n in syn.columns]
+        w.writerows(zip(*cols, strict=True))
+        return out.getvalue(), syn
+
+    text, syn = c.run(call)
+    return Response(text, media_type="text/csv", headers={
+        "Content-Disposition": f'attachment; filename="{body.table}-synthetic.csv"',
+        "X-Dpkit-Epsilon": repr(float(syn.epsilon)), "X-Dpkit-Delta": repr(float(syn.delta))})
+
+
+@router.get("/budget", response_model=s.BudgetOut, responses=PROBLEMS)
+def budget(c: AnalystCall) -> Any:
+    """The caller's own budget (the owner: the project's)."""
+    return c.run(budget_json)
+
+
+@router.get("/history", response_model=s.HistoryOut, responses=PROBLEMS)
+def history(c: AnalystCall) -> Any:
+    """The caller's own charges, oldest first (the owner: every charge)."""
+    return c.run(history_json)

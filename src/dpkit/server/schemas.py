@@ -1,0 +1,192 @@
+"""The request and answer bodies of the HTTP contract (/work/prompts/service_api.md, served
+as ``/openapi.json``). Requests refuse unknown fields (a typo must not silently become a
+default) and carry bounds that keep absurd values out before the curator sees them; the
+curator checks every value again with its own texts."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "AnalystIn", "AnalystOut", "AnalystsOut", "BudgetIn", "BudgetOut", "CdfIn", "ColumnOut",
+    "HistoryItemOut", "HistoryOut", "MarginalsIn", "MeOut", "PreviewIn", "PreviewOut",
+    "QuantilesIn", "QueryIn", "ResultOut", "SyntheticIn", "TableIn", "TableOut", "TablesOut",
+]
+
+MAX_SQL = 20_000
+Eps = Field(default=None, gt=0, le=1e6, allow_inf_nan=False)
+Noise = Literal["laplace", "gaussian"]
+Name = Field(min_length=1, max_length=128)
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PreviewIn(_In):
+    sql: str = Field(min_length=1, max_length=MAX_SQL)
+    epsilon: float | None = Eps
+    accuracy: float | None = Eps
+    delta: float | None = Field(default=None, gt=0, lt=1, allow_inf_nan=False)
+    noise: Noise | None = None
+    level: float = Field(default=0.95, gt=0, lt=1)
+    weights: dict[str, float] | None = None
+
+
+class QueryIn(PreviewIn):
+    diagnostics: bool = True
+
+
+class _ReleaseIn(_In):
+    table: str = Name
+    epsilon: float | None = Eps
+    accuracy: float | None = Eps
+    level: float = Field(default=0.95, gt=0, lt=1)
+    where: str | None = Field(default=None, max_length=MAX_SQL)
+    bins: int | None = Field(default=None, ge=2, le=1 << 20)
+
+
+class CdfIn(_ReleaseIn):
+    column: str = Name
+
+
+class QuantilesIn(CdfIn):
+    probabilities: list[float] = Field(min_length=1, max_length=1000)
+
+
+class MarginalsIn(_ReleaseIn):
+    columns: list[str | list[str]] = Field(min_length=1, max_length=64)
+    k: int | None = Field(default=None, ge=1, le=8)
+
+
+class SyntheticIn(_In):
+    table: str = Name
+    columns: list[str] = Field(min_length=1, max_length=64)
+    epsilon: float = Field(gt=0, le=1e6, allow_inf_nan=False)
+    rows: int | None = Field(default=None, ge=1, le=1_000_000)
+    method: Literal["auto", "factorization", "mwem", "mst"] = "auto"
+    where: str | None = Field(default=None, max_length=MAX_SQL)
+
+
+class AnalystIn(_In):
+    name: str = Name
+    epsilon: float | None = Eps
+    expires_days: float | None = Field(default=None, gt=0, le=36_600, allow_inf_nan=False)
+
+
+class TableIn(_In):
+    name: str = Name
+    source: str = Field(min_length=1, max_length=4096,
+                        description="a CSV/Parquet/JSON/DuckDB file on the service's machine")
+    privacy_unit: str | None = Field(default=None, max_length=128)
+    max_rows_per_unit: int | None = Field(default=None, ge=1, le=1_000_000)
+    bounds: dict[str, tuple[float, float]] | None = None
+    domains: dict[str, list[str | int | float | bool]] | None = None
+    public: bool = False
+    replace: bool = False
+    description: str = Field(default="", max_length=2000)
+
+
+class BudgetIn(_In):
+    epsilon: float | None = Field(gt=0, le=1e6, allow_inf_nan=False)
+
+
+# ---------------------------------------------------------------------- answers
+
+
+class MeOut(BaseModel):
+    name: str
+    role: Literal["analyst", "owner"]
+
+
+class ColumnOut(BaseModel):
+    name: str
+    type: str
+    bounds: list[float] | None = None
+    domain: list[Any] | None = None
+
+
+class TableOut(BaseModel):
+    name: str
+    privacy_unit: str | None
+    max_rows_per_unit: int | None
+    rows_public: bool = False
+    public: bool = False
+    description: str = ""
+    columns: list[ColumnOut]
+
+
+class TablesOut(BaseModel):
+    tables: list[TableOut]
+
+
+class PreviewOut(BaseModel):
+    epsilon: float
+    cost: float
+    delta: float
+    remaining: float
+    affordable: bool
+    expected_error: dict[str, float | None]
+    notes: list[str] = []
+    text: str
+
+
+class BudgetOut(BaseModel):
+    analyst: str
+    spent_epsilon: float
+    spent_delta: float
+    cap_epsilon: float | None
+    remaining_epsilon: float
+    project_remaining_epsilon: float
+    project_epsilon: float
+    accountant: str
+
+
+class ChargeOut(BaseModel):
+    epsilon: float
+    delta: float
+
+
+class ResultOut(BaseModel):
+    columns: list[str]
+    rows: list[list[Any]]
+    intervals: dict[str, list[list[float | None]]]
+    level: float
+    warnings: list[str]
+    notes: list[str] = []
+    insecure: bool = False
+    ledger_seq: int | None = None  # the ledger row that charged this answer
+    charge: ChargeOut
+    budget: BudgetOut
+
+
+class HistoryItemOut(BaseModel):
+    time: str
+    sql: str | None
+    kind: str
+    epsilon: float
+    delta: float
+
+
+class HistoryOut(BaseModel):
+    items: list[HistoryItemOut]
+
+
+class AnalystOut(BaseModel):
+    name: str
+    status: Literal["active", "revoked"]
+    cap_epsilon: float | None
+    spent_epsilon: float
+    expires: str | None = None  # when its token stops opening the project (ISO-8601 UTC)
+
+
+class AnalystsOut(BaseModel):
+    analysts: list[AnalystOut]
+
+
+class NewAnalystOut(BaseModel):
+    name: str
+    token: str
+    expires: str | None = None

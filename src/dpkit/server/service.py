@@ -1,0 +1,100 @@
+"""One process's service state: the curator pool, the authenticator, the limits, the audit
+log; and :func:`caller`, the dependency every protected route starts with."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from dpkit.server.auth import Authenticator, Identity
+from dpkit.server.config import ServerConfig
+from dpkit.server.limits import AuditLog, RateLimiter
+from dpkit.server.pool import Pool
+from dpkit.server.problems import Problem, problem_of
+
+__all__ = ["AnalystCall", "Caller", "OwnerCall", "Service", "caller", "owner_caller"]
+
+log = logging.getLogger("dpkit.server")
+bearer = HTTPBearer(auto_error=False, description="an analyst token (`dpkit analyst add`), "
+                    "the owner token (`dpkit owner-token`) or, where configured, an OIDC JWT")
+
+
+class Service:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.pool = Pool(config.project, timeout=config.timeout)
+        self.auth = Authenticator(self.pool.owner.ledger, config.owner_token_sha256,
+                                  config.oidc)
+        self.limiter = RateLimiter(config.rate, config.burst)
+        self.audit = AuditLog(config.audit_path)
+
+    def close(self) -> None:
+        self.pool.close()
+        self.audit.close()
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The authenticated caller and the service, for one request."""
+
+    who: Identity
+    token: str
+    service: Service
+    request: Request
+
+    def run(self, call: Any, *, timeout: float | None = None, exclusive: bool = False) -> Any:
+        """``call(curator)`` as this caller, under the service's timeout (``exclusive``: the
+        owner's curator alone, no timeout: :meth:`Pool.exclusive`)."""
+        pool = self.service.pool
+        try:
+            if exclusive:
+                return pool.exclusive(call)
+            return pool.run(self.who, self.token, call, timeout=timeout)
+        except Problem:
+            raise
+        except Exception as exc:  # the curator's refusals, with their own texts
+            problem = problem_of(exc)
+            if problem.status >= 500:
+                log.exception("request failed: %s", type(exc).__name__)
+            raise problem from exc
+
+    def charged(self, epsilon: float, delta: float) -> None:
+        self.request.state.charge = {"epsilon": epsilon, "delta": delta}
+
+
+def caller(request: Request,
+           creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Caller:
+    """Authenticate (401), then rate-limit (429) the credential."""
+    service: Service = request.app.state.service
+    header = request.headers.get("authorization")
+    if creds is None and header:
+        raise Problem(401, "unauthenticated",
+                      "the Authorization header must be 'Bearer <token>'",
+                      {"WWW-Authenticate": 'Bearer realm="dpkit"'})
+    token = creds.credentials if creds is not None else ""
+    try:
+        who = service.auth(token)
+    except Problem:
+        raise
+    except Exception as exc:  # the ledger could not be read: 503, not a 500
+        raise problem_of(exc) from exc
+    request.state.analyst, request.state.role = who.name, who.role
+    service.limiter.take(who.key)
+    return Caller(who, token.strip(), service, request)
+
+
+def owner_caller(c: Annotated[Caller, Depends(caller)]) -> Caller:
+    """Only the owner's credential passes (403 for an analyst's)."""
+    if not c.who.owner:
+        raise Problem(403, "forbidden",
+                      f"this needs the owner's credential; analyst {c.who.name!r} cannot do "
+                      f"it. Nothing was changed")
+    return c
+
+
+AnalystCall = Annotated[Caller, Depends(caller)]  # any valid credential
+OwnerCall = Annotated[Caller, Depends(owner_caller)]  # the owner's only

@@ -1,0 +1,85 @@
+// The HTTP side of the console: one fetch wrapper over the /v1 contract
+// (docs/service.md). The token lives in sessionStorage (this tab only, gone when it closes) and
+// travels only in the Authorization header, never in a URL, so it stays out of history, logs
+// and Referer headers.
+
+const TOKEN_KEY = "dpkit.token";
+
+export function getToken() {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+export function setToken(token) {
+  sessionStorage.setItem(TOKEN_KEY, token);
+}
+
+// Bumped at sign-out: an answer that arrives after it belongs to the signed-out session and
+// is dropped (thrown as a `stale` error the console ignores), never drawn for the next person.
+let epoch = 0;
+
+export function clearToken() {
+  sessionStorage.removeItem(TOKEN_KEY);
+  epoch += 1;
+}
+
+// An error carrying the service's RFC 9457 problem details: `detail` is the curator's own text
+// (the same as the CLI's), which is what the user needs to read.
+export class ApiError extends Error {
+  constructor(status, title, detail) {
+    super(detail || title || `HTTP ${status}`);
+    this.status = status;
+    this.title = title;
+    this.detail = detail;
+    this.stale = false;
+  }
+}
+
+function stale() {
+  const err = new ApiError(0, "stale", "signed out while this request was under way");
+  err.stale = true;
+  return err;
+}
+
+async function problem(resp) {
+  let body = null;
+  try {
+    body = await resp.json();
+  } catch {
+    // not JSON (a proxy's HTML error page, say): fall back to the status line
+  }
+  if (body && typeof body === "object") {
+    let detail = body.detail;
+    // FastAPI's own validation errors are a list of {loc, msg}; show them readably
+    if (Array.isArray(detail)) {
+      detail = detail.map((d) => `${(d.loc || []).join(".")}: ${d.msg}`).join("; ");
+    }
+    return new ApiError(resp.status, body.title, detail);
+  }
+  return new ApiError(resp.status, resp.statusText, `${resp.status} ${resp.statusText}`);
+}
+
+// Relative URLs ("v1/..."): the console works behind a reverse proxy that mounts the service
+// under a path prefix.
+export async function call(method, path, body, token = getToken()) {
+  const headers = { Accept: "application/json, application/problem+json" };
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const init = { method, headers, cache: "no-store", credentials: "omit" };
+  if (body !== undefined) {
+    headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const started = epoch;
+  let resp;
+  try {
+    resp = await fetch(`v1/${path}`, init);
+  } catch (err) {
+    if (started !== epoch) throw stale();
+    throw new ApiError(0, "network", `The service did not answer (${err.message}). Is it running?`);
+  }
+  if (started !== epoch) throw stale();
+  if (!resp.ok) throw await problem(resp);
+  if (resp.status === 204) return null;
+  const answer = await resp.json();
+  if (started !== epoch) throw stale();
+  return answer;
+}

@@ -1,0 +1,185 @@
+// Rendering: JSON from the service -> DOM. Every value goes in through textContent (never
+// parsed as HTML), so a table or analyst name cannot inject markup into the page.
+
+export function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  node.append(...children.filter((c) => c !== null && c !== undefined));
+  return node;
+}
+
+// Noisy numbers are shown to 6 significant digits: more would only print noise.
+export function fmt(v) {
+  if (v === null || v === undefined) return "—";
+  if (typeof v === "number") {
+    if (!Number.isFinite(v)) return String(v);
+    return Number.isInteger(v) ? v.toLocaleString("en-US") : String(+v.toPrecision(6));
+  }
+  return String(v);
+}
+
+export function fmtEps(v) {
+  return v === null || v === undefined ? "none" : String(+Number(v).toPrecision(4));
+}
+
+function headRow(names) {
+  return el("thead", {}, el("tr", {}, ...names.map((n) => el("th", { scope: "col", text: n }))));
+}
+
+export function fillTable(table, names, rows, caption) {
+  // data-label: on a narrow screen each row becomes a card of "label: value" lines (app.css)
+  const body = el("tbody", {}, ...rows.map((r) => el("tr", {}, ...r.map((c, j) =>
+    c instanceof Node ? el("td", { "data-label": names[j] }, c)
+      : el("td", { text: fmt(c), "data-label": names[j], class: typeof c === "number" ? "num" : null })))));
+  table.replaceChildren(...(caption ? [el("caption", { text: caption })] : []), headRow(names), body);
+}
+
+export function renderTables(container, tables, onUse) {
+  if (!tables.length) {
+    container.replaceChildren(el("p", { text: "No tables are declared in this project yet." }));
+    return;
+  }
+  container.replaceChildren(...tables.map((t) => {
+    const unit = t.privacy_unit ? `privacy unit: ${t.privacy_unit}` : "each row is its own privacy unit";
+    const m = t.max_rows_per_unit;
+    const rowsPer = m ? `, at most ${m} row${m === 1 ? "" : "s"} per unit` : "";
+    const cols = el("table", { class: "columns" });
+    fillTable(cols, ["column", "type", "bounds / domain"], t.columns.map((c) => [
+      c.name, c.type,
+      c.bounds ? `${fmt(c.bounds[0])} to ${fmt(c.bounds[1])}`
+        : c.domain ? c.domain.map(fmt).join(", ") : "—",
+    ]), `Columns of ${t.name}`);
+    return el("details", { class: "table-meta", "data-table": t.name },
+      el("summary", {}, el("strong", { text: t.name }), el("span", { class: "hint", text: ` ${t.columns.length} columns` })),
+      el("p", { class: "hint", text: unit + rowsPer }),
+      cols,
+      el("button", { type: "button", class: "secondary small", text: `Query ${t.name}`, onclick: () => onUse(t) }));
+  }));
+}
+
+// An analyst's gauge runs up to their own cap (or what is left of the project if they have
+// none); the owner's is the whole project's budget, over every analyst.
+export function renderBudget(meter, text, b, role = "analyst") {
+  const spent = Number(b.spent_epsilon) || 0;
+  const total = b.cap_epsilon ?? spent + Number(b.remaining_epsilon);
+  meter.max = total > 0 ? total : 1;
+  meter.value = Math.min(spent, meter.max);
+  meter.low = meter.max * 0.5;
+  meter.high = meter.max * 0.8;
+  meter.textContent = `${fmtEps(spent)} of ${fmtEps(total)}`;
+  if (role === "owner") {
+    text.textContent = `Project: ε spent ${fmtEps(spent)} of ${fmtEps(total)} over all analysts; `
+      + `${fmtEps(b.project_remaining_epsilon)} left. δ spent ${fmtEps(b.spent_delta)}.`;
+    return;
+  }
+  const cap = b.cap_epsilon === null || b.cap_epsilon === undefined ? "no own cap" : `own cap ${fmtEps(b.cap_epsilon)}`;
+  text.textContent = `ε spent ${fmtEps(spent)} (${cap}); ${fmtEps(b.remaining_epsilon)} left to you, `
+    + `${fmtEps(b.project_remaining_epsilon)} left in the project. δ spent ${fmtEps(b.spent_delta)}.`;
+}
+
+// A small gauge for a table cell: spent against a cap (none: no gauge, the number alone).
+export function gauge(spent, cap, label) {
+  const box = el("span", { class: "cell-gauge" }, el("span", { text: fmtEps(spent) }));
+  if (cap) {
+    box.append(el("meter", { min: "0", max: String(cap), value: String(Math.min(spent, cap)),
+      low: String(cap * 0.5), high: String(cap * 0.8), optimum: "0", "aria-label": label,
+      text: `${fmtEps(spent)} of ${fmtEps(cap)}` }));
+  }
+  return box;
+}
+
+export function renderPreview(box, p) {
+  const errs = Object.entries(p.expected_error || {});
+  box.replaceChildren(
+    el("p", {}, el("strong", { text: "Would cost " }),
+      el("span", { class: "cost", text: `ε = ${fmtEps(p.epsilon)}, δ = ${fmtEps(p.delta)}` }),
+      el("span", { text: " (nothing charged yet)" })),
+    errs.length ? el("ul", { class: "errors-list", "aria-label": "Expected error per column" },
+      ...errs.map(([c, e]) => el("li", { text: e === null || e === undefined
+        ? `${c}: no single figure (it depends on the group's size; see below)`
+        : `${c}: ± ${fmt(e)}` }))) : null,
+    p.text ? el("pre", { class: "preview-text", text: p.text }) : null);
+}
+
+// Group-key columns label the bars; the columns with intervals are the measures. At most
+// CHART_BARS bars: past that a bar chart is unreadable (the table and the CSV have them all).
+export const CHART_BARS = 60;
+
+export function chartData(result, measure) {
+  const keys = result.columns.filter((c) => !(c in (result.intervals || {})));
+  const mi = result.columns.indexOf(measure);
+  const ki = keys.map((k) => result.columns.indexOf(k));
+  const rows = result.rows.slice(0, CHART_BARS);
+  const iv = (result.intervals || {})[measure];
+  return {
+    measure,
+    labels: rows.map((r) => (ki.length ? ki.map((i) => fmt(r[i])).join(" · ") : "all")),
+    values: rows.map((r) => (typeof r[mi] === "number" ? r[mi] : null)),
+    intervals: iv ? iv.slice(0, CHART_BARS) : null,
+    omitted: result.rows.length - rows.length,
+  };
+}
+
+export function resultTable(table, result) {
+  const iv = result.intervals || {};
+  const names = [];
+  for (const c of result.columns) {
+    names.push(c);
+    if (c in iv) names.push(`${c} interval`);
+  }
+  const rows = result.rows.map((r, i) => {
+    const out = [];
+    result.columns.forEach((c, j) => {
+      out.push(r[j]);
+      if (c in iv) {
+        const x = iv[c][i];
+        out.push(x ? `${fmt(x[0])} to ${fmt(x[1])}` : "—");
+      }
+    });
+    return out;
+  });
+  fillTable(table, names, rows, `Answer: ${result.rows.length} row${result.rows.length === 1 ? "" : "s"}`);
+}
+
+// onUse(sql): put a past query back in the editor (re-running it is charged again).
+export function renderHistory(table, items, onUse) {
+  const sorted = [...items].sort((a, b) => String(b.time).localeCompare(String(a.time)));
+  if (!sorted.length) {
+    table.replaceChildren(el("caption", { text: "Nothing spent yet." }));
+    return;
+  }
+  fillTable(table, ["time", "kind", "query", "ε", "δ"], sorted.map((h) => [
+    new Date(h.time).toLocaleString(), h.kind,
+    // only a query's text can be run again as SQL; a release's is a description of it
+    h.sql && h.kind === "query" ? el("button", { type: "button", class: "link", text: h.sql,
+      title: "Put this query in the editor", onclick: () => onUse(h.sql) }) : h.sql ?? "—",
+    fmtEps(h.epsilon), fmtEps(h.delta),
+  ]));
+}
+
+// The answer as CSV (each aggregate with <name>_low/<name>_high), made in the browser from the
+// JSON already received: post-processing, nothing is asked of the service.
+export function resultCsv(result) {
+  const iv = result.intervals || {};
+  const cell = (v) => {
+    const t = v === null || v === undefined ? "" : String(v);
+    return /[",\n\r]/.test(t) ? `"${t.replace(/"/g, '""')}"` : t;
+  };
+  const head = [];
+  for (const c of result.columns) head.push(c, ...(c in iv ? [`${c}_low`, `${c}_high`] : []));
+  const lines = [head.map(cell).join(",")];
+  result.rows.forEach((r, i) => {
+    const out = [];
+    result.columns.forEach((c, j) => {
+      out.push(r[j]);
+      if (c in iv) out.push(...(iv[c][i] || [null, null]));
+    });
+    lines.push(out.map(cell).join(","));
+  });
+  return lines.join("\r\n") + "\r\n";
+}

@@ -1,0 +1,191 @@
+"""Unintended memorization: canary formats, exact exposure, extraction, DP vs no DP.
+
+Bounds used below. A model trained without the canary ranks it uniformly, so
+``P(exposure >= t) = P(rank <= |R| 2^-t) <= 2^-t``. A model that is (ε, δ)-DP for one line
+and saw the canary ``r`` times is (rε, r e^{(r-1)ε} δ)-DP for those r lines (group privacy), so
+``P(exposure >= t) <= e^{rε} 2^-t + r e^{(r-1)ε} δ`` -- the false-failure probability of the DP
+check, stated where it is used.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import dpkit as dp
+from dpkit.attacks.memorization import MAX_CANDIDATES, CanaryFormat, grammar_corpus, insert_canaries
+
+
+# ------------------------------------------------------------------ formats (no torch needed)
+def test_format_round_trip_and_size() -> None:
+    f = CanaryFormat("my code is ", "DDD-DD-D")
+    assert f.size == 10**6
+    for i in (0, 7, 281264, 999_999):
+        assert f.index(f.secret(i)) == i
+    assert f.secret(281264) == "281-26-4"
+    assert f.line(5) == "my code is 000-00-5"
+
+
+@pytest.mark.parametrize(("prefix", "pattern", "match"), [
+    ("my code is ", "DDD-DD-DDDD", "10\\^9 is more than exact exposure enumerates"),
+    ("my code is ", "---", "has no 'D'"),
+    ("My Code is ", "DDD", "outside the model's alphabet"),
+    ("my code is ", "DDD/DDD", "outside the model's alphabet"),
+    ("", "DDD", "prefix is empty"),
+    ("my very very long code prefix is ", "DDD-DDD", "lines hold at most"),
+])
+def test_bad_formats_are_refused(prefix: str, pattern: str, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        CanaryFormat(prefix, pattern)
+
+
+@pytest.mark.parametrize("secret", ["12-345", "123-45a", "123456", "1234-567", "١٢٣-456"])
+def test_secrets_outside_the_candidate_space_are_refused(secret: str) -> None:
+    with pytest.raises(ValueError, match="does not fit the format 'DDD-DDD'"):
+        CanaryFormat("x ", "DDD-DDD").index(secret)
+
+
+def test_corpus_is_seeded_and_canaries_are_inserted() -> None:
+    a = grammar_corpus(200, source=dp.noise.seeded(3))
+    assert a == grammar_corpus(200, source=dp.noise.seeded(3))
+    assert a != grammar_corpus(200, source=dp.noise.seeded(4))
+    out = insert_canaries(a, ["ann's code is 1", "bob's code is 2"], [5, 0],
+                          source=dp.noise.seeded(0))
+    assert len(out) == 205 and out.count("ann's code is 1") == 5
+    assert "bob's code is 2" not in out
+    assert not any("code is" in line for line in a)  # canaries' prefixes are never ordinary text
+    with pytest.raises(ValueError, match="integers >= 0"):
+        insert_canaries(a, ["x"], [-1])
+    assert MAX_CANDIDATES == 10**7
+
+
+def test_canaries_doctest_and_no_torch_at_import() -> None:
+    import doctest
+    import subprocess
+    import sys
+
+    from dpkit.attacks.memorization import canaries
+
+    assert doctest.testmod(canaries).failed == 0
+    code = ("import sys, dpkit.attacks.memorization, dpkit.cli; "
+            "assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ------------------------------------------------------------------ exposure (torch)
+torch = pytest.importorskip("torch")
+
+
+def _random_model(seed: int):  # an untrained model: scores are arbitrary but fixed
+    from dpkit.attacks.memorization.model import CharLM, init_weights
+
+    m = CharLM(window=8, embed=4, hidden=16)
+    init_weights(m, dp.noise.seeded(seed))
+    return m.eval()
+
+
+def test_both_rank_methods_equal_brute_force() -> None:
+    from dpkit.attacks.memorization import exposure as xp
+
+    fmt = CanaryFormat("kim's pin is ", "D-DD")  # 1,000 candidates: brute force is cheap
+    m = _random_model(1)
+    brute = np.array([xp.log_perplexity(m, fmt, fmt.secret(i)) for i in range(fmt.size)])
+    assert np.allclose(xp.candidate_costs(m, fmt), brute, rtol=0, atol=1e-9)
+    for i in (0, 17, 404, 999, int(np.argmin(brute)), int(np.argmax(brute))):
+        s = fmt.secret(i)
+        want = 1 + int(np.sum(brute < brute[i] - 1e-9))
+        enum, pruned = xp.rank_enumerate(m, fmt, s), xp.rank_pruned(m, fmt, s)
+        assert enum.rank == pruned.rank == want, (s, enum, pruned)
+        assert pruned.nodes <= enum.nodes
+    best = fmt.secret(int(np.argmin(brute)))
+    assert xp.extract(m, fmt, beam=fmt.size) == best  # an unbounded beam is the exact argmax
+    assert xp.rank_pruned(m, fmt, best).exposure == pytest.approx(math.log2(1000))
+    assert xp.exposure(1000, 1000) == 0.0
+    with pytest.raises(ValueError, match="rank must lie"):
+        xp.exposure(0, 10)
+
+
+def _tiny_run(epsilon: float | None):
+    from dpkit.attacks.memorization import experiment
+    from dpkit.attacks.memorization.model import TrainConfig
+
+    cfg = TrainConfig(epochs=12, batch_size=32, window=16, embed=8, hidden=64,
+                      dp_batch_size=64, delta=1e-6, learning_rate=1e-2, dp_learning_rate=1e-2)
+    return experiment.run(epsilons=[epsilon], insertions=(0, 64), repeats=1, lines=300,
+                          config=cfg, source=dp.noise.seeded(11))
+
+
+def test_a_tiny_model_memorises_a_64x_canary_without_dp() -> None:
+    """Never-inserted control: P(exposure >= 10) <= 2^-10; the 64x canary is extracted."""
+    (m,) = _tiny_run(None).models
+    (control,), (canary,) = m.at(0), m.at(64)
+    assert canary.exposure.exposure > 15.0, canary
+    assert canary.extracted and canary.beam_extracted
+    assert control.exposure.exposure < 10.0
+
+
+def test_dp_sgd_hides_the_64x_canary() -> None:
+    """ε = 0.02 per line, δ = 1e-6: the 64 copies are (1.28, 2.3e-4)-DP together, so
+    P(exposure >= 12) <= e^1.28 2^-12 + 2.3e-4 < 1.2e-3 (the false-failure probability)."""
+    (m,) = _tiny_run(0.02).models
+    assert m.epsilon is not None and m.epsilon <= 0.02 + 1e-9
+    (canary,) = m.at(64)
+    assert canary.exposure.exposure < 12.0, canary
+    assert not canary.extracted
+
+
+def test_bad_input_is_refused_before_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpkit.attacks.memorization import experiment
+
+    def no_training(*a: object, **k: object) -> None:
+        raise AssertionError("trained before checking the input")
+
+    monkeypatch.setattr(experiment, "train", no_training)
+    bad = [({"pattern": "DDDDDDDDD"}, "10\\^9"), ({"secrets": ["12-3456"]}, "does not fit"),
+           ({"prefix": "my code is "}, "share the prefix"), ({"epsilons": [0.0]}, "epsilon"),
+           ({"insertions": [-1]}, ">= 0"), ({"method": "guess"}, "method"),
+           ({"repeats": 7}, "names")]
+    for kwargs, match in bad:
+        with pytest.raises(ValueError, match=match):
+            experiment.run(**kwargs)  # type: ignore[arg-type]
+
+
+def test_cli_refuses_a_format_outside_the_candidate_space() -> None:
+    from dpkit.cli import main
+
+    out = CliRunner().invoke(main, ["attack", "memorization", "--pattern", "DDD-DD-DDDD"])
+    assert out.exit_code == 2
+    assert "10^9 is more than exact exposure enumerates" in " ".join(out.output.split())
+
+
+def test_cli_summary_small(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    from dpkit.cli.attack_memorization import attack_memorization
+
+    s = attack_memorization(epsilons=(2.0,), insertions=(1,), repeats=1, lines=40, epochs=1,
+                            pattern="DD", seed=0, plot=tmp_path / "m.png")
+    assert [r[0] for r in s.rows] == ["no DP", "ε = 2"]
+    assert s.files and s.files[0].stat().st_size > 1000
+    assert any("add/remove-one-line" in n for n in s.notes)
+
+
+@pytest.mark.slow
+def test_the_figure_setting() -> None:
+    """The docs figure's run (benchmarks/memorization_bench.py, ~6 CPU-minutes): without DP the
+    16x and 64x canaries are (nearly) fully exposed; with DP at ε <= 3 each once-inserted
+    canary is covered by the guarantee, P(exposure >= 14) <= e^3 2^-14 + 1e-5 < 1.3e-3 each
+    (two canaries, two ε: false failure < 5.2e-3)."""
+    from dpkit.attacks.memorization import experiment
+
+    res = experiment.run(source=dp.noise.seeded(0))
+    by = {m.target_epsilon: m for m in res.models}
+    plain = by[None]
+    assert min(c.exposure.exposure for c in plain.at(64)) > 19.0
+    assert np.mean([c.exposure.exposure for c in plain.at(16)]) > 15.0
+    assert any(c.extracted for c in plain.at(16) + plain.at(64))
+    for eps in (3.0, 1.0):
+        assert all(c.exposure.exposure < 14.0 for c in by[eps].at(1))
+        assert not any(c.extracted for c in by[eps].at(1))

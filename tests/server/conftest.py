@@ -1,0 +1,140 @@
+"""A small project served in-process (FastAPI's TestClient) or by real uvicorn processes on
+loopback (:func:`live_server`), with two analysts and an owner token."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("httpx")
+
+import numpy as np
+import pandas as pd
+
+import dpkit as dp
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+SQL = "SELECT g, COUNT(*) AS n FROM t GROUP BY g"
+
+
+@dataclass
+class Project:
+    path: Path
+    alice: str  # analyst with a cap of 1.0
+    bob: str  # analyst without a cap of its own
+    owner: str  # the owner token
+
+    def headers(self, token: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}"}
+
+
+def make_project(folder: Path, *, epsilon: float = 3.0, rows: int = 2000) -> Project:
+    from dpkit.server.auth import new_owner_token
+
+    path = folder / "p.dpkit"
+    i = np.arange(rows)
+    frame = pd.DataFrame({"g": np.where(i % 3 == 0, "a", "b"), "x": (i % 50).astype(float),
+                          "secret": i * 7})
+    with dp.Curator.create(path, epsilon=epsilon, source=dp.noise.seeded(7)) as cur:
+        cur.add_table("t", frame, bounds={"x": (0, 50), "secret": (0, 100_000)},
+                      domains={"g": ["a", "b"]})
+        alice = cur.add_analyst("alice", epsilon=1.0)
+        bob = cur.add_analyst("bob")
+    return Project(path, alice, bob, new_owner_token(path))
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    return make_project(tmp_path)
+
+
+@pytest.fixture
+def make_client(project: Project) -> Iterator[Any]:
+    from fastapi.testclient import TestClient
+
+    from dpkit.server.app import create_app
+    from dpkit.server.auth import owner_hashes
+
+    made: list[Any] = []
+
+    def make(**settings: Any) -> Any:
+        app = create_app(project.path, owner_token_sha256=owner_hashes(project.path),
+                         **settings)
+        client = TestClient(app, raise_server_exceptions=False)
+        client.__enter__()
+        made.append(client)
+        return client
+
+    yield make
+    for c in made:
+        c.__exit__(None, None, None)
+        c.app.state.service.close()
+
+
+@pytest.fixture
+def client(make_client: Any) -> Any:
+    return make_client()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Live:
+    url: str
+    proc: subprocess.Popen[bytes]
+
+
+def live_server(project: Path, *, workers: int = 1, extra: tuple[str, ...] = (),
+                env: dict[str, str] | None = None,
+                https: tuple[Path, Path] | None = None) -> Live:
+    """``dpkit serve`` in a subprocess on a free loopback port, up when this returns
+    (``https``: its key and certificate files; ``Live.url`` stays http://, for the probe)."""
+    import httpx
+
+    port = free_port()
+    tls = ("--ssl-keyfile", str(https[0]), "--ssl-certfile", str(https[1])) if https else ()
+    cmd = [sys.executable, "-m", "dpkit.cli", "serve", str(project), "--port", str(port),
+           "--workers", str(workers), *tls, *extra]
+    full_env = {**os.environ, "PYTHONPATH": str(SRC), **(env or {})}
+    full_env.pop("DPKIT_TOKEN", None)
+    proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"dpkit serve exited: {proc.stderr.read().decode()[-2000:]}")
+        try:
+            probe = url.replace("http://", "https://") if https else url
+            if httpx.get(probe + "/v1/health", timeout=0.5, verify=False).status_code == 200:
+                return Live(url, proc)
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    stop(Live(url, proc))
+    raise RuntimeError("dpkit serve did not come up in 30 s")
+
+
+def stop(live: Live) -> None:
+    import signal
+
+    if live.proc.poll() is None:
+        os.killpg(live.proc.pid, signal.SIGTERM)
+        try:
+            live.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(live.proc.pid, signal.SIGKILL)
+            live.proc.wait(10)

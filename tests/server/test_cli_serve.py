@@ -1,0 +1,56 @@
+"""``dpkit owner-token`` and ``dpkit serve``'s refusals (the running service: test_live.py)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from click.testing import CliRunner
+from tests.server.conftest import Project
+
+from dpkit.cli import main
+
+
+def flat(text: str) -> str:  # rich wraps long lines
+    return " ".join(text.split())
+
+
+def test_owner_token_prints_once_and_stores_the_hash(project: Project) -> None:
+    from dpkit.server.auth import owner_hashes, sha256_hex
+
+    out = CliRunner().invoke(main, ["owner-token", str(project.path)])
+    assert out.exit_code == 0, out.output
+    (token,) = re.findall(r"dpkit_owner_[0-9a-f]{64}", out.output)
+    assert owner_hashes(project.path) == (sha256_hex(token),)
+    assert token not in (project.path / "owner-token.sha256").read_text()
+
+
+def test_serve_refuses_bad_settings_before_starting(project: Project, tmp_path: Any,
+                                                    monkeypatch: Any) -> None:
+    runner = CliRunner()
+    for args, text in [(["--workers", "0"], "--workers"),
+                       (["--ssl-keyfile", "k.pem"], "both --ssl-keyfile and --ssl-certfile"),
+                       (["--rate", "0"], "rate must be"),
+                       (["--max-body", "10"], "max_body")]:
+        out = runner.invoke(main, ["serve", str(project.path), *args])
+        assert out.exit_code == 2 and text in flat(out.output), (args, out.output)
+    monkeypatch.setenv("DPKIT_TOKEN", project.alice)
+    out = runner.invoke(main, ["serve", str(project.path)])
+    assert out.exit_code == 2 and "unset DPKIT_TOKEN" in flat(out.output)
+    monkeypatch.delenv("DPKIT_TOKEN")
+    out = runner.invoke(main, ["owner-token", str(tmp_path)])
+    assert out.exit_code == 2 and "not a dpkit project" in flat(out.output)
+
+
+def test_dpkit_and_its_client_import_no_web_stack() -> None:
+    import subprocess
+    import sys
+
+    from tests.server.conftest import SRC
+
+    code = ("import sys, dpkit; dpkit.Client; import dpkit.server.client; "
+            "print([m for m in ('fastapi', 'uvicorn', 'starlette', 'pydantic', 'jwt') "
+            "if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(SRC), "PATH": ""}, check=True)
+    assert out.stdout.strip() == "[]"
