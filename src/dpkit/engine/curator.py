@@ -386,6 +386,15 @@ class Curator(ReleaseMethods):
             )
         return QueryBuilder(self, name)
 
+    def _epsilon_for_accuracy(self, query: str, accuracy: Any, accuracy_rows: float | None, *,
+                              epsilon: float | None, rho: float | None, **plan_kw: Any) -> float:
+        """The smallest epsilon whose plan meets ``accuracy`` (from public things only)."""
+        if epsilon is not None or rho is not None:
+            raise dsql.QueryError("give epsilon= or accuracy=, not both")
+        return epsilon_for_accuracy(
+            lambda eps: expected_errors(self._plan(query, epsilon=eps, rho=None, **plan_kw),
+                                        accuracy_rows), accuracy)
+
     def _plan(self, query: str, *, epsilon: float | None, rho: float | None,
               delta: float | None, noise: str, level: float,
               bounds: Mapping[str, Any] | None,
@@ -445,13 +454,10 @@ class Curator(ReleaseMethods):
                 return special
         with self._lock:
             if accuracy is not None:
-                if epsilon is not None or rho is not None:
-                    raise dsql.QueryError("give epsilon= or accuracy=, not both")
-                epsilon = epsilon_for_accuracy(
-                    lambda eps: expected_errors(self._plan(
-                        query, epsilon=eps, rho=None, delta=delta, noise=noise, level=level,
-                        bounds=bounds, weights=weights, diagnostics=diagnostics),
-                        accuracy_rows), accuracy)
+                epsilon = self._epsilon_for_accuracy(
+                    query, accuracy, accuracy_rows, epsilon=epsilon, rho=rho, delta=delta,
+                    noise=noise, level=level, bounds=bounds, weights=weights,
+                    diagnostics=diagnostics)
             plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
                               level=level, bounds=bounds, weights=weights,
                               diagnostics=diagnostics)
@@ -509,13 +515,10 @@ class Curator(ReleaseMethods):
         the epsilon :meth:`sql` would spend for it)."""
         who, query = charged_analyst(self.analyst, analyst), dsql.to_duckdb(query, dialect)
         if accuracy is not None:
-            if epsilon is not None or rho is not None:
-                raise dsql.QueryError("give epsilon= or accuracy=, not both")
-            epsilon = epsilon_for_accuracy(
-                lambda eps: expected_errors(self._plan(
-                    query, epsilon=eps, rho=None, delta=delta, noise=noise, level=level,
-                    bounds=bounds, weights=weights, diagnostics=diagnostics),
-                    accuracy_rows), accuracy)
+            epsilon = self._epsilon_for_accuracy(
+                query, accuracy, accuracy_rows, epsilon=epsilon, rho=rho, delta=delta,
+                noise=noise, level=level, bounds=bounds, weights=weights,
+                diagnostics=diagnostics)
         plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
                           level=level, bounds=bounds, weights=weights, diagnostics=diagnostics)
         booked = plan.charge_delta if plan.charge_delta is not None else delta
