@@ -12,7 +12,8 @@ import pytest
 # module -> the extra of pyproject.toml that installs it (all are in the `test` extra too)
 EXTRAS = {"polars": "dataframes", "matplotlib": "plots", "openpyxl": "xlsx", "yaml": "yaml",
           "pandas": "dataframes", "sklearn": "test", "torch": "torch",
-          "playwright": "test", "pytest_playwright": "test", "psycopg": "postgres"}
+          "playwright": "test", "pytest_playwright": "test", "psycopg": "postgres",
+          "pyspark": "spark"}
 
 
 @pytest.mark.parametrize("module", sorted(EXTRAS))

@@ -40,6 +40,7 @@ front: lifecycle, tables, analysts, and the calls that drive that line.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Mapping
@@ -53,10 +54,17 @@ from dpkit.engine import families
 from dpkit.engine import plan as dplan
 from dpkit.engine import sql as dsql
 from dpkit.engine.accuracy import epsilon_for_accuracy, expected_errors, preview_of
-from dpkit.engine.backend_duckdb import DuckBackend, drop_orphans
+from dpkit.engine.backend_duckdb import drop_orphans
+from dpkit.engine.backend_spark import SPARK, SparkBackend, backend_for, check_engine
 from dpkit.engine.charge import charged_read, quote
 from dpkit.engine.ledger import Entry, Ledger
-from dpkit.engine.load import Declarations, load_declared, load_lock, tables_in_force
+from dpkit.engine.load import (
+    Declarations,
+    load_declared,
+    load_declared_spark,
+    load_lock,
+    tables_in_force,
+)
 from dpkit.engine.noisy import release
 from dpkit.engine.plan.cache import PlanCache
 from dpkit.engine.prepare import Preparer
@@ -102,17 +110,20 @@ class Curator(ReleaseMethods):
     """
 
     def __init__(self, path: Path, ledger: Ledger, *, analyst: str, owner: bool,
-                 source: _noise.Source | None) -> None:
+                 source: _noise.Source | None, engine: str = "duckdb", spark: Any = None,
+                 ) -> None:
         self.path = path
         self.ledger = ledger
         self.analyst = analyst
         self.is_owner = owner
         self._source = source
-        self._backend = DuckBackend(path / DATA_FILE)
-        self._preparer = Preparer(self._backend, source)
         self._lock = threading.RLock()
         self._tables_cache: tuple[int, dict[str, TableMeta]] | None = None
         self._planner = PlanCache()
+        self._engine = check_engine(engine)  # where add_table puts rows by default
+        self._backend = backend_for(path / DATA_FILE, engine=engine, spark=spark,
+                                    tables=self.tables())
+        self._preparer = Preparer(self._backend, source)
 
     @property
     def insecure(self) -> bool:
@@ -133,6 +144,8 @@ class Curator(ReleaseMethods):
         accountant: str | None = None,
         source: _noise.Source | None = None,
         ledger: str | None = None,
+        engine: str = "duckdb",
+        spark: Any = None,
     ) -> Curator:
         """Create a project folder with a total budget; the caller is its owner.
 
@@ -145,19 +158,24 @@ class Curator(ReleaseMethods):
         recorded in the ledger and cannot be changed later. ``ledger``: ``"sqlite"`` (default:
         ``ledger.sqlite`` in the folder) or a PostgreSQL DSN (default ``$DPKIT_LEDGER_DSN``),
         for a service with several processes or hosts; extra ``[postgres]``.
+        ``engine="spark"``: tables are added on Spark (``spark``: a SparkSession; None starts
+        a local one when first needed; docs/scale.md).
         """
         path = Path(path)
+        check_engine(engine)
         src, noise_seed = project_source(source)
         epsilon, delta, accountant, orders = budget_parameters(
             budget, epsilon=epsilon, delta=delta, accountant=accountant)
         made = make_project(path, epsilon=epsilon, delta=delta, accountant=accountant,
                             orders=orders, noise_seed=noise_seed, dsn=ledger_dsn(ledger))
-        return cls(path, made, analyst=OWNER, owner=True, source=src)
+        return cls(path, made, analyst=OWNER, owner=True, source=src, engine=engine,
+                   spark=spark)
 
     @classmethod
     def open(cls, path: str | Path, *, token: str | None = None,
              expected_head: tuple[int, str] | None = None,
-             source: Any = _NOT_GIVEN, analyst: Any = _NOT_GIVEN) -> Curator:
+             source: Any = _NOT_GIVEN, analyst: Any = _NOT_GIVEN, engine: str = "duckdb",
+             spark: Any = None) -> Curator:
         """Open an existing project; the ledger's keyed chain is verified first.
 
         ``token``: act as the analyst it names (default: ``$DPKIT_TOKEN``; neither: the owner,
@@ -178,7 +196,8 @@ class Curator(ReleaseMethods):
         ledger, who = open_project(path, token, expected_head=expected_head)
         seed = ledger.config.noise_seed
         src = None if seed is None else _noise.seeded(reopen_seed(seed, len(ledger.entries())))
-        return cls(path, ledger, analyst=who, owner=who == OWNER, source=src)
+        return cls(path, ledger, analyst=who, owner=who == OWNER, source=src, engine=engine,
+                   spark=spark)
 
     def _require_owner(self, action: str) -> None:
         if not self.is_owner:
@@ -231,6 +250,7 @@ class Curator(ReleaseMethods):
         description: str = "",
         progress: Any = None,
         rows_epsilon: float = dbounds.AUTO_ROWS_EPSILON,
+        engine: str | None = None,
     ) -> TableMeta:
         """Register a table (the data owner's job); spends nothing, except ``"auto"``.
 
@@ -241,8 +261,11 @@ class Curator(ReleaseMethods):
         charged ``rows_epsilon``: :mod:`dpkit.engine.bounds`). ``bounds={"age": (0, 120)}``:
         clamps. ``domains={"ward": ["A", "B"]}``: public keys. ``not_null=["age"]``: columns
         checked to hold no NULL/NaN. ``public=True``: a lookup table (``copy=False``: a view).
-        ``progress(step, fraction)``: called during the load. Details: docs/curator.md.
+        ``progress(step, fraction)``: called during the load. ``engine="spark"``: the rows
+        stay on Spark (a Spark DataFrame or a Parquet/CSV path; default: the project's engine;
+        docs/scale.md). Details: docs/curator.md.
         """
+        spark = check_engine(engine or self._engine) == SPARK
         check_identifier(name, "table")
         self._require_owner("adding, replacing or declaring a table")
         auto = dbounds.check_rows_declaration(privacy_unit, max_rows_per_unit, public=public,
@@ -262,15 +285,17 @@ class Curator(ReleaseMethods):
                     f"declarations are replaced too, and the change is recorded in the ledger)"
                 )
             self._backend.close()  # DuckDB: one writer, no readers attached meanwhile
-            meta = load_declared(
-                self.path / DATA_FILE, name, source,
-                Declarations(privacy_unit=privacy_unit, bounds=bounds,
-                             max_rows_per_unit=None if isinstance(max_rows_per_unit, str)
-                             else max_rows_per_unit,
-                             max_groups_per_unit=max_groups_per_unit, domains=domains,
-                             not_null=not_null, public=public, copy=copy,
-                             source_table=source_table, description=description),
-                progress=progress)
+            decl = Declarations(privacy_unit=privacy_unit, bounds=bounds,
+                                max_rows_per_unit=None if isinstance(max_rows_per_unit, str)
+                                else max_rows_per_unit,
+                                max_groups_per_unit=max_groups_per_unit, domains=domains,
+                                not_null=not_null, public=public, copy=copy,
+                                source_table=source_table, description=description)
+            if spark:
+                meta = self._add_spark_table(name, source, decl, auto)
+            else:
+                meta = load_declared(
+                    self.path / DATA_FILE, name, source, decl, progress=progress)
             if auto:  # charged before the declaration that publishes it is recorded
                 meta = dbounds.with_auto_rows(self.ledger, self._backend.query_public, meta,
                                               analyst=self.analyst, epsilon=rows_epsilon,
@@ -280,6 +305,20 @@ class Curator(ReleaseMethods):
                                query=f"ADD TABLE {name} ({meta.summary()})")
             self._drop_orphans_locked()
             return meta
+
+    def _add_spark_table(self, name: str, source: Any, decl: Declarations,
+                         auto: bool) -> TableMeta:
+        """Rows to Parquet under ``$DPKIT_SPARK_DIR`` (default ``<project>/spark``: on a
+        cluster, a path every executor reads), read by Spark at every query."""
+        if auto:
+            raise ValueError(f"max_rows_per_unit='auto' is not available on Spark yet; give "
+                             f"a number for {name!r}")
+        if not isinstance(self._backend, SparkBackend):  # the first Spark table
+            self._backend = SparkBackend(self.path / DATA_FILE)
+            self._preparer = Preparer(self._backend, self._source)
+        directory = Path(os.environ.get("DPKIT_SPARK_DIR") or self.path / "spark")
+        return load_declared_spark(self.path / DATA_FILE, self._backend.session(), name,
+                                   source, decl, directory=directory)
 
     def drop_orphans(self) -> list[str]:
         """Drop stored relations no table in force names (the old rows of a replaced table, or
@@ -347,6 +386,15 @@ class Curator(ReleaseMethods):
             )
         return QueryBuilder(self, name)
 
+    def _epsilon_for_accuracy(self, query: str, accuracy: Any, accuracy_rows: float | None, *,
+                              epsilon: float | None, rho: float | None, **plan_kw: Any) -> float:
+        """The smallest epsilon whose plan meets ``accuracy`` (from public things only)."""
+        if epsilon is not None or rho is not None:
+            raise dsql.QueryError("give epsilon= or accuracy=, not both")
+        return epsilon_for_accuracy(
+            lambda eps: expected_errors(self._plan(query, epsilon=eps, rho=None, **plan_kw),
+                                        accuracy_rows), accuracy)
+
     def _plan(self, query: str, *, epsilon: float | None, rho: float | None,
               delta: float | None, noise: str, level: float,
               bounds: Mapping[str, Any] | None,
@@ -406,13 +454,10 @@ class Curator(ReleaseMethods):
                 return special
         with self._lock:
             if accuracy is not None:
-                if epsilon is not None or rho is not None:
-                    raise dsql.QueryError("give epsilon= or accuracy=, not both")
-                epsilon = epsilon_for_accuracy(
-                    lambda eps: expected_errors(self._plan(
-                        query, epsilon=eps, rho=None, delta=delta, noise=noise, level=level,
-                        bounds=bounds, weights=weights, diagnostics=diagnostics),
-                        accuracy_rows), accuracy)
+                epsilon = self._epsilon_for_accuracy(
+                    query, accuracy, accuracy_rows, epsilon=epsilon, rho=rho, delta=delta,
+                    noise=noise, level=level, bounds=bounds, weights=weights,
+                    diagnostics=diagnostics)
             plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
                               level=level, bounds=bounds, weights=weights,
                               diagnostics=diagnostics)
@@ -470,13 +515,10 @@ class Curator(ReleaseMethods):
         the epsilon :meth:`sql` would spend for it)."""
         who, query = charged_analyst(self.analyst, analyst), dsql.to_duckdb(query, dialect)
         if accuracy is not None:
-            if epsilon is not None or rho is not None:
-                raise dsql.QueryError("give epsilon= or accuracy=, not both")
-            epsilon = epsilon_for_accuracy(
-                lambda eps: expected_errors(self._plan(
-                    query, epsilon=eps, rho=None, delta=delta, noise=noise, level=level,
-                    bounds=bounds, weights=weights, diagnostics=diagnostics),
-                    accuracy_rows), accuracy)
+            epsilon = self._epsilon_for_accuracy(
+                query, accuracy, accuracy_rows, epsilon=epsilon, rho=rho, delta=delta,
+                noise=noise, level=level, bounds=bounds, weights=weights,
+                diagnostics=diagnostics)
         plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
                           level=level, bounds=bounds, weights=weights, diagnostics=diagnostics)
         booked = plan.charge_delta if plan.charge_delta is not None else delta

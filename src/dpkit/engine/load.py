@@ -21,6 +21,7 @@ from typing import Any
 from dpkit import noise as _noise
 from dpkit.engine import plan as dplan
 from dpkit.engine.backend_duckdb import load_table
+from dpkit.engine.backend_spark import load_spark_table
 from dpkit.engine.ledger import Entry
 from dpkit.engine.tables import (
     Column,
@@ -33,7 +34,8 @@ from dpkit.engine.tables import (
     validate_not_null,
 )
 
-__all__ = ["Declarations", "load_declared", "load_lock", "tables_in_force"]
+__all__ = ["Declarations", "load_declared", "load_declared_spark", "load_lock",
+           "tables_in_force"]
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,31 @@ def load_declared(db_path: Path, name: str, source: Any, decl: Declarations, *,
         description=decl.description,
         key_tables=job.key_tables if storage == "copy" and not decl.public else {},
         not_null=job.not_null, physical=physical,
+    )
+
+
+def load_declared_spark(db_path: Path, spark: Any, name: str, source: Any,
+                        decl: Declarations, *, directory: Path) -> TableMeta:
+    """Like :func:`load_declared`, for a table whose rows stay on Spark: the rows are copied
+    to Parquet under ``directory`` (read by Spark at every query), DuckDB gets an empty table
+    of the same columns (:func:`dpkit.engine.backend_spark.load_spark_table`). No hidden
+    columns: the clamped fixed-point values and unit totals are computed in each query, and
+    declared domains are written into the statement (same values, see ``compile_sql``)."""
+    if decl.public or not decl.copy or decl.source_table is not None:
+        raise ValueError(f"engine='spark' holds private tables only (public lookup tables, "
+                         f"copy=False and source_table= stay on DuckDB); {name!r} not loaded")
+    job = _Load(name, decl)
+    physical = f"{name}__v{_noise.token_hex(16)[:16]}"
+    columns, storage, relation = load_spark_table(
+        db_path, spark, name, source, directory=directory, physical=physical,
+        validate=job.validate, domains=job.domains, not_null=lambda: job.not_null)
+    unit, rows, groups, bounds, doms = job.valid
+    return TableMeta(
+        name=name, columns=tuple(columns), privacy_unit=unit, public=False,
+        max_rows_per_unit=rows, max_groups_per_unit=groups, bounds=bounds, domains=doms,
+        date_ranges=job.date_ranges, storage=storage, source=str(directory / physical),
+        relation=relation,
+        description=decl.description, key_tables={}, not_null=job.not_null, physical=physical,
     )
 
 

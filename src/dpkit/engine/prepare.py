@@ -21,6 +21,7 @@ from dpkit.engine.backend_duckdb import (
     key_table_relation,
     table_relation,
 )
+from dpkit.engine.backend_spark import SPARK, SparkBackend
 from dpkit.engine.read import Prepared
 from dpkit.engine.spec import QueryError
 from dpkit.engine.tables import quote_ident
@@ -41,6 +42,9 @@ class Preparer:
         # the plan is kept so that its id cannot be reused)
         self._dry_ok: dict[int, tuple[dplan.Plan, int]] = {}
         self._keys_cache: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
+        # compile DuckDB tables' statements in the portable form too (tests and benchmarks
+        # that compare the engines: the same rows kept, the same exact values)
+        self.portable = False
 
     def prepare(self, plan: dplan.Plan, tables_version: int) -> Prepared:
         """Everything before the charge (spends nothing; errors depend on public things only).
@@ -48,6 +52,7 @@ class Preparer:
         ``tables_version`` keys the cache of declared keys (the ledger seq of the last table
         registration)."""
         relations = {name: table_relation(meta) for name, meta in plan.catalog.items()}
+        portable = self._spark_table(plan)
         if plan.table.record_level:
             self._check_join_keys(plan, relations)
         # a copied private table carries hidden columns and key tables from its load
@@ -68,7 +73,7 @@ class Preparer:
         def compile_with(rels: Mapping[str, str], keys: Mapping[str, str], seed: int,
                          fill_keys: bool) -> dplan.CompiledSQL:
             return dplan.compile_sql(plan, relations=dict(rels), seed=seed, fixed_columns=fixed,
-                                     key_tables=keys, fill_keys=fill_keys)
+                                     key_tables=keys, fill_keys=fill_keys, portable=portable)
 
         ran = self._dry_ok.get(id(plan))
         if ran is None or ran[0] is not plan or ran[1] != tables_version:
@@ -84,6 +89,9 @@ class Preparer:
             self._dry_ok[id(plan)] = (plan, tables_version)
         seed = int(_noise.uniform_int(2**63 - 1, 1, source=self._source)[0])
         compiled = compile_with(relations, key_rel, seed, fill)
+        if isinstance(self._backend, SparkBackend) and plan.table.storage == SPARK:
+            # Spark analyses the real statement too (no row read), before the charge
+            self._backend.check(compiled.text, plan.catalog)
         declared = None
         fallback: Callable[[], dplan.CompiledSQL] | None = None
         if compiled.keys_text is not None:
@@ -95,6 +103,18 @@ class Preparer:
         few = not plan.spec.group_by or (plan.keys is not None and len(plan.keys) <= _FEW_GROUPS)
         columnar = not few and all(columnar_type(k.type) for k in plan.spec.group_by)
         return Prepared(plan, compiled, fallback, declared, columnar)
+
+    def _spark_table(self, plan: dplan.Plan) -> bool:
+        """Whether the plan reads a Spark table (refusing what Spark cannot run yet)."""
+        if plan.table.storage != SPARK:
+            return self.portable
+        if not isinstance(self._backend, SparkBackend):
+            raise QueryError(f"table {plan.table.name!r} is on Spark; open the project with "
+                             f"a Spark session: Curator.open(path, spark=session)")
+        if plan.spec.joins:
+            raise QueryError(f"JOINs with Spark table {plan.table.name!r} are not supported "
+                             f"yet (nothing charged); join in Spark before loading the table")
+        return True
 
     def _declared_keys(self, keys_text: str, version: int) -> list[tuple[Any, ...]]:
         """The declared keys a statement's key CTEs give, in DuckDB's order and types (public;

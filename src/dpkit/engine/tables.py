@@ -123,7 +123,7 @@ class TableMeta:
     # DATE / TIMESTAMP columns' declared ranges (ISO text, inclusive): date_trunc of such a
     # column takes its public keys from the bins of this range (:func:`split_date_bounds`)
     date_ranges: Mapping[str, tuple[str, str]] = field(default_factory=dict)
-    storage: str = "copy"  # "copy" or "view"
+    storage: str = "copy"  # "copy", "view", or "spark" (rows in Parquet, read by Spark)
     source: str = ""
     relation: str = ""  # the DuckDB relation holding the rows (schema-qualified, quoted)
     description: str = ""

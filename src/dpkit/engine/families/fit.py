@@ -38,6 +38,7 @@ from dpkit import events as ev
 from dpkit import noise as _noise
 from dpkit.engine import plan as dplan
 from dpkit.engine.backend_duckdb import dry_run_errors, table_relation
+from dpkit.engine.backend_spark import require_duckdb
 from dpkit.engine.charge import charged_read
 from dpkit.engine.families.job import Context, jsonable, table_meta, validated_where
 from dpkit.engine.ledger import Entry
@@ -330,6 +331,7 @@ def fit(ctx: Context, model: Any, query: str, *, label: str, epsilon: float | No
     enc = plan_encoding(meta, columns, label)
     _configure(model, enc, epsilon, delta, ctx.ledger.config.delta)
     event = _event(model, enc, meta)
+    require_duckdb(meta, "fit")
     shadow = ctx.backend.shadow(table_relation(meta))
     with ctx.lock:
         with dry_run_errors("fit"):

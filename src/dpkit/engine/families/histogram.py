@@ -15,6 +15,7 @@ import numpy as np
 from dpkit import noise as _noise
 from dpkit.engine import plan as dplan
 from dpkit.engine.backend_duckdb import DuckBackend, dry_run_errors, table_relation
+from dpkit.engine.backend_spark import require_duckdb
 from dpkit.engine.families.job import Context, Job
 from dpkit.engine.spec import PRIVATE_ALIAS
 from dpkit.engine.tables import TableMeta, quote_ident
@@ -110,6 +111,7 @@ def read_diagnostics(ctx: Context, text: str, x: np.ndarray, *, sparse: bool) ->
 def dry_run(ctx: Context, job: Job) -> None:
     """Run the statement over an empty table of the same schema: every error that does not
     depend on a row (types, casts, functions in WHERE) surfaces here, before the charge."""
+    require_duckdb(job.meta, "this release family")
     shadow = ctx.backend.shadow(table_relation(job.meta))
     with dry_run_errors("release"):
         ctx.backend.dry_run(statement(ctx.backend, job, shadow, seed=0))

@@ -28,7 +28,12 @@ from dpkit.engine.plan.fixed import (
     row_exponent,
     unit_rows_column_name,
 )
-from dpkit.engine.plan.model import Measure, Plan
+from dpkit.engine.plan.model import Measure, Plan, PlanError
+from dpkit.engine.plan.portable import (
+    bounding_ctes_portable,
+    portable_hash_sql,
+    tie_break,
+)
 from dpkit.engine.tables import quote_ident, type_class
 
 # Declared domains with at least this many keys are read from their hidden key table (when
@@ -72,6 +77,7 @@ class SqlState:
     fixed_columns: frozenset[str] | set[str]
     key_rel: dict[int, str]  # GROUP BY position -> key table relation (declared domains)
     fill_keys: bool
+    portable: bool = False  # SQL that Spark runs alike (dpkit.engine.plan.portable)
     value_cols: dict[str, str] = field(default_factory=dict)  # "alias.col" -> __c{j}
     group_cols: list[str] = field(default_factory=list)
     stored: dict[str, str] = field(default_factory=dict)  # "alias.col" -> __x{j}
@@ -101,22 +107,24 @@ def key_sql(k: dsql.GroupKey) -> str:
     return k.expr if k.expr is not None else column_ref(k.source + "." + k.column)
 
 
-def canonical_key_sql(ref: str, type_: str) -> str:
+def canonical_key_sql(ref: str, type_: str, portable: bool = False) -> str:
     """A group key as one value per group, exactly as Python reads it back.
 
     Two keys DuckDB keeps apart but Python would merge or mangle would make the released keys
     depend on one unit's row: ``-0.0`` and ``0.0`` become ``0.0``; a DATE or TIMESTAMP outside
     Python's years 1-9999 (``'infinity'`` reads back as 9999-12-31, year 294247 as a string)
-    groups with NULL.
+    groups with NULL. ``portable``: without DuckDB's ``isfinite`` (Spark has no infinite
+    dates; DuckDB's infinities fall outside the BETWEEN anyway).
     """
     base = type_.upper().split("(")[0].strip()
+    fin = "" if portable else f"isfinite({ref}) AND "
     if type_class(type_) == "float":
         return f"(CASE WHEN {ref} = 0 THEN CAST(0 AS {type_}) ELSE {ref} END)"
     if base == "DATE":
-        return (f"(CASE WHEN isfinite({ref}) AND {ref} BETWEEN DATE '0001-01-01' AND "
+        return (f"(CASE WHEN {fin}{ref} BETWEEN DATE '0001-01-01' AND "
                 f"DATE '9999-12-31' THEN {ref} END)")
     if base.startswith("TIMESTAMP") or base == "DATETIME":
-        return (f"(CASE WHEN isfinite({ref}) AND {ref} BETWEEN TIMESTAMP '0001-01-01' AND "
+        return (f"(CASE WHEN {fin}{ref} BETWEEN TIMESTAMP '0001-01-01' AND "
                 f"TIMESTAMP '9999-12-31 23:59:59.999999' THEN {ref} END)")
     return ref
 
@@ -132,7 +140,7 @@ def project_columns(st: SqlState) -> None:
             f"{column_ref(dsql.PRIVATE_ALIAS + '.' + str(table.privacy_unit))} AS __u")
     st.group_cols = [f"__g{i}" for i in range(len(spec.group_by))]
     for i, k in enumerate(spec.group_by):
-        st.proj.append(f"{canonical_key_sql(key_sql(k), k.type)} AS __g{i}")
+        st.proj.append(f"{canonical_key_sql(key_sql(k), k.type, st.portable)} AS __g{i}")
     for src_col, c in st.value_cols.items():
         derived = plan.derived_sql.get(src_col)  # an aggregate over an expression
         st.proj.append(f"{derived[0] if derived else column_ref(src_col)} AS {c}")
@@ -195,16 +203,34 @@ def bound_contributions(st: SqlState) -> None:
     seed_lit = f"CAST({int(st.seed)} AS UBIGINT)"
     if plan.spec.group_by and plan.g < plan.m:
         gk = ", ".join(st.group_cols)
+        typed = typed_columns(st)[:1 + len(st.group_cols)]
+        order = (f"{portable_hash_sql(typed, st.seed)}{tie_break(typed)}" if st.portable
+                 else f"hash(__u, {gk}, {seed_lit})")
         st.ctes.append(
             f"__gb AS (SELECT * FROM {st.current} QUALIFY DENSE_RANK() OVER (PARTITION BY __u "
-            f"ORDER BY hash(__u, {gk}, {seed_lit}), {gk}) <= {plan.g})"
+            f"ORDER BY {order}, {gk}) <= {plan.g})"
         )
         st.current = "__gb"
+    if st.portable:
+        bound, st.current = bounding_ctes_portable(st.current, typed_columns(st),
+                                                   list(st.stored.values()), m=plan.m,
+                                                   seed=st.seed)
+        st.ctes.extend(bound)
+        return
     cols = ["__u", *st.group_cols, *st.value_cols.values()]
     bound, st.current = bounding_ctes(st.current, cols, list(st.stored.values()), m=plan.m,
                                       seed_lit=seed_lit,
                                       total_col="__nt" if st.total_name is not None else None)
     st.ctes.extend(bound)
+
+
+def typed_columns(st: SqlState) -> list[tuple[str, str]]:
+    """``(column, type)`` of the unit, group and value columns of ``__src``, in that order."""
+    plan = st.plan
+    out = [("__u", plan.table.column(str(plan.table.privacy_unit)).type)]
+    out += [(c, k.type) for c, k in zip(st.group_cols, plan.spec.group_by, strict=True)]
+    out += [(c, column_type(plan, src)) for src, c in st.value_cols.items()]
+    return out
 
 
 def fixed_point_sums(st: SqlState) -> None:
@@ -298,6 +324,10 @@ def measure_expr(st: SqlState, mm: Measure) -> str:
         return (f"SUM(LEAST(CAST(round(({x} - {double_lit(mid)}) * ({x} - {double_lit(mid)}) "
                 f"* {pow2_lit(mm.f)}) AS BIGINT), {mm.bound}))")
     if mm.kind == "quant":
+        if st.portable:  # DuckDB's histogram() aggregate has no Spark twin (yet)
+            raise PlanError("QUANTILE/MEDIAN is not available on Spark tables yet; load the "
+                             "table into DuckDB (add_table without engine='spark') for it "
+                             "(nothing charged)")
         return quantile_histogram_sql(mm, x, cls)
     raise AssertionError(mm.kind)  # pragma: no cover
 
@@ -384,7 +414,7 @@ COMPILE_PASSES: tuple[Callable[[SqlState], None], ...] = (
 def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
                 fixed_columns: frozenset[str] | set[str] = frozenset(),
                 key_tables: Mapping[str, str] | None = None,
-                fill_keys: bool = False) -> CompiledSQL:
+                fill_keys: bool = False, portable: bool = False) -> CompiledSQL:
     """The ONE statement that computes every exact measurement (never returned to analysts).
 
     ``fixed_columns``: hidden columns of the private table (named by :func:`fixed_column_name`)
@@ -405,9 +435,13 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
     in output order; the caller fills every key (absent groups as NULL measurements, as the
     LEFT JOIN gives them) with :func:`dpkit.engine.read.fill_declared_keys`. Same exact
     aggregates, one join less.
+
+    ``portable``: the statement Spark runs alike (:mod:`dpkit.engine.plan.portable`): the same
+    exact values on DuckDB and Spark, the same rows kept by bounding.
     """
     st = SqlState(plan=plan, relations=relations, seed=seed, fixed_columns=fixed_columns,
-                  key_rel=key_relations(plan, key_tables), fill_keys=fill_keys)
+                  key_rel=key_relations(plan, key_tables), fill_keys=fill_keys,
+                  portable=portable)
     for compile_pass in COMPILE_PASSES:
         compile_pass(st)
     assert st.compiled is not None

@@ -1,0 +1,343 @@
+"""Apache Spark, for tables that outgrow one machine: the same plans, run where the rows are.
+
+A Spark table's rows live in Parquet (a copy the curator writes once at load, like DuckDB's
+copied tables: rows appended to the source later change nothing); DuckDB holds an EMPTY table
+of the same columns and types, so everything before the charge (typing, the dry run over
+empty shadow tables, the declared keys) runs exactly as for a DuckDB table and reads no row.
+A query's statement is compiled ``portable`` (:mod:`dpkit.engine.plan.portable`), transpiled
+to Spark SQL by sqlglot with the relation names swapped for Spark temporary views, analysed by
+Spark before the charge (errors there spend nothing), and run after it. Only the aggregates
+come back to the driver; noise and the ledger stay there (:mod:`dpkit.engine.charge`).
+
+pyspark is imported inside the functions that need it (the ``[spark]`` extra): ``import
+dpkit`` never starts a JVM. Queries run in a session of their own (``spark.newSession()``:
+the user's SparkContext, its own SQL settings) with ANSI mode off, so that a division by zero
+is NULL as in DuckDB (the compiled statement is total: it raises on no row).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import sqlglot
+from sqlglot import exp
+
+from dpkit.engine.backend_duckdb import DuckBackend, relation_name
+from dpkit.engine.duckdb_sources import store_domain
+from dpkit.engine.spec import QueryError
+from dpkit.engine.tables import FIXED_PREFIX, Column, TableMeta, quote_ident
+
+__all__ = ["ENGINES", "SPARK", "SparkBackend", "backend_for", "check_engine", "load_spark_table",
+           "local_session", "require_duckdb", "spark_columns"]
+
+SPARK = "spark"  # TableMeta.storage of a Spark table
+_MISSING = ("pyspark is not installed: pip install 'dpkit[spark]' (pyspark needs Java 17+); "
+            "nothing was charged")
+
+# Spark SQL type (simpleString) -> the DuckDB type the curator types queries with
+_TYPES = {"tinyint": "TINYINT", "smallint": "SMALLINT", "int": "INTEGER", "bigint": "BIGINT",
+          "float": "FLOAT", "double": "DOUBLE", "string": "VARCHAR", "boolean": "BOOLEAN",
+          "date": "DATE", "timestamp_ntz": "TIMESTAMP"}
+
+
+def local_session() -> Any:
+    """A local Spark session (``local[2]``, no UI, 4 shuffle partitions), for one machine."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise QueryError(_MISSING) from None
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return (SparkSession.builder.master("local[2]").appName("dpkit")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+
+
+def spark_columns(schema: Any) -> list[Column]:
+    """A Spark schema as the curator's columns (DuckDB types); refuses what has no twin."""
+    out = []
+    for f in schema.fields:
+        t = f.dataType.simpleString()
+        if t.startswith("decimal"):
+            duck = t.upper()
+        elif t in _TYPES:
+            duck = _TYPES[t]
+        elif t == "timestamp":
+            raise ValueError(f"column {f.name!r} is a Spark TIMESTAMP (with the session's time "
+                             f"zone); cast it to timestamp_ntz or to a date first")
+        else:
+            raise ValueError(f"column {f.name!r} has Spark type {t}, which dpkit cannot query "
+                             f"on Spark; cast it to a number, string, boolean or date first")
+        if f.name.lower().startswith(FIXED_PREFIX):
+            raise ValueError(f"column {f.name!r} starts with {FIXED_PREFIX!r}, reserved for the "
+                             f"curator's hidden columns; rename it")
+        out.append(Column(f.name, duck))
+    return out
+
+
+def _read_source(spark: Any, source: Any) -> Any:
+    """A Spark DataFrame of ``source``: a DataFrame, or a Parquet / CSV path."""
+    if hasattr(source, "sparkSession") and hasattr(source, "schema"):
+        return source
+    if isinstance(source, (str, Path)):
+        p = str(source)
+        if p.lower().endswith((".csv", ".csv.gz", ".tsv")):
+            return spark.read.csv(p, header=True, inferSchema=True)
+        return spark.read.parquet(p)
+    raise ValueError(f"a Spark table's source is a Spark DataFrame or a Parquet/CSV path (got "
+                     f"{type(source).__name__}); load other sources without engine='spark'")
+
+
+def load_spark_table(db_path: Path, spark: Any, name: str, source: Any, *, directory: Path,
+                     physical: str, validate: Callable[[list[Column], int], None],
+                     domains: Callable[[], Sequence[tuple[str, str, Sequence[Any]]]],
+                     not_null: Callable[[], Sequence[str]]) -> tuple[list[Column], str, str]:
+    """Copy ``source`` to Parquet under ``directory/physical`` and give DuckDB an empty table of
+    its columns (``priv.<physical>``, for typing and dry runs). ``validate(columns, rows)``,
+    the declared domains (checked against the column types) and ``not_null`` (counted in Spark)
+    run before anything is kept. Returns (columns, storage ``"spark"``, DuckDB relation)."""
+    df = _read_source(spark, source)
+    columns = spark_columns(df.schema)
+    target = directory / physical
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        df.write.mode("overwrite").parquet(str(target))
+        df = spark.read.parquet(str(target))
+        validate(columns, int(df.count()))
+        _check_complete(df, columns, not_null())
+        _schema_table(db_path, physical, columns, domains())
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+    return columns, SPARK, relation_name(physical, False)
+
+
+def _check_complete(df: Any, columns: Sequence[Column], names: Sequence[str]) -> None:
+    """Refuse a NULL (or NaN) in a column declared ``not_null`` (one Spark job)."""
+    if not names:
+        return
+    from pyspark.sql import functions as fn
+
+    cls = {c.name: c.cls for c in columns}
+    counts = df.agg(*[
+        fn.sum((fn.col(n).isNull() | (fn.isnan(fn.col(n)) if cls[n] == "float" else
+                                      fn.lit(False))).cast("long")).alias(f"c{i}")
+        for i, n in enumerate(names)]).collect()[0]
+    for i, n in enumerate(names):
+        if counts[f"c{i}"]:
+            raise ValueError(f"column {n!r} is declared not_null, but {counts[f'c{i}']} row(s) "
+                             f"hold NULL or NaN; drop it from not_null, or fix those rows")
+
+
+def _schema_table(db_path: Path, physical: str, columns: Sequence[Column],
+                  domains: Sequence[tuple[str, str, Sequence[Any]]]) -> None:
+    """DuckDB's empty twin of a Spark table (its columns and types), domains checked."""
+    con = duckdb.connect(str(db_path))
+    try:
+        con.execute("CREATE SCHEMA IF NOT EXISTS priv")
+        cols = ", ".join(f"{quote_ident(c.name)} {c.type}" for c in columns)
+        con.execute(f"CREATE OR REPLACE TABLE priv.{quote_ident(physical)} ({cols})")
+        types = {c.name: c.type for c in columns}
+        for column, _, keys in domains:
+            store_domain(con, column=column, type_=types[column], keys=keys, target=None)
+    finally:
+        con.close()
+
+
+class SparkBackend(DuckBackend):
+    """DuckDB for everything public and before the charge; Spark for the rows of Spark tables.
+
+    ``spark``: a SparkSession, or a function returning one (called on first use: a local
+    session by default)."""
+
+    def __init__(self, db_path: Path, spark: Any = None) -> None:
+        super().__init__(db_path)
+        self._spark_arg = spark
+        self._session: Any = None
+        self._views: dict[tuple[str, str], str] = {}  # (schema, physical) -> Spark view
+        self._frames: dict[str, Any] = {}  # Spark text -> its analysed DataFrame
+        self._spark_lock = threading.Lock()
+
+    def portable(self, meta: TableMeta) -> bool:
+        return meta.storage == SPARK
+
+    def session(self) -> Any:
+        """The query session (refused when Spark is missing or stopped: nothing charged yet
+        when this is asked before the charge)."""
+        with self._spark_lock:
+            if self._session is None:
+                arg = self._spark_arg
+                base = arg() if callable(arg) else (arg if arg is not None else local_session())
+                self._session = base.newSession()
+                self._session.conf.set("spark.sql.ansi.enabled", "false")
+            if _stopped(self._session):
+                raise QueryError("the Spark session has been stopped; give the curator a live "
+                                 "one (Curator.open(path, spark=session)); nothing charged")
+            return self._session
+
+    def register(self, tables: Mapping[str, TableMeta]) -> None:
+        """Make a Spark view of each Spark table in ``tables`` (once per session)."""
+        for meta in tables.values():
+            if meta.storage != SPARK:
+                continue
+            key = ("priv", meta.stored_name)
+            if key not in self._views:
+                view = f"dpkit_{meta.stored_name}"
+                self.session().read.parquet(meta.source).createOrReplaceTempView(view)
+                self._views[key] = view
+
+    def to_spark(self, text: str) -> str | None:
+        """``text`` (DuckDB SQL) as Spark SQL over the views; None if it reads no Spark table."""
+        if not self._views or not any(p in text for _, p in self._views):
+            return None
+        tree = sqlglot.parse_one(text, read="duckdb")
+        hit = False
+        for t in list(tree.find_all(exp.Table)):
+            view = self._views.get((t.db, t.name))
+            if view is not None:
+                t.replace(exp.to_table(view).as_(t.alias_or_name) if t.alias else
+                          exp.to_table(view))
+                hit = True
+        return exact_sums(tree).sql(dialect="spark") if hit else None
+
+    def check(self, text: str, tables: Mapping[str, TableMeta]) -> None:
+        """Before the charge: Spark analyses the statement (no row read), so that a statement
+        Spark cannot run is refused for free."""
+        self.register(tables)
+        spark_text = self.to_spark(text)
+        if spark_text is None:
+            return
+        try:
+            df = self.session().sql(spark_text)
+        except QueryError:
+            raise
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise QueryError(f"Spark cannot run this query: {first} (nothing charged)") from None
+        if len(self._frames) >= 64:
+            self._frames.clear()
+        self._frames[spark_text] = df
+
+    def _collect(self, spark_text: str) -> list[tuple[Any, ...]]:
+        df = self._frames.pop(spark_text, None)
+        if df is None:
+            df = self.session().sql(spark_text)
+        return [tuple(r) for r in df.collect()]
+
+    def run(self, text: str, group_cols: Sequence[str],
+            measure_cols: Sequence[str]) -> tuple[list[tuple[Any, ...]], dict[str, list[Any]]]:
+        spark_text = self.to_spark(text)
+        if spark_text is None:
+            return super().run(text, group_cols, measure_cols)
+        rows = self._collect(spark_text)
+        ng = len(group_cols)
+        keys = [tuple(r[:ng]) for r in rows]
+        cols = {c: [_integral(r[ng + j]) for r in rows] for j, c in enumerate(measure_cols)}
+        return keys, cols
+
+    def run_rows(self, text: str, *, keep: Callable[[tuple[Any, ...]], bool] | None = None,
+                 chunk: int = 4096) -> tuple[list[tuple[Any, ...]], int]:
+        spark_text = self.to_spark(text)
+        if spark_text is None:
+            return super().run_rows(text, keep=keep, chunk=chunk)
+        rows = [tuple(_integral(v) for v in r) for r in self._collect(spark_text)]
+        kept = [r for r in rows if keep is None or keep(r)]
+        return kept, len(rows) - len(kept)
+
+    def run_columns(self, text: str, group_cols: Sequence[str], measure_cols: Sequence[str],
+                    ) -> tuple[int, list[Any], dict[str, Any], dict[str, Any]]:
+        if self.to_spark(text) is None:
+            return super().run_columns(text, group_cols, measure_cols)
+        import numpy as np
+
+        keys, cols = self.run(text, group_cols, measure_cols)
+        key_cols = []
+        for i in range(len(group_cols)):
+            arr = np.empty(len(keys), dtype=object)
+            arr[:] = [k[i] for k in keys]
+            key_cols.append(arr)
+        return len(keys), key_cols, dict(cols), {}
+
+    def query_public(self, text: str) -> list[tuple[Any, ...]]:
+        spark_text = self.to_spark(text)
+        if spark_text is None:
+            return super().query_public(text)
+        return self._collect(spark_text)
+
+    def close(self) -> None:
+        super().close()
+        with contextlib.suppress(Exception):
+            self._frames.clear()
+
+
+def exact_sums(tree: Any) -> Any:
+    """Every SUM of a compiled statement adds integers (fixed-point values, counts); DuckDB
+    adds them into HUGEINT, Spark into a BIGINT that wraps. Each BIGINT ``v`` is split as
+    ``hi * 2^31 + lo`` (``hi = v >> 31``, ``0 <= lo < 2^31``): both parts are summed as BIGINT
+    (exact below 2^32 rows per group; a per-row DECIMAL(38, 0) sum is several times slower in
+    Spark) and joined as DECIMAL(38, 0) once per group (read back as Python ints, as DuckDB's
+    HUGEINT is)."""
+    dec = exp.DataType.build("DECIMAL(38, 0)")
+    for node in list(tree.find_all(exp.Sum)):
+        v = node.this
+        hi = exp.cast(exp.Sum(this=exp.BitwiseRightShift(this=v.copy(),
+                                                         expression=exp.Literal.number(31))),
+                      dec)
+        lo = exp.cast(exp.Sum(this=exp.BitwiseAnd(this=v.copy(),
+                                                  expression=exp.Literal.number(2**31 - 1))),
+                      dec)
+        node.replace(exp.paren(exp.Add(this=exp.Mul(this=hi, expression=exp.Literal.number(
+            2**31)), expression=lo)))
+    return tree
+
+
+def _integral(v: Any) -> Any:
+    """A DECIMAL(38, 0) sum as the Python int DuckDB's HUGEINT gives."""
+    if isinstance(v, Decimal) and v == v.to_integral_value():
+        return int(v)
+    return v
+
+
+def _stopped(session: Any) -> bool:
+    try:
+        return bool(session.sparkContext._jsc.sc().isStopped())
+    except Exception:  # a session whose JVM is gone
+        return True
+
+
+ENGINES = ("duckdb", SPARK)
+
+
+def check_engine(engine: str) -> str:
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)} (got {engine!r})")
+    return engine
+
+
+def backend_for(db_path: Path, *, engine: str, spark: Any, tables: Mapping[str, TableMeta],
+                ) -> DuckBackend:
+    """DuckDB alone, or Spark beside it when asked for (``engine="spark"`` or a session given)
+    or when a registered table lives on Spark (a local session is started on first use)."""
+    if (check_engine(engine) == SPARK or spark is not None
+            or any(m.storage == SPARK for m in tables.values())):
+        return SparkBackend(db_path, spark)
+    return DuckBackend(db_path)
+
+
+def require_duckdb(meta: TableMeta, what: str) -> None:
+    """Refuse (before the charge) what runs on DuckDB tables only for now."""
+    if meta.storage == SPARK:
+        raise QueryError(f"{what} is not available on Spark table {meta.name!r} yet (SQL "
+                         f"aggregates are); load it without engine='spark' for it. Nothing "
+                         f"charged")

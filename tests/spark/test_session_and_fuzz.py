@@ -1,0 +1,109 @@
+"""The Spark backend's privacy properties: a missing or dead session is refused before the
+charge; the side-channel fuzzer finds nothing against Spark tables (few cases: each Spark
+query costs seconds); a session that dies mid-query is in test_zz_session_dies.py (it stops
+the shared session, so it runs last)."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+import dpkit as dp
+from dpkit.attacks import side_channels as sc
+from dpkit.engine import QueryError
+from dpkit.engine.tables import Column, TableMeta
+
+SMALL = TableMeta("t", (Column("uid", "BIGINT"), Column("k", "VARCHAR"), Column("x", "DOUBLE")),
+                  privacy_unit="uid", max_rows_per_unit=2, bounds={"x": (0, 10)},
+                  domains={"k": ("a", "b")})
+
+
+class _DeadSession:
+    """What a SparkSession looks like once its JVM is gone: every call into it fails."""
+
+    def newSession(self) -> _DeadSession:
+        return self
+
+    @property
+    def conf(self) -> Any:
+        return self
+
+    def set(self, *_: Any) -> None:
+        pass
+
+    @property
+    def sparkContext(self) -> Any:
+        raise ConnectionError("Py4JNetworkError: answer from Java side is empty")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, spark: Any, parquet_rows: Path) -> Path:
+    path = tmp_path_factory.mktemp("session") / "p.dpkit"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        cur = dp.Curator.create(path, epsilon=5.0, engine="spark", spark=spark)
+        cur.add_table("t", spark.read.parquet(str(parquet_rows)), privacy_unit="uid",
+                      max_rows_per_unit=2, bounds={"x": (0, 10)})
+    cur.close()
+    return path
+
+
+def test_a_dead_session_is_refused_before_the_charge(project: Path) -> None:
+    with dp.Curator.open(project, spark=_DeadSession()) as cur:
+        with pytest.raises(QueryError, match="Spark session has been stopped"):
+            cur.sql("SELECT COUNT(*) AS n FROM t", epsilon=0.5)
+        assert cur.budget().spent == 0.0
+
+
+def test_a_missing_pyspark_is_refused_before_the_charge(project: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pyspark.sql", None)  # import pyspark.sql fails
+    with dp.Curator.open(project) as cur:
+        with pytest.raises(QueryError, match=r"pip install 'dpkit\[spark\]'"):
+            cur.sql("SELECT COUNT(*) AS n FROM t", epsilon=0.5)
+        assert cur.budget().spent == 0.0
+
+
+def test_the_live_session_answers(project: Path, spark: Any) -> None:
+    with dp.Curator.open(project, spark=spark) as cur:
+        res = cur.sql("SELECT COUNT(*) AS n, AVG(x) AS a FROM t", epsilon=0.5)
+        assert res.to_pandas()["n"].iloc[0] > 0
+        assert cur.budget().spent == pytest.approx(0.5)
+
+
+def _spark_factory(spark: Any) -> Any:
+    def make(path: Path, data_file: Path, table: TableMeta, public: Any, *, accountant: str,
+             seed: int) -> Any:
+        import pyarrow.parquet as pq
+
+        con = duckdb.connect(str(data_file), read_only=True)
+        rows = con.execute(f'SELECT * FROM "{table.name}"').to_arrow_table()
+        con.close()
+        parquet = path.with_suffix(".parquet")
+        pq.write_table(rows, parquet)
+        cur = dp.Curator.create(path, budget=dp.Budget(epsilon=1000, delta=1e-3,
+                                                       accountant=accountant),
+                                source=dp.noise.seeded(seed), engine="spark", spark=spark)
+        cur.add_table(table.name, str(parquet), privacy_unit=table.privacy_unit,
+                      bounds=dict(table.bounds), max_rows_per_unit=table.max_rows_per_unit,
+                      domains={k: list(v) for k, v in table.domains.items()})
+        return cur
+    return make
+
+
+def test_the_side_channel_fuzzer_finds_nothing_on_spark(spark: Any) -> None:
+    """Neighbouring datasets D, D' (one unit added) on Spark: every public part of the outcome
+    (kind, error text, keys and their order, cost) is the same (docs/attacks.md)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        rep = sc.fuzz(SMALL, queries=8, seed=5, neighbours=("add",), accountants=("approx",),
+                      families=("sql",), units=8, max_findings=1,
+                      factory=_spark_factory(spark))
+    assert not rep.skipped, rep.skipped
+    assert rep.comparisons == 8
+    assert rep.ok, rep.summary()
