@@ -7,31 +7,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from dpkit.attacks.lira import LiraReport
 from dpkit.attacks.membership import dp_tpr_bound
+from dpkit.attacks.plots import new_figure, save_figure
 
 __all__ = ["plot_inversion_grid", "plot_lira"]
-
-
-def _new_figure(width: float, height: float) -> Any:
-    try:
-        from matplotlib.figure import Figure
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "plots need matplotlib: pip install 'dpkit[plots]' (or pip install matplotlib)"
-        ) from exc
-    return Figure(figsize=(width, height), dpi=100)
-
-
-def _write(fig: Any, path: str | Path) -> Path:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, format="png", bbox_inches="tight")
-    return p
 
 
 def plot_inversion_grid(
@@ -47,7 +30,7 @@ def plot_inversion_grid(
     if not rows:
         raise ValueError("rows is empty: nothing to draw")
     cols = max(len(v) for v in rows.values())
-    fig = _new_figure(1.0 * cols + 2.2, 1.0 * len(rows) + 0.5)
+    fig = new_figure(1.0 * cols + 2.2, 1.0 * len(rows) + 0.5)
     for r, (label, images) in enumerate(rows.items()):
         for c in range(cols):
             ax = fig.add_subplot(len(rows), cols, r * cols + c + 1)
@@ -59,7 +42,7 @@ def plot_inversion_grid(
                 ax.set_ylabel(label, rotation=0, ha="right", va="center", fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10)
-    return _write(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_lira(
@@ -73,7 +56,7 @@ def plot_lira(
     its colour, the diagonal dotted."""
     if not panels:
         raise ValueError("panels is empty: nothing to draw")
-    fig = _new_figure(5.2 * len(panels), 4.6)
+    fig = new_figure(5.2 * len(panels), 4.6)
     lo = 1e-4
     grid = np.logspace(math.log10(lo), 0, 200)
     colors = ["black", "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"]
@@ -98,4 +81,4 @@ def plot_lira(
         ax.legend(loc="lower right", fontsize=7)
         ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
-    return _write(fig, path)
+    return save_figure(fig, path)

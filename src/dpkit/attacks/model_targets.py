@@ -22,8 +22,6 @@ split, not a secret).
 
 from __future__ import annotations
 
-import itertools
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -32,6 +30,7 @@ import numpy as np
 
 from dpkit import noise
 from dpkit.attacks.membership import fit_logistic
+from dpkit.learn.mlp import mlp_network
 
 __all__ = ["PlainLogistic", "PlainMLP", "load_mnist_5k", "mnist_dir", "torch_or_error"]
 
@@ -147,18 +146,8 @@ class PlainMLP(_Estimator):
         self.random_state = random_state
 
     def _network(self, d: int, k: int, source: noise.Source | None) -> Any:
-        torch = torch_or_error("PlainMLP")
-        sizes = [d, *[int(h) for h in self.hidden_layer_sizes], k]
-        layers: list[Any] = []
-        for i, (a, b) in enumerate(itertools.pairwise(sizes)):
-            lin = torch.nn.Linear(a, b)
-            bound = 1.0 / math.sqrt(a)  # torch's default range, drawn by dpkit.noise
-            u = noise.uniform_float01((b, a), source=source)
-            with torch.no_grad():
-                lin.weight.copy_(torch.from_numpy((2 * u - 1) * bound))
-                lin.bias.zero_()
-            layers += [lin] if i == len(sizes) - 2 else [lin, torch.nn.Tanh()]
-        return torch.nn.Sequential(*layers)
+        torch_or_error("PlainMLP")
+        return mlp_network(d, k, self.hidden_layer_sizes, "tanh", source)
 
     def fit(self, X: Any, y: Any) -> PlainMLP:
         torch = torch_or_error("PlainMLP")

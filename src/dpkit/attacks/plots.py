@@ -16,10 +16,10 @@ import numpy as np
 
 from dpkit.attacks.membership import ROC, dp_tpr_bound
 
-__all__ = ["plot_one_run", "plot_recovery", "plot_roc"]
+__all__ = ["new_figure", "plot_one_run", "plot_recovery", "plot_roc", "save_figure"]
 
 
-def _figure(width: float = 6.0, height: float = 4.2) -> Any:
+def new_figure(width: float = 6.0, height: float = 4.2) -> Any:
     try:
         from matplotlib.figure import Figure
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -29,7 +29,7 @@ def _figure(width: float = 6.0, height: float = 4.2) -> Any:
     return Figure(figsize=(width, height), dpi=110)
 
 
-def _save(fig: Any, path: str | Path) -> Path:
+def save_figure(fig: Any, path: str | Path) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -54,7 +54,7 @@ def plot_recovery(
     analytic curves drawn as thin dashed lines without markers. Marks ``sqrt(n)`` (where
     Dinur-Nissim's guarantee ends), 60% and the 50% of guessing.
     """
-    fig = _figure(6.4, 6.0)
+    fig = new_figure(6.4, 6.0)
     ax = fig.add_subplot(1, 1, 1)
     for label, pts in curves.items():
         xs = [max(x, 0.5) for x, _ in pts]  # log axis: draw exact answers at 1/2
@@ -78,7 +78,7 @@ def plot_recovery(
     ax.set_title(title or f"Reconstruction, n = {n} people, {queries} subset-sum queries")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=8, ncol=1)
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_roc(
@@ -91,7 +91,7 @@ def plot_roc(
 ) -> Path:
     """ROC curves on log-log axes (the low-FPR region is what matters), with the (ε, δ)-DP
     bound ``TPR <= e^ε FPR + δ`` when ``epsilon`` is given, and the diagonal."""
-    fig = _figure()
+    fig = new_figure()
     ax = fig.add_subplot(1, 1, 1)
     lo = 1e-4
     grid = np.logspace(math.log10(lo), 0, 200)
@@ -115,7 +115,7 @@ def plot_roc(
     ax.set_title(title or "Membership inference")
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_one_run(
@@ -129,7 +129,7 @@ def plot_one_run(
     accuracies (Steinke-Nasr-Jagielski 2023; pure DP, ``canaries = guesses``)."""
     from dpkit.attacks.one_run import one_run_epsilon
 
-    fig = _figure()
+    fig = new_figure()
     ax = fig.add_subplot(1, 1, 1)
     for acc in accuracies:
         ys = [one_run_epsilon(canaries=r, guesses=r, correct=math.floor(acc * r),
@@ -141,4 +141,4 @@ def plot_one_run(
     ax.set_title("Auditing with one run: what r guesses can certify")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -19,7 +19,7 @@ import numpy as np
 
 from dpkit import noise
 
-__all__ = ["MLPClassifier"]
+__all__ = ["MLPClassifier", "mlp_network"]
 
 
 def _torch() -> Any:
@@ -28,6 +28,28 @@ def _torch() -> Any:
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("MLPClassifier needs PyTorch: pip install 'dpkit[torch]'") from exc
     return torch
+
+
+def mlp_network(d: int, k: int, hidden_layer_sizes: Any, activation: str,
+                source: noise.Source | None) -> Any:
+    """A torch MLP ``d -> hidden... -> k`` with ``activation`` between layers, its weights
+    drawn in torch's default range by :mod:`dpkit.noise` (so a seeded source reproduces it) and
+    zero biases. Shared by :class:`MLPClassifier` and the attacks' non-private baseline."""
+    torch = _torch()
+    act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}.get(activation)
+    if act is None:
+        raise ValueError(f"activation must be 'tanh' or 'relu' (got {activation!r})")
+    sizes = [d, *[int(h) for h in hidden_layer_sizes], k]
+    layers: list[Any] = []
+    for i, (a, b) in enumerate(itertools.pairwise(sizes)):
+        lin = torch.nn.Linear(a, b)
+        bound = 1.0 / math.sqrt(a)  # torch's default range, drawn by dpkit.noise
+        u = noise.uniform_float01((b, a), source=source)
+        with torch.no_grad():
+            lin.weight.copy_(torch.from_numpy((2 * u - 1) * bound))
+            lin.bias.zero_()
+        layers += [lin] if i == len(sizes) - 2 else [lin, act()]
+    return torch.nn.Sequential(*layers)
 
 
 class MLPClassifier:
@@ -90,21 +112,7 @@ class MLPClassifier:
         return self
 
     def _network(self, d: int, k: int, source: noise.Source | None) -> Any:
-        torch = _torch()
-        act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}.get(self.activation)
-        if act is None:
-            raise ValueError(f"activation must be 'tanh' or 'relu' (got {self.activation!r})")
-        sizes = [d, *[int(h) for h in self.hidden_layer_sizes], k]
-        layers: list[Any] = []
-        for i, (a, b) in enumerate(itertools.pairwise(sizes)):
-            lin = torch.nn.Linear(a, b)
-            bound = 1.0 / math.sqrt(a)  # torch's default range, drawn by dpkit.noise
-            u = noise.uniform_float01((b, a), source=source)
-            with torch.no_grad():
-                lin.weight.copy_(torch.from_numpy((2 * u - 1) * bound))
-                lin.bias.zero_()
-            layers += [lin] if i == len(sizes) - 2 else [lin, act()]
-        return torch.nn.Sequential(*layers)
+        return mlp_network(d, k, self.hidden_layer_sizes, self.activation, source)
 
     def fit(self, X: Any, y: Any) -> MLPClassifier:
         """Train with DP-SGD; ``X`` (n, d) numeric with no NaN, ``y`` labels in ``classes``."""
