@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
+import pandas as pd
+import pytest
 from tests.server.conftest import SQL, Project
 
+import dpkit as dp
 from dpkit.engine.ledger import Ledger
 
 PROBLEM = "application/problem+json"
@@ -353,3 +357,26 @@ def test_owner_registers_a_table(client: Any, project: Project, tmp_path: Any) -
         reader.kill()
         reader.wait()
     assert client.post("/v1/query", json={"sql": SQL, "epsilon": 0.1}, headers=a).status_code == 200
+
+
+def test_releases_carry_their_diagnostics_and_can_switch_them_off(client: Any,
+                                                                   project: Project) -> None:
+    """A CDF over a column whose values mostly lie above its declared bounds warns (the
+    curator's own warning text, as for a query); diagnostics=false is accepted and spends the
+    same epsilon; synthetic data carries its warnings in a header."""
+    with dp.Curator.open(project.path) as cur:  # the owner adds a badly bounded table
+        cur.add_table("w", pd.DataFrame({"v": np.arange(3000) % 100 * 1.0}),
+                      bounds={"v": (0, 10)})
+    h = project.headers(project.bob)
+    on = client.post("/v1/release/cdf", json={"table": "w", "column": "v", "epsilon": 0.5},
+                     headers=h)
+    assert on.status_code == 200, on.text
+    assert any("bound" in w for w in on.json()["warnings"]), on.json()["warnings"]
+    off = client.post("/v1/release/cdf", json={"table": "w", "column": "v", "epsilon": 0.5,
+                                               "diagnostics": False}, headers=h)
+    assert off.status_code == 200 and off.json()["warnings"] == []
+    assert off.json()["charge"]["epsilon"] == pytest.approx(on.json()["charge"]["epsilon"])
+    s = client.post("/v1/release/synthetic", json={"table": "w", "columns": ["v"],
+                                                   "epsilon": 0.5, "rows": 5}, headers=h)
+    assert s.status_code == 200
+    assert isinstance(json.loads(s.headers["x-dpkit-warnings"]), list)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from typing import Any
 
 from fastapi import APIRouter
@@ -88,7 +89,7 @@ def _release(c: Caller, method: str, *args: Any, **kw: Any) -> Any:
 
 def _target(body: Any) -> dict[str, Any]:
     return {"epsilon": body.epsilon, "accuracy": body.accuracy, "level": body.level,
-            "where": body.where, "bins": body.bins}
+            "where": body.where, "bins": body.bins, "diagnostics": body.diagnostics}
 
 
 @router.post("/release/cdf", response_model=s.ResultOut, responses=PROBLEMS)
@@ -116,7 +117,8 @@ def release_synthetic(body: s.SyntheticIn, c: AnalystCall) -> Response:
     """Synthetic records (post-processing of one charged release), as a CSV download."""
     def call(cur: Curator) -> Any:
         syn = cur.synthetic(body.table, body.columns, epsilon=body.epsilon, rows=body.rows,
-                            method=body.method, where=body.where)
+                            method=body.method, where=body.where,
+                            diagnostics=body.diagnostics)
         c.charged(float(syn.epsilon), float(syn.delta))
         out = io.StringIO()
         w = csv.writer(out)
@@ -128,7 +130,9 @@ def release_synthetic(body: s.SyntheticIn, c: AnalystCall) -> Response:
     text, syn = c.run(call)
     return Response(text, media_type="text/csv", headers={
         "Content-Disposition": f'attachment; filename="{body.table}-synthetic.csv"',
-        "X-Dpkit-Epsilon": repr(float(syn.epsilon)), "X-Dpkit-Delta": repr(float(syn.delta))})
+        "X-Dpkit-Epsilon": repr(float(syn.epsilon)), "X-Dpkit-Delta": repr(float(syn.delta)),
+        # the answer's warnings (rows dropped / outside the bounds), ASCII-safe JSON
+        "X-Dpkit-Warnings": json.dumps(list(getattr(syn, "warnings", [])))})
 
 
 @router.get("/budget", response_model=s.BudgetOut, responses=PROBLEMS)

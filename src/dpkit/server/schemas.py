@@ -46,6 +46,7 @@ class _ReleaseIn(_In):
     level: float = Field(default=0.95, gt=0, lt=1)
     where: str | None = Field(default=None, max_length=MAX_SQL)
     bins: int | None = Field(default=None, ge=2, le=1 << 20)
+    diagnostics: bool = True  # rows dropped / outside the bounds, from 5% of the budget
 
 
 class CdfIn(_ReleaseIn):
@@ -68,6 +69,7 @@ class SyntheticIn(_In):
     rows: int | None = Field(default=None, ge=1, le=1_000_000)
     method: Literal["auto", "factorization", "mwem", "mst"] = "auto"
     where: str | None = Field(default=None, max_length=MAX_SQL)
+    diagnostics: bool = True
 
 
 class AnalystIn(_In):
