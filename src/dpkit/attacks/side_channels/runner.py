@@ -121,7 +121,9 @@ def make_project(path: Path, data_file: Path, table: TableMeta, public: Sequence
         cur.add_table(p.name, f"{data_file}::{p.name}", public=True)
     cur.add_table(
         table.name, f"{data_file}::{table.name}", privacy_unit=table.privacy_unit,
-        bounds=dict(table.bounds) or None, max_rows_per_unit=table.max_rows_per_unit,
+        # numeric bounds and DATE/TIMESTAMP ranges are one declaration (`bounds=`)
+        bounds={**table.bounds, **table.date_ranges} or None,
+        max_rows_per_unit=table.max_rows_per_unit,
         max_groups_per_unit=table.max_groups_per_unit,
         domains={k: list(v) for k, v in table.domains.items()} or None,
         not_null=list(table.not_null) or None)
