@@ -9,10 +9,17 @@ vs dpkit on DuckDB: a grouped COUNT / SUM / AVG at record and at user level.
 
 Data: ``--rows`` generated rows (uid: rows/5 units, 1-9 rows each; g: 20 string keys; x in
 [0, 100]; k in 0..9) written once as Parquet under ``--data`` (reused when present). One
-local Spark session (``local[--cores]``, no UI, 4 shuffle partitions) serves plain Spark SQL,
-dpkit and Tumult. Each system answers the query ``--repeats`` times; we report the median,
-min and max seconds and the ratios of medians. Loading (dpkit's Parquet copy, Tumult's
-session) is timed apart. Timings on a shared machine: compare within one run only.
+local Spark session (``local[--cores]``, no UI, ``--partitions`` shuffle partitions) serves
+plain Spark SQL, dpkit and Tumult. Loading (dpkit's Parquet copy, Tumult's sessions) is
+timed apart. Every system answers once untimed (warm-up: the session's first-query costs
+would otherwise fall on whichever system runs first), then the systems take turns for
+``--repeats`` rounds (the order rotates each round), so that a load change on a shared
+machine hits them alike; Tumult takes part in the first ``--tumult-rounds`` rounds only, each
+answer cancelled after ``--tumult-timeout`` seconds (then reported as a lower bound). We
+report each system's median (min-max) and each ratio round by round, with its median.
+Baselines: ``plain/record`` and ``plain/user`` are the same non-private query;
+``plain/capped`` is plain Spark SQL that also keeps at most 3 rows per uid (ROW_NUMBER in
+xxhash64 order), the floor of what bounding costs on Spark.
 """
 
 from __future__ import annotations
@@ -62,16 +69,7 @@ def write_rows(path: Path, rows: int, chunk: int = 2_000_000) -> None:
     tmp.rename(path)
 
 
-def timed(fn: Callable[[], Any], repeats: int) -> dict[str, Any]:
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return {"median": statistics.median(out), "min": min(out), "max": max(out), "runs": out}
-
-
-def session(cores: int) -> Any:
+def session(cores: int, partitions: int) -> Any:
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -81,32 +79,55 @@ def session(cores: int) -> Any:
              .config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.memory", "6g")
-             .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+             .config("spark.sql.shuffle.partitions", str(partitions)).getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
-def dpkit_runs(spark: Any, data: Path, work: Path, repeats: int, engine: str,
-               diagnostics: bool) -> dict[str, Any]:
+
+
+Answer = Callable[[], Any]  # one answer of one system at one level
+
+
+def plain_setup(spark: Any, data: Path) -> dict[str, Answer]:
+    """The same query as plain Spark SQL (no DP). ``capped``: plain Spark SQL that also keeps
+    at most M rows per uid (ROW_NUMBER in Spark's xxhash64 order), the way a Spark user would
+    bound contributions by hand: the floor of what user-level bounding costs on Spark."""
+    spark.read.parquet(str(data)).createOrReplaceTempView("t")
+    capped = QUERY.replace("FROM t", f"FROM (SELECT * FROM (SELECT *, ROW_NUMBER() OVER "
+                                     f"(PARTITION BY uid ORDER BY xxhash64(uid, g, x, 17)) AS "
+                                     f"rn FROM t) WHERE rn <= {M})")
+    return {"record": lambda: spark.sql(QUERY).collect(),
+            "user": lambda: spark.sql(QUERY).collect(),  # the same plain query
+            "capped": lambda: spark.sql(capped).collect()}
+
+
+def dpkit_setup(spark: Any, data: Path, work: Path, engine: str, diagnostics: bool,
+                loads: dict[str, float]) -> dict[str, Answer]:
+    """A project with the rows loaded at record and at user level (load timed apart)."""
     import dpkit as dp
 
     cur = dp.Curator.create(work / f"{engine}_{diagnostics}.dpkit", epsilon=1000.0,
                             engine=engine, spark=spark if engine == "spark" else None)
-    out: dict[str, Any] = {}
+    out: dict[str, Answer] = {}
     for level, unit in (("record", None), ("user", "uid")):
         t0 = time.perf_counter()
         kw: dict[str, Any] = {"max_rows_per_unit": M} if unit else {}
         cur.add_table(level, str(data), privacy_unit=unit, bounds={"x": (0, 100)},
                       domains={"g": KEYS}, **kw)
-        out[f"load_{level}"] = time.perf_counter() - t0
+        loads[level] = time.perf_counter() - t0
         q = QUERY.replace("FROM t", f"FROM {level}")
-        out[level] = timed(lambda q=q: cur.sql(q, epsilon=0.1, diagnostics=diagnostics),
-                           repeats)
-    cur.close()
+
+        def ask(q: str = q) -> Any:
+            return cur.sql(q, epsilon=0.1, diagnostics=diagnostics)
+
+        out[level] = ask
     return out
 
 
-def tumult_runs(spark: Any, data: Path, repeats: int) -> dict[str, Any]:
+def tumult_setup(spark: Any, data: Path, loads: dict[str, float]) -> dict[str, Answer]:
+    """Tumult Analytics sessions on the same DataFrame; it answers one aggregate per query,
+    so COUNT, SUM and AVG are three ``evaluate`` calls."""
     from tmlt.analytics import (
         AddOneRow,
         AddRowsWithID,
@@ -119,30 +140,120 @@ def tumult_runs(spark: Any, data: Path, repeats: int) -> dict[str, Any]:
 
     df = spark.read.parquet(str(data))
     keys = KeySet.from_dict({"g": KEYS})
-    out: dict[str, Any] = {}
+    out: dict[str, Answer] = {}
     for level in ("record", "user"):
         t0 = time.perf_counter()
         change = AddOneRow() if level == "record" else AddRowsWithID("uid")
         sess = Session.from_dataframe(PureDPBudget(float("inf")), "t", df, change)
-        out[f"load_{level}"] = time.perf_counter() - t0
+        loads[level] = time.perf_counter() - t0
 
         def base(user: bool = level == "user") -> Any:
             b = QueryBuilder("t")
             return (b.enforce(MaxRowsPerID(M)) if user else b).groupby(keys)
 
         def ask(sess: Any = sess, base: Callable[[], Any] = base) -> None:
-            # Tumult answers one aggregate per query: COUNT, SUM and AVG are three queries
             for q in (base().count(), base().sum("x", 0, 100), base().average("x", 0, 100)):
                 sess.evaluate(q, PureDPBudget(0.1)).collect()
 
-        out[level] = timed(ask, repeats)
+        out[level] = ask
     return out
 
 
-def plain_runs(spark: Any, data: Path, repeats: int) -> dict[str, Any]:
-    spark.read.parquet(str(data)).createOrReplaceTempView("t")
-    spark.sql(QUERY).collect()  # warm-up (JIT, file cache): the first query of a session
-    return {"record": timed(lambda: spark.sql(QUERY).collect(), repeats)}
+def run_bounded(spark: Any, fn: Answer, timeout: float | None) -> tuple[float, bool]:
+    """Seconds ``fn`` took, or ``timeout`` and False when it had not finished by then (its
+    Spark jobs are cancelled: the time is a lower bound)."""
+    import threading
+
+    timer = None
+    if timeout is not None:
+        timer = threading.Timer(timeout, spark.sparkContext.cancelAllJobs)
+        timer.start()
+    t0 = time.perf_counter()
+    try:
+        fn()
+        return time.perf_counter() - t0, True
+    except Exception:
+        if timeout is not None and time.perf_counter() - t0 >= timeout:
+            return timeout, False
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+def rounds(spark: Any, systems: dict[str, dict[str, Answer]], repeats: int,
+           slow: dict[str, int], timeout: float) -> dict[str, Any]:
+    """Every system warmed once (not timed), then ``repeats`` rounds in which the systems
+    take turns (the order rotates each round): load changes on a shared machine hit all of
+    them alike. A system in ``slow`` runs only in its first ``slow[name]`` rounds."""
+    times: dict[str, dict[str, list[float]]] = {n: {lv: [] for lv in fns}
+                                                for n, fns in systems.items()}
+    unfinished: dict[str, list[str]] = {}
+    names = list(systems)
+    for n in names:
+        if n not in slow:
+            for fn in systems[n].values():
+                fn()  # warm-up: JIT, file cache, Spark's first-query costs
+    loads: list[float] = []
+    for r in range(repeats):
+        order = names[r % len(names):] + names[:r % len(names)]
+        loads.append(os.getloadavg()[0])
+        for n in order:
+            if n in slow and r >= slow[n]:
+                continue
+            for level, fn in systems[n].items():
+                sec, ok = run_bounded(spark, fn, timeout if n in slow else None)
+                times[n][level].append(sec)
+                if not ok:
+                    unfinished.setdefault(n, []).append(level)
+                print(f"round {r}: {n} {level} {sec:.2f} s{'' if ok else ' (timed out)'}",
+                      flush=True)
+    loads.append(os.getloadavg()[0])
+    return {"times": times, "unfinished": unfinished, "load_1min": loads}
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def ratios(times: dict[str, dict[str, list[float]]], a: str, la: str, b: str, lb: str,
+           ) -> list[float]:
+    """``a``'s time over ``b``'s, round by round (rounds where both ran)."""
+    ta, tb = times.get(a, {}).get(la, []), times.get(b, {}).get(lb, [])
+    return [x / y for x, y in zip(ta, tb, strict=False)]
+
+
+# (system, level, baseline system, baseline level): the ratios the issue asks for
+RATIOS = [("spark", lv, "plain", lv) for lv in ("record", "user")] + [
+    ("nodiag", lv, "plain", lv) for lv in ("record", "user")] + [
+    ("spark", "user", "plain", "capped"), ("nodiag", "user", "plain", "capped"),
+    ("plain", "capped", "plain", "user")] + [
+    ("tumult", lv, "spark", lv) for lv in ("record", "user")] + [
+    ("spark", lv, "duckdb", lv) for lv in ("record", "user")]
+
+
+def report(res: dict[str, Any]) -> None:
+    """Medians (min-max) per system and level, and per-round ratios with their median."""
+    times = res["times"]
+    print(f"\n{res['rows']:,} rows, pyspark {res['pyspark']}, local[{res['cores']}], "
+          f"{res['partitions']} shuffle partitions, {res['repeats']} rounds; 1-min load "
+          f"{', '.join(f'{x:.1f}' for x in res['load_1min'])}")
+    for name, levels in times.items():
+        for level, vals in levels.items():
+            if vals:
+                s = summary(vals)
+                late = " (timed out: lower bound)" if level in res["unfinished"].get(
+                    name, []) else ""
+                print(f"  {name:7s} {level:6s} {s['median']:8.2f} s ({s['min']:.2f}-"
+                      f"{s['max']:.2f}){late}")
+    res["ratios"] = {}
+    for a, la, b, lb in RATIOS:
+        r = ratios(times, a, la, b, lb)
+        if r:
+            key = f"{a}/{la} : {b}/{lb}"
+            res["ratios"][key] = r
+            print(f"  {key:32s} {statistics.median(r):6.2f}x  per round "
+                  f"{', '.join(f'{x:.2f}' for x in r)}")
 
 
 def main() -> None:
@@ -150,9 +261,14 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--partitions", type=int, default=4, help="spark.sql.shuffle.partitions")
     ap.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "dpkit_spark")
     ap.add_argument("--skip", nargs="*", default=[],
                     choices=["plain", "spark", "tumult", "duckdb", "nodiag"])
+    ap.add_argument("--tumult-rounds", type=int, default=1,
+                    help="rounds Tumult takes part in (it is slow)")
+    ap.add_argument("--tumult-timeout", type=float, default=600.0,
+                    help="seconds before a Tumult answer is cancelled (then a lower bound)")
     ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = ap.parse_args()
     warnings.simplefilter("ignore", FutureWarning)
@@ -161,58 +277,39 @@ def main() -> None:
     if not data.exists():
         t0 = time.perf_counter()
         write_rows(data, args.rows)
-        print(f"wrote {data} in {time.perf_counter() - t0:.1f} s", flush=True)
+        print(f"wrote {data} ({data.stat().st_size / 2**20:.0f} MiB) in "
+              f"{time.perf_counter() - t0:.1f} s", flush=True)
     work = Path(tempfile.mkdtemp(prefix="spark_bench_"))
     os.environ["DPKIT_SPARK_DIR"] = str(work / "spark_tables")
     t0 = time.perf_counter()
-    spark = session(args.cores)
+    spark = session(args.cores, args.partitions)
     res: dict[str, Any] = {"rows": args.rows, "repeats": args.repeats, "cores": args.cores,
-                           "pyspark": spark.version, "session_start": time.perf_counter() - t0}
-    steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-        ("plain", lambda: plain_runs(spark, data, args.repeats)),
-        ("spark", lambda: dpkit_runs(spark, data, work, args.repeats, "spark", True)),
-        ("nodiag", lambda: dpkit_runs(spark, data, work, args.repeats, "spark", False)),
-        ("duckdb", lambda: dpkit_runs(spark, data, work, args.repeats, "duckdb", True)),
-        ("tumult", lambda: tumult_runs(spark, data, args.repeats)),
-    ]
+                           "partitions": args.partitions, "pyspark": spark.version,
+                           "session_start": time.perf_counter() - t0, "load": {}}
+    setups: dict[str, Callable[[dict[str, float]], dict[str, Answer]]] = {
+        "plain": lambda _: plain_setup(spark, data),
+        "spark": lambda ld: dpkit_setup(spark, data, work, "spark", True, ld),
+        "nodiag": lambda ld: dpkit_setup(spark, data, work, "spark", False, ld),
+        "duckdb": lambda ld: dpkit_setup(spark, data, work, "duckdb", True, ld),
+        "tumult": lambda ld: tumult_setup(spark, data, ld),
+    }
+    systems: dict[str, dict[str, Answer]] = {}
     try:
-        for name, step in steps:
+        for name, setup in setups.items():
             if name in args.skip:
                 continue
             try:
-                res[name] = step()
+                systems[name] = setup(res["load"].setdefault(name, {}))
             except ImportError as exc:
-                res[name] = {"skipped": str(exc)}
-            print(name, json.dumps(res[name], default=float), flush=True)
+                print(f"{name} skipped: {exc}", flush=True)
+        res.update(rounds(spark, systems, args.repeats, {"tumult": args.tumult_rounds},
+                          args.tumult_timeout))
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     report(res)
     if args.out:
         args.out.write_text(json.dumps(res, indent=1, default=float))
-
-
-def report(res: dict[str, Any]) -> None:
-    """Medians (min-max) per system and level, and the ratios the issue asks for."""
-    print(f"\n{res['rows']:,} rows, pyspark {res['pyspark']}, local[{res['cores']}], "
-          f"{res['repeats']} repeats; session start {res['session_start']:.1f} s")
-    for name in ("plain", "spark", "nodiag", "tumult", "duckdb"):
-        for level in ("record", "user"):
-            r = res.get(name, {}).get(level)
-            if r:
-                print(f"  {name:7s} {level:6s} {r['median']:8.2f} s  ({r['min']:.2f}-"
-                      f"{r['max']:.2f})  load {res[name].get(f'load_{level}', 0):.1f} s")
-
-    def ratio(a: str, b: str, la: str, lb: str) -> None:
-        ra, rb = res.get(a, {}).get(la), res.get(b, {}).get(lb)
-        if ra and rb:
-            print(f"  {a}/{la} vs {b}/{lb}: {ra['median'] / rb['median']:.2f}x "
-                  f"(range {ra['min'] / rb['max']:.2f}-{ra['max'] / rb['min']:.2f})")
-    for level in ("record", "user"):
-        ratio("tumult", "spark", level, level)
-        ratio("spark", "plain", level, "record")
-        ratio("nodiag", "plain", level, "record")
-        ratio("spark", "duckdb", level, level)
 
 
 if __name__ == "__main__":

@@ -201,20 +201,25 @@ def bound_contributions(st: SqlState) -> None:
         return
     plan = st.plan
     seed_lit = f"CAST({int(st.seed)} AS UBIGINT)"
+    drop = "__n" if st.portable and any(mm.kind == "ddrop" for mm in plan.measures) else None
     if plan.spec.group_by and plan.g < plan.m:
         gk = ", ".join(st.group_cols)
         typed = typed_columns(st)[:1 + len(st.group_cols)]
         order = (f"{portable_hash_sql(typed, st.seed)}{tie_break(typed)}" if st.portable
                  else f"hash(__u, {gk}, {seed_lit})")
+        # portable diagnostics: the unit's rows before the groups cap, for its dropped rows
+        # (same partitioning as the rank: no extra shuffle)
+        total = "" if drop is None else ", COUNT(*) OVER (PARTITION BY __u) AS __ns"
+        drop = drop and "__ns"
         st.ctes.append(
-            f"__gb AS (SELECT * FROM {st.current} QUALIFY DENSE_RANK() OVER (PARTITION BY __u "
-            f"ORDER BY {order}, {gk}) <= {plan.g})"
+            f"__gb AS (SELECT *{total} FROM {st.current} QUALIFY DENSE_RANK() OVER "
+            f"(PARTITION BY __u ORDER BY {order}, {gk}) <= {plan.g})"
         )
         st.current = "__gb"
     if st.portable:
         bound, st.current = bounding_ctes_portable(st.current, typed_columns(st),
                                                    list(st.stored.values()), m=plan.m,
-                                                   seed=st.seed)
+                                                   seed=st.seed, drop=drop)
         st.ctes.extend(bound)
         return
     cols = ["__u", *st.group_cols, *st.value_cols.values()]
@@ -298,7 +303,10 @@ def measure_expr(st: SqlState, mm: Measure) -> str:
     if mm.kind in ("rows", "dkept"):
         return "COUNT(*)"
     if mm.kind == "ddrop":
-        return dropped_rows_sql(st)
+        # portable: each unit's clipped drops ride on its first kept row (__d, see
+        # bounding_ctes_portable), summed in this pass and totalled over the groups by a
+        # window (the same total on every output row, as the native scalar subquery gives)
+        return "SUM(SUM(__d)) OVER ()" if st.portable else dropped_rows_sql(st)
     if mm.kind in ("units", "select"):
         return "COUNT(DISTINCT __u)" if st.unit_level and st.plan.m > 1 else "COUNT(*)"
     assert mm.column is not None

@@ -14,7 +14,10 @@ the same in both engines (the text is then transpiled to Spark by sqlglot in
   texts coincide without being equal are ordered by their values next (numeric order, NULLS
   LAST, identical in both engines), so the rows kept are the same in both.
 * **bounding** keeps a unit's ``m`` first rows in that order with ``ROW_NUMBER`` (a window
-  both engines have) instead of DuckDB's top-m list aggregate. It keeps the same rows.
+  both engines have) instead of DuckDB's top-m list aggregate. Both windows (the unit's row
+  count, then the row number) partition by the unit alone, so Spark shuffles the rows once;
+  the hash is computed only for units above the cap. The rows dropped by the cap (a
+  diagnostic) are counted on the way, in the same pass.
 * **sums**: every SUM in a compiled statement adds integers (fixed-point values, counts).
   DuckDB sums BIGINT into HUGEINT; Spark into BIGINT, which wraps, so the Spark backend sums
   them as ``DECIMAL(38, 0)`` (exact; :func:`dpkit.engine.backend_spark.exact_sums`).
@@ -56,8 +59,8 @@ def hash_text_sql(col: str, type_: str) -> str:
 def portable_hash_sql(cols: Sequence[tuple[str, str]], seed: int) -> str:
     """The keyed hash of ``cols`` (``(sql, type)`` pairs) and ``seed``: a 32-digit hex text,
     ordered as text (equal-length hex: text order is numeric order)."""
-    parts = [hash_text_sql(c, t) for c, t in cols]
-    return f"md5(concat_ws({_SEP}, {', '.join(parts)}, '{int(seed)}'))"
+    parts = [hash_text_sql(c, t) for c, t in cols] + [f"'{int(seed)}'"]
+    return f"md5(concat_ws({_SEP}, {', '.join(parts)}))"
 
 
 def tie_break(cols: Sequence[tuple[str, str]]) -> str:
@@ -68,23 +71,36 @@ def tie_break(cols: Sequence[tuple[str, str]]) -> str:
 
 
 def bounding_ctes_portable(source: str, cols: Sequence[tuple[str, str]],
-                           derived: Sequence[str], *, m: int, seed: int) -> tuple[list[str], str]:
+                           derived: Sequence[str], *, m: int, seed: int,
+                           drop: str | None = None) -> tuple[list[str], str]:
     """CTEs keeping at most ``m`` rows per unit of ``source`` (unit column ``__u``): the
-    portable twin of :func:`dpkit.engine.plan.bounding_ctes` (same rows kept, same ``__l``
-    relation of the units above the cap with their row counts ``__c``, same ``__b``).
+    portable twin of :func:`dpkit.engine.plan.bounding_ctes` (same rows kept, bounded relation
+    ``__b``).
 
     ``cols``: ``(column, type)`` of the columns the query reads (``__u`` first), hashed;
-    ``derived``: columns computed from them, carried along. Units with at most ``m`` rows keep
-    every row without being hashed (the hash is computed for the others only).
+    ``derived``: columns computed from them, carried along. One partitioning by unit serves
+    both windows (the unit's row count ``__n``, then ``ROW_NUMBER`` in keyed-hash order), so
+    Spark shuffles the rows once and reads the source once; the hash is computed only for the
+    rows of units above the cap (a unit with at most ``m`` rows keeps every row, in any order).
+
+    ``drop``: also carry ``__d``, the unit's dropped rows clipped at ``m``, on its first kept
+    row (0 elsewhere): the diagnostics' dropped-rows count is then a sum in the main
+    aggregation pass (no second pass over the rows). ``drop`` names the column counting the
+    unit's rows before any earlier cap (``"__n"`` when there was none): the unit dropped
+    ``drop - min(__n, m)`` rows. Each unit's ``__d`` depends on its own rows only and lies in
+    ``[0, m]``.
     """
     names = [c for c, _ in cols]
     sel = ", ".join([*names, *derived])
-    order = portable_hash_sql(cols, seed) + tie_break(cols)
+    carry = "" if drop is None or drop == "__n" else f", {drop}"
+    # the unit is the same on every row of a window partition: hashing it orders nothing
+    order = (f"CASE WHEN __n > {m} THEN {portable_hash_sql(cols[1:], seed)} END"
+             f"{tie_break(cols)}")
+    dropped = ("" if drop is None else
+               f", CASE WHEN __rn = 1 THEN LEAST({drop} - LEAST(__n, {m}), {m}) ELSE 0 END AS __d")
     return [
-        f"__w AS (SELECT {sel}, COUNT(*) OVER (PARTITION BY __u) AS __n FROM {source})",
-        f"__l AS (SELECT __u, MAX(__n) AS __c FROM __w WHERE __n > {m} GROUP BY __u)",
-        f"__r AS (SELECT {sel}, ROW_NUMBER() OVER (PARTITION BY __u ORDER BY {order}) AS __rn "
-        f"FROM __w WHERE __n > {m})",
-        f"__b AS (SELECT {sel} FROM __r WHERE __rn <= {m} UNION ALL SELECT {sel} FROM __w "
-        f"WHERE __n <= {m})",
+        f"__w AS (SELECT {sel}{carry}, COUNT(*) OVER (PARTITION BY __u) AS __n FROM {source})",
+        f"__r AS (SELECT {sel}{carry}, __n, ROW_NUMBER() OVER (PARTITION BY __u ORDER BY "
+        f"{order}) AS __rn FROM __w)",
+        f"__b AS (SELECT {sel}{dropped} FROM __r WHERE __rn <= {m})",
     ], "__b"
