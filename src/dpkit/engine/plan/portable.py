@@ -9,10 +9,10 @@ the same in both engines (the text is then transpiled to Spark by sqlglot in
   is not Spark's (Murmur3, 32 bits), so the portable hash is the MD5 of a canonical text of the
   hashed columns and the per-query secret seed, which both engines compute byte for byte:
   integers, decimals, strings, booleans, dates and timestamps cast to text (identical in both),
-  floats printed with 13 significant digits (``printf('%.12e')``: C and Java agree to that
-  precision for normal numbers; subnormals, NaN and infinities get fixed texts). Rows whose
-  texts coincide without being equal are ordered by their values next (numeric order, NULLS
-  LAST, identical in both engines), so the rows kept are the same in both.
+  floats as the integer ``floor(x·2^20)`` (exact in both; beyond ±2^40, NaN and infinities get
+  fixed texts). Rows whose texts coincide without being equal are ordered by their values
+  next (numeric order, NULLS LAST, identical in both engines), so the rows kept are the same
+  in both. The unit itself is not hashed (it is the same on every row of its partition).
 * **bounding** keeps a unit's ``m`` first rows in that order with ``ROW_NUMBER`` (a window
   both engines have) instead of DuckDB's top-m list aggregate. Both windows (the unit's row
   count, then the row number) partition by the unit alone, so Spark shuffles the rows once;
@@ -34,21 +34,27 @@ from dpkit.engine.tables import type_class
 
 __all__ = ["bounding_ctes_portable", "hash_text_sql", "portable_hash_sql", "tie_break"]
 
-# the smallest normal double: below it C's printf and Java's Formatter print different digits
-_MIN_NORMAL = "CAST(2.2250738585072014e-308 AS DOUBLE)"
+# floats are hashed as floor(x * 2^20) below 2^40 in magnitude (an exact integer < 2^60)
+_SCALE = "CAST(1048576.0 AS DOUBLE)"
+_BIG = "CAST(1099511627776.0 AS DOUBLE)"
 _SEP = "chr(31)"  # unit separator: joins the column texts
 
 
 def hash_text_sql(col: str, type_: str) -> str:
-    """One column's canonical text (the same string in DuckDB and Spark; NULL as ``'~'``)."""
+    """One column's canonical text (the same string in DuckDB and Spark; NULL as ``'~'``).
+
+    A float is hashed through ``floor(x·2^20)`` as an integer text (exact in both engines:
+    scaling by a power of two and ``floor`` are exact in IEEE arithmetic, and the integer
+    stays below 2^60); values beyond ±2^40 share a text per sign. The text is not injective:
+    rows whose texts coincide are ordered by their values next (:func:`tie_break`), the same
+    in both engines. (A ``printf`` of the digits, the former text, cost about a third of the
+    bounding's time on Spark.)"""
     cls = type_class(type_)
     if cls == "float":
         x = f"CAST({col} AS DOUBLE)"
-        # NULL first: Spark's printf formats NULL as the text 'null'
         text = (f"(CASE WHEN {x} IS NULL THEN NULL WHEN isnan({x}) THEN 'nan' "
-                f"WHEN {x} > CAST(1.7976931348623157e308 AS DOUBLE) THEN 'inf' "
-                f"WHEN {x} < CAST(-1.7976931348623157e308 AS DOUBLE) THEN '-inf' "
-                f"WHEN abs({x}) < {_MIN_NORMAL} THEN 'sub' ELSE printf('%.12e', {x}) END)")
+                f"WHEN abs({x}) < {_BIG} THEN CAST(CAST(floor({x} * {_SCALE}) AS BIGINT) AS "
+                f"VARCHAR) WHEN {x} > 0 THEN 'big' ELSE '-big' END)")
     elif cls == "bool":
         text = f"(CASE WHEN {col} THEN 't' ELSE 'f' END)"
     else:
