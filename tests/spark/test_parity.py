@@ -149,3 +149,27 @@ def test_import_dpkit_does_not_import_pyspark() -> None:
     code = ("import sys, dpkit, dpkit.engine.curator, dpkit.engine.backend_spark; "
             "assert 'pyspark' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+ROUND_CASES = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999999999999994, -0.49999999999999994,
+               4503599627370495.5, -4503599627370495.5, 4503599627370497.0, 2.0**62, -(2.0**62),
+               1e15 + 0.5, 3.4999999999999996, -0.0, 0.0, 1e-300, 7.5, 123456789.50000001]
+
+
+def test_spark_rounds_fixed_point_integers_as_duckdb(spark: Any) -> None:
+    """``exact_rounds`` (Spark's fixed-point rounding without its BigDecimal ``round``) gives
+    DuckDB's ``round`` on halves, near-halves, both signs and beyond 2^52."""
+    import duckdb
+    import sqlglot
+
+    from dpkit.engine.backend_spark import exact_rounds
+
+    values = ", ".join(f"(CAST({v!r} AS DOUBLE))" for v in ROUND_CASES)
+    text = (f"SELECT CAST(round(y) AS BIGINT) AS r FROM (VALUES {values}) AS v(y) "
+            f"ORDER BY y")
+    want = duckdb.sql(text).fetchall()
+    ours = exact_rounds(sqlglot.parse_one(text, read="duckdb"))
+    assert "ROUND" not in ours.sql(dialect="spark").upper()
+    assert duckdb.sql(ours.sql(dialect="duckdb")).fetchall() == want
+    got = [tuple(r) for r in spark.sql(ours.sql(dialect="spark")).collect()]
+    assert got == want

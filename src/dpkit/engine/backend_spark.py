@@ -209,7 +209,7 @@ class SparkBackend(DuckBackend):
                 t.replace(exp.to_table(view).as_(t.alias_or_name) if t.alias else
                           exp.to_table(view))
                 hit = True
-        return exact_sums(tree).sql(dialect="spark") if hit else None
+        return exact_sums(exact_rounds(tree)).sql(dialect="spark") if hit else None
 
     def check(self, text: str, tables: Mapping[str, TableMeta]) -> None:
         """Before the charge: Spark analyses the statement (no row read), so that a statement
@@ -302,6 +302,34 @@ def exact_sums(tree: Any) -> Any:
         node.replace(exp.paren(exp.Add(this=exp.Mul(this=hi, expression=exp.Literal.number(
             2**31)), expression=lo)))
     return tree
+
+
+def exact_rounds(tree: Any) -> Any:
+    """``CAST(round(y) AS BIGINT)`` (the fixed-point integers) without Spark's ``round``,
+    which rounds a double through ``java.math.BigDecimal`` (its decimal text): measured at
+    10M rows, most of the record-level statement's time. ``round`` half away from zero is
+    written with ``floor``, exactly (``y - floor(y)`` is exact for ``|y| < 2^52``, and beyond
+    that ``y`` is an integer): the integer DuckDB's ``round`` gives, and Spark's."""
+    for node in list(tree.find_all(exp.Round)):
+        cast = node.parent
+        if (node.args.get("decimals") is not None or not isinstance(cast, exp.Cast)
+                or not cast.to.is_type(exp.DataType.Type.BIGINT)):
+            continue
+        y = node.this
+        neg = exp.Neg(this=exp.paren(y.copy()))
+        node.replace(exp.paren(exp.case().when(
+            exp.GTE(this=y.copy(), expression=exp.Literal.number(0)),
+            _round_up(exp.paren(y.copy()))).else_(exp.Neg(this=exp.paren(_round_up(neg))))))
+    return tree
+
+
+def _round_up(v: exp.Expression) -> exp.Expression:
+    """``floor(v) + (v - floor(v) >= 0.5)`` for ``v >= 0``: ``v`` rounded, halves up."""
+    fl = exp.Floor(this=v.copy())
+    frac = exp.Sub(this=v.copy(), expression=fl.copy())
+    return exp.Add(this=fl, expression=exp.case().when(
+        exp.GTE(this=frac, expression=exp.Literal.number(0.5)), exp.Literal.number(1)).else_(
+        exp.Literal.number(0)))
 
 
 def _integral(v: Any) -> Any:
