@@ -79,10 +79,10 @@ def test_canaries_doctest_and_no_torch_at_import() -> None:
 torch = pytest.importorskip("torch")
 
 
-def _random_model(seed: int):  # an untrained model: scores are arbitrary but fixed
+def _random_model(seed: int, window: int = 8):  # untrained: scores are arbitrary but fixed
     from dpkit.attacks.memorization.model import CharLM, init_weights
 
-    m = CharLM(window=8, embed=4, hidden=16)
+    m = CharLM(window=window, embed=4, hidden=16)
     init_weights(m, dp.noise.seeded(seed))
     return m.eval()
 
@@ -106,6 +106,19 @@ def test_both_rank_methods_equal_brute_force() -> None:
     assert xp.exposure(1000, 1000) == 0.0
     with pytest.raises(ValueError, match="rank must lie"):
         xp.exposure(0, 10)
+
+
+def test_enumeration_with_digits_sliding_out_of_the_window() -> None:
+    """A 2-character window: the first digits leave the context before the last is scored, so
+    the per-position tables must drop them (checked against the model's own forward)."""
+    from dpkit.attacks.memorization import exposure as xp
+
+    fmt = CanaryFormat("pin ", "DD-D")
+    m = _random_model(5, window=2)
+    brute = np.array([xp.log_perplexity(m, fmt, fmt.secret(i)) for i in range(fmt.size)])
+    assert np.allclose(xp.candidate_costs(m, fmt), brute, rtol=0, atol=1e-9)
+    s = fmt.secret(int(np.argsort(brute)[40]))
+    assert xp.rank_pruned(m, fmt, s).rank == xp.rank_enumerate(m, fmt, s).rank == 41
 
 
 def _tiny_run(epsilon: float | None):
