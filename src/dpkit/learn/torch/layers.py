@@ -20,6 +20,15 @@ records ``g``; their per-example norms are closed forms (token collisions for Em
 normalised input for LayerNorm) and their clipped sums are an ``index_add`` and a small weighted
 sum. Any other module with parameters falls back to ``torch.func``: ``vmap`` over examples of the
 ``vjp`` of the module, which materialises its per-example gradients (memory B x its parameters).
+
+User level (``sq_norms_units``): the norm of the *sum* of a unit's per-example gradients. For
+Linear and Conv2d a unit's rows (examples x positions) are one longer sequence, so its norm is
+the ghost norm with within-unit Gram blocks ``Σ_{i,j∈u} Σ_{t,t'} (a_it·a_jt')(g_it·g_jt')`` or
+the per-unit product, whichever is cheaper (units padded in buckets of similar size, see
+:class:`~dpkit.learn.torch.units.BatchUnits`); Embedding sums ``g`` per (unit, token) key; the
+others sum their per-example gradients per unit (``index_add``). The clipped sum needs nothing
+new: ``Σ_u c_u Σ_{i∈u} ∇ℓ_i = Σ_i c_{u(i)} ∇ℓ_i``, the per-example rule with each example given
+its unit's factor.
 """
 
 from __future__ import annotations
@@ -31,6 +40,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F  # noqa: N812 - torch's own spelling
 from torch.nn.grad import conv2d_input
+
+from .units import BatchUnits
 
 __all__ = ["LayerTap", "UnsupportedLayer", "rule_for"]
 
@@ -70,6 +81,17 @@ class Rule:
     def sq_norms(self, tap: LayerTap) -> Tensor:
         raise NotImplementedError
 
+    def per_example(self, tap: LayerTap) -> dict[str, Tensor]:
+        """Per-example gradients ``(B, *p.shape)``, for rules whose layers make them cheaply."""
+        raise NotImplementedError
+
+    def sq_norms_units(self, tap: LayerTap, units: BatchUnits) -> Tensor:
+        """``||Σ_{i∈u} ∇_θ ℓ_i||²`` over the layer's parameters, for every unit ``u`` of the
+        batch. By default from the per-example gradients, summed per unit (``index_add``)."""
+        per = self.per_example(tap)
+        return sum(units.segment_sum(v).reshape(units.count, -1).pow(2).sum(1)  # type: ignore[return-value]
+                   for v in per.values())
+
     def clipped_sum(self, tap: LayerTap, c: Tensor) -> dict[str, Tensor]:
         raise NotImplementedError
 
@@ -96,6 +118,19 @@ def _ghost_or_full(a: Tensor, g: Tensor) -> Tensor:
     if T * T * (da + dg) <= T * da * dg:
         return (torch.bmm(a, a.transpose(1, 2)) * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
     return torch.bmm(g.transpose(1, 2), a).pow(2).sum((1, 2))
+
+
+def _unit_ghost(a: Tensor, g: Tensor, units: BatchUnits) -> Tensor:
+    """``||Σ_{i∈u} Σ_t g_{i,t} a_{i,t}ᵀ||²_F`` per unit: a unit's rows are one longer sequence,
+    so the ghost norm with its within-unit Gram blocks (or the per-unit product, if cheaper)."""
+    parts = [_ghost_or_full(ua, ug)
+             for ua, ug in zip(units.grouped(a), units.grouped(g), strict=True)]
+    return units.scatter(parts)
+
+
+def _unit_bias(g: Tensor, units: BatchUnits) -> Tensor:
+    """``||Σ_{i∈u} Σ_t g_{i,t}||²`` per unit, g (B, T, d)."""
+    return units.segment_sum(g.sum(1)).pow(2).sum(1)
 
 
 class _TapLinearFn(torch.autograd.Function):
@@ -139,6 +174,16 @@ class LinearRule(Rule):
         out = _ghost_or_full(a, g) if m.weight.requires_grad else torch.zeros(a.shape[0])
         if m.bias is not None and m.bias.requires_grad:
             out = out + g.sum(1).pow(2).sum(1)
+        return out
+
+    def sq_norms_units(self, tap: LayerTap, units: BatchUnits) -> Tensor:
+        a, g = self._merged(tap)
+        if a.dim() == 2:
+            a, g = a[:, None], g[:, None]
+        m = tap.module
+        out = _unit_ghost(a, g, units) if m.weight.requires_grad else torch.zeros(units.count)
+        if m.bias is not None and m.bias.requires_grad:
+            out = out + _unit_bias(g, units)
         return out
 
     def clipped_sum(self, tap: LayerTap, c: Tensor) -> dict[str, Tensor]:
@@ -203,6 +248,13 @@ class Conv2dRule(Rule):
             out = out + g.sum(1).pow(2).sum(1)
         return out
 
+    def sq_norms_units(self, tap: LayerTap, units: BatchUnits) -> Tensor:
+        a, g = self._ag(tap)
+        out = _unit_ghost(a, g, units)
+        if tap.module.bias is not None:
+            out = out + _unit_bias(g, units)
+        return out
+
     def clipped_sum(self, tap: LayerTap, c: Tensor) -> dict[str, Tensor]:
         a, g = self._ag(tap)
         gc = g * c[:, None, None]
@@ -237,6 +289,18 @@ class EmbeddingRule(Rule):
         same = (idx[:, :, None] == idx[:, None, :]).to(g.dtype)
         return (same * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
 
+    def sq_norms_units(self, tap: LayerTap, units: BatchUnits) -> Tensor:
+        # a unit's gradient has one row per token it used: sum its occurrences' g per (unit,
+        # token) key with index_add, then square; linear in the tokens, whatever the unit size
+        idx, g = self._ig(tap)
+        v = int(tap.module.num_embeddings)
+        key = (units.seg[:, None] * v + idx).reshape(-1)
+        uniq, inv = torch.unique(key, return_inverse=True)
+        rows = torch.zeros(uniq.numel(), g.shape[-1], dtype=g.dtype)
+        rows.index_add_(0, inv, g.reshape(-1, g.shape[-1]))
+        out = torch.zeros(units.count, dtype=g.dtype)
+        return out.index_add_(0, torch.div(uniq, v, rounding_mode="floor"), rows.pow(2).sum(1))
+
     def clipped_sum(self, tap: LayerTap, c: Tensor) -> dict[str, Tensor]:
         idx, g = self._ig(tap)
         w = torch.zeros_like(tap.module.weight)
@@ -245,7 +309,7 @@ class EmbeddingRule(Rule):
 
 
 class LayerNormRule(Rule):
-    def _per_example(self, tap: LayerTap) -> dict[str, Tensor]:
+    def per_example(self, tap: LayerTap) -> dict[str, Tensor]:
         if len(tap.records) != 1:
             raise UnsupportedLayer(f"{tap.name}: a LayerNorm used more than once per forward")
         x, g = tap.records[0]
@@ -260,11 +324,11 @@ class LayerNormRule(Rule):
         return out
 
     def sq_norms(self, tap: LayerTap) -> Tensor:
-        per = self._per_example(tap)
+        per = self.per_example(tap)
         return sum(v.reshape(v.shape[0], -1).pow(2).sum(1) for v in per.values())  # type: ignore[return-value]
 
     def clipped_sum(self, tap: LayerTap, c: Tensor) -> dict[str, Tensor]:
-        per = self._per_example(tap)
+        per = self.per_example(tap)
         return {k: torch.tensordot(c, v, dims=1) for k, v in per.items()}
 
 
@@ -277,7 +341,7 @@ class VmapRule(Rule):
                                    "batch, so no per-example gradient exists; use GroupNorm or "
                                    "LayerNorm")
 
-    def _grads(self, tap: LayerTap) -> dict[str, Tensor]:
+    def per_example(self, tap: LayerTap) -> dict[str, Tensor]:
         from torch.func import functional_call, vjp, vmap
 
         if len(tap.records) != 1:
@@ -301,11 +365,11 @@ class VmapRule(Rule):
         return tap.cache["per_example"]  # type: ignore[no-any-return]
 
     def sq_norms(self, tap: LayerTap) -> Tensor:
-        per = self._grads(tap)
+        per = self.per_example(tap)
         return sum(v.reshape(v.shape[0], -1).pow(2).sum(1) for v in per.values())  # type: ignore[return-value]
 
     def clipped_sum(self, tap: LayerTap, c: Tensor) -> dict[str, Tensor]:
-        per = self._grads(tap)
+        per = self.per_example(tap)
         return {k: torch.tensordot(c, v, dims=1) for k, v in per.items()}
 
 

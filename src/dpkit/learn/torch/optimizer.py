@@ -8,7 +8,12 @@ with ``clip_C'(v) = v · min(1, C'/‖v‖)``. Under add/remove-one neighbours t
 by at most ``C'`` in L2 and the grid rounding (``round_k`` to ``2^-k``, both sides) by at most
 ``√d 2^-k`` more; ``C' = C - √d 2^-k`` makes the total ``C``, so a step is the Gaussian
 mechanism ``Gaussian(σ)`` on a Poisson(q) sample: the event ``PoissonSampled(q, Gaussian(σ))``.
-The division and the optimizer's update are post-processing. Floating-point error in forming the
+The division and the optimizer's update are post-processing.
+
+User level (the loader samples whole units): ``clip_C'`` applies to ``Σ_{i∈u} ∇ℓ_i``, one term
+per sampled unit ``u``, so under add/remove-one-unit neighbours the same argument gives the same
+event, ``q`` the units' rate; the divisor stays ``q n`` (``n`` the examples kept), the expected
+number of examples, so a mean loss keeps its scale. Floating-point error in forming the
 float32 sum is not covered (as in every DP-SGD library; it is ~1e-7 relative).
 
 Memory: two buffers live across steps, the float32 clipped sum (which becomes the gradients,
@@ -34,6 +39,7 @@ from dpkit import noise
 
 from .layers import LayerTap
 from .loader import PoissonLoader
+from .units import BatchUnits
 
 __all__ = ["DPOptimizer", "grid_exponent"]
 
@@ -91,7 +97,7 @@ class DPOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 closure()
         self._check_batch()
-        flat = self.clipped_flat(self.loader.last_batch_size)
+        flat = self.clipped_flat(self.loader.last_batch_size, self.loader.last_units)
         self._noise_into_grads(flat)
         self.steps += 1
         for t in self.taps:
@@ -111,9 +117,10 @@ class DPOptimizer(torch.optim.Optimizer):
             raise RuntimeError(f"the budget was charged for {self.max_steps} steps; training "
                                "longer needs a new make_private with more epochs")
 
-    def clipped_sums(self, batch: int) -> list[Tensor]:
-        """``Σ_i clip_C'(∇ℓ_i)`` per parameter, from what the last backward recorded."""
-        flat = self.clipped_flat(batch)
+    def clipped_sums(self, batch: int, units: Any = None) -> list[Tensor]:
+        """``Σ_i clip_C'(∇ℓ_i)`` per parameter, from what the last backward recorded; with
+        ``units`` (one id per example of the batch), ``Σ_u clip_C'(Σ_{i∈u} ∇ℓ_i)``."""
+        flat = self.clipped_flat(batch, units)
         out, lo = [], 0
         for p in self.params:
             out.append(flat[lo : lo + p.numel()].view_as(p))
@@ -121,11 +128,13 @@ class DPOptimizer(torch.optim.Optimizer):
         return out
 
     @torch.no_grad()
-    def clipped_flat(self, batch: int) -> Tensor:
+    def clipped_flat(self, batch: int, units: Any = None) -> Tensor:
         """The clipped sums of all parameters, concatenated into one float32 vector.
 
-        The vector is a buffer kept across steps (fresh pages cost a page fault each, which
-        dominated the private step's extra time here): valid until the next step.
+        ``units``: None clips each example's gradient; else one unit id per example of the
+        batch, and each unit's summed gradient is clipped (user level). The vector is a buffer
+        kept across steps (fresh pages cost a page fault each, which dominated the private
+        step's extra time here): valid until the next step.
         """
         if self._flat is None:
             self._flat = torch.empty(self.dim, dtype=torch.float32)
@@ -140,12 +149,16 @@ class DPOptimizer(torch.optim.Optimizer):
             return flat.zero_()
         # a mean loss scales each example's gradient by 1/batch: undo it in the factors
         scale = float(batch) if self.loss_reduction == "mean" else 1.0
-        sq = sum(t.rule.sq_norms(t) for t in live)
+        bu = None if units is None else BatchUnits(units, batch)
+        sq = sum(t.rule.sq_norms(t) if bu is None else t.rule.sq_norms_units(t, bu)
+                 for t in live)
         norms = torch.as_tensor(sq).sqrt() * scale
         if not bool(torch.isfinite(norms).all()):
             raise FloatingPointError("a per-example gradient is NaN or infinite (check the "
                                      "inputs, the loss and the learning rate)")
         c = (self.clip_norm / (norms + 1e-6)).clamp(max=1.0) * scale
+        if bu is not None:  # Σ_u c_u Σ_{i∈u} ∇ℓ_i: each example takes its unit's factor
+            c = c[bu.seg]
         lo = 0
         for t in self.taps:
             views = {}
