@@ -28,7 +28,8 @@ import numpy as np
 from dpkit import noise
 
 __all__ = [
-    "ALPHABET", "MAX_CANDIDATES", "MAX_LINE", "NAMES", "CanaryFormat", "deal_writers",
+    "ALPHABET", "CANARY_NAMES", "MAX_CANDIDATES", "MAX_LINE", "NAMES", "CanaryFormat",
+    "deal_writers",
     "grammar_corpus", "insert_canaries", "plant",
 ]
 
@@ -37,6 +38,8 @@ ALPHABET = string.ascii_lowercase + string.digits + " .,:-'?"
 MAX_LINE = 32
 MAX_CANDIDATES = 10**7  # exact exposure enumerates |R|; 10^7 keeps it to seconds on a CPU
 NAMES = ("ann", "bob", "eve", "kim", "tom", "sam", "joe", "liz", "max", "ida", "ray", "zoe")
+# one per canary, so canaries never share a prefix; the first 12 also occur in the corpus
+CANARY_NAMES = (*NAMES, "pat", "ned", "amy", "dan", "fay", "gus", "hal", "ivy")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ add/remove-one-writer neighbours, which covers all ``r`` copies at once.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ import numpy as np
 
 from dpkit import noise
 
-from .canaries import NAMES, CanaryFormat, deal_writers, grammar_corpus, plant
+from .canaries import CANARY_NAMES, CanaryFormat, deal_writers, grammar_corpus, plant
 from .exposure import Exposure, extract, rank_enumerate, rank_pruned
 from .model import TrainConfig, train
 
@@ -62,6 +63,7 @@ class CanaryResult:
     greedy: str
     beam: str
     other: Exposure | None = None  # the second method's answer with method="both"
+    extract_seconds: float = 0.0
 
     @property
     def extracted(self) -> bool:
@@ -142,10 +144,10 @@ def plan(*, insertions: Sequence[int], repeats: int, pattern: str, prefix: str,
     if "{name}" not in prefix and count > 1:
         raise ValueError(f"{count} canaries would share the prefix {prefix!r}; put '{{name}}' "
                          "in it (e.g. \"{name}'s code is \") so each has its own")
-    if count > len(NAMES):
-        raise ValueError(f"{count} canaries but only {len(NAMES)} names; lower repeats= or "
+    if count > len(CANARY_NAMES):
+        raise ValueError(f"{count} canaries but only {len(CANARY_NAMES)} names; lower repeats= or "
                          "the number of insertion counts")
-    fmts = [CanaryFormat(prefix.replace("{name}", NAMES[i]), pattern) for i in range(count)]
+    fmts = [CanaryFormat(prefix.replace("{name}", CANARY_NAMES[i]), pattern) for i in range(count)]
     if len(secrets) > count:
         raise ValueError(f"{len(secrets)} secrets given for {count} canaries")
     given = [fmts[i].secret(fmts[i].index(s)) for i, s in enumerate(secrets)]
@@ -158,25 +160,41 @@ def _measure(model: Any, c: Planted, method: str, beam: int) -> CanaryResult:
     first = rank_pruned if method in ("pruned", "both") else rank_enumerate
     exp = first(model, c.fmt, c.secret)
     other = rank_enumerate(model, c.fmt, c.secret) if method == "both" else None
-    return CanaryResult(c, exp, extract(model, c.fmt), extract(model, c.fmt, beam=beam), other)
+    t0 = time.perf_counter()
+    greedy, wide = extract(model, c.fmt), extract(model, c.fmt, beam=beam)
+    return CanaryResult(c, exp, greedy, wide, other, time.perf_counter() - t0)
 
 
-def _check(epsilons: Sequence[float | None], units: Sequence[str], cfg: TrainConfig,
-           lines: int, writers: int, method: str, beam: int) -> None:
-    if method not in _METHODS:
-        raise ValueError(f"method must be one of {_METHODS} (got {method!r})")
+def _jobs(epsilons: Sequence[float | None], units: Sequence[str],
+          models: Sequence[tuple[float | None, str | None]] | None,
+          ) -> list[tuple[float | None, str | None]]:
+    """The (ε, unit) of each model to train, checked."""
     if not units or any(u not in UNITS for u in units) or len(set(units)) != len(units):
         raise ValueError(f"units must be distinct values among {UNITS} (got {list(units)!r})")
-    for e in epsilons:
+    jobs = [(e, u) for e in epsilons for u in ([None] if e is None else units)] \
+        if models is None else [(e, u) for e, u in models]
+    if not jobs:
+        raise ValueError("no model to train: give epsilons (None: the plain model)")
+    for e, u in jobs:
         if e is not None and not (math.isfinite(e) and e > 0):
             raise ValueError(f"each epsilon must be a finite number > 0, or None for the "
                              f"non-private model (got {e!r})")
+        if (e is None) != (u is None) or (u is not None and u not in UNITS):
+            raise ValueError(f"model {(e, u)!r}: a DP model needs a unit among {UNITS}, the "
+                             "plain model (None, None) none")
+    return jobs
+
+
+def _check(jobs: list[tuple[float | None, str | None]], cfg: TrainConfig,
+           lines: int, writers: int, method: str, beam: int) -> None:
+    if method not in _METHODS:
+        raise ValueError(f"method must be one of {_METHODS} (got {method!r})")
     if lines < 10:
         raise ValueError(f"lines must be >= 10 (got {lines})")
     if not 1 <= writers <= lines:
         raise ValueError(f"writers must lie in [1, lines] = [1, {lines}] (got {writers})")
-    if any(e is not None for e in epsilons):
-        n = min(lines if u == "record" else writers for u in units)
+    if any(u is not None for _, u in jobs):
+        n = min(lines if u == "record" else writers for _, u in jobs if u is not None)
         if not 0 < cfg.delta < 1.0 / n:
             raise ValueError(f"delta must lie in (0, 1/{n}) = (0, {1.0 / n:.3g}), below one "
                              f"over the number of privacy units (got {cfg.delta!r})")
@@ -186,6 +204,7 @@ def _check(epsilons: Sequence[float | None], units: Sequence[str], cfg: TrainCon
 
 def run(*, epsilons: Sequence[float | None] = (None, 8.0, 3.0, 1.0),
         units: Sequence[str] = ("record",), writers: int | None = None,
+        models: Sequence[tuple[float | None, str | None]] | None = None,
         insertions: Sequence[int] = (0, 1, 4, 16, 64), repeats: int = 2, lines: int = 2000,
         pattern: str = "DDD-DDD", prefix: str = "{name}'s code is ",
         secrets: Sequence[str] = (), config: TrainConfig | None = None,
@@ -194,8 +213,10 @@ def run(*, epsilons: Sequence[float | None] = (None, 8.0, 3.0, 1.0),
     """Plant, train the plain model and one DP model per (ε, unit), measure (module docstring).
 
     ``units``: the privacy units of the DP models, ``"record"`` (one line) and/or ``"user"``
-    (one writer). ``writers``: how many writers the generated lines are dealt to (default
-    ``lines // 4``; each canary's copies go to one of them). ``pattern``: the secret's layout
+    (one writer); every ε of ``epsilons`` is trained at every unit. ``models``: instead, the
+    explicit list of ``(ε, unit)`` to train (``(None, None)``: the plain model). ``writers``:
+    how many writers the generated lines are dealt to (default ``lines // 2``; each canary's
+    copies go to one of them). ``pattern``: the secret's layout
     (``D`` = digit; at most ``log10`` of
     :data:`~dpkit.attacks.memorization.canaries.MAX_CANDIDATES` digits). ``secrets``: fixed
     secrets for the first canaries (the rest are drawn). ``method``: how the exact rank is
@@ -204,8 +225,9 @@ def run(*, epsilons: Sequence[float | None] = (None, 8.0, 3.0, 1.0),
     canaries, weights, batches and DP noise (``noise.seeded(s)`` is reproducible and insecure).
     """
     cfg = config or TrainConfig()
-    n_writers = max(lines // 4, 1) if writers is None else int(writers)
-    _check(epsilons, units, cfg, lines, n_writers, method, beam)
+    n_writers = max(lines // 2, 1) if writers is None else int(writers)
+    jobs = _jobs(epsilons, units, models)
+    _check(jobs, cfg, lines, n_writers, method, beam)
     canaries = plan(insertions=insertions, repeats=repeats, pattern=pattern, prefix=prefix,
                     secrets=secrets, source=source)
     if n_writers < len(canaries):
@@ -213,17 +235,16 @@ def run(*, epsilons: Sequence[float | None] = (None, 8.0, 3.0, 1.0),
     base = grammar_corpus(lines, source=source)
     corpus, owner = plant(base, [c.line for c in canaries], [c.insertions for c in canaries],
                           writers=deal_writers(lines, n_writers, source=source), source=source)
-    jobs = [(e, u) for e in epsilons for u in ([None] if e is None else units)]
-    models = []
+    results = []
     for eps, unit in jobs:
         tr = train(corpus, TrainConfig(**{**cfg.__dict__, "epsilon": eps}),
                    units=owner if unit == "user" else None, source=source)
         mr = ModelResult(eps, tr.epsilon, tr.delta, tr.noise_multiplier, tr.seconds,
                          tr.final_loss, unit=unit)
         mr.canaries = [_measure(tr, c, method, beam) for c in canaries]
-        models.append(mr)
+        results.append(mr)
     return MemorizationResult(pattern, canaries[0].fmt.size, lines,
-                              tuple(sorted(set(int(r) for r in insertions))), models, beam,
+                              tuple(sorted(set(int(r) for r in insertions))), results, beam,
                               n_writers)
 
 
