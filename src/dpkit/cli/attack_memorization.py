@@ -88,7 +88,7 @@ def attack_memorization(*, epsilons: Sequence[float] = (8.0, 3.0, 1.0), baseline
               show_default=True, help="Privacy unit of the DP models: one line (record), one "
               "writer with all its lines, a canary's copies included (user), or both.")
 @click.option("--writers", type=int, default=None,
-              help="Writers the corpus lines are dealt to (default lines // 4).")
+              help="Writers the corpus lines are dealt to (default lines // 2).")
 @click.option("--insertions", default="0,1,4,16,64", show_default=True,
               help="Comma-separated times each canary is inserted (0: control).")
 @click.option("--repeats", default=2, show_default=True, help="Canaries per insertion count.")

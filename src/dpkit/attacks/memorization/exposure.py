@@ -115,12 +115,12 @@ class _Levels:
         logits = self.out(torch.tanh(pre))
         return torch.log_softmax(logits, -1).numpy() / _LN2
 
-    def _digits(self, slots: list[int], idx: np.ndarray) -> torch.Tensor | float:
+    def _digits(self, slots: list[int], idx: np.ndarray) -> torch.Tensor:
         """The digit slots' share of the hidden input; the window holds the newest
         ``len(slots)`` digits, i.e. ``idx mod 10^len(slots)``."""
         m = len(slots)
-        if m == 0:
-            return 0.0
+        if m == 0:  # no digit in the window (yet, or any more): every node has the same input
+            return torch.zeros(len(idx), len(self.bias), dtype=self.bias.dtype)
         low = idx % 10**m
         rows = [self.tables[k][self.digit_tokens] for k in slots]  # (10, H) each, oldest first
         if len(idx) * m < 10**m:  # few nodes (a pruned level): gather per slot
