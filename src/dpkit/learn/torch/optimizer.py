@@ -13,7 +13,9 @@ The division and the optimizer's update are post-processing.
 User level (the loader samples whole units): ``clip_C'`` applies to ``Σ_{i∈u} ∇ℓ_i``, one term
 per sampled unit ``u``, so under add/remove-one-unit neighbours the same argument gives the same
 event, ``q`` the units' rate; the divisor stays ``q n`` (``n`` the examples kept), the expected
-number of examples, so a mean loss keeps its scale. Floating-point error in forming the
+number of examples, so a mean loss keeps its scale. Dividing by ``q n`` treats ``n`` as public
+(as every DP-SGD library does); where it is not (a curator's read), ``expected_batch_size``
+gives a public divisor instead. Floating-point error in forming the
 float32 sum is not covered (as in every DP-SGD library; it is ~1e-7 relative).
 
 Memory: two buffers live across steps, the float32 clipped sum (which becomes the gradients,
@@ -60,7 +62,7 @@ class DPOptimizer(torch.optim.Optimizer):
     def __init__(self, original: torch.optim.Optimizer, *, taps: list[LayerTap],
                  loader: PoissonLoader, noise_multiplier: float, max_grad_norm: float,
                  loss_reduction: str, exact_noise: bool, source: noise.Source | None,
-                 max_steps: int | None) -> None:
+                 max_steps: int | None, expected_batch_size: float | None = None) -> None:
         super().__init__(original.param_groups, original.defaults)
         self.original = original
         self.param_groups = original.param_groups
@@ -73,6 +75,7 @@ class DPOptimizer(torch.optim.Optimizer):
         self.exact_noise = exact_noise
         self.source = source
         self.max_steps = max_steps
+        self.expected_batch_size = expected_batch_size  # the divisor; None: q n
         self.steps = 0
         self._seen = loader.batches_out
         self.params = [p for t in taps for _, p in t.params()]
@@ -247,7 +250,9 @@ class DPOptimizer(torch.optim.Optimizer):
         # intra-op threads still spinning from them (10-50x slower on 2 busy cores).
         if self._scratch is None:
             self._scratch = np.empty(min(_CHUNK, self.dim), dtype=np.float64)
-        denom = scale * self.loader.sample_rate * self.loader.n
+        expected = self.loader.sample_rate * self.loader.n if self.expected_batch_size is None \
+            else self.expected_batch_size
+        denom = scale * expected
         f, z = flat.numpy(), zt.numpy()
         for lo in range(0, self.dim, _CHUNK):
             hi = min(lo + _CHUNK, self.dim)

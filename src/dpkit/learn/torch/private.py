@@ -171,7 +171,8 @@ def make_private(module: nn.Module, optimizer: torch.optim.Optimizer, data_loade
                  loss_reduction: str = "mean", fallback: str | None = "vmap",
                  noise_kind: str = "float", source: noise.Source | None = None,
                  units: Any = None, max_examples_per_unit: int | None = None,
-                 allow_empty: bool = False) -> PrivateTraining:
+                 allow_empty: bool = False,
+                 expected_batch_size: float | None = None) -> PrivateTraining:
     """Make ``module``'s training with ``optimizer`` on ``data_loader`` DP-SGD.
 
     (ε, δ)-DP for add/remove-one-example neighbours, or add/remove-one-unit neighbours with
@@ -196,7 +197,9 @@ def make_private(module: nn.Module, optimizer: torch.optim.Optimizer, data_loade
     (the guarantee does not need the cap: the unit's sum is clipped whatever its size).
     ``target_delta`` must then be below 1/(number of units). ``allow_empty``: accept a dataset
     of zero examples (every step then releases noise alone), for data whose size is itself
-    private, so that its emptiness must not decide a refusal.
+    private, so that its emptiness must not decide a refusal. ``expected_batch_size``: the
+    divisor of the noisy sum (default ``q n``, which treats ``n`` as public, as every DP-SGD
+    library does); pass a public number when ``n`` is private.
 
     >>> import torch, dpkit.noise
     >>> from torch.utils.data import DataLoader, TensorDataset
@@ -233,6 +236,10 @@ def make_private(module: nn.Module, optimizer: torch.optim.Optimizer, data_loade
                    max(n if n_units is None else n_units, 1), budget,
                    "examples" if n_units is None else "units")
     _check_choices(loss_reduction, noise_kind, fallback)
+    if expected_batch_size is not None and not (math.isfinite(expected_batch_size)
+                                                and expected_batch_size > 0):
+        raise ValueError(f"expected_batch_size must be a finite number > 0 (got "
+                         f"{expected_batch_size!r})")
     if isinstance(dataset, TensorDataset):
         check_finite(list(dataset.tensors), "the dataset")
     q = 1.0 / steps_per_epoch
@@ -258,7 +265,8 @@ def make_private(module: nn.Module, optimizer: torch.optim.Optimizer, data_loade
     opt = DPOptimizer(optimizer, taps=taps, loader=loader, noise_multiplier=noise_multiplier,
                       max_grad_norm=max_grad_norm, loss_reduction=loss_reduction,
                       exact_noise=noise_kind == "exact", source=source,
-                      max_steps=total if budget is not None else None)
+                      max_steps=total if budget is not None else None,
+                      expected_batch_size=expected_batch_size)
     return PrivateTraining(module, opt, loader, float(noise_multiplier), float(max_grad_norm),
                            q, taps, plan)
 
