@@ -43,6 +43,9 @@ def _models() -> dict[str, tuple[nn.Module, Tensor]]:
     torch.manual_seed(0)
     return {
         "linear": (nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3)), torch.randn(B, 5)),
+        # wide enough that the per-unit norm takes the ghost path (Gram blocks of the unit)
+        "linear_wide": (nn.Sequential(nn.Linear(40, 40), nn.Tanh(), nn.Linear(40, 3)),
+                        torch.randn(B, 40)),
         "linear_seq": (nn.Sequential(nn.Linear(5, 6), nn.Tanh(), nn.Linear(6, 3), Pool()),
                        torch.randn(B, 4, 5)),
         "linear_seq_ghost": (nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 3), Pool()),
@@ -100,6 +103,18 @@ def test_per_unit_clipped_sum_matches_brute_force_autograd(kind: str, C: float) 
     ref = _brute_force(copy.deepcopy(model), x, y, IDS, C * (1 - 1e-6))
     got = _clipped(_private(model, C), x, y, IDS)
     torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5 * C)
+
+
+@pytest.mark.parametrize("kind", ["linear", "linear_wide", "conv", "embedding_layernorm"])
+def test_a_large_unit_and_singletons_match_brute_force(kind: str) -> None:
+    """A unit of 21 examples (padded to 32) beside singletons: correct for large units too."""
+    model, x = _models()[kind]
+    xs = torch.cat([x, x, x[:6]])[:24]
+    ys = torch.arange(24) % 3
+    ids = torch.tensor([0] * 21 + [1, 2, 3])
+    ref = _brute_force(copy.deepcopy(model), xs, ys, ids, 0.5 * (1 - 1e-6))
+    got = _clipped(_private(model, 0.5), xs, ys, ids)
+    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("kind", ["linear", "linear_seq", "conv", "embedding_layernorm",
