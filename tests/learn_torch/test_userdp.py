@@ -35,8 +35,10 @@ class Pool(nn.Module):
 
 
 B = 9
-# units of sizes 3, 2, 1, 1, 2 in a scattered order: buckets of padded size 4, 2 and 1
+# units of sizes 3, 2, 1, 1, 2 in a scattered order: buckets of sizes (2, 4], 2 and 1
 IDS = torch.tensor([7, 7, 0, 3, 7, 0, 12, 4, 4])
+# three units of 3 in a row, as the loader hands them out: the free-reshape path
+IDS_IN_A_ROW = torch.arange(B) // 3
 
 
 def _models() -> dict[str, tuple[nn.Module, Tensor]]:
@@ -97,11 +99,15 @@ def _clipped(tr, x: Tensor, y: Tensor, ids) -> Tensor:  # type: ignore[no-untype
 
 @pytest.mark.parametrize("kind", list(_models()))
 @pytest.mark.parametrize("C", [0.05, 100.0])  # most units clipped / none clipped
-def test_per_unit_clipped_sum_matches_brute_force_autograd(kind: str, C: float) -> None:
+@pytest.mark.parametrize("in_a_row", [False, True])
+def test_per_unit_clipped_sum_matches_brute_force_autograd(kind: str, C: float,
+                                                           in_a_row: bool) -> None:
     model, x = _models()[kind]
     y = torch.arange(B) % 3
-    ref = _brute_force(copy.deepcopy(model), x, y, IDS, C * (1 - 1e-6))
-    got = _clipped(_private(model, C), x, y, IDS)
+    ids = IDS_IN_A_ROW if in_a_row else IDS
+    assert (BatchUnits(ids, B).buckets[0][1] is None) == in_a_row
+    ref = _brute_force(copy.deepcopy(model), x, y, ids, C * (1 - 1e-6))
+    got = _clipped(_private(model, C), x, y, ids)
     torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5 * C)
 
 
@@ -183,7 +189,7 @@ def test_batch_units_segments_and_buckets() -> None:
     sums = bu.segment_sum(x[:, 0, 0])
     assert sums.tolist() == [2 + 5, 3, 7 + 8, 0 + 1 + 4, 6]  # units 0, 3, 4, 7, 12
     parts = bu.grouped(x)
-    assert sorted(p.shape[1] for p in parts) == [1, 2, 4]
+    assert sorted(p.shape[1] for p in parts) == [1, 2, 3]  # padded to the largest in (s/2, s]
     assert bu.scatter([p.sum((1, 2)) for p in parts]).tolist() == sums.tolist()
 
 

@@ -120,17 +120,28 @@ def _ghost_or_full(a: Tensor, g: Tensor) -> Tensor:
     return torch.bmm(g.transpose(1, 2), a).pow(2).sum((1, 2))
 
 
-def _unit_ghost(a: Tensor, g: Tensor, units: BatchUnits) -> Tensor:
-    """``||Σ_{i∈u} Σ_t g_{i,t} a_{i,t}ᵀ||²_F`` per unit: a unit's rows are one longer sequence,
-    so the ghost norm with its within-unit Gram blocks (or the per-unit product, if cheaper)."""
-    parts = [_ghost_or_full(ua, ug)
-             for ua, ug in zip(units.grouped(a), units.grouped(g), strict=True)]
+def _unit_norms(a: Tensor, g: Tensor, units: BatchUnits, weight: bool, bias: bool) -> Tensor:
+    """``||Σ_{i∈u} Σ_t g_{i,t} a_{i,t}ᵀ||²_F`` (if ``weight``) plus ``||Σ_{i∈u} Σ_t g_{i,t}||²``
+    (if ``bias``) per unit, a (B, T, da), g (B, T, dg). A unit's rows are one longer sequence:
+    the ghost norm with its within-unit Gram blocks, or the per-unit product if cheaper; the
+    bias term is the sum of the g Gram block (or of the unit's summed g)."""
+    parts = []
+    for ua, ug in zip(units.grouped(a), units.grouped(g), strict=True):
+        rows, da, dg = ua.shape[1], ua.shape[2], ug.shape[2]
+        out = torch.zeros(ua.shape[0], dtype=ug.dtype)
+        if rows * rows * (da + dg) <= rows * da * dg:
+            gram = torch.bmm(ug, ug.transpose(1, 2))
+            if weight:
+                out = out + (torch.bmm(ua, ua.transpose(1, 2)) * gram).sum((1, 2))
+            if bias:
+                out = out + gram.sum((1, 2))
+        else:
+            if weight:
+                out = out + torch.bmm(ug.transpose(1, 2), ua).pow(2).sum((1, 2))
+            if bias:
+                out = out + ug.sum(1).pow(2).sum(1)
+        parts.append(out)
     return units.scatter(parts)
-
-
-def _unit_bias(g: Tensor, units: BatchUnits) -> Tensor:
-    """``||Σ_{i∈u} Σ_t g_{i,t}||²`` per unit, g (B, T, d)."""
-    return units.segment_sum(g.sum(1)).pow(2).sum(1)
 
 
 class _TapLinearFn(torch.autograd.Function):
@@ -181,10 +192,8 @@ class LinearRule(Rule):
         if a.dim() == 2:
             a, g = a[:, None], g[:, None]
         m = tap.module
-        out = _unit_ghost(a, g, units) if m.weight.requires_grad else torch.zeros(units.count)
-        if m.bias is not None and m.bias.requires_grad:
-            out = out + _unit_bias(g, units)
-        return out
+        return _unit_norms(a, g, units, bool(m.weight.requires_grad),
+                           m.bias is not None and bool(m.bias.requires_grad))
 
     def clipped_sum(self, tap: LayerTap, c: Tensor) -> dict[str, Tensor]:
         out = {n: torch.empty_like(p) for n, p in tap.params()}
@@ -250,10 +259,7 @@ class Conv2dRule(Rule):
 
     def sq_norms_units(self, tap: LayerTap, units: BatchUnits) -> Tensor:
         a, g = self._ag(tap)
-        out = _unit_ghost(a, g, units)
-        if tap.module.bias is not None:
-            out = out + _unit_bias(g, units)
-        return out
+        return _unit_norms(a, g, units, True, tap.module.bias is not None)
 
     def clipped_sum(self, tap: LayerTap, c: Tensor) -> dict[str, Tensor]:
         a, g = self._ag(tap)
