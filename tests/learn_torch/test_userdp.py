@@ -34,6 +34,25 @@ class Pool(nn.Module):
         return x.mean(1)
 
 
+class First(nn.Module):
+    """An RNN's output sequence, without h_n."""
+
+    def forward(self, out: tuple[Tensor, Tensor]) -> Tensor:
+        return out[0]
+
+
+class LastState(nn.Module):
+    """A char model that reads the GRU's h_n: refused (only the first output is tapped)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb, self.rnn, self.out = nn.Embedding(6, 4), nn.GRU(4, 5, batch_first=True), \
+            nn.Linear(5, 3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.out(self.rnn(self.emb(x))[1][0])
+
+
 B = 9
 # units of sizes 3, 2, 1, 1, 2 in a scattered order: buckets of sizes (2, 4], 2 and 1
 IDS = torch.tensor([7, 7, 0, 3, 7, 0, 12, 4, 4])
@@ -61,6 +80,9 @@ def _models() -> dict[str, tuple[nn.Module, Tensor]]:
                                 torch.randint(0, 6, (B, 5))),
         "fallback": (nn.Sequential(nn.Linear(5, 4), Scale(4), nn.Linear(4, 3)),
                      torch.randn(B, 5)),
+        # a GRU: vmap cannot batch its kernel, so one vjp per example / unit in a loop
+        "gru": (nn.Sequential(nn.Embedding(6, 4), nn.GRU(4, 5, batch_first=True), First(),
+                              Pool(), nn.Linear(5, 3)), torch.randint(0, 6, (B, 5))),
     }
 
 
@@ -235,6 +257,14 @@ def test_units_none_is_unchanged_and_singleton_units_are_example_level() -> None
     # the same clipping, so the same model up to float rounding
     torch.testing.assert_close(_train(np.arange(64)), base, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(_train(np.arange(64) // 4), base)  # real units do change it
+
+
+def test_a_loss_through_an_rnns_h_n_is_refused() -> None:
+    tr = _private(LastState(), 1.0)
+    x = torch.randint(0, 6, (4, 5))
+    nn.functional.cross_entropy(tr.module(x), torch.zeros(4, dtype=torch.long)).backward()
+    with pytest.raises(ValueError, match="other than its first"):
+        tr.optimizer.clipped_sums(4, torch.arange(4) // 2)
 
 
 @pytest.mark.parametrize(("units", "match"), [

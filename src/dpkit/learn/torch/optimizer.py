@@ -39,7 +39,7 @@ from torch import Tensor
 
 from dpkit import noise
 
-from .layers import LayerTap
+from .layers import LayerTap, UnsupportedLayer
 from .loader import PoissonLoader
 from .units import BatchUnits
 
@@ -142,6 +142,12 @@ class DPOptimizer(torch.optim.Optimizer):
         if self._flat is None:
             self._flat = torch.empty(self.dim, dtype=torch.float32)
         flat = self._flat
+        for t in self.taps:  # flagged by the forward hook (private.py): refuse, never miss it
+            if t.cache.get("other_output_used"):
+                raise UnsupportedLayer(
+                    f"{t.name}: the loss uses an output of this module other than its first "
+                    "(e.g. an RNN's h_n); only the first output of a module returning a tuple "
+                    "is supported (read the state from the output sequence instead)")
         live = [t for t in self.taps if t.records]
         for t in live:
             for _, g in t.records:

@@ -97,6 +97,11 @@ class PrivateTraining:
 
 
 def _hook_forward(tap: LayerTap, module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
+    # a module returning a tuple (an RNN's (output, h_n)) is tapped on its first output; a
+    # gradient reaching another output would be missed, so it is flagged and refused at step()
+    rest: list[Any] = []
+    if isinstance(out, tuple | list) and out:
+        out, rest = out[0], list(out[1:])
     if tap.paused or not isinstance(out, torch.Tensor) or not out.requires_grad:
         return
     x = args[0].detach() if isinstance(args[0], torch.Tensor) else args[0]
@@ -104,7 +109,13 @@ def _hook_forward(tap: LayerTap, module: nn.Module, args: tuple[Any, ...], out: 
     def keep(g: torch.Tensor) -> None:
         tap.records.append((x, g.detach()))
 
+    def flag(g: torch.Tensor) -> None:
+        tap.cache["other_output_used"] = True
+
     out.register_hook(keep)
+    for r in rest:
+        if isinstance(r, torch.Tensor) and r.requires_grad:
+            r.register_hook(flag)
 
 
 def attach(module: nn.Module, fallback: bool) -> list[LayerTap]:
