@@ -83,6 +83,8 @@ def _models() -> dict[str, tuple[nn.Module, Tensor]]:
         # a GRU: vmap cannot batch its kernel, so one vjp per example / unit in a loop
         "gru": (nn.Sequential(nn.Embedding(6, 4), nn.GRU(4, 5, batch_first=True), First(),
                               Pool(), nn.Linear(5, 3)), torch.randint(0, 6, (B, 5))),
+        "lstm": (nn.Sequential(nn.LSTM(3, 4, batch_first=True), First(), Pool(), nn.Linear(4, 3)),
+                 torch.randn(B, 5, 3)),
     }
 
 

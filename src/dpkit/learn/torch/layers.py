@@ -374,7 +374,10 @@ class VmapRule(Rule):
 
         tap.paused = True  # dpkit's own re-runs of the module record nothing
         try:
-            return vjp(f, params)[1](g)[0]  # type: ignore[no-any-return]
+            # grad mode on: the clipping runs under no_grad, and some kernels (oneDNN's LSTM)
+            # keep the workspace their backward needs only when grad mode is on
+            with torch.enable_grad():
+                return vjp(f, params)[1](g)[0]  # type: ignore[no-any-return]
         finally:
             tap.paused = False
 
@@ -396,6 +399,10 @@ class VmapRule(Rule):
         return got  # type: ignore[no-any-return]
 
     def _batched(self, tap: LayerTap) -> bool:
+        if isinstance(tap.module, nn.RNNBase):
+            # vmap has no batching rule for the fused RNN kernels: it errs (GRU) or loops
+            # internally with a warning (LSTM); the explicit loop is as fast, and per unit faster
+            return False
         try:
             self.per_example(tap)
         except RuntimeError:
