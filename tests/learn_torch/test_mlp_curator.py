@@ -99,3 +99,20 @@ def test_fit_with_units_directly() -> None:
         MLPClassifier(epochs=1, delta=1e-4).fit(X, y, units=np.r_[units[:-1], -1])
     with pytest.raises(ValueError, match="units"):  # δ checked against the 300 units
         MLPClassifier(epochs=1, delta=1e-2).fit(X, y, units=units)
+
+
+def test_dpkit_fit_trains_an_mlp_from_the_command_line(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from dpkit.cli import main
+
+    path = tmp_path / "c.dpkit"
+    with Curator.create(path, epsilon=5.0, delta=1e-6, source=dp.noise.seeded(1)) as c:
+        c.add_table("u", _frame(), privacy_unit="uid", max_rows_per_unit=2,
+                    bounds={"age": (0, 100)}, domains={"sick": ["no", "yes"]})
+    res = CliRunner().invoke(main, ["fit", str(path), "SELECT age FROM u", "--label", "sick",
+                                    "--model", "mlp", "--epsilon", "1", "--param", "epochs=2",
+                                    "--param", "sample_rate=0.1", "--param", "batch_size=60",
+                                    "--param", "random_state=0"])
+    assert res.exit_code == 0, res.output
+    assert "charged epsilon 0.99" in res.output or "charged epsilon 1" in res.output
