@@ -7,6 +7,7 @@ the answer's JSON layout, the charge and budget it reports. :func:`served_projec
 served by its own in-process app (FastAPI's TestClient, no sockets) and asked as an analyst
 with a token, so every public part of an HTTP answer is compared between D and D':
 
+* an SQL query's preview (asked first: cost, expected errors, notes) or its refusal;
 * an answer's columns, which of them are keys (``kinds``), the released keys and their order,
   the row count, and the charge and budget the service reports;
 * a refusal's status (409, 413, 422), its problem type, title and detail;
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,6 +114,13 @@ class ServedCurator:
         return self._answer(self._post("/v1/query", {
             "sql": text, "epsilon": epsilon, "delta": delta, "noise": noise,
             "weights": weights}).json())
+
+    def preview(self, text: str, *, epsilon: float, delta: float | None = None,
+                noise: str | None = None, weights: dict[str, float] | None = None) -> str:
+        """The preview's JSON, canonical (it reads no data: all of it must be public)."""
+        body = self._post("/v1/preview", {"sql": text, "epsilon": epsilon, "delta": delta,
+                                          "noise": noise, "weights": weights}).json()
+        return json.dumps(body, sort_keys=True)
 
     def cdf(self, table: str, column: str, *, where: str | None = None, epsilon: float,
             delta: float | None = None, bins: int | None = None) -> _Answer:
