@@ -56,7 +56,12 @@ from dpkit.engine import sql as dsql
 from dpkit.engine.accuracy import epsilon_for_accuracy, expected_errors, preview_of
 from dpkit.engine.backend_duckdb import drop_orphans
 from dpkit.engine.backend_spark import (
-    SPARK, SparkBackend, backend_for, check_engine, drop_spark_orphans)
+    SPARK,
+    SparkBackend,
+    backend_for,
+    check_engine,
+    drop_spark_orphans,
+)
 from dpkit.engine.charge import charged_read, quote
 from dpkit.engine.ledger import Entry, Ledger
 from dpkit.engine.load import (
