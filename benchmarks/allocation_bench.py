@@ -4,9 +4,9 @@
 
 n = 1,000 unit-demand buyers, k = 10 goods, values U[0, 1] (seeded), delta = 1e-6, neighbours:
 add/remove one buyer ((eps, delta)-joint DP). OPT is the exact welfare optimum (scipy's
-assignment solver). Rows: dpkit's `allocate` with the default margin ("auto": 2 SDs of the
-averaged demand noise held back per good), dpkit without a margin, and plain noisy tatonnement
-(fixed steps, last prices) under the same privacy. "welfare" counts every assigned buyer (an
+assignment solver). Rows: dpkit's `allocate` with the default margin ("auto": 0.75 SD of the
+main phase's averaged demand noise held back per good), dpkit without a margin, and plain noisy
+tatonnement (equal noise per round, fixed steps, last prices) under the same accounting. "welfare" counts every assigned buyer (an
 over-sold copy included); "feasible" keeps each over-sold good's best `supply` buyers.
 Writes benchmarks/results/allocation.json (and docs/img/markets_allocation.png with --plot).
 """
@@ -45,7 +45,9 @@ def run(supply: int, eps: float, runs: int, n: int = 1000, k: int = 10) -> list[
              "welfare": round(float(np.mean(d["w"])), 4),
              "feasible_welfare": round(float(np.mean(d["f"])), 4),
              "feasible_min": round(float(np.min(d["f"])), 4),
+             "feasible_max": round(float(np.max(d["f"])), 4),
              "over_allocation": round(float(np.mean(d["o"])), 4),
+             "over_allocation_min": round(float(np.min(d["o"])), 4),
              "over_allocation_max": round(float(np.max(d["o"])), 4)} for m, d in out.items()]
 
 
