@@ -155,9 +155,10 @@ class Allocation:
     held_back: float = 0.0  # copies per good held back against the noise (the margin)
     noise_sd: float = 0.0  # SD of the averaged demand noise per good, buyers (public)
     # the public billboard, all (ε, δ)-DP: the prices of each round and the noisy counts of
-    # demand released at them (rounds x k), the level search's noisy totals
+    # demand released at them (rounds x k), the level search's prices and noisy totals
     path: np.ndarray | None = None
     counts: np.ndarray | None = None
+    level_prices: np.ndarray | None = None
     level_totals: np.ndarray | None = None
 
     @property
@@ -216,16 +217,16 @@ def feasible_welfare(values: np.ndarray, assignment: np.ndarray, supply: np.ndar
 
 
 def _level(v: np.ndarray, goal: float, plan: NoisePlan,
-           source: _noise.Source | None) -> tuple[float, np.ndarray]:
+           source: _noise.Source | None) -> tuple[float, np.ndarray, np.ndarray]:
     """Bisection on one price for all goods: the noisy total demand against ``goal``."""
     lo, hi = 0.0, 1.0
-    totals = np.zeros(plan.level_steps)
+    mids, totals = np.zeros(plan.level_steps), np.zeros(plan.level_steps)
     for i in range(plan.level_steps):
-        mid = 0.5 * (lo + hi)
-        totals[i] = _demand(v, np.full(v.shape[1], mid)).sum() + _noise.discrete_gaussian(
+        mids[i] = 0.5 * (lo + hi)
+        totals[i] = _demand(v, np.full(v.shape[1], mids[i])).sum() + _noise.discrete_gaussian(
             plan.level_sigma2, 1, source=source)[0]
-        lo, hi = (mid, hi) if totals[i] > goal else (lo, mid)
-    return 0.5 * (lo + hi), totals
+        lo, hi = (mids[i], hi) if totals[i] > goal else (lo, mids[i])
+    return 0.5 * (lo + hi), mids, totals
 
 
 def _descend(v: np.ndarray, start: np.ndarray, target: np.ndarray, plan: NoisePlan, step: float,
@@ -276,7 +277,8 @@ def allocate(values: Any, supply: Any, *, epsilon: float, delta: float,
     plan = noise_plan(float(epsilon), float(delta), rounds, method)
     held = np.zeros(len(s)) if plain else _held_back(margin, s, plan.noise_sd)
     target = s.astype(np.float64) - held
-    level, totals = (0.0, np.zeros(0)) if plain else _level(v, float(target.sum()), plan, source)
+    level, mids, totals = ((0.0, np.zeros(0), np.zeros(0)) if plain
+                           else _level(v, float(target.sum()), plan, source))
     final, path, counts = _descend(v, np.full(len(s), level), target, plan, float(step), source)
     assignment = best_responses(v, final)
     got = np.bincount(assignment + 1, minlength=v.shape[1] + 1)[1:]
@@ -288,7 +290,7 @@ def allocate(values: Any, supply: Any, *, epsilon: float, delta: float,
                       held_back=float(np.max(held)), noise_sd=plan.noise_sd,
                       epsilon=plan.epsilon, delta=float(delta), event=plan.event,
                       rounds=rounds, method=method, insecure=bool(src.insecure), path=path,
-                      counts=counts, level_totals=totals)
+                      counts=counts, level_prices=mids, level_totals=totals)
 
 
 def _held_back(margin: float | str, supply: np.ndarray, noise_sd: float) -> np.ndarray:
