@@ -126,8 +126,10 @@ def noise_plan(epsilon: float, delta: float, rounds: int, method: str = "dpkit")
         return ev.Composed(tuple(ev.SelfComposed(ev.DiscreteGaussian(m * b, 1), c)
                                  for (c, _), b in zip(phases, base, strict=True) if c))
 
-    m = min(1.0, calibrate(family, target_epsilon=epsilon, delta=delta, rtol=1e-3,
-                           lower=1e-3, upper=1e3))
+    # m = 1 meets the target by the zCDP bound (valid for discrete Gaussians), so the search
+    # only looks below it; whatever it returns has been checked by the accountant
+    m = min(1.0, calibrate(family, target_epsilon=epsilon, delta=delta, rtol=5e-3,
+                           lower=0.25, upper=1.0))
     event = family(m)
     return NoisePlan(method=method, level_steps=phases[0][0], level_sigma2=m * base[0],
                      warm_rounds=phases[1][0], warm_sigma2=m * base[1],
@@ -274,6 +276,7 @@ def allocate(values: Any, supply: Any, *, epsilon: float, delta: float,
     step = (0.5 if plain else 0.1) if step is None else step
     if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 < step <= 10:
         raise ValueError(f"step must be a number in (0, 10] (got {step!r})")
+    _held_back(margin, s, 0.0)  # refuse a bad margin before the (slow) calibration
     plan = noise_plan(float(epsilon), float(delta), rounds, method)
     held = np.zeros(len(s)) if plain else _held_back(margin, s, plan.noise_sd)
     target = s.astype(np.float64) - held
