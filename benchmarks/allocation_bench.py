@@ -32,7 +32,8 @@ METHODS = {"dpkit": dict(method="dpkit"), "dpkit, no margin": dict(method="dpkit
 
 
 def run(supply: int, eps: float, runs: int, n: int = 1000, k: int = 10) -> list[dict]:
-    out: dict[str, dict[str, list[float]]] = {m: {"w": [], "f": [], "o": []} for m in METHODS}
+    out: dict[str, dict[str, list[float]]] = {m: {"w": [], "f": [], "o": [], "g": []}
+                                              for m in METHODS}
     for r in range(runs):
         values = noise.uniform_float01((n, k), source=noise.seeded(r))
         opt, _ = welfare_optimum(values, supply)
@@ -42,6 +43,8 @@ def run(supply: int, eps: float, runs: int, n: int = 1000, k: int = 10) -> list[
             out[name]["w"].append(a.welfare / opt)
             out[name]["f"].append(a.feasible_welfare / opt)
             out[name]["o"].append(a.over_allocation_share)
+            got = np.bincount(a.assignment + 1, minlength=k + 1)[1:]
+            out[name]["g"].append(float(np.mean(got > supply)))  # goods sold beyond supply
     return [{"supply": supply, "epsilon": eps, "method": m, "runs": runs,
              "welfare": round(float(np.mean(d["w"])), 4),
              "feasible_welfare": round(float(np.mean(d["f"])), 4),
@@ -49,7 +52,8 @@ def run(supply: int, eps: float, runs: int, n: int = 1000, k: int = 10) -> list[
              "feasible_max": round(float(np.max(d["f"])), 4),
              "over_allocation": round(float(np.mean(d["o"])), 4),
              "over_allocation_min": round(float(np.min(d["o"])), 4),
-             "over_allocation_max": round(float(np.max(d["o"])), 4)} for m, d in out.items()]
+             "over_allocation_max": round(float(np.max(d["o"])), 4),
+             "goods_over_supply": round(float(np.mean(d["g"])), 4)} for m, d in out.items()]
 
 
 def plot(rows: list[dict], path: Path) -> None:
