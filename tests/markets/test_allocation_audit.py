@@ -5,8 +5,9 @@ Clopper-Pearson intervals at confidence 1 - 1e-4: a correct mechanism stays unde
 at the claimed δ and under the accountant's privacy profile ε(δ_a) at δ_a = 0.2 and 0.3 (the
 false-failure probability of each test is <= 1e-4). The claim here is ε = 8 on a tiny market
 (20 buyers, 2 goods, 4 rounds) so that 300 runs a side have power: with the noise halved the
-certified bound exceeds the profile (2.04 and 1.84 against 1.70 and 1.16 at delta_a = 0.2, 0.3, measured), and with the noise
-removed it exceeds it by far; the parametrised check shows both, so the test can fail.
+certified bound exceeds the profile (measured 2.04 and 1.84 against 1.70 and 1.16 at
+δ_a = 0.2 and 0.3), and with the noise removed by more; the parametrised check shows both, so
+the test can fail.
 """
 
 from __future__ import annotations
