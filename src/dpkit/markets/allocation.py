@@ -13,7 +13,9 @@ most one good per round, so every released count vector has L2 (and L1) sensitiv
 release adds exact discrete Gaussian noise, and the releases compose adaptively (each round's
 prices are computed from the earlier releases only). The noise of all releases is calibrated
 together so that dpkit's privacy-loss-distribution accountant gives ``ε(δ) <= epsilon`` for the
-whole composition (``Allocation.event``; the zCDP bound of CKS 2020 Thm. 14 is looser). The
+whole composition (``Allocation.event``; the zCDP bound of CKS 2020 Thm. 14 is looser). Adding
+a buyer moves one coordinate of a count vector by exactly 1 (or none), so each release's privacy
+loss is that of the one-dimensional discrete Gaussian, which the accountant composes. The
 prices and every released count (``Allocation.path``, ``.counts``) are post-processing of
 those releases: (ε, δ)-DP. Each buyer's good is a function of the public prices and her own
 values only, so by the billboard lemma (Hsu et al. 2014, Lemma 4) the allocation is
