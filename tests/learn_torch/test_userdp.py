@@ -294,5 +294,6 @@ def test_unit_level_numbers_are_checked() -> None:
         make_private(net, torch.optim.SGD(net.parameters(), lr=0.1),
                      DataLoader(TensorDataset(x, x), batch_size=2), max_grad_norm=1.0,
                      target_epsilon=1.0, target_delta=0.3, epochs=1, units=np.arange(20) // 5)
-    ok = _private(net, 1.0, units=np.array([f"user{i // 2}" for i in range(20)]))
-    assert ok.units is not None and ok.units.n_units == 10
+    ok = _private(net, 1.0, units=np.array([f"user{i // 2}" for i in range(20)]),
+                  max_examples_per_unit=np.int64(1))  # a numpy int is an int
+    assert ok.units is not None and ok.units.n_units == 10 and ok.units.n_examples == 10

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -296,7 +297,7 @@ def _units_of(data_loader: Any, units: Any, max_examples_per_unit: int | None,
     """The checked unit codes of ``units=``, or the plan of a user-level PoissonLoader."""
     own = data_loader.units if isinstance(data_loader, PoissonLoader) else None
     m = max_examples_per_unit
-    if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+    if m is not None and (isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 1):
         raise ValueError(f"max_examples_per_unit must be None or an int >= 1 (got {m!r})")
     if units is None:
         if m is not None and own is None:
