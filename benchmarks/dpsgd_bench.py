@@ -3,6 +3,7 @@
     PYTHONPATH=src python benchmarks/dpsgd_bench.py            # speed, memory, epsilon
     PYTHONPATH=src python benchmarks/dpsgd_bench.py --accuracy # + MNIST-5k MLPClassifier (slow)
     PYTHONPATH=src python benchmarks/dpsgd_bench.py --fedavg   # DP-FedAvg on MNIST-5k only
+    PYTHONPATH=src python benchmarks/dpsgd_bench.py --units --steps 4  # user level vs example
 
 Speed: a 784-1000-1000-10 ReLU MLP, SGD, expected batch 1024, CPU, torch threads = 2. Each
 variant runs in its own fresh process (so peak RSS is its own), Opacus in its venv
@@ -31,6 +32,7 @@ OPACUS_PY = next((p for p in [HERE / ".venvs" / "opacus" / "bin" / "python",
                               / "python"] if p.exists()), None)
 N, BATCH, DIMS = 8192, 1024, (784, 1000, 1000, 10)
 SIGMA, C = 1.0, 1.0
+UNIT = 4  # examples per privacy unit in the user-level timing (--units)
 
 
 def _net():  # type: ignore[no-untyped-def]
@@ -109,13 +111,16 @@ def _variant(kind: str):  # type: ignore[no-untyped-def]
     ce = torch.nn.functional.cross_entropy
     if kind == "nonprivate":
         return loader, model, opt, ce, None
-    if kind in ("dpkit", "dpkit_no_noise"):
+    if kind.startswith("dpkit"):
+        import numpy as np
+
         from dpkit.learn.torch import make_private
 
-        tr = make_private(model, opt, loader, max_grad_norm=C, noise_multiplier=SIGMA)
-        if kind == "dpkit_no_noise":  # clipping overhead alone: a zero noise vector
-            import numpy as np
-
+        # user level: units of UNIT consecutive examples, sampled whole (same expected batch)
+        units = np.arange(N) // UNIT if "units" in kind else None
+        tr = make_private(model, opt, loader, max_grad_norm=C, noise_multiplier=SIGMA,
+                          units=units)
+        if kind.endswith("no_noise"):  # clipping overhead alone: a zero noise vector
             zeros = np.zeros(tr.optimizer.dim)  # one buffer, as the noise itself
             tr.optimizer._next_noise = lambda: zeros  # type: ignore[method-assign]
         return tr.data_loader, tr.module, tr.optimizer, ce, lambda: tr.optimizer.last_noise_s
@@ -165,13 +170,14 @@ def _block(setup: tuple, it: list, steps: int, k: str) -> tuple[float, float]:  
     return total / steps, (time.process_time() - cpu) / steps
 
 
-def interleaved(rounds: int, hooks_rounds: int, block: int = 3) -> dict:
+def interleaved(rounds: int, hooks_rounds: int, block: int = 3,
+                kinds: list[str] | None = None) -> dict:
     """All variants in ONE process, a block of ``block`` steps of each in turn per round:
     same-time ratios (the machine is shared, so only same-round ratios mean much)."""
     import torch
 
     torch.set_num_threads(2)
-    kinds = ["nonprivate", "dpkit", "dpkit_no_noise", "opacus_ghost", "opacus_hooks"]
+    kinds = kinds or ["nonprivate", "dpkit", "dpkit_no_noise", "opacus_ghost", "opacus_hooks"]
     setups = {k: _variant(k) for k in kinds}
     iters = {k: [iter(v[0])] for k, v in setups.items()}
     times: dict[str, list[float]] = {k: [] for k in kinds}
@@ -353,6 +359,23 @@ def fed() -> None:
                   f"epsilon {r.epsilon(1e-5):.3f}", flush=True)
 
 
+def user_level(rounds: int) -> None:
+    """User-level step (units of UNIT examples, per-unit clipping) against the example-level
+    one and the non-private step, interleaved in one process; per-round ratios."""
+    kinds = ["nonprivate", "dpkit", "dpkit_units", "dpkit_no_noise", "dpkit_units_no_noise"]
+    r = interleaved(rounds, 0, kinds=kinds)
+    for key in ("step_s", "cpu_s"):
+        t = r[key]
+        for a, b in [("dpkit_units", "dpkit"), ("dpkit_units_no_noise", "dpkit_no_noise"),
+                     ("dpkit_units", "nonprivate"), ("dpkit", "nonprivate")]:
+            ratios = [x / y for x, y in zip(t[a], t[b], strict=True)]
+            print(f"{key} {a} / {b}: median {statistics.median(ratios):.3f}x "
+                  f"(range {min(ratios):.3f}-{max(ratios):.3f}, {len(ratios)} rounds)")
+        print(f"{key} medians (s): " + ", ".join(f"{k} {statistics.median(v):.3f}"
+                                                  for k, v in t.items()))
+    print(f"load average: {os.getloadavg()}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--worker")
@@ -362,7 +385,12 @@ def main() -> None:
     ap.add_argument("--fedavg", action="store_true", help="only the DP-FedAvg accuracy runs")
     ap.add_argument("--interleaved-only", action="store_true",
                     help="only the same-process interleaved timing (3 x --steps rounds)")
+    ap.add_argument("--units", action="store_true",
+                    help="only the user-level timing (units of 4) against example level")
     a = ap.parse_args()
+    if a.units:
+        user_level(a.steps)
+        return
     if a.fedavg:
         fed()
         return

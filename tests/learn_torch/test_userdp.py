@@ -34,15 +34,39 @@ class Pool(nn.Module):
         return x.mean(1)
 
 
+class First(nn.Module):
+    """An RNN's output sequence, without h_n."""
+
+    def forward(self, out: tuple[Tensor, Tensor]) -> Tensor:
+        return out[0]
+
+
+class LastState(nn.Module):
+    """A char model that reads the GRU's h_n: refused (only the first output is tapped)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb, self.rnn, self.out = nn.Embedding(6, 4), nn.GRU(4, 5, batch_first=True), \
+            nn.Linear(5, 3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.out(self.rnn(self.emb(x))[1][0])
+
+
 B = 9
-# units of sizes 3, 2, 1, 1, 2 in a scattered order: buckets of padded size 4, 2 and 1
+# units of sizes 3, 2, 1, 1, 2 in a scattered order: buckets of sizes (2, 4], 2 and 1
 IDS = torch.tensor([7, 7, 0, 3, 7, 0, 12, 4, 4])
+# three units of 3 in a row, as the loader hands them out: the free-reshape path
+IDS_IN_A_ROW = torch.arange(B) // 3
 
 
 def _models() -> dict[str, tuple[nn.Module, Tensor]]:
     torch.manual_seed(0)
     return {
         "linear": (nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3)), torch.randn(B, 5)),
+        # wide enough that the per-unit norm takes the ghost path (Gram blocks of the unit)
+        "linear_wide": (nn.Sequential(nn.Linear(40, 40), nn.Tanh(), nn.Linear(40, 3)),
+                        torch.randn(B, 40)),
         "linear_seq": (nn.Sequential(nn.Linear(5, 6), nn.Tanh(), nn.Linear(6, 3), Pool()),
                        torch.randn(B, 4, 5)),
         "linear_seq_ghost": (nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 3), Pool()),
@@ -56,6 +80,11 @@ def _models() -> dict[str, tuple[nn.Module, Tensor]]:
                                 torch.randint(0, 6, (B, 5))),
         "fallback": (nn.Sequential(nn.Linear(5, 4), Scale(4), nn.Linear(4, 3)),
                      torch.randn(B, 5)),
+        # a GRU: vmap cannot batch its kernel, so one vjp per example / unit in a loop
+        "gru": (nn.Sequential(nn.Embedding(6, 4), nn.GRU(4, 5, batch_first=True), First(),
+                              Pool(), nn.Linear(5, 3)), torch.randint(0, 6, (B, 5))),
+        "lstm": (nn.Sequential(nn.LSTM(3, 4, batch_first=True), First(), Pool(), nn.Linear(4, 3)),
+                 torch.randn(B, 5, 3)),
     }
 
 
@@ -94,12 +123,28 @@ def _clipped(tr, x: Tensor, y: Tensor, ids) -> Tensor:  # type: ignore[no-untype
 
 @pytest.mark.parametrize("kind", list(_models()))
 @pytest.mark.parametrize("C", [0.05, 100.0])  # most units clipped / none clipped
-def test_per_unit_clipped_sum_matches_brute_force_autograd(kind: str, C: float) -> None:
+@pytest.mark.parametrize("in_a_row", [False, True])
+def test_per_unit_clipped_sum_matches_brute_force_autograd(kind: str, C: float,
+                                                           in_a_row: bool) -> None:
     model, x = _models()[kind]
     y = torch.arange(B) % 3
-    ref = _brute_force(copy.deepcopy(model), x, y, IDS, C * (1 - 1e-6))
-    got = _clipped(_private(model, C), x, y, IDS)
+    ids = IDS_IN_A_ROW if in_a_row else IDS
+    assert (BatchUnits(ids, B).buckets[0][1] is None) == in_a_row
+    ref = _brute_force(copy.deepcopy(model), x, y, ids, C * (1 - 1e-6))
+    got = _clipped(_private(model, C), x, y, ids)
     torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5 * C)
+
+
+@pytest.mark.parametrize("kind", ["linear", "linear_wide", "conv", "embedding_layernorm"])
+def test_a_large_unit_and_singletons_match_brute_force(kind: str) -> None:
+    """A unit of 21 examples (padded to 32) beside singletons: correct for large units too."""
+    model, x = _models()[kind]
+    xs = torch.cat([x, x, x[:6]])[:24]
+    ys = torch.arange(24) % 3
+    ids = torch.tensor([0] * 21 + [1, 2, 3])
+    ref = _brute_force(copy.deepcopy(model), xs, ys, ids, 0.5 * (1 - 1e-6))
+    got = _clipped(_private(model, 0.5), xs, ys, ids)
+    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("kind", ["linear", "linear_seq", "conv", "embedding_layernorm",
@@ -168,7 +213,7 @@ def test_batch_units_segments_and_buckets() -> None:
     sums = bu.segment_sum(x[:, 0, 0])
     assert sums.tolist() == [2 + 5, 3, 7 + 8, 0 + 1 + 4, 6]  # units 0, 3, 4, 7, 12
     parts = bu.grouped(x)
-    assert sorted(p.shape[1] for p in parts) == [1, 2, 4]
+    assert sorted(p.shape[1] for p in parts) == [1, 2, 3]  # padded to the largest in (s/2, s]
     assert bu.scatter([p.sum((1, 2)) for p in parts]).tolist() == sums.tolist()
 
 
@@ -216,6 +261,14 @@ def test_units_none_is_unchanged_and_singleton_units_are_example_level() -> None
     assert not torch.allclose(_train(np.arange(64) // 4), base)  # real units do change it
 
 
+def test_a_loss_through_an_rnns_h_n_is_refused() -> None:
+    tr = _private(LastState(), 1.0)
+    x = torch.randint(0, 6, (4, 5))
+    nn.functional.cross_entropy(tr.module(x), torch.zeros(4, dtype=torch.long)).backward()
+    with pytest.raises(ValueError, match="other than its first"):
+        tr.optimizer.clipped_sums(4, torch.arange(4) // 2)
+
+
 @pytest.mark.parametrize(("units", "match"), [
     (np.r_[np.arange(19), -1], "negative"),
     (np.r_[np.arange(19.0), np.nan], "NaN"),
@@ -241,5 +294,6 @@ def test_unit_level_numbers_are_checked() -> None:
         make_private(net, torch.optim.SGD(net.parameters(), lr=0.1),
                      DataLoader(TensorDataset(x, x), batch_size=2), max_grad_norm=1.0,
                      target_epsilon=1.0, target_delta=0.3, epochs=1, units=np.arange(20) // 5)
-    ok = _private(net, 1.0, units=np.array([f"user{i // 2}" for i in range(20)]))
-    assert ok.units is not None and ok.units.n_units == 10
+    ok = _private(net, 1.0, units=np.array([f"user{i // 2}" for i in range(20)]),
+                  max_examples_per_unit=np.int64(1))  # a numpy int is an int
+    assert ok.units is not None and ok.units.n_units == 10 and ok.units.n_examples == 10

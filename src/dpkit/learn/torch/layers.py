@@ -120,17 +120,28 @@ def _ghost_or_full(a: Tensor, g: Tensor) -> Tensor:
     return torch.bmm(g.transpose(1, 2), a).pow(2).sum((1, 2))
 
 
-def _unit_ghost(a: Tensor, g: Tensor, units: BatchUnits) -> Tensor:
-    """``||Σ_{i∈u} Σ_t g_{i,t} a_{i,t}ᵀ||²_F`` per unit: a unit's rows are one longer sequence,
-    so the ghost norm with its within-unit Gram blocks (or the per-unit product, if cheaper)."""
-    parts = [_ghost_or_full(ua, ug)
-             for ua, ug in zip(units.grouped(a), units.grouped(g), strict=True)]
+def _unit_norms(a: Tensor, g: Tensor, units: BatchUnits, weight: bool, bias: bool) -> Tensor:
+    """``||Σ_{i∈u} Σ_t g_{i,t} a_{i,t}ᵀ||²_F`` (if ``weight``) plus ``||Σ_{i∈u} Σ_t g_{i,t}||²``
+    (if ``bias``) per unit, a (B, T, da), g (B, T, dg). A unit's rows are one longer sequence:
+    the ghost norm with its within-unit Gram blocks, or the per-unit product if cheaper; the
+    bias term is the sum of the g Gram block (or of the unit's summed g)."""
+    parts = []
+    for ua, ug in zip(units.grouped(a), units.grouped(g), strict=True):
+        rows, da, dg = ua.shape[1], ua.shape[2], ug.shape[2]
+        out = torch.zeros(ua.shape[0], dtype=ug.dtype)
+        if rows * rows * (da + dg) <= rows * da * dg:
+            gram = torch.bmm(ug, ug.transpose(1, 2))
+            if weight:
+                out = out + (torch.bmm(ua, ua.transpose(1, 2)) * gram).sum((1, 2))
+            if bias:
+                out = out + gram.sum((1, 2))
+        else:
+            if weight:
+                out = out + torch.bmm(ug.transpose(1, 2), ua).pow(2).sum((1, 2))
+            if bias:
+                out = out + ug.sum(1).pow(2).sum(1)
+        parts.append(out)
     return units.scatter(parts)
-
-
-def _unit_bias(g: Tensor, units: BatchUnits) -> Tensor:
-    """``||Σ_{i∈u} Σ_t g_{i,t}||²`` per unit, g (B, T, d)."""
-    return units.segment_sum(g.sum(1)).pow(2).sum(1)
 
 
 class _TapLinearFn(torch.autograd.Function):
@@ -181,10 +192,8 @@ class LinearRule(Rule):
         if a.dim() == 2:
             a, g = a[:, None], g[:, None]
         m = tap.module
-        out = _unit_ghost(a, g, units) if m.weight.requires_grad else torch.zeros(units.count)
-        if m.bias is not None and m.bias.requires_grad:
-            out = out + _unit_bias(g, units)
-        return out
+        return _unit_norms(a, g, units, bool(m.weight.requires_grad),
+                           m.bias is not None and bool(m.bias.requires_grad))
 
     def clipped_sum(self, tap: LayerTap, c: Tensor) -> dict[str, Tensor]:
         out = {n: torch.empty_like(p) for n, p in tap.params()}
@@ -250,10 +259,7 @@ class Conv2dRule(Rule):
 
     def sq_norms_units(self, tap: LayerTap, units: BatchUnits) -> Tensor:
         a, g = self._ag(tap)
-        out = _unit_ghost(a, g, units)
-        if tap.module.bias is not None:
-            out = out + _unit_bias(g, units)
-        return out
+        return _unit_norms(a, g, units, True, tap.module.bias is not None)
 
     def clipped_sum(self, tap: LayerTap, c: Tensor) -> dict[str, Tensor]:
         a, g = self._ag(tap)
@@ -333,7 +339,16 @@ class LayerNormRule(Rule):
 
 
 class VmapRule(Rule):
-    """The ``torch.func`` fallback: per-example gradients of any per-example-separable module."""
+    """The ``torch.func`` fallback: per-example gradients of any per-example-separable module.
+
+    ``vmap`` over examples of the module's ``vjp`` (per-example gradients, memory B x its
+    parameters). When ``vmap`` cannot batch the module (an RNN's fused kernel), the norms come
+    from one ``vjp`` per example (per unit at user level) in a loop, and the clipped sum from
+    one ``vjp`` of the whole batch with each cotangent row scaled by its factor (``Σ_i c_i
+    ∇ℓ_i`` is the gradient of ``Σ_i c_i ℓ_i``): slower, the same numbers. A module returning a
+    tuple (an RNN's ``(output, h_n)``) is differentiated through its first output only; a loss
+    that uses another output is refused.
+    """
 
     def check(self, module: nn.Module, name: str) -> None:
         if isinstance(module, nn.modules.batchnorm._BatchNorm):
@@ -341,34 +356,84 @@ class VmapRule(Rule):
                                    "batch, so no per-example gradient exists; use GroupNorm or "
                                    "LayerNorm")
 
-    def per_example(self, tap: LayerTap) -> dict[str, Tensor]:
-        from torch.func import functional_call, vjp, vmap
-
+    def _record(self, tap: LayerTap) -> tuple[Tensor, Tensor]:
         if len(tap.records) != 1:
             raise UnsupportedLayer(f"{tap.name}: a fallback module used more than once per "
                                    "forward")
-        x, g = tap.records[0]
+        return tap.records[0]
+
+    def _pull(self, tap: LayerTap, x: Tensor, g: Tensor) -> dict[str, Tensor]:
+        """``gᵀ ∂(module(x))/∂θ`` by ``torch.func.vjp``, as a dict of parameter gradients."""
+        from torch.func import functional_call, vjp
+
         params = {n: p.detach() for n, p in tap.params()}
 
-        def one(xi: Tensor, gi: Tensor) -> dict[str, Tensor]:
-            def f(p: dict[str, Tensor]) -> Tensor:
-                return functional_call(tap.module, p, (xi.unsqueeze(0),))
-            pull = vjp(f, params)[1]
-            return pull(gi.unsqueeze(0))[0]  # type: ignore[no-any-return]
+        def f(p: dict[str, Tensor]) -> Tensor:
+            out = functional_call(tap.module, p, (x,))
+            return out[0] if isinstance(out, tuple | list) else out  # see _hook_forward
 
+        tap.paused = True  # dpkit's own re-runs of the module record nothing
+        try:
+            # grad mode on: the clipping runs under no_grad, and some kernels (oneDNN's LSTM)
+            # keep the workspace their backward needs only when grad mode is on
+            with torch.enable_grad():
+                return vjp(f, params)[1](g)[0]  # type: ignore[no-any-return]
+        finally:
+            tap.paused = False
+
+    def per_example(self, tap: LayerTap) -> dict[str, Tensor]:
+        """Per-example gradients by ``vmap`` (cached); raises if ``vmap`` cannot batch it."""
+        from torch.func import vmap
+
+        x, g = self._record(tap)
         if "per_example" not in tap.cache:
-            tap.paused = True
+            def one(xi: Tensor, gi: Tensor) -> dict[str, Tensor]:
+                return self._pull(tap, xi.unsqueeze(0), gi.unsqueeze(0))
             try:
                 tap.cache["per_example"] = vmap(one)(x, g)
-            finally:
-                tap.paused = False
-        return tap.cache["per_example"]  # type: ignore[no-any-return]
+            except RuntimeError as exc:
+                tap.cache["per_example"] = exc
+        got = tap.cache["per_example"]
+        if isinstance(got, Exception):
+            raise got
+        return got  # type: ignore[no-any-return]
+
+    def _batched(self, tap: LayerTap) -> bool:
+        if isinstance(tap.module, nn.RNNBase):
+            # vmap has no batching rule for the fused RNN kernels: it errs (GRU) or loops
+            # internally with a warning (LSTM); the explicit loop is as fast, and per unit faster
+            return False
+        try:
+            self.per_example(tap)
+        except RuntimeError:
+            return False
+        return True
+
+    def _looped(self, tap: LayerTap, groups: list[Tensor]) -> Tensor:
+        """``||Σ_{i∈group} ∇ℓ_i||²`` for each group of rows, one ``vjp`` per group."""
+        x, g = self._record(tap)
+        out = torch.zeros(len(groups), dtype=g.dtype)
+        for j, rows in enumerate(groups):
+            grads = self._pull(tap, x[rows], g[rows])
+            out[j] = sum(v.pow(2).sum() for v in grads.values())
+        return out
 
     def sq_norms(self, tap: LayerTap) -> Tensor:
+        if not self._batched(tap):
+            return self._looped(tap, [torch.tensor([i]) for i in range(tap.records[0][1].shape[0])])
         per = self.per_example(tap)
         return sum(v.reshape(v.shape[0], -1).pow(2).sum(1) for v in per.values())  # type: ignore[return-value]
 
+    def sq_norms_units(self, tap: LayerTap, units: BatchUnits) -> Tensor:
+        if self._batched(tap):
+            return super().sq_norms_units(tap, units)
+        return self._looped(tap, [torch.nonzero(units.seg == u).reshape(-1)
+                                  for u in range(units.count)])
+
     def clipped_sum(self, tap: LayerTap, c: Tensor) -> dict[str, Tensor]:
+        if not self._batched(tap):
+            x, g = self._record(tap)
+            return self._pull(tap, x, g * c.reshape(-1, *[1] * (g.dim() - 1)).to(g.dtype))
         per = self.per_example(tap)
         return {k: torch.tensordot(c, v, dims=1) for k, v in per.items()}
 

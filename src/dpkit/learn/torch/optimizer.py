@@ -13,7 +13,9 @@ The division and the optimizer's update are post-processing.
 User level (the loader samples whole units): ``clip_C'`` applies to ``Σ_{i∈u} ∇ℓ_i``, one term
 per sampled unit ``u``, so under add/remove-one-unit neighbours the same argument gives the same
 event, ``q`` the units' rate; the divisor stays ``q n`` (``n`` the examples kept), the expected
-number of examples, so a mean loss keeps its scale. Floating-point error in forming the
+number of examples, so a mean loss keeps its scale. Dividing by ``q n`` treats ``n`` as public
+(as every DP-SGD library does); where it is not (a curator's read), ``expected_batch_size``
+gives a public divisor instead. Floating-point error in forming the
 float32 sum is not covered (as in every DP-SGD library; it is ~1e-7 relative).
 
 Memory: two buffers live across steps, the float32 clipped sum (which becomes the gradients,
@@ -37,7 +39,7 @@ from torch import Tensor
 
 from dpkit import noise
 
-from .layers import LayerTap
+from .layers import LayerTap, UnsupportedLayer
 from .loader import PoissonLoader
 from .units import BatchUnits
 
@@ -60,7 +62,7 @@ class DPOptimizer(torch.optim.Optimizer):
     def __init__(self, original: torch.optim.Optimizer, *, taps: list[LayerTap],
                  loader: PoissonLoader, noise_multiplier: float, max_grad_norm: float,
                  loss_reduction: str, exact_noise: bool, source: noise.Source | None,
-                 max_steps: int | None) -> None:
+                 max_steps: int | None, expected_batch_size: float | None = None) -> None:
         super().__init__(original.param_groups, original.defaults)
         self.original = original
         self.param_groups = original.param_groups
@@ -73,6 +75,7 @@ class DPOptimizer(torch.optim.Optimizer):
         self.exact_noise = exact_noise
         self.source = source
         self.max_steps = max_steps
+        self.expected_batch_size = expected_batch_size  # the divisor; None: q n
         self.steps = 0
         self._seen = loader.batches_out
         self.params = [p for t in taps for _, p in t.params()]
@@ -139,6 +142,12 @@ class DPOptimizer(torch.optim.Optimizer):
         if self._flat is None:
             self._flat = torch.empty(self.dim, dtype=torch.float32)
         flat = self._flat
+        for t in self.taps:  # flagged by the forward hook (private.py): refuse, never miss it
+            if t.cache.get("other_output_used"):
+                raise UnsupportedLayer(
+                    f"{t.name}: the loss uses an output of this module other than its first "
+                    "(e.g. an RNN's h_n); only the first output of a module returning a tuple "
+                    "is supported (read the state from the output sequence instead)")
         live = [t for t in self.taps if t.records]
         for t in live:
             for _, g in t.records:
@@ -247,7 +256,9 @@ class DPOptimizer(torch.optim.Optimizer):
         # intra-op threads still spinning from them (10-50x slower on 2 busy cores).
         if self._scratch is None:
             self._scratch = np.empty(min(_CHUNK, self.dim), dtype=np.float64)
-        denom = scale * self.loader.sample_rate * self.loader.n
+        expected = self.loader.sample_rate * self.loader.n if self.expected_batch_size is None \
+            else self.expected_batch_size
+        denom = scale * expected
         f, z = flat.numpy(), zt.numpy()
         for lo in range(0, self.dim, _CHUNK):
             hi = min(lo + _CHUNK, self.dim)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +98,11 @@ class PrivateTraining:
 
 
 def _hook_forward(tap: LayerTap, module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
+    # a module returning a tuple (an RNN's (output, h_n)) is tapped on its first output; a
+    # gradient reaching another output would be missed, so it is flagged and refused at step()
+    rest: list[Any] = []
+    if isinstance(out, tuple | list) and out:
+        out, rest = out[0], list(out[1:])
     if tap.paused or not isinstance(out, torch.Tensor) or not out.requires_grad:
         return
     x = args[0].detach() if isinstance(args[0], torch.Tensor) else args[0]
@@ -104,7 +110,13 @@ def _hook_forward(tap: LayerTap, module: nn.Module, args: tuple[Any, ...], out: 
     def keep(g: torch.Tensor) -> None:
         tap.records.append((x, g.detach()))
 
+    def flag(g: torch.Tensor) -> None:
+        tap.cache["other_output_used"] = True
+
     out.register_hook(keep)
+    for r in rest:
+        if isinstance(r, torch.Tensor) and r.requires_grad:
+            r.register_hook(flag)
 
 
 def attach(module: nn.Module, fallback: bool) -> list[LayerTap]:
@@ -171,7 +183,8 @@ def make_private(module: nn.Module, optimizer: torch.optim.Optimizer, data_loade
                  loss_reduction: str = "mean", fallback: str | None = "vmap",
                  noise_kind: str = "float", source: noise.Source | None = None,
                  units: Any = None, max_examples_per_unit: int | None = None,
-                 allow_empty: bool = False) -> PrivateTraining:
+                 allow_empty: bool = False,
+                 expected_batch_size: float | None = None) -> PrivateTraining:
     """Make ``module``'s training with ``optimizer`` on ``data_loader`` DP-SGD.
 
     (ε, δ)-DP for add/remove-one-example neighbours, or add/remove-one-unit neighbours with
@@ -196,7 +209,9 @@ def make_private(module: nn.Module, optimizer: torch.optim.Optimizer, data_loade
     (the guarantee does not need the cap: the unit's sum is clipped whatever its size).
     ``target_delta`` must then be below 1/(number of units). ``allow_empty``: accept a dataset
     of zero examples (every step then releases noise alone), for data whose size is itself
-    private, so that its emptiness must not decide a refusal.
+    private, so that its emptiness must not decide a refusal. ``expected_batch_size``: the
+    divisor of the noisy sum (default ``q n``, which treats ``n`` as public, as every DP-SGD
+    library does); pass a public number when ``n`` is private.
 
     >>> import torch, dpkit.noise
     >>> from torch.utils.data import DataLoader, TensorDataset
@@ -233,6 +248,10 @@ def make_private(module: nn.Module, optimizer: torch.optim.Optimizer, data_loade
                    max(n if n_units is None else n_units, 1), budget,
                    "examples" if n_units is None else "units")
     _check_choices(loss_reduction, noise_kind, fallback)
+    if expected_batch_size is not None and not (math.isfinite(expected_batch_size)
+                                                and expected_batch_size > 0):
+        raise ValueError(f"expected_batch_size must be a finite number > 0 (got "
+                         f"{expected_batch_size!r})")
     if isinstance(dataset, TensorDataset):
         check_finite(list(dataset.tensors), "the dataset")
     q = 1.0 / steps_per_epoch
@@ -258,7 +277,8 @@ def make_private(module: nn.Module, optimizer: torch.optim.Optimizer, data_loade
     opt = DPOptimizer(optimizer, taps=taps, loader=loader, noise_multiplier=noise_multiplier,
                       max_grad_norm=max_grad_norm, loss_reduction=loss_reduction,
                       exact_noise=noise_kind == "exact", source=source,
-                      max_steps=total if budget is not None else None)
+                      max_steps=total if budget is not None else None,
+                      expected_batch_size=expected_batch_size)
     return PrivateTraining(module, opt, loader, float(noise_multiplier), float(max_grad_norm),
                            q, taps, plan)
 
@@ -277,7 +297,7 @@ def _units_of(data_loader: Any, units: Any, max_examples_per_unit: int | None,
     """The checked unit codes of ``units=``, or the plan of a user-level PoissonLoader."""
     own = data_loader.units if isinstance(data_loader, PoissonLoader) else None
     m = max_examples_per_unit
-    if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+    if m is not None and (isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 1):
         raise ValueError(f"max_examples_per_unit must be None or an int >= 1 (got {m!r})")
     if units is None:
         if m is not None and own is None:
