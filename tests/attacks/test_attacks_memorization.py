@@ -259,10 +259,10 @@ def test_cli_summary_small(tmp_path) -> None:
 def test_the_figure_setting() -> None:
     """The docs figure's run (benchmarks/memorization_bench.py, ~90 CPU-s): without DP the 16x
     and 64x canaries are (nearly) fully exposed; record-level ε = 3 still lets the 64x canary
-    through (seeded fact: 10-20 bits); at record level each once-inserted canary has
-    P(exposure >= 14) <= e^3 2^-14 + 1e-5 < 1.3e-3 (4 canaries: 5.2e-3); at user level with
-    ε <= 3 every canary, whatever its copies, has P(exposure >= 17) <= e^3 2^-17 + 1e-5 <
-    1.7e-4 (32 canary-model pairs: 5.4e-3). False failure < 1.1e-2 in all."""
+    through (seeded fact: 10.3-19.9 bits, checked > 8); at record level each once-inserted
+    canary has P(exposure >= 14) <= e^3 2^-14 + 1e-5 < 1.3e-3 (4 canaries: 5.2e-3); at user
+    level with ε <= 3 every canary, whatever its copies, has P(exposure >= 17) <=
+    e^3 2^-17 + 1e-5 < 1.7e-4 (32 canary-model pairs: 5.4e-3). False failure < 1.1e-2 in all."""
     from dpkit.attacks.memorization import experiment
 
     res = experiment.run(models=[(None, None), (3.0, "record"), (8.0, "user"), (3.0, "user"),
@@ -272,7 +272,7 @@ def test_the_figure_setting() -> None:
     assert min(c.exposure.exposure for c in plain.at(64)) > 19.0
     assert np.mean([c.exposure.exposure for c in plain.at(16)]) > 15.0
     assert any(c.extracted for c in plain.at(16) + plain.at(64))
-    assert min(c.exposure.exposure for c in record.at(64)) > 10.0
+    assert min(c.exposure.exposure for c in record.at(64)) > 8.0
     assert all(c.exposure.exposure < 14.0 and not c.extracted for c in record.at(1))
     for eps in (3.0, 1.0):
         cs = [c for c in by[(eps, "user")].canaries if c.canary.insertions > 0]
