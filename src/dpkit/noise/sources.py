@@ -97,7 +97,7 @@ def _chacha20(key: bytes, out: np.ndarray) -> bytes:
     enc = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
     nxt = bytearray(_KEY)
     enc.update_into(_ZEROS[:_KEY], nxt)
-    enc.update_into(_ZEROS[: out.size], memoryview(out))  # into the caller's array: no copy
+    enc.update_into(_ZEROS[: out.size], out.data)  # into the caller's array: no copy
     return bytes(nxt)
 
 
