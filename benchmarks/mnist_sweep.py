@@ -239,6 +239,18 @@ def peer_opacus(venv: Path, res: dict[str, Any], seeds: int) -> dict[str, Any]:
     return out
 
 
+def validate(pool: ProcessPoolExecutor, cfgs: list[dict[str, Any]], eps: float,
+             seeds: int) -> list[dict[str, Any]]:
+    """Given configurations on the validation split only (``seeds`` seeds each), best first."""
+    futs = [[pool.submit(run_one, c, eps, s, False) for s in range(seeds)] for c in cfgs]
+    out = []
+    for c, fs in zip(cfgs, futs, strict=True):
+        accs = [f.result()["acc"] for f in fs]
+        out.append({"cfg": c, "eps": eps, "val_accs": accs, "val_mean": statistics.mean(accs)})
+        print(f"VAL eps={eps} {out[-1]['val_mean']:.4f} {accs} {c}", flush=True)
+    return sorted(out, key=lambda r: -r["val_mean"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -246,10 +258,17 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--config", type=json.loads, default=None,
                     help="a JSON configuration to score on test for both epsilons")
-    ap.add_argument("--out", type=Path, default=HERE / "results" / "mnist_sweep.json")
+    ap.add_argument("--validate", type=json.loads, default=None,
+                    help="a JSON list of configurations to score on validation only (--eps)")
+    ap.add_argument("--eps", type=float, default=1.0, help="the epsilon of --validate")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="results file (default results/mnist_sweep.json; mnist_validate.json "
+                    "with --validate)")
     ap.add_argument("--opacus", action="store_true",
                     help="only: Opacus 1.6 (benchmarks/.venvs/opacus) with the recipe in --out")
     a = ap.parse_args()
+    a.out = a.out or HERE / "results" / ("mnist_validate.json" if a.validate is not None
+                                         else "mnist_sweep.json")
     if a.opacus:
         old = json.loads(a.out.read_text())
         venv = next(p for p in [HERE / ".venvs" / "opacus",
@@ -261,7 +280,11 @@ def main() -> None:
     eps_list = [1.0, 3.0]
     res: dict[str, Any] = {"jobs": a.jobs, "budget_s": a.budget_s, "grid": GRID}
     with ProcessPoolExecutor(a.jobs, initializer=_init_worker) as pool:
-        if a.config is not None:
+        if a.validate is not None:
+            base = _sample(random.Random(0))
+            res["validate"] = validate(pool, [{**base, **c} for c in a.validate], a.eps,
+                                       a.seeds)
+        elif a.config is not None:
             res["given"] = [final(pool, {**_sample(random.Random(0)), **a.config}, e, a.seeds)
                             for e in eps_list]
         else:
