@@ -138,6 +138,23 @@ def _clipped_sum(model: Any, clients: list[tuple[Any, Any]], stacked: tuple[Any,
     return total
 
 
+def _flat(model: Any) -> Any:
+    import torch
+
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def _assign(model: Any, w: Any) -> None:
+    """Write the flat vector ``w`` into ``model``'s parameters, in order."""
+    import torch
+
+    with torch.no_grad():
+        lo = 0
+        for p in model.parameters():
+            p.copy_(w[lo : lo + p.numel()].view_as(p))
+            lo += p.numel()
+
+
 def _calibrated(n: int, rounds: int, client_rate: float, max_update_norm: float,
                 noise_multiplier: float | None, target_epsilon: float | None,
                 target_delta: float | None, server_momentum: float) -> float:
@@ -167,7 +184,7 @@ def fedavg(model: Any, clients: list[tuple[Any, Any]], *, rounds: int, client_ra
            max_update_norm: float, noise_multiplier: float | None = None,
            target_epsilon: float | None = None, target_delta: float | None = None,
            local_steps: int = 5, local_lr: float = 0.1, local_batch: int = 20,
-           server_lr: float = 1.0, server_momentum: float = 0.0,
+           server_lr: float = 1.0, server_momentum: float = 0.0, averaging: float = 0.0,
            source: noise.Source | None = None) -> FedAvgResult:
     """Train ``model`` (a torch module, updated in place) by DP-FedAvg; see the module docstring.
 
@@ -175,6 +192,9 @@ def fedavg(model: Any, clients: list[tuple[Any, Any]], *, rounds: int, client_ra
     ``target_epsilon`` with ``target_delta`` (``0 < δ < 1/len(clients)``).
     ``server_momentum`` β (FedAvgM, Hsu et al. 2019): the server steps by
     ``v ← β v + noisy mean update``; a function of released values only, so free in privacy.
+    ``averaging``: the returned model is the mean of the global models of this last fraction of
+    the rounds (Polyak averaging, post-processing: it averages the server's noise out; 0 keeps
+    the last one).
     Clients holding equally many examples are trained together by ``torch.func.vmap``.
     """
     import torch
@@ -182,6 +202,8 @@ def fedavg(model: Any, clients: list[tuple[Any, Any]], *, rounds: int, client_ra
     n = len(clients)
     sigma = _calibrated(n, rounds, client_rate, max_update_norm, noise_multiplier,
                         target_epsilon, target_delta, server_momentum)
+    if not 0 <= averaging <= 1:
+        raise ValueError(f"averaging must lie in [0, 1] (got {averaging!r})")
     for i, (x, _) in enumerate(clients):
         if x.is_floating_point() and not bool(torch.isfinite(x).all()):
             raise ValueError(f"client {i}: NaN or infinite features; clean them first")
@@ -190,17 +212,20 @@ def fedavg(model: Any, clients: list[tuple[Any, Any]], *, rounds: int, client_ra
     clip = max_update_norm - math.sqrt(d) * 2.0**-k
     stacked = _stacked(clients)
     velocity = torch.zeros(d)
-    for _ in range(rounds):
+    start = int(rounds * (1.0 - averaging))
+    mean = torch.zeros(d)
+    for t in range(1, rounds + 1):
         chosen = np.flatnonzero(noise.bernoulli(client_rate, n, source=source)).tolist()
         total = _clipped_sum(model, clients, stacked, chosen, clip,
                              (local_steps, local_lr, local_batch))
         noisy = noise.gaussian_on_grid(total.numpy(), sigma * max_update_norm, k,
                                        source=source)
         velocity = server_momentum * velocity + torch.from_numpy(noisy / (client_rate * n)).float()
-        with torch.no_grad():
-            lo = 0
-            for p in model.parameters():
-                p += server_lr * velocity[lo : lo + p.numel()].view_as(p)
-                lo += p.numel()
+        w = _flat(model) + server_lr * velocity
+        _assign(model, w)
+        if t > start:  # Polyak averaging of the released models: post-processing
+            mean += (w - mean) / (t - start)
+    if rounds > start:
+        _assign(model, mean)
     event = events.SelfComposed(events.PoissonSampled(client_rate, events.Gaussian(sigma)), rounds)
     return FedAvgResult(model, sigma, event, bool(source is not None and source.insecure))
