@@ -89,3 +89,20 @@ def test_server_momentum_is_checked_and_changes_only_the_server_step() -> None:
         runs.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
         assert r.event == events.SelfComposed(events.PoissonSampled(1.0, events.Gaussian(1.0)), 3)
     assert not torch.allclose(runs[0], runs[1])  # same event, a different (free) server step
+
+
+def test_averaging_returns_the_mean_of_the_last_global_models() -> None:
+    with pytest.raises(ValueError, match="averaging must lie in"):
+        fedavg(torch.nn.Linear(3, 2), _clients(), rounds=1, client_rate=1.0,
+               max_update_norm=1.0, noise_multiplier=1.0, averaging=1.5)
+    ends = {}
+    for rounds, avg in ((1, 0.0), (2, 0.0), (2, 1.0)):
+        model = torch.nn.Linear(3, 2)
+        torch.nn.init.zeros_(model.weight)
+        torch.nn.init.zeros_(model.bias)
+        fedavg(model, _clients(), rounds=rounds, client_rate=1.0, max_update_norm=1.0,
+               noise_multiplier=1.0, averaging=avg, source=noise.seeded(0))
+        ends[rounds, avg] = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    # same seed: the 2-round run passes through the 1-round model, so the mean of the two
+    # global models is (w1 + w2) / 2
+    assert torch.allclose(ends[2, 1.0], (ends[1, 0.0] + ends[2, 0.0]) / 2, atol=1e-6)
