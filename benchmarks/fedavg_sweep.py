@@ -2,7 +2,9 @@
 
     PYTHONPATH=src python benchmarks/fedavg_sweep.py --budget-s 1200 --jobs 2  # search + test
     PYTHONPATH=src python benchmarks/fedavg_sweep.py --config '{"rounds": 40}' # test one recipe
-    PYTHONPATH=src python benchmarks/dpsgd_bench.py --fedavg   # the chosen recipe, 5 test seeds
+    PYTHONPATH=src python benchmarks/fedavg_sweep.py --validate '[{...}]' --val-seeds 1 2
+    PYTHONPATH=src python benchmarks/fedavg_sweep.py --chosen --jobs 2   # CHOSEN, 5 test seeds
+    PYTHONPATH=src python benchmarks/dpsgd_bench.py --fedavg   # the same, one job
 
 Protocol (so the 1,000 test images never guide a choice):
 1. the 4,000 training rows (``mnist_data.mnist_5k``) are dealt to 100 clients of 40
