@@ -106,3 +106,13 @@ def test_averaging_returns_the_mean_of_the_last_global_models() -> None:
     # same seed: the 2-round run passes through the 1-round model, so the mean of the two
     # global models is (w1 + w2) / 2
     assert torch.allclose(ends[2, 1.0], (ends[1, 0.0] + ends[2, 0.0]) / 2, atol=1e-6)
+
+
+def test_a_module_vmap_cannot_batch_trains_one_client_at_a_time() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Dropout(0.5),
+                                torch.nn.Linear(4, 2))
+    before = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    fedavg(model, _clients(n=4), rounds=1, client_rate=1.0, max_update_norm=1.0,
+           noise_multiplier=1e-9, source=noise.seeded(0))
+    after = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    assert 0 < float((after - before).norm()) <= 1.0 + 1e-6

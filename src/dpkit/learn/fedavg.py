@@ -6,7 +6,9 @@ from the current global model and reports its update ``Δ_u = w_u - w``, clipped
 ``C'``; the server releases ``round_k(Σ_u clip(Δ_u)) + round_k(N(0, σ²C²))`` on the grid 2^-k
 (as in :mod:`dpkit.learn.torch.optimizer`: ``C' = C - √d 2^-k``), divides by the expected
 number of clients ``q N`` and moves the model by ``server_lr`` times that (or, with
-``server_momentum`` β, by ``server_lr`` times ``v ← β v +`` that: FedAvgM, Hsu et al. 2019).
+``server_momentum`` β, by ``server_lr`` times ``v ← β v +`` that: FedAvgM, Hsu et al. 2019);
+``averaging`` returns the mean of the last global models instead of the last one. Both only
+read released values: post-processing, free in privacy.
 Clients with equally many examples are trained together by ``torch.func.vmap`` (the same steps
 and batches as one client at a time, several times faster for the small models simulated here).
 
@@ -128,9 +130,13 @@ def _clipped_sum(model: Any, clients: list[tuple[Any, Any]], stacked: tuple[Any,
         return total
     if stacked is not None:
         idx = torch.as_tensor(chosen)
-        deltas = _local_updates_vmapped(model, stacked[0][idx], stacked[1][idx], *local)
-        scale = torch.clamp(clip / (deltas.norm(dim=1, keepdim=True) + 1e-12), max=1.0)
-        return (deltas * scale).double().sum(0)
+        try:
+            deltas = _local_updates_vmapped(model, stacked[0][idx], stacked[1][idx], *local)
+        except RuntimeError:  # a module vmap cannot batch (dropout, batch-norm buffers)
+            deltas = None
+        if deltas is not None:
+            scale = torch.clamp(clip / (deltas.norm(dim=1, keepdim=True) + 1e-12), max=1.0)
+            return (deltas * scale).double().sum(0)
     for u in chosen:
         x, y = clients[u]
         delta = _local_update(model, x, y, *local)
