@@ -116,3 +116,15 @@ def test_a_module_vmap_cannot_batch_trains_one_client_at_a_time() -> None:
            noise_multiplier=1e-9, source=noise.seeded(0))
     after = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     assert 0 < float((after - before).norm()) <= 1.0 + 1e-6
+
+
+def test_batch_norm_statistics_never_leave_the_clients() -> None:
+    # a forward pass updates a batch-norm's running mean in place: only the noisy sum of
+    # clipped updates may move the global model, so its buffers stay as they were
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4),
+                                torch.nn.Linear(4, 2))
+    fedavg(model, _clients(n=4), rounds=2, client_rate=1.0, max_update_norm=1.0,
+           noise_multiplier=1.0, source=noise.seeded(0))
+    bn = model[1]
+    assert torch.equal(bn.running_mean, torch.zeros(4)) and torch.equal(bn.running_var,
+                                                                         torch.ones(4))

@@ -68,10 +68,13 @@ def _local_update(model: Any, x: Any, y: Any, steps: int, lr: float, batch: int)
     local = [p.detach().clone().requires_grad_(True) for p in model.parameters()]
 
     names = [n for n, _ in model.named_parameters()]
+    # copies of the buffers: a batch-norm's running statistics, updated in place by a forward
+    # pass, must not carry a client's data into the global model outside the noisy sum
+    bufs = {n: b.detach().clone() for n, b in model.named_buffers()}
     for s in range(steps):
         lo = (s * batch) % max(len(x), 1)
         xb, yb = x[lo : lo + batch], y[lo : lo + batch]
-        out = functional_call(model, dict(zip(names, local, strict=True)), (xb,))
+        out = functional_call(model, {**dict(zip(names, local, strict=True)), **bufs}, (xb,))
         loss = torch.nn.functional.cross_entropy(out, yb)
         grads = torch.autograd.grad(loss, local)
         with torch.no_grad():
@@ -94,8 +97,10 @@ def _local_updates_vmapped(model: Any, X: Any, Y: Any, steps: int, lr: float,
     start = [p.detach() for p in model.parameters()]
     local = [p.unsqueeze(0).repeat(len(X), *([1] * p.dim())) for p in start]
 
+    bufs = {n: b.detach().clone() for n, b in model.named_buffers()}  # see _local_update
+
     def loss(params: tuple[Any, ...], xb: Any, yb: Any) -> Any:
-        out = functional_call(model, dict(zip(names, params, strict=True)), (xb,))
+        out = functional_call(model, {**dict(zip(names, params, strict=True)), **bufs}, (xb,))
         return torch.nn.functional.cross_entropy(out, yb)
 
     step = vmap(grad(loss))
