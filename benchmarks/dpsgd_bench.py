@@ -4,6 +4,7 @@
     PYTHONPATH=src python benchmarks/dpsgd_bench.py --accuracy # + MNIST-5k MLPClassifier (slow)
     PYTHONPATH=src python benchmarks/dpsgd_bench.py --fedavg   # DP-FedAvg on MNIST-5k only
     PYTHONPATH=src python benchmarks/dpsgd_bench.py --units --steps 4  # user level vs example
+    PYTHONPATH=src python benchmarks/dpsgd_bench.py --units-accuracy   # MNIST-5k, users of 4
 
 Speed: a 784-1000-1000-10 ReLU MLP, SGD, expected batch 1024, CPU, torch threads = 2. Each
 variant runs in its own fresh process (so peak RSS is its own), Opacus in its venv
@@ -318,45 +319,43 @@ def accuracy() -> None:
               f"epsilon spent {clf.epsilon_:.4f}")
 
 
-def fed() -> None:
-    """DP-FedAvg on MNIST-5k: 100 clients of 40 examples, IID and non-IID, 3 seeds each.
-
-    Features: 2x2-average-pooled pixels (196, a public transform); a linear softmax model;
-    every client in every round (q = 1), 40 rounds, 10 local SGD steps of 20 examples at lr 0.5,
-    updates clipped to norm 1, server lr 1, δ = 1e-5.
-    """
+def units_accuracy(seeds: int = 3) -> None:
+    """MNIST-5k, the same recipe at example level and at user level with users of UNIT training
+    rows (consecutive rows of the shuffled split): what protecting a whole user costs in
+    accuracy at the same ε (each user's summed gradient is clipped to the same C)."""
     import numpy as np
-    import torch
 
     sys.path.insert(0, str(HERE))
-    from dpkit import noise
-    from dpkit.learn.fedavg import fedavg, split_clients
+    from dpkit.learn.features import ScatterFeatures
+    from dpkit.learn.mlp import MLPClassifier
     from mnist_data import mnist_5k
 
-    torch.set_num_threads(1)
     Xtr, ytr, Xte, yte = mnist_5k()
-
-    def pool(X: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(X.reshape(-1, 14, 2, 14, 2).mean((2, 4)).reshape(-1, 196))
-
-    A, B, Y = pool(Xtr), pool(Xte), torch.from_numpy(ytr)
-    for eps in (8.0, 3.0):
-        for iid in (True, False):
+    feats = ScatterFeatures((28, 28), normalize="example")  # public, row-wise: applied once
+    Ftr, Fte = feats.transform(Xtr), feats.transform(Xte)
+    users = np.arange(len(Xtr)) // UNIT
+    per_eps = {1.0: {"learning_rate": 3.0, "momentum": 0.0, "averaging": 0.0},
+               3.0: {"learning_rate": 1.0, "momentum": 0.9, "averaging": 0.5}}
+    for eps, extra in per_eps.items():
+        for level, units in (("example", None), (f"user ({UNIT} rows)", users)):
             accs = []
-            for seed in range(3):
-                src = noise.seeded(seed)
-                parts = split_clients(ytr, 100, iid=iid, source=src)
-                model = torch.nn.Linear(196, 10)
-                torch.nn.init.zeros_(model.weight)
-                torch.nn.init.zeros_(model.bias)
-                r = fedavg(model, [(A[p], Y[p]) for p in parts], rounds=40, client_rate=1.0,
-                           max_update_norm=1.0, target_epsilon=eps, target_delta=1e-5,
-                           local_steps=10, local_lr=0.5, local_batch=20, source=src)
-                with torch.no_grad():
-                    accs.append(float((model(B).argmax(1).numpy() == yte).mean()))
-            print(f"DP-FedAvg eps={eps} {'IID' if iid else 'non-IID'}: accuracy {accs} (mean "
-                  f"{statistics.mean(accs):.3f}), sigma {r.noise_multiplier:.3f}, "
-                  f"epsilon {r.epsilon(1e-5):.3f}", flush=True)
+            for seed in range(seeds):
+                clf = MLPClassifier((), epsilon=eps, delta=1e-5, epochs=80, batch_size=250,
+                                    max_grad_norm=0.1, schedule="cosine",
+                                    classes=list(range(10)), random_state=100 + seed,
+                                    **extra).fit(Ftr, ytr, units=units)  # type: ignore[arg-type]
+                accs.append(round(clf.score(Fte, yte), 4))
+            print(f"MNIST-5k eps={eps} {level}-level: {accs} (mean {statistics.mean(accs):.4f}), "
+                  f"epsilon spent {clf.epsilon_:.4f}", flush=True)
+
+
+def fed(seeds: int = 5) -> None:
+    """DP-FedAvg on MNIST-5k: 100 clients of 40 examples, IID and non-IID, at ε = 8 and 3, the
+    recipe chosen on validation by ``fedavg_sweep.py`` (its ``CHOSEN``), ``seeds`` test seeds."""
+    sys.path.insert(0, str(HERE))
+    import fedavg_sweep
+
+    fedavg_sweep.main(["--chosen", "--seeds", str(seeds)])
 
 
 def user_level(rounds: int) -> None:
@@ -387,7 +386,12 @@ def main() -> None:
                     help="only the same-process interleaved timing (3 x --steps rounds)")
     ap.add_argument("--units", action="store_true",
                     help="only the user-level timing (units of 4) against example level")
+    ap.add_argument("--units-accuracy", action="store_true",
+                    help="MNIST-5k accuracy at example and user level (users of 4 rows)")
     a = ap.parse_args()
+    if a.units_accuracy:
+        units_accuracy()
+        return
     if a.units:
         user_level(a.steps)
         return

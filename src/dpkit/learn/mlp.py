@@ -180,12 +180,12 @@ class MLPClassifier:
         epochs = check_count(self.epochs, "epochs")
         k = self._steps_per_epoch(0)
         key = (eps, delta, epochs, k)
-        plan = getattr(self, "plan_", None)
+        plan = getattr(self, "_plan", None)
         if plan is None or plan[0] != key:
             sigma = accounting.calibrate.dpsgd_noise_multiplier(
                 sampling_probability=1.0 / k, steps=epochs * k, target_epsilon=eps,
                 delta=delta, method="pld")
-            self.plan_ = plan = (key, float(sigma))
+            self._plan = plan = (key, float(sigma))
         return plan[1], k, epochs * k
 
     def fit(self, X: Any, y: Any, units: Any = None) -> MLPClassifier:
@@ -214,6 +214,10 @@ class MLPClassifier:
         tr.detach()
         self.training_ = tr
         self.network_ = net
+        # scikit-learn's layout (coefs_[i]: (inputs, outputs)), so the weights can be saved
+        lins = [m for m in net if isinstance(m, torch.nn.Linear)]
+        self.coefs_ = [m.weight.detach().numpy().T.copy() for m in lins]
+        self.intercepts_ = [m.bias.detach().numpy().copy() for m in lins]
         self.event_ = tr.event()
         self.epsilon_ = tr.epsilon(self.delta)
         return self

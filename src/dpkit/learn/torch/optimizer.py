@@ -198,9 +198,9 @@ class DPOptimizer(torch.optim.Optimizer):
             if self.exact_noise:
                 z[lo : lo + m] = noise.discrete_gaussian((sigma * scale) ** 2, m,
                                                          source=self.source)
-            else:
-                np.rint(noise.gaussian_float(sigma * scale, m, source=self.source),
-                        out=z[lo : lo + m])
+            else:  # drawn in place: no transient array per chunk
+                np.rint(noise.gaussian_float(sigma * scale, m, source=self.source,
+                                             out=z[lo : lo + m]), out=z[lo : lo + m])
         return z, time.perf_counter() - start
 
     def _next_noise(self) -> np.ndarray:
