@@ -20,7 +20,9 @@ the same in both engines (the text is then transpiled to Spark by sqlglot in
   diagnostic) are counted on the way, in the same pass.
 * **sums**: every SUM in a compiled statement adds integers (fixed-point values, counts).
   DuckDB sums BIGINT into HUGEINT; Spark into BIGINT, which wraps, so the Spark backend sums
-  them as ``DECIMAL(38, 0)`` (exact; :func:`dpkit.engine.backend_spark.exact_sums`).
+  them as two BIGINT halves joined as ``DECIMAL(38, 0)`` per group (exact;
+  :func:`dpkit.engine.backend_spark.exact_sums`), and rounds the fixed-point integers with
+  ``floor`` rather than Spark's slow ``round`` (:func:`~dpkit.engine.backend_spark.exact_rounds`).
 
 The privacy argument is unchanged: which rows a unit keeps depends only on its own rows and
 the secret seed (a stable transformation: one unit changes at most ``m`` rows of the output).
@@ -47,8 +49,8 @@ def hash_text_sql(col: str, type_: str) -> str:
     scaling by a power of two and ``floor`` are exact in IEEE arithmetic, and the integer
     stays below 2^60); values beyond ±2^40 share a text per sign. The text is not injective:
     rows whose texts coincide are ordered by their values next (:func:`tie_break`), the same
-    in both engines. (A ``printf`` of the digits, the former text, cost about a third of the
-    bounding's time on Spark.)"""
+    in both engines. (A ``printf`` of the digits, the former text, cost about a quarter of the
+    bounded query's time on Spark: docs/scale.md.)"""
     cls = type_class(type_)
     if cls == "float":
         x = f"CAST({col} AS DOUBLE)"
