@@ -79,6 +79,8 @@ def session(cores: int, partitions: int) -> Any:
              .config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.memory", "6g")
+             # Tumult keeps temporary tables in the warehouse: not in the working directory
+             .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="spark_warehouse_"))
              .config("spark.sql.shuffle.partitions", str(partitions)).getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
