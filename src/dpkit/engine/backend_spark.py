@@ -168,6 +168,7 @@ class SparkBackend(DuckBackend):
         self._session: Any = None
         self._views: dict[tuple[str, str], str] = {}  # (schema, physical) -> Spark view
         self._frames: dict[str, Any] = {}  # Spark text -> its analysed DataFrame
+        self._texts: dict[str, str] = {}  # DuckDB text -> its Spark text (views only grow)
         self._spark_lock = threading.Lock()
 
     def portable(self, meta: TableMeta) -> bool:
@@ -202,6 +203,9 @@ class SparkBackend(DuckBackend):
         """``text`` (DuckDB SQL) as Spark SQL over the views; None if it reads no Spark table."""
         if not self._views or not any(p in text for _, p in self._views):
             return None
+        done = self._texts.get(text)
+        if done is not None:  # asked before the charge (check) and again to read (run)
+            return done
         tree = sqlglot.parse_one(text, read="duckdb")
         hit = False
         for t in list(tree.find_all(exp.Table)):
@@ -210,7 +214,12 @@ class SparkBackend(DuckBackend):
                 t.replace(exp.to_table(view).as_(t.alias_or_name) if t.alias else
                           exp.to_table(view))
                 hit = True
-        return exact_sums(exact_rounds(tree)).sql(dialect="spark") if hit else None
+        if not hit:
+            return None
+        if len(self._texts) >= 64:
+            self._texts.clear()
+        out = self._texts[text] = exact_sums(exact_rounds(tree)).sql(dialect="spark")
+        return out
 
     def check(self, text: str, tables: Mapping[str, TableMeta]) -> None:
         """Before the charge: Spark analyses the statement (no row read), so that a statement
