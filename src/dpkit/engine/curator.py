@@ -537,7 +537,7 @@ class Curator(ReleaseMethods):
         return families.Context(
             tables=self.tables, ledger=self.ledger, backend=self._backend, source=self._source,
             lock=self._lock, strategy_cache=self.path / STRATEGY_CACHE,
-            analyst=charged_analyst(self.analyst, analyst))
+            analyst=charged_analyst(self.analyst, analyst), portable=self._preparer.portable)
 
     def suggest_bounds(self, table: str, column: str, *, epsilon: float,
                        search: tuple[float, float] | None = None, lower: float = 0.01,
