@@ -55,7 +55,13 @@ from dpkit.engine import plan as dplan
 from dpkit.engine import sql as dsql
 from dpkit.engine.accuracy import epsilon_for_accuracy, expected_errors, preview_of
 from dpkit.engine.backend_duckdb import drop_orphans
-from dpkit.engine.backend_spark import SPARK, SparkBackend, backend_for, check_engine
+from dpkit.engine.backend_spark import (
+    SPARK,
+    SparkBackend,
+    backend_for,
+    check_engine,
+    check_on_spark,
+)
 from dpkit.engine.charge import charged_read, quote
 from dpkit.engine.ledger import Entry, Ledger
 from dpkit.engine.load import (
@@ -292,27 +298,25 @@ class Curator(ReleaseMethods):
                                 not_null=not_null, public=public, copy=copy,
                                 source_table=source_table, description=description)
             if spark:
-                meta = self._add_spark_table(name, source, decl, auto)
+                meta = self._add_spark_table(name, source, decl)
             else:
                 meta = load_declared(
                     self.path / DATA_FILE, name, source, decl, progress=progress)
             if auto:  # charged before the declaration that publishes it is recorded
+                check = (None if meta.storage != SPARK else  # Spark analyses it first
+                         lambda text: check_on_spark(self._backend, meta, [text]))
                 meta = dbounds.with_auto_rows(self.ledger, self._backend.query_public, meta,
                                               analyst=self.analyst, epsilon=rows_epsilon,
-                                              source=self._source)
+                                              source=self._source, check=check)
             self.ledger.record("table", {"name": name, "table": meta.to_dict()},
                                analyst=self.analyst,
                                query=f"ADD TABLE {name} ({meta.summary()})")
             self._drop_orphans_locked()
             return meta
 
-    def _add_spark_table(self, name: str, source: Any, decl: Declarations,
-                         auto: bool) -> TableMeta:
+    def _add_spark_table(self, name: str, source: Any, decl: Declarations) -> TableMeta:
         """Rows to Parquet under ``$DPKIT_SPARK_DIR`` (default ``<project>/spark``: on a
         cluster, a path every executor reads), read by Spark at every query."""
-        if auto:
-            raise ValueError(f"max_rows_per_unit='auto' is not available on Spark yet; give "
-                             f"a number for {name!r}")
         if not isinstance(self._backend, SparkBackend):  # the first Spark table
             self._backend = SparkBackend(self.path / DATA_FILE)
             self._preparer = Preparer(self._backend, self._source)

@@ -20,10 +20,10 @@ import numpy as np
 from dpkit import noise as _noise
 from dpkit.engine import plan as dplan
 from dpkit.engine.backend_duckdb import DuckBackend, dry_run_errors, table_relation
-from dpkit.engine.backend_spark import SPARK, SparkBackend
+from dpkit.engine.backend_spark import SPARK, check_on_spark
 from dpkit.engine.families.job import Context, Job
 from dpkit.engine.plan.portable import bounding_ctes_portable
-from dpkit.engine.spec import PRIVATE_ALIAS, QueryError
+from dpkit.engine.spec import PRIVATE_ALIAS
 from dpkit.engine.tables import TableMeta, quote_ident
 
 __all__ = ["check_spark", "diagnostics_statement", "dry_run", "is_portable", "read",
@@ -141,13 +141,7 @@ def dry_run(ctx: Context, job: Job) -> None:
 def check_spark(ctx: Context, job: Job, texts: list[str]) -> None:
     """Before the charge, for a Spark table: Spark analyses each statement (no row read), so
     that what Spark cannot run, or a stopped session, is refused with nothing charged."""
-    if job.meta.storage != SPARK:
-        return
-    if not isinstance(ctx.backend, SparkBackend):
-        raise QueryError(f"table {job.meta.name!r} is on Spark; open the project with a Spark "
-                         f"session: Curator.open(path, spark=session) (nothing charged)")
-    for text in texts:
-        ctx.backend.check(text, {job.meta.name: job.meta})
+    check_on_spark(ctx.backend, job.meta, texts)
 
 
 def read(ctx: Context, job: Job, text: str | None = None) -> np.ndarray:
