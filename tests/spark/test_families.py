@@ -129,7 +129,8 @@ def test_same_seeded_noise_gives_identical_releases(pair: Any) -> None:
         return [
             cur.quantiles("usr", "x", [0.1, 0.5], epsilon=0.5).to_pandas(),
             cur.marginals("usr", ["h", "g"], epsilon=0.5).to_pandas(),
-            cur.synthetic("usr", ["h", "k"], epsilon=0.5, rows=40).to_pandas(),
+            cur.synthetic("usr", ["h", "k", "g"], epsilon=0.5, rows=40,
+                          method="mst").to_pandas(),
             cur.sql("SELECT DP_RANGES(k, (-5, 0), (1, 5)) FROM rec", epsilon=0.5).to_pandas(),
             cur.sql("SELECT h, MEDIAN(x) AS m FROM usr GROUP BY h", epsilon=0.5).to_pandas(),
             cur.suggest_bounds("rec", "x", epsilon=0.5)["bounds"],
