@@ -61,6 +61,7 @@ from dpkit.engine.backend_spark import (
     backend_for,
     check_engine,
     check_on_spark,
+    drop_spark_orphans,
 )
 from dpkit.engine.charge import charged_read, quote
 from dpkit.engine.ledger import Entry, Ledger
@@ -337,11 +338,14 @@ class Curator(ReleaseMethods):
             tables = self.tables()
             keep = {(m.public, m.stored_name) for m in tables.values()}
             keys = {k for m in tables.values() for k in m.key_tables.values()}
+            copies = {n for m in tables.values() if m.storage == SPARK
+                      for n in (m.stored_name, Path(str(m.source)).name)}
+            gone = drop_spark_orphans(self.path / "spark", copies)
             self._backend.close()
             try:
-                return drop_orphans(self.path / DATA_FILE, keep, keys)
+                return gone + drop_orphans(self.path / DATA_FILE, keep, keys)
             except RuntimeError:
-                return []
+                return gone
 
     def add_public_table(self, name: str, source: Any, **kwargs: Any) -> TableMeta:
         """Register a public lookup table (no privacy; may be joined and used as group keys)."""
