@@ -349,45 +349,13 @@ def units_accuracy(seeds: int = 3) -> None:
                   f"epsilon spent {clf.epsilon_:.4f}", flush=True)
 
 
-def fed() -> None:
-    """DP-FedAvg on MNIST-5k: 100 clients of 40 examples, IID and non-IID, 3 seeds each.
-
-    Features: 2x2-average-pooled pixels (196, a public transform); a linear softmax model;
-    every client in every round (q = 1), 40 rounds, 10 local SGD steps of 20 examples at lr 0.5,
-    updates clipped to norm 1, server lr 1, δ = 1e-5.
-    """
-    import numpy as np
-    import torch
-
+def fed(seeds: int = 5) -> None:
+    """DP-FedAvg on MNIST-5k: 100 clients of 40 examples, IID and non-IID, at ε = 8 and 3, the
+    recipe chosen on validation by ``fedavg_sweep.py`` (its ``CHOSEN``), ``seeds`` test seeds."""
     sys.path.insert(0, str(HERE))
-    from dpkit import noise
-    from dpkit.learn.fedavg import fedavg, split_clients
-    from mnist_data import mnist_5k
+    import fedavg_sweep
 
-    torch.set_num_threads(1)
-    Xtr, ytr, Xte, yte = mnist_5k()
-
-    def pool(X: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(X.reshape(-1, 14, 2, 14, 2).mean((2, 4)).reshape(-1, 196))
-
-    A, B, Y = pool(Xtr), pool(Xte), torch.from_numpy(ytr)
-    for eps in (8.0, 3.0):
-        for iid in (True, False):
-            accs = []
-            for seed in range(3):
-                src = noise.seeded(seed)
-                parts = split_clients(ytr, 100, iid=iid, source=src)
-                model = torch.nn.Linear(196, 10)
-                torch.nn.init.zeros_(model.weight)
-                torch.nn.init.zeros_(model.bias)
-                r = fedavg(model, [(A[p], Y[p]) for p in parts], rounds=40, client_rate=1.0,
-                           max_update_norm=1.0, target_epsilon=eps, target_delta=1e-5,
-                           local_steps=10, local_lr=0.5, local_batch=20, source=src)
-                with torch.no_grad():
-                    accs.append(float((model(B).argmax(1).numpy() == yte).mean()))
-            print(f"DP-FedAvg eps={eps} {'IID' if iid else 'non-IID'}: accuracy {accs} (mean "
-                  f"{statistics.mean(accs):.3f}), sigma {r.noise_multiplier:.3f}, "
-                  f"epsilon {r.epsilon(1e-5):.3f}", flush=True)
+    fedavg_sweep.main(["--chosen", "--seeds", str(seeds)])
 
 
 def user_level(rounds: int) -> None:

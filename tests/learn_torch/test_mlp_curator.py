@@ -113,6 +113,13 @@ def test_dpkit_fit_trains_an_mlp_from_the_command_line(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["fit", str(path), "SELECT age FROM u", "--label", "sick",
                                     "--model", "mlp", "--epsilon", "1", "--param", "epochs=2",
                                     "--param", "sample_rate=0.1", "--param", "batch_size=60",
-                                    "--param", "random_state=0"])
+                                    "--param", "random_state=0", "--output",
+                                    str(tmp_path / "m.json")])
     assert res.exit_code == 0, res.output
     assert "charged epsilon 0.99" in res.output or "charged epsilon 1" in res.output
+    import json
+
+    learned = json.loads((tmp_path / "m.json").read_text())["learned"]
+    # the network's weights are saved, in scikit-learn's layout: 1 input, (64,), 2 classes
+    shapes = [(len(w), len(w[0])) for w in learned["coefs_"]]
+    assert shapes == [(1, 64), (64, 2)] and [len(b) for b in learned["intercepts_"]] == [64, 2]

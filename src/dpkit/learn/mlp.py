@@ -214,6 +214,10 @@ class MLPClassifier:
         tr.detach()
         self.training_ = tr
         self.network_ = net
+        # scikit-learn's layout (coefs_[i]: (inputs, outputs)), so the weights can be saved
+        lins = [m for m in net if isinstance(m, torch.nn.Linear)]
+        self.coefs_ = [m.weight.detach().numpy().T.copy() for m in lins]
+        self.intercepts_ = [m.bias.detach().numpy().copy() for m in lins]
         self.event_ = tr.event()
         self.epsilon_ = tr.epsilon(self.delta)
         return self
