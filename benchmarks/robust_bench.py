@@ -246,7 +246,7 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--float64", action="store_true", help="float64 noise (slower, same math)")
     ap.add_argument("--save", default="", help="save the trained nets' state_dicts here")
     ap.add_argument("--load", default="",
-                    help="skip training: load the state_dicts (comma-separated files: one ensemble)")
+                    help="skip training: load state_dicts (files, comma-separated: one ensemble)")
     ap.add_argument("--test", type=int, default=200)
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--attack", type=int, default=30, help="certified images to attack")
@@ -263,7 +263,9 @@ def _base_net(args, xtr: np.ndarray, ytr: np.ndarray):  # type: ignore[no-untype
 
     if args.load:
         nets = []
-        states = [st for path in args.load.split(",") for st in torch.load(path)]
+        loaded = [torch.load(path) for path in args.load.split(",")]
+        # a single state_dict is what earlier versions of this script saved
+        states = [st for obj in loaded for st in ([obj] if isinstance(obj, dict) else obj)]
         for state in states:
             nets.append(_net(args.width, args.arch, args.dropout))
             nets[-1].load_state_dict(state)
