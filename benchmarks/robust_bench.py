@@ -5,7 +5,7 @@
                                                    # choose a recipe on 500 training images
 
 Train (4,000 images, CPU, ``--threads``; ``--save``/``--load`` the state_dicts to skip it) an
-ensemble of ``--ensemble`` (default 3) small strided CNNs, seeds ``--seed``.., each with
+ensemble of ``--ensemble`` (default 2) small strided CNNs, seeds ``--seed``.., each with
 Gaussian noise augmentation at the smoothing ``sigma``, random ±2 px shifts and consistency
 regularisation (Jeong & Shin 2020, ``--lam``), SGD + Nesterov, weight decay 5e-4, OneCycle; the
 base classifier is the argmax of their averaged softmax (Horvath et al. 2022). Certify the
@@ -241,7 +241,7 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--shift", type=int, default=2, help="random shifts up to this many px")
     ap.add_argument("--rotate", type=float, default=0.0, help="random rotations (degrees)")
     ap.add_argument("--smoothing", type=float, default=0.0, help="label smoothing")
-    ap.add_argument("--ensemble", type=int, default=3, help="base nets averaged (seeds s..s+k-1)")
+    ap.add_argument("--ensemble", type=int, default=2, help="base nets averaged (seeds s..s+k-1)")
     ap.add_argument("--seed", type=int, default=0, help="first member's seed s")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
@@ -285,16 +285,28 @@ def _base_net(args, xtr: np.ndarray, ytr: np.ndarray):  # type: ignore[no-untype
     return _ensemble(nets)
 
 
-def _certify_all(smoothed, x: np.ndarray, sigma: float, n: int):  # type: ignore[no-untyped-def]
-    k = len(x)
-    labels, radii, pix, times = np.empty(k, int), np.empty(k), np.empty(k), []
+def _certify_all(smoothed, x: np.ndarray, y: np.ndarray, args):  # type: ignore[no-untyped-def]
+    """CERTIFY each image; with ``--out``, each answer is also appended to OUT.jsonl at once
+    (a run cut short on a busy machine still leaves its certified images)."""
+    k, sigma = len(x), args.sigma
+    labels, radii, pix, times, cpu = np.empty(k, int), np.empty(k), np.empty(k), [], []
+    log = open(args.out + ".jsonl", "a") if args.out else None  # noqa: SIM115
     for i in range(k):
-        t = time.perf_counter()
-        labels[i], radii[i] = smoothed.certify(x[i], n0=100, n=n, alpha=0.001, batch_size=2000)
+        t, c = time.perf_counter(), time.process_time()
+        labels[i], radii[i] = smoothed.certify(x[i], n0=100, n=args.n, alpha=0.001,
+                                               batch_size=2000)
         times.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
         pa = robust.bounds.stats.norm.cdf(radii[i] / sigma) if radii[i] > 0 else 0.5
         pix[i] = robust.pixeldp_radius(sigma, pa, 1 - pa, delta=1e-5)
-    return labels, radii, pix, times
+        if log:
+            log.write(json.dumps({"i": args.offset + i, "label": int(labels[i]),
+                                  "radius": radii[i], "pixeldp": pix[i], "y": int(y[i]),
+                                  "s": times[-1], "cpu_s": cpu[-1]}) + "\n")
+            log.flush()
+    if log:
+        log.close()
+    return labels, radii, pix, times, cpu
 
 
 def merge(args: argparse.Namespace) -> None:
@@ -337,7 +349,7 @@ def main() -> None:
     smoothed = robust.Smoothed(fast, args.sigma, 10, float32=not args.float64)
     xte, yte = xte[args.offset:], yte[args.offset:]
     k = min(args.test, len(xte))
-    labels, radii, pix, times = _certify_all(smoothed, xte[:k], args.sigma, args.n)
+    labels, radii, pix, times, cpu = _certify_all(smoothed, xte[:k], yte[:k], args)
     cohen, pixel = _curve(labels, radii, yte[:k]), _curve(labels, pix, yte[:k])
     res = {"split": "validation" if args.val else "test", "test_images": k,
            "clean_base_accuracy": clean, "abstain": float(np.mean(labels < 0)),
@@ -345,6 +357,7 @@ def main() -> None:
            "pixeldp_accuracy": dict(zip(map(str, RADII), pixel, strict=True)),
            "s_per_image_median": statistics.median(times) if times else 0.0,
            "s_per_image_range": [min(times), max(times)] if times else [],
+           "cpu_s_per_image_median": statistics.median(cpu) if cpu else 0.0,
            "train_s": train_s,
            "recipe": {key: v for key, v in vars(args).items()
                       if key not in ("save", "load", "out", "plot")}}
