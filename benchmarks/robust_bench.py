@@ -309,9 +309,19 @@ def _certify_all(smoothed, x: np.ndarray, y: np.ndarray, args):  # type: ignore[
     return labels, radii, pix, times, cpu
 
 
+def _read_out(path: str) -> dict:
+    """An ``--out`` JSON, or the OUT.jsonl of a run cut short (per-image answers only)."""
+    if not path.endswith(".jsonl"):
+        return dict(json.loads(Path(path).read_text()))
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
+    keys = {"labels": "label", "radii": "radius", "pixeldp_radii": "pixeldp", "y": "y",
+            "times": "s", "cpu": "cpu_s"}
+    return {**{k: [r[v] for r in rows] for k, v in keys.items()}, "attack": {"attacked": 0}}
+
+
 def merge(args: argparse.Namespace) -> None:
     """One result from several ``--out`` files over disjoint images (run side by side)."""
-    parts_ = [json.loads(Path(f).read_text()) for f in args.merge.split(",")]
+    parts_ = [_read_out(f) for f in args.merge.split(",")]
     labels, radii, pix, y, times = (np.concatenate([np.asarray(r[key]) for r in parts_])
                                     for key in ("labels", "radii", "pixeldp_radii", "y", "times"))
     cohen, pixel = _curve(labels, radii, y), _curve(labels, pix, y)
@@ -320,9 +330,14 @@ def merge(args: argparse.Namespace) -> None:
            "pixeldp_accuracy": dict(zip(map(str, RADII), pixel, strict=True)),
            "s_per_image_median": statistics.median(times.tolist()),
            "s_per_image_range": [float(times.min()), float(times.max())],
+           "cpu_s_per_image_median": statistics.median(
+               [c for r in parts_ for c in r.get("cpu", [])] or [0.0]),
            "attack": [r["attack"] for r in parts_ if r["attack"]["attacked"]]}
-    print(json.dumps({k: v for k, v in res.items() if k not in ("labels", "radii", "pixeldp_radii",
-                                                                "y", "times")}, indent=1))
+    res = {k: v for k, v in res.items()
+           if k not in ("labels", "radii", "pixeldp_radii", "y", "times", "cpu")}
+    print(json.dumps(res, indent=1))
+    if args.out:
+        Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
     if args.plot:
         plot(cohen, pixel, args, len(y))
 
@@ -367,7 +382,8 @@ def main() -> None:
     print(json.dumps(res, indent=1))
     if args.out:  # with the per-image answers, for --merge
         per_image = {"labels": labels.tolist(), "radii": radii.tolist(),
-                     "pixeldp_radii": pix.tolist(), "y": yte[:k].tolist(), "times": times}
+                     "pixeldp_radii": pix.tolist(), "y": yte[:k].tolist(), "times": times,
+                     "cpu": cpu}
         Path(args.out).write_text(json.dumps({**res, **per_image}) + "\n")
     if args.plot:
         plot(cohen, pixel, args, k)
