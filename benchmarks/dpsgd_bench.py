@@ -3,6 +3,8 @@
     PYTHONPATH=src python benchmarks/dpsgd_bench.py            # speed, memory, epsilon
     PYTHONPATH=src python benchmarks/dpsgd_bench.py --accuracy # + MNIST-5k MLPClassifier (slow)
     PYTHONPATH=src python benchmarks/dpsgd_bench.py --fedavg   # DP-FedAvg on MNIST-5k only
+    PYTHONPATH=src python benchmarks/dpsgd_bench.py --units --steps 4  # user level vs example
+    PYTHONPATH=src python benchmarks/dpsgd_bench.py --units-accuracy   # MNIST-5k, users of 4
 
 Speed: a 784-1000-1000-10 ReLU MLP, SGD, expected batch 1024, CPU, torch threads = 2. Each
 variant runs in its own fresh process (so peak RSS is its own), Opacus in its venv
@@ -31,6 +33,7 @@ OPACUS_PY = next((p for p in [HERE / ".venvs" / "opacus" / "bin" / "python",
                               / "python"] if p.exists()), None)
 N, BATCH, DIMS = 8192, 1024, (784, 1000, 1000, 10)
 SIGMA, C = 1.0, 1.0
+UNIT = 4  # examples per privacy unit in the user-level timing (--units)
 
 
 def _net():  # type: ignore[no-untyped-def]
@@ -109,13 +112,16 @@ def _variant(kind: str):  # type: ignore[no-untyped-def]
     ce = torch.nn.functional.cross_entropy
     if kind == "nonprivate":
         return loader, model, opt, ce, None
-    if kind in ("dpkit", "dpkit_no_noise"):
+    if kind.startswith("dpkit"):
+        import numpy as np
+
         from dpkit.learn.torch import make_private
 
-        tr = make_private(model, opt, loader, max_grad_norm=C, noise_multiplier=SIGMA)
-        if kind == "dpkit_no_noise":  # clipping overhead alone: a zero noise vector
-            import numpy as np
-
+        # user level: units of UNIT consecutive examples, sampled whole (same expected batch)
+        units = np.arange(N) // UNIT if "units" in kind else None
+        tr = make_private(model, opt, loader, max_grad_norm=C, noise_multiplier=SIGMA,
+                          units=units)
+        if kind.endswith("no_noise"):  # clipping overhead alone: a zero noise vector
             zeros = np.zeros(tr.optimizer.dim)  # one buffer, as the noise itself
             tr.optimizer._next_noise = lambda: zeros  # type: ignore[method-assign]
         return tr.data_loader, tr.module, tr.optimizer, ce, lambda: tr.optimizer.last_noise_s
@@ -165,13 +171,14 @@ def _block(setup: tuple, it: list, steps: int, k: str) -> tuple[float, float]:  
     return total / steps, (time.process_time() - cpu) / steps
 
 
-def interleaved(rounds: int, hooks_rounds: int, block: int = 3) -> dict:
+def interleaved(rounds: int, hooks_rounds: int, block: int = 3,
+                kinds: list[str] | None = None) -> dict:
     """All variants in ONE process, a block of ``block`` steps of each in turn per round:
     same-time ratios (the machine is shared, so only same-round ratios mean much)."""
     import torch
 
     torch.set_num_threads(2)
-    kinds = ["nonprivate", "dpkit", "dpkit_no_noise", "opacus_ghost", "opacus_hooks"]
+    kinds = kinds or ["nonprivate", "dpkit", "dpkit_no_noise", "opacus_ghost", "opacus_hooks"]
     setups = {k: _variant(k) for k in kinds}
     iters = {k: [iter(v[0])] for k, v in setups.items()}
     times: dict[str, list[float]] = {k: [] for k in kinds}
@@ -312,45 +319,60 @@ def accuracy() -> None:
               f"epsilon spent {clf.epsilon_:.4f}")
 
 
-def fed() -> None:
-    """DP-FedAvg on MNIST-5k: 100 clients of 40 examples, IID and non-IID, 3 seeds each.
-
-    Features: 2x2-average-pooled pixels (196, a public transform); a linear softmax model;
-    every client in every round (q = 1), 40 rounds, 10 local SGD steps of 20 examples at lr 0.5,
-    updates clipped to norm 1, server lr 1, δ = 1e-5.
-    """
+def units_accuracy(seeds: int = 3) -> None:
+    """MNIST-5k, the same recipe at example level and at user level with users of UNIT training
+    rows (consecutive rows of the shuffled split): what protecting a whole user costs in
+    accuracy at the same ε (each user's summed gradient is clipped to the same C)."""
     import numpy as np
-    import torch
 
     sys.path.insert(0, str(HERE))
-    from dpkit import noise
-    from dpkit.learn.fedavg import fedavg, split_clients
+    from dpkit.learn.features import ScatterFeatures
+    from dpkit.learn.mlp import MLPClassifier
     from mnist_data import mnist_5k
 
-    torch.set_num_threads(1)
     Xtr, ytr, Xte, yte = mnist_5k()
-
-    def pool(X: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(X.reshape(-1, 14, 2, 14, 2).mean((2, 4)).reshape(-1, 196))
-
-    A, B, Y = pool(Xtr), pool(Xte), torch.from_numpy(ytr)
-    for eps in (8.0, 3.0):
-        for iid in (True, False):
+    feats = ScatterFeatures((28, 28), normalize="example")  # public, row-wise: applied once
+    Ftr, Fte = feats.transform(Xtr), feats.transform(Xte)
+    users = np.arange(len(Xtr)) // UNIT
+    per_eps = {1.0: {"learning_rate": 3.0, "momentum": 0.0, "averaging": 0.0},
+               3.0: {"learning_rate": 1.0, "momentum": 0.9, "averaging": 0.5}}
+    for eps, extra in per_eps.items():
+        for level, units in (("example", None), (f"user ({UNIT} rows)", users)):
             accs = []
-            for seed in range(3):
-                src = noise.seeded(seed)
-                parts = split_clients(ytr, 100, iid=iid, source=src)
-                model = torch.nn.Linear(196, 10)
-                torch.nn.init.zeros_(model.weight)
-                torch.nn.init.zeros_(model.bias)
-                r = fedavg(model, [(A[p], Y[p]) for p in parts], rounds=40, client_rate=1.0,
-                           max_update_norm=1.0, target_epsilon=eps, target_delta=1e-5,
-                           local_steps=10, local_lr=0.5, local_batch=20, source=src)
-                with torch.no_grad():
-                    accs.append(float((model(B).argmax(1).numpy() == yte).mean()))
-            print(f"DP-FedAvg eps={eps} {'IID' if iid else 'non-IID'}: accuracy {accs} (mean "
-                  f"{statistics.mean(accs):.3f}), sigma {r.noise_multiplier:.3f}, "
-                  f"epsilon {r.epsilon(1e-5):.3f}", flush=True)
+            for seed in range(seeds):
+                clf = MLPClassifier((), epsilon=eps, delta=1e-5, epochs=80, batch_size=250,
+                                    max_grad_norm=0.1, schedule="cosine",
+                                    classes=list(range(10)), random_state=100 + seed,
+                                    **extra).fit(Ftr, ytr, units=units)  # type: ignore[arg-type]
+                accs.append(round(clf.score(Fte, yte), 4))
+            print(f"MNIST-5k eps={eps} {level}-level: {accs} (mean {statistics.mean(accs):.4f}), "
+                  f"epsilon spent {clf.epsilon_:.4f}", flush=True)
+
+
+def fed(seeds: int = 5) -> None:
+    """DP-FedAvg on MNIST-5k: 100 clients of 40 examples, IID and non-IID, at ε = 8 and 3, the
+    recipe chosen on validation by ``fedavg_sweep.py`` (its ``CHOSEN``), ``seeds`` test seeds."""
+    sys.path.insert(0, str(HERE))
+    import fedavg_sweep
+
+    fedavg_sweep.main(["--chosen", "--seeds", str(seeds)])
+
+
+def user_level(rounds: int) -> None:
+    """User-level step (units of UNIT examples, per-unit clipping) against the example-level
+    one and the non-private step, interleaved in one process; per-round ratios."""
+    kinds = ["nonprivate", "dpkit", "dpkit_units", "dpkit_no_noise", "dpkit_units_no_noise"]
+    r = interleaved(rounds, 0, kinds=kinds)
+    for key in ("step_s", "cpu_s"):
+        t = r[key]
+        for a, b in [("dpkit_units", "dpkit"), ("dpkit_units_no_noise", "dpkit_no_noise"),
+                     ("dpkit_units", "nonprivate"), ("dpkit", "nonprivate")]:
+            ratios = [x / y for x, y in zip(t[a], t[b], strict=True)]
+            print(f"{key} {a} / {b}: median {statistics.median(ratios):.3f}x "
+                  f"(range {min(ratios):.3f}-{max(ratios):.3f}, {len(ratios)} rounds)")
+        print(f"{key} medians (s): " + ", ".join(f"{k} {statistics.median(v):.3f}"
+                                                  for k, v in t.items()))
+    print(f"load average: {os.getloadavg()}")
 
 
 def main() -> None:
@@ -362,7 +384,17 @@ def main() -> None:
     ap.add_argument("--fedavg", action="store_true", help="only the DP-FedAvg accuracy runs")
     ap.add_argument("--interleaved-only", action="store_true",
                     help="only the same-process interleaved timing (3 x --steps rounds)")
+    ap.add_argument("--units", action="store_true",
+                    help="only the user-level timing (units of 4) against example level")
+    ap.add_argument("--units-accuracy", action="store_true",
+                    help="MNIST-5k accuracy at example and user level (users of 4 rows)")
     a = ap.parse_args()
+    if a.units_accuracy:
+        units_accuracy()
+        return
+    if a.units:
+        user_level(a.steps)
+        return
     if a.fedavg:
         fed()
         return

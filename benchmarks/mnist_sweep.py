@@ -3,6 +3,10 @@
     PYTHONPATH=src python benchmarks/mnist_sweep.py --jobs 16 --budget-s 300   # ~8 min, 16 cores
     PYTHONPATH=src python benchmarks/mnist_sweep.py --config '{"features": "scatter"}'  # test one
     PYTHONPATH=src python benchmarks/mnist_sweep.py --opacus --seeds 5  # Opacus, same recipe
+    PYTHONPATH=src python benchmarks/mnist_sweep.py --validate '[{...}, ...]' --eps 1 --seeds 3
+        # given configurations on the validation split only (-> results/mnist_validate.json)
+    PYTHONPATH=src python benchmarks/mnist_sweep.py --recipes '{"1.0": {...}, "3.0": {...}}'
+        # each recipe on test (--seeds) and Opacus with the same recipes, in one run
 
 Protocol (so the test split never guides a choice):
 1. the 4,000 training rows (``mnist_data.mnist_5k``: shuffled with seed 0) are split again,
@@ -175,8 +179,14 @@ for eps in (1.0, 3.0):
     c = cfg[str(eps)]
     for seed in range(int(sys.argv[3])):
         torch.manual_seed(100 + seed)
-        net = torch.nn.Linear(A.shape[1], 10)
-        torch.nn.init.zeros_(net.bias)
+        sizes = [A.shape[1], *c.get("hidden", []), 10]; layers = []
+        for i in range(len(sizes) - 1):
+            layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
+            torch.nn.init.zeros_(layers[-1].bias)
+            if i < len(sizes) - 2:
+                layers.append(torch.nn.Tanh() if c.get("activation", "tanh") == "tanh"
+                              else torch.nn.ReLU())
+        net = torch.nn.Sequential(*layers)
         opt = torch.optim.SGD(net.parameters(), lr=c["lr"], momentum=c["momentum"])
         loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(A, ya),
                                              batch_size=c["batch"])
@@ -187,8 +197,10 @@ for eps in (1.0, 3.0):
         avg = [torch.zeros_like(p) for p in net.parameters()]
         for _ in range(c["epochs"]):
             for xb, yb_ in loader:
+                f = (0.5 * (1 + math.cos(math.pi * step / total))
+                     if c.get("schedule", "cosine") == "cosine" else 1.0)
                 for g in opt.param_groups:
-                    g["lr"] = c["lr"] * 0.5 * (1 + math.cos(math.pi * step / total))
+                    g["lr"] = c["lr"] * f
                 opt.zero_grad()
                 torch.nn.functional.cross_entropy(net(xb), yb_, reduction="mean").backward()
                 opt.step(); step += 1
@@ -209,7 +221,8 @@ print(json.dumps(out))
 
 
 def peer_opacus(venv: Path, res: dict[str, Any], seeds: int) -> dict[str, Any]:
-    """Opacus 1.6 with the same features, head and recipe as the winners (same run)."""
+    """Opacus 1.6 with the same features, network, schedule and recipe as ``res["test"]``
+    (torch's default initialisation, its PRV accountant calibrating σ)."""
     import subprocess
     import tempfile
 
@@ -219,8 +232,10 @@ def peer_opacus(venv: Path, res: dict[str, Any], seeds: int) -> dict[str, Any]:
     for key in ("1.0", "3.0"):
         c = res["test"][key]["cfg"]
         cfg[key] = {"lr": c["lr_c"] / c["max_grad_norm"], "momentum": c["momentum"],
-                  "batch": int(np.ceil(c["q"] * 4000)), "epochs": c["epochs"],
-                  "clip": c["max_grad_norm"], "averaging": c["averaging"]}
+                    "batch": int(np.ceil(c["q"] * 4000)), "epochs": c["epochs"],
+                    "clip": c["max_grad_norm"], "averaging": c["averaging"],
+                    "hidden": list(c["hidden"]), "activation": c["activation"],
+                    "schedule": c["schedule"]}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "f.npz"
         np.savez(path, A=F[:4000], ya=d["ytr"], B=F[4000:], yb=d["yte"])
@@ -239,6 +254,24 @@ def peer_opacus(venv: Path, res: dict[str, Any], seeds: int) -> dict[str, Any]:
     return out
 
 
+def validate(pool: ProcessPoolExecutor, cfgs: list[dict[str, Any]], eps: float,
+             seeds: int) -> list[dict[str, Any]]:
+    """Given configurations on the validation split only (``seeds`` seeds each), best first."""
+    futs = [[pool.submit(run_one, c, eps, s, False) for s in range(seeds)] for c in cfgs]
+    out = []
+    for c, fs in zip(cfgs, futs, strict=True):
+        accs = [f.result()["acc"] for f in fs]
+        out.append({"cfg": c, "eps": eps, "val_accs": accs, "val_mean": statistics.mean(accs)})
+        print(f"VAL eps={eps} {out[-1]['val_mean']:.4f} {accs} {c}", flush=True)
+    return sorted(out, key=lambda r: -r["val_mean"])
+
+
+def _opacus_venv() -> Path | None:
+    return next((p for p in [HERE / ".venvs" / "opacus",
+                             HERE.parents[2] / "main" / "benchmarks" / ".venvs" / "opacus"]
+                 if (p / "bin" / "python").exists()), None)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -246,22 +279,40 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--config", type=json.loads, default=None,
                     help="a JSON configuration to score on test for both epsilons")
-    ap.add_argument("--out", type=Path, default=HERE / "results" / "mnist_sweep.json")
+    ap.add_argument("--validate", type=json.loads, default=None,
+                    help="a JSON list of configurations to score on validation only (--eps)")
+    ap.add_argument("--eps", type=float, default=1.0, help="the epsilon of --validate")
+    ap.add_argument("--recipes", type=json.loads, default=None,
+                    help='{"1.0": cfg, "3.0": cfg}: test each (--seeds seeds), and Opacus with '
+                    "the same recipes, in one run")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="results file (default results/mnist_sweep.json; mnist_validate.json "
+                    "with --validate)")
     ap.add_argument("--opacus", action="store_true",
                     help="only: Opacus 1.6 (benchmarks/.venvs/opacus) with the recipe in --out")
     a = ap.parse_args()
+    name = ("mnist_validate.json" if a.validate is not None else
+            "mnist_recipe.json" if a.recipes is not None else "mnist_sweep.json")
+    a.out = a.out or HERE / "results" / name
     if a.opacus:
         old = json.loads(a.out.read_text())
-        venv = next(p for p in [HERE / ".venvs" / "opacus",
-                                HERE.parents[2] / "main" / "benchmarks" / ".venvs" / "opacus"]
-                    if (p / "bin" / "python").exists())
+        venv = _opacus_venv()
+        if venv is None:
+            raise SystemExit("no Opacus venv: see /work/shared/RECIPES.md (benchmarks/.venvs)")
         old["opacus_same_recipe"] = peer_opacus(venv, old, a.seeds)
         a.out.write_text(json.dumps(old, indent=1, default=str) + "\n")
         return
     eps_list = [1.0, 3.0]
     res: dict[str, Any] = {"jobs": a.jobs, "budget_s": a.budget_s, "grid": GRID}
     with ProcessPoolExecutor(a.jobs, initializer=_init_worker) as pool:
-        if a.config is not None:
+        if a.recipes is not None:
+            res["test"] = {e: final(pool, {**_sample(random.Random(0)), **c}, float(e), a.seeds)
+                           for e, c in a.recipes.items()}
+        elif a.validate is not None:
+            base = _sample(random.Random(0))
+            res["validate"] = validate(pool, [{**base, **c} for c in a.validate], a.eps,
+                                       a.seeds)
+        elif a.config is not None:
             res["given"] = [final(pool, {**_sample(random.Random(0)), **a.config}, e, a.seeds)
                             for e in eps_list]
         else:
@@ -272,6 +323,8 @@ def main() -> None:
             res["best"] = {str(e): refine(pool, done, e) for e in eps_list}
             res["test"] = {str(e): final(pool, res["best"][str(e)]["cfg"], e, a.seeds)
                            for e in eps_list}
+    if a.recipes is not None and (venv := _opacus_venv()) is not None:
+        res["opacus_same_recipe"] = peer_opacus(venv, res, a.seeds)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(res, indent=1, default=str) + "\n")
 

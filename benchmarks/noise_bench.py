@@ -4,6 +4,14 @@
     python benchmarks/noise_bench.py --quick    # smaller sizes, fewer scales (~20 s)
     python benchmarks/noise_bench.py --small-calls              # per-call cost, small vectors
     python benchmarks/noise_bench.py --small-calls --against 4e86c9f   # ... vs a git revision
+    python benchmarks/noise_bench.py --words    # secure word streams and the DP-SGD noise draw
+    python benchmarks/noise_bench.py --words --against 4e86c9f    # ... the draw vs a revision
+
+``--words`` times the sources themselves: MB/s of words in 1 MiB requests from ``os.urandom``
+called directly and from each ``SecureSource`` construction (ChaCha20 and SHAKE-128 keystreams,
+``urandom``) next to the seeded PCG64, and the noise draw of one DP-SGD step (1,796,010
+Gaussians in 2^17-coordinate chunks, rounded to the grid, as ``DPOptimizer._draw`` does) with
+each source, in CPU milliseconds: median and range over ``--rounds`` interleaved rounds.
 
 ``--small-calls`` times what a curator query does once per measurement: one
 ``mechanisms.geometric`` / ``mechanisms.discrete_gaussian`` call on a small integer vector
@@ -29,6 +37,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -176,6 +185,105 @@ def run_small_calls(against: str | None, rounds: int) -> int:
     return 0
 
 
+WORD_MB = 16  # MiB of words per timing (16 requests of 1 MiB)
+DRAW_DIM, DRAW_CHUNK = 1_796_010, 1 << 17  # the 784-1000-1000-10 MLP of dpsgd_bench.py
+
+
+def _word_sources() -> dict[str, Callable[[], object] | noise.Source]:
+    """name -> each source this package offers (and a function calling os.urandom directly)."""
+    srcs: dict[str, Callable[[], object] | noise.Source] = {
+        "os.urandom (raw call)": lambda: os.urandom(1 << 20)}
+    for c in getattr(noise.sources, "CONSTRUCTIONS", ()):
+        try:
+            srcs[f"SecureSource({c!r})"] = noise.SecureSource(c)
+        except ImportError:  # chacha20 without the cryptography package
+            continue
+    if len(srcs) == 1:  # a revision before the keystream: its secure() is os.urandom
+        srcs["secure() (os.urandom)"] = noise.secure()
+    srcs["seeded(0) (PCG64, INSECURE)"] = noise.seeded(0)
+    return srcs
+
+
+def _draw_once(src: noise.Source) -> None:
+    """One DP-SGD step's noise in grid units, as DPOptimizer._draw does it."""
+    z = np.empty(DRAW_DIM)
+    for lo in range(0, DRAW_DIM, DRAW_CHUNK):
+        m = min(DRAW_CHUNK, DRAW_DIM - lo)
+        try:
+            g = noise.gaussian_float(2.0**31, m, source=src, out=z[lo : lo + m])
+        except TypeError:  # a revision without out=
+            g = noise.gaussian_float(2.0**31, m, source=src)
+        np.rint(g, out=z[lo : lo + m])
+
+
+def time_words(rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Per source: MB/s (CPU and wall) of 1 MiB requests and the draw's CPU/wall ms, per round."""
+    srcs = _word_sources()
+    res: dict[str, dict[str, list[float]]] = {
+        k: {"mb_s_cpu": [], "mb_s_wall": [], "draw_ms_cpu": [], "draw_ms_wall": []}
+        for k in srcs}
+    for f in srcs.values():  # warm up (imports, buffers)
+        if isinstance(f, noise.Source):
+            f.uint64(1 << 17)
+            _draw_once(f)
+        else:
+            f()
+    for _ in range(rounds):  # interleaved, so that machine load hits every source alike
+        for k, f in srcs.items():
+            get = (lambda f=f: f.uint64(1 << 17)) if isinstance(f, noise.Source) else f
+            c, w = time.process_time(), time.perf_counter()
+            for _ in range(WORD_MB):
+                get()
+            c, w = time.process_time() - c, time.perf_counter() - w
+            res[k]["mb_s_cpu"].append(WORD_MB * 1.048576 / c)
+            res[k]["mb_s_wall"].append(WORD_MB * 1.048576 / w)
+            if isinstance(f, noise.Source):
+                c, w = time.process_time(), time.perf_counter()
+                _draw_once(f)
+                res[k]["draw_ms_cpu"].append((time.process_time() - c) * 1e3)
+                res[k]["draw_ms_wall"].append((time.perf_counter() - w) * 1e3)
+    return res
+
+
+def _med_range(v: list[float], fmt: str) -> str:
+    if not v:
+        return "-"
+    v = sorted(v)
+    return f"{format(statistics.median(v), fmt)} ({format(v[0], fmt)}-{format(v[-1], fmt)})"
+
+
+def run_words(against: str | None, rounds: int) -> int:
+    """The --words mode (see the module docstring)."""
+    if os.environ.get("DPKIT_BENCH_JSON"):  # child of --against: print the numbers only
+        print(json.dumps(time_words(rounds)))
+        return 0
+    tables = {"now": time_words(rounds)}
+    if against is not None:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            tar = subprocess.run(["git", "-C", str(HERE.parent), "archive", against,
+                                  "src/dpkit"], capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", tmp], input=tar, check=True)
+            env = {**os.environ, "DPKIT_BENCH_SRC": str(Path(tmp) / "src"),
+                   "DPKIT_BENCH_JSON": "1"}
+            done = subprocess.run([sys.executable, __file__, "--words", "--rounds",
+                                   str(rounds)], env=env, capture_output=True, text=True,
+                                  check=True)
+            tables[against[:10]] = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"words: {WORD_MB} x 1 MiB requests; draw: {DRAW_DIM:,} Gaussians in 2^17 chunks, "
+          f"rounded (median (range) of {rounds} rounds; load {os.getloadavg()[0]:.1f})")
+    print(f"{'code':<11}{'source':<30}{'MB/s (CPU)':>22}{'MB/s (wall)':>22}"
+          f"{'draw ms CPU':>20}{'draw ms wall':>20}")
+    for code, res in tables.items():
+        for k, r in res.items():
+            print(f"{code:<11}{k:<30}{_med_range(r['mb_s_cpu'], '.0f'):>22}"
+                  f"{_med_range(r['mb_s_wall'], '.0f'):>22}"
+                  f"{_med_range(r['draw_ms_cpu'], '.1f'):>20}"
+                  f"{_med_range(r['draw_ms_wall'], '.1f'):>20}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer scales")
@@ -186,9 +294,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--against", metavar="REV", default=None,
                     help="with --small-calls: also time git revision REV and print old/new")
     ap.add_argument("--rounds", type=int, default=4, help="alternating rounds for --against")
+    ap.add_argument("--words", action="store_true",
+                    help="MB/s of the secure word streams and the DP-SGD noise draw's time")
     args = ap.parse_args(argv)
     if args.small_calls:
         return run_small_calls(args.against, args.rounds)
+    if args.words:
+        return run_words(args.against, args.rounds)
 
     scales = [1.0, 1e3, 1e6] if args.quick else [1.0, 10.0, 1e3, 1e6]
     n = 200_000 if args.quick else 1_000_000

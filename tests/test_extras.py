@@ -13,7 +13,7 @@ import pytest
 EXTRAS = {"polars": "dataframes", "matplotlib": "plots", "openpyxl": "xlsx", "yaml": "yaml",
           "pandas": "dataframes", "sklearn": "test", "torch": "torch",
           "playwright": "test", "pytest_playwright": "test", "psycopg": "postgres",
-          "pyspark": "spark"}
+          "pyspark": "spark", "cryptography": "fastnoise"}
 
 
 @pytest.mark.parametrize("module", sorted(EXTRAS))

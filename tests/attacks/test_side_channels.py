@@ -124,6 +124,33 @@ def test_compare_flags_every_public_difference() -> None:
     assert sc.compare(q, a, refused)[:2] == ("kind", "error_class")
     other = dataclasses.replace(refused, error_text="no!")
     assert sc.compare(q, refused, other) == ("error_text",)
+    # a preview reads no data: any difference in it is a finding, answer or not
+    assert sc.compare(q, a, dataclasses.replace(a, preview="cost 0.2")) == ("preview",)
+
+
+class _LeakyPreview:
+    """A curator whose preview notes say whether the table's row count is odd."""
+
+    def __init__(self, cur: Any, odd: bool) -> None:
+        self._cur, self._odd = cur, odd
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cur, name)
+
+    def preview(self, query: str, **kw: Any) -> Any:
+        p = self._cur.preview(query, **kw)
+        return dataclasses.replace(p, notes=[*p.notes, "odd" if self._odd else "even"])
+
+
+def test_a_leaky_preview_is_found() -> None:
+    def factory(path: Path, data_file: Path, table: TableMeta, public: Any, **kw: Any) -> Any:
+        leaky = _leaky_factory(path, data_file, table, public, **kw)
+        return _LeakyPreview(leaky._cur, leaky._odd)
+
+    rep = sc.fuzz(SMALL, queries=4, seed=3, neighbours=("add",), accountants=("approx",),
+                  families=("sql",), factory=factory, units=10, max_findings=1,
+                  minimise=False)
+    assert "preview" in rep.by_cause(), rep.summary()
 
 
 def test_compare_lets_noise_choose_rows_but_not_their_order() -> None:

@@ -7,9 +7,21 @@ import itertools
 import numpy as np
 import pytest
 
+import dpkit as dp
 from dpkit import noise
-from dpkit.accounting.zcdp import rho_to_epsilon
-from dpkit.markets.allocation import allocate, best_responses, welfare_optimum
+from dpkit.accounting.zcdp import epsilon_to_rho
+from dpkit.markets.allocation import (
+    AUTO_MARGIN_SDS,
+    LEVEL_SHARE,
+    LEVEL_STEPS,
+    STEP_DECAY,
+    WARM_SHARE,
+    Allocation,
+    allocate,
+    best_responses,
+    noise_plan,
+    welfare_optimum,
+)
 
 
 def test_welfare_optimum_matches_brute_force() -> None:
@@ -34,9 +46,16 @@ def test_the_stated_epsilon_is_met_and_the_run_is_feasible_at_large_epsilon() ->
     v = noise.uniform_float01((300, 4), source=noise.seeded(2))
     a = allocate(v, 30, epsilon=1.0, delta=1e-6, rounds=40, source=noise.seeded(3))
     assert a.epsilon <= 1.0 + 1e-9
-    rho = 40 / (2 * a.event.event.sigma2)  # type: ignore[attr-defined]
-    assert rho_to_epsilon(rho, 1e-6) <= 1.0 + 1e-9
+    assert dp.accounting.epsilon(a.event, 1e-6) <= 1.0 + 1e-9
+    # the accountant's calibration is tight (within its 1e-3 search tolerance) and spends less
+    # noise than the zCDP conversion would: the main rounds' sigma2 is below rounds/(2 rho)
+    assert a.epsilon >= 0.99
+    plan = noise_plan(1.0, 1e-6, 40)
+    rho = epsilon_to_rho(1.0, 1e-6)
+    assert plan.main_sigma2 < plan.main_rounds / (2 * rho * (1 - LEVEL_SHARE - WARM_SHARE))
+    assert plan.level_steps + plan.warm_rounds + plan.main_rounds == LEVEL_STEPS + 40
     assert a.assignment.shape == (300,) and a.prices.shape == (4,)
+    assert a.path is not None and a.path.shape == (40, 4) and a.counts is not None
 
 
 @pytest.mark.parametrize("values, supply, kw, words", [
@@ -45,6 +64,7 @@ def test_the_stated_epsilon_is_met_and_the_run_is_feasible_at_large_epsilon() ->
     (np.zeros((3, 2)), 1, {"epsilon": 0.0}, "epsilon"), (np.zeros((3, 2)), 1, {"delta": 1.0},
                                                          "delta"),
     (np.zeros((3, 2)), 1, {"method": "x"}, "method"),
+    (np.zeros((3, 2)), 1, {"step": 0.0}, "step"), (np.zeros((3, 2)), 1, {"rounds": 2}, "rounds"),
     (np.zeros((3, 2)), 1, {"margin": 1.0}, "margin"), (np.zeros((3, 2)), 1, {"margin": "x"},
                                                        "margin"),
 ])
@@ -56,23 +76,44 @@ def test_bad_markets_are_refused(values: np.ndarray, supply: object, kw: dict[st
         allocate(values, supply, **args)  # type: ignore[arg-type]
 
 
-def test_the_auto_margin_is_public_two_noise_sds_per_good_capped_at_half_the_supply() -> None:
+def test_the_auto_margin_is_public_noise_sds_per_good_capped_at_half_the_supply() -> None:
     """It depends on (epsilon, delta, rounds, supply) only: the same for any values."""
-    from dpkit.accounting.zcdp import epsilon_to_rho
-    from dpkit.markets.allocation import AUTO_MARGIN_SDS
-
     held = []
     for seed in (1, 2):
         v = noise.uniform_float01((200, 3), source=noise.seeded(seed))
         held.append(allocate(v, 100, epsilon=1.0, delta=1e-6, rounds=20,
                              source=noise.seeded(seed)).held_back)
     assert held[0] == held[1]
-    assert held[0] == pytest.approx(AUTO_MARGIN_SDS / np.sqrt(epsilon_to_rho(1.0, 1e-6)))
+    plan = noise_plan(1.0, 1e-6, 20)
+    assert held[0] == pytest.approx(AUTO_MARGIN_SDS * np.sqrt(plan.main_sigma2 / plan.main_rounds))
     v = noise.uniform_float01((200, 3), source=noise.seeded(1))
     assert allocate(v, 4, epsilon=0.1, delta=1e-6, rounds=20,
                     source=noise.seeded(1)).held_back == 2.0  # half of 4 copies
     assert allocate(v, 4, epsilon=1.0, delta=1e-6, method="tatonnement",
                     source=noise.seeded(1)).held_back == 0.0
+
+
+def _replay(a: Allocation, supply: np.ndarray, k: int, step: float = 0.1) -> np.ndarray:
+    """The prices recomputed from the released numbers alone (no values): post-processing."""
+    assert a.level_totals is not None and a.counts is not None
+    target = supply - a.held_back
+    lo, hi = 0.0, 1.0
+    for total in a.level_totals:
+        lo, hi = (0.5 * (lo + hi), hi) if total > target.sum() else (lo, 0.5 * (lo + hi))
+    prices, acc, warm = np.full(k, 0.5 * (lo + hi)), np.zeros(k), a.rounds // 4
+    for t, c in enumerate(a.counts):
+        prices = np.clip(prices + step / (t + 1) ** STEP_DECAY * (c - target) / target, 0, 1)
+        acc += prices if t >= warm else 0
+    return acc / (a.rounds - warm)
+
+
+def test_the_prices_are_post_processing_of_the_released_counts() -> None:
+    """The billboard argument needs the prices to be a function of the noisy releases only and
+    each buyer's good a best response to them: replayed without the values, they agree."""
+    v = noise.uniform_float01((400, 3), source=noise.seeded(5))
+    a = allocate(v, 60, epsilon=1.0, delta=1e-6, rounds=24, source=noise.seeded(6))
+    assert np.allclose(_replay(a, np.full(3, 60.0), 3), a.prices, atol=1e-12)
+    assert np.array_equal(a.assignment, best_responses(v, a.prices))
 
 
 def test_feasible_welfare_keeps_the_best_buyers_of_an_over_sold_good() -> None:
@@ -83,13 +124,30 @@ def test_feasible_welfare_keeps_the_best_buyers_of_an_over_sold_good() -> None:
 
 
 def test_the_margin_keeps_over_allocation_small_at_epsilon_1() -> None:
-    """n = 300, 3 goods with 100 copies each, eps = 1: the averaged demand noise has SD 1/sqrt(rho)
-    = 6.4 buyers per good; holding back 2 SDs leaves P(over-sell a good by > 2 copies)
-    = P(Z > 2.3) ~ 0.011 per good, so over 3 seeds x 3 goods a total above 3% of supply (9
-    copies) needs several such tails at once (< 1e-3 by a union bound over the pairs)."""
+    """n = 300, 3 goods with 100 copies each, eps = 1: the main phase's averaged demand noise
+    has SD 4.7 buyers per good and the auto margin holds back 0.75 of it. Measured over 40
+    seeds: 0.77% of supply over-allocated on average, per-run SD about 1.2%; the mean of 6 runs
+    exceeds 2.5% only if it lands 3.5 standard errors high (< 1e-3 even allowing for skew)."""
     over = []
-    for seed in range(3):
+    for seed in range(6):
         v = noise.uniform_float01((300, 3), source=noise.seeded(seed))
         a = allocate(v, 100, epsilon=1.0, delta=1e-6, source=noise.seeded(100 + seed))
         over.append(a.over_allocation_share)
-    assert max(over) <= 0.03
+    assert np.mean(over) <= 0.025
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("supply, welfare, over", [(50, 0.9, 0.02), (100, 0.9, 0.02)])
+def test_the_issue_targets_at_epsilon_1(supply: int, welfare: float, over: float) -> None:
+    """Issue 16's targets on the benchmark's instances (n = 1,000, k = 10, U[0, 1], delta = 1e-6,
+    the same seeds as benchmarks/allocation_bench.py): mean feasible welfare >= 0.9 OPT and mean
+    over-allocation <= 2% of supply over 20 runs (measured 0.916 / 1.4% with 50 copies, 0.978 /
+    1.6% with 100)."""
+    w, o = [], []
+    for r in range(20):
+        values = noise.uniform_float01((1000, 10), source=noise.seeded(r))
+        opt, _ = welfare_optimum(values, supply)
+        a = allocate(values, supply, epsilon=1.0, delta=1e-6, source=noise.seeded(10**6 + r))
+        w.append(a.feasible_welfare / opt)
+        o.append(a.over_allocation_share)
+    assert np.mean(w) >= welfare and np.mean(o) <= over

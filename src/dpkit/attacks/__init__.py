@@ -4,6 +4,8 @@
   (``empirical_epsilon``; ``audit.audit`` runs a vectorised sampler first);
   :mod:`~dpkit.attacks.audit_vector` for vector outputs and black-box mechanisms;
   :mod:`~dpkit.attacks.one_run` for the Steinke-Nasr-Jagielski one-run audit bound;
+  :mod:`~dpkit.attacks.audit_allocation` audits the joint-DP allocation's prices (imported on
+  demand);
 - :mod:`~dpkit.attacks.reconstruction`: Dinur-Nissim reconstruction (exhaustive, LP, least
   squares with its predicted success rate);
 - :mod:`~dpkit.attacks.oracles`: systems to attack (exact, fresh or sticky noise, suppression,

@@ -63,6 +63,8 @@ def _fitted_attributes(model: Any) -> dict[str, Any]:
         if key.endswith("_") and not key.startswith("_"):
             if isinstance(value, np.ndarray):
                 out[key] = value.tolist()
+            elif isinstance(value, list) and all(isinstance(v, np.ndarray) for v in value):
+                out[key] = [v.tolist() for v in value]  # a network's layers (coefs_)
             elif isinstance(value, (int, float, str, bool)):
                 out[key] = value
     return out

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -341,3 +342,23 @@ def require_duckdb(meta: TableMeta, what: str) -> None:
         raise QueryError(f"{what} is not available on Spark table {meta.name!r} yet (SQL "
                          f"aggregates are); load it without engine='spark' for it. Nothing "
                          f"charged")
+
+
+_COPY = re.compile(r".+__v[0-9a-f]{16}")  # a Parquet copy's folder name (load's stored name)
+
+
+def drop_spark_orphans(directory: Path, keep: Collection[str]) -> list[str]:
+    """Remove the Parquet copies under the project's own ``directory`` (``<project>/spark``)
+    that no Spark table in force names (``keep``: their stored names): the old rows of a
+    replaced or dropped table, or the new rows of a load that crashed before its ledger row.
+    Only folders named as a load names them are touched; a shared ``$DPKIT_SPARK_DIR`` is
+    never cleaned (other projects may keep their copies there). The caller holds the load
+    lock. Returns what was removed."""
+    if not directory.is_dir():
+        return []
+    gone = []
+    for entry in sorted(directory.iterdir()):
+        if entry.is_dir() and _COPY.fullmatch(entry.name) and entry.name not in keep:
+            shutil.rmtree(entry, ignore_errors=True)
+            gone.append(f"spark/{entry.name}")
+    return gone

@@ -55,7 +55,13 @@ from dpkit.engine import plan as dplan
 from dpkit.engine import sql as dsql
 from dpkit.engine.accuracy import epsilon_for_accuracy, expected_errors, preview_of
 from dpkit.engine.backend_duckdb import drop_orphans
-from dpkit.engine.backend_spark import SPARK, SparkBackend, backend_for, check_engine
+from dpkit.engine.backend_spark import (
+    SPARK,
+    SparkBackend,
+    backend_for,
+    check_engine,
+    drop_spark_orphans,
+)
 from dpkit.engine.charge import charged_read, quote
 from dpkit.engine.ledger import Entry, Ledger
 from dpkit.engine.load import (
@@ -333,11 +339,14 @@ class Curator(ReleaseMethods):
             tables = self.tables()
             keep = {(m.public, m.stored_name) for m in tables.values()}
             keys = {k for m in tables.values() for k in m.key_tables.values()}
+            copies = {n for m in tables.values() if m.storage == SPARK
+                      for n in (m.stored_name, Path(str(m.source)).name)}
+            gone = drop_spark_orphans(self.path / "spark", copies)
             self._backend.close()
             try:
-                return drop_orphans(self.path / DATA_FILE, keep, keys)
+                return gone + drop_orphans(self.path / DATA_FILE, keep, keys)
             except RuntimeError:
-                return []
+                return gone
 
     def add_public_table(self, name: str, source: Any, **kwargs: Any) -> TableMeta:
         """Register a public lookup table (no privacy; may be joined and used as group keys)."""

@@ -2,9 +2,12 @@
 
 Two kinds exist:
 
-* :func:`secure` / :func:`default_source` -- the operating system's CSPRNG (``os.urandom``,
-  i.e. ``getrandom(2)`` on Linux), read in 1 MiB blocks and handed out as ``uint64``/``uint32``
-  words. Fork-safe: a child process drops the parent's buffered bytes.
+* :func:`secure` / :func:`default_source` -- a cryptographically secure stream: a stream cipher
+  (ChaCha20, from the optional ``cryptography`` package) or an extendable-output function
+  (SHAKE-128, standard library) keyed with 256 bits from the operating system's CSPRNG
+  (``os.urandom``, i.e. ``getrandom(2)`` on Linux), with fast key erasure every 1 MiB and a fresh
+  OS key every 2^30 bytes and in every forked child. ``SecureSource("urandom")`` reads the OS
+  directly instead (15-20x slower). ``docs/noise.md`` ("Sources") gives the security argument.
 * :func:`seeded` -- numpy's PCG64 seeded with an integer. Reproducible, **not secure**, for tests
   and examples only; its ``repr`` says ``INSECURE`` and ``source.insecure`` is ``True`` so every
   release made with it can say so.
@@ -16,15 +19,18 @@ only thing the exactness proofs in ``docs/noise.md`` need from a source.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import os
 import threading
 import weakref
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["SecureSource", "SeededSource", "Source", "default_source", "secure", "seeded",
-           "token_bytes", "token_hex"]
+__all__ = ["CONSTRUCTIONS", "SecureSource", "SeededSource", "Source", "default_source", "secure",
+           "seeded", "token_bytes", "token_hex"]
 
 
 class Source(ABC):
@@ -53,52 +59,148 @@ def _count(n: int) -> int:
     return n
 
 
-_BLOCK = 1 << 20  # bytes per os.urandom refill
+# Bytes per key of the stream (fast key erasure, docs/noise.md) and per buffer refill: large
+# enough that the per-key cost (a cipher object, 32 bytes of next key) is invisible, small
+# enough that a state captured from memory reveals at most this much not yet handed out.
+_BLOCK = 1 << 20
+# Bytes between fresh OS keys: recovers from a compromised state (e.g. a core dump) after at
+# most 1 GiB, ~70 DP-SGD steps of a 1.8 M-parameter model, at the cost of one 32-byte
+# getrandom per GiB. Not a limit of the ciphers: each key only ever produces 1 MiB + 32 bytes.
+_RESEED = 1 << 30
+_KEY = 32
 _LIVE_SECURE: weakref.WeakSet[SecureSource] = weakref.WeakSet()
 
 
-class SecureSource(Source):
-    """Words from the operating system CSPRNG (``os.urandom``), buffered in 1 MiB blocks.
+def _os_key() -> bytes:
+    """256 fresh bits from the operating system's CSPRNG (a seam for the known-answer tests)."""
+    return os.urandom(_KEY)
 
-    Thread-safe (a lock guards the buffer) and fork-safe (buffered bytes are discarded in a
-    child, so parent and child never hand out the same words). Requests larger than half a
-    block bypass the buffer.
+
+def _shake128(key: bytes, out: np.ndarray) -> bytes:
+    """Fill ``out`` with SHAKE-128(key) after its first 32 bytes; return those (the next key)."""
+    data = hashlib.shake_128(key).digest(_KEY + out.size)
+    out[:] = np.frombuffer(data, dtype=np.uint8, count=out.size, offset=_KEY)
+    return data[:_KEY]
+
+
+_ZEROS = memoryview(bytes(_BLOCK))  # the plaintext: the keystream is the ciphertext of zeros
+
+
+def _chacha20(key: bytes, out: np.ndarray) -> bytes:
+    """Fill ``out`` with ChaCha20(key) after its first 32 bytes; return those (the next key)."""
+    # cryptography is optional (not a core dependency): ChaCha20 is ~8x faster than SHAKE-128
+    # here (OpenSSL's SIMD code) and is the kernel's own CSPRNG construction; without it the
+    # stream is SHAKE-128 from the standard library (_default_construction)
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+    # each key is used for exactly one call, so the all-zero nonce and counter never repeat
+    enc = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
+    nxt = bytearray(_KEY)
+    enc.update_into(_ZEROS[:_KEY], nxt)
+    enc.update_into(_ZEROS[: out.size], out.data)  # into the caller's array: no copy
+    return bytes(nxt)
+
+
+# construction name -> (repr label, (key, out) -> next key); "urandom" reads the OS directly
+_EXPAND: dict[str, tuple[str, Callable[[bytes, np.ndarray], bytes] | None]] = {
+    "chacha20": ("ChaCha20", _chacha20),
+    "shake128": ("SHAKE-128", _shake128),
+    "urandom": ("os.urandom", None),
+}
+CONSTRUCTIONS = tuple(_EXPAND)
+
+
+def _default_construction() -> str:
+    """``DPKIT_SECURE_SOURCE`` if set, else ChaCha20 where ``cryptography`` is installed, else
+    SHAKE-128."""
+    name = os.environ.get("DPKIT_SECURE_SOURCE", "").strip().lower()
+    if name:
+        return name
+    return "chacha20" if _have_cryptography() else "shake128"
+
+
+def _have_cryptography() -> bool:
+    # find_spec, not an import: importing cryptography costs ~0.3 s, paid on the first draw
+    # instead of by every `import dpkit`
+    return importlib.util.find_spec("cryptography") is not None
+
+
+class SecureSource(Source):
+    """Cryptographically secure words: a keystream keyed from ``os.urandom`` (the default).
+
+    ``construction``: ``"chacha20"`` (needs ``cryptography``), ``"shake128"`` (standard
+    library), ``"urandom"`` (the OS CSPRNG for every byte, no stream), or ``None`` for
+    :func:`_default_construction`. Each key (256 bits) expands to ``32 + m`` bytes, ``m <=
+    1 MiB``: the first 32 become the next key and the old one is dropped (fast key erasure,
+    Bernstein 2017), the other ``m`` are handed out. A fresh OS key is XORed into the key every
+    2^30 bytes; a forked child discards the parent's key and buffer and starts from a fresh
+    OS key, so it never continues the parent's stream. Thread-safe: one lock guards the state.
+    Words are buffered in 1 MiB blocks; requests larger than half a block bypass the buffer.
     """
 
     insecure = False
 
-    def __init__(self) -> None:
+    def __init__(self, construction: str | None = None) -> None:
+        name = _default_construction() if construction is None else construction
+        if name not in _EXPAND:
+            raise ValueError(f"construction must be one of {', '.join(CONSTRUCTIONS)} "
+                             f"(got {name!r})")
+        if name == "chacha20" and not _have_cryptography():  # fail here, not on a draw
+            raise ImportError("SecureSource('chacha20') needs the cryptography package: "
+                              "pip install cryptography (or use 'shake128')")
+        self.construction = name
+        self._label, self._expand = _EXPAND[name]
         self._lock = threading.Lock()
-        self._buf = np.empty(0, dtype=np.uint8)
-        self._pos = 0
-        self._pid = os.getpid()
+        self._drop()
         _LIVE_SECURE.add(self)
 
     def _drop(self) -> None:
+        """Forget the buffer and the key (a fresh process: the next draw re-keys from the OS)."""
         self._buf = np.empty(0, dtype=np.uint8)
         self._pos = 0
         self._pid = os.getpid()
+        self._key: bytes | None = None
+        self._since_os = 0
+
+    def _fill(self, out: np.ndarray) -> None:
+        """Write fresh stream bytes into the uint8 array ``out`` (the lock is held)."""
+        if self._expand is None:
+            out[:] = np.frombuffer(os.urandom(out.size), dtype=np.uint8)
+            return
+        for lo in range(0, out.size, _BLOCK):
+            m = min(_BLOCK, out.size - lo)
+            if self._key is None:
+                self._key, self._since_os = _os_key(), 0
+            elif self._since_os >= _RESEED:  # XOR: the key stays secret if either part is
+                fresh = int.from_bytes(_os_key(), "little")
+                self._key = (int.from_bytes(self._key, "little") ^ fresh).to_bytes(_KEY, "little")
+                self._since_os = 0
+            self._key = self._expand(self._key, out[lo : lo + m])
+            self._since_os += m
 
     def _bytes(self, nbytes: int) -> np.ndarray:
         """``nbytes`` fresh random bytes as a new writable uint8 array (never shared).
 
-        Served from the buffer first, then from a refill; no byte is handed out twice and none
-        is skipped except the buffer's tail after a fork.
+        A large request is written straight from the stream into the new array; a small one
+        is served from the buffer, refilled in place once consumed. No byte is handed out
+        twice; only the buffer's unread tail is dropped, after a fork.
         """
         out = np.empty(nbytes, dtype=np.uint8)
         with self._lock:
             if self._pid != os.getpid():  # belt and braces next to register_at_fork
                 self._drop()
+            if nbytes > _BLOCK // 2:
+                self._fill(out)
+                return out
             done = min(nbytes, self._buf.size - self._pos)
             out[:done] = self._buf[self._pos : self._pos + done]
             self._pos += done
-            rest = nbytes - done
-            if rest > _BLOCK // 2:  # large request: read it directly
-                out[done:] = np.frombuffer(os.urandom(rest), dtype=np.uint8)
-            elif rest:
-                self._buf = np.frombuffer(os.urandom(_BLOCK), dtype=np.uint8)
-                out[done:] = self._buf[:rest]
-                self._pos = rest
+            if done < nbytes:
+                if self._buf.size != _BLOCK:
+                    self._buf = np.empty(_BLOCK, dtype=np.uint8)
+                self._fill(self._buf)  # every byte of it was copied out already
+                out[done:] = self._buf[: nbytes - done]
+                self._pos = nbytes - done
         return out
 
     def uint64(self, n: int) -> np.ndarray:
@@ -110,11 +212,17 @@ class SecureSource(Source):
         return self._bytes(4 * n).view(np.uint32)
 
     def __repr__(self) -> str:
-        return "SecureSource(os.urandom)"
+        if self._expand is None:
+            return "SecureSource(os.urandom)"
+        return (f"SecureSource({self._label} keystream keyed from os.urandom, fast key erasure "
+                f"every 1 MiB, fresh OS key every 2^30 bytes and after fork)")
 
 
 def _after_fork_in_child() -> None:
     for src in list(_LIVE_SECURE):
+        # a new lock too: another thread of the parent may have held it at the fork, and no
+        # thread of the child would ever release it
+        src._lock = threading.Lock()
         src._drop()
 
 
@@ -141,17 +249,28 @@ class SeededSource(Source):
         return f"SeededSource(seed={self.seed}, INSECURE: reproducible, for tests only)"
 
 
-_DEFAULT = SecureSource()
+_DEFAULT: SecureSource | None = None
+_DEFAULT_LOCK = threading.Lock()
 
 
 def default_source() -> SecureSource:
-    """The process-wide secure source used whenever a sampler gets ``source=None``."""
+    """The process-wide secure source used whenever a sampler gets ``source=None``.
+
+    Made on first use, so that a bad ``DPKIT_SECURE_SOURCE`` fails the first draw with its
+    message rather than ``import dpkit``.
+    """
+    global _DEFAULT
+    if _DEFAULT is None:
+        with _DEFAULT_LOCK:
+            if _DEFAULT is None:
+                _DEFAULT = SecureSource()
     return _DEFAULT
 
 
 def secure() -> SecureSource:
-    """The operating-system CSPRNG source (the default). Returns the shared instance."""
-    return _DEFAULT
+    """The secure source (the default): a keystream keyed from the OS CSPRNG. The shared
+    instance; ``SecureSource("urandom")`` reads the OS directly."""
+    return default_source()
 
 
 def seeded(seed: int) -> SeededSource:

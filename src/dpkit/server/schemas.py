@@ -153,6 +153,7 @@ class ChargeOut(BaseModel):
 
 class ResultOut(BaseModel):
     columns: list[str]
+    kinds: dict[str, str] = {}  # column -> "group" (a released key) or its value kind
     rows: list[list[Any]]
     intervals: dict[str, list[list[float | None]]]
     level: float

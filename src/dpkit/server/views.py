@@ -102,7 +102,10 @@ def result_json(res: Result, cur: Curator) -> dict[str, Any]:
     rows = [[data[c][i] for c in cols] for i in range(n)]
     intervals = {c: [[data[f"{c}_ci_low"][i], data[f"{c}_ci_high"][i]] for i in range(n)]
                  for c in cols if f"{c}_ci_low" in data and f"{c}_ci_high" in data}
-    return clean({"columns": cols, "rows": rows, "intervals": intervals, "level": res.level,
+    # which columns are group keys (public: from the query) and which are noisy values
+    col_kinds = {c: str(kinds.get(c) or "value") for c in cols}
+    return clean({"columns": cols, "kinds": col_kinds, "rows": rows, "intervals": intervals,
+                  "level": res.level,
                   "warnings": list(res.warnings), "notes": list(res.notes),
                   "insecure": bool(res.insecure), "ledger_seq": res.ledger_seq,
                   "charge": {"epsilon": float(res.epsilon), "delta": float(res.delta)},

@@ -278,6 +278,10 @@ class Grammar:
             if d.chance(1, 3) and lo is not None:
                 mid = (lo + hi) / 2
                 form = f"DP_RANGES({c}, ({lo!r}, {mid!r}), ({mid!r}, {hi!r}))"
+            keyed = [x for x in self.cols if x.name in self.table.domains]
+            if keyed and d.chance(1, 4):  # one consistent set of marginal tables
+                pair = dict.fromkeys((d.pick(keyed).name, d.pick(self.bounded).name))
+                form = f"DP_MARGINALS({', '.join(quote_ident(x) for x in pair)})"
             return Query("sql", name, text=f"SELECT {form} FROM {quote_ident(name)}{{where}}",
                          where=self.where(d, "", tags), epsilon=eps, tags=tuple(tags))
         if family == "filter" and self.bounded:

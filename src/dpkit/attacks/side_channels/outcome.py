@@ -37,6 +37,7 @@ class Outcome:
     charges: int = 0  # ledger charges this query added
     selected: bool = False  # groups chosen by private partition selection (delta > 0)
     noisy_rows: bool = False  # the number of rows is itself noisy (synthetic records)
+    preview: str = ""  # an SQL query's preview (cost, expected errors) or its refusal, asked first
 
     def short(self) -> str:
         if self.kind != "answer":
@@ -67,6 +68,7 @@ def _keys(res: Any) -> tuple[tuple[Any, ...], ...]:
 def observe(cur: Any, query: Query, scrub: tuple[str, ...] = ()) -> Outcome:
     """Run ``query`` on ``cur`` and record its public face (``scrub``: text to blank out of
     error messages, e.g. the project's own folder, which differs between D and D')."""
+    seen = _preview_face(cur, query, scrub)
     before = cur.ledger.spend()
     try:
         res = query.call(cur)
@@ -82,14 +84,14 @@ def observe(cur: Any, query: Query, scrub: tuple[str, ...] = ()) -> Outcome:
             kind="refusal" if refused else "exception", error_class=name,
             error_text=text, charged_epsilon=after.spent - before.spent,
             charged_delta=after.delta_spent - before.delta_spent,
-            charges=after.charges - before.charges)
+            charges=after.charges - before.charges, preview=seen)
     after = cur.ledger.spend()
     if query.family == "fit":  # a trained model: its public face is its shape and classes
         return Outcome(
             kind="answer", columns=_model_face(res), rows=0,
             charged_epsilon=after.spent - before.spent,
             charged_delta=after.delta_spent - before.delta_spent,
-            charges=after.charges - before.charges)
+            charges=after.charges - before.charges, preview=seen)
     synthetic = not hasattr(res, "kinds")
     return Outcome(
         kind="answer", columns=tuple(res.columns), keys=() if synthetic else _keys(res),
@@ -98,7 +100,25 @@ def observe(cur: Any, query: Query, scrub: tuple[str, ...] = ()) -> Outcome:
         charged_delta=after.delta_spent - before.delta_spent,
         charges=after.charges - before.charges,
         selected=float(getattr(res, "delta", 0.0) or 0.0) > 0.0 and not synthetic,
-        noisy_rows=synthetic)
+        noisy_rows=synthetic, preview=seen)
+
+
+def _preview_face(cur: Any, query: Query, scrub: tuple[str, ...]) -> str:
+    """What previewing an SQL query shows (it reads no data, so all of it must be public):
+    the cost, the remaining budget, the expected error per output and the notes, or the
+    refusal's class and text. Empty for the other families (they have no preview)."""
+    if query.family != "sql" or not hasattr(cur, "preview"):
+        return ""
+    try:
+        p = cur.preview(query.sql(), **query.kwargs())
+    except Exception as exc:  # a refusal is part of the face too
+        text = f"{type(exc).__name__}: {exc}"
+        for s in scrub:
+            text = text.replace(s, "<project>")
+        return text
+    if isinstance(p, str):  # the service's JSON text
+        return p
+    return repr((p.cost, p.remaining, p.delta, p.split, p.outputs, p.notes, repr(p.event)))
 
 
 def _model_face(fitted: Any) -> tuple[str, ...]:
@@ -131,6 +151,8 @@ def compare(query: Query, a: Outcome, b: Outcome) -> tuple[str, ...]:
         diff.append("error_text")
     if a.columns != b.columns:
         diff.append("columns")
+    if a.preview != b.preview:
+        diff.append("preview")
     if not _close(a.charged_epsilon, b.charged_epsilon) or a.charges != b.charges:
         diff.append("charge_epsilon")
     if not _close(a.charged_delta, b.charged_delta):

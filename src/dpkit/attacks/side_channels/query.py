@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = ["MODELS", "Query"]
 
-#: the estimators a ``fit`` query may train, by name -> (module attribute, classifier?)
+#: the estimators a ``fit`` query may train, by name -> (module attribute, classifier?);
+#: DP-SGD's MLP only where torch is installed (without it, training is refused on both sides)
 MODELS = {"logistic": ("LogisticRegression", True), "naive_bayes": ("GaussianNB", True),
           "linear": ("LinearRegression", False)}
+if importlib.util.find_spec("torch") is not None:
+    MODELS["mlp"] = ("MLPClassifier", True)
+
+#: a small network and few steps: the fuzzer looks at what is public, not at accuracy; the
+#: sampling rate is required through the curator (the row count is private)
+_PARAMS: dict[str, dict[str, Any]] = {
+    "mlp": {"hidden_layer_sizes": (4,), "epochs": 2, "batch_size": 8, "sample_rate": 0.5}}
 
 
 def make_model(name: str) -> Any:
     import dpkit.learn as learn  # lazily: the fuzzer's other families need no learner
 
-    return getattr(learn, MODELS[name][0])()
+    return getattr(learn, MODELS[name][0])(**_PARAMS.get(name, {}))
 
 
 @dataclass(frozen=True)

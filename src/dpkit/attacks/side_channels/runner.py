@@ -55,6 +55,8 @@ class Finding:
             return self.check
         if {"kind", "error_class", "error_text"} & set(self.fields):
             return "error_oracle"
+        if "preview" in self.fields:
+            return "preview"
         if {"charge_epsilon", "charge_delta"} & set(self.fields):
             return "charge"
         if "key_order" in self.fields:

@@ -4,7 +4,8 @@
 
 See ``docs/learn_torch.md``: ghost-norm clipping (Linear, Conv2d, Embedding, LayerNorm; a
 ``torch.func`` fallback for the rest), Poisson sampling, noise from the OS CSPRNG on a grid,
-and dpkit's PLD accountant.
+and dpkit's PLD accountant. ``make_private(..., units=ids)``: user-level DP-SGD (units sampled
+whole, each unit's summed gradient clipped; :mod:`dpkit.learn.torch.units`).
 """
 
 from __future__ import annotations
@@ -18,5 +19,7 @@ from .layers import UnsupportedLayer
 from .loader import PoissonLoader
 from .optimizer import DPOptimizer
 from .private import PrivateTraining, make_private
+from .units import UnitPlan
 
-__all__ = ["DPOptimizer", "PoissonLoader", "PrivateTraining", "UnsupportedLayer", "make_private"]
+__all__ = ["DPOptimizer", "PoissonLoader", "PrivateTraining", "UnitPlan", "UnsupportedLayer",
+           "make_private"]

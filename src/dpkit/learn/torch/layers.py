@@ -20,6 +20,15 @@ records ``g``; their per-example norms are closed forms (token collisions for Em
 normalised input for LayerNorm) and their clipped sums are an ``index_add`` and a small weighted
 sum. Any other module with parameters falls back to ``torch.func``: ``vmap`` over examples of the
 ``vjp`` of the module, which materialises its per-example gradients (memory B x its parameters).
+
+User level (``sq_norms_units``): the norm of the *sum* of a unit's per-example gradients. For
+Linear and Conv2d a unit's rows (examples x positions) are one longer sequence, so its norm is
+the ghost norm with within-unit Gram blocks ``Σ_{i,j∈u} Σ_{t,t'} (a_it·a_jt')(g_it·g_jt')`` or
+the per-unit product, whichever is cheaper (units padded in buckets of similar size, see
+:class:`~dpkit.learn.torch.units.BatchUnits`); Embedding sums ``g`` per (unit, token) key; the
+others sum their per-example gradients per unit (``index_add``). The clipped sum needs nothing
+new: ``Σ_u c_u Σ_{i∈u} ∇ℓ_i = Σ_i c_{u(i)} ∇ℓ_i``, the per-example rule with each example given
+its unit's factor.
 """
 
 from __future__ import annotations
@@ -31,6 +40,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F  # noqa: N812 - torch's own spelling
 from torch.nn.grad import conv2d_input
+
+from .units import BatchUnits
 
 __all__ = ["LayerTap", "UnsupportedLayer", "rule_for"]
 
@@ -70,6 +81,17 @@ class Rule:
     def sq_norms(self, tap: LayerTap) -> Tensor:
         raise NotImplementedError
 
+    def per_example(self, tap: LayerTap) -> dict[str, Tensor]:
+        """Per-example gradients ``(B, *p.shape)``, for rules whose layers make them cheaply."""
+        raise NotImplementedError
+
+    def sq_norms_units(self, tap: LayerTap, units: BatchUnits) -> Tensor:
+        """``||Σ_{i∈u} ∇_θ ℓ_i||²`` over the layer's parameters, for every unit ``u`` of the
+        batch. By default from the per-example gradients, summed per unit (``index_add``)."""
+        per = self.per_example(tap)
+        return sum(units.segment_sum(v).reshape(units.count, -1).pow(2).sum(1)  # type: ignore[return-value]
+                   for v in per.values())
+
     def clipped_sum(self, tap: LayerTap, c: Tensor) -> dict[str, Tensor]:
         raise NotImplementedError
 
@@ -96,6 +118,30 @@ def _ghost_or_full(a: Tensor, g: Tensor) -> Tensor:
     if T * T * (da + dg) <= T * da * dg:
         return (torch.bmm(a, a.transpose(1, 2)) * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
     return torch.bmm(g.transpose(1, 2), a).pow(2).sum((1, 2))
+
+
+def _unit_norms(a: Tensor, g: Tensor, units: BatchUnits, weight: bool, bias: bool) -> Tensor:
+    """``||Σ_{i∈u} Σ_t g_{i,t} a_{i,t}ᵀ||²_F`` (if ``weight``) plus ``||Σ_{i∈u} Σ_t g_{i,t}||²``
+    (if ``bias``) per unit, a (B, T, da), g (B, T, dg). A unit's rows are one longer sequence:
+    the ghost norm with its within-unit Gram blocks, or the per-unit product if cheaper; the
+    bias term is the sum of the g Gram block (or of the unit's summed g)."""
+    parts = []
+    for ua, ug in zip(units.grouped(a), units.grouped(g), strict=True):
+        rows, da, dg = ua.shape[1], ua.shape[2], ug.shape[2]
+        out = torch.zeros(ua.shape[0], dtype=ug.dtype)
+        if rows * rows * (da + dg) <= rows * da * dg:
+            gram = torch.bmm(ug, ug.transpose(1, 2))
+            if weight:
+                out = out + (torch.bmm(ua, ua.transpose(1, 2)) * gram).sum((1, 2))
+            if bias:
+                out = out + gram.sum((1, 2))
+        else:
+            if weight:
+                out = out + torch.bmm(ug.transpose(1, 2), ua).pow(2).sum((1, 2))
+            if bias:
+                out = out + ug.sum(1).pow(2).sum(1)
+        parts.append(out)
+    return units.scatter(parts)
 
 
 class _TapLinearFn(torch.autograd.Function):
@@ -140,6 +186,14 @@ class LinearRule(Rule):
         if m.bias is not None and m.bias.requires_grad:
             out = out + g.sum(1).pow(2).sum(1)
         return out
+
+    def sq_norms_units(self, tap: LayerTap, units: BatchUnits) -> Tensor:
+        a, g = self._merged(tap)
+        if a.dim() == 2:
+            a, g = a[:, None], g[:, None]
+        m = tap.module
+        return _unit_norms(a, g, units, bool(m.weight.requires_grad),
+                           m.bias is not None and bool(m.bias.requires_grad))
 
     def clipped_sum(self, tap: LayerTap, c: Tensor) -> dict[str, Tensor]:
         out = {n: torch.empty_like(p) for n, p in tap.params()}
@@ -203,6 +257,10 @@ class Conv2dRule(Rule):
             out = out + g.sum(1).pow(2).sum(1)
         return out
 
+    def sq_norms_units(self, tap: LayerTap, units: BatchUnits) -> Tensor:
+        a, g = self._ag(tap)
+        return _unit_norms(a, g, units, True, tap.module.bias is not None)
+
     def clipped_sum(self, tap: LayerTap, c: Tensor) -> dict[str, Tensor]:
         a, g = self._ag(tap)
         gc = g * c[:, None, None]
@@ -237,6 +295,18 @@ class EmbeddingRule(Rule):
         same = (idx[:, :, None] == idx[:, None, :]).to(g.dtype)
         return (same * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
 
+    def sq_norms_units(self, tap: LayerTap, units: BatchUnits) -> Tensor:
+        # a unit's gradient has one row per token it used: sum its occurrences' g per (unit,
+        # token) key with index_add, then square; linear in the tokens, whatever the unit size
+        idx, g = self._ig(tap)
+        v = int(tap.module.num_embeddings)
+        key = (units.seg[:, None] * v + idx).reshape(-1)
+        uniq, inv = torch.unique(key, return_inverse=True)
+        rows = torch.zeros(uniq.numel(), g.shape[-1], dtype=g.dtype)
+        rows.index_add_(0, inv, g.reshape(-1, g.shape[-1]))
+        out = torch.zeros(units.count, dtype=g.dtype)
+        return out.index_add_(0, torch.div(uniq, v, rounding_mode="floor"), rows.pow(2).sum(1))
+
     def clipped_sum(self, tap: LayerTap, c: Tensor) -> dict[str, Tensor]:
         idx, g = self._ig(tap)
         w = torch.zeros_like(tap.module.weight)
@@ -245,7 +315,7 @@ class EmbeddingRule(Rule):
 
 
 class LayerNormRule(Rule):
-    def _per_example(self, tap: LayerTap) -> dict[str, Tensor]:
+    def per_example(self, tap: LayerTap) -> dict[str, Tensor]:
         if len(tap.records) != 1:
             raise UnsupportedLayer(f"{tap.name}: a LayerNorm used more than once per forward")
         x, g = tap.records[0]
@@ -260,16 +330,25 @@ class LayerNormRule(Rule):
         return out
 
     def sq_norms(self, tap: LayerTap) -> Tensor:
-        per = self._per_example(tap)
+        per = self.per_example(tap)
         return sum(v.reshape(v.shape[0], -1).pow(2).sum(1) for v in per.values())  # type: ignore[return-value]
 
     def clipped_sum(self, tap: LayerTap, c: Tensor) -> dict[str, Tensor]:
-        per = self._per_example(tap)
+        per = self.per_example(tap)
         return {k: torch.tensordot(c, v, dims=1) for k, v in per.items()}
 
 
 class VmapRule(Rule):
-    """The ``torch.func`` fallback: per-example gradients of any per-example-separable module."""
+    """The ``torch.func`` fallback: per-example gradients of any per-example-separable module.
+
+    ``vmap`` over examples of the module's ``vjp`` (per-example gradients, memory B x its
+    parameters). When ``vmap`` cannot batch the module (an RNN's fused kernel), the norms come
+    from one ``vjp`` per example (per unit at user level) in a loop, and the clipped sum from
+    one ``vjp`` of the whole batch with each cotangent row scaled by its factor (``Σ_i c_i
+    ∇ℓ_i`` is the gradient of ``Σ_i c_i ℓ_i``): slower, the same numbers. A module returning a
+    tuple (an RNN's ``(output, h_n)``) is differentiated through its first output only; a loss
+    that uses another output is refused.
+    """
 
     def check(self, module: nn.Module, name: str) -> None:
         if isinstance(module, nn.modules.batchnorm._BatchNorm):
@@ -277,35 +356,85 @@ class VmapRule(Rule):
                                    "batch, so no per-example gradient exists; use GroupNorm or "
                                    "LayerNorm")
 
-    def _grads(self, tap: LayerTap) -> dict[str, Tensor]:
-        from torch.func import functional_call, vjp, vmap
-
+    def _record(self, tap: LayerTap) -> tuple[Tensor, Tensor]:
         if len(tap.records) != 1:
             raise UnsupportedLayer(f"{tap.name}: a fallback module used more than once per "
                                    "forward")
-        x, g = tap.records[0]
+        return tap.records[0]
+
+    def _pull(self, tap: LayerTap, x: Tensor, g: Tensor) -> dict[str, Tensor]:
+        """``gᵀ ∂(module(x))/∂θ`` by ``torch.func.vjp``, as a dict of parameter gradients."""
+        from torch.func import functional_call, vjp
+
         params = {n: p.detach() for n, p in tap.params()}
 
-        def one(xi: Tensor, gi: Tensor) -> dict[str, Tensor]:
-            def f(p: dict[str, Tensor]) -> Tensor:
-                return functional_call(tap.module, p, (xi.unsqueeze(0),))
-            pull = vjp(f, params)[1]
-            return pull(gi.unsqueeze(0))[0]  # type: ignore[no-any-return]
+        def f(p: dict[str, Tensor]) -> Tensor:
+            out = functional_call(tap.module, p, (x,))
+            return out[0] if isinstance(out, tuple | list) else out  # see _hook_forward
 
+        tap.paused = True  # dpkit's own re-runs of the module record nothing
+        try:
+            # grad mode on: the clipping runs under no_grad, and some kernels (oneDNN's LSTM)
+            # keep the workspace their backward needs only when grad mode is on
+            with torch.enable_grad():
+                return vjp(f, params)[1](g)[0]  # type: ignore[no-any-return]
+        finally:
+            tap.paused = False
+
+    def per_example(self, tap: LayerTap) -> dict[str, Tensor]:
+        """Per-example gradients by ``vmap`` (cached); raises if ``vmap`` cannot batch it."""
+        from torch.func import vmap
+
+        x, g = self._record(tap)
         if "per_example" not in tap.cache:
-            tap.paused = True
+            def one(xi: Tensor, gi: Tensor) -> dict[str, Tensor]:
+                return self._pull(tap, xi.unsqueeze(0), gi.unsqueeze(0))
             try:
                 tap.cache["per_example"] = vmap(one)(x, g)
-            finally:
-                tap.paused = False
-        return tap.cache["per_example"]  # type: ignore[no-any-return]
+            except RuntimeError as exc:
+                tap.cache["per_example"] = exc
+        got = tap.cache["per_example"]
+        if isinstance(got, Exception):
+            raise got
+        return got  # type: ignore[no-any-return]
+
+    def _batched(self, tap: LayerTap) -> bool:
+        if isinstance(tap.module, nn.RNNBase):
+            # vmap has no batching rule for the fused RNN kernels: it errs (GRU) or loops
+            # internally with a warning (LSTM); the explicit loop is as fast, and per unit faster
+            return False
+        try:
+            self.per_example(tap)
+        except RuntimeError:
+            return False
+        return True
+
+    def _looped(self, tap: LayerTap, groups: list[Tensor]) -> Tensor:
+        """``||Σ_{i∈group} ∇ℓ_i||²`` for each group of rows, one ``vjp`` per group."""
+        x, g = self._record(tap)
+        out = torch.zeros(len(groups), dtype=g.dtype)
+        for j, rows in enumerate(groups):
+            grads = self._pull(tap, x[rows], g[rows])
+            out[j] = sum(v.pow(2).sum() for v in grads.values())
+        return out
 
     def sq_norms(self, tap: LayerTap) -> Tensor:
-        per = self._grads(tap)
+        if not self._batched(tap):
+            return self._looped(tap, [torch.tensor([i]) for i in range(tap.records[0][1].shape[0])])
+        per = self.per_example(tap)
         return sum(v.reshape(v.shape[0], -1).pow(2).sum(1) for v in per.values())  # type: ignore[return-value]
 
+    def sq_norms_units(self, tap: LayerTap, units: BatchUnits) -> Tensor:
+        if self._batched(tap):
+            return super().sq_norms_units(tap, units)
+        return self._looped(tap, [torch.nonzero(units.seg == u).reshape(-1)
+                                  for u in range(units.count)])
+
     def clipped_sum(self, tap: LayerTap, c: Tensor) -> dict[str, Tensor]:
-        per = self._grads(tap)
+        if not self._batched(tap):
+            x, g = self._record(tap)
+            return self._pull(tap, x, g * c.reshape(-1, *[1] * (g.dim() - 1)).to(g.dtype))
+        per = self.per_example(tap)
         return {k: torch.tensordot(c, v, dims=1) for k, v in per.items()}
 
 

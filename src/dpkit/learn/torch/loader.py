@@ -4,6 +4,10 @@ Each step includes every example independently with probability ``q`` (so batch 
 may be 0); the accountant's ``PoissonSampled(q, ·)`` event is true only for batches drawn this
 way, which is why :func:`dpkit.learn.torch.make_private` replaces the user's loader with this
 one and the private optimizer refuses a step whose batch did not come from it.
+
+With ``units`` (a :class:`~dpkit.learn.torch.units.UnitPlan`) the loader samples *units*: each
+unit is in a batch independently with probability ``q`` and brings all its kept examples
+(contiguous in the batch); ``last_units`` tells the optimizer which unit each example is from.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from torch.utils.data import Dataset, TensorDataset
 from torch.utils.data.dataloader import default_collate
 
 from dpkit import noise
+
+from .units import UnitPlan
 
 __all__ = ["PoissonLoader", "check_finite"]
 
@@ -35,14 +41,16 @@ class PoissonLoader:
     """``steps`` batches per epoch, each example in each batch independently with prob. ``q``.
 
     Iterate it like a ``DataLoader``; ``len()`` is the number of steps per epoch. Randomness
-    comes from ``source`` (a :mod:`dpkit.noise` source; the OS CSPRNG by default).
+    comes from ``source`` (a :mod:`dpkit.noise` source; the OS CSPRNG by default). ``units``:
+    sample whole units instead (module docstring); ``n`` is then the number of kept examples.
     """
 
     def __init__(self, dataset: Dataset[Any], *, sample_rate: float, steps: int,
                  collate_fn: Callable[[list[Any]], Any] | None = None,
-                 source: noise.Source | None = None) -> None:
+                 source: noise.Source | None = None, units: UnitPlan | None = None) -> None:
         self.dataset = dataset
-        self.n = len(dataset)  # type: ignore[arg-type]
+        self.units = units
+        self.n = len(dataset) if units is None else units.n_examples  # type: ignore[arg-type]
         if not 0.0 < sample_rate <= 1.0:
             raise ValueError(f"sample_rate must lie in (0, 1] (got {sample_rate!r})")
         self.sample_rate = float(sample_rate)
@@ -51,11 +59,17 @@ class PoissonLoader:
         self.source = source
         self.batches_out = 0  # batches handed out: the private optimizer checks it advances
         self.last_batch_size = 0
+        self.last_units: torch.Tensor | None = None  # user level: each example's unit
 
     def __len__(self) -> int:
         return self.steps
 
     def _indices(self) -> torch.Tensor:
+        if self.units is not None:
+            mask = noise.bernoulli(self.sample_rate, self.units.n_units, source=self.source)
+            idx, seg = self.units.batch(mask.nonzero()[0])
+            self.last_units = torch.from_numpy(seg)
+            return torch.from_numpy(idx)
         mask = noise.bernoulli(self.sample_rate, self.n, source=self.source)
         return torch.from_numpy(mask.nonzero()[0])
 

@@ -8,7 +8,14 @@ with ``clip_C'(v) = v · min(1, C'/‖v‖)``. Under add/remove-one neighbours t
 by at most ``C'`` in L2 and the grid rounding (``round_k`` to ``2^-k``, both sides) by at most
 ``√d 2^-k`` more; ``C' = C - √d 2^-k`` makes the total ``C``, so a step is the Gaussian
 mechanism ``Gaussian(σ)`` on a Poisson(q) sample: the event ``PoissonSampled(q, Gaussian(σ))``.
-The division and the optimizer's update are post-processing. Floating-point error in forming the
+The division and the optimizer's update are post-processing.
+
+User level (the loader samples whole units): ``clip_C'`` applies to ``Σ_{i∈u} ∇ℓ_i``, one term
+per sampled unit ``u``, so under add/remove-one-unit neighbours the same argument gives the same
+event, ``q`` the units' rate; the divisor stays ``q n`` (``n`` the examples kept), the expected
+number of examples, so a mean loss keeps its scale. Dividing by ``q n`` treats ``n`` as public
+(as every DP-SGD library does); where it is not (a curator's read), ``expected_batch_size``
+gives a public divisor instead. Floating-point error in forming the
 float32 sum is not covered (as in every DP-SGD library; it is ~1e-7 relative).
 
 Memory: two buffers live across steps, the float32 clipped sum (which becomes the gradients,
@@ -32,8 +39,9 @@ from torch import Tensor
 
 from dpkit import noise
 
-from .layers import LayerTap
+from .layers import LayerTap, UnsupportedLayer
 from .loader import PoissonLoader
+from .units import BatchUnits
 
 __all__ = ["DPOptimizer", "grid_exponent"]
 
@@ -54,7 +62,7 @@ class DPOptimizer(torch.optim.Optimizer):
     def __init__(self, original: torch.optim.Optimizer, *, taps: list[LayerTap],
                  loader: PoissonLoader, noise_multiplier: float, max_grad_norm: float,
                  loss_reduction: str, exact_noise: bool, source: noise.Source | None,
-                 max_steps: int | None) -> None:
+                 max_steps: int | None, expected_batch_size: float | None = None) -> None:
         super().__init__(original.param_groups, original.defaults)
         self.original = original
         self.param_groups = original.param_groups
@@ -67,6 +75,7 @@ class DPOptimizer(torch.optim.Optimizer):
         self.exact_noise = exact_noise
         self.source = source
         self.max_steps = max_steps
+        self.expected_batch_size = expected_batch_size  # the divisor; None: q n
         self.steps = 0
         self._seen = loader.batches_out
         self.params = [p for t in taps for _, p in t.params()]
@@ -91,7 +100,7 @@ class DPOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 closure()
         self._check_batch()
-        flat = self.clipped_flat(self.loader.last_batch_size)
+        flat = self.clipped_flat(self.loader.last_batch_size, self.loader.last_units)
         self._noise_into_grads(flat)
         self.steps += 1
         for t in self.taps:
@@ -111,9 +120,10 @@ class DPOptimizer(torch.optim.Optimizer):
             raise RuntimeError(f"the budget was charged for {self.max_steps} steps; training "
                                "longer needs a new make_private with more epochs")
 
-    def clipped_sums(self, batch: int) -> list[Tensor]:
-        """``Σ_i clip_C'(∇ℓ_i)`` per parameter, from what the last backward recorded."""
-        flat = self.clipped_flat(batch)
+    def clipped_sums(self, batch: int, units: Any = None) -> list[Tensor]:
+        """``Σ_i clip_C'(∇ℓ_i)`` per parameter, from what the last backward recorded; with
+        ``units`` (one id per example of the batch), ``Σ_u clip_C'(Σ_{i∈u} ∇ℓ_i)``."""
+        flat = self.clipped_flat(batch, units)
         out, lo = [], 0
         for p in self.params:
             out.append(flat[lo : lo + p.numel()].view_as(p))
@@ -121,15 +131,23 @@ class DPOptimizer(torch.optim.Optimizer):
         return out
 
     @torch.no_grad()
-    def clipped_flat(self, batch: int) -> Tensor:
+    def clipped_flat(self, batch: int, units: Any = None) -> Tensor:
         """The clipped sums of all parameters, concatenated into one float32 vector.
 
-        The vector is a buffer kept across steps (fresh pages cost a page fault each, which
-        dominated the private step's extra time here): valid until the next step.
+        ``units``: None clips each example's gradient; else one unit id per example of the
+        batch, and each unit's summed gradient is clipped (user level). The vector is a buffer
+        kept across steps (fresh pages cost a page fault each, which dominated the private
+        step's extra time here): valid until the next step.
         """
         if self._flat is None:
             self._flat = torch.empty(self.dim, dtype=torch.float32)
         flat = self._flat
+        for t in self.taps:  # flagged by the forward hook (private.py): refuse, never miss it
+            if t.cache.get("other_output_used"):
+                raise UnsupportedLayer(
+                    f"{t.name}: the loss uses an output of this module other than its first "
+                    "(e.g. an RNN's h_n); only the first output of a module returning a tuple "
+                    "is supported (read the state from the output sequence instead)")
         live = [t for t in self.taps if t.records]
         for t in live:
             for _, g in t.records:
@@ -140,12 +158,16 @@ class DPOptimizer(torch.optim.Optimizer):
             return flat.zero_()
         # a mean loss scales each example's gradient by 1/batch: undo it in the factors
         scale = float(batch) if self.loss_reduction == "mean" else 1.0
-        sq = sum(t.rule.sq_norms(t) for t in live)
+        bu = None if units is None else BatchUnits(units, batch)
+        sq = sum(t.rule.sq_norms(t) if bu is None else t.rule.sq_norms_units(t, bu)
+                 for t in live)
         norms = torch.as_tensor(sq).sqrt() * scale
         if not bool(torch.isfinite(norms).all()):
             raise FloatingPointError("a per-example gradient is NaN or infinite (check the "
                                      "inputs, the loss and the learning rate)")
         c = (self.clip_norm / (norms + 1e-6)).clamp(max=1.0) * scale
+        if bu is not None:  # Σ_u c_u Σ_{i∈u} ∇ℓ_i: each example takes its unit's factor
+            c = c[bu.seg]
         lo = 0
         for t in self.taps:
             views = {}
@@ -176,9 +198,9 @@ class DPOptimizer(torch.optim.Optimizer):
             if self.exact_noise:
                 z[lo : lo + m] = noise.discrete_gaussian((sigma * scale) ** 2, m,
                                                          source=self.source)
-            else:
-                np.rint(noise.gaussian_float(sigma * scale, m, source=self.source),
-                        out=z[lo : lo + m])
+            else:  # drawn in place: no transient array per chunk
+                np.rint(noise.gaussian_float(sigma * scale, m, source=self.source,
+                                             out=z[lo : lo + m]), out=z[lo : lo + m])
         return z, time.perf_counter() - start
 
     def _next_noise(self) -> np.ndarray:
@@ -234,7 +256,9 @@ class DPOptimizer(torch.optim.Optimizer):
         # intra-op threads still spinning from them (10-50x slower on 2 busy cores).
         if self._scratch is None:
             self._scratch = np.empty(min(_CHUNK, self.dim), dtype=np.float64)
-        denom = scale * self.loader.sample_rate * self.loader.n
+        expected = self.loader.sample_rate * self.loader.n if self.expected_batch_size is None \
+            else self.expected_batch_size
+        denom = scale * expected
         f, z = flat.numpy(), zt.numpy()
         for lo in range(0, self.dim, _CHUNK):
             hi = min(lo + _CHUNK, self.dim)
