@@ -28,12 +28,17 @@ def _numbers(text: str, what: str) -> list[float]:
 
 
 def attack_memorization(*, epsilons: Sequence[float] = (8.0, 3.0, 1.0), baseline: bool = True,
+                        unit: str = "record", writers: int | None = None,
                         insertions: Sequence[int] = (0, 1, 4, 16, 64), repeats: int = 2,
                         lines: int = 2000, epochs: int | None = None, pattern: str = "DDD-DDD",
                         prefix: str = "{name}'s code is ", secrets: Sequence[str] = (),
                         method: str = "pruned", beam: int = 16, seed: int | None = None,
                         plot: str | Path | None = None) -> Any:
-    """Run :func:`dpkit.attacks.memorization.experiment.run`; a summary table (and a PNG)."""
+    """Run :func:`dpkit.attacks.memorization.experiment.run`; a summary table (and a PNG).
+
+    ``unit``: the DP models' privacy unit, ``"record"`` (one line), ``"user"`` (one writer: all
+    copies of a canary) or ``"both"``.
+    """
     from dpkit import noise
     from dpkit.attacks.memorization import experiment
     from dpkit.attacks.memorization.model import TrainConfig
@@ -43,19 +48,28 @@ def attack_memorization(*, epsilons: Sequence[float] = (8.0, 3.0, 1.0), baseline
     if not eps:
         raise ValueError("nothing to train: give --epsilon values or keep the non-private "
                          "baseline")
+    units = {"record": ("record",), "user": ("user",), "both": ("record", "user")}.get(unit)
+    if units is None:
+        raise ValueError(f"unit must be 'record', 'user' or 'both' (got {unit!r})")
     cfg = TrainConfig() if epochs is None else TrainConfig(epochs=int(epochs))
-    res = experiment.run(epsilons=eps, insertions=insertions, repeats=repeats, lines=lines,
+    res = experiment.run(epsilons=eps, units=units, writers=writers, insertions=insertions,
+                         repeats=repeats, lines=lines,
                          pattern=pattern, prefix=prefix, secrets=secrets, config=cfg,
                          method=method, beam=beam,
                          source=None if seed is None else noise.seeded(int(seed)))
     notes = [f"{len(res.models[0].canaries)} canaries, candidate space |R| = {res.size:,} "
              f"(pattern {pattern!r}), full exposure {math.log2(res.size):.2f} "
-             f"bits, chance about {experiment.CHANCE:.2f}; {lines} corpus lines"]
+             f"bits, chance: mean {experiment.CHANCE:.2f}, 95% of never-seen canaries below "
+             f"{experiment.CHANCE_95:.2f}; {lines} corpus lines dealt to {res.writers} writers, "
+             "each canary's copies by one writer"]
     for m in res.models:
         if m.epsilon is not None:
+            why = ("a canary inserted r times is r lines: only the group guarantee rε covers it"
+                   if m.unit == "record" else "all r copies of a canary are one writer's: ε "
+                   "covers them together")
             notes.append(f"{m.label}: PLD ε = {m.epsilon:.3f} at δ = {m.delta:g} for "
-                         f"add/remove-one-line neighbours (noise multiplier "
-                         f"{m.noise_multiplier:.3f}); a canary inserted r times is r lines")
+                         f"{m.neighbours} neighbours (noise multiplier "
+                         f"{m.noise_multiplier:.3f}); {why}")
     if seed is not None:
         notes.append(f"seed {seed}: reproducible, INSECURE noise")
     summary = AttackSummary("Canary exposure and extraction (Carlini et al. 2019)",
@@ -70,6 +84,11 @@ def attack_memorization(*, epsilons: Sequence[float] = (8.0, 3.0, 1.0), baseline
 @click.option("--epsilon", "epsilons", default="8,3,1", show_default=True,
               help="Comma-separated ε of the DP-SGD models (δ = 1e-5).")
 @click.option("--no-baseline", is_flag=True, help="Skip the non-private model.")
+@click.option("--unit", type=click.Choice(["record", "user", "both"]), default="record",
+              show_default=True, help="Privacy unit of the DP models: one line (record), one "
+              "writer with all its lines, a canary's copies included (user), or both.")
+@click.option("--writers", type=int, default=None,
+              help="Writers the corpus lines are dealt to (default lines // 2).")
 @click.option("--insertions", default="0,1,4,16,64", show_default=True,
               help="Comma-separated times each canary is inserted (0: control).")
 @click.option("--repeats", default=2, show_default=True, help="Canaries per insertion count.")
@@ -85,7 +104,8 @@ def attack_memorization(*, epsilons: Sequence[float] = (8.0, 3.0, 1.0), baseline
 @click.option("--seed", type=int, default=None, help="Reproducible INSECURE noise.")
 @click.option("--plot", type=click.Path(path_type=Path), default=None,
               help="Write the exposure figure to this PNG (needs dpkit[plots]).")
-def memorization_command(epsilons: str, no_baseline: bool, insertions: str, repeats: int,
+def memorization_command(epsilons: str, no_baseline: bool, unit: str, writers: int | None,
+                         insertions: str, repeats: int,
                          lines: int, epochs: int | None, pattern: str, prefix: str,
                          secrets: tuple[str, ...], method: str, seed: int | None,
                          plot: Path | None) -> None:
@@ -94,7 +114,8 @@ def memorization_command(epsilons: str, no_baseline: bool, insertions: str, repe
     if any(c != int(c) for c in counts):
         raise ValueError(f"--insertions must be whole numbers (got {insertions!r})")
     summary = attack_memorization(
-        epsilons=_numbers(epsilons, "--epsilon"), baseline=not no_baseline,
+        epsilons=_numbers(epsilons, "--epsilon"), baseline=not no_baseline, unit=unit,
+        writers=writers,
         insertions=[int(c) for c in counts], repeats=repeats, lines=lines, epochs=epochs,
         pattern=pattern, prefix=prefix, secrets=secrets, method=method, seed=seed, plot=plot)
     console.print(summary.table())

@@ -13,6 +13,15 @@ The parts that train or query a model need the ``[torch]`` extra and are importe
 
 from __future__ import annotations
 
-from .canaries import ALPHABET, MAX_CANDIDATES, CanaryFormat, grammar_corpus, insert_canaries
+from .canaries import (
+    ALPHABET,
+    MAX_CANDIDATES,
+    CanaryFormat,
+    deal_writers,
+    grammar_corpus,
+    insert_canaries,
+    plant,
+)
 
-__all__ = ["ALPHABET", "MAX_CANDIDATES", "CanaryFormat", "grammar_corpus", "insert_canaries"]
+__all__ = ["ALPHABET", "MAX_CANDIDATES", "CanaryFormat", "deal_writers", "grammar_corpus",
+           "insert_canaries", "plant"]

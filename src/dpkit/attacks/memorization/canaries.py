@@ -10,6 +10,11 @@ character outside :data:`ALPHABET`, or when a secret given by the caller does no
 The corpus is generated offline from a small seeded grammar (:func:`grammar_corpus`): short
 English-like lines about people, places, times and numbers, drawn with :mod:`dpkit.noise`.
 Nothing is downloaded; the same seed gives the same corpus.
+
+Each line has a *writer* (:func:`deal_writers`: the lines dealt at random to ``W`` writers,
+public and seeded), and all copies of a canary belong to one writer (:func:`plant`): a secret
+repeated 16 times by one person is that person's data. Record-level DP protects one line;
+user-level DP (one writer = one privacy unit) protects all of a writer's lines at once.
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ import numpy as np
 from dpkit import noise
 
 __all__ = [
-    "ALPHABET", "MAX_CANDIDATES", "MAX_LINE", "NAMES", "CanaryFormat", "grammar_corpus",
-    "insert_canaries",
+    "ALPHABET", "CANARY_NAMES", "MAX_CANDIDATES", "MAX_LINE", "NAMES", "CanaryFormat",
+    "deal_writers",
+    "grammar_corpus", "insert_canaries", "plant",
 ]
 
 # every character a line may hold: the model's vocabulary is these plus begin/end/pad tokens
@@ -32,6 +38,8 @@ ALPHABET = string.ascii_lowercase + string.digits + " .,:-'?"
 MAX_LINE = 32
 MAX_CANDIDATES = 10**7  # exact exposure enumerates |R|; 10^7 keeps it to seconds on a CPU
 NAMES = ("ann", "bob", "eve", "kim", "tom", "sam", "joe", "liz", "max", "ida", "ray", "zoe")
+# one per canary, so canaries never share a prefix; the first 12 also occur in the corpus
+CANARY_NAMES = (*NAMES, "pat", "ned", "amy", "dan", "fay", "gus", "hal", "ivy")
 
 
 @dataclass(frozen=True)
@@ -145,12 +153,30 @@ def grammar_corpus(n: int, *, source: noise.Source | None = None) -> list[str]:
     return [_sentence(source)[:MAX_LINE] for _ in range(int(n))]
 
 
-def insert_canaries(corpus: Sequence[str], lines: Sequence[str], counts: Sequence[int], *,
-                    source: noise.Source | None = None) -> list[str]:
-    """The corpus with ``lines[i]`` inserted ``counts[i]`` times, all lines in a random order.
+def deal_writers(n: int, writers: int, *, source: noise.Source | None = None) -> np.ndarray:
+    """The writer (``0 .. writers-1``) of each of ``n`` lines: the lines in a random order dealt
+    round-robin, so every writer has ``n // writers`` or one more lines. Public and seeded.
 
-    Each inserted copy is its own record: under record-level DP a canary inserted ``r`` times
-    is protected only by the group guarantee for ``r`` records.
+    >>> deal_writers(6, 3, source=noise.seeded(1)).tolist()
+    [0, 2, 0, 1, 1, 2]
+    """
+    if isinstance(writers, bool) or int(writers) != writers or not 1 <= writers <= n:
+        raise ValueError(f"writers must be an integer in [1, {n}] (the number of lines; got "
+                         f"{writers!r})")
+    out = np.empty(int(n), dtype=np.int64)
+    out[noise.permutation(int(n), source=source)] = np.arange(int(n)) % int(writers)
+    return out
+
+
+def plant(corpus: Sequence[str], lines: Sequence[str], counts: Sequence[int], *,
+          writers: np.ndarray | None = None,
+          source: noise.Source | None = None) -> tuple[list[str], np.ndarray | None]:
+    """The corpus with ``lines[i]`` inserted ``counts[i]`` times, all lines in a random order,
+    and (with ``writers``, one writer id per corpus line) each line's writer.
+
+    All copies of canary ``i`` are written by one writer, drawn without replacement among the
+    corpus's writers (so canaries never share a writer): under user-level DP the ``counts[i]``
+    copies are one unit's data; under record-level DP they are ``counts[i]`` records.
     """
     if len(lines) != len(counts):
         raise ValueError(f"{len(lines)} canary lines but {len(counts)} insertion counts")
@@ -160,5 +186,29 @@ def insert_canaries(corpus: Sequence[str], lines: Sequence[str], counts: Sequenc
     out = list(corpus)
     for line, c in zip(lines, counts, strict=True):
         out.extend([line] * int(c))
+    units: np.ndarray | None = None
+    if writers is not None:
+        w = np.asarray(writers, dtype=np.int64)
+        if w.shape != (len(corpus),):
+            raise ValueError(f"writers must give one id per corpus line ({len(corpus)}; got "
+                             f"shape {w.shape})")
+        ids = np.unique(w)
+        if len(ids) < len(lines):
+            raise ValueError(f"{len(lines)} canaries but only {len(ids)} writers: each canary "
+                             "needs its own writer")
+        own = ids[noise.permutation(len(ids), source=source)[:len(lines)]]
+        units = np.concatenate([w, *[np.full(int(c), u) for u, c in zip(own, counts,
+                                                                         strict=True)]])
     order = noise.permutation(len(out), source=source)
-    return [out[int(i)] for i in order]
+    return [out[int(i)] for i in order], None if units is None else units[order]
+
+
+def insert_canaries(corpus: Sequence[str], lines: Sequence[str], counts: Sequence[int], *,
+                    source: noise.Source | None = None) -> list[str]:
+    """The corpus with ``lines[i]`` inserted ``counts[i]`` times, all lines in a random order.
+
+    Each inserted copy is its own record: under record-level DP a canary inserted ``r`` times
+    is protected only by the group guarantee for ``r`` records (:func:`plant` also returns
+    each line's writer, for user-level DP).
+    """
+    return plant(corpus, lines, counts, source=source)[0]

@@ -14,7 +14,8 @@ extraction attack (decode the most likely secret from the prefix) recovers it.
 
 Two exact ways to find the rank, both walking the trie of candidates one pattern character at a
 time (a fixed-window model scores a node from its last ``window`` characters only, so every
-level is one batched forward pass):
+level is one batched pass; the prefix's share of the hidden layer is computed once per level
+and each digit slot adds a row of a per-position table, see :class:`_Levels`):
 
 * :func:`candidate_costs` enumerates all ``|R|`` candidates (the paper's enumeration);
 * :func:`rank_pruned` is the paper's shortest-path search in batched form: ``Px`` only grows
@@ -37,7 +38,7 @@ import numpy as np
 import torch
 
 from .canaries import CanaryFormat
-from .model import BOS, CharLM, as_module, encode
+from .model import BOS, CharLM, as_module, encode, one_thread
 
 __all__ = ["Exposure", "candidate_costs", "exposure", "extract", "log_perplexity",
            "rank_pruned"]
@@ -75,44 +76,89 @@ def _scorer(model: CharLM | object) -> CharLM:
     return copy.deepcopy(as_module(model)).double().eval()
 
 
-def _start(model: CharLM, fmt: CanaryFormat) -> torch.Tensor:
-    ids = [BOS] * model.window + encode(fmt.prefix)
-    return torch.tensor([ids[-model.window:]], dtype=torch.long)
+class _Levels:
+    """The model's next-character log2-probabilities after ``prefix + partial secret``.
+
+    The hidden layer is linear in the window's embeddings, so its input is a sum of one
+    ``(VOCAB, hidden)`` table per window position (``P[k] = embed @ W_k^T``). For a trie level
+    every fixed character (prefix, literal pattern characters) adds one constant row, computed
+    once, and each digit slot still in the window adds a row picked by that node's digit: a
+    level costs ``nodes x hidden`` additions, the ``tanh`` and the small output layer, not a
+    ``window x embed x hidden`` product per node. Float64 throughout (module docstring).
+    """
+
+    def __init__(self, model: CharLM | object, fmt: CanaryFormat) -> None:
+        m = _scorer(model)
+        w, hidden = m.window, m.hidden.out_features
+        with torch.no_grad():
+            weight = m.hidden.weight.reshape(hidden, w, -1)
+            self.tables = torch.einsum("ve,hke->kvh", m.embed.weight, weight)  # (w, V, H)
+            self.bias = m.hidden.bias.clone()
+        self.out = m.out
+        self.fmt, self.window = fmt, w
+        self.digit_tokens = torch.tensor(encode("0123456789"))
+
+    @torch.no_grad()
+    def log2p(self, j: int, idx: np.ndarray) -> np.ndarray:
+        """``(len(idx), VOCAB)`` log2-probabilities of pattern character ``j`` for the nodes
+        whose digits so far, read as a number, are ``idx``."""
+        fmt, w = self.fmt, self.window
+        seq: list[str | int] = [BOS] * w + list(fmt.prefix) + list(fmt.pattern[:j])
+        const = self.bias.clone()
+        slots: list[int] = []  # window positions of the digit slots, oldest first
+        for k, ch in enumerate(seq[-w:]):
+            if ch == "D":
+                slots.append(k)
+            else:
+                const += self.tables[k, ch if isinstance(ch, int) else encode(ch)[0]]
+        pre = const[None, :] + self._digits(slots, idx)
+        logits = self.out(torch.tanh(pre))
+        return torch.log_softmax(logits, -1).numpy() / _LN2
+
+    def _digits(self, slots: list[int], idx: np.ndarray) -> torch.Tensor:
+        """The digit slots' share of the hidden input; the window holds the newest
+        ``len(slots)`` digits, i.e. ``idx mod 10^len(slots)``."""
+        m = len(slots)
+        if m == 0:  # no digit in the window (yet, or any more): every node has the same input
+            return torch.zeros(len(idx), len(self.bias), dtype=self.bias.dtype)
+        low = idx % 10**m
+        rows = [self.tables[k][self.digit_tokens] for k in slots]  # (10, H) each, oldest first
+        if len(idx) * m < 10**m:  # few nodes (a pruned level): gather per slot
+            out = torch.zeros(len(idx), len(self.bias), dtype=self.bias.dtype)
+            for s, r in enumerate(rows):
+                out += r[torch.from_numpy(low // 10 ** (m - 1 - s) % 10)]
+            return out
+        table = rows[0]  # every filling of the m slots, built by broadcasting
+        for r in rows[1:]:
+            table = (table[:, None, :] + r[None, :, :]).reshape(-1, r.shape[1])
+        return table if len(idx) == 10**m and bool(np.all(np.diff(low) == 1)) else \
+            table[torch.from_numpy(low)]
 
 
-@torch.no_grad()
-def _log2p(model: CharLM, ctx: torch.Tensor, batch: int) -> np.ndarray:
-    parts = [torch.log_softmax(model.last_logits(ctx[i:i + batch]), -1)
-             for i in range(0, len(ctx), batch)]
-    return torch.cat(parts).double().numpy() / _LN2
-
-
-def _walk(model: CharLM, fmt: CanaryFormat, *, below: float | None = None,
-          beam: int | None = None, batch: int = 1 << 16) -> tuple[np.ndarray, np.ndarray, int]:
+def _walk(model: CharLM | object, fmt: CanaryFormat, *, below: float | None = None,
+          beam: int | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """Costs (bits) and indices of the trie's leaves, level by level; ``below`` prunes nodes
     whose cost reaches it, ``beam`` keeps the ``beam`` cheapest nodes per level."""
-    digit_ids = torch.tensor(encode("0123456789"))
-    ctx = _start(model, fmt)
+    with one_thread():
+        return _walk_levels(_Levels(model, fmt), fmt, below=below, beam=beam)
+
+
+def _walk_levels(levels: _Levels, fmt: CanaryFormat, *, below: float | None,
+                 beam: int | None) -> tuple[np.ndarray, np.ndarray, int]:
+    digit_ids = levels.digit_tokens.numpy()
     cost = np.zeros(1)
     idx = np.zeros(1, dtype=np.int64)
     nodes = 0
     for j, ch in enumerate(fmt.pattern):
-        if len(ctx) == 0:
+        if len(idx) == 0:
             break
-        logp = _log2p(model, ctx, batch)
-        nodes += len(ctx)
-        last = j == len(fmt.pattern) - 1
+        logp = levels.log2p(j, idx)
+        nodes += len(idx)
         if ch == "D":
-            cost = (cost[:, None] - logp[:, digit_ids.numpy()]).reshape(-1)
+            cost = (cost[:, None] - logp[:, digit_ids]).reshape(-1)
             idx = (idx[:, None] * 10 + np.arange(10)).reshape(-1)
-            if not last:
-                ctx = torch.cat([ctx[:, 1:].repeat_interleave(10, 0),
-                                 digit_ids.repeat(len(ctx))[:, None]], 1)
         else:
-            tok = encode(ch)[0]
-            cost = cost - logp[:, tok]
-            if not last:
-                ctx = torch.cat([ctx[:, 1:], torch.full((len(ctx), 1), tok)], 1)
+            cost = cost - logp[:, encode(ch)[0]]
         keep: np.ndarray | None = None
         if below is not None:
             keep = np.flatnonzero(cost < below)
@@ -120,15 +166,12 @@ def _walk(model: CharLM, fmt: CanaryFormat, *, below: float | None = None,
             keep = np.argpartition(cost, beam - 1)[:beam]
         if keep is not None:
             cost, idx = cost[keep], idx[keep]
-            if not last:
-                ctx = ctx[torch.from_numpy(keep)]
     return cost, idx, nodes
 
 
-def candidate_costs(model: CharLM | object, fmt: CanaryFormat, *,
-                    batch: int = 1 << 16) -> np.ndarray:
+def candidate_costs(model: CharLM | object, fmt: CanaryFormat) -> np.ndarray:
     """``Px`` (bits) of every candidate, in candidate-index order (``fmt.size`` values)."""
-    cost, idx, _ = _walk(_scorer(model), fmt, batch=batch)
+    cost, idx, _ = _walk(model, fmt)
     out = np.empty(fmt.size)
     out[idx] = cost
     return out
@@ -149,7 +192,7 @@ def rank_enumerate(model: CharLM | object, fmt: CanaryFormat, secret: str) -> Ex
     """Exact rank by scoring all ``|R|`` candidates."""
     t0 = time.perf_counter()
     i = fmt.index(secret)
-    cost, idx, nodes = _walk(_scorer(model), fmt)
+    cost, idx, nodes = _walk(model, fmt)
     c = float(cost[np.flatnonzero(idx == i)[0]])
     rank = 1 + int(np.count_nonzero(cost < c - _TIE))
     return Exposure(secret, rank, fmt.size, c, "enumerate", time.perf_counter() - t0, nodes)
@@ -160,7 +203,7 @@ def rank_pruned(model: CharLM | object, fmt: CanaryFormat, secret: str) -> Expos
     t0 = time.perf_counter()
     fmt.index(secret)
     c = log_perplexity(model, fmt, secret)
-    cost, _, nodes = _walk(_scorer(model), fmt, below=c - _TIE)
+    cost, _, nodes = _walk(model, fmt, below=c - _TIE)
     rank = 1 + len(cost)
     return Exposure(secret, rank, fmt.size, c, "pruned", time.perf_counter() - t0, nodes)
 
@@ -174,5 +217,5 @@ def extract(model: CharLM | object, fmt: CanaryFormat, *, beam: int = 1) -> str:
     """
     if beam < 1:
         raise ValueError(f"beam must be >= 1 (got {beam})")
-    cost, idx, _ = _walk(_scorer(model), fmt, beam=beam)
+    cost, idx, _ = _walk(model, fmt, beam=beam)
     return fmt.secret(int(idx[int(np.argmin(cost))]))

@@ -7,10 +7,14 @@ Its layers are an ``Embedding`` and two ``Linear`` -- all with ghost-norm rules 
 fixed window makes exposure enumeration cheap (a candidate's score needs only its own last
 ``window`` characters, see :mod:`dpkit.attacks.memorization.exposure`).
 
-Privacy of :func:`train` with ``epsilon``: the weights are (ε, δ)-DP for add/remove-one-*line*
-neighbours (each line of the corpus, a canary copy included, is one record), ε the PLD bound of
-dpkit's accountant after the given epochs. A canary inserted ``r`` times is ``r`` records: the
-guarantee for it is the group guarantee for ``r`` records, which grows with ``r``.
+Privacy of :func:`train` with ``epsilon``, ε the PLD bound of dpkit's accountant after the given
+epochs. Record level (``units=None``): the weights are (ε, δ)-DP for add/remove-one-*line*
+neighbours (each line, a canary copy included, is one record); a canary inserted ``r`` times is
+``r`` records, covered only by the group guarantee for ``r`` records, which grows with ``r``.
+User level (``units``: one writer id per line): (ε, δ)-DP for add/remove-one-*writer*
+neighbours (all of a writer's lines at once; writers Poisson-sampled whole, each writer's summed
+gradient clipped, :func:`dpkit.learn.torch.make_private` with ``units=``), so a canary whose
+``r`` copies one writer wrote is covered by ε itself, whatever ``r``.
 Weights are initialised and batches drawn with :mod:`dpkit.noise` (a seeded source is
 reproducible and insecure).
 """
@@ -18,7 +22,8 @@ reproducible and insecure).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,11 +41,28 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
                       ) from exc
 
 __all__ = ["BOS", "EOS", "PAD", "CharLM", "TrainConfig", "Trained", "encode_lines", "init_weights",
-           "train"]
+           "one_thread", "train"]
 
 PAD, BOS, EOS = 0, 1, 2
 _CODE = {c: i + 3 for i, c in enumerate(ALPHABET)}
 VOCAB = len(ALPHABET) + 3
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch on one thread inside the block, then restore the caller's setting.
+
+    The model is tiny: a second OpenMP thread saves little, and on a loaded machine its
+    spinning workers multiplied the CPU time of training by ~10 (measured: 54.5 CPU-s for the
+    plain model with torch's default two threads at load 13, 5.8 CPU-s with one; the numbers it
+    computes are the same).
+    """
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def encode(text: str) -> list[int]:
@@ -158,6 +180,7 @@ def _train_plain(model: CharLM, x: torch.Tensor, y: torch.Tensor, cfg: TrainConf
 
 
 def _train_private(model: CharLM, x: torch.Tensor, y: torch.Tensor, cfg: TrainConfig,
+                   units: np.ndarray | None,
                    source: noise.Source | None) -> tuple[float, float, float]:
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -168,13 +191,15 @@ def _train_private(model: CharLM, x: torch.Tensor, y: torch.Tensor, cfg: TrainCo
     opt = torch.optim.Adam(model.parameters(), lr=cfg.dp_learning_rate)
     tr = make_private(model, opt, loader, max_grad_norm=cfg.max_grad_norm,
                       target_epsilon=cfg.epsilon, target_delta=cfg.delta, epochs=cfg.epochs,
-                      loss_reduction="sum", source=source)
+                      loss_reduction="sum", source=source,
+                      units=None if units is None else torch.from_numpy(units))
     last = 0.0
     try:
         for _ in range(cfg.epochs):
             for xb, yb in tr.data_loader:
                 tr.optimizer.zero_grad()
-                # per-record loss = the sum over its characters; the batch loss sums records
+                # per-line loss = the sum over its characters; the batch loss sums lines (at
+                # user level the optimizer sums a writer's lines before clipping)
                 loss = _loss(model, xb, yb, "sum")
                 loss.backward()
                 tr.optimizer.step()
@@ -185,9 +210,19 @@ def _train_private(model: CharLM, x: torch.Tensor, y: torch.Tensor, cfg: TrainCo
 
 
 def train(lines: Sequence[str], cfg: TrainConfig, *,
+          units: Sequence[int] | np.ndarray | None = None,
           source: noise.Source | None = None) -> Trained:
-    """Train a :class:`CharLM` on ``lines`` (one record each); see the module docstring."""
+    """Train a :class:`CharLM` on ``lines``; see the module docstring.
+
+    ``units``: with ``cfg.epsilon``, one writer id per line for user-level DP (``None``: each
+    line is its own record). Ignored without DP (the plain model has no privacy unit).
+    """
     import time
+
+    writers = None if units is None or cfg.epsilon is None else np.asarray(units, dtype=np.int64)
+    if writers is not None and writers.shape != (len(lines),):
+        raise ValueError(f"units must give one writer id per line ({len(lines)}; got shape "
+                         f"{writers.shape})")
 
     if cfg.epsilon is not None and not (math.isfinite(cfg.epsilon) and cfg.epsilon > 0):
         raise ValueError(f"epsilon must be a finite number > 0, or None for no DP "
@@ -198,12 +233,13 @@ def train(lines: Sequence[str], cfg: TrainConfig, *,
     model = CharLM(window=cfg.window, embed=cfg.embed, hidden=cfg.hidden)
     init_weights(model, source)
     t0 = time.perf_counter()
-    if cfg.epsilon is None:
-        loss = _train_plain(model, x, y, cfg, source)
-        out = Trained(model, None, None, None, 0.0, loss)
-    else:
-        loss, eps, sigma = _train_private(model, x, y, cfg, source)
-        out = Trained(model, eps, cfg.delta, sigma, 0.0, loss)
+    with one_thread():
+        if cfg.epsilon is None:
+            loss = _train_plain(model, x, y, cfg, source)
+            out = Trained(model, None, None, None, 0.0, loss)
+        else:
+            loss, eps, sigma = _train_private(model, x, y, cfg, writers, source)
+            out = Trained(model, eps, cfg.delta, sigma, 0.0, loss)
     out.seconds = time.perf_counter() - t0
     model.eval()
     return out
