@@ -96,14 +96,21 @@ def _spark_factory(spark: Any) -> Any:
     return make
 
 
-def test_the_side_channel_fuzzer_finds_nothing_on_spark(spark: Any) -> None:
+@pytest.mark.parametrize(("families", "queries"), [
+    (("sql",), 8),
+    # the release families, their SQL forms and fit (on Spark since they read a portable
+    # histogram or bounded rows: tests/spark/test_families.py)
+    (("dp_cdf", "cdf", "filter", "synthetic", "fit"), 6),
+])
+def test_the_side_channel_fuzzer_finds_nothing_on_spark(spark: Any, families: tuple[str, ...],
+                                                        queries: int) -> None:
     """Neighbouring datasets D, D' (one unit added) on Spark: every public part of the outcome
     (kind, error text, keys and their order, cost) is the same (docs/attacks.md)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        rep = sc.fuzz(SMALL, queries=8, seed=5, neighbours=("add",), accountants=("approx",),
-                      families=("sql",), units=8, max_findings=1,
+        rep = sc.fuzz(SMALL, queries=queries, seed=5, neighbours=("add",),
+                      accountants=("approx",), families=families, units=8, max_findings=1,
                       factory=_spark_factory(spark))
     assert not rep.skipped, rep.skipped
-    assert rep.comparisons == 8
+    assert rep.comparisons == queries
     assert rep.ok, rep.summary()

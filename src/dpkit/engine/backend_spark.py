@@ -37,8 +37,8 @@ from dpkit.engine.duckdb_sources import store_domain
 from dpkit.engine.spec import QueryError
 from dpkit.engine.tables import FIXED_PREFIX, Column, TableMeta, quote_ident
 
-__all__ = ["ENGINES", "SPARK", "SparkBackend", "backend_for", "check_engine", "load_spark_table",
-           "local_session", "require_duckdb", "spark_columns"]
+__all__ = ["ENGINES", "SPARK", "SparkBackend", "backend_for", "check_engine", "check_on_spark",
+           "drop_spark_orphans", "load_spark_table", "local_session", "spark_columns"]
 
 SPARK = "spark"  # TableMeta.storage of a Spark table
 _MISSING = ("pyspark is not installed: pip install 'dpkit[spark]' (pyspark needs Java 17+); "
@@ -265,6 +265,20 @@ class SparkBackend(DuckBackend):
         kept = [r for r in rows if keep is None or keep(r)]
         return kept, len(rows) - len(kept)
 
+    def run_numpy(self, text: str) -> dict[str, Any]:
+        """Rows as one array per column (``fit``'s bounded, encoded rows: what the model
+        trains on, collected to the driver; integral decimals as ints, others as floats)."""
+        spark_text = self.to_spark(text)
+        if spark_text is None:
+            return super().run_numpy(text)
+        import numpy as np
+
+        df = self._frames.pop(spark_text, None)
+        if df is None:
+            df = self.session().sql(spark_text)
+        rows = df.collect()
+        return {c: np.asarray([_numeric(r[i]) for r in rows]) for i, c in enumerate(df.columns)}
+
     def run_columns(self, text: str, group_cols: Sequence[str], measure_cols: Sequence[str],
                     ) -> tuple[int, list[Any], dict[str, Any], dict[str, Any]]:
         if self.to_spark(text) is None:
@@ -349,6 +363,12 @@ def _integral(v: Any) -> Any:
     return v
 
 
+def _numeric(v: Any) -> Any:
+    """A Spark DECIMAL as DuckDB's numpy fetch gives it: an int, or a float."""
+    v = _integral(v)
+    return float(v) if isinstance(v, Decimal) else v
+
+
 def _stopped(session: Any) -> bool:
     try:
         return bool(session.sparkContext._jsc.sc().isStopped())
@@ -375,12 +395,17 @@ def backend_for(db_path: Path, *, engine: str, spark: Any, tables: Mapping[str, 
     return DuckBackend(db_path)
 
 
-def require_duckdb(meta: TableMeta, what: str) -> None:
-    """Refuse (before the charge) what runs on DuckDB tables only for now."""
-    if meta.storage == SPARK:
-        raise QueryError(f"{what} is not available on Spark table {meta.name!r} yet (SQL "
-                         f"aggregates are); load it without engine='spark' for it. Nothing "
-                         f"charged")
+def check_on_spark(backend: DuckBackend, meta: TableMeta, texts: Sequence[str]) -> None:
+    """Before the charge, for a Spark table: Spark analyses each statement (DuckDB SQL over
+    ``meta``'s relation; no row read), so that what Spark cannot run, a stopped session or a
+    project opened without Spark is refused with nothing charged. Other tables: nothing."""
+    if meta.storage != SPARK:
+        return
+    if not isinstance(backend, SparkBackend):
+        raise QueryError(f"table {meta.name!r} is on Spark; open the project with a Spark "
+                         f"session: Curator.open(path, spark=session) (nothing charged)")
+    for text in texts:
+        backend.check(text, {meta.name: meta})
 
 
 _COPY = re.compile(r".+__v[0-9a-f]{16}")  # a Parquet copy's folder name (load's stored name)

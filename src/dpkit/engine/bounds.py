@@ -41,7 +41,7 @@ from dpkit.engine.tables import TableMeta, check_bounds, quote_ident
 __all__ = ["AUTO_ROWS_EPSILON", "AUTO_ROWS_GRID", "AUTO_ROWS_QUANTILE", "MAX_AUTO_ROWS", "AutoRows",
            "check_rows_declaration", "check_rows_epsilon", "pick_max_rows", "rank_scores",
            "rows_histogram",
-           "suggested_bounds", "with_auto_rows"]
+           "rows_histogram_sql", "suggested_bounds", "with_auto_rows"]
 
 AUTO_ROWS_QUANTILE = 0.95  # cap at the 95th percentile of rows per unit: 5% of units trimmed
 AUTO_ROWS_EPSILON = 0.1  # default cost of the choice (a rank error of ~100 units at 1000 cands)
@@ -64,12 +64,18 @@ class AutoRows:
     rank_error: float  # with probability 0.95 the chosen cap's rank is within this of q·N
 
 
+def rows_histogram_sql(relation: str, unit: str) -> str:
+    """The statement of :func:`rows_histogram` (a ``GROUP BY`` count DuckDB and Spark run
+    alike)."""
+    return (f"SELECT LEAST(__n, {MAX_AUTO_ROWS}) AS __r, COUNT(*) AS __k FROM (SELECT COUNT(*) "
+            f"AS __n FROM {relation} GROUP BY {quote_ident(unit)}) AS __pu GROUP BY "
+            f"LEAST(__n, {MAX_AUTO_ROWS})")
+
+
 def rows_histogram(query: Callable[[str], list[tuple[Any, ...]]], relation: str,
                     unit: str) -> np.ndarray:
     """How many units have 1, 2, ..., MAX_AUTO_ROWS (or more) rows (exact; never released)."""
-    u = quote_ident(unit)
-    rows = query(f"SELECT LEAST(__n, {MAX_AUTO_ROWS}) AS r, COUNT(*) FROM (SELECT COUNT(*) AS "
-                 f"__n FROM {relation} GROUP BY {u}) GROUP BY r")
+    rows = query(rows_histogram_sql(relation, unit))
     hist = np.zeros(MAX_AUTO_ROWS + 1, dtype=np.int64)
     for r, n in rows:
         hist[int(r)] = int(n)
@@ -93,10 +99,14 @@ def rank_scores(hist: np.ndarray, q: float) -> np.ndarray:
 
 def pick_max_rows(ledger: Ledger, query: Callable[[str], list[tuple[Any, ...]]], *,
                   relation: str, unit: str, table: str, analyst: str, epsilon: float,
-                  source: _noise.Source | None) -> AutoRows:
+                  source: _noise.Source | None,
+                  check: Callable[[str], None] | None = None) -> AutoRows:
     """Choose ``max_rows_per_unit`` by an ε-DP quantile of rows per unit (module docstring),
-    charging ``Exponential(epsilon)`` to the ledger first."""
+    charging ``Exponential(epsilon)`` to the ledger first. ``check``: called with the
+    statement before the charge (a Spark table: Spark analyses it; a refusal spends nothing)."""
     epsilon = check_rows_epsilon(epsilon)
+    if check is not None:
+        check(rows_histogram_sql(relation, unit))
     q = AUTO_ROWS_QUANTILE
     sens = max(q, 1.0 - q)
     candidates = list(AUTO_ROWS_GRID)
@@ -149,12 +159,14 @@ def check_rows_epsilon(epsilon: Any) -> float:
 
 def with_auto_rows(ledger: Ledger, query: Callable[[str], list[tuple[Any, ...]]],
                    meta: TableMeta, *, analyst: str, epsilon: float,
-                   source: _noise.Source | None) -> TableMeta:
+                   source: _noise.Source | None,
+                   check: Callable[[str], None] | None = None) -> TableMeta:
     """``meta`` with ``max_rows_per_unit`` chosen by :func:`pick_max_rows` (charged), and the
     choice in its description."""
     assert meta.privacy_unit is not None
     got = pick_max_rows(ledger, query, relation=table_relation(meta), unit=meta.privacy_unit,
-                        table=meta.name, analyst=analyst, epsilon=epsilon, source=source)
+                        table=meta.name, analyst=analyst, epsilon=epsilon, source=source,
+                        check=check)
     note = (f"max_rows_per_unit={got.max_rows_per_unit} chosen privately (the {got.quantile:g} "
             f"quantile of rows per unit, epsilon {got.epsilon:g}, ledger entry "
             f"#{got.ledger_seq})")

@@ -60,6 +60,7 @@ from dpkit.engine.backend_spark import (
     SparkBackend,
     backend_for,
     check_engine,
+    check_on_spark,
     drop_spark_orphans,
 )
 from dpkit.engine.charge import charged_read, quote
@@ -298,27 +299,25 @@ class Curator(ReleaseMethods):
                                 not_null=not_null, public=public, copy=copy,
                                 source_table=source_table, description=description)
             if spark:
-                meta = self._add_spark_table(name, source, decl, auto)
+                meta = self._add_spark_table(name, source, decl)
             else:
                 meta = load_declared(
                     self.path / DATA_FILE, name, source, decl, progress=progress)
             if auto:  # charged before the declaration that publishes it is recorded
+                check = (None if meta.storage != SPARK else  # Spark analyses it first
+                         lambda text: check_on_spark(self._backend, meta, [text]))
                 meta = dbounds.with_auto_rows(self.ledger, self._backend.query_public, meta,
                                               analyst=self.analyst, epsilon=rows_epsilon,
-                                              source=self._source)
+                                              source=self._source, check=check)
             self.ledger.record("table", {"name": name, "table": meta.to_dict()},
                                analyst=self.analyst,
                                query=f"ADD TABLE {name} ({meta.summary()})")
             self._drop_orphans_locked()
             return meta
 
-    def _add_spark_table(self, name: str, source: Any, decl: Declarations,
-                         auto: bool) -> TableMeta:
+    def _add_spark_table(self, name: str, source: Any, decl: Declarations) -> TableMeta:
         """Rows to Parquet under ``$DPKIT_SPARK_DIR`` (default ``<project>/spark``: on a
         cluster, a path every executor reads), read by Spark at every query."""
-        if auto:
-            raise ValueError(f"max_rows_per_unit='auto' is not available on Spark yet; give "
-                             f"a number for {name!r}")
         if not isinstance(self._backend, SparkBackend):  # the first Spark table
             self._backend = SparkBackend(self.path / DATA_FILE)
             self._preparer = Preparer(self._backend, self._source)
@@ -546,7 +545,7 @@ class Curator(ReleaseMethods):
         return families.Context(
             tables=self.tables, ledger=self.ledger, backend=self._backend, source=self._source,
             lock=self._lock, strategy_cache=self.path / STRATEGY_CACHE,
-            analyst=charged_analyst(self.analyst, analyst))
+            analyst=charged_analyst(self.analyst, analyst), portable=self._preparer.portable)
 
     def suggest_bounds(self, table: str, column: str, *, epsilon: float,
                        search: tuple[float, float] | None = None, lower: float = 0.01,

@@ -38,10 +38,11 @@ from dpkit import events as ev
 from dpkit import noise as _noise
 from dpkit.engine import plan as dplan
 from dpkit.engine.backend_duckdb import dry_run_errors, table_relation
-from dpkit.engine.backend_spark import require_duckdb
+from dpkit.engine.backend_spark import SPARK, check_on_spark
 from dpkit.engine.charge import charged_read
 from dpkit.engine.families.job import Context, jsonable, table_meta, validated_where
 from dpkit.engine.ledger import Entry
+from dpkit.engine.plan.portable import bounding_ctes_portable
 from dpkit.engine.spec import PRIVATE_ALIAS, QueryError
 from dpkit.engine.tables import TableMeta, quote_ident, type_class
 
@@ -242,8 +243,12 @@ def _label_sql(enc: Encoding, ref: str, type_: str) -> str:
 
 
 def statement(meta: TableMeta, enc: Encoding, where: str | None, relation: str, *,
-              seed: int) -> str:
-    """The one statement reading the bounded, encoded rows (``__u``, ``__f<i>``, ``__y``)."""
+              seed: int, portable: bool = False) -> str:
+    """The one statement reading the bounded, encoded rows (``__u``, ``__f<i>``, ``__y``).
+
+    ``portable`` (a Spark table): bounding by the portable keyed hash (the rows DuckDB's
+    portable form keeps) and the rows in a fixed order (every column, NULLS LAST), so that
+    the model, whose float sums depend on the row order, is the same on both engines."""
     t = quote_ident(PRIVATE_ALIAS)
 
     def ref(c: str) -> str:
@@ -260,13 +265,21 @@ def statement(meta: TableMeta, enc: Encoding, where: str | None, relation: str, 
     cols = [f"__f{i}" for i in range(len(enc.features))] + ["__y"]
     ctes = [f"__src0 AS ({inner})", "__src AS (SELECT * FROM __src0 WHERE __y IS NOT NULL)"]
     current = "__src"
-    if not meta.record_level:
+    if not meta.record_level and portable:
+        typed = [("__u", _column(meta, str(meta.privacy_unit)).type),
+                 *((c, "DOUBLE") for c in cols[:-1]),
+                 ("__y", "BIGINT" if enc.classes is not None else "DOUBLE")]
+        bound, current = bounding_ctes_portable(current, typed, [],
+                                                m=int(meta.max_rows_per_unit), seed=seed)
+    elif not meta.record_level:
         bound, current = dplan.bounding_ctes(current, ["__u", *cols], [],
                                              m=int(meta.max_rows_per_unit),
                                              seed_lit=f"CAST({seed} AS UBIGINT)")
+    if not meta.record_level:
         ctes.extend(bound)
         cols = ["__u", *cols]
-    return f"WITH {', '.join(ctes)} SELECT {', '.join(cols)} FROM {current}"
+    order = f" ORDER BY {', '.join(f'{c} NULLS LAST' for c in cols)}" if portable else ""
+    return f"WITH {', '.join(ctes)} SELECT {', '.join(cols)} FROM {current}{order}"
 
 
 def _params_of(model: Any) -> dict[str, Any]:
@@ -331,13 +344,14 @@ def fit(ctx: Context, model: Any, query: str, *, label: str, epsilon: float | No
     enc = plan_encoding(meta, columns, label)
     _configure(model, enc, epsilon, delta, ctx.ledger.config.delta)
     event = _event(model, enc, meta)
-    require_duckdb(meta, "fit")
     shadow = ctx.backend.shadow(table_relation(meta))
+    portable = meta.storage == SPARK or ctx.portable
     with ctx.lock:
         with dry_run_errors("fit"):
-            ctx.backend.dry_run(statement(meta, enc, where, shadow, seed=0))
+            ctx.backend.dry_run(statement(meta, enc, where, shadow, seed=0, portable=portable))
         seed = int(_noise.uniform_int(2**63 - 1, 1, source=ctx.source)[0])
-        text = statement(meta, enc, where, table_relation(meta), seed=seed)
+        text = statement(meta, enc, where, table_relation(meta), seed=seed, portable=portable)
+        check_on_spark(ctx.backend, meta, [text])  # Spark analyses it before the charge
         nf = len(enc.features)
 
         def read() -> dict[str, np.ndarray]:

@@ -3,9 +3,14 @@
 The statement maps every row of the table (after the job's WHERE) to its cell on the job's
 public grid (:meth:`~.axes.Axis.cell_sql`), drops rows in no cell, cuts each privacy unit to
 ``max_rows_per_unit`` rows (:func:`dpkit.engine.plan.bounding_ctes`, keyed by a fresh seed) and
-counts rows per cell. Every expression in it is total (TRY_CAST, NULL tests before the clamps),
-so :func:`read` fails only for reasons outside the data. The histogram never leaves the engine:
-only the noisy answer built from it does.
+counts rows per cell: a ``GROUP BY`` count, which Spark runs as DuckDB does. For a Spark table
+(or ``Context.portable``) the bounding is the portable one
+(:func:`dpkit.engine.plan.portable.bounding_ctes_portable`: the same rows kept in both
+engines), and Spark analyses the statements before the charge (:func:`check_spark`).
+
+Every expression in it is total (TRY_CAST, NULL tests before the clamps), so :func:`read`
+fails only for reasons outside the data. The histogram never leaves the engine: only the noisy
+answer built from it does.
 """
 
 from __future__ import annotations
@@ -15,13 +20,14 @@ import numpy as np
 from dpkit import noise as _noise
 from dpkit.engine import plan as dplan
 from dpkit.engine.backend_duckdb import DuckBackend, dry_run_errors, table_relation
-from dpkit.engine.backend_spark import require_duckdb
+from dpkit.engine.backend_spark import SPARK, check_on_spark
 from dpkit.engine.families.job import Context, Job
+from dpkit.engine.plan.portable import bounding_ctes_portable
 from dpkit.engine.spec import PRIVATE_ALIAS
 from dpkit.engine.tables import TableMeta, quote_ident
 
-__all__ = ["diagnostics_statement", "dry_run", "read", "read_cells", "read_diagnostics",
-           "statement"]
+__all__ = ["check_spark", "diagnostics_statement", "dry_run", "is_portable", "read",
+           "read_cells", "read_diagnostics", "statement"]
 
 
 def _unit_totals(backend: DuckBackend, meta: TableMeta) -> str | None:
@@ -34,7 +40,7 @@ def _unit_totals(backend: DuckBackend, meta: TableMeta) -> str | None:
 
 
 def _ctes(backend: DuckBackend, job: Job, relation: str, *, seed: int,
-          outside: bool = False) -> tuple[list[str], str, list[str]]:
+          outside: bool = False, portable: bool = False) -> tuple[list[str], str, list[str]]:
     """The CTEs mapping rows to cells and bounding each unit: ``(ctes, bounded relation,
     cell columns)``. ``__src0``: every row (after WHERE) with its cells (and, ``outside``, the
     flag ``__x`` of :meth:`~.axes.Axis.outside_sql`); ``__src``: the rows in a cell."""
@@ -58,7 +64,13 @@ def _ctes(backend: DuckBackend, job: Job, relation: str, *, seed: int,
     keep = " AND ".join(f"{c} IS NOT NULL" for c in cnames)
     ctes = [f"__src0 AS ({inner})", f"__src AS (SELECT * FROM __src0 WHERE {keep})"]
     current = "__src"
-    if not meta.record_level:
+    if not meta.record_level and portable:
+        unit_type = meta.column(str(meta.privacy_unit)).type
+        bound, current = bounding_ctes_portable(
+            current, [("__u", unit_type), *((c, "BIGINT") for c in cnames)], [],
+            m=int(meta.max_rows_per_unit), seed=seed)
+        ctes.extend(bound)
+    elif not meta.record_level:
         bound, current = dplan.bounding_ctes(
             current, ["__u", *cnames], [], m=int(meta.max_rows_per_unit),
             seed_lit=f"CAST({seed} AS UBIGINT)",
@@ -67,9 +79,16 @@ def _ctes(backend: DuckBackend, job: Job, relation: str, *, seed: int,
     return ctes, current, cnames
 
 
-def statement(backend: DuckBackend, job: Job, relation: str, *, seed: int) -> str:
-    """The one statement computing the job's exact histogram over ``relation``."""
-    ctes, current, cnames = _ctes(backend, job, relation, seed=seed)
+def is_portable(ctx: Context, job: Job) -> bool:
+    """Whether the job's statement is compiled portable (a Spark table, or the context asks)."""
+    return job.meta.storage == SPARK or ctx.portable
+
+
+def statement(backend: DuckBackend, job: Job, relation: str, *, seed: int,
+              portable: bool = False) -> str:
+    """The one statement computing the job's exact histogram over ``relation``
+    (``portable``: the form Spark runs alike, :func:`is_portable`)."""
+    ctes, current, cnames = _ctes(backend, job, relation, seed=seed, portable=portable)
     cols = ", ".join(cnames)
     return (f"WITH {', '.join(ctes)} SELECT {cols}, COUNT(*) AS __n FROM {current} "
             f"GROUP BY {cols}")
@@ -111,12 +130,18 @@ def read_diagnostics(ctx: Context, text: str, x: np.ndarray, *, sparse: bool) ->
 def dry_run(ctx: Context, job: Job) -> None:
     """Run the statement over an empty table of the same schema: every error that does not
     depend on a row (types, casts, functions in WHERE) surfaces here, before the charge."""
-    require_duckdb(job.meta, "this release family")
     shadow = ctx.backend.shadow(table_relation(job.meta))
     with dry_run_errors("release"):
-        ctx.backend.dry_run(statement(ctx.backend, job, shadow, seed=0))
+        ctx.backend.dry_run(statement(ctx.backend, job, shadow, seed=0,
+                                      portable=is_portable(ctx, job)))
         if job.diag:
             ctx.backend.dry_run(diagnostics_statement(ctx.backend, job, shadow))
+
+
+def check_spark(ctx: Context, job: Job, texts: list[str]) -> None:
+    """Before the charge, for a Spark table: Spark analyses each statement (no row read), so
+    that what Spark cannot run, or a stopped session, is refused with nothing charged."""
+    check_on_spark(ctx.backend, job.meta, texts)
 
 
 def read(ctx: Context, job: Job, text: str | None = None) -> np.ndarray:
@@ -124,7 +149,8 @@ def read(ctx: Context, job: Job, text: str | None = None) -> np.ndarray:
     ``text`` from :func:`statement` (default: a fresh seed, for tests)."""
     if text is None:
         seed = int(_noise.uniform_int(2**63 - 1, 1, source=ctx.source)[0])
-        text = statement(ctx.backend, job, table_relation(job.meta), seed=seed)
+        text = statement(ctx.backend, job, table_relation(job.meta), seed=seed,
+                         portable=is_portable(ctx, job))
     cnames = [f"__c{i}" for i in range(len(job.axes))]
     keys, out = ctx.backend.run(text, cnames, ["__n"])
     shape = tuple(a.size for a in job.axes)

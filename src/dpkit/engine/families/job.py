@@ -73,6 +73,9 @@ class Context:
     #: project folder so that later processes (the CLI) skip the optimisation
     strategy_cache: Path | None
     analyst: str
+    #: compile DuckDB tables' statements in the portable form too, as Spark tables' are
+    #: (tests comparing the engines: the same rows kept by bounding, the same histograms)
+    portable: bool = False
 
     @property
     def insecure(self) -> bool:

@@ -60,8 +60,12 @@ def run(ctx: Context, job: Job, finish: Finish[R]) -> R:
     with ctx.lock:
         histogram.dry_run(ctx, job)
         seed = int(_noise.uniform_int(2**63 - 1, 1, source=ctx.source)[0])
-        text = histogram.statement(ctx.backend, job, table_relation(job.meta),
-                                   seed=seed)
+        text = histogram.statement(ctx.backend, job, table_relation(job.meta), seed=seed,
+                                   portable=histogram.is_portable(ctx, job))
+        diag_text = (histogram.diagnostics_statement(ctx.backend, job, table_relation(job.meta))
+                     if job.diag else None)
+        # a Spark table: Spark analyses both statements now, before the charge
+        histogram.check_spark(ctx, job, [t for t in (text, diag_text) if t is not None])
         details = {k: v for k, v in job.details.items() if k != "workload"}
         details.update({"kind": job.kind, "level": job.level, "table": job.meta.name,
                         "contributions": job.contributions})
@@ -72,11 +76,8 @@ def run(ctx: Context, job: Job, finish: Finish[R]) -> R:
             sparse = bool(job.details.get("sparse"))  # MST: no product-domain array
             x = (histogram.read_cells(ctx, job, text) if sparse
                  else histogram.read(ctx, job, text))
-            if job.diag:
-                exact_diag.update(histogram.read_diagnostics(
-                    ctx, histogram.diagnostics_statement(ctx.backend, job,
-                                                         table_relation(job.meta)),
-                    x, sparse=sparse))
+            if diag_text is not None:
+                exact_diag.update(histogram.read_diagnostics(ctx, diag_text, x, sparse=sparse))
             return x
 
         def done(x: np.ndarray, entry: Entry) -> R:

@@ -28,9 +28,10 @@ from dpkit.engine.plan.fixed import (
     row_exponent,
     unit_rows_column_name,
 )
-from dpkit.engine.plan.model import Measure, Plan, PlanError
+from dpkit.engine.plan.model import Measure, Plan
 from dpkit.engine.plan.portable import (
     bounding_ctes_portable,
+    histogram_ctes,
     portable_hash_sql,
     tie_break,
 )
@@ -88,6 +89,7 @@ class SqlState:
     cls_of: dict[str, str] = field(default_factory=dict)  # "alias.col" -> type class
     fixed: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # -> (v, sum, count)
     aggs: list[str] = field(default_factory=list)
+    hists: list[tuple[str, str]] = field(default_factory=list)  # portable: (column, bin per row)
     mcols: list[str] = field(default_factory=list)
     compiled: CompiledSQL | None = None
 
@@ -294,7 +296,10 @@ def measure_aggregates(st: SqlState) -> None:
             continue
         seen_sql[expr] = mm.key
         mm.sql_col = mm.key
-        st.aggs.append(f"{expr} AS {mm.key}")
+        if st.portable and mm.kind == "quant":  # bins counted by group_output's CTEs
+            st.hists.append((mm.key, expr))
+        else:
+            st.aggs.append(f"{expr} AS {mm.key}")
         st.mcols.append(mm.key)
 
 
@@ -332,11 +337,10 @@ def measure_expr(st: SqlState, mm: Measure) -> str:
         return (f"SUM(LEAST(CAST(round(({x} - {double_lit(mid)}) * ({x} - {double_lit(mid)}) "
                 f"* {pow2_lit(mm.f)}) AS BIGINT), {mm.bound}))")
     if mm.kind == "quant":
-        if st.portable:  # DuckDB's histogram() aggregate has no Spark twin (yet)
-            raise PlanError("QUANTILE/MEDIAN is not available on Spark tables yet; load the "
-                             "table into DuckDB (add_table without engine='spark') for it "
-                             "(nothing charged)")
-        return quantile_histogram_sql(mm, x, cls)
+        # portable: the bin alone; DuckDB's histogram() aggregate has no Spark twin, so
+        # group_output counts rows per (group, bin) instead (portable.histogram_ctes)
+        bin_ = quantile_bin_sql(mm, x, cls, portable=st.portable)
+        return bin_ if st.portable else f"histogram({bin_})"
     raise AssertionError(mm.kind)  # pragma: no cover
 
 
@@ -358,19 +362,23 @@ def dropped_rows_sql(st: SqlState) -> str:
     return f"(SELECT COALESCE(SUM(LEAST(GREATEST(__c - {m}, 0), {m})), 0) FROM __l)"
 
 
-def quantile_histogram_sql(mm: Measure, x: str, cls: str) -> str:
-    """``histogram`` of the candidate bin of each clamped value ``x`` (the quantile's scores)."""
+def quantile_bin_sql(mm: Measure, x: str, cls: str, *, portable: bool = False) -> str:
+    """The candidate bin of each clamped value ``x`` (the quantile's scores count rows per bin).
+
+    ``portable``: ``round`` before the cast (Spark's cast truncates, DuckDB's rounds half to
+    even); the bins are the same either way, since only a clamped bound can be a non-integer
+    value of an integer column and both ends clamp to the first or last bin."""
     assert mm.candidates is not None
     cands = mm.candidates
     if cls in ("int", "bool") and len(cands) > 1 and cands[1] - cands[0] == 1.0:
-        idx = f"CAST({x} AS BIGINT) - {int(cands[0])}"
+        idx = f"CAST({f'round({x})' if portable else x} AS BIGINT) - {int(cands[0])}"
         top = len(cands) - 1
     else:
         nb = len(cands) - 1
         width = (mm.hi - mm.lo) / nb
         idx = f"CAST(floor(({x} - {double_lit(mm.lo)}) / {double_lit(width)}) AS BIGINT)"
         top = nb - 1
-    return f"histogram(LEAST(GREATEST({idx}, 0), {top}))"
+    return f"LEAST(GREATEST({idx}, 0), {top})"
 
 
 def group_output(st: SqlState) -> None:
@@ -378,11 +386,14 @@ def group_output(st: SqlState) -> None:
     plan, spec = st.plan, st.plan.spec
     gsel = ", ".join(st.group_cols)
     aggs, mcols, ctes = ", ".join(st.aggs), ", ".join(st.mcols), st.ctes
+    if st.hists:  # portable quantiles: __agg joins their bin counts to the other aggregates
+        ctes.extend(histogram_ctes(st.current, st.group_cols, st.aggs, st.hists))
     if not spec.group_by:
-        text = "WITH " + ", ".join(ctes) + f" SELECT {aggs} FROM {st.current}"
-        st.compiled = CompiledSQL(text, [], st.mcols)
+        final = f"SELECT {mcols} FROM __agg" if st.hists else f"SELECT {aggs} FROM {st.current}"
+        st.compiled = CompiledSQL("WITH " + ", ".join(ctes) + " " + final, [], st.mcols)
         return
-    ctes.append(f"__agg AS (SELECT {gsel}, {aggs} FROM {st.current} GROUP BY {gsel})")
+    if not st.hists:
+        ctes.append(f"__agg AS (SELECT {gsel}, {aggs} FROM {st.current} GROUP BY {gsel})")
     if plan.group_mode == "select":
         # groups in key order: DuckDB's aggregation order depends on the rows (one unit's row
         # can move a group), and released rows must be ordered by a public rule

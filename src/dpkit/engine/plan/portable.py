@@ -18,6 +18,11 @@ the same in both engines (the text is then transpiled to Spark by sqlglot in
   count, then the row number) partition by the unit alone, so Spark shuffles the rows once;
   the hash is computed only for units above the cap. The rows dropped by the cap (a
   diagnostic) are counted on the way, in the same pass.
+* **quantile histograms**: DuckDB's ``histogram()`` aggregate (a map bin -> rows per group)
+  has no Spark twin; the portable statement counts rows per ``(group, bin)`` with ``GROUP BY``
+  and folds the counts into the same map with ``map_from_entries(list(...))`` (Spark:
+  ``collect_list``), joined to the group's other aggregates (:func:`histogram_ctes`). The
+  maps are equal as values (entry order aside, which no reader uses).
 * **sums**: every SUM in a compiled statement adds integers (fixed-point values, counts).
   DuckDB sums BIGINT into HUGEINT; Spark into BIGINT, which wraps, so the Spark backend sums
   them as two BIGINT halves joined as ``DECIMAL(38, 0)`` per group (exact;
@@ -34,7 +39,8 @@ from collections.abc import Sequence
 
 from dpkit.engine.tables import type_class
 
-__all__ = ["bounding_ctes_portable", "hash_text_sql", "portable_hash_sql", "tie_break"]
+__all__ = ["bounding_ctes_portable", "hash_text_sql", "histogram_ctes", "portable_hash_sql",
+           "tie_break"]
 
 # floats are hashed as floor(x * 2^20) below 2^40 in magnitude (an exact integer < 2^60)
 _SCALE = "CAST(1048576.0 AS DOUBLE)"
@@ -112,3 +118,31 @@ def bounding_ctes_portable(source: str, cols: Sequence[tuple[str, str]],
         f"{order}) AS __rn FROM __w)",
         f"__b AS (SELECT {sel}{dropped} FROM __r WHERE __rn <= {m})",
     ], "__b"
+
+
+def histogram_ctes(source: str, group_cols: Sequence[str], aggs: Sequence[str],
+                   hists: Sequence[tuple[str, str]]) -> list[str]:
+    """CTEs ending in ``__agg``: per group of ``source`` (one row without ``group_cols``) the
+    aggregates ``aggs`` and, for each ``(name, bin)`` of ``hists``, a column ``name`` holding
+    the map ``bin -> rows``: what DuckDB's ``histogram(bin)`` gives (NULL bins skipped; NULL
+    for a group, or a table, with no non-NULL bin), as a ``GROUP BY`` count both engines run.
+
+    Group keys are matched with ``IS NOT DISTINCT FROM`` (a NULL key is a group)."""
+    g = ", ".join(group_cols)
+    gsel, by = (f"{g}, ", f" GROUP BY {g}") if g else ("", "")
+    ctes = [f"__ag0 AS (SELECT {gsel}{', '.join(aggs) or 'COUNT(*) AS __one'} "
+            f"FROM {source}{by})"]
+    sel, joins = ["__ag0.*"], ""
+    for j, (name, bin_) in enumerate(hists):
+        ctes.append(f"__hb{j} AS (SELECT {gsel}__bin, COUNT(*) AS __bc FROM (SELECT {gsel}"
+                    f"{bin_} AS __bin FROM {source}) AS __hs WHERE __bin IS NOT NULL "
+                    f"GROUP BY {gsel}__bin)")
+        # COUNT(*) > 0: an empty input gives NULL in both engines (Spark's collect_list
+        # gives an empty list where DuckDB's list gives NULL)
+        ctes.append(f"__hm{j} AS (SELECT {gsel}CASE WHEN COUNT(*) > 0 THEN map_from_entries("
+                    f"list(struct_pack(k := __bin, v := __bc))) END AS {name} FROM __hb{j}{by})")
+        on = " AND ".join(f"__ag0.{c} IS NOT DISTINCT FROM __hm{j}.{c}" for c in group_cols)
+        joins += f" LEFT JOIN __hm{j} ON {on or 'TRUE'}"
+        sel.append(f"__hm{j}.{name}")
+    ctes.append(f"__agg AS (SELECT {', '.join(sel)} FROM __ag0{joins})")
+    return ctes
