@@ -6,6 +6,7 @@ false-failure probability of at most 1e-6 for a correct sampler (stated next to 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 
 import numpy as np
@@ -52,3 +53,20 @@ class ScriptedSource(Source):
         head, self.q32 = self.q32[:n], self.q32[n:]
         rest = self._bg.random_raw(n - len(head)).astype(np.uint32)
         return np.concatenate([np.array(head, dtype=np.uint32), rest])
+
+
+def words_in_forked_child(src: Source, n: int) -> np.ndarray:
+    """The next ``n`` uint64 words ``src`` gives in a forked child (which leaves at once,
+    without running pytest's teardown)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(w, src.uint64(n).tobytes())
+        finally:
+            os._exit(0)
+    os.close(w)
+    child = np.frombuffer(os.read(r, 8 * n), dtype=np.uint64)
+    os.close(r)
+    os.waitpid(pid, 0)
+    return child

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _noise_helpers import words_in_forked_child
 
 import dpkit.noise as noise
 from dpkit.noise.sources import SecureSource, SeededSource
@@ -85,17 +86,7 @@ def test_seeded_reproducible_and_seed_dependent() -> None:
 def test_secure_source_is_fork_safe() -> None:
     src = noise.secure()
     src.uint64(1)  # make sure the buffer holds unread bytes
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: report the next words, then leave without running pytest teardown
-        try:
-            os.write(w, src.uint64(4).tobytes())
-        finally:
-            os._exit(0)
-    os.close(w)
-    child = np.frombuffer(os.read(r, 32), dtype=np.uint64)
-    os.close(r)
-    os.waitpid(pid, 0)
+    child = words_in_forked_child(src, 4)
     parent = src.uint64(4)
     assert child.size == 4
     assert not np.array_equal(child, parent)

@@ -9,6 +9,7 @@ import threading
 
 import numpy as np
 import pytest
+from _noise_helpers import words_in_forked_child
 from scipy import stats
 
 import dpkit.noise as noise
@@ -146,17 +147,7 @@ def test_forked_child_never_continues_the_parent_stream(construction: str) -> No
     # for independent streams a shared 64-bit word has probability < 2^17 · 4 / 2^64 = 2^-45.
     src = SecureSource(construction)
     src.uint64(1)  # a key and a buffer with unread bytes exist before the fork
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: report the next words, then leave without running pytest teardown
-        try:
-            os.write(w, src.uint64(4).tobytes())
-        finally:
-            os._exit(0)
-    os.close(w)
-    child = np.frombuffer(os.read(r, 32), dtype=np.uint64)
-    os.close(r)
-    os.waitpid(pid, 0)
+    child = words_in_forked_child(src, 4)
     parent = np.concatenate([src.uint64(1 << 16), src.uint64(1 << 16)])  # buffer, then direct
     assert child.size == 4
     assert not np.isin(child, parent).any()

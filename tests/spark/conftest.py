@@ -88,3 +88,4 @@ def parquet_rows(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("spark_data") / "rows.parquet"
     pq.write_table(table, path)
     return path
+

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _spark_helpers import DeadSession
 
 import dpkit as dp
 from dpkit.engine import QueryError
@@ -180,27 +181,11 @@ def test_auto_rows_per_unit_on_spark(pair: Any, parquet_rows: Path) -> None:
     assert duck.budget().spent == spk.budget().spent
 
 
-class _DeadSession:
-    """A SparkSession whose JVM is gone: every call into it fails."""
-
-    def newSession(self) -> _DeadSession:
-        return self
-
-    @property
-    def conf(self) -> Any:
-        return self
-
-    def set(self, *_: Any) -> None:
-        pass
-
-    @property
-    def sparkContext(self) -> Any:
-        raise ConnectionError("Py4JNetworkError: answer from Java side is empty")
 
 
 def test_a_dead_session_refuses_families_and_fit_before_the_charge(pair: Any) -> None:
     _, spk = pair
-    with dp.Curator.open(spk.path, spark=_DeadSession()) as cur:
+    with dp.Curator.open(spk.path, spark=DeadSession()) as cur:
         spent = cur.budget().spent
         for call in (lambda: cur.cdf("usr", "x", epsilon=0.5),
                      lambda: cur.sql("SELECT MEDIAN(x) AS m FROM usr", epsilon=0.5),

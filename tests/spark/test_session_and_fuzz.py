@@ -12,6 +12,7 @@ from typing import Any
 
 import duckdb
 import pytest
+from _spark_helpers import DeadSession
 
 import dpkit as dp
 from dpkit.attacks import side_channels as sc
@@ -23,22 +24,6 @@ SMALL = TableMeta("t", (Column("uid", "BIGINT"), Column("k", "VARCHAR"), Column(
                   domains={"k": ("a", "b")})
 
 
-class _DeadSession:
-    """What a SparkSession looks like once its JVM is gone: every call into it fails."""
-
-    def newSession(self) -> _DeadSession:
-        return self
-
-    @property
-    def conf(self) -> Any:
-        return self
-
-    def set(self, *_: Any) -> None:
-        pass
-
-    @property
-    def sparkContext(self) -> Any:
-        raise ConnectionError("Py4JNetworkError: answer from Java side is empty")
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +39,7 @@ def project(tmp_path_factory: pytest.TempPathFactory, spark: Any, parquet_rows: 
 
 
 def test_a_dead_session_is_refused_before_the_charge(project: Path) -> None:
-    with dp.Curator.open(project, spark=_DeadSession()) as cur:
+    with dp.Curator.open(project, spark=DeadSession()) as cur:
         with pytest.raises(QueryError, match="Spark session has been stopped"):
             cur.sql("SELECT COUNT(*) AS n FROM t", epsilon=0.5)
         assert cur.budget().spent == 0.0
