@@ -139,7 +139,7 @@ def _canon(rows: list[Any]) -> list[Any]:
 
 def test_joins_are_refused_before_the_charge(pair: Any) -> None:
     """What Spark does not run yet (a JOIN with a Spark table) spends nothing. (QUANTILE and
-    MEDIAN were refused here before they ran on Spark: tests/spark/test_families.py.)"""
+    MEDIAN were refused here before they ran on Spark: tests/spark/test_spark_families.py.)"""
     import pandas as pd
 
     _, spk = pair

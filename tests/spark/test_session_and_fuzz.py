@@ -84,7 +84,7 @@ def _spark_factory(spark: Any) -> Any:
 @pytest.mark.parametrize(("families", "queries"), [
     (("sql",), 8),
     # the release families, their SQL forms and fit (on Spark since they read a portable
-    # histogram or bounded rows: tests/spark/test_families.py)
+    # histogram or bounded rows: tests/spark/test_spark_families.py)
     (("dp_cdf", "cdf", "filter", "synthetic", "fit"), 6),
 ])
 def test_the_side_channel_fuzzer_finds_nothing_on_spark(spark: Any, families: tuple[str, ...],
