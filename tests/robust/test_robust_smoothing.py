@@ -51,14 +51,16 @@ def test_clopper_pearson_closed_forms() -> None:
     assert binomial_pvalue(60, 40) == pytest.approx(stats.binomtest(60, 100).pvalue)
 
 
-def test_certificate_coverage_on_a_half_space() -> None:
+@pytest.mark.parametrize(("float32", "seed"), [(False, 11), (True, 21)])
+def test_certificate_coverage_on_a_half_space(float32: bool, seed: int) -> None:
     """Over T independent certifications, the certified radius exceeds the true radius (or the
     class is wrong) with probability <= alpha each (Cohen et al. 2019, Theorem 1 + Clopper-Pearson).
     The test fails if more than k of T do, where P(Binomial(T, alpha) > k) < 1e-6: the
-    false-failure probability of this test is below 1e-6."""
+    false-failure probability of this test is below 1e-6 (each of the float64 and the float32
+    Monte Carlo noise)."""
     sigma, alpha, trials, d = 1.0, 0.1, 300, 0.4  # pA = Phi(0.4) = 0.655: the bound is often close
     k = int(stats.binom.isf(1e-6, trials, alpha))
-    g = Smoothed(half_space, sigma, 2, source=noise.seeded(11))
+    g = Smoothed(half_space, sigma, 2, source=noise.seeded(seed), float32=float32)
     x = np.array([d, 0.0])
     bad = 0
     for _ in range(trials):

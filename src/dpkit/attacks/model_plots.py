@@ -12,7 +12,7 @@ import numpy as np
 
 from dpkit.attacks.lira import LiraReport
 from dpkit.attacks.membership import dp_tpr_bound
-from dpkit.attacks.plots import new_figure, save_figure
+from dpkit.attacks.plots import new_figure, roc_axes, save_figure
 
 __all__ = ["plot_inversion_grid", "plot_lira"]
 
@@ -71,12 +71,7 @@ def plot_lira(
             if rep.run.epsilon is not None:
                 b = dp_tpr_bound(grid, epsilon=rep.run.epsilon, delta=rep.run.delta or 0.0)
                 ax.plot(grid, np.maximum(b, lo), color=col, linestyle="--", linewidth=0.9)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlim(lo, 1)
-        ax.set_ylim(lo, 1.05)
-        ax.set_xlabel("false-positive rate")
-        ax.set_ylabel("true-positive rate")
+        roc_axes(ax, lo)
         ax.set_title(f"{name}: {variant} LiRA (dashed: DP bound)", fontsize=9)
         ax.legend(loc="lower right", fontsize=7)
         ax.grid(alpha=0.3, which="both")

@@ -16,7 +16,7 @@ import numpy as np
 
 from dpkit.attacks.membership import ROC, dp_tpr_bound
 
-__all__ = ["new_figure", "plot_one_run", "plot_recovery", "plot_roc", "save_figure"]
+__all__ = ["new_figure", "plot_one_run", "plot_recovery", "plot_roc", "roc_axes", "save_figure"]
 
 
 def new_figure(width: float = 6.0, height: float = 4.2) -> Any:
@@ -35,6 +35,16 @@ def save_figure(fig: Any, path: str | Path) -> Path:
     fig.tight_layout()
     fig.savefig(p, format="png")
     return p
+
+
+def roc_axes(ax: Any, lo: float) -> None:
+    """Log-log ROC axes from ``lo`` (where an attack's low-FPR region shows) to 1."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, 1)
+    ax.set_ylim(lo, 1.05)
+    ax.set_xlabel("false-positive rate")
+    ax.set_ylabel("true-positive rate")
 
 
 def plot_recovery(
@@ -106,12 +116,7 @@ def plot_roc(
         # operating points joined by straight lines: a randomised test between two
         # thresholds reaches every point of the segment (drawn on log axes it bends)
         ax.plot(f, t, marker="." if f.size < 50 else None, label=f"{label} (AUC {roc.auc:.2f})")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(lo, 1)
-    ax.set_ylim(lo, 1.05)
-    ax.set_xlabel("false-positive rate")
-    ax.set_ylabel("true-positive rate")
+    roc_axes(ax, lo)
     ax.set_title(title or "Membership inference")
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(alpha=0.3, which="both")
