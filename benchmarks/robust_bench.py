@@ -204,12 +204,12 @@ def parts(net, fast, sigma: float, reps: int = 3) -> dict:  # type: ignore[no-un
     def forward(model):  # type: ignore[no-untyped-def]
         with torch.inference_mode():
             for _ in range(5):
-                model(xb)
+                model(xb if isinstance(model, torch.nn.Module) else xb.numpy())
 
     jobs = {"noise_float64": lambda: [noise.gaussian_float(sigma, (2000, 784)) for _ in range(5)],
             "noise_float32": lambda: [noise.gaussian_float32(sigma, (2000, 784), out=buf)
                                       for _ in range(5)],
-            "forward_eager": lambda: forward(net), "forward_jit_frozen": lambda: forward(fast)}
+            "forward_eager": lambda: forward(net), "forward_base_classifier": lambda: forward(fast)}
     out = {}
     for name, job in jobs.items():
         times = []
@@ -243,6 +243,11 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--smoothing", type=float, default=0.0, help="label smoothing")
     ap.add_argument("--ensemble", type=int, default=2, help="base nets averaged (seeds s..s+k-1)")
     ap.add_argument("--seed", type=int, default=0, help="first member's seed s")
+    ap.add_argument("--combine", default="softmax", choices=robust.ensemble.COMBINES,
+                    help="how CERTIFY's base classifier combines the members")
+    ap.add_argument("--temperature", type=float, default=1.0, help="softmax temperature")
+    ap.add_argument("--consensus", type=int, default=0,
+                    help="K-consensus: the first K members agreeing answer alone (0: off)")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
     ap.add_argument("--val", type=int, default=0,
@@ -264,25 +269,48 @@ def _args() -> argparse.Namespace:
     return ap.parse_args()
 
 
+def load_nets(specs: str, args):  # type: ignore[no-untyped-def]
+    """Nets from ``--save`` files: ``FILE[:ARCH:WIDTH]``, comma-separated (ARCH and WIDTH
+    default to ``--arch``/``--width``; a file holds one state_dict or a list of them)."""
+    import torch
+
+    nets = []
+    for spec in specs.split(","):
+        path, *rest = spec.split(":")
+        arch = rest[0] if rest else args.arch
+        width = int(rest[1]) if len(rest) > 1 else args.width
+        obj = torch.load(path)
+        # a single state_dict is what earlier versions of this script saved
+        for state in [obj] if isinstance(obj, dict) else obj:
+            nets.append(_net(width, arch, args.dropout))
+            nets[-1].load_state_dict(state)
+            nets[-1].eval()
+    return nets
+
+
 def _base_net(args, xtr: np.ndarray, ytr: np.ndarray):  # type: ignore[no-untyped-def]
-    """Train (or ``--load``) the ``--ensemble`` members and return them as one module."""
+    """Train (or ``--load``) the ``--ensemble`` members; return them and their soft average
+    as one torch module (for the clean accuracy and the attack's gradients)."""
     import torch
 
     if args.load:
-        nets = []
-        loaded = [torch.load(path) for path in args.load.split(",")]
-        # a single state_dict is what earlier versions of this script saved
-        states = [st for obj in loaded for st in ([obj] if isinstance(obj, dict) else obj)]
-        for state in states:
-            nets.append(_net(args.width, args.arch, args.dropout))
-            nets[-1].load_state_dict(state)
-            nets[-1].eval()
+        nets = load_nets(args.load, args)
     else:
         seeds = range(args.seed, args.seed + args.ensemble)
         nets = [train(xtr, ytr, args, seed) for seed in seeds]
     if args.save:
         torch.save([n.state_dict() for n in nets], args.save)
-    return _ensemble(nets)
+    return nets, _ensemble(nets)
+
+
+def base_classifier(nets, args):  # type: ignore[no-untyped-def]
+    """What CERTIFY runs: one traced net, or dpkit.robust.Ensemble of traced members combined
+    by ``--combine`` (with ``--consensus`` K-consensus early exit)."""
+    fast = [_inference_net(n) for n in nets]
+    if len(fast) == 1:
+        return fast[0]
+    return robust.Ensemble(fast, num_classes=10, combine=args.combine,
+                           temperature=args.temperature, consensus=args.consensus)
 
 
 def _certify_all(smoothed, x: np.ndarray, y: np.ndarray, args):  # type: ignore[no-untyped-def]
@@ -354,13 +382,13 @@ def main() -> None:
     if args.val:  # choose a recipe on images carved from the training split, never the test
         xtr, ytr, xte, yte = xtr[:-args.val], ytr[:-args.val], xtr[-args.val:], ytr[-args.val:]
     t0 = time.perf_counter()
-    net = _base_net(args, xtr, ytr)
+    nets, net = _base_net(args, xtr, ytr)
     train_s = time.perf_counter() - t0
     print(f"train: {train_s:.0f} s ({args.epochs} epochs, sigma={args.sigma})",
           flush=True)
     with torch.no_grad():
         clean = float((net(torch.tensor(xte)).argmax(1).numpy() == yte).mean())
-    fast = _inference_net(net)
+    fast = base_classifier(nets, args)
     smoothed = robust.Smoothed(fast, args.sigma, 10, float32=not args.float64)
     xte, yte = xte[args.offset:], yte[args.offset:]
     k = min(args.test, len(xte))

@@ -71,6 +71,16 @@ def _torch_caller(module: Any) -> Callable[[np.ndarray], np.ndarray]:
     return call
 
 
+def as_batch_function(classifier: Callable[[np.ndarray], Any] | Any
+                      ) -> Callable[[np.ndarray], Any]:
+    """A classifier as a function of a numpy batch: a torch module is wrapped (run under
+    ``inference_mode`` on its own device and dtype), any other callable is returned as it is."""
+    if not callable(classifier):
+        raise TypeError("classifier must be callable on a batch "
+                        f"(got {type(classifier).__name__})")
+    return _torch_caller(classifier) if _is_torch_module(classifier) else classifier
+
+
 class Smoothed:
     """The Gaussian-smoothed version of a classifier, with Cohen et al.'s CERTIFY and PREDICT.
 
@@ -98,12 +108,9 @@ class Smoothed:
             raise ValueError(f"sigma must be a finite number > 0, the noise level (got {sigma!r})")
         if isinstance(num_classes, bool) or int(num_classes) != num_classes or num_classes < 2:
             raise ValueError(f"num_classes must be an integer >= 2 (got {num_classes!r})")
-        if not callable(classifier):
-            raise TypeError("classifier must be callable on a batch "
-                            f"(got {type(classifier).__name__})")
+        self._call = as_batch_function(classifier)
         self.sigma = float(sigma)
         self.num_classes = int(num_classes)
-        self._call = _torch_caller(classifier) if _is_torch_module(classifier) else classifier
         self._source = source
         # float32 noise (dpkit.noise.gaussian_float32): 3-4x cheaper, tails cut at 6.76 sigma
         # (mass < 2e-11 per coordinate); for a float32 model the float64 draw is rounded anyway
