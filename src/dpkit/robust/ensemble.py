@@ -34,8 +34,8 @@ by ~1e-7 relative; that moves a label only at an exact tie, as for any torch cla
 >>> a = lambda b: np.stack([-b[:, 0], b[:, 0]], axis=1)          # class 1 where x[0] > 0
 >>> c = lambda b: np.stack([-b[:, 0] - 1.0, b[:, 0] + 1.0], axis=1)  # class 1 where x[0] > -1
 >>> f = Ensemble([a, c], num_classes=2)
->>> f(np.array([[-0.5, 0.0], [0.5, 0.0]])).argmax(axis=1).tolist()
-[1, 1]
+>>> f(np.array([[-2.0, 0.0], [-0.2, 0.0], [0.5, 0.0]])).argmax(axis=1).tolist()
+[0, 1, 1]
 """
 
 from __future__ import annotations
