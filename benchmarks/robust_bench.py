@@ -8,10 +8,13 @@ Train (4,000 images, CPU, ``--threads``; ``--save``/``--load`` the state_dicts t
 ensemble of ``--ensemble`` (default 2) small strided CNNs, seeds ``--seed``.., each with
 Gaussian noise augmentation at the smoothing ``sigma``, random ±2 px shifts and consistency
 regularisation (Jeong & Shin 2020, ``--lam``), SGD + Nesterov, weight decay 5e-4, OneCycle; the
-base classifier is the argmax of their averaged softmax (Horvath et al. 2022). Certify the
+base classifier is dpkit.robust.Ensemble of traced and frozen copies of the members, combined by
+``--combine`` (default: their averaged softmax, Horvath et al. 2022), optionally with
+K-consensus early exit (``--consensus K``); ``--load`` takes ``FILE[:ARCH:WIDTH]`` members
+of mixed architectures (benchmarks/robust_ensemble.py chooses them on validation). Certify the
 first ``--test`` test images (or, with ``--val V``, the last V training images, the nets then
 trained on the rest) with CERTIFY (n0 = 100, n = 10,000, alpha = 0.001, float32 noise from
-dpkit.noise's default secure source, a traced and frozen copy of the net); print certified
+dpkit.noise's default secure source); print certified
 accuracy at radius 0.5 / 1.0 / 1.5 (Cohen et al. 2019 and, from the same counts, PixelDP's
 radius at delta = 1e-5), time per image and per part, and run an L2 PGD attack (expectation
 over noise, as Salman et al. 2019) inside each certified radius against the smoothed
