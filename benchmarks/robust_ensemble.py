@@ -39,9 +39,10 @@ from robust_bench import load_nets  # noqa: E402
 N0, ALPHA = 100, 0.001
 
 
-def member_logits(net, images: np.ndarray, sigma: float, total: int,  # type: ignore[no-untyped-def]
-                  seed: int, batch: int = 2020) -> np.ndarray:
-    """``(len(images), total, C)`` float16 outputs of one net on the shared noisy copies."""
+def member_logits(net, images: np.ndarray, ids: np.ndarray, sigma: float,  # type: ignore[no-untyped-def]
+                  total: int, seed: int, batch: int = 2020) -> np.ndarray:
+    """``(len(images), total, C)`` float16 outputs of one net on the shared noisy copies
+    (image ``ids[i]``'s copies from ``seeded(seed + ids[i])``, whatever subset is computed)."""
     import torch
 
     with torch.no_grad():
@@ -49,7 +50,7 @@ def member_logits(net, images: np.ndarray, sigma: float, total: int,  # type: ig
     out: np.ndarray | None = None
     buf = np.empty((batch, images.shape[1]), np.float32)
     for i, x in enumerate(images):
-        src = noise.seeded(seed + i)
+        src = noise.seeded(seed + int(ids[i]))
         for j in range(0, total, batch):
             b = min(batch, total - j)
             xb = noise.gaussian_float32(sigma, (b, images.shape[1]), source=src, out=buf[:b])
@@ -72,15 +73,18 @@ def cmd_logits(args: argparse.Namespace) -> None:
     out = Path(args.dir)
     out.mkdir(parents=True, exist_ok=True)
     np.save(out / "y.npy", y)
+    ids = np.arange(len(x))
     if (out / "hard.npy").exists():  # later members: only the images that are not easy
-        x = x[np.load(out / "hard.npy")]
+        ids = np.load(out / "hard.npy")
+        x = x[ids]
     for spec in args.members.split(","):
         name = Path(spec.split(":")[0]).stem
         if (out / f"{name}.npy").exists():
             continue
         (net,) = load_nets(spec, argparse.Namespace(arch="strided", width=16, dropout=0.0))
         t = time.perf_counter()
-        np.save(out / f"{name}.npy", member_logits(net, x, args.sigma, N0 + args.n, args.seed))
+        np.save(out / f"{name}.npy", member_logits(net, x, ids, args.sigma, N0 + args.n,
+                                                    args.seed))
         print(f"{name}: {time.perf_counter() - t:.0f} s", flush=True)
 
 
