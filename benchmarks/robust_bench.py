@@ -272,9 +272,30 @@ def _args() -> argparse.Namespace:
     return ap.parse_args()
 
 
+def _shifted(net, dx: int, dy: int):  # type: ignore[no-untyped-def]
+    """``net`` on its input translated by (dx, dy) pixels, zero fill: a fixed function of the
+    input, so a shifted copy is one more deterministic ensemble member (test-time
+    augmentation; the members were trained on random shifts of up to ``--shift`` px)."""
+    import torch
+
+    class Shifted(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = net
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            img = x.reshape(-1, 28, 28)
+            pad = torch.nn.functional.pad(img, (max(dx, 0), max(-dx, 0), max(dy, 0), max(-dy, 0)))
+            top, left = max(-dy, 0), max(-dx, 0)
+            return self.net(pad[:, top:top + 28, left:left + 28].reshape(-1, 784))
+
+    return Shifted().eval()
+
+
 def load_nets(specs: str, args):  # type: ignore[no-untyped-def]
-    """Nets from ``--save`` files: ``FILE[:ARCH:WIDTH]``, comma-separated (ARCH and WIDTH
-    default to ``--arch``/``--width``; a file holds one state_dict or a list of them)."""
+    """Nets from ``--save`` files: ``FILE[:ARCH:WIDTH[:DX:DY]]``, comma-separated (ARCH and
+    WIDTH default to ``--arch``/``--width``; DX, DY: the net sees its input shifted by that
+    many pixels; a file holds one state_dict or a list of them)."""
     import torch
 
     nets = []
@@ -282,12 +303,13 @@ def load_nets(specs: str, args):  # type: ignore[no-untyped-def]
         path, *rest = spec.split(":")
         arch = rest[0] if rest else args.arch
         width = int(rest[1]) if len(rest) > 1 else args.width
+        dx, dy = (int(rest[2]), int(rest[3])) if len(rest) > 3 else (0, 0)
         obj = torch.load(path)
         # a single state_dict is what earlier versions of this script saved
         for state in [obj] if isinstance(obj, dict) else obj:
-            nets.append(_net(width, arch, args.dropout))
-            nets[-1].load_state_dict(state)
-            nets[-1].eval()
+            net = _net(width, arch, args.dropout)
+            net.load_state_dict(state)
+            nets.append(_shifted(net.eval(), dx, dy) if dx or dy else net.eval())
     return nets
 
 

@@ -78,7 +78,7 @@ def cmd_logits(args: argparse.Namespace) -> None:
         ids = np.load(out / "hard.npy")
         x = x[ids]
     for spec in args.members.split(","):
-        name = Path(spec.split(":")[0]).stem
+        name = Path(spec.split(":")[0]).stem + "".join(f"_{v}" for v in spec.split(":")[3:])
         if (out / f"{name}.npy").exists():
             continue
         (net,) = load_nets(spec, argparse.Namespace(arch="strided", width=16, dropout=0.0))
