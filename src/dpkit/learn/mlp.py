@@ -250,6 +250,8 @@ class MLPClassifier:
             if units is not None and self.max_examples_per_unit is None:
                 raise ValueError("batch_size='auto' with units= needs max_examples_per_unit= "
                                  "(a unit's rows move the count by up to that many)")
+            if units is not None:
+                check_count(self.max_examples_per_unit, "max_examples_per_unit")
         return bs
 
     def fit(self, X: Any, y: Any, units: Any = None) -> MLPClassifier:
@@ -329,7 +331,7 @@ class MLPClassifier:
             if units is not None:
                 common.update(units=units, max_examples_per_unit=self.max_examples_per_unit)
             if bs == "auto":
-                sens = 1 if units is None else int(self.max_examples_per_unit or 1)
+                sens = 1 if units is None else int(self.max_examples_per_unit)  # type: ignore[arg-type]
                 sigma, k, _, count = self._planned(sens)
                 assert count is not None
                 tr = make_private(net, opt, PoissonLoader(data, sample_rate=1.0 / k, steps=k),
