@@ -113,6 +113,17 @@ def test_bad_input_is_refused_before_anything_is_charged(cur: Curator, kw: dict,
     assert len(cur.entries()) == before and not hasattr(m, "training_")
 
 
+def test_over_budget_draws_no_count(cur: Curator) -> None:
+    """The composed event is priced before any row is read: refused whole, count included."""
+    from dpkit.accounting import BudgetExceeded
+
+    before = len(cur.entries())
+    m = _mlp()
+    with pytest.raises(BudgetExceeded):
+        cur.fit(m, "SELECT age FROM u", label="sick", epsilon=50.0)
+    assert len(cur.entries()) == before and not hasattr(m, "batch_count_")
+
+
 def test_fixed_batch_size_keeps_dpsgd_alone(cur: Curator) -> None:
     m = _mlp(batch_size=60)
     tm = cur.fit(m, "SELECT age FROM r", label="sick", epsilon=1.0)
