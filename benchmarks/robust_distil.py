@@ -8,7 +8,8 @@ the ensemble's averaged softmax on the *same noisy copies* would cost one (Salma
 and Jeong & Shin 2020 train under the smoothing noise; here the target is the teacher's
 probabilities, as in knowledge distillation). Each step draws two noisy copies of each image at
 ``--sigma``, and the loss is the cross-entropy to the teacher's mean softmax on that copy plus
-``--hard`` times the ordinary cross-entropy to the label. Choose it on validation with
+``--hard`` times the ordinary cross-entropy to the label (``--shift``: random translations
+first, as the members' recipe). Choose it on validation with
 robust_ensemble.py (``logits`` then ``screen``) like any member. The training noise is the
 user's code (torch's generator), not dpkit.noise, as in robust_bench.py.
 """
@@ -25,7 +26,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from mnist_data import mnist_5k  # noqa: E402
-from robust_bench import _net, load_nets  # noqa: E402
+from robust_bench import _net, _shift, load_nets  # noqa: E402
 
 
 def distil(x: np.ndarray, y: np.ndarray, teachers, args):  # type: ignore[no-untyped-def]
@@ -45,7 +46,8 @@ def distil(x: np.ndarray, y: np.ndarray, teachers, args):  # type: ignore[no-unt
         perm = torch.randperm(len(xt), generator=g)
         for i in range(0, len(xt), args.batch):
             idx = perm[i:i + args.batch]
-            noisy = xt[idx].repeat(2, 1) + args.sigma * torch.randn(2 * len(idx), 784,
+            xb = _shift(xt[idx], g, args.shift) if args.shift else xt[idx]
+            noisy = xb.repeat(2, 1) + args.sigma * torch.randn(2 * len(idx), 784,
                                                                       generator=g)
             with torch.inference_mode():
                 target = torch.stack([torch.softmax(t(noisy), 1) for t in teachers]).mean(0)
@@ -70,6 +72,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--width", type=int, default=16)
+    ap.add_argument("--shift", type=int, default=0, help="random shifts up to this many px")
     ap.add_argument("--hard", type=float, default=0.5, help="weight of the label's loss")
     ap.add_argument("--seed", type=int, default=100)
     ap.add_argument("--threads", type=int, default=1)
