@@ -28,6 +28,7 @@ from dpkit.engine.duckdb_sources import (
 )
 from dpkit.engine.spec import QueryError
 from dpkit.engine.tables import FIXED_PREFIX, Column, TableMeta, quote_ident
+from dpkit.noise import trace as _trace
 
 __all__ = ["KEYS_SCHEMA", "DuckBackend", "columnar_type", "drop_orphans", "dry_run_errors",
            "key_table_relation", "load_table", "table_relation"]
@@ -485,6 +486,7 @@ class DuckBackend:
             con = self._connect()
             if not self._shadows:
                 con.execute(f"ATTACH ':memory:' AS {_SHADOW}")
+            _trace.statement("duckdb", "shadow", relation)
             cols = con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()
             name = f"{_SHADOW}.main.{quote_ident(f's{len(self._shadows)}')}"
             con.execute(f"CREATE TABLE {name} ("
@@ -502,11 +504,13 @@ class DuckBackend:
     def dry_run(self, text: str) -> None:
         """Run a statement compiled over :meth:`shadow` relations (no private row exists
         there): every error it raises comes from the query and the schema alone."""
+        _trace.statement("duckdb", "dry_run", text)
         with self._lock:
             self._connect().execute(text).fetchall()
 
     def run(self, text: str, group_cols: Sequence[str],
             measure_cols: Sequence[str]) -> tuple[list[tuple[Any, ...]], dict[str, list[Any]]]:
+        _trace.statement("duckdb", "run", text)
         with self._lock:
             cur = self._connect().execute(text)
             rows = cur.fetchall()
@@ -518,6 +522,7 @@ class DuckBackend:
     def run_numpy(self, text: str) -> dict[str, Any]:
         """The result as one numpy array per column (DuckDB's own conversion, no Python object
         per cell for numbers): for reads of many rows, e.g. a model's training rows."""
+        _trace.statement("duckdb", "run_numpy", text)
         with self._lock:
             return dict(self._connect().execute(text).fetchnumpy())
 
@@ -527,6 +532,7 @@ class DuckBackend:
         never all held at once), and how many were left out."""
         kept: list[tuple[Any, ...]] = []
         dropped = 0
+        _trace.statement("duckdb", "run_rows", text)
         with self._lock:
             cur = self._connect().execute(text)
             while rows := cur.fetchmany(chunk):
@@ -555,6 +561,7 @@ class DuckBackend:
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        _trace.statement("duckdb", "run_columns", text)
         with self._lock:
             table = arrow_result(self._connect(), text)
         n = table.num_rows
@@ -591,5 +598,6 @@ class DuckBackend:
         return n, keys, cols, nulls
 
     def query_public(self, text: str) -> list[tuple[Any, ...]]:
+        _trace.statement("duckdb", "query_public", text)
         with self._lock:
             return self._connect().execute(text).fetchall()
