@@ -122,7 +122,7 @@ def _odd_count(exact: Any) -> bool:
                if isinstance(v, (int, np.integer)))
 
 
-def _plant_extra_statement(monkeypatch: pytest.MonkeyPatch) -> None:
+def plant_extra_statement(monkeypatch: pytest.MonkeyPatch) -> None:
     """The read runs one more statement when some group's exact count is odd (say, a
     diagnostic looked up only then): nothing shown changes, the work does."""
     from dpkit.engine import curator
@@ -138,7 +138,7 @@ def _plant_extra_statement(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(curator, "read_exact", leaky)
 
 
-def _plant_data_scale(monkeypatch: pytest.MonkeyPatch) -> None:
+def plant_data_scale(monkeypatch: pytest.MonkeyPatch) -> None:
     """A smooth-sensitivity-style mistake: the noise is redrawn at a scale computed from the
     data (twice as wide when the exact total is odd) while the event stays the planned one."""
     from dpkit import mechanisms
@@ -155,8 +155,8 @@ def _plant_data_scale(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mechanisms, "geometric", leaky)
 
 
-@pytest.mark.parametrize(("plant", "field"), [(_plant_extra_statement, "statements"),
-                                              (_plant_data_scale, "noise_requests")])
+@pytest.mark.parametrize(("plant", "field"), [(plant_extra_statement, "statements"),
+                                              (plant_data_scale, "noise_requests")])
 def test_a_planted_work_leak_is_found_by_the_trace_only(
         monkeypatch: pytest.MonkeyPatch, plant: Any, field: str) -> None:
     plant(monkeypatch)
