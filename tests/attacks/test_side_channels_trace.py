@@ -25,7 +25,7 @@ from dpkit.engine.tables import Column, TableMeta
 SMALL = TableMeta("t", (Column("uid", "BIGINT"), Column("k", "VARCHAR"), Column("x", "DOUBLE")),
                   privacy_unit="uid", bounds={"x": (0, 10)}, domains={"k": ("a", "b")})
 # a plant has to be reached: plain counts and sums by a declared key, no filter
-_RUN = {"queries": 16, "seed": 3, "neighbours": ("add",), "accountants": ("approx",),
+_RUN: dict[str, Any] = {"queries": 16, "seed": 3, "neighbours": ("add",), "accountants": ("approx",),
         "families": ("sql",), "units": 10, "minimise": False}
 
 
@@ -145,7 +145,7 @@ def plant_data_scale(monkeypatch: pytest.MonkeyPatch) -> None:
 
     real = mechanisms.geometric
 
-    def leaky(exact: np.ndarray, *, sensitivity: float, epsilon: float, **kw: Any) -> Any:
+    def leaky(exact: np.ndarray, *, sensitivity: int, epsilon: float, **kw: Any) -> Any:
         rel = real(exact, sensitivity=sensitivity, epsilon=epsilon, **kw)
         width = 2.0 if int(np.sum(exact)) % 2 else 1.0
         z = noise.discrete_laplace(width * sensitivity / epsilon, exact.shape,
