@@ -483,16 +483,19 @@ class DuckBackend:
             hit = self._shadows.get(relation)
             if hit is not None:
                 return hit
-            con = self._connect()
+            con = self._traced("shadow", relation)
             if not self._shadows:
                 con.execute(f"ATTACH ':memory:' AS {_SHADOW}")
-            _trace.statement("duckdb", "shadow", relation)
             cols = con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()
             name = f"{_SHADOW}.main.{quote_ident(f's{len(self._shadows)}')}"
             con.execute(f"CREATE TABLE {name} ("
                         + ", ".join(f"{quote_ident(str(c[0]))} {c[1]}" for c in cols) + ")")
             self._shadows[relation] = name
             return name
+
+    def _traced(self, method: str, text: str) -> duckdb.DuckDBPyConnection:
+        _trace.statement("duckdb", method, text)  # the work trace (off: one None check)
+        return self._connect()
 
     @contextlib.contextmanager
     def scratch(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -504,15 +507,13 @@ class DuckBackend:
     def dry_run(self, text: str) -> None:
         """Run a statement compiled over :meth:`shadow` relations (no private row exists
         there): every error it raises comes from the query and the schema alone."""
-        _trace.statement("duckdb", "dry_run", text)
         with self._lock:
-            self._connect().execute(text).fetchall()
+            self._traced("dry_run", text).execute(text).fetchall()
 
     def run(self, text: str, group_cols: Sequence[str],
             measure_cols: Sequence[str]) -> tuple[list[tuple[Any, ...]], dict[str, list[Any]]]:
-        _trace.statement("duckdb", "run", text)
         with self._lock:
-            cur = self._connect().execute(text)
+            cur = self._traced("run", text).execute(text)
             rows = cur.fetchall()
         ng = len(group_cols)
         keys = [tuple(r[:ng]) for r in rows]
@@ -522,9 +523,8 @@ class DuckBackend:
     def run_numpy(self, text: str) -> dict[str, Any]:
         """The result as one numpy array per column (DuckDB's own conversion, no Python object
         per cell for numbers): for reads of many rows, e.g. a model's training rows."""
-        _trace.statement("duckdb", "run_numpy", text)
         with self._lock:
-            return dict(self._connect().execute(text).fetchnumpy())
+            return dict(self._traced("run_numpy", text).execute(text).fetchnumpy())
 
     def run_rows(self, text: str, *, keep: Callable[[tuple[Any, ...]], bool] | None = None,
                  chunk: int = 4096) -> tuple[list[tuple[Any, ...]], int]:
@@ -532,9 +532,8 @@ class DuckBackend:
         never all held at once), and how many were left out."""
         kept: list[tuple[Any, ...]] = []
         dropped = 0
-        _trace.statement("duckdb", "run_rows", text)
         with self._lock:
-            cur = self._connect().execute(text)
+            cur = self._traced("run_rows", text).execute(text)
             while rows := cur.fetchmany(chunk):
                 if keep is None:
                     kept.extend(rows)
@@ -561,9 +560,8 @@ class DuckBackend:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        _trace.statement("duckdb", "run_columns", text)
         with self._lock:
-            table = arrow_result(self._connect(), text)
+            table = arrow_result(self._traced("run_columns", text), text)
         n = table.num_rows
         keys: list[Any] = []
         for c in group_cols:
@@ -598,6 +596,5 @@ class DuckBackend:
         return n, keys, cols, nulls
 
     def query_public(self, text: str) -> list[tuple[Any, ...]]:
-        _trace.statement("duckdb", "query_public", text)
         with self._lock:
-            return self._connect().execute(text).fetchall()
+            return self._traced("query_public", text).execute(text).fetchall()
