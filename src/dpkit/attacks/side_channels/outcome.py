@@ -7,6 +7,11 @@ On neighbouring datasets D and D' run with the same seed and the same query sequ
 must therefore be equal; only the noisy values may differ. Where the released rows depend on
 noise (private partition selection, HAVING, ORDER BY an aggregate), only what noise cannot
 explain is compared: the relative order of the keys released on both sides.
+
+The work done is compared too (``observe(..., trace=True)``, :mod:`dpkit.noise.trace`): the
+engine statements, in order and with their text, and the noise requests (sampler or mechanism,
+scales, sizes). They are the deterministic proxy for a query's timing class: a statement run
+only on some data, or a noise scale computed from the data, is a channel no noise covers.
 """
 
 from __future__ import annotations

@@ -102,6 +102,7 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # neighbours whose D' did not load
     seconds: float = 0.0
+    trace: bool = True  # the work done (statements, noise requests) was compared too
 
     @property
     def ok(self) -> bool:
@@ -115,7 +116,7 @@ class Report:
 
     def summary(self) -> str:
         lines = [f"side-channel fuzz, seed {self.seed}: {self.comparisons} D/D' comparisons in "
-                 f"{self.seconds:.1f} s",
+                 f"{self.seconds:.1f} s" + (" (work traced)" if self.trace else ""),
                  "outcomes on D: " + ", ".join(f"{k} {v}" for k, v in sorted(
                      self.outcomes.items()))]
         for s in self.skipped:
@@ -303,7 +304,7 @@ def fuzz(
     pubs = list(public) or pubs
     d = Draw(seed)
     grammar = Grammar(meta, pubs, **({"families": families} if families else {}))
-    report = Report(seed=seed)
+    report = Report(seed=seed, trace=trace)
     tmp = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="dpkit-fuzz-"))
     tmp.mkdir(parents=True, exist_ok=True)
     scratch = Scratch(tmp, meta, pubs)
