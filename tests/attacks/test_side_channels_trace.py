@@ -25,8 +25,9 @@ from dpkit.engine.tables import Column, TableMeta
 SMALL = TableMeta("t", (Column("uid", "BIGINT"), Column("k", "VARCHAR"), Column("x", "DOUBLE")),
                   privacy_unit="uid", bounds={"x": (0, 10)}, domains={"k": ("a", "b")})
 # a plant has to be reached: plain counts and sums by a declared key, no filter
-_RUN: dict[str, Any] = {"queries": 16, "seed": 3, "neighbours": ("add",), "accountants": ("approx",),
-        "families": ("sql",), "units": 10, "minimise": False}
+_RUN: dict[str, Any] = {"queries": 16, "seed": 3, "neighbours": ("add",),
+                        "accountants": ("approx",), "families": ("sql",), "units": 10,
+                        "minimise": False}
 
 
 def _curator(tmp: Path, rows: int, seed: int = 1) -> dp.Curator:
@@ -110,6 +111,16 @@ def test_compare_flags_work_differences() -> None:
     sel_a, sel_size = (dataclasses.replace(o, selected=True) for o in (a, size))
     assert sc.compare(q, sel_a, sel_size) == ()
     assert sc.compare(q, sel_a, dataclasses.replace(scale, selected=True)) == ("noise_requests",)
+    # synthetic records: their number is noisy, and the draws that place them follow it; the
+    # requests that carry a scale must still agree, in order
+    syn = sc.Query("synthetic", "t", columns=("k",))
+    rec = sc.Outcome(kind="answer", columns=("k",), rows=1, charges=1, noisy_rows=True,
+                     noise=(("discrete_laplace", "2", "#3"), ("permutation", "#1")))
+    more = dataclasses.replace(rec, rows=41, noise=(("discrete_laplace", "2", "#3"),
+                                                    ("permutation", "#41"), ("permutation", "#41")))
+    assert sc.compare(syn, rec, more) == ()
+    wider = dataclasses.replace(rec, noise=(("discrete_laplace", "4", "#3"),))
+    assert sc.compare(syn, rec, wider) == ("noise_requests",)
     f = sc.Finding("neighbours", ("statements",), q, "add", "approx", a, extra)
     assert f.cause() == "work" and "statement 2 of 1" in f.reproducer()
 

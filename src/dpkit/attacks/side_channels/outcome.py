@@ -196,16 +196,19 @@ def _requests(query: Query, o: Outcome) -> Any:
     """The part of the noise requests that must not depend on the data.
 
     Everywhere: each request's sampler or mechanism and its scales, in order. The sizes
-    (arguments marked ``#``) too, except where the release lets them follow the data: groups
-    found in the data under private partition selection (one noise value per group), and
-    synthetic records (their number is a noisy count: the work after it follows the noise).
-    A trained model's requests are compared as a set of (sampler, scales): DP-SGD samples
-    the units of each step (a mask of one draw per unit) and, with the OS source the estimator
-    uses, draws the next step's noise ahead on a thread (the last one may be cancelled)."""
+    (arguments marked ``#``) too, except where the release lets the work follow the data or the
+    noise: under private partition selection (one noise value per group found in the data) and
+    for synthetic records (their number is a noisy count, and the draws that place them, e.g.
+    permutations, follow it), only the requests that carry a scale are compared, without their
+    sizes. A trained model's requests are compared as a set of (sampler, scales): DP-SGD
+    samples the units of each step (a mask of one draw per unit) and, with the OS source the
+    estimator uses, draws the next step's noise ahead on a thread (the last may be cancelled).
+    """
     if query.family == "fit":
         return {tuple(p for p in r if not p.startswith("#")) for r in o.noise}
     if o.selected or o.noisy_rows:
-        return tuple(tuple(p for p in r if not p.startswith("#")) for r in o.noise)
+        scaled = (tuple(p for p in r if not p.startswith("#")) for r in o.noise)
+        return tuple(r for r in scaled if len(r) > 1)
     return o.noise
 
 
