@@ -93,10 +93,10 @@ class Weights:
     def n(self) -> int:
         return int(self.scores.size)
 
-    def trace_face(self) -> str:
-        """What a work trace shows of these weights: public things only (the candidates'
-        number and the factor epsilon / sensitivity), never the scores."""
-        return f"weights#{self.n}x{self.factor}"
+    def trace_face(self) -> tuple[object, ...]:
+        """What a work trace shows of these weights: the factor epsilon / sensitivity and the
+        number of candidates (a size), never the scores."""
+        return ("weights", self.factor, noise.trace.SizeOf(self.n))
 
     def acceptance(self) -> float:
         """Mean of exp(-g): the rejection sampler's acceptance rate (for block sizing only)."""
@@ -176,9 +176,9 @@ class RowWeights:
             self.g = cf * (self.best[:, None] - scores)
         self._cache: dict[tuple[int, int], Fraction] = {}
 
-    def trace_face(self) -> str:
-        """What a work trace shows: the shape and the factor, never the scores."""
-        return f"row_weights#{self.scores.shape}x{self.factor}"
+    def trace_face(self) -> tuple[object, ...]:
+        """What a work trace shows: the factor and the shape (a size), never the scores."""
+        return ("row_weights", self.factor, noise.trace.SizeOf(self.scores.shape))
 
     def exact(self, i: int, j: int) -> Fraction:
         got = self._cache.get((i, j))

@@ -142,6 +142,18 @@ def describe(value: Any) -> str:
     return type(value).__name__
 
 
+def _flat(params: tuple[Any, ...]) -> list[str]:
+    """The described parameters, an object's ``trace_face()`` tuple spread into its parts (so
+    that its sizes stay apart from its scales)."""
+    out: list[str] = []
+    for p in params:
+        face = getattr(p, "trace_face", None)
+        parts = face() if callable(face) else p
+        out += [describe(x) for x in parts] if isinstance(parts, tuple) and callable(face) \
+            else [describe(parts)]
+    return out
+
+
 def statement(engine: str, method: str, text: str) -> None:
     """Record one statement sent to an engine (no-op when not recording)."""
     t = _current
@@ -158,7 +170,7 @@ def request(name: str, *params: Any) -> Iterator[None]:
         yield
         return
     with t.lock:
-        t.noise.append((name, *(describe(p) for p in params)))
+        t.noise.append((name, *_flat(params)))
         t.depth += 1
     try:
         yield
