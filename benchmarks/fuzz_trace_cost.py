@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "attacks"))
 
-from test_side_channels import PEOPLE, WARDS  # noqa: E402
+from test_side_channels import PEOPLE, WARDS
 
-from dpkit.attacks import side_channels as sc  # noqa: E402
+from dpkit.attacks import side_channels as sc
 
 
 def main() -> None:
