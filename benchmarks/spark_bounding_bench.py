@@ -41,6 +41,16 @@ def _capped(order: str) -> str:
                           f"x) AS rn FROM t) WHERE rn <= 3")
 
 
+def _keyed(cols: list[tuple[str, str]]) -> str:
+    """The portable keyed integer hash (dpkit.engine.plan.portable) of ``cols``, as Spark
+    runs it (the tie-break by value follows in ``_capped``)."""
+    from dpkit.engine.backend_spark import to_spark_sql
+    from dpkit.engine.plan.portable import portable_hash_sql
+
+    text = to_spark_sql(f"SELECT {portable_hash_sql(cols, 12345)} FROM t")
+    return text[len("SELECT "):text.rindex(" FROM t")]
+
+
 VARIANTS = {
     "plain": "SELECT g, COUNT(*), SUM(x), AVG(x) FROM t GROUP BY g",
     "bigint_sum": AGG.format(src="t"),  # wraps beyond 2^63: not exact in general
@@ -51,6 +61,8 @@ VARIANTS = {
                    f"GROUP BY g",
     "md5_printf": _capped(_md5(PRINTF)),
     "md5_floor": _capped(_md5(FLOOR)),
+    "int_g_x": _capped(_keyed([("g", "VARCHAR"), ("x", "DOUBLE")]) + ", g"),
+    "int_x_k": _capped(_keyed([("x", "DOUBLE"), ("k", "BIGINT")]) + ", k"),
     "xxhash64": _capped("xxhash64(g, x, 12345)"),
 }
 
@@ -60,6 +72,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "dpkit_spark")
+    ap.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     args = ap.parse_args()
     args.data.mkdir(parents=True, exist_ok=True)
     data = args.data / f"rows_{args.rows}.parquet"
@@ -67,11 +80,12 @@ def main() -> None:
         write_rows(data, args.rows)
     spark = session(2, 4)
     spark.read.parquet(str(data)).createOrReplaceTempView("t")
-    for q in VARIANTS.values():
+    chosen = {n: VARIANTS[n] for n in args.variants}
+    for q in chosen.values():
         spark.sql(q).collect()  # warm-up
-    times: dict[str, list[float]] = {n: [] for n in VARIANTS}
+    times: dict[str, list[float]] = {n: [] for n in chosen}
     for _ in range(args.repeats):
-        for name, q in VARIANTS.items():
+        for name, q in chosen.items():
             t0 = time.perf_counter()
             spark.sql(q).collect()
             times[name].append(time.perf_counter() - t0)

@@ -114,7 +114,8 @@ def test_bounding_keeps_the_same_rows(spark: Any, parquet_rows: Path) -> None:
     """Byte-equal kept rows: the portable bounding CTEs on both engines, unit + group + value
     columns (a float with NaN, NULL, +-1e300, -0.0), 3 rows per unit, two seeds."""
     import duckdb
-    import sqlglot
+
+    from dpkit.engine.backend_spark import to_spark_sql
 
     spark.read.parquet(str(parquet_rows)).createOrReplaceTempView("rows_view")
     for seed in (1, 2**62 + 12345):
@@ -125,8 +126,7 @@ def test_bounding_keeps_the_same_rows(spark: Any, parquet_rows: Path) -> None:
         text = (f"WITH __src AS (SELECT uid AS __u, g AS __g0, x AS __c0 FROM {{rel}}), {body} "
                 f"SELECT __u, __g0, CAST(__c0 AS VARCHAR) FROM {last}")
         d = duckdb.sql(text.format(rel=f"read_parquet('{parquet_rows}')")).fetchall()
-        s_text = sqlglot.transpile(text.format(rel="rows_view"), read="duckdb",
-                                   write="spark")[0]
+        s_text = to_spark_sql(text.format(rel="rows_view"))
         s = [tuple(r) for r in spark.sql(s_text).collect()]
         assert _canon(s) == _canon(d)
         assert len(d) < 3400  # heavy units were cut

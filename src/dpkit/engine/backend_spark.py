@@ -38,7 +38,8 @@ from dpkit.engine.spec import QueryError
 from dpkit.engine.tables import FIXED_PREFIX, Column, TableMeta, quote_ident
 
 __all__ = ["ENGINES", "SPARK", "SparkBackend", "backend_for", "check_engine", "check_on_spark",
-           "drop_spark_orphans", "load_spark_table", "local_session", "spark_columns"]
+           "drop_spark_orphans", "exact_rounds", "exact_sums", "hex_casts", "load_spark_table",
+           "local_session", "spark_columns", "to_spark_sql"]
 
 SPARK = "spark"  # TableMeta.storage of a Spark table
 _MISSING = ("pyspark is not installed: pip install 'dpkit[spark]' (pyspark needs Java 17+); "
@@ -218,7 +219,7 @@ class SparkBackend(DuckBackend):
             return None
         if len(self._texts) >= 64:
             self._texts.clear()
-        out = self._texts[text] = exact_sums(exact_rounds(tree)).sql(dialect="spark")
+        out = self._texts[text] = to_spark_sql(tree)
         return out
 
     def check(self, text: str, tables: Mapping[str, TableMeta]) -> None:
@@ -305,6 +306,14 @@ class SparkBackend(DuckBackend):
             self._frames.clear()
 
 
+def to_spark_sql(text: str | Any) -> str:
+    """A portable statement (DuckDB SQL, or its parsed tree, which is changed) as Spark SQL:
+    sqlglot's transpilation plus the rewrites where Spark's spelling of the same value
+    differs (:func:`hex_casts`, :func:`exact_rounds`, :func:`exact_sums`)."""
+    tree = sqlglot.parse_one(text, read="duckdb") if isinstance(text, str) else text
+    return exact_sums(exact_rounds(hex_casts(tree))).sql(dialect="spark")
+
+
 def exact_sums(tree: Any) -> Any:
     """Every SUM of a compiled statement adds integers (fixed-point values, counts); DuckDB
     adds them into HUGEINT, Spark into a BIGINT that wraps. Each BIGINT ``v`` is split as
@@ -325,6 +334,20 @@ def exact_sums(tree: Any) -> Any:
                       dec)
         node.replace(exp.paren(exp.Add(this=exp.Mul(this=hi, expression=exp.Literal.number(
             2**31)), expression=lo)))
+    return tree
+
+
+def hex_casts(tree: Any) -> Any:
+    """``CAST('0x' || h AS BIGINT)`` (DuckDB reads a hex text as an integer; the portable keyed
+    hash uses it on 8 hex digits of an MD5) as ``CAST(conv(h, 16, 10) AS BIGINT)``: Spark's
+    cast of a ``0x`` text is NULL. Same value: ``h`` is at most 8 hex digits (< 2^32)."""
+    for node in list(tree.find_all(exp.Cast)):
+        inner = node.this.unnest() if isinstance(node.this, exp.Paren) else node.this
+        if (isinstance(inner, exp.DPipe) and isinstance(inner.this, exp.Literal)
+                and inner.this.is_string and inner.this.this == "0x"
+                and node.to.is_type(exp.DataType.Type.BIGINT)):
+            node.set("this", exp.Anonymous(this="conv", expressions=[
+                inner.expression.copy(), exp.Literal.number(16), exp.Literal.number(10)]))
     return tree
 
 

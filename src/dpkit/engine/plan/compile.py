@@ -31,6 +31,7 @@ from dpkit.engine.plan.fixed import (
 from dpkit.engine.plan.model import Measure, Plan
 from dpkit.engine.plan.portable import (
     bounding_ctes_portable,
+    domain_limb_sql,
     histogram_ctes,
     portable_hash_sql,
     tie_break,
@@ -207,8 +208,8 @@ def bound_contributions(st: SqlState) -> None:
     if plan.spec.group_by and plan.g < plan.m:
         gk = ", ".join(st.group_cols)
         typed = typed_columns(st)[:1 + len(st.group_cols)]
-        order = (f"{portable_hash_sql(typed, st.seed)}{tie_break(typed)}" if st.portable
-                 else f"hash(__u, {gk}, {seed_lit})")
+        order = (f"{portable_hash_sql(typed, st.seed, domain_limbs(st))}{tie_break(typed)}"
+                 if st.portable else f"hash(__u, {gk}, {seed_lit})")
         # portable diagnostics: the unit's rows before the groups cap, for its dropped rows
         # (same partitioning as the rank: no extra shuffle)
         total = "" if drop is None else ", COUNT(*) OVER (PARTITION BY __u) AS __ns"
@@ -221,7 +222,8 @@ def bound_contributions(st: SqlState) -> None:
     if st.portable:
         bound, st.current = bounding_ctes_portable(st.current, typed_columns(st),
                                                    list(st.stored.values()), m=plan.m,
-                                                   seed=st.seed, drop=drop)
+                                                   seed=st.seed, drop=drop,
+                                                   limbs=domain_limbs(st))
         st.ctes.extend(bound)
         return
     cols = ["__u", *st.group_cols, *st.value_cols.values()]
@@ -229,6 +231,19 @@ def bound_contributions(st: SqlState) -> None:
                                       seed_lit=seed_lit,
                                       total_col="__nt" if st.total_name is not None else None)
     st.ctes.extend(bound)
+
+
+def domain_limbs(st: SqlState) -> dict[str, str]:
+    """Portable hash limbs for the string group keys with a declared domain: the key's
+    position in it (rows outside it were filtered out before bounding), not an MD5."""
+    out = {}
+    for c, k, (kind, values) in zip(st.group_cols, st.plan.spec.group_by,
+                                     st.plan.key_sources, strict=True):
+        if kind == "domain" and type_class(k.type) == "string":
+            limb = domain_limb_sql(c, [literal_sql(v, k.type) for v in values])
+            if limb is not None:
+                out[c] = limb
+    return out
 
 
 def typed_columns(st: SqlState) -> list[tuple[str, str]]:
