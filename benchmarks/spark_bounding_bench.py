@@ -5,9 +5,12 @@ exact form and the keyed hash that orders a unit's rows cost (docs/scale.md, How
 
 Same generated rows as ``spark_bench.py`` (Parquet under ``--data``, reused). Each variant is
 a grouped COUNT / SUM over ``g``; the bounded ones keep 3 rows per ``uid`` by ``ROW_NUMBER``
-in the order of: ``md5_printf`` the former portable hash (MD5 of the row's text, floats
-printed with ``printf('%.12e')``), ``md5_floor`` the current one (floats as the integer
-``floor(x·2^20)``), ``xxhash64`` Spark's own hash (no DuckDB twin: the floor of the cost).
+in the order of: ``md5_printf`` an early portable hash (MD5 of the row's text, floats
+printed with ``printf('%.12e')``), ``md5_floor`` the next one (floats as the integer
+``floor(x·2^20)``), ``int_g_x`` / ``int_x_k`` the keyed integer hash that replaced it
+(``portable_hash_sql``; ``g`` a string without a domain still goes through an MD5),
+``xxhash64`` Spark's own hash (no DuckDB twin: the floor of the cost). ``--variants`` picks
+some.
 Every variant runs once untimed, then the variants take turns for ``--repeats`` rounds;
 medians (min-max) and ratios to ``plain``.
 """

@@ -180,3 +180,19 @@ def test_spark_rounds_fixed_point_integers_as_duckdb(spark: Any) -> None:
     assert duckdb.sql(ours.sql(dialect="duckdb")).fetchall() == want
     got = [tuple(r) for r in spark.sql(ours.sql(dialect="spark")).collect()]
     assert got == want
+
+
+def test_user_level_reads_the_bucketed_copy_without_a_shuffle(pair: Any) -> None:
+    """A table with a privacy unit is copied bucketed by it: the bounding window needs no
+    exchange of the rows by unit (only the small exchange of the partial aggregates), and
+    the record-level table (no unit) is a plain copy."""
+    _, spk = pair
+    _exact(spk, "SELECT g, COUNT(*) AS n, SUM(x) AS s FROM usr GROUP BY g")
+    backend = spk._backend
+    text = next(t for t in backend._texts.values() if "ROW_NUMBER" in t)
+    plan = backend.session().sql(text)._jdf.queryExecution().executedPlan().toString()
+    assert "Bucketed: true" in plan
+    exchanges = [ln for ln in plan.splitlines() if "Exchange hashpartitioning" in ln]
+    assert exchanges and not any("uid" in ln or "__u" in ln for ln in exchanges), plan
+    for name, meta in spk.tables().items():
+        assert (Path(meta.source) / "_dpkit_buckets").exists() == (name == "usr"), name

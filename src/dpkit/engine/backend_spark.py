@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from decimal import Decimal
@@ -39,7 +40,7 @@ from dpkit.engine.tables import FIXED_PREFIX, Column, TableMeta, quote_ident
 
 __all__ = ["ENGINES", "SPARK", "SparkBackend", "backend_for", "check_engine", "check_on_spark",
            "drop_spark_orphans", "exact_rounds", "exact_sums", "hex_casts", "load_spark_table",
-           "local_session", "spark_columns", "to_spark_sql"]
+           "local_session", "spark_columns", "to_spark_sql", "write_bucketed"]
 
 SPARK = "spark"  # TableMeta.storage of a Spark table
 _MISSING = ("pyspark is not installed: pip install 'dpkit[spark]' (pyspark needs Java 17+); "
@@ -59,7 +60,11 @@ def local_session() -> Any:
         raise QueryError(_MISSING) from None
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # the catalog (bucketed copies are declared there) keeps its empty warehouse folder in
+    # the temporary directory, not in the working directory
+    warehouse = Path(tempfile.gettempdir()) / "dpkit-spark-warehouse"
     return (SparkSession.builder.master("local[2]").appName("dpkit")
+            .config("spark.sql.warehouse.dir", str(warehouse))
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.bindAddress", "127.0.0.1")
             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
@@ -104,17 +109,25 @@ def _read_source(spark: Any, source: Any) -> Any:
 def load_spark_table(db_path: Path, spark: Any, name: str, source: Any, *, directory: Path,
                      physical: str, validate: Callable[[list[Column], int], None],
                      domains: Callable[[], Sequence[tuple[str, str, Sequence[Any]]]],
-                     not_null: Callable[[], Sequence[str]]) -> tuple[list[Column], str, str]:
+                     not_null: Callable[[], Sequence[str]],
+                     unit: str | None = None) -> tuple[list[Column], str, str]:
     """Copy ``source`` to Parquet under ``directory/physical`` and give DuckDB an empty table of
     its columns (``priv.<physical>``, for typing and dry runs). ``validate(columns, rows)``,
     the declared domains (checked against the column types) and ``not_null`` (counted in Spark)
-    run before anything is kept. Returns (columns, storage ``"spark"``, DuckDB relation)."""
+    run before anything is kept. With a privacy ``unit``, the copy is bucketed by it
+    (:func:`write_bucketed`). Returns (columns, storage ``"spark"``, DuckDB relation)."""
     df = _read_source(spark, source)
     columns = spark_columns(df.schema)
     target = directory / physical
     directory.mkdir(parents=True, exist_ok=True)
+    # the unit as the copy spells it (a name that matches no column is refused by validate)
+    by = next((c.name for c in columns if unit is not None and c.name.lower() == unit.lower()),
+              None)
     try:
-        df.write.mode("overwrite").parquet(str(target))
+        if by is None:
+            df.write.mode("overwrite").parquet(str(target))
+        else:
+            write_bucketed(spark, df, target, by, physical)
         df = spark.read.parquet(str(target))
         validate(columns, int(df.count()))
         _check_complete(df, columns, not_null())
@@ -123,6 +136,39 @@ def load_spark_table(db_path: Path, spark: Any, name: str, source: Any, *, direc
         shutil.rmtree(target, ignore_errors=True)
         raise
     return columns, SPARK, relation_name(physical, False)
+
+
+_BUCKETS = "_dpkit_buckets"  # in a bucketed copy's folder: "<unit>\t<buckets>" (Spark skips _*)
+
+
+def write_bucketed(spark: Any, df: Any, target: Path, unit: str, physical: str) -> None:
+    """Write ``df`` to ``target`` as Parquet bucketed by ``unit`` (Spark's bucket layout: one
+    file per bucket, a row's bucket a hash of its unit), as many buckets as the session's
+    ``spark.sql.shuffle.partitions``. A query's windows partitioned by the unit then need no
+    shuffle of the rows (``EXPLAIN``: no ``Exchange hashpartitioning`` on the unit). Bucket
+    information lives in Spark's catalog only, so the table written here is dropped from it
+    at once (an external table: its files stay) and :meth:`SparkBackend.register` declares
+    it again in each query session from the note this writes beside the files."""
+    buckets = max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
+    table = f"dpkit_load_{physical}"
+    try:
+        (df.repartition(buckets, unit).write.mode("overwrite").bucketBy(buckets, unit)
+         .option("path", str(target)).saveAsTable(table))
+    finally:
+        with contextlib.suppress(Exception):
+            spark.sql(f"DROP TABLE IF EXISTS {table}")
+    with contextlib.suppress(OSError):  # a path Python cannot write: the copy reads as plain
+        (target / _BUCKETS).write_text(f"{unit}\t{buckets}\n")
+
+
+def _bucket_spec(source: str) -> tuple[str, int] | None:
+    """The (unit, buckets) of a copy written by :func:`write_bucketed`, else None."""
+    note = Path(source) / _BUCKETS
+    try:
+        unit, buckets = note.read_text().strip().split("\t")
+    except (OSError, ValueError):  # not bucketed (or not on a local path: read as plain)
+        return None
+    return unit, int(buckets)
 
 
 def _check_complete(df: Any, columns: Sequence[Column], names: Sequence[str]) -> None:
@@ -197,7 +243,18 @@ class SparkBackend(DuckBackend):
             key = ("priv", meta.stored_name)
             if key not in self._views:
                 view = f"dpkit_{meta.stored_name}"
-                self.session().read.parquet(meta.source).createOrReplaceTempView(view)
+                spec = _bucket_spec(meta.source)
+                session = self.session()
+                df = session.read.parquet(meta.source)
+                if spec is None:
+                    df.createOrReplaceTempView(view)
+                else:  # Spark knows the buckets only from a catalog table
+                    cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}"
+                                     for f in df.schema.fields)
+                    path = exp.Literal.string(str(meta.source)).sql(dialect="spark")
+                    session.sql(f"CREATE TABLE IF NOT EXISTS {view} ({cols}) USING parquet "
+                                f"CLUSTERED BY (`{spec[0]}`) INTO {spec[1]} BUCKETS "
+                                f"LOCATION {path}")
                 self._views[key] = view
 
     def to_spark(self, text: str) -> str | None:
