@@ -31,7 +31,7 @@ from dpkit.engine.plan.fixed import (
 from dpkit.engine.plan.model import Measure, Plan
 from dpkit.engine.plan.portable import (
     bounding_ctes_portable,
-    domain_limb_sql,
+    domain_limbs,
     histogram_ctes,
     portable_hash_sql,
     tie_break,
@@ -205,10 +205,12 @@ def bound_contributions(st: SqlState) -> None:
     plan = st.plan
     seed_lit = f"CAST({int(st.seed)} AS UBIGINT)"
     drop = "__n" if st.portable and any(mm.kind == "ddrop" for mm in plan.measures) else None
+    limbs = domain_limbs([(c, k.type) for c, k in zip(st.group_cols, plan.spec.group_by,
+                                                       strict=True)], plan.key_sources, literal_sql)
     if plan.spec.group_by and plan.g < plan.m:
         gk = ", ".join(st.group_cols)
         typed = typed_columns(st)[:1 + len(st.group_cols)]
-        order = (f"{portable_hash_sql(typed, st.seed, domain_limbs(st))}{tie_break(typed)}"
+        order = (f"{portable_hash_sql(typed, st.seed, limbs)}{tie_break(typed)}"
                  if st.portable else f"hash(__u, {gk}, {seed_lit})")
         # portable diagnostics: the unit's rows before the groups cap, for its dropped rows
         # (same partitioning as the rank: no extra shuffle)
@@ -222,8 +224,7 @@ def bound_contributions(st: SqlState) -> None:
     if st.portable:
         bound, st.current = bounding_ctes_portable(st.current, typed_columns(st),
                                                    list(st.stored.values()), m=plan.m,
-                                                   seed=st.seed, drop=drop,
-                                                   limbs=domain_limbs(st))
+                                                   seed=st.seed, drop=drop, limbs=limbs)
         st.ctes.extend(bound)
         return
     cols = ["__u", *st.group_cols, *st.value_cols.values()]
@@ -231,19 +232,6 @@ def bound_contributions(st: SqlState) -> None:
                                       seed_lit=seed_lit,
                                       total_col="__nt" if st.total_name is not None else None)
     st.ctes.extend(bound)
-
-
-def domain_limbs(st: SqlState) -> dict[str, str]:
-    """Portable hash limbs for the string group keys with a declared domain: the key's
-    position in it (rows outside it were filtered out before bounding), not an MD5."""
-    out = {}
-    for c, k, (kind, values) in zip(st.group_cols, st.plan.spec.group_by,
-                                     st.plan.key_sources, strict=True):
-        if kind == "domain" and type_class(k.type) == "string":
-            limb = domain_limb_sql(c, [literal_sql(v, k.type) for v in values])
-            if limb is not None:
-                out[c] = limb
-    return out
 
 
 def typed_columns(st: SqlState) -> list[tuple[str, str]]:

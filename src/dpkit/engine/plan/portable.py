@@ -6,18 +6,17 @@ the same in both engines (the text is then transpiled to Spark by sqlglot in
 :mod:`dpkit.engine.backend_spark`; DuckDB runs it as written):
 
 * **the keyed hash** that orders a unit's rows for contribution bounding. DuckDB's ``hash``
-  is not Spark's (Murmur3, 32 bits), so the portable hash is the MD5 of a canonical text of the
-  hashed columns and the per-query secret seed, which both engines compute byte for byte:
-  integers, decimals, strings, booleans, dates and timestamps cast to text (identical in both),
-  floats as the integer ``floor(x·2^20)`` (exact in both; beyond ±2^40, NaN and infinities get
-  fixed texts). Rows whose texts coincide without being equal are ordered by their values
-  next (numeric order, NULLS LAST, identical in both engines), so the rows kept are the same
-  in both. The unit itself is not hashed (it is the same on every row of its partition).
-* **bounding** keeps a unit's ``m`` first rows in that order with ``ROW_NUMBER`` (a window
-  both engines have) instead of DuckDB's top-m list aggregate. Both windows (the unit's row
-  count, then the row number) partition by the unit alone, so Spark shuffles the rows once;
-  the hash is computed only for units above the cap. The rows dropped by the cap (a
-  diagnostic) are counted on the way, in the same pass.
+  is not Spark's (Murmur3, 32 bits), so the portable hash is integer arithmetic both engines
+  compute bit for bit (:func:`portable_hash_sql`): each column a limb (numbers, floats through
+  the exact ``floor(x·2^20)``, booleans, dates, a string key's position in its declared
+  domain), the other columns one limb from the MD5 of their text, mixed with keys derived
+  from the per-query secret seed modulo the prime ``2^31 - 1`` (no product reaches 2^63).
+  Rows whose hashes coincide are ordered by their values next (NULLS LAST, identical in
+  both engines), so the rows kept are the same in both. The unit itself is not hashed.
+* **bounding** keeps a unit's ``m`` first rows in that order with one ``ROW_NUMBER`` window
+  (both engines have it) instead of DuckDB's top-m list aggregate: Spark sorts the rows once
+  and shuffles them at most once (not at all on a copy bucketed by the unit). The rows
+  dropped by the cap (a diagnostic) are counted on the way, in the same pass (``LEAD``).
 * **quantile histograms**: DuckDB's ``histogram()`` aggregate (a map bin -> rows per group)
   has no Spark twin; the portable statement counts rows per ``(group, bin)`` with ``GROUP BY``
   and folds the counts into the same map with ``map_from_entries(list(...))`` (Spark:
@@ -36,11 +35,13 @@ the secret seed (a stable transformation: one unit changes at most ``m`` rows of
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from dpkit.engine.tables import type_class
 
-__all__ = ["MAX_DOMAIN_LIMB", "P31", "bounding_ctes_portable", "domain_limb_sql", "hash_keys",
+__all__ = ["MAX_DOMAIN_LIMB", "P31", "bounding_ctes_portable", "domain_limb_sql", "domain_limbs",
+           "hash_keys",
            "hash_limb_sql", "hash_text_sql", "histogram_ctes", "portable_hash_sql", "tie_break"]
 
 # floats enter the hash as floor(x * 2^20) below 2^40 in magnitude (an exact integer < 2^60)
@@ -167,6 +168,20 @@ def _balanced_sum(terms: Sequence[str]) -> str:
         return terms[0]
     half = len(terms) // 2
     return f"({_balanced_sum(terms[:half])} + {_balanced_sum(terms[half:])})"
+
+
+def domain_limbs(keys: Sequence[tuple[str, str]], sources: Sequence[tuple[str, Any]],
+                 literal: Callable[[Any, str], str]) -> dict[str, str]:
+    """Limbs for the string group keys (``(column, type)``, with the plan's key sources) that
+    have a declared domain: the key's position in it (rows outside it were filtered out
+    before bounding), not an MD5. ``literal(value, type)``: a key as an SQL literal."""
+    out = {}
+    for (c, t), (kind, values) in zip(keys, sources, strict=True):
+        limb = (domain_limb_sql(c, [literal(v, t) for v in values])
+                if kind == "domain" and type_class(t) == "string" else None)
+        if limb is not None:
+            out[c] = limb
+    return out
 
 
 def domain_limb_sql(col: str, literals: Sequence[str]) -> str | None:
