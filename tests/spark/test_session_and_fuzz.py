@@ -63,6 +63,16 @@ def test_the_live_session_answers(project: Path, spark: Any) -> None:
         assert cur.budget().spent == pytest.approx(0.5)
 
 
+def test_the_work_trace_sees_the_spark_statements(project: Path, spark: Any) -> None:
+    """What the side-channel fuzzer compares as work (dpkit.noise.trace): on Spark, the
+    statement Spark analyses before the charge and the one it runs after it, as Spark SQL."""
+    with dp.Curator.open(project, spark=spark) as cur, dp.noise.trace.recording() as t:
+        cur.sql("SELECT COUNT(*) AS n FROM t", epsilon=0.5)
+    spark_steps = [s[1] for s in t.statements if s[0] == "spark"]
+    assert spark_steps == ["check", "collect"], t.statements
+    assert "dpkit_" in t.statements[-1][2]  # over the Spark view, not the DuckDB relation
+
+
 def _spark_factory(spark: Any, joined: list[str]) -> Any:
     """Spark projects for the fuzzer; ``joined`` collects the JOIN queries that answered."""
     def make(path: Path, data_file: Path, table: TableMeta, public: Any, *, accountant: str,

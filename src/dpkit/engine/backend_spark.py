@@ -36,6 +36,7 @@ from dpkit.engine.backend_duckdb import DuckBackend, relation_name, table_relati
 from dpkit.engine.duckdb_sources import store_domain
 from dpkit.engine.spec import QueryError
 from dpkit.engine.tables import FIXED_PREFIX, Column, TableMeta, quote_ident
+from dpkit.noise import trace as _trace
 
 __all__ = ["ENGINES", "PUBLIC_MAX_ROWS", "SPARK", "SparkBackend", "backend_for", "check_engine",
            "check_on_spark", "drop_spark_orphans", "load_spark_table", "local_session",
@@ -248,6 +249,7 @@ class SparkBackend(DuckBackend):
         spark_text = self.to_spark(text)
         if spark_text is None:
             return
+        _trace.statement("spark", "check", spark_text)
         try:
             df = self.session().sql(spark_text)
         except QueryError:
@@ -260,6 +262,7 @@ class SparkBackend(DuckBackend):
         self._frames[spark_text] = df
 
     def _collect(self, spark_text: str) -> list[tuple[Any, ...]]:
+        _trace.statement("spark", "collect", spark_text)
         df = self._frames.pop(spark_text, None)
         if df is None:
             df = self.session().sql(spark_text)
@@ -293,6 +296,7 @@ class SparkBackend(DuckBackend):
             return super().run_numpy(text)
         import numpy as np
 
+        _trace.statement("spark", "collect_numpy", spark_text)
         df = self._frames.pop(spark_text, None)
         if df is None:
             df = self.session().sql(spark_text)
