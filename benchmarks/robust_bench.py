@@ -10,8 +10,9 @@ Gaussian noise augmentation at the smoothing ``sigma``, random ±2 px shifts and
 regularisation (Jeong & Shin 2020, ``--lam``), SGD + Nesterov, weight decay 5e-4, OneCycle
 (benchmarks/robust_train.py: also elastic distortions, rotations, scalings, SmoothAdv, MACER and
 a weight average, each an option, off by default); the base classifier is the argmax of
-their averaged softmax (Horvath et al. 2022). Certify the first ``--test`` test images (or, with ``--val V``, the last V training images, the nets then
-trained on the rest) with CERTIFY (n0 = 100, n = 10,000, alpha = 0.001, float32 noise from
+their averaged softmax (Horvath et al. 2022). Certify the first ``--test`` test images (or,
+with ``--val V``, the last V training images, the nets then trained on the rest) with CERTIFY
+(n0 = 100, n = 10,000, alpha = 0.001, float32 noise from
 dpkit.noise's default secure source, a traced and frozen copy of the net); print certified
 accuracy at radius 0.5 / 1.0 / 1.5 (Cohen et al. 2019 and, from the same counts, PixelDP's
 radius at delta = 1e-5), time per image and per part, and run an L2 PGD attack (expectation
