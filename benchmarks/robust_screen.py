@@ -44,7 +44,7 @@ def screen(paths: list[str], n: int, sigma: float, val: int, width: int, arch: s
     with torch.inference_mode():
         for i in range(val):
             noisy = xv[i] + sigma * torch.randn(n, 784, generator=g)
-            probs = sum(torch.softmax(m(noisy), 1) for m in nets)
+            probs = torch.stack([torch.softmax(m(noisy), 1) for m in nets]).sum(0)
             pa[i] = np.bincount(probs.argmax(1).numpy(), minlength=10)[yv[i]] / n
     k = np.round(pa * 10_000)  # the count CERTIFY's n = 10,000 would see at this frequency
     low = np.where(k > 0, stats.beta.ppf(0.001, np.maximum(k, 1), 10_000 - k + 1), 0.0)
