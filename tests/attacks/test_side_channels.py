@@ -1,9 +1,10 @@
 """The side-channel fuzzer: it finds a planted leak, its parts behave, and (the CI run) the
 curator shows nothing on neighbouring datasets but noisy values.
 
-The CI run (``test_no_side_channels_on_all_column_types``) asks for 2,000 D/D' comparisons
-(docs/attacks.md). It was a strict xfail while the engine leaked (issue 12); since the engine
-was sealed it finds nothing. It stops at the first finding, so a regression fails it quickly.
+The CI run (``test_no_side_channels_on_all_column_types``) asks for 1,200 D/D' comparisons
+(docs/attacks.md); the slow run asks for 6,000 more with another seed. It was a strict xfail
+while the engine leaked (issue 12); since the engine was sealed it finds nothing. It stops at
+the first finding, so a regression fails it quickly.
 """
 
 from __future__ import annotations
@@ -253,11 +254,24 @@ def test_command_line(tmp_path: Path) -> None:
 
 
 def test_no_side_channels_on_all_column_types() -> None:
-    # 2,000 D/D' comparisons: 5 neighbour kinds x 2 accountants = 10 pairs, 200 queries each
-    # (~85 s of CPU on one core; the PLD accountant's share is the test below)
-    rep = sc.fuzz(PEOPLE, public=[WARDS], queries=2000, seed=2024,
+    # 1,200 D/D' comparisons: 5 neighbour kinds x 2 accountants = 10 pairs, 120 queries each
+    # (~55 s on CI's two cores; the PLD accountant's share is the test below). The suite's
+    # ten-minute budget sets the number; the slow run below asks five times as many.
+    # The work trace (statements, noise requests) is compared too, by default: measured no
+    # slower within the spread (docs/attacks.md, benchmarks/fuzz_trace_cost.py).
+    rep = sc.fuzz(PEOPLE, public=[WARDS], queries=1200, seed=2024,
                   accountants=("approx", "zcdp"), max_findings=1)
-    assert rep.comparisons == 2000 or rep.findings
+    assert rep.comparisons == 1200 or rep.findings
+    assert rep.ok, rep.summary()
+
+
+@pytest.mark.slow
+def test_no_side_channels_in_a_long_run() -> None:
+    # 6,000 comparisons with another seed (~5 minutes): a different draw of queries, values
+    # and neighbours than the CI run's
+    rep = sc.fuzz(PEOPLE, public=[WARDS], queries=6000, seed=2026,
+                  accountants=("approx", "zcdp"), max_findings=1)
+    assert rep.comparisons == 6000 or rep.findings
     assert rep.ok, rep.summary()
 
 

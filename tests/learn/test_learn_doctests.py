@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["linear", "naive_bayes", "cluster", "pac", "sq", "features"]
+MODULES = ["linear", "naive_bayes", "cluster", "pac", "sq", "features", "batch_count"]
 
 
 @pytest.mark.parametrize("name", MODULES)

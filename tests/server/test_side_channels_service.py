@@ -6,6 +6,7 @@ leak in the service is found (so the comparison can fail)."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -77,3 +78,18 @@ def test_a_planted_leak_in_the_service_is_found() -> None:
                   accountants=("approx",), families=("sql",), factory=_leaky, units=10,
                   max_findings=1, minimise=False)
     assert "key_order" in rep.by_cause(), rep.summary()
+
+
+def test_a_planted_work_leak_behind_the_service_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The work trace reaches into the service's worker threads: an extra statement run only
+    when a group's exact count is odd (tests/attacks/test_side_channels_trace.py) is found
+    through HTTP too, where nothing else the analyst sees changes."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "attacks"))
+    from test_side_channels_trace import plant_extra_statement
+
+    plant_extra_statement(monkeypatch)
+    rep = sc.fuzz(SMALL, queries=16, seed=3, neighbours=("add",), accountants=("approx",),
+                  families=("sql",), factory=served_project, units=10, max_findings=1,
+                  minimise=False)
+    assert [f.cause() for f in rep.findings] == ["work"], rep.summary()
+    assert rep.findings[0].fields == ("statements",), rep.summary()

@@ -137,21 +137,6 @@ def _canon(rows: list[Any]) -> list[Any]:
     return sorted((u, g or "", "NULL" if v is None else repr(float(v))) for u, g, v in rows)
 
 
-def test_joins_are_refused_before_the_charge(pair: Any) -> None:
-    """What Spark does not run yet (a JOIN with a Spark table) spends nothing. (QUANTILE and
-    MEDIAN were refused here before they ran on Spark: tests/spark/test_spark_families.py.)"""
-    import pandas as pd
-
-    _, spk = pair
-    spk.add_table("wards", pd.DataFrame({"h": ["a", "b", "c"], "w": [1, 2, 3]}), public=True,
-                  engine="duckdb")
-    spent = spk.budget().spent
-    with pytest.raises(dp.engine.QueryError, match="JOINs with Spark table"):
-        spk.sql("SELECT w, COUNT(*) AS n FROM usr JOIN wards ON usr.h = wards.h GROUP BY w",
-                epsilon=0.5)
-    assert spk.budget().spent == spent
-
-
 def test_import_dpkit_does_not_import_pyspark() -> None:
     code = ("import sys, dpkit, dpkit.engine.curator, dpkit.engine.backend_spark; "
             "assert 'pyspark' not in sys.modules")

@@ -92,6 +92,8 @@ def fit(project: str | Path, sql: str, *, label: str, model: str = "logistic",
                   + (f" ({len(enc.classes)} classes)" if enc.classes is not None else ""))
         con.print(f"charged epsilon {trained.epsilon:.4g} (ledger entry #{trained.ledger_seq}); "
                   f"remaining {cur.budget().remaining:.4g}")
+        for note in trained.notes:  # what the fit released besides the model (its event)
+            con.print(note, markup=False)
         if output is not None:
             doc = {"model": type(estimator).__name__, "table": enc.table, "label": enc.label,
                    "classes": list(enc.classes) if enc.classes is not None else None,

@@ -28,6 +28,7 @@ from dpkit.engine.duckdb_sources import (
 )
 from dpkit.engine.spec import QueryError
 from dpkit.engine.tables import FIXED_PREFIX, Column, TableMeta, quote_ident
+from dpkit.noise import trace as _trace
 
 __all__ = ["KEYS_SCHEMA", "DuckBackend", "columnar_type", "drop_orphans", "dry_run_errors",
            "key_table_relation", "load_table", "table_relation"]
@@ -482,7 +483,7 @@ class DuckBackend:
             hit = self._shadows.get(relation)
             if hit is not None:
                 return hit
-            con = self._connect()
+            con = self._traced("shadow", relation)
             if not self._shadows:
                 con.execute(f"ATTACH ':memory:' AS {_SHADOW}")
             cols = con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()
@@ -491,6 +492,10 @@ class DuckBackend:
                         + ", ".join(f"{quote_ident(str(c[0]))} {c[1]}" for c in cols) + ")")
             self._shadows[relation] = name
             return name
+
+    def _traced(self, method: str, text: str) -> duckdb.DuckDBPyConnection:
+        _trace.statement("duckdb", method, text)  # the work trace (off: one None check)
+        return self._connect()
 
     @contextlib.contextmanager
     def scratch(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -503,12 +508,12 @@ class DuckBackend:
         """Run a statement compiled over :meth:`shadow` relations (no private row exists
         there): every error it raises comes from the query and the schema alone."""
         with self._lock:
-            self._connect().execute(text).fetchall()
+            self._traced("dry_run", text).execute(text).fetchall()
 
     def run(self, text: str, group_cols: Sequence[str],
             measure_cols: Sequence[str]) -> tuple[list[tuple[Any, ...]], dict[str, list[Any]]]:
         with self._lock:
-            cur = self._connect().execute(text)
+            cur = self._traced("run", text).execute(text)
             rows = cur.fetchall()
         ng = len(group_cols)
         keys = [tuple(r[:ng]) for r in rows]
@@ -519,7 +524,7 @@ class DuckBackend:
         """The result as one numpy array per column (DuckDB's own conversion, no Python object
         per cell for numbers): for reads of many rows, e.g. a model's training rows."""
         with self._lock:
-            return dict(self._connect().execute(text).fetchnumpy())
+            return dict(self._traced("run_numpy", text).execute(text).fetchnumpy())
 
     def run_rows(self, text: str, *, keep: Callable[[tuple[Any, ...]], bool] | None = None,
                  chunk: int = 4096) -> tuple[list[tuple[Any, ...]], int]:
@@ -528,7 +533,7 @@ class DuckBackend:
         kept: list[tuple[Any, ...]] = []
         dropped = 0
         with self._lock:
-            cur = self._connect().execute(text)
+            cur = self._traced("run_rows", text).execute(text)
             while rows := cur.fetchmany(chunk):
                 if keep is None:
                     kept.extend(rows)
@@ -556,7 +561,7 @@ class DuckBackend:
         import pyarrow.compute as pc
 
         with self._lock:
-            table = arrow_result(self._connect(), text)
+            table = arrow_result(self._traced("run_columns", text), text)
         n = table.num_rows
         keys: list[Any] = []
         for c in group_cols:
@@ -592,4 +597,4 @@ class DuckBackend:
 
     def query_public(self, text: str) -> list[tuple[Any, ...]]:
         with self._lock:
-            return self._connect().execute(text).fetchall()
+            return self._traced("query_public", text).execute(text).fetchall()

@@ -32,13 +32,15 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
-from dpkit.engine.backend_duckdb import DuckBackend, relation_name
+from dpkit.engine.backend_duckdb import DuckBackend, relation_name, table_relation
 from dpkit.engine.duckdb_sources import store_domain
 from dpkit.engine.spec import QueryError
 from dpkit.engine.tables import FIXED_PREFIX, Column, TableMeta, quote_ident
+from dpkit.noise import trace as _trace
 
-__all__ = ["ENGINES", "SPARK", "SparkBackend", "backend_for", "check_engine", "check_on_spark",
-           "drop_spark_orphans", "load_spark_table", "local_session", "spark_columns"]
+__all__ = ["ENGINES", "PUBLIC_MAX_ROWS", "SPARK", "SparkBackend", "backend_for", "check_engine",
+           "check_on_spark", "drop_spark_orphans", "load_spark_table", "local_session",
+           "ship_public", "spark_columns"]
 
 SPARK = "spark"  # TableMeta.storage of a Spark table
 _MISSING = ("pyspark is not installed: pip install 'dpkit[spark]' (pyspark needs Java 17+); "
@@ -169,6 +171,8 @@ class SparkBackend(DuckBackend):
         self._views: dict[tuple[str, str], str] = {}  # (schema, physical) -> Spark view
         self._frames: dict[str, Any] = {}  # Spark text -> its analysed DataFrame
         self._texts: dict[str, str] = {}  # DuckDB text -> its Spark text (views only grow)
+        self._public: dict[tuple[str, str], TableMeta] = {}  # public tables seen, by relation
+        self._shipped: dict[tuple[str, str], str] = {}  # public relation -> its Spark view
         self._spark_lock = threading.Lock()
 
     def portable(self, meta: TableMeta) -> bool:
@@ -189,8 +193,13 @@ class SparkBackend(DuckBackend):
             return self._session
 
     def register(self, tables: Mapping[str, TableMeta]) -> None:
-        """Make a Spark view of each Spark table in ``tables`` (once per session)."""
+        """Make a Spark view of each Spark table in ``tables`` (once per session); note the
+        public tables, shipped to Spark when a statement first reads them (:meth:`to_spark`)."""
         for meta in tables.values():
+            if meta.public and meta.storage != SPARK:
+                t = exp.to_table(table_relation(meta), dialect="duckdb")
+                self._public.setdefault((t.db, t.name), meta)
+                continue
             if meta.storage != SPARK:
                 continue
             key = ("priv", meta.stored_name)
@@ -199,23 +208,35 @@ class SparkBackend(DuckBackend):
                 self.session().read.parquet(meta.source).createOrReplaceTempView(view)
                 self._views[key] = view
 
+    def _public_view(self, key: tuple[str, str]) -> str | None:
+        """The Spark view of a public DuckDB table (its rows shipped once per registration: a
+        new load is a new stored name); None for a relation that is not a public table."""
+        view = self._shipped.get(key)
+        if view is None and key in self._public:
+            view = ship_public(self.session(), self, self._public[key],
+                               f"dpkit_pub_{key[1]}")
+            self._shipped[key] = view
+        return view
+
     def to_spark(self, text: str) -> str | None:
-        """``text`` (DuckDB SQL) as Spark SQL over the views; None if it reads no Spark table."""
+        """``text`` (DuckDB SQL) as Spark SQL over the views; None if it reads no Spark table.
+        The public tables it joins are shipped to Spark on first use (refused above
+        :data:`PUBLIC_MAX_ROWS` rows: a ``QueryError``, before the charge when asked by
+        :meth:`check`)."""
         if not self._views or not any(p in text for _, p in self._views):
             return None
         done = self._texts.get(text)
         if done is not None:  # asked before the charge (check) and again to read (run)
             return done
         tree = sqlglot.parse_one(text, read="duckdb")
-        hit = False
-        for t in list(tree.find_all(exp.Table)):
-            view = self._views.get((t.db, t.name))
+        tables = list(tree.find_all(exp.Table))
+        if not any((t.db, t.name) in self._views for t in tables):
+            return None
+        for t in tables:
+            view = self._views.get((t.db, t.name)) or self._public_view((t.db, t.name))
             if view is not None:
                 t.replace(exp.to_table(view).as_(t.alias_or_name) if t.alias else
                           exp.to_table(view))
-                hit = True
-        if not hit:
-            return None
         if len(self._texts) >= 64:
             self._texts.clear()
         out = self._texts[text] = exact_sums(exact_rounds(tree)).sql(dialect="spark")
@@ -228,6 +249,7 @@ class SparkBackend(DuckBackend):
         spark_text = self.to_spark(text)
         if spark_text is None:
             return
+        _trace.statement("spark", "check", spark_text)
         try:
             df = self.session().sql(spark_text)
         except QueryError:
@@ -240,6 +262,7 @@ class SparkBackend(DuckBackend):
         self._frames[spark_text] = df
 
     def _collect(self, spark_text: str) -> list[tuple[Any, ...]]:
+        _trace.statement("spark", "collect", spark_text)
         df = self._frames.pop(spark_text, None)
         if df is None:
             df = self.session().sql(spark_text)
@@ -273,6 +296,7 @@ class SparkBackend(DuckBackend):
             return super().run_numpy(text)
         import numpy as np
 
+        _trace.statement("spark", "collect_numpy", spark_text)
         df = self._frames.pop(spark_text, None)
         if df is None:
             df = self.session().sql(spark_text)
@@ -303,6 +327,44 @@ class SparkBackend(DuckBackend):
         super().close()
         with contextlib.suppress(Exception):
             self._frames.clear()
+
+
+# A public table joined with a Spark table is shipped to Spark as rows held by the driver
+# (a local relation, sent with the tasks): lookup tables are small. Above this many rows it is
+# refused; aggregate or filter it to the keys the query needs first.
+PUBLIC_MAX_ROWS = 100_000
+
+# DuckDB type -> Spark type of a shipped public column (the reverse of _TYPES)
+_TO_SPARK = {d: s for s, d in _TYPES.items()}
+
+
+def ship_public(spark: Any, duck: DuckBackend, meta: TableMeta, view: str) -> str:
+    """Copy public table ``meta``'s rows from DuckDB to a Spark temporary view ``view`` (the
+    same columns, types and values: doubles, decimals, dates and strings travel exactly).
+    Refused, with a ``QueryError`` and nothing shipped, above :data:`PUBLIC_MAX_ROWS` rows or
+    for a column type Spark has no twin of. Public data: no privacy question here."""
+    fields = []
+    for c in meta.columns:
+        t = c.type.upper()
+        spark_type = t.lower() if t.startswith("DECIMAL") else _TO_SPARK.get(t)
+        if spark_type is None:
+            raise QueryError(f"public table {meta.name!r}: column {c.name!r} has type {c.type}, "
+                             f"which cannot be shipped to Spark; load the table with that "
+                             f"column cast to a number, string, boolean, date or timestamp "
+                             f"(nothing charged)")
+        fields.append(f"`{c.name.replace('`', '``')}` {spark_type}")
+    relation = table_relation(meta)
+    n = DuckBackend.query_public(duck, f"SELECT COUNT(*) FROM {relation}")[0][0]
+    if n > PUBLIC_MAX_ROWS:
+        raise QueryError(f"public table {meta.name!r} has {n} rows; a public table joined with "
+                         f"a Spark table is shipped to Spark and may hold at most "
+                         f"{PUBLIC_MAX_ROWS}. Load only the rows and columns the query needs "
+                         f"(a smaller lookup table), or join it in Spark before loading the "
+                         f"private table (nothing charged)")
+    cols = ", ".join(quote_ident(c.name) for c in meta.columns)
+    rows = DuckBackend.query_public(duck, f"SELECT {cols} FROM {relation}")
+    spark.createDataFrame(rows, schema=", ".join(fields)).createOrReplaceTempView(view)
+    return view
 
 
 def exact_sums(tree: Any) -> Any:

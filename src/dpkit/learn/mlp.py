@@ -14,6 +14,11 @@ one-**unit** neighbours. Through the curator (``cur.fit``), :meth:`MLPClassifier
 fixes the event from public parameters before any row is read; ``sample_rate=`` then sets the
 sampling rate (the row count is private, so the batch size cannot), and the units are the
 table's privacy units, bounded to ``max_rows_per_unit`` rows by the curator.
+
+``batch_size="auto"`` (the default through the curator): the divisor of the noisy gradient sum,
+the expected batch ``q × rows``, comes from a noisy count of the bounded rows released with
+``count_fraction`` of ε (geometric mechanism, sensitivity the rows a unit may keep), composed
+into the fit's one event; σ is calibrated to what is left (:mod:`dpkit.learn.batch_count`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,14 @@ import numpy as np
 from dpkit import accounting, events, noise
 
 from ._base import check_count, check_delta_alone, check_epsilon
+from .batch_count import (
+    BatchCount,
+    calibrate_with_count,
+    check_batch_size,
+    check_count_fraction,
+    count_plan,
+    noisy_divisor,
+)
 
 __all__ = ["MLPClassifier", "mlp_network"]
 
@@ -77,7 +90,7 @@ class MLPClassifier:
     """Differentially private MLP classifier (scikit-learn estimator API).
 
     Parameters: ``hidden_layer_sizes`` (units per hidden layer), ``epsilon``, ``delta``,
-    ``epochs``, ``batch_size`` (expected Poisson batch), ``max_grad_norm`` (clip C),
+    ``epochs``, ``batch_size`` (below), ``max_grad_norm`` (clip C),
     ``learning_rate`` and ``momentum`` (SGD), ``activation`` ("tanh" or "relu"),
     ``averaging`` (the fitted weights are the mean of the iterates over this last fraction of
     the steps, Polyak averaging: post-processing, free in privacy, and it averages the noise
@@ -90,9 +103,18 @@ class MLPClassifier:
     ``classes`` (the public label set), ``random_state`` (an int makes the weights'
     initialisation *and the noise* reproducible and insecure: tests only),
     ``sample_rate`` (None: ``batch_size / n``; else the Poisson rate of each step, rounded to
-    ``1/k`` with ``k`` steps an epoch; required through the curator, where ``n`` is private
-    and the noisy gradient sum is divided by ``batch_size``, so set it to about the expected
-    rows per step, ``sample_rate`` x rows),
+    ``1/k`` with ``k`` steps an epoch; required through the curator, where ``n`` is private),
+    ``batch_size``: the expected Poisson batch, which divides the noisy gradient sum.
+    An int fixes it (without ``sample_rate`` it also sets the rate, ``batch_size / n``).
+    ``"auto"`` (needs ``sample_rate``) spends ``count_fraction`` of ε on a noisy count N̂ of
+    the examples trained on (the bounded rows; user level: rows, not units, since whole units
+    are sampled and the expected batch is ``q × rows``; sensitivity the rows a unit may keep)
+    and divides by ``max(1, q N̂)``; the fit's event composes the count with DP-SGD, whose σ is
+    calibrated so that the composition meets ``epsilon`` (:mod:`dpkit.learn.batch_count`);
+    ``rows_estimate_`` and ``batch_divisor_`` report N̂ and the divisor. None (the default):
+    ``"auto"`` through the curator; outside it, 1000 without ``sample_rate`` and ``q n`` with
+    it (``n`` read off ``X``, public to its holder, as in every DP-SGD library),
+    ``count_fraction`` (the share of ε for that count, in (0, 1); default 0.02),
     ``max_examples_per_unit`` (with ``fit(..., units=)``: the public cap on a unit's rows).
 
     >>> import numpy as np
@@ -104,12 +126,12 @@ class MLPClassifier:
     """
 
     def __init__(self, hidden_layer_sizes: tuple[int, ...] = (64,), *, epsilon: float = 3.0,
-                 delta: float = 1e-5, epochs: int = 30, batch_size: int = 1000,
+                 delta: float = 1e-5, epochs: int = 30, batch_size: int | str | None = None,
                  max_grad_norm: float = 1.0, learning_rate: float = 0.1, momentum: float = 0.9,
                  activation: str = "tanh", averaging: float = 0.5, schedule: str = "constant",
                  features: Any = None, classes: Any = None,
                  random_state: int | None = None, sample_rate: float | None = None,
-                 max_examples_per_unit: int | None = None) -> None:
+                 max_examples_per_unit: int | None = None, count_fraction: float = 0.02) -> None:
         self.hidden_layer_sizes = hidden_layer_sizes
         self.epsilon = epsilon
         self.delta = delta
@@ -126,12 +148,13 @@ class MLPClassifier:
         self.random_state = random_state
         self.sample_rate = sample_rate
         self.max_examples_per_unit = max_examples_per_unit
+        self.count_fraction = count_fraction
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         return {k: getattr(self, k) for k in (
             "hidden_layer_sizes", "epsilon", "delta", "epochs", "batch_size", "max_grad_norm",
             "learning_rate", "momentum", "activation", "averaging", "schedule", "features",
-            "classes", "random_state", "sample_rate", "max_examples_per_unit")}
+            "classes", "random_state", "sample_rate", "max_examples_per_unit", "count_fraction")}
 
     def set_params(self, **params: Any) -> MLPClassifier:
         for k, v in params.items():
@@ -151,6 +174,12 @@ class MLPClassifier:
         the smallest noise multiplier whose PLD ε at ``delta`` is at most ``epsilon``. The same
         event at record and user level: ``fit`` clips each unit's summed gradient.
 
+        With ``batch_size`` "auto" or None (the default here): ``Composed([DiscreteLaplace(s,
+        contributions), <that DP-SGD event>])``, the noisy count of the rows (sensitivity
+        ``contributions``, pure ``count_fraction × epsilon``) first, and σ calibrated so that
+        the *composition*'s PLD ε at ``delta`` is at most ``epsilon``. An int ``batch_size`` is
+        the fixed divisor and the event is DP-SGD's alone.
+
         Calling it also *declares* the curator's domain (``domain_``): the next fits take their
         rows as a private read (``sample_rate`` sets q; an empty read trains on noise alone).
         """
@@ -160,33 +189,70 @@ class MLPClassifier:
             raise ValueError("MLPClassifier through the curator needs sample_rate= (the "
                              "expected fraction of the table's units in each step, e.g. "
                              "sample_rate=0.01): the row count is private, so batch_size "
-                             "cannot set it")
-        sigma, k, total = self._planned()
+                             "cannot set it (batch_size='auto', the default here, estimates "
+                             "the expected batch privately)")
+        auto = check_batch_size(self.batch_size) in (None, "auto")
+        sigma, k, total, count = self._planned(c if auto else None)
         self.domain_ = (n, c)
-        return events.SelfComposed(events.PoissonSampled(1.0 / k, events.Gaussian(sigma)),
-                                   total)
+        return self._event_of(sigma, k, total, count)
+
+    @staticmethod
+    def _event_of(sigma: float, k: int, total: int,
+                  count: tuple[int, float] | None) -> events.Event:
+        sgd = events.SelfComposed(events.PoissonSampled(1.0 / k, events.Gaussian(sigma)), total)
+        if count is None:
+            return sgd
+        return events.Composed((count_plan(sensitivity=count[0], epsilon=count[1]).event, sgd))
 
     def _steps_per_epoch(self, n: int) -> int:
         if self.sample_rate is None:  # as len(DataLoader(batch_size)): today's rate b/n
-            return max(1, math.ceil(n / int(self.batch_size)))
+            return max(1, math.ceil(n / int(self.batch_size or 1000)))
         rate = float(self.sample_rate)
         if not (math.isfinite(rate) and 0.0 < rate <= 1.0):
             raise ValueError(f"sample_rate must lie in (0, 1] (got {self.sample_rate!r})")
         return max(1, round(1.0 / rate))
 
-    def _planned(self) -> tuple[float, int, int]:
-        """(σ, steps an epoch, steps) from the public parameters; calibrated once per value."""
+    def _planned(self, count_sensitivity: int | None = None) -> tuple[
+            float, int, int, tuple[int, float] | None]:
+        """(σ, steps an epoch, steps, the count's (sensitivity, ε) or None) from the public
+        parameters; σ calibrated once per value, to the composition when there is a count."""
         eps, delta = check_epsilon(self.epsilon), check_delta_alone(self.delta)
         epochs = check_count(self.epochs, "epochs")
         k = self._steps_per_epoch(0)
-        key = (eps, delta, epochs, k)
+        count = None if count_sensitivity is None else (
+            count_sensitivity, check_count_fraction(self.count_fraction) * eps)
+        key = (eps, delta, epochs, k, count)
         plan = getattr(self, "_plan", None)
         if plan is None or plan[0] != key:
-            sigma = accounting.calibrate.dpsgd_noise_multiplier(
-                sampling_probability=1.0 / k, steps=epochs * k, target_epsilon=eps,
-                delta=delta, method="pld")
+            if count is None:
+                sigma = accounting.calibrate.dpsgd_noise_multiplier(
+                    sampling_probability=1.0 / k, steps=epochs * k, target_epsilon=eps,
+                    delta=delta, method="pld")
+            else:
+                sigma = calibrate_with_count(
+                    count_plan(sensitivity=count[0], epsilon=count[1]).event,
+                    sampling_probability=1.0 / k, steps=epochs * k, target_epsilon=eps,
+                    delta=delta)
             self._plan = plan = (key, float(sigma))
-        return plan[1], k, epochs * k
+        return plan[1], k, epochs * k, count
+
+    def _check_batching(self, units: Any) -> int | str | None:
+        """``batch_size`` (and, for "auto", ``count_fraction``) checked before any draw."""
+        bs = check_batch_size(self.batch_size)
+        auto = bs == "auto" or (bs is None and getattr(self, "domain_", None) is not None)
+        if auto:
+            check_count_fraction(self.count_fraction)
+        if bs == "auto" and getattr(self, "domain_", None) is None:
+            if self.sample_rate is None:
+                raise ValueError("batch_size='auto' needs sample_rate= (the Poisson rate of a "
+                                 "step, e.g. 0.01): the expected batch is sample_rate x the "
+                                 "noisy row count; or give batch_size an int")
+            if units is not None and self.max_examples_per_unit is None:
+                raise ValueError("batch_size='auto' with units= needs max_examples_per_unit= "
+                                 "(a unit's rows move the count by up to that many)")
+            if units is not None:
+                check_count(self.max_examples_per_unit, "max_examples_per_unit")
+        return bs
 
     def fit(self, X: Any, y: Any, units: Any = None) -> MLPClassifier:
         """Train with DP-SGD; ``X`` (n, d) numeric with no NaN, ``y`` labels in ``classes``.
@@ -197,6 +263,7 @@ class MLPClassifier:
         torch = _torch()
         if self.schedule not in ("constant", "cosine"):
             raise ValueError(f"schedule must be 'constant' or 'cosine' (got {self.schedule!r})")
+        self._check_batching(units)
         X = self._inputs(X)
         y = np.asarray(y)
         if X.ndim != 2 or len(X) != len(y):
@@ -209,6 +276,8 @@ class MLPClassifier:
         source = None if self.random_state is None else noise.seeded(self.random_state)
         net = self._network(X.shape[1], len(self.classes_), source)
         data = torch.utils.data.TensorDataset(torch.from_numpy(X), torch.from_numpy(codes))
+        self.batch_count_: BatchCount | None = None
+        self.notes_: list[str] = []
         tr = self._private(net, data, units, source)
         self._train(tr, net)
         tr.detach()
@@ -218,9 +287,35 @@ class MLPClassifier:
         lins = [m for m in net if isinstance(m, torch.nn.Linear)]
         self.coefs_ = [m.weight.detach().numpy().T.copy() for m in lins]
         self.intercepts_ = [m.bias.detach().numpy().copy() for m in lins]
-        self.event_ = tr.event()
-        self.epsilon_ = tr.epsilon(self.delta)
+        self._bill(tr)
         return self
+
+    def _bill(self, tr: Any) -> None:
+        """``event_`` / ``epsilon_`` of the whole fit (the count composed in, if any) and the
+        divisor used (``batch_divisor_``; ``rows_estimate_``: N̂ or None)."""
+        bc = self.batch_count_
+        opt = tr.optimizer
+        self.batch_divisor_ = float(tr.sample_rate * tr.data_loader.n
+                                    if opt.expected_batch_size is None else
+                                    opt.expected_batch_size)
+        self.rows_estimate_ = None if bc is None else int(bc.rows.value)
+        if bc is None:
+            self.event_ = tr.event()
+            self.epsilon_ = tr.epsilon(self.delta)
+            return
+        self.event_ = events.Composed((bc.rows.event, tr.event()))
+        self.epsilon_ = accounting.epsilon(self.event_, delta=self.delta, method="pld")
+
+    def _count_into(self, tr: Any, count: tuple[int, float],
+                    source: noise.Source | None) -> Any:
+        """Release the count of the examples ``tr``'s loader samples from (after every check
+        of ``make_private``: a refused fit draws nothing) and make it the divisor."""
+        bc = noisy_divisor(tr.data_loader.n, sample_rate=tr.sample_rate, sensitivity=count[0],
+                           epsilon=count[1], source=source)
+        tr.optimizer.expected_batch_size = bc.divisor
+        self.batch_count_ = bc
+        self.notes_.append(bc.note())
+        return tr
 
     def _private(self, net: Any, data: Any, units: Any, source: noise.Source | None) -> Any:
         """``make_private`` on ``net``: calibrated here, or with the curator's planned event."""
@@ -231,10 +326,19 @@ class MLPClassifier:
         common: dict[str, Any] = {"max_grad_norm": self.max_grad_norm, "loss_reduction": "sum",
                                   "source": source}
         domain = getattr(self, "domain_", None)
+        bs = check_batch_size(self.batch_size)
         if domain is None:
             if units is not None:
                 common.update(units=units, max_examples_per_unit=self.max_examples_per_unit)
-            loader: Any = torch.utils.data.DataLoader(data, batch_size=int(self.batch_size))
+            if bs == "auto":
+                sens = 1 if units is None else int(self.max_examples_per_unit)  # type: ignore[arg-type]
+                sigma, k, _, count = self._planned(sens)
+                assert count is not None
+                tr = make_private(net, opt, PoissonLoader(data, sample_rate=1.0 / k, steps=k),
+                                  noise_multiplier=sigma, target_delta=self.delta,
+                                  epochs=int(self.epochs), expected_batch_size=1.0, **common)
+                return self._count_into(tr, count, source)
+            loader: Any = torch.utils.data.DataLoader(data, batch_size=int(bs or 1000))
             if self.sample_rate is not None:
                 k = self._steps_per_epoch(len(data))
                 loader = PoissonLoader(data, sample_rate=1.0 / k, steps=k)
@@ -245,11 +349,14 @@ class MLPClassifier:
                              "ids, fit(X, y, units=...)")
         if units is not None:
             common.update(units=_null_as_one_unit(units), max_examples_per_unit=domain[1])
-        sigma, k, _ = self._planned()
-        # the row count is private: divide the noisy sum by the public batch_size, not q n
-        return make_private(net, opt, PoissonLoader(data, sample_rate=1.0 / k, steps=k),
-                            noise_multiplier=sigma, allow_empty=True,
-                            expected_batch_size=float(self.batch_size), **common)
+        sigma, k, _, count = self._planned(domain[1] if bs in (None, "auto") else None)
+        # the row count is private: divide the noisy sum by a public number (the fixed
+        # batch_size), or by q N̂ (auto: set by _count_into, once make_private checked all)
+        tr = make_private(net, opt, PoissonLoader(data, sample_rate=1.0 / k, steps=k),
+                          noise_multiplier=sigma, allow_empty=True,
+                          expected_batch_size=float(bs) if isinstance(bs, int) else 1.0,
+                          **common)
+        return tr if count is None else self._count_into(tr, count, source)
 
     def _train(self, tr: Any, net: Any) -> None:
         torch = _torch()

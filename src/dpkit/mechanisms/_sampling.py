@@ -93,6 +93,11 @@ class Weights:
     def n(self) -> int:
         return int(self.scores.size)
 
+    def trace_face(self) -> tuple[object, ...]:
+        """What a work trace shows of these weights: the factor epsilon / sensitivity and the
+        number of candidates (a size), never the scores."""
+        return ("weights", self.factor, noise.trace.SizeOf(self.n))
+
     def acceptance(self) -> float:
         """Mean of exp(-g): the rejection sampler's acceptance rate (for block sizing only)."""
         return float(np.mean(np.exp(-self.g)))
@@ -103,6 +108,7 @@ def coins(w: Weights, r: np.ndarray, src: Source) -> np.ndarray:
     return noise.bernoulli_exp_lanes(w.g[r], lambda i: w.exact(int(r[i])), source=src)
 
 
+@noise.trace.traced  # one request: the rejection loop's draws depend on the scores
 def exponential_sample(w: Weights, size: int, src: Source) -> np.ndarray:
     """``size`` independent draws with ``P(r) ∝ exp(-gamma_r)``, by exact rejection sampling."""
     out = np.full(size, -1, dtype=np.int64)
@@ -121,6 +127,7 @@ def exponential_sample(w: Weights, size: int, src: Source) -> np.ndarray:
     return out
 
 
+@noise.trace.traced
 def permute_and_flip_sample(w: Weights, size: int, src: Source) -> np.ndarray:
     """``size`` independent permute-and-flip draws (uniform head among exact coins)."""
     out = np.empty(size, dtype=np.int64)
@@ -169,6 +176,10 @@ class RowWeights:
             self.g = cf * (self.best[:, None] - scores)
         self._cache: dict[tuple[int, int], Fraction] = {}
 
+    def trace_face(self) -> tuple[object, ...]:
+        """What a work trace shows: the factor and the shape (a size), never the scores."""
+        return ("row_weights", self.factor, noise.trace.SizeOf(self.scores.shape))
+
     def exact(self, i: int, j: int) -> Fraction:
         got = self._cache.get((i, j))
         if got is None:
@@ -208,6 +219,7 @@ def _residual(
     return lambda t: w.exact(int(rows[t]), int(cols[t])) - int(levels[t])
 
 
+@noise.trace.traced
 def exponential_rows_sample(w: RowWeights, src: Source) -> np.ndarray:
     """One draw per row ``i`` with ``P(j) ∝ exp(-gamma_ij)``, rows independent, exactly.
 

@@ -11,7 +11,7 @@ CSPRNG. Samplers are exact: see ``docs/noise.md`` for the algorithms and proofs.
 
 from __future__ import annotations
 
-from . import grid
+from . import grid, trace
 from .gaussian import gaussian_float, gaussian_float32, gaussian_on_grid
 from .samplers import (
     MAX_DGAUSS_SIGMA2,
@@ -67,6 +67,7 @@ __all__ = [
     "seeded",
     "token_bytes",
     "token_hex",
+    "trace",
     "uniform_float01",
     "uniform_int",
 ]

@@ -44,6 +44,7 @@ import numpy as np
 
 from .samplers import Size, as_shape, resolve_source
 from .sources import Source
+from .trace import traced
 
 __all__ = ["gaussian_float", "gaussian_float32", "gaussian_on_grid"]
 
@@ -79,6 +80,7 @@ def _float_out(out: np.ndarray | None, shape: tuple[int, ...], dtype: type) -> n
     return out
 
 
+@traced
 def gaussian_float(sigma: float, size: Size, *, source: Source | None = None,
                    out: np.ndarray | None = None) -> np.ndarray:
     """Float64 samples of ``N(0, sigma²)``, precise (module docstring), not exact.
@@ -170,6 +172,7 @@ def _box_muller(src: Source, s: float, dst: np.ndarray, scratch: _Scratch) -> No
     sin_t *= a
 
 
+@traced
 def gaussian_float32(sigma: float, size: Size, *, source: Source | None = None,
                      out: np.ndarray | None = None) -> np.ndarray:
     """Float32 samples of ``N(0, sigma²)`` from 32 random bits each: **statistical use only**.
@@ -210,6 +213,7 @@ def gaussian_float32(sigma: float, size: Size, *, source: Source | None = None,
     return out
 
 
+@traced
 def gaussian_on_grid(values: np.ndarray, sigma: float, k: int, *,
                      source: Source | None = None) -> np.ndarray:
     """``round_k(values) + round_k(N(0, sigma²))`` in float64, with ``round_k`` to the grid 2^-k.

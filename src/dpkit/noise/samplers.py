@@ -23,6 +23,7 @@ import numpy as np
 
 from .exact import LazyUniform, exp_neg_fixed
 from .sources import Source, default_source
+from .trace import traced
 
 __all__ = [
     "MAX_DGAUSS_SIGMA2",
@@ -156,6 +157,7 @@ def _u64_rejection(high: int) -> tuple[np.uint64, np.uint64, float]:
     return np.uint64(lim), np.uint64(high), ((1 << 64) % high) / 2.0**64
 
 
+@traced
 def uniform_int(high: int, size: Size, *, source: Source | None = None) -> np.ndarray:
     """Exactly uniform integers on ``[0, high)`` (int64), ``1 <= high < 2**63``.
 
@@ -188,6 +190,7 @@ def _probability(p: Rational) -> Fraction:
     return pf
 
 
+@traced
 def bernoulli(p: Rational, size: Size, *, source: Source | None = None) -> np.ndarray:
     """Exact Bernoulli(p) booleans, ``0 <= p <= 1`` rational (a float is taken exactly).
 
@@ -216,6 +219,7 @@ def bernoulli(p: Rational, size: Size, *, source: Source | None = None) -> np.nd
     return out.reshape(shape)
 
 
+@traced
 def bernoulli_matrix(p: Rational, size: Size, *, source: Source | None = None) -> np.ndarray:
     """Exact Bernoulli(p) booleans from one random *byte* per draw (``bernoulli`` reads four).
 
@@ -245,6 +249,7 @@ def bernoulli_matrix(p: Rational, size: Size, *, source: Source | None = None) -
     return out.reshape(shape)
 
 
+@traced
 def bernoulli_lanes(probs: np.ndarray, *, source: Source | None = None) -> np.ndarray:
     """Independent exact Bernoulli(probs[i]) booleans, one per lane, for float probabilities
     (each taken at its exact binary value), any shape.
@@ -289,6 +294,7 @@ def _exp_neg_floor32(gamma: Fraction) -> int:
         P += 64
 
 
+@traced
 def bernoulli_exp(gamma: Rational, size: Size, *, source: Source | None = None) -> np.ndarray:
     """Exact Bernoulli(exp(-gamma)) booleans for rational ``gamma >= 0``.
 
@@ -599,6 +605,7 @@ def _bern_exp_table(
     return out
 
 
+@traced
 def bernoulli_exp_lanes(
     g: np.ndarray,
     exact_gamma: Callable[[int], Fraction],
@@ -803,6 +810,7 @@ def _dlap_rate(t: int, s: int) -> float:
     return max(pu * (1.0 - p_zero / 2.0), 0.05)
 
 
+@traced
 def discrete_laplace(scale: Rational, size: Size, *, source: Source | None = None) -> np.ndarray:
     """Exact discrete Laplace samples (int64): ``P(x) ∝ exp(-|x| / scale)``, ``scale > 0``.
 
@@ -851,6 +859,7 @@ def _check_sigma2(sigma2: Rational) -> Fraction:
     return max(_noise_parameter(sigma2, "sigma2", MAX_DGAUSS_SIGMA2, "2**80"), MIN_DGAUSS_SIGMA2)
 
 
+@traced
 def discrete_gaussian(sigma2: Rational, size: Size, *, source: Source | None = None) -> np.ndarray:
     """Exact discrete Gaussian samples (int64): ``P(x) ∝ exp(-x**2 / (2 sigma2))``.
 
@@ -917,6 +926,7 @@ def _dgauss_setup(sigma2: Rational) -> tuple[int, int, float, float, int, int, f
 
 
 # --------------------------------------------------------------------------- helpers
+@traced
 def fair_bits(size: Size, *, source: Source | None = None) -> np.ndarray:
     """Independent fair bits (uint8 0/1), 64 from each draw of the source: the fast way to
     many coin flips (for experiments' data; noise uses the exact samplers above)."""
@@ -926,6 +936,7 @@ def fair_bits(size: Size, *, source: Source | None = None) -> np.ndarray:
     return np.unpackbits(words.view(np.uint8))[:n].reshape(shape)
 
 
+@traced
 def uniform_float01(size: Size, *, source: Source | None = None) -> np.ndarray:
     """Floats ``k / 2**53`` with ``k`` uniform on [0, 2**53): for shuffling and similar
     non-privacy uses only (never to build noise)."""
@@ -935,6 +946,7 @@ def uniform_float01(size: Size, *, source: Source | None = None) -> np.ndarray:
     return (k.astype(np.float64) * 2.0**-53).reshape(shape)
 
 
+@traced
 def permutation(n: int, *, source: Source | None = None) -> np.ndarray:
     """An exactly uniform random permutation of ``range(n)`` (int64).
 

@@ -6,7 +6,8 @@ a function of public things only: the query, the declared schema, bounds and dom
 budget. :func:`fuzz` tests that promise adversarially: it generates queries from a grammar over
 a table's declarations (:class:`Grammar`), builds neighbouring datasets D and D' (one unit
 added, removed, or given extreme values: :class:`Scratch`), runs every query on a project over
-each with the same seed, and reports every public difference (:class:`Finding`).
+each with the same seed, and reports every public difference (:class:`Finding`), including
+the work each query did (its engine statements and noise requests: a timing-class proxy).
 
 >>> import dpkit as dp
 >>> from dpkit.attacks import side_channels as sc

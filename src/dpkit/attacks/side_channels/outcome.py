@@ -7,15 +7,26 @@ On neighbouring datasets D and D' run with the same seed and the same query sequ
 must therefore be equal; only the noisy values may differ. Where the released rows depend on
 noise (private partition selection, HAVING, ORDER BY an aggregate), only what noise cannot
 explain is compared: the relative order of the keys released on both sides.
+
+The work done is compared too (``observe(..., trace=True)``, :mod:`dpkit.noise.trace`): the
+engine statements, in order and with their text, and the noise requests (sampler or mechanism,
+scales, sizes). They are the deterministic proxy for a query's timing class: a statement run
+only on some data, or a noise scale computed from the data, is a channel no noise covers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
+from dataclasses import replace as dc_replace
 from typing import Any
 
+from dpkit import noise
 from dpkit.attacks.side_channels.query import Query
+from dpkit.noise.trace import Trace
 
 __all__ = ["Outcome", "compare", "observe", "self_check"]
 
@@ -38,6 +49,9 @@ class Outcome:
     selected: bool = False  # groups chosen by private partition selection (delta > 0)
     noisy_rows: bool = False  # the number of rows is itself noisy (synthetic records)
     preview: str = ""  # an SQL query's preview (cost, expected errors) or its refusal, asked first
+    # the work trace (dpkit.noise.trace), when recorded: engine statements and noise requests
+    statements: tuple[tuple[str, ...], ...] = ()
+    noise: tuple[tuple[str, ...], ...] = ()
 
     def short(self) -> str:
         if self.kind != "answer":
@@ -65,9 +79,47 @@ def _keys(res: Any) -> tuple[tuple[Any, ...], ...]:
     return tuple(tuple(_key(a[i]) for a in arrays) for i in range(len(arrays[0])))
 
 
-def observe(cur: Any, query: Query, scrub: tuple[str, ...] = ()) -> Outcome:
+def observe(cur: Any, query: Query, scrub: tuple[str, ...] = (), *,
+            trace: bool = False) -> Outcome:
     """Run ``query`` on ``cur`` and record its public face (``scrub``: text to blank out of
-    error messages, e.g. the project's own folder, which differs between D and D')."""
+    error messages, e.g. the project's own folder, which differs between D and D').
+
+    ``trace``: also record the work done (the preview's and the query's engine statements and
+    noise requests, :mod:`dpkit.noise.trace`) into ``statements`` and ``noise``."""
+    with _work(trace) as work:
+        face = _run(cur, query, scrub)
+    if work is None:
+        return face
+    return dc_replace(face, statements=tuple(_statement(work, s, scrub) for s in work.statements),
+                      noise=tuple(work.noise))
+
+
+@contextlib.contextmanager
+def _work(on: bool) -> Iterator[Trace | None]:
+    if not on:
+        yield None
+        return
+    with noise.trace.recording() as t:
+        yield t
+
+
+# a table's physical relation carries a random suffix per load (engine/load.py): the same
+# table on D and D' has two names
+_PHYSICAL = re.compile(r"__v[0-9a-f]{16}")
+
+
+def _statement(work: Trace, s: tuple[str, ...], scrub: tuple[str, ...]) -> tuple[str, ...]:
+    """One recorded statement with what legitimately differs between the two projects blanked:
+    their folders, their relations' load suffixes, and the values drawn from the noise source
+    (per-query seeds: random, and a source that consumed a different number of words earlier,
+    e.g. in an exponential mechanism's rejection loop, draws different ones)."""
+    *where, text = s
+    for x in scrub:
+        text = text.replace(x, "<project>")
+    return (*where, _PHYSICAL.sub("__v<load>", work.scrub(text)))
+
+
+def _run(cur: Any, query: Query, scrub: tuple[str, ...]) -> Outcome:
     seen = _preview_face(cur, query, scrub)
     before = cur.ledger.spend()
     try:
@@ -140,6 +192,26 @@ def _common_order(a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[list[Any], li
     return [k for k in a if k in sb], [k for k in b if k in sa]
 
 
+def _requests(query: Query, o: Outcome) -> Any:
+    """The part of the noise requests that must not depend on the data.
+
+    Everywhere: each request's sampler or mechanism and its scales, in order. The sizes
+    (arguments marked ``#``) too, except where the release lets the work follow the data or the
+    noise: under private partition selection (one noise value per group found in the data) and
+    for synthetic records (their number is a noisy count, and the draws that place them, e.g.
+    permutations, follow it), only the requests that carry a scale are compared, without their
+    sizes. A trained model's requests are compared as a set of (sampler, scales): DP-SGD
+    samples the units of each step (a mask of one draw per unit) and, with the OS source the
+    estimator uses, draws the next step's noise ahead on a thread (the last may be cancelled).
+    """
+    if query.family == "fit":
+        return {tuple(p for p in r if not p.startswith("#")) for r in o.noise}
+    if o.selected or o.noisy_rows:
+        scaled = (tuple(p for p in r if not p.startswith("#")) for r in o.noise)
+        return tuple(r for r in scaled if len(r) > 1)
+    return o.noise
+
+
 def compare(query: Query, a: Outcome, b: Outcome) -> tuple[str, ...]:
     """The public fields on which ``a`` (on D) and ``b`` (on D') differ, in a fixed order."""
     diff: list[str] = []
@@ -157,6 +229,10 @@ def compare(query: Query, a: Outcome, b: Outcome) -> tuple[str, ...]:
         diff.append("charge_epsilon")
     if not _close(a.charged_delta, b.charged_delta):
         diff.append("charge_delta")
+    if a.statements != b.statements:
+        diff.append("statements")
+    if _requests(query, a) != _requests(query, b):
+        diff.append("noise_requests")
     if a.kind == b.kind == "answer" and not diff:
         noisy_set = query.noisy_rows or a.selected or b.selected or a.noisy_rows
         if not noisy_set:

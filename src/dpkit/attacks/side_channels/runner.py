@@ -61,7 +61,9 @@ class Finding:
             return "charge"
         if "key_order" in self.fields:
             return "key_order"
-        return "shape"  # rows, key set, columns
+        if {"rows", "key_set", "columns"} & set(self.fields):
+            return "shape"
+        return "work"  # statements or noise requests: a timing class
 
     def reproducer(self) -> str:
         q = self.minimal or self.query
@@ -70,7 +72,24 @@ class Finding:
                  f"# on D : {self.on_d.short()}"]
         if self.on_d1 is not None:
             lines.append(f"# on D': {self.on_d1.short()}")
+            lines += _first_work_difference(self.on_d, self.on_d1)
         return "\n".join(lines)
+
+
+def _first_work_difference(a: Outcome, b: Outcome) -> list[str]:
+    """The first statement and the first noise request that differ (a work finding's why)."""
+    out = []
+    for what, xs, ys in (("statement", a.statements, b.statements),
+                         ("noise request", a.noise, b.noise)):
+        if xs == ys:
+            continue
+        n = min(len(xs), len(ys))
+        i = next((i for i in range(n) if xs[i] != ys[i]), n)
+        x = " ".join(xs[i])[:200] if i < len(xs) else "(none)"
+        y = " ".join(ys[i])[:200] if i < len(ys) else "(none)"
+        out += [f"# {what} {i + 1} of {len(xs)} on D : {x}",
+                f"# {what} {i + 1} of {len(ys)} on D': {y}"]
+    return out
 
 
 @dataclass
@@ -83,6 +102,7 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # neighbours whose D' did not load
     seconds: float = 0.0
+    trace: bool = True  # the work done (statements, noise requests) was compared too
 
     @property
     def ok(self) -> bool:
@@ -96,7 +116,7 @@ class Report:
 
     def summary(self) -> str:
         lines = [f"side-channel fuzz, seed {self.seed}: {self.comparisons} D/D' comparisons in "
-                 f"{self.seconds:.1f} s",
+                 f"{self.seconds:.1f} s" + (" (work traced)" if self.trace else ""),
                  "outcomes on D: " + ", ".join(f"{k} {v}" for k, v in sorted(
                      self.outcomes.items()))]
         for s in self.skipped:
@@ -137,9 +157,10 @@ class _Pair:
 
     def __init__(self, folder: Path, files: tuple[Path, Path], table: TableMeta,
                  public: Sequence[TableMeta], accountant: str, seed: int,
-                 factory: Callable[..., Any]) -> None:
+                 factory: Callable[..., Any], trace: bool = True) -> None:
         self.args = (folder, files, table, public, accountant, seed)
         self.factory = factory
+        self.trace = trace
         self.generation = 0
         self.d, self.d1 = self._open()
 
@@ -157,8 +178,8 @@ class _Pair:
         self.d, self.d1 = self._open()
 
     def run(self, q: Query) -> tuple[Outcome, Outcome]:
-        a = observe(self.d, q, (str(self.d.path),))
-        b = observe(self.d1, q, (str(self.d1.path),))
+        a = observe(self.d, q, (str(self.d.path),), trace=self.trace)
+        b = observe(self.d1, q, (str(self.d1.path),), trace=self.trace)
         return a, b
 
     def stale(self) -> bool:
@@ -255,6 +276,7 @@ def fuzz(
     folder: str | Path | None = None,
     progress: Callable[[int, int], None] | None = None,
     factory: Callable[..., Any] = make_project,
+    trace: bool = True,
 ) -> Report:
     """Fuzz the curator for side channels on neighbouring datasets; returns a :class:`Report`.
 
@@ -273,14 +295,16 @@ def fuzz(
     ``max_findings``: stop after this many (a CI run that only needs to know "any?");
     ``folder``: keep the scratch projects there (default: a temporary folder, removed);
     ``factory(path, data_file, table, public, accountant=, seed=)``: makes each project
-    (default :func:`make_project`; tests plant a leak with it).
+    (default :func:`make_project`; tests plant a leak with it); ``trace``: also compare the
+    work each query does (its engine statements and noise requests, in order:
+    :mod:`dpkit.noise.trace`), the deterministic proxy for its timing class.
     """
     start = time.perf_counter()
     meta, pubs, project = _resolve(target, table)
     pubs = list(public) or pubs
     d = Draw(seed)
     grammar = Grammar(meta, pubs, **({"families": families} if families else {}))
-    report = Report(seed=seed)
+    report = Report(seed=seed, trace=trace)
     tmp = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="dpkit-fuzz-"))
     tmp.mkdir(parents=True, exist_ok=True)
     scratch = Scratch(tmp, meta, pubs)
@@ -294,7 +318,7 @@ def fuzz(
             for acct in accountants:
                 try:
                     pairs.append((kind, _Pair(tmp, (base, f1), meta, pubs, acct, project_seed,
-                                              factory)))
+                                              factory, trace)))
                 except (ValueError, duckdb.Error) as exc:
                     report.skipped.append(f"{kind}/{acct}: {str(exc).splitlines()[0]}")
         scratch.close()

@@ -21,7 +21,9 @@ error, depend on the query and the declarations alone.
 **The estimator's side** (duck-typed, so the engine does not import ``dpkit.learn``): it has
 ``set_params`` (scikit-learn style), ``privacy_event(n_features, contributions)`` (the event its
 ``fit`` realises on features in ``[-1, 1]^n_features`` when one unit holds up to
-``contributions`` rows; from public parameters only) and ``fit(X, y, units=None)``.
+``contributions`` rows; from public parameters only) and ``fit(X, y, units=None)``; optionally
+``notes_`` after ``fit``, lines on what the fit released besides the model (part of the charged
+event, e.g. ``MLPClassifier``'s noisy row count), copied to ``TableModel.notes``.
 """
 
 from __future__ import annotations
@@ -365,7 +367,9 @@ def fit(ctx: Context, model: Any, query: str, *, label: str, epsilon: float | No
             y = y.astype(np.int64) if enc.classes is not None else y.astype(np.float64)
             units = None if meta.record_level else np.asarray(cols["__u"])
             model.fit(x, y, units=units)
-            return TableModel(model, enc, float(entry.view["epsilon_cost"]), entry.seq, event)
+            notes = [str(n) for n in getattr(model, "notes_", None) or ()]
+            return TableModel(model, enc, float(entry.view["epsilon_cost"]), entry.seq, event,
+                              notes)
 
         details = jsonable({"kind": "fit", "model": type(model).__name__, "table": meta.name,
                             "features": enc.feature_names, "label": enc.label,
