@@ -7,14 +7,16 @@
 Train (4,000 images, CPU, ``--threads``; ``--save``/``--load`` the state_dicts to skip it) an
 ensemble of ``--ensemble`` (default 2) small strided CNNs, seeds ``--seed``.., each with
 Gaussian noise augmentation at the smoothing ``sigma``, random ±2 px shifts and consistency
-regularisation (Jeong & Shin 2020, ``--lam``), SGD + Nesterov, weight decay 5e-4, OneCycle; the
-base classifier is dpkit.robust.Ensemble of traced and frozen copies of the members, combined by
-``--combine`` (default: their averaged softmax, Horvath et al. 2022), optionally with
-K-consensus early exit (``--consensus K``); ``--load`` takes ``FILE[:ARCH:WIDTH]`` members
-of mixed architectures (benchmarks/robust_ensemble.py chooses them on validation). Certify the
-first ``--test`` test images (or, with ``--val V``, the last V training images, the nets then
-trained on the rest) with CERTIFY (n0 = 100, n = 10,000, alpha = 0.001, float32 noise from
-dpkit.noise's default secure source); print certified
+regularisation (Jeong & Shin 2020, ``--lam``), SGD + Nesterov, weight decay 5e-4, OneCycle
+(benchmarks/robust_train.py: also elastic distortions, rotations, scalings, SmoothAdv, MACER and
+a weight average, each an option, off by default); the base classifier is dpkit.robust.Ensemble
+of traced and frozen copies of the members, combined by ``--combine`` (default: their averaged
+softmax, Horvath et al. 2022), optionally with K-consensus early exit (``--consensus K``);
+``--load`` takes ``FILE[:ARCH:WIDTH[:DX:DY]]`` members of mixed architectures
+(benchmarks/robust_ensemble.py chooses them on validation). Certify the first ``--test`` test
+images (or, with ``--val V``, the last V training images, the nets then trained on the rest)
+with CERTIFY (n0 = 100, n = 10,000, alpha = 0.001, float32 noise from dpkit.noise's default
+secure source); print certified
 accuracy at radius 0.5 / 1.0 / 1.5 (Cohen et al. 2019 and, from the same counts, PixelDP's
 radius at delta = 1e-5), time per image and per part, and run an L2 PGD attack (expectation
 over noise, as Salman et al. 2019) inside each certified radius against the smoothed
@@ -38,32 +40,10 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import dpkit.robust as robust  # noqa: E402
+import robust_train  # noqa: E402
 from mnist_data import mnist_5k  # noqa: E402
 
 RADII = (0.0, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0)
-
-
-def _net(width: int = 16, arch: str = "strided", dropout: float = 0.0,  # type: ignore[no-untyped-def]
-         seed: int = 0):
-    """``strided``: two 5x5 stride-2 convs + FC (~0.8M multiply-adds at width 16);
-    ``pool``: LeNet-style 5x5 convs at stride 1, each followed by 2x2 max pooling (the base
-    classifier of Cohen et al. / Jeong & Shin on MNIST; ~3M multiply-adds at width 16)."""
-    import torch
-    from torch import nn
-
-    torch.manual_seed(seed)
-    w = width
-    if arch == "strided":
-        body = [nn.Conv2d(1, w, 5, stride=2, padding=2), nn.ReLU(),  # 14x14
-                nn.Conv2d(w, 2 * w, 5, stride=2, padding=2), nn.ReLU()]  # 7x7
-    elif arch == "pool":
-        body = [nn.Conv2d(1, w, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),  # 14x14
-                nn.Conv2d(w, 2 * w, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2)]  # 7x7
-    else:
-        raise ValueError(f"arch must be 'strided' or 'pool' (got {arch!r})")
-    return nn.Sequential(nn.Unflatten(1, (1, 28, 28)), *body, nn.Flatten(),
-                         nn.Dropout(dropout), nn.Linear(2 * w * 49, 4 * w), nn.ReLU(),
-                         nn.Dropout(dropout), nn.Linear(4 * w, 10))
 
 
 def _ensemble(nets):  # type: ignore[no-untyped-def]
@@ -82,87 +62,6 @@ def _ensemble(nets):  # type: ignore[no-untyped-def]
             return torch.log(probs.clamp_min(1e-12))
 
     return nets[0] if len(nets) == 1 else Ensemble(nets).eval()
-
-
-def _shift(xb, g, pad: int = 2):  # type: ignore[no-untyped-def]
-    """Random per-example translations of up to ``pad`` pixels (zero fill): a public transform."""
-    import torch
-
-    b = xb.shape[0]
-    img = torch.nn.functional.pad(xb.view(b, 28, 28), (pad, pad, pad, pad))
-    dy = torch.randint(0, 2 * pad + 1, (b, 1, 1), generator=g)
-    dx = torch.randint(0, 2 * pad + 1, (b, 1, 1), generator=g)
-    rows = torch.arange(28).view(1, 28, 1) + dy
-    cols = torch.arange(28).view(1, 1, 28) + dx
-    return img[torch.arange(b).view(b, 1, 1), rows, cols].reshape(b, 784)
-
-
-def _rotate(xb, g, degrees: float):  # type: ignore[no-untyped-def]
-    """Random per-example rotations of up to ``degrees`` (bilinear, zero fill): public too."""
-    import math
-
-    import torch
-    from torch.nn import functional as F  # noqa: N812
-
-    b = xb.shape[0]
-    theta = (torch.rand(b, generator=g) * 2 - 1) * math.radians(degrees)
-    cos, sin, zero = torch.cos(theta), torch.sin(theta), torch.zeros(b)
-    mat = torch.stack([torch.stack([cos, -sin, zero], 1), torch.stack([sin, cos, zero], 1)], 1)
-    grid = F.affine_grid(mat, [b, 1, 28, 28], align_corners=False)
-    return F.grid_sample(xb.view(b, 1, 28, 28), grid, align_corners=False).reshape(b, 784)
-
-
-def _consistency_loss(net, xb, yb, sigma: float, lam: float, g,  # type: ignore[no-untyped-def]
-                      copies: int = 2, smoothing: float = 0.0):
-    """Jeong & Shin 2020: cross-entropy on ``copies`` noisy copies + lam * KL(mean || each)
-    + entropy/2 (``lam = 0``: plain noise augmentation, one copy)."""
-    import torch
-    from torch.nn import functional as F  # noqa: N812
-
-    b = xb.shape[0]
-    copies = copies if lam > 0 else 1
-    noisy = xb.repeat(copies, 1) + sigma * torch.randn(copies * b, 784, generator=g)
-    logits = net(noisy)
-    loss = F.cross_entropy(logits, yb.repeat(copies), label_smoothing=smoothing)
-    if copies == 1:
-        return loss
-    logp = F.log_softmax(logits, dim=1).view(copies, b, -1)
-    mean = logp.exp().mean(0)
-    log_mean = torch.log(mean.clamp_min(1e-12))
-    kl = (mean * (log_mean - logp)).sum(-1).mean()
-    entropy = -(mean * log_mean).sum(-1).mean()
-    return loss + lam * kl + 0.5 * entropy
-
-
-def train(x: np.ndarray, y: np.ndarray, args, seed: int = 0):  # type: ignore[no-untyped-def]
-    """Noise augmentation at ``args.sigma_train`` (Cohen et al. 2019) with random shifts
-    (``--shift`` px), rotations (``--rotate`` degrees) and consistency regularisation over
-    ``--copies`` noisy copies (Jeong & Shin 2020); SGD, Nesterov momentum, weight decay 5e-4,
-    OneCycle. ``seed`` varies the initialisation and the order (ensemble members)."""
-    import torch
-
-    net = _net(args.width, args.arch, args.dropout, seed)
-    lr, batch, epochs = args.lr, args.batch, args.epochs
-    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9, nesterov=True,
-                          weight_decay=5e-4)
-    steps = (len(x) + batch - 1) // batch
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, lr, epochs=epochs, steps_per_epoch=steps)
-    xt, yt = torch.tensor(x), torch.tensor(y)
-    g = torch.Generator().manual_seed(1 + 1000 * seed)
-    sigma = args.sigma_train or args.sigma
-    for _ in range(epochs):
-        perm = torch.randperm(len(xt), generator=g)
-        for i in range(0, len(xt), batch):
-            idx = perm[i:i + batch]
-            xb = _shift(xt[idx], g, args.shift) if args.shift else xt[idx]
-            xb = _rotate(xb, g, args.rotate) if args.rotate else xb
-            loss = _consistency_loss(net.train(), xb, yt[idx], sigma, args.lam, g,
-                                     args.copies, args.smoothing)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            sched.step()
-    return net.eval()
 
 
 def pgd_smoothed(net, x: np.ndarray, label: int, eps: float, sigma: float,  # type: ignore[no-untyped-def]
@@ -234,18 +133,7 @@ def _curve(labels: np.ndarray, radii: np.ndarray, y: np.ndarray) -> list[float]:
 def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sigma", type=float, default=0.5)
-    ap.add_argument("--sigma-train", type=float, default=0.0,
-                    help="training noise if not --sigma (a little above it can help)")
-    ap.add_argument("--epochs", type=int, default=60)
-    ap.add_argument("--lam", type=float, default=5.0, help="consistency weight (0: plain)")
-    ap.add_argument("--copies", type=int, default=2, help="noisy copies per example (lam > 0)")
-    ap.add_argument("--lr", type=float, default=0.1, help="OneCycle peak learning rate")
-    ap.add_argument("--arch", default="strided", choices=("strided", "pool"))
-    ap.add_argument("--width", type=int, default=16, help="channels of the first conv")
-    ap.add_argument("--dropout", type=float, default=0.0)
-    ap.add_argument("--shift", type=int, default=2, help="random shifts up to this many px")
-    ap.add_argument("--rotate", type=float, default=0.0, help="random rotations (degrees)")
-    ap.add_argument("--smoothing", type=float, default=0.0, help="label smoothing")
+    robust_train.add_train_args(ap)
     ap.add_argument("--ensemble", type=int, default=2, help="base nets averaged (seeds s..s+k-1)")
     ap.add_argument("--seed", type=int, default=0, help="first member's seed s")
     ap.add_argument("--combine", default="softmax", choices=robust.ensemble.COMBINES,
@@ -253,7 +141,6 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--temperature", type=float, default=1.0, help="softmax temperature")
     ap.add_argument("--consensus", type=int, default=0,
                     help="K-consensus: the first K members agreeing answer alone (0: off)")
-    ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
     ap.add_argument("--val", type=int, default=0,
                     help="hold out the last VAL training images and certify them, not the test")
@@ -309,7 +196,7 @@ def load_nets(specs: str, args):  # type: ignore[no-untyped-def]
         obj = torch.load(path)
         # a single state_dict is what earlier versions of this script saved
         for state in [obj] if isinstance(obj, dict) else obj:
-            net = _net(width, arch, args.dropout)
+            net = robust_train.net(width, arch, args.dropout)
             net.load_state_dict(state)
             nets.append(_shifted(net.eval(), dx, dy) if dx or dy else net.eval())
     return nets
@@ -324,7 +211,7 @@ def _base_net(args, xtr: np.ndarray, ytr: np.ndarray):  # type: ignore[no-untype
         nets = load_nets(args.load, args)
     else:
         seeds = range(args.seed, args.seed + args.ensemble)
-        nets = [train(xtr, ytr, args, seed) for seed in seeds]
+        nets = [robust_train.train(xtr, ytr, args, seed) for seed in seeds]
     if args.save:
         torch.save([n.state_dict() for n in nets], args.save)
     return nets, _ensemble(nets)

@@ -25,8 +25,9 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import robust_train  # noqa: E402
 from mnist_data import mnist_5k  # noqa: E402
-from robust_bench import _net, _shift, load_nets  # noqa: E402
+from robust_bench import load_nets  # noqa: E402
 
 
 def distil(x: np.ndarray, y: np.ndarray, teachers, args):  # type: ignore[no-untyped-def]
@@ -34,7 +35,7 @@ def distil(x: np.ndarray, y: np.ndarray, teachers, args):  # type: ignore[no-unt
     import torch
     from torch.nn import functional as F  # noqa: N812
 
-    net = _net(args.width, "strided", 0.0, args.seed)
+    net = robust_train.net(args.width, "strided", 0.0, args.seed)
     steps = (len(x) + args.batch - 1) // args.batch
     opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9, nesterov=True,
                           weight_decay=5e-4)
@@ -46,7 +47,7 @@ def distil(x: np.ndarray, y: np.ndarray, teachers, args):  # type: ignore[no-unt
         perm = torch.randperm(len(xt), generator=g)
         for i in range(0, len(xt), args.batch):
             idx = perm[i:i + args.batch]
-            xb = _shift(xt[idx], g, args.shift) if args.shift else xt[idx]
+            xb = robust_train.shift(xt[idx], g, args.shift) if args.shift else xt[idx]
             noisy = xb.repeat(2, 1) + args.sigma * torch.randn(2 * len(idx), 784,
                                                                       generator=g)
             with torch.inference_mode():

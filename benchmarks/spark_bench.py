@@ -184,7 +184,7 @@ def run_bounded(spark: Any, fn: Answer, timeout: float | None) -> tuple[float, b
 
 
 def rounds(spark: Any, systems: dict[str, dict[str, Answer]], repeats: int,
-           slow: dict[str, int], timeout: float) -> dict[str, Any]:
+           slow: dict[str, int], timeout: float, warm: bool = True) -> dict[str, Any]:
     """Every system warmed once (not timed), then ``repeats`` rounds in which the systems
     take turns (the order rotates each round): load changes on a shared machine hit all of
     them alike. A system in ``slow`` runs only in its first ``slow[name]`` rounds."""
@@ -192,7 +192,7 @@ def rounds(spark: Any, systems: dict[str, dict[str, Answer]], repeats: int,
                                                 for n, fns in systems.items()}
     unfinished: dict[str, list[str]] = {}
     names = list(systems)
-    for n in names:
+    for n in names if warm else []:
         if n not in slow:
             for fn in systems[n].values():
                 fn()  # warm-up: JIT, file cache, Spark's first-query costs
@@ -272,6 +272,9 @@ def main() -> None:
     ap.add_argument("--tumult-timeout", type=float, default=600.0,
                     help="seconds before a Tumult answer is cancelled (then a lower bound)")
     ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="skip the untimed first answers (at 100M rows a warm-up round costs "
+                         "as much as a timed one; first-query costs are then a small share)")
     args = ap.parse_args()
     warnings.simplefilter("ignore", FutureWarning)
     args.data.mkdir(parents=True, exist_ok=True)
@@ -286,6 +289,7 @@ def main() -> None:
     t0 = time.perf_counter()
     spark = session(args.cores, args.partitions)
     res: dict[str, Any] = {"rows": args.rows, "repeats": args.repeats, "cores": args.cores,
+                           "warmup": not args.no_warmup,
                            "partitions": args.partitions, "pyspark": spark.version,
                            "session_start": time.perf_counter() - t0, "load": {}}
     setups: dict[str, Callable[[dict[str, float]], dict[str, Answer]]] = {
@@ -305,7 +309,7 @@ def main() -> None:
             except ImportError as exc:
                 print(f"{name} skipped: {exc}", flush=True)
         res.update(rounds(spark, systems, args.repeats, {"tumult": args.tumult_rounds},
-                          args.tumult_timeout))
+                          args.tumult_timeout, warm=not args.no_warmup))
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)

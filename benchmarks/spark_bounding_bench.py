@@ -5,9 +5,12 @@ exact form and the keyed hash that orders a unit's rows cost (docs/scale.md, How
 
 Same generated rows as ``spark_bench.py`` (Parquet under ``--data``, reused). Each variant is
 a grouped COUNT / SUM over ``g``; the bounded ones keep 3 rows per ``uid`` by ``ROW_NUMBER``
-in the order of: ``md5_printf`` the former portable hash (MD5 of the row's text, floats
-printed with ``printf('%.12e')``), ``md5_floor`` the current one (floats as the integer
-``floor(x·2^20)``), ``xxhash64`` Spark's own hash (no DuckDB twin: the floor of the cost).
+in the order of: ``md5_printf`` an early portable hash (MD5 of the row's text, floats
+printed with ``printf('%.12e')``), ``md5_floor`` the next one (floats as the integer
+``floor(x·2^20)``), ``int_g_x`` / ``int_x_k`` the keyed integer hash that replaced it
+(``portable_hash_sql``; ``g`` a string without a domain still goes through an MD5),
+``xxhash64`` Spark's own hash (no DuckDB twin: the floor of the cost). ``--variants`` picks
+some.
 Every variant runs once untimed, then the variants take turns for ``--repeats`` rounds;
 medians (min-max) and ratios to ``plain``.
 """
@@ -41,6 +44,16 @@ def _capped(order: str) -> str:
                           f"x) AS rn FROM t) WHERE rn <= 3")
 
 
+def _keyed(cols: list[tuple[str, str]]) -> str:
+    """The portable keyed integer hash (dpkit.engine.plan.portable) of ``cols``, as Spark
+    runs it (the tie-break by value follows in ``_capped``)."""
+    from dpkit.engine.backend_spark import to_spark_sql
+    from dpkit.engine.plan.portable import portable_hash_sql
+
+    text = to_spark_sql(f"SELECT {portable_hash_sql(cols, 12345)} FROM t")
+    return text[len("SELECT "):text.rindex(" FROM t")]
+
+
 VARIANTS = {
     "plain": "SELECT g, COUNT(*), SUM(x), AVG(x) FROM t GROUP BY g",
     "bigint_sum": AGG.format(src="t"),  # wraps beyond 2^63: not exact in general
@@ -51,6 +64,8 @@ VARIANTS = {
                    f"GROUP BY g",
     "md5_printf": _capped(_md5(PRINTF)),
     "md5_floor": _capped(_md5(FLOOR)),
+    "int_g_x": _capped(_keyed([("g", "VARCHAR"), ("x", "DOUBLE")]) + ", g"),
+    "int_x_k": _capped(_keyed([("x", "DOUBLE"), ("k", "BIGINT")]) + ", k"),
     "xxhash64": _capped("xxhash64(g, x, 12345)"),
 }
 
@@ -60,6 +75,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "dpkit_spark")
+    ap.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     args = ap.parse_args()
     args.data.mkdir(parents=True, exist_ok=True)
     data = args.data / f"rows_{args.rows}.parquet"
@@ -67,11 +83,12 @@ def main() -> None:
         write_rows(data, args.rows)
     spark = session(2, 4)
     spark.read.parquet(str(data)).createOrReplaceTempView("t")
-    for q in VARIANTS.values():
+    chosen = {n: VARIANTS[n] for n in args.variants}
+    for q in chosen.values():
         spark.sql(q).collect()  # warm-up
-    times: dict[str, list[float]] = {n: [] for n in VARIANTS}
+    times: dict[str, list[float]] = {n: [] for n in chosen}
     for _ in range(args.repeats):
-        for name, q in VARIANTS.items():
+        for name, q in chosen.items():
             t0 = time.perf_counter()
             spark.sql(q).collect()
             times[name].append(time.perf_counter() - t0)

@@ -114,7 +114,8 @@ def test_bounding_keeps_the_same_rows(spark: Any, parquet_rows: Path) -> None:
     """Byte-equal kept rows: the portable bounding CTEs on both engines, unit + group + value
     columns (a float with NaN, NULL, +-1e300, -0.0), 3 rows per unit, two seeds."""
     import duckdb
-    import sqlglot
+
+    from dpkit.engine.backend_spark import to_spark_sql
 
     spark.read.parquet(str(parquet_rows)).createOrReplaceTempView("rows_view")
     for seed in (1, 2**62 + 12345):
@@ -125,8 +126,7 @@ def test_bounding_keeps_the_same_rows(spark: Any, parquet_rows: Path) -> None:
         text = (f"WITH __src AS (SELECT uid AS __u, g AS __g0, x AS __c0 FROM {{rel}}), {body} "
                 f"SELECT __u, __g0, CAST(__c0 AS VARCHAR) FROM {last}")
         d = duckdb.sql(text.format(rel=f"read_parquet('{parquet_rows}')")).fetchall()
-        s_text = sqlglot.transpile(text.format(rel="rows_view"), read="duckdb",
-                                   write="spark")[0]
+        s_text = to_spark_sql(text.format(rel="rows_view"))
         s = [tuple(r) for r in spark.sql(s_text).collect()]
         assert _canon(s) == _canon(d)
         assert len(d) < 3400  # heavy units were cut
@@ -135,21 +135,6 @@ def test_bounding_keeps_the_same_rows(spark: Any, parquet_rows: Path) -> None:
 def _canon(rows: list[Any]) -> list[Any]:
     """Kept rows with their values as one text (the engines print doubles differently)."""
     return sorted((u, g or "", "NULL" if v is None else repr(float(v))) for u, g, v in rows)
-
-
-def test_joins_are_refused_before_the_charge(pair: Any) -> None:
-    """What Spark does not run yet (a JOIN with a Spark table) spends nothing. (QUANTILE and
-    MEDIAN were refused here before they ran on Spark: tests/spark/test_spark_families.py.)"""
-    import pandas as pd
-
-    _, spk = pair
-    spk.add_table("wards", pd.DataFrame({"h": ["a", "b", "c"], "w": [1, 2, 3]}), public=True,
-                  engine="duckdb")
-    spent = spk.budget().spent
-    with pytest.raises(dp.engine.QueryError, match="JOINs with Spark table"):
-        spk.sql("SELECT w, COUNT(*) AS n FROM usr JOIN wards ON usr.h = wards.h GROUP BY w",
-                epsilon=0.5)
-    assert spk.budget().spent == spent
 
 
 def test_import_dpkit_does_not_import_pyspark() -> None:
@@ -180,3 +165,19 @@ def test_spark_rounds_fixed_point_integers_as_duckdb(spark: Any) -> None:
     assert duckdb.sql(ours.sql(dialect="duckdb")).fetchall() == want
     got = [tuple(r) for r in spark.sql(ours.sql(dialect="spark")).collect()]
     assert got == want
+
+
+def test_user_level_reads_the_bucketed_copy_without_a_shuffle(pair: Any) -> None:
+    """A table with a privacy unit is copied bucketed by it: the bounding window needs no
+    exchange of the rows by unit (only the small exchange of the partial aggregates), and
+    the record-level table (no unit) is a plain copy."""
+    _, spk = pair
+    _exact(spk, "SELECT g, COUNT(*) AS n, SUM(x) AS s FROM usr GROUP BY g")
+    backend = spk._backend
+    text = next(t for t in backend._texts.values() if "ROW_NUMBER" in t)
+    plan = backend.session().sql(text)._jdf.queryExecution().executedPlan().toString()
+    assert "Bucketed: true" in plan
+    exchanges = [ln for ln in plan.splitlines() if "Exchange hashpartitioning" in ln]
+    assert exchanges and not any("uid" in ln or "__u" in ln for ln in exchanges), plan
+    for name, meta in spk.tables().items():
+        assert (Path(meta.source) / "_dpkit_buckets").exists() == (name == "usr"), name

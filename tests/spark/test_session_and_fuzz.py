@@ -22,6 +22,8 @@ from dpkit.engine.tables import Column, TableMeta
 SMALL = TableMeta("t", (Column("uid", "BIGINT"), Column("k", "VARCHAR"), Column("x", "DOUBLE")),
                   privacy_unit="uid", max_rows_per_unit=2, bounds={"x": (0, 10)},
                   domains={"k": ("a", "b")})
+# a public lookup table the fuzzer joins (loaded into DuckDB, shipped to Spark by the query)
+LOOKUP = TableMeta("wards", (Column("k", "VARCHAR"), Column("label", "VARCHAR")), public=True)
 
 
 
@@ -71,7 +73,8 @@ def test_the_work_trace_sees_the_spark_statements(project: Path, spark: Any) -> 
     assert "dpkit_" in t.statements[-1][2]  # over the Spark view, not the DuckDB relation
 
 
-def _spark_factory(spark: Any) -> Any:
+def _spark_factory(spark: Any, joined: list[str]) -> Any:
+    """Spark projects for the fuzzer; ``joined`` collects the JOIN queries that answered."""
     def make(path: Path, data_file: Path, table: TableMeta, public: Any, *, accountant: str,
              seed: int) -> Any:
         import pyarrow.parquet as pq
@@ -84,28 +87,42 @@ def _spark_factory(spark: Any) -> Any:
         cur = dp.Curator.create(path, budget=dp.Budget(epsilon=1000, delta=1e-3,
                                                        accountant=accountant),
                                 source=dp.noise.seeded(seed), engine="spark", spark=spark)
+        for p in public:
+            cur.add_table(p.name, f"{data_file}::{p.name}", public=True, engine="duckdb")
         cur.add_table(table.name, str(parquet), privacy_unit=table.privacy_unit,
                       bounds=dict(table.bounds), max_rows_per_unit=table.max_rows_per_unit,
                       domains={k: list(v) for k, v in table.domains.items()})
+        sql = cur.sql
+
+        def recorded(text: str, *args: Any, **kwargs: Any) -> Any:
+            out = sql(text, *args, **kwargs)
+            if " JOIN " in text:
+                joined.append(text)
+            return out
+        cur.sql = recorded
         return cur
     return make
 
 
-@pytest.mark.parametrize(("families", "queries"), [
-    (("sql",), 8),
+@pytest.mark.parametrize(("families", "queries", "seed"), [
+    # with a public lookup table (LOOKUP); seed 26 draws three JOINs with it, one with QUANTILE
+    (("sql",), 8, 26),
     # the release families, their SQL forms and fit (on Spark since they read a portable
     # histogram or bounded rows: tests/spark/test_spark_families.py)
-    (("dp_cdf", "cdf", "filter", "synthetic", "fit"), 6),
+    (("dp_cdf", "cdf", "filter", "synthetic", "fit"), 6, 5),
 ])
 def test_the_side_channel_fuzzer_finds_nothing_on_spark(spark: Any, families: tuple[str, ...],
-                                                        queries: int) -> None:
+                                                        queries: int, seed: int) -> None:
     """Neighbouring datasets D, D' (one unit added) on Spark: every public part of the outcome
     (kind, error text, keys and their order, cost) is the same (docs/attacks.md)."""
+    joined: list[str] = []
+    public = [LOOKUP] if families == ("sql",) else []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        rep = sc.fuzz(SMALL, queries=queries, seed=5, neighbours=("add",),
+        rep = sc.fuzz(SMALL, public=public, queries=queries, seed=seed, neighbours=("add",),
                       accountants=("approx",), families=families, units=8, max_findings=1,
-                      factory=_spark_factory(spark))
+                      factory=_spark_factory(spark, joined))
     assert not rep.skipped, rep.skipped
+    assert bool(joined) == bool(public), joined  # a JOIN with the public table answered
     assert rep.comparisons == queries
     assert rep.ok, rep.summary()

@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from decimal import Decimal
@@ -32,14 +33,16 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
-from dpkit.engine.backend_duckdb import DuckBackend, relation_name
+from dpkit.engine.backend_duckdb import DuckBackend, relation_name, table_relation
 from dpkit.engine.duckdb_sources import store_domain
 from dpkit.engine.spec import QueryError
 from dpkit.engine.tables import FIXED_PREFIX, Column, TableMeta, quote_ident
 from dpkit.noise import trace as _trace
 
-__all__ = ["ENGINES", "SPARK", "SparkBackend", "backend_for", "check_engine", "check_on_spark",
-           "drop_spark_orphans", "load_spark_table", "local_session", "spark_columns"]
+__all__ = ["ENGINES", "PUBLIC_MAX_ROWS", "SPARK", "SparkBackend", "backend_for", "check_engine",
+           "check_on_spark", "drop_spark_orphans", "exact_rounds", "exact_sums", "hex_casts",
+           "load_spark_table", "local_session", "ship_public", "spark_columns", "to_spark_sql",
+           "write_bucketed"]
 
 SPARK = "spark"  # TableMeta.storage of a Spark table
 _MISSING = ("pyspark is not installed: pip install 'dpkit[spark]' (pyspark needs Java 17+); "
@@ -59,7 +62,11 @@ def local_session() -> Any:
         raise QueryError(_MISSING) from None
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # the catalog (bucketed copies are declared there) keeps its empty warehouse folder in
+    # the temporary directory, not in the working directory
+    warehouse = Path(tempfile.gettempdir()) / "dpkit-spark-warehouse"
     return (SparkSession.builder.master("local[2]").appName("dpkit")
+            .config("spark.sql.warehouse.dir", str(warehouse))
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.bindAddress", "127.0.0.1")
             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
@@ -104,17 +111,25 @@ def _read_source(spark: Any, source: Any) -> Any:
 def load_spark_table(db_path: Path, spark: Any, name: str, source: Any, *, directory: Path,
                      physical: str, validate: Callable[[list[Column], int], None],
                      domains: Callable[[], Sequence[tuple[str, str, Sequence[Any]]]],
-                     not_null: Callable[[], Sequence[str]]) -> tuple[list[Column], str, str]:
+                     not_null: Callable[[], Sequence[str]],
+                     unit: str | None = None) -> tuple[list[Column], str, str]:
     """Copy ``source`` to Parquet under ``directory/physical`` and give DuckDB an empty table of
     its columns (``priv.<physical>``, for typing and dry runs). ``validate(columns, rows)``,
     the declared domains (checked against the column types) and ``not_null`` (counted in Spark)
-    run before anything is kept. Returns (columns, storage ``"spark"``, DuckDB relation)."""
+    run before anything is kept. With a privacy ``unit``, the copy is bucketed by it
+    (:func:`write_bucketed`). Returns (columns, storage ``"spark"``, DuckDB relation)."""
     df = _read_source(spark, source)
     columns = spark_columns(df.schema)
     target = directory / physical
     directory.mkdir(parents=True, exist_ok=True)
+    # the unit as the copy spells it (a name that matches no column is refused by validate)
+    by = next((c.name for c in columns if unit is not None and c.name.lower() == unit.lower()),
+              None)
     try:
-        df.write.mode("overwrite").parquet(str(target))
+        if by is None:
+            df.write.mode("overwrite").parquet(str(target))
+        else:
+            write_bucketed(spark, df, target, by, physical)
         df = spark.read.parquet(str(target))
         validate(columns, int(df.count()))
         _check_complete(df, columns, not_null())
@@ -123,6 +138,39 @@ def load_spark_table(db_path: Path, spark: Any, name: str, source: Any, *, direc
         shutil.rmtree(target, ignore_errors=True)
         raise
     return columns, SPARK, relation_name(physical, False)
+
+
+_BUCKETS = "_dpkit_buckets"  # in a bucketed copy's folder: "<unit>\t<buckets>" (Spark skips _*)
+
+
+def write_bucketed(spark: Any, df: Any, target: Path, unit: str, physical: str) -> None:
+    """Write ``df`` to ``target`` as Parquet bucketed by ``unit`` (Spark's bucket layout: one
+    file per bucket, a row's bucket a hash of its unit), as many buckets as the session's
+    ``spark.sql.shuffle.partitions``. A query's windows partitioned by the unit then need no
+    shuffle of the rows (``EXPLAIN``: no ``Exchange hashpartitioning`` on the unit). Bucket
+    information lives in Spark's catalog only, so the table written here is dropped from it
+    at once (an external table: its files stay) and :meth:`SparkBackend.register` declares
+    it again in each query session from the note this writes beside the files."""
+    buckets = max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
+    table = f"dpkit_load_{physical}"
+    try:
+        (df.repartition(buckets, unit).write.mode("overwrite").bucketBy(buckets, unit)
+         .option("path", str(target)).saveAsTable(table))
+    finally:
+        with contextlib.suppress(Exception):
+            spark.sql(f"DROP TABLE IF EXISTS {table}")
+    with contextlib.suppress(OSError):  # a path Python cannot write: the copy reads as plain
+        (target / _BUCKETS).write_text(f"{unit}\t{buckets}\n")
+
+
+def _bucket_spec(source: str) -> tuple[str, int] | None:
+    """The (unit, buckets) of a copy written by :func:`write_bucketed`, else None."""
+    note = Path(source) / _BUCKETS
+    try:
+        unit, buckets = note.read_text().strip().split("\t")
+    except (OSError, ValueError):  # not bucketed (or not on a local path: read as plain)
+        return None
+    return unit, int(buckets)
 
 
 def _check_complete(df: Any, columns: Sequence[Column], names: Sequence[str]) -> None:
@@ -170,6 +218,8 @@ class SparkBackend(DuckBackend):
         self._views: dict[tuple[str, str], str] = {}  # (schema, physical) -> Spark view
         self._frames: dict[str, Any] = {}  # Spark text -> its analysed DataFrame
         self._texts: dict[str, str] = {}  # DuckDB text -> its Spark text (views only grow)
+        self._public: dict[tuple[str, str], TableMeta] = {}  # public tables seen, by relation
+        self._shipped: dict[tuple[str, str], str] = {}  # public relation -> its Spark view
         self._spark_lock = threading.Lock()
 
     def portable(self, meta: TableMeta) -> bool:
@@ -190,36 +240,64 @@ class SparkBackend(DuckBackend):
             return self._session
 
     def register(self, tables: Mapping[str, TableMeta]) -> None:
-        """Make a Spark view of each Spark table in ``tables`` (once per session)."""
+        """Make a Spark view of each Spark table in ``tables`` (once per session); note the
+        public tables, shipped to Spark when a statement first reads them (:meth:`to_spark`)."""
         for meta in tables.values():
+            if meta.public and meta.storage != SPARK:
+                t = exp.to_table(table_relation(meta), dialect="duckdb")
+                self._public.setdefault((t.db, t.name), meta)
+                continue
             if meta.storage != SPARK:
                 continue
             key = ("priv", meta.stored_name)
             if key not in self._views:
                 view = f"dpkit_{meta.stored_name}"
-                self.session().read.parquet(meta.source).createOrReplaceTempView(view)
+                spec = _bucket_spec(meta.source)
+                session = self.session()
+                df = session.read.parquet(meta.source)
+                if spec is None:
+                    df.createOrReplaceTempView(view)
+                else:  # Spark knows the buckets only from a catalog table
+                    cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}"
+                                     for f in df.schema.fields)
+                    path = exp.Literal.string(str(meta.source)).sql(dialect="spark")
+                    session.sql(f"CREATE TABLE IF NOT EXISTS {view} ({cols}) USING parquet "
+                                f"CLUSTERED BY (`{spec[0]}`) INTO {spec[1]} BUCKETS "
+                                f"LOCATION {path}")
                 self._views[key] = view
 
+    def _public_view(self, key: tuple[str, str]) -> str | None:
+        """The Spark view of a public DuckDB table (its rows shipped once per registration: a
+        new load is a new stored name); None for a relation that is not a public table."""
+        view = self._shipped.get(key)
+        if view is None and key in self._public:
+            view = ship_public(self.session(), self, self._public[key],
+                               f"dpkit_pub_{key[1]}")
+            self._shipped[key] = view
+        return view
+
     def to_spark(self, text: str) -> str | None:
-        """``text`` (DuckDB SQL) as Spark SQL over the views; None if it reads no Spark table."""
+        """``text`` (DuckDB SQL) as Spark SQL over the views; None if it reads no Spark table.
+        The public tables it joins are shipped to Spark on first use (refused above
+        :data:`PUBLIC_MAX_ROWS` rows: a ``QueryError``, before the charge when asked by
+        :meth:`check`)."""
         if not self._views or not any(p in text for _, p in self._views):
             return None
         done = self._texts.get(text)
         if done is not None:  # asked before the charge (check) and again to read (run)
             return done
         tree = sqlglot.parse_one(text, read="duckdb")
-        hit = False
-        for t in list(tree.find_all(exp.Table)):
-            view = self._views.get((t.db, t.name))
+        tables = list(tree.find_all(exp.Table))
+        if not any((t.db, t.name) in self._views for t in tables):
+            return None
+        for t in tables:
+            view = self._views.get((t.db, t.name)) or self._public_view((t.db, t.name))
             if view is not None:
                 t.replace(exp.to_table(view).as_(t.alias_or_name) if t.alias else
                           exp.to_table(view))
-                hit = True
-        if not hit:
-            return None
         if len(self._texts) >= 64:
             self._texts.clear()
-        out = self._texts[text] = exact_sums(exact_rounds(tree)).sql(dialect="spark")
+        out = self._texts[text] = to_spark_sql(tree)
         return out
 
     def check(self, text: str, tables: Mapping[str, TableMeta]) -> None:
@@ -309,6 +387,52 @@ class SparkBackend(DuckBackend):
             self._frames.clear()
 
 
+def to_spark_sql(text: str | Any) -> str:
+    """A portable statement (DuckDB SQL, or its parsed tree, which is changed) as Spark SQL:
+    sqlglot's transpilation plus the rewrites where Spark's spelling of the same value
+    differs (:func:`hex_casts`, :func:`exact_rounds`, :func:`exact_sums`)."""
+    tree = sqlglot.parse_one(text, read="duckdb") if isinstance(text, str) else text
+    return exact_sums(exact_rounds(hex_casts(tree))).sql(dialect="spark")
+
+
+# A public table joined with a Spark table is shipped to Spark as rows held by the driver
+# (a local relation, sent with the tasks): lookup tables are small. Above this many rows it is
+# refused; aggregate or filter it to the keys the query needs first.
+PUBLIC_MAX_ROWS = 100_000
+
+# DuckDB type -> Spark type of a shipped public column (the reverse of _TYPES)
+_TO_SPARK = {d: s for s, d in _TYPES.items()}
+
+
+def ship_public(spark: Any, duck: DuckBackend, meta: TableMeta, view: str) -> str:
+    """Copy public table ``meta``'s rows from DuckDB to a Spark temporary view ``view`` (the
+    same columns, types and values: doubles, decimals, dates and strings travel exactly).
+    Refused, with a ``QueryError`` and nothing shipped, above :data:`PUBLIC_MAX_ROWS` rows or
+    for a column type Spark has no twin of. Public data: no privacy question here."""
+    fields = []
+    for c in meta.columns:
+        t = c.type.upper()
+        spark_type = t.lower() if t.startswith("DECIMAL") else _TO_SPARK.get(t)
+        if spark_type is None:
+            raise QueryError(f"public table {meta.name!r}: column {c.name!r} has type {c.type}, "
+                             f"which cannot be shipped to Spark; load the table with that "
+                             f"column cast to a number, string, boolean, date or timestamp "
+                             f"(nothing charged)")
+        fields.append(f"`{c.name.replace('`', '``')}` {spark_type}")
+    relation = table_relation(meta)
+    n = DuckBackend.query_public(duck, f"SELECT COUNT(*) FROM {relation}")[0][0]
+    if n > PUBLIC_MAX_ROWS:
+        raise QueryError(f"public table {meta.name!r} has {n} rows; a public table joined with "
+                         f"a Spark table is shipped to Spark and may hold at most "
+                         f"{PUBLIC_MAX_ROWS}. Load only the rows and columns the query needs "
+                         f"(a smaller lookup table), or join it in Spark before loading the "
+                         f"private table (nothing charged)")
+    cols = ", ".join(quote_ident(c.name) for c in meta.columns)
+    rows = DuckBackend.query_public(duck, f"SELECT {cols} FROM {relation}")
+    spark.createDataFrame(rows, schema=", ".join(fields)).createOrReplaceTempView(view)
+    return view
+
+
 def exact_sums(tree: Any) -> Any:
     """Every SUM of a compiled statement adds integers (fixed-point values, counts); DuckDB
     adds them into HUGEINT, Spark into a BIGINT that wraps. Each BIGINT ``v`` is split as
@@ -329,6 +453,20 @@ def exact_sums(tree: Any) -> Any:
                       dec)
         node.replace(exp.paren(exp.Add(this=exp.Mul(this=hi, expression=exp.Literal.number(
             2**31)), expression=lo)))
+    return tree
+
+
+def hex_casts(tree: Any) -> Any:
+    """``CAST('0x' || h AS BIGINT)`` (DuckDB reads a hex text as an integer; the portable keyed
+    hash uses it on 8 hex digits of an MD5) as ``CAST(conv(h, 16, 10) AS BIGINT)``: Spark's
+    cast of a ``0x`` text is NULL. Same value: ``h`` is at most 8 hex digits (< 2^32)."""
+    for node in list(tree.find_all(exp.Cast)):
+        inner = node.this.unnest() if isinstance(node.this, exp.Paren) else node.this
+        if (isinstance(inner, exp.DPipe) and isinstance(inner.this, exp.Literal)
+                and inner.this.is_string and inner.this.this == "0x"
+                and node.to.is_type(exp.DataType.Type.BIGINT)):
+            node.set("this", exp.Anonymous(this="conv", expressions=[
+                inner.expression.copy(), exp.Literal.number(16), exp.Literal.number(10)]))
     return tree
 
 

@@ -152,7 +152,8 @@ def load_declared_spark(db_path: Path, spark: Any, name: str, source: Any,
     physical = f"{name}__v{_noise.token_hex(16)[:16]}"
     columns, storage, relation = load_spark_table(
         db_path, spark, name, source, directory=directory, physical=physical,
-        validate=job.validate, domains=job.domains, not_null=lambda: job.not_null)
+        validate=job.validate, domains=job.domains, not_null=lambda: job.not_null,
+        unit=decl.privacy_unit)
     unit, rows, groups, bounds, doms = job.valid
     return TableMeta(
         name=name, columns=tuple(columns), privacy_unit=unit, public=False,

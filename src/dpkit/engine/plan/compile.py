@@ -31,6 +31,7 @@ from dpkit.engine.plan.fixed import (
 from dpkit.engine.plan.model import Measure, Plan
 from dpkit.engine.plan.portable import (
     bounding_ctes_portable,
+    domain_limbs,
     histogram_ctes,
     portable_hash_sql,
     tie_break,
@@ -204,11 +205,13 @@ def bound_contributions(st: SqlState) -> None:
     plan = st.plan
     seed_lit = f"CAST({int(st.seed)} AS UBIGINT)"
     drop = "__n" if st.portable and any(mm.kind == "ddrop" for mm in plan.measures) else None
+    limbs = domain_limbs([(c, k.type) for c, k in zip(st.group_cols, plan.spec.group_by,
+                                                       strict=True)], plan.key_sources, literal_sql)
     if plan.spec.group_by and plan.g < plan.m:
         gk = ", ".join(st.group_cols)
         typed = typed_columns(st)[:1 + len(st.group_cols)]
-        order = (f"{portable_hash_sql(typed, st.seed)}{tie_break(typed)}" if st.portable
-                 else f"hash(__u, {gk}, {seed_lit})")
+        order = (f"{portable_hash_sql(typed, st.seed, limbs)}{tie_break(typed)}"
+                 if st.portable else f"hash(__u, {gk}, {seed_lit})")
         # portable diagnostics: the unit's rows before the groups cap, for its dropped rows
         # (same partitioning as the rank: no extra shuffle)
         total = "" if drop is None else ", COUNT(*) OVER (PARTITION BY __u) AS __ns"
@@ -221,7 +224,7 @@ def bound_contributions(st: SqlState) -> None:
     if st.portable:
         bound, st.current = bounding_ctes_portable(st.current, typed_columns(st),
                                                    list(st.stored.values()), m=plan.m,
-                                                   seed=st.seed, drop=drop)
+                                                   seed=st.seed, drop=drop, limbs=limbs)
         st.ctes.extend(bound)
         return
     cols = ["__u", *st.group_cols, *st.value_cols.values()]

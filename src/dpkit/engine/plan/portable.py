@@ -6,18 +6,17 @@ the same in both engines (the text is then transpiled to Spark by sqlglot in
 :mod:`dpkit.engine.backend_spark`; DuckDB runs it as written):
 
 * **the keyed hash** that orders a unit's rows for contribution bounding. DuckDB's ``hash``
-  is not Spark's (Murmur3, 32 bits), so the portable hash is the MD5 of a canonical text of the
-  hashed columns and the per-query secret seed, which both engines compute byte for byte:
-  integers, decimals, strings, booleans, dates and timestamps cast to text (identical in both),
-  floats as the integer ``floor(x·2^20)`` (exact in both; beyond ±2^40, NaN and infinities get
-  fixed texts). Rows whose texts coincide without being equal are ordered by their values
-  next (numeric order, NULLS LAST, identical in both engines), so the rows kept are the same
-  in both. The unit itself is not hashed (it is the same on every row of its partition).
-* **bounding** keeps a unit's ``m`` first rows in that order with ``ROW_NUMBER`` (a window
-  both engines have) instead of DuckDB's top-m list aggregate. Both windows (the unit's row
-  count, then the row number) partition by the unit alone, so Spark shuffles the rows once;
-  the hash is computed only for units above the cap. The rows dropped by the cap (a
-  diagnostic) are counted on the way, in the same pass.
+  is not Spark's (Murmur3, 32 bits), so the portable hash is integer arithmetic both engines
+  compute bit for bit (:func:`portable_hash_sql`): each column a limb (numbers, floats through
+  the exact ``floor(x·2^20)``, booleans, dates, a string key's position in its declared
+  domain), the other columns one limb from the MD5 of their text, mixed with keys derived
+  from the per-query secret seed modulo the prime ``2^31 - 1`` (no product reaches 2^63).
+  Rows whose hashes coincide are ordered by their values next (NULLS LAST, identical in
+  both engines), so the rows kept are the same in both. The unit itself is not hashed.
+* **bounding** keeps a unit's ``m`` first rows in that order with one ``ROW_NUMBER`` window
+  (both engines have it) instead of DuckDB's top-m list aggregate: Spark sorts the rows once
+  and shuffles them at most once (not at all on a copy bucketed by the unit). The rows
+  dropped by the cap (a diagnostic) are counted on the way, in the same pass (``LEAD``).
 * **quantile histograms**: DuckDB's ``histogram()`` aggregate (a map bin -> rows per group)
   has no Spark twin; the portable statement counts rows per ``(group, bin)`` with ``GROUP BY``
   and folds the counts into the same map with ``map_from_entries(list(...))`` (Spark:
@@ -35,28 +34,40 @@ the secret seed (a stable transformation: one unit changes at most ``m`` rows of
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from dpkit.engine.tables import type_class
 
-__all__ = ["bounding_ctes_portable", "hash_text_sql", "histogram_ctes", "portable_hash_sql",
-           "tie_break"]
+__all__ = ["MAX_DOMAIN_LIMB", "P31", "bounding_ctes_portable", "domain_limb_sql", "domain_limbs",
+           "hash_keys",
+           "hash_limb_sql", "hash_text_sql", "histogram_ctes", "portable_hash_sql", "tie_break"]
 
-# floats are hashed as floor(x * 2^20) below 2^40 in magnitude (an exact integer < 2^60)
+# floats enter the hash as floor(x * 2^20) below 2^40 in magnitude (an exact integer < 2^60)
 _SCALE = "CAST(1048576.0 AS DOUBLE)"
 _BIG = "CAST(1099511627776.0 AS DOUBLE)"
 _SEP = "chr(31)"  # unit separator: joins the column texts
+P31 = 2**31 - 1  # the Mersenne prime the keyed hash works modulo
+_ROUNDS = 2  # finishing rounds after the last column (so the last column mixes too)
+# fixed integers for what has no floor: NULL, NaN, beyond +-2^40 (outside +-2^60: no clash)
+_NULL, _NAN, _POS, _NEG = 2**61 + 1, 2**61 + 2, 2**61 + 3, -(2**61 + 3)
+# integer types whose values enter as v + 2^31 (in [0, 2^32)), and those reduced mod P31
+_INT32 = ("TINYINT", "SMALLINT", "INTEGER", "INT", "INT1", "INT2", "INT4", "UTINYINT",
+          "USMALLINT", "SHORT", "SIGNED")
+_INT64 = ("BIGINT", "INT8", "LONG", "UINTEGER")
+MAX_DOMAIN_LIMB = 256  # longest declared domain written as a CASE limb (else: its MD5)
 
 
 def hash_text_sql(col: str, type_: str) -> str:
-    """One column's canonical text (the same string in DuckDB and Spark; NULL as ``'~'``).
+    """One column's canonical text (the same string in DuckDB and Spark; NULL as ``'~'``), for
+    the columns the integer hash cannot take (strings, decimals, timestamps, ...).
 
-    A float is hashed through ``floor(x·2^20)`` as an integer text (exact in both engines:
-    scaling by a power of two and ``floor`` are exact in IEEE arithmetic, and the integer
-    stays below 2^60); values beyond ±2^40 share a text per sign. The text is not injective:
-    rows whose texts coincide are ordered by their values next (:func:`tie_break`), the same
-    in both engines. (A ``printf`` of the digits, the former text, cost about a quarter of the
-    bounded query's time on Spark: docs/scale.md.)"""
+    A float is written as the integer ``floor(x·2^20)`` (exact in both engines: scaling by a
+    power of two and ``floor`` are exact in IEEE arithmetic, and the integer stays below
+    2^60); values beyond ±2^40 share a text per sign. Texts are not injective: rows whose hash
+    coincides are ordered by their values next (:func:`tie_break`), the same in both
+    engines."""
     cls = type_class(type_)
     if cls == "float":
         x = f"CAST({col} AS DOUBLE)"
@@ -70,53 +81,168 @@ def hash_text_sql(col: str, type_: str) -> str:
     return f"coalesce({text}, '~')"
 
 
-def portable_hash_sql(cols: Sequence[tuple[str, str]], seed: int) -> str:
-    """The keyed hash of ``cols`` (``(sql, type)`` pairs) and ``seed``: a 32-digit hex text,
-    ordered as text (equal-length hex: text order is numeric order)."""
-    parts = [hash_text_sql(c, t) for c, t in cols] + [f"'{int(seed)}'"]
-    return f"md5(concat_ws({_SEP}, {', '.join(parts)}))"
+def hash_limb_sql(col: str, type_: str) -> str | None:
+    """One column as a BIGINT in ``[0, 2^32)`` (a *limb* of the integer hash), computed alike
+    by both engines with integer arithmetic only; None for a column that goes through the
+    text (strings, decimals, timestamps, 64-bit unsigned and wider integers).
+
+    Integers up to 32 bits enter as ``v + 2^31`` (injective); 64-bit ones and floats (as the
+    exact ``floor(x·2^20)``, fixed integers for NaN, ±infinity, beyond ±2^40) as
+    ``v % P31 + P31`` (``%`` truncates toward zero in both engines, so this lies in
+    ``(0, 2·P31)``); dates as days since 1970 plus 2^31. NULL is a fixed value (it may
+    coincide with one real value: the value order then decides, :func:`tie_break`)."""
+    cls = type_class(type_)
+    base = type_.upper().split("(")[0].strip()
+    if cls == "float":
+        x = f"CAST({col} AS DOUBLE)"
+        code = (f"(CASE WHEN {x} IS NULL THEN {_NULL} WHEN isnan({x}) THEN {_NAN} "
+                f"WHEN abs({x}) < {_BIG} THEN CAST(floor({x} * {_SCALE}) AS BIGINT) "
+                f"WHEN {x} > 0 THEN {_POS} ELSE {_NEG} END)")
+        return f"({code} % {P31} + {P31})"
+    if cls == "bool":
+        return f"(CASE WHEN {col} IS NULL THEN 3 WHEN {col} THEN 1 ELSE 2 END)"
+    if base in _INT32:
+        return f"coalesce(CAST({col} AS BIGINT) + {2**31}, 0)"
+    if base in _INT64:
+        return f"(coalesce(CAST({col} AS BIGINT), {_NULL}) % {P31} + {P31})"
+    if base == "DATE":
+        return f"coalesce(date_diff('day', DATE '1970-01-01', {col}) + {2**31}, 0)"
+    return None
+
+
+def hash_keys(seed: int, n: int) -> list[int]:
+    """``n`` multipliers in ``[2, P31 - 1]`` derived from the secret ``seed`` (BLAKE2b of the
+    seed and the position: deterministic, no randomness drawn here)."""
+    out = []
+    for i in range(n):
+        digest = hashlib.blake2b(f"dpkit.portable:{int(seed)}:{i}".encode(),
+                                 digest_size=8).digest()
+        out.append(2 + int.from_bytes(digest, "big") % (P31 - 2))
+    return out
+
+
+def portable_hash_sql(cols: Sequence[tuple[str, str]], seed: int,
+                      limbs: Mapping[str, str] | None = None) -> str:
+    """The keyed hash of ``cols`` (``(sql, type)`` pairs) under the secret ``seed``: a BIGINT
+    in ``[0, P31)`` that DuckDB and Spark compute bit for bit.
+
+    Each column becomes a limb ``x`` in ``[0, 2^32)`` (:func:`hash_limb_sql`); the columns
+    without one (strings, ...) share one limb, the first 32 bits of the MD5 of their texts
+    and the seed (:func:`hash_text_sql`; written ``CAST('0x' || hex AS BIGINT)``, which the
+    Spark backend spells with ``conv``). Limb ``i`` becomes ``((x XOR a_i) * b_i) % P31``
+    with keys ``a_i, b_i`` of its own, the terms are added (a balanced sum: shallow SQL) and
+    reduced mod ``P31``, then ``h <- ((h XOR k) * k') % P31`` twice more. Every product is
+    below ``2^32 · 2^31 = 2^63`` and the sum below ``columns · 2^31``: no BIGINT overflows
+    (Spark's ANSI mode and DuckDB would raise). XOR (bits) and the product modulo a prime
+    (arithmetic) do not commute, so rows differing in one low bit land far apart.
+
+    Privacy does not rest on this hash being cryptographic: the rows a unit keeps are a
+    function of that unit's rows and the seed only (a stable transformation, whatever the
+    function). The key keeps the choice unpredictable to the analyst; the mixing keeps the
+    kept rows a fair sample (not, say, a unit's smallest values)."""
+    given = limbs or {}
+    parts, texts = [], []
+    for c, t in cols:
+        limb = given.get(c) or hash_limb_sql(c, t)
+        if limb is None:
+            texts.append(hash_text_sql(c, t))
+        else:
+            parts.append(limb)
+    if texts or not parts:
+        md5 = f"md5(concat_ws({_SEP}, {', '.join([*texts, repr(str(int(seed)))])}))"
+        parts.append(f"CAST(('0x' || substr({md5}, 1, 8)) AS BIGINT)")
+    keys = hash_keys(seed, 2 * len(parts) + 2 * _ROUNDS)
+    terms = [f"((xor(CAST({keys[2 * i]} AS BIGINT), {x})) * {keys[2 * i + 1]}) % {P31}"
+             for i, x in enumerate(parts)]
+    h = f"({_balanced_sum(terms)}) % {P31}"
+    for r in range(_ROUNDS):
+        k, k2 = keys[2 * len(parts) + 2 * r], keys[2 * len(parts) + 2 * r + 1]
+        h = f"((xor({h}, {k})) * {k2}) % {P31}"
+    return h
+
+
+def _balanced_sum(terms: Sequence[str]) -> str:
+    """``terms`` added as a balanced tree of parentheses: a statement's nesting grows with
+    log(columns), not with columns (sqlglot parses a long chain recursively)."""
+    if len(terms) == 1:
+        return terms[0]
+    half = len(terms) // 2
+    return f"({_balanced_sum(terms[:half])} + {_balanced_sum(terms[half:])})"
+
+
+def domain_limbs(keys: Sequence[tuple[str, str]], sources: Sequence[tuple[str, Any]],
+                 literal: Callable[[Any, str], str]) -> dict[str, str]:
+    """Limbs for the string group keys (``(column, type)``, with the plan's key sources) that
+    have a declared domain: the key's position in it (rows outside it were filtered out
+    before bounding), not an MD5. ``literal(value, type)``: a key as an SQL literal."""
+    out = {}
+    for (c, t), (kind, values) in zip(keys, sources, strict=True):
+        limb = (domain_limb_sql(c, [literal(v, t) for v in values])
+                if kind == "domain" and type_class(t) == "string" else None)
+        if limb is not None:
+            out[c] = limb
+    return out
+
+
+def domain_limb_sql(col: str, literals: Sequence[str]) -> str | None:
+    """A limb for a column whose values lie in a public list (a group key's declared domain,
+    as SQL literals): the value's position in the list (0 for NULL or a value outside it), a
+    few string comparisons in place of an MD5 per row. None for a list too long to inline."""
+    if not literals or len(literals) > MAX_DOMAIN_LIMB:
+        return None
+    whens = " ".join(f"WHEN {lit} THEN {i + 1}" for i, lit in enumerate(literals))
+    return f"CAST((CASE {col} {whens} ELSE 0 END) AS BIGINT)"
 
 
 def tie_break(cols: Sequence[tuple[str, str]]) -> str:
-    """The columns whose hash text may coincide for different values (floats), as ORDER BY
-    items after the hash."""
-    floats = [c for c, t in cols if type_class(t) == "float"]
-    return "".join(f", {c} NULLS LAST" for c in floats)
+    """ORDER BY items after the hash: every hashed column by value (NULLS LAST), so rows
+    whose hashes coincide are ordered alike in both engines (numbers, dates and booleans in
+    their order, strings by their bytes; NaN after every number in both)."""
+    return "".join(f", {c} NULLS LAST" for c, _ in cols)
 
 
 def bounding_ctes_portable(source: str, cols: Sequence[tuple[str, str]],
                            derived: Sequence[str], *, m: int, seed: int,
-                           drop: str | None = None) -> tuple[list[str], str]:
+                           drop: str | None = None,
+                           limbs: Mapping[str, str] | None = None) -> tuple[list[str], str]:
     """CTEs keeping at most ``m`` rows per unit of ``source`` (unit column ``__u``): the
     portable twin of :func:`dpkit.engine.plan.bounding_ctes` (same rows kept, bounded relation
     ``__b``).
 
     ``cols``: ``(column, type)`` of the columns the query reads (``__u`` first), hashed;
-    ``derived``: columns computed from them, carried along. One partitioning by unit serves
-    both windows (the unit's row count ``__n``, then ``ROW_NUMBER`` in keyed-hash order), so
-    Spark shuffles the rows once and reads the source once; the hash is computed only for the
-    rows of units above the cap (a unit with at most ``m`` rows keeps every row, in any order).
+    ``derived``: columns computed from them, carried along; ``limbs``: cheaper limbs for some
+    columns (:func:`portable_hash_sql`). Each unit keeps its first ``m`` rows in keyed-hash
+    order (``ROW_NUMBER`` over one window partitioned by the unit and ordered by the hash):
+    one shuffle of the rows by unit (none on a table bucketed by unit) and one sort, and
+    Spark limits each unit to ``m`` rows already before its shuffle (its window group limit).
+    A unit with at most ``m`` rows keeps them all, whatever their order.
 
-    ``drop``: also carry ``__d``, the unit's dropped rows clipped at ``m``, on its first kept
-    row (0 elsewhere): the diagnostics' dropped-rows count is then a sum in the main
-    aggregation pass (no second pass over the rows). ``drop`` names the column counting the
-    unit's rows before any earlier cap (``"__n"`` when there was none): the unit dropped
-    ``drop - min(__n, m)`` rows. Each unit's ``__d`` depends on its own rows only and lies in
-    ``[0, m]``.
+    ``drop``: also carry ``__d``, the diagnostics' count of rows the cap dropped (clipped at
+    ``m`` per unit), on the kept rows, so that it is a sum in the main aggregation pass (no
+    second pass over the rows). ``drop="__n"`` (no earlier cap): kept row ``j`` carries 1 when
+    the unit has a row ``j + m`` (``LEAD`` over the same window: no second sort), so a unit
+    of ``n`` rows carries ``min(m, max(0, n - m))``. Otherwise ``drop`` names the column
+    counting the unit's rows before an earlier cap (the groups cap): the unit's rows are
+    counted (``__n``) and it carries ``min(m, drop - min(__n, m))`` on its first kept row.
+    Each unit's ``__d`` total depends on its own rows only and lies in ``[0, m]``.
     """
     names = [c for c, _ in cols]
     sel = ", ".join([*names, *derived])
-    carry = "" if drop is None or drop == "__n" else f", {drop}"
     # the unit is the same on every row of a window partition: hashing it orders nothing
-    order = (f"CASE WHEN __n > {m} THEN {portable_hash_sql(cols[1:], seed)} END"
-             f"{tie_break(cols)}")
-    dropped = ("" if drop is None else
-               f", CASE WHEN __rn = 1 THEN LEAST({drop} - LEAST(__n, {m}), {m}) ELSE 0 END AS __d")
+    window = (f"PARTITION BY __u ORDER BY {portable_hash_sql(cols[1:], seed, limbs)}"
+              f"{tie_break(cols[1:])}")
+    if drop is None or drop == "__n":
+        lead = "" if drop is None else f", LEAD(1, {m}) OVER ({window}) AS __ld"
+        dropped = "" if drop is None else ", CASE WHEN __ld IS NULL THEN 0 ELSE 1 END AS __d"
+        return [
+            f"__r AS (SELECT {sel}, ROW_NUMBER() OVER ({window}) AS __rn{lead} FROM {source})",
+            f"__b AS (SELECT {sel}{dropped} FROM __r WHERE __rn <= {m})",
+        ], "__b"
     return [
-        f"__w AS (SELECT {sel}{carry}, COUNT(*) OVER (PARTITION BY __u) AS __n FROM {source})",
-        f"__r AS (SELECT {sel}{carry}, __n, ROW_NUMBER() OVER (PARTITION BY __u ORDER BY "
-        f"{order}) AS __rn FROM __w)",
-        f"__b AS (SELECT {sel}{dropped} FROM __r WHERE __rn <= {m})",
+        f"__w AS (SELECT {sel}, {drop}, COUNT(*) OVER (PARTITION BY __u) AS __n FROM {source})",
+        f"__r AS (SELECT {sel}, {drop}, __n, ROW_NUMBER() OVER ({window}) AS __rn FROM __w)",
+        f"__b AS (SELECT {sel}, CASE WHEN __rn = 1 THEN LEAST({drop} - LEAST(__n, {m}), {m}) "
+        f"ELSE 0 END AS __d FROM __r WHERE __rn <= {m})",
     ], "__b"
 
 

@@ -1,0 +1,136 @@
+"""A Spark table JOINed with a public lookup table answers what DuckDB answers.
+
+The public tables are loaded into DuckDB (as any public table); a statement that reads a Spark
+table ships the public tables it joins to Spark once (a temporary view of their rows), and the
+same portable statement runs there. Generated lookup tables have NULL join keys, duplicate keys
+(user level; record level refuses them on both engines), keys the private table lacks and
+private keys they lack; the private rows are conftest's (NULL group keys, NaN, heavy units).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dpkit as dp
+from dpkit.engine import plan as dplan
+
+KEYS = [f"k{i:02d}" for i in range(60)]
+DECL: dict[str, Any] = {"bounds": {"x": (-100, 100), "k": (-5, 5)},
+                        "domains": {"g": KEYS, "h": ["a", "b", "c"]}}
+
+# joined on g: unique keys k00..k44 (k45..k59 and NULL g unmatched), a NULL key, an extra key
+# no private row has; region has NULLs; w an integer, f a double
+WARDS = {"g": [*KEYS[:45], None, "zz"],
+         "region": [["north", "south", "east", None][i % 4] for i in range(45)] + ["west", "x"],
+         "w": [i % 7 for i in range(47)],
+         "f": [i * 0.25 - 3.0 for i in range(47)]}
+# joined on h, duplicate keys (user level only): 'a' twice, 'b' once, NULL, 'd' unmatched
+DUPS = {"h": ["a", "a", "b", None, "d"], "tag": ["t1", "t2", "t1", "t3", "t4"]}
+# joined on (h, k): a two-column key, unique
+PAIRS = {"h": [h for h in "abc" for _ in range(-5, 6)], "k": [k for _ in "abc" for k in
+                                                              range(-5, 6)],
+         "band": [("lo" if k < 0 else "hi") + h for h in "abc" for k in range(-5, 6)]}
+
+QUERIES = [
+    "SELECT COUNT(*) AS n, SUM(x) AS s FROM {t} JOIN wards ON {t}.g = wards.g",
+    "SELECT region, COUNT(*) AS n, AVG(x) AS a FROM {t} JOIN wards w ON {t}.g = w.g "
+    "GROUP BY region",
+    "SELECT region, COUNT(*) AS n, SUM(k) AS s FROM {t} LEFT JOIN wards w ON {t}.g = w.g "
+    "GROUP BY region",
+    "SELECT w.w, COUNT(x) AS n, VARIANCE(x) AS v FROM {t} LEFT JOIN wards w ON {t}.g = w.g "
+    "WHERE w.f > 0 OR w.f IS NULL GROUP BY w.w",
+    "SELECT h, COUNT(*) AS n FROM {t} JOIN wards w ON {t}.g = w.g WHERE region = 'north' "
+    "GROUP BY h",
+    "SELECT band, COUNT(*) AS n, AVG(x) AS a FROM {t} JOIN pairs p ON {t}.h = p.h "
+    "AND {t}.k = p.k GROUP BY band",
+]
+# duplicate join keys (a private row met twice): user level only
+DUP_QUERIES = [
+    "SELECT tag, COUNT(*) AS n, SUM(x) AS s FROM {t} JOIN dups d ON {t}.h = d.h GROUP BY tag",
+    "SELECT tag, COUNT(*) AS n FROM {t} LEFT JOIN dups d ON {t}.h = d.h GROUP BY tag",
+]
+
+
+def _publics(cur: Any) -> None:
+    import pandas as pd
+
+    for name, cols in (("wards", WARDS), ("dups", DUPS), ("pairs", PAIRS)):
+        cur.add_table(name, pd.DataFrame(cols), public=True, engine="duckdb")
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory, spark: Any, parquet_rows: Path) -> Any:
+    tmp = tmp_path_factory.mktemp("joins")
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        for engine in ("duckdb", "spark"):
+            cur = dp.Curator.create(tmp / f"{engine}.dpkit", epsilon=1000, delta=1e-3,
+                                    source=dp.noise.seeded(7), engine=engine,
+                                    spark=spark if engine == "spark" else None)
+            cur.add_table("rec", str(parquet_rows), **DECL)
+            cur.add_table("usr", str(parquet_rows), privacy_unit="uid", max_rows_per_unit=3,
+                          max_groups_per_unit=2, **DECL)
+            _publics(cur)
+            out.append(cur)
+    out[0]._preparer.portable = True
+    yield out[0], out[1]
+    for cur in out:
+        cur.close()
+
+
+def _exact(cur: Any, query: str) -> tuple[list[Any], dict[str, list[Any]]]:
+    plan = cur._plan(query, epsilon=1.0, rho=None, delta=None, noise=dplan.LAPLACE,
+                     level=0.95, bounds=None)
+    ex = cur._execute(plan)
+    return ex.keys, ex.cols
+
+
+@pytest.mark.parametrize(("table", "queries"), [("rec", QUERIES),
+                                                ("usr", QUERIES + DUP_QUERIES)])
+def test_exact_aggregates_with_public_joins_are_equal(pair: Any, table: str,
+                                                      queries: list[str]) -> None:
+    duck, spk = pair
+    for q in queries:
+        query = q.format(t=table)
+        d_keys, d_cols = _exact(duck, query)
+        s_keys, s_cols = _exact(spk, query)
+        assert s_keys == d_keys, query
+        assert s_cols == d_cols, query
+        assert d_keys or d_cols, query
+
+
+def test_same_seeded_noise_gives_identical_answers(pair: Any) -> None:
+    duck, spk = pair
+    for query in (QUERIES[2].format(t="usr"), DUP_QUERIES[0].format(t="usr"),
+                  QUERIES[1].format(t="rec")):
+        a = duck.sql(query, epsilon=0.5).to_pandas()
+        b = spk.sql(query, epsilon=0.5).to_pandas()
+        assert a.equals(b), query
+    assert duck.budget().spent == spk.budget().spent
+
+
+def test_refusals_come_before_the_charge(pair: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A public table above the shipping limit, duplicate keys at record level, and a join
+    between two private tables (refused by DuckDB too) spend nothing."""
+    import pandas as pd
+
+    from dpkit.engine import backend_spark
+
+    _, spk = pair
+    spk.add_table("big", pd.DataFrame({"g": KEYS, "z": range(60)}), public=True,
+                  engine="duckdb")
+    spent = spk.budget().spent
+    monkeypatch.setattr(backend_spark, "PUBLIC_MAX_ROWS", 59)
+    with pytest.raises(dp.engine.QueryError, match=r"has 60 rows.*at most 59"):
+        spk.sql("SELECT z, COUNT(*) AS n FROM usr JOIN big ON usr.g = big.g GROUP BY z",
+                epsilon=0.5)
+    with pytest.raises(dp.engine.QueryError, match="repeated join keys"):
+        spk.sql("SELECT COUNT(*) AS n FROM rec JOIN dups ON rec.h = dups.h", epsilon=0.5)
+    with pytest.raises(dp.engine.QueryError, match="joins between private tables"):
+        spk.sql("SELECT COUNT(*) AS n FROM usr JOIN rec ON usr.uid = rec.uid", epsilon=0.5)
+    assert spk.budget().spent == spent
