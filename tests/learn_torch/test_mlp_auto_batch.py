@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -19,18 +18,13 @@ from dpkit.engine import Curator
 from dpkit.engine.spec import QueryError
 from dpkit.learn import MLPClassifier
 from dpkit.learn.batch_count import count_plan
+from learn_torch._mlp_frames import mlp_frame
 
 BETA = 1e-6  # the false-failure probability of each "divisor within its error" check
 DECL = {"bounds": {"age": (0, 100)}, "domains": {"ward": ["A", "B"], "sick": ["no", "yes"]}}
 
 
-def _frame(n: int = 900) -> pd.DataFrame:
-    src = dp.noise.seeded(5)
-    age = dp.noise.uniform_float01(n, source=src) * 100
-    ward = np.array(["A", "B"])[dp.noise.uniform_int(2, n, source=src)]
-    # 300 users of 3 rows each
-    return pd.DataFrame({"uid": np.arange(n) // 3, "age": age, "ward": ward,
-                         "sick": np.where(age > 50, "yes", "no")})
+_frame = mlp_frame
 
 
 def _curator(path: Path, frame: pd.DataFrame) -> Curator:

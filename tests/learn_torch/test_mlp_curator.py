@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 pytest.importorskip("torch")
@@ -16,15 +15,9 @@ from dpkit.accounting import BudgetExceeded
 from dpkit.engine import Curator
 from dpkit.engine.spec import QueryError
 from dpkit.learn import MLPClassifier
+from learn_torch._mlp_frames import mlp_frame
 
-
-def _frame(n: int = 900) -> pd.DataFrame:
-    src = dp.noise.seeded(5)
-    age = dp.noise.uniform_float01(n, source=src) * 100
-    ward = np.array(["A", "B"])[dp.noise.uniform_int(2, n, source=src)]
-    # 300 users of 3 rows each
-    return pd.DataFrame({"uid": np.arange(n) // 3, "age": age, "ward": ward,
-                         "sick": np.where(age > 50, "yes", "no")})
+_frame = mlp_frame
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from _robust_helpers import CountingSource
 from scipy import stats
 
 import dpkit.noise as noise
@@ -16,15 +17,6 @@ def step(offset: float) -> Callable[[np.ndarray], np.ndarray]:
     """Scores (-(x0 - offset), x0 - offset): class 1 where x[0] > offset."""
     return lambda b: np.stack([offset - b[:, 0], b[:, 0] - offset], axis=1)
 
-
-class CountingSource(noise.Source):
-    def __init__(self, seed: int) -> None:
-        self.inner = noise.seeded(seed)
-        self.draws = 0
-
-    def uint64(self, n: int) -> np.ndarray:
-        self.draws += n
-        return self.inner.uint64(n)
 
 
 def softmax(z: np.ndarray) -> np.ndarray:

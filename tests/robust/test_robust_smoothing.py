@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _robust_helpers import CountingSource
 from scipy import stats
 
 import dpkit.noise as noise
@@ -28,17 +29,6 @@ def half_space(batch: np.ndarray) -> np.ndarray:
     """Class 1 where x[0] > 0: under N(0, sigma² I), pA = Phi(x[0] / sigma), true radius x[0]."""
     return (batch[:, 0] > 0).astype(np.int64)
 
-
-class CountingSource(noise.Source):
-    """A seeded source that counts its draws, to prove that bad input draws no noise."""
-
-    def __init__(self, seed: int) -> None:
-        self.inner = noise.seeded(seed)
-        self.draws = 0
-
-    def uint64(self, n: int) -> np.ndarray:
-        self.draws += n
-        return self.inner.uint64(n)
 
 
 def test_clopper_pearson_closed_forms() -> None:

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _spark_helpers import curator_pair, exact_aggregates
 
 import dpkit as dp
-from dpkit.engine import plan as dplan
 from dpkit.engine.plan.portable import bounding_ctes_portable
 
 KEYS = [f"k{i:02d}" for i in range(60)]
@@ -38,36 +37,17 @@ QUERIES = [
 ]
 
 
-def _pair(tmp: Path, spark: Any, parquet: Path) -> tuple[Any, Any]:
-    out = []
-    for engine in ("duckdb", "spark"):
-        cur = dp.Curator.create(tmp / f"{engine}.dpkit", epsilon=1000, delta=1e-3,
-                                source=dp.noise.seeded(7), engine=engine,
-                                spark=spark if engine == "spark" else None)
-        cur.add_table("rec", str(parquet), **DECL)
-        cur.add_table("usr", str(parquet), privacy_unit="uid", max_rows_per_unit=3,
-                      max_groups_per_unit=2, **DECL)
-        out.append(cur)
-    out[0]._preparer.portable = True
-    return out[0], out[1]
-
-
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory, spark: Any,
          parquet_rows: Path) -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        duck, spk = _pair(tmp_path_factory.mktemp("parity"), spark, parquet_rows)
+    duck, spk = curator_pair(tmp_path_factory.mktemp("parity"), spark, parquet_rows, DECL,
+                             seed=7)
     yield duck, spk
     duck.close()
     spk.close()
 
 
-def _exact(cur: Any, query: str) -> tuple[list[Any], dict[str, list[Any]]]:
-    plan = cur._plan(query, epsilon=1.0, rho=None, delta=None, noise=dplan.LAPLACE,
-                     level=0.95, bounds=None)
-    ex = cur._execute(plan)
-    return ex.keys, ex.cols
+_exact = exact_aggregates
 
 
 # user level: the kinds where bounding matters (groups cap, WHERE, selection, top-k)

@@ -9,14 +9,13 @@ private keys they lack; the private rows are conftest's (NULL group keys, NaN, h
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _spark_helpers import curator_pair, exact_aggregates
 
 import dpkit as dp
-from dpkit.engine import plan as dplan
 
 KEYS = [f"k{i:02d}" for i in range(60)]
 DECL: dict[str, Any] = {"bounds": {"x": (-100, 100), "k": (-5, 5)},
@@ -64,30 +63,14 @@ def _publics(cur: Any) -> None:
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory, spark: Any, parquet_rows: Path) -> Any:
-    tmp = tmp_path_factory.mktemp("joins")
-    out = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        for engine in ("duckdb", "spark"):
-            cur = dp.Curator.create(tmp / f"{engine}.dpkit", epsilon=1000, delta=1e-3,
-                                    source=dp.noise.seeded(7), engine=engine,
-                                    spark=spark if engine == "spark" else None)
-            cur.add_table("rec", str(parquet_rows), **DECL)
-            cur.add_table("usr", str(parquet_rows), privacy_unit="uid", max_rows_per_unit=3,
-                          max_groups_per_unit=2, **DECL)
-            _publics(cur)
-            out.append(cur)
-    out[0]._preparer.portable = True
-    yield out[0], out[1]
-    for cur in out:
-        cur.close()
+    duck, spk = curator_pair(tmp_path_factory.mktemp("joins"), spark, parquet_rows, DECL,
+                             seed=7, setup=_publics)
+    yield duck, spk
+    duck.close()
+    spk.close()
 
 
-def _exact(cur: Any, query: str) -> tuple[list[Any], dict[str, list[Any]]]:
-    plan = cur._plan(query, epsilon=1.0, rho=None, delta=None, noise=dplan.LAPLACE,
-                     level=0.95, bounds=None)
-    ex = cur._execute(plan)
-    return ex.keys, ex.cols
+_exact = exact_aggregates
 
 
 @pytest.mark.parametrize(("table", "queries"), [("rec", QUERIES),

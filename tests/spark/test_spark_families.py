@@ -17,11 +17,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _spark_helpers import DeadSession
+from _spark_helpers import DeadSession, curator_pair, exact_aggregates
 
 import dpkit as dp
 from dpkit.engine import QueryError
-from dpkit.engine import plan as dplan
 from dpkit.engine.backend_duckdb import table_relation
 from dpkit.engine.backend_spark import SparkBackend
 from dpkit.engine.charge import ChargedQueryError
@@ -38,29 +37,14 @@ DECL: dict[str, Any] = {"bounds": {"x": (-100, 100), "k": (-5, 5)},
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory, spark: Any,
          parquet_rows: Path) -> Iterator[tuple[Any, Any]]:
-    tmp = tmp_path_factory.mktemp("families")
-    out = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        for engine in ("duckdb", "spark"):
-            cur = dp.Curator.create(tmp / f"{engine}.dpkit", epsilon=1000, delta=1e-3,
-                                    source=dp.noise.seeded(5), engine=engine,
-                                    spark=spark if engine == "spark" else None)
-            cur.add_table("rec", str(parquet_rows), **DECL)
-            cur.add_table("usr", str(parquet_rows), privacy_unit="uid", max_rows_per_unit=3,
-                          max_groups_per_unit=2, **DECL)
-            out.append(cur)
-    out[0]._preparer.portable = True
-    yield out[0], out[1]
-    for cur in out:
-        cur.close()
+    duck, spk = curator_pair(tmp_path_factory.mktemp("families"), spark, parquet_rows, DECL,
+                             seed=5)
+    yield duck, spk
+    duck.close()
+    spk.close()
 
 
-def _exact_sql(cur: Any, query: str) -> tuple[list[Any], dict[str, list[Any]]]:
-    p = cur._plan(query, epsilon=1.0, rho=None, delta=None, noise=dplan.LAPLACE, level=0.95,
-                  bounds=None)
-    ex = cur._execute(p)
-    return ex.keys, ex.cols
+_exact_sql = exact_aggregates
 
 
 @pytest.mark.parametrize(("table", "queries"), [

@@ -1,0 +1,17 @@
+"""A small seeded table shared by the MLP-through-the-curator tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+import dpkit as dp
+
+
+def mlp_frame(n: int = 900) -> pd.DataFrame:
+    """``n`` seeded rows: age uniform on [0, 100), ward A/B, sick = age > 50, units of 3 rows."""
+    src = dp.noise.seeded(5)
+    age = dp.noise.uniform_float01(n, source=src) * 100
+    ward = np.array(["A", "B"])[dp.noise.uniform_int(2, n, source=src)]
+    return pd.DataFrame({"uid": np.arange(n) // 3, "age": age, "ward": ward,
+                         "sick": np.where(age > 50, "yes", "no")})
