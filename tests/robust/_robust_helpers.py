@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from dpkit import noise
@@ -17,3 +19,15 @@ class CountingSource(noise.Source):
     def uint64(self, n: int) -> np.ndarray:
         self.draws += n
         return self.inner.uint64(n)
+
+
+def wrong_certificates(g: Any, d: float, trials: int, alpha: float) -> int:
+    """Certify ``(d, 0)`` ``trials`` times with ``g`` (n0 = 10, n = 100) where the true
+    classifier is class 1 with radius ``d``: how many certificates were wrong (class 0, or
+    class 1 with a radius above ``d``)."""
+    x = np.array([d, 0.0])
+    bad = 0
+    for _ in range(trials):
+        label, radius = g.certify(x, n0=10, n=100, alpha=alpha)
+        bad += (label == 0) or (label == 1 and radius > d)
+    return bad

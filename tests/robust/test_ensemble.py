@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from _robust_helpers import CountingSource
+from _robust_helpers import CountingSource, wrong_certificates
 from scipy import stats
 
 import dpkit.noise as noise
@@ -83,11 +83,7 @@ def test_consensus_certificate_coverage() -> None:
     sigma, alpha, trials, d = 1.0, 0.1, 200, 0.4
     k = int(stats.binom.isf(1e-6, trials, alpha))
     g = Smoothed(consensus_ensemble(), sigma, 2, source=noise.seeded(4))
-    x = np.array([d, 0.0])
-    bad = 0
-    for _ in range(trials):
-        label, radius = g.certify(x, n0=10, n=100, alpha=alpha)
-        bad += (label == 0) or (label == 1 and radius > d)
+    bad = wrong_certificates(g, d, trials, alpha)
     assert bad <= k, f"{bad} of {trials} certificates wrong (allowed {k})"
     # power: far from the boundary the ensemble certifies a radius near the truth
     label, radius = Smoothed(consensus_ensemble(), 0.5, 2, source=noise.seeded(5)).certify(

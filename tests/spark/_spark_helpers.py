@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,3 +58,25 @@ def exact_aggregates(cur: Any, query: str) -> tuple[list[Any], dict[str, list[An
                   bounds=None)
     ex = cur._execute(p)
     return ex.keys, ex.cols
+
+
+def assert_exact_parity(duck: Any, spk: Any, queries: list[str], table: str) -> None:
+    """Each query (``{t}`` = ``table``) releases the same keys and exact aggregates on both."""
+    for q in queries:
+        query = q.format(t=table)
+        d_keys, d_cols = exact_aggregates(duck, query)
+        s_keys, s_cols = exact_aggregates(spk, query)
+        assert s_keys == d_keys, query
+        assert s_cols == d_cols, query
+        assert d_keys or d_cols, query  # something was measured
+
+
+def open_pair(tmp: Path, spark: Any, parquet: Path, decl: dict[str, Any], *, seed: int,
+              setup: Callable[[Any], None] | None = None) -> Iterator[tuple[Any, Any]]:
+    """:func:`curator_pair` for a fixture: yields the pair, closes both projects after."""
+    duck, spk = curator_pair(tmp, spark, parquet, decl, seed=seed, setup=setup)
+    try:
+        yield duck, spk
+    finally:
+        duck.close()
+        spk.close()

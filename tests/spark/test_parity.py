@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _spark_helpers import curator_pair, exact_aggregates
+from _spark_helpers import assert_exact_parity, exact_aggregates, open_pair
 
 import dpkit as dp
 from dpkit.engine.plan.portable import bounding_ctes_portable
@@ -40,11 +40,8 @@ QUERIES = [
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory, spark: Any,
          parquet_rows: Path) -> Any:
-    duck, spk = curator_pair(tmp_path_factory.mktemp("parity"), spark, parquet_rows, DECL,
-                             seed=7)
-    yield duck, spk
-    duck.close()
-    spk.close()
+    yield from open_pair(tmp_path_factory.mktemp("parity"), spark, parquet_rows, DECL,
+                         seed=7)
 
 
 _exact = exact_aggregates
@@ -54,14 +51,7 @@ _exact = exact_aggregates
 @pytest.mark.parametrize(("table", "queries"), [("rec", QUERIES),
                                                 ("usr", [QUERIES[i] for i in (2, 3, 5, 6)])])
 def test_exact_aggregates_are_equal(pair: Any, table: str, queries: list[str]) -> None:
-    duck, spk = pair
-    for q in queries:
-        query = q.format(t=table)
-        d_keys, d_cols = _exact(duck, query)
-        s_keys, s_cols = _exact(spk, query)
-        assert s_keys == d_keys, query
-        assert s_cols == d_cols, query
-        assert d_keys or d_cols, query  # something was measured
+    assert_exact_parity(*pair, queries, table)
 
 
 def test_record_level_matches_the_native_duckdb_statement(tmp_path: Path,

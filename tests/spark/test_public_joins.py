@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _spark_helpers import curator_pair, exact_aggregates
+from _spark_helpers import assert_exact_parity, exact_aggregates, open_pair
 
 import dpkit as dp
 
@@ -63,11 +63,8 @@ def _publics(cur: Any) -> None:
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory, spark: Any, parquet_rows: Path) -> Any:
-    duck, spk = curator_pair(tmp_path_factory.mktemp("joins"), spark, parquet_rows, DECL,
-                             seed=7, setup=_publics)
-    yield duck, spk
-    duck.close()
-    spk.close()
+    yield from open_pair(tmp_path_factory.mktemp("joins"), spark, parquet_rows, DECL,
+                         seed=7, setup=_publics)
 
 
 _exact = exact_aggregates
@@ -77,14 +74,7 @@ _exact = exact_aggregates
                                                 ("usr", QUERIES + DUP_QUERIES)])
 def test_exact_aggregates_with_public_joins_are_equal(pair: Any, table: str,
                                                       queries: list[str]) -> None:
-    duck, spk = pair
-    for q in queries:
-        query = q.format(t=table)
-        d_keys, d_cols = _exact(duck, query)
-        s_keys, s_cols = _exact(spk, query)
-        assert s_keys == d_keys, query
-        assert s_cols == d_cols, query
-        assert d_keys or d_cols, query
+    assert_exact_parity(*pair, queries, table)
 
 
 def test_same_seeded_noise_gives_identical_answers(pair: Any) -> None:

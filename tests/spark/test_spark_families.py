@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _spark_helpers import DeadSession, curator_pair, exact_aggregates
+from _spark_helpers import DeadSession, exact_aggregates, open_pair
 
 import dpkit as dp
 from dpkit.engine import QueryError
@@ -37,11 +37,8 @@ DECL: dict[str, Any] = {"bounds": {"x": (-100, 100), "k": (-5, 5)},
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory, spark: Any,
          parquet_rows: Path) -> Iterator[tuple[Any, Any]]:
-    duck, spk = curator_pair(tmp_path_factory.mktemp("families"), spark, parquet_rows, DECL,
-                             seed=5)
-    yield duck, spk
-    duck.close()
-    spk.close()
+    yield from open_pair(tmp_path_factory.mktemp("families"), spark, parquet_rows, DECL,
+                         seed=5)
 
 
 _exact_sql = exact_aggregates
