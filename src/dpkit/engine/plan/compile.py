@@ -205,8 +205,10 @@ def bound_contributions(st: SqlState) -> None:
     plan = st.plan
     seed_lit = f"CAST({int(st.seed)} AS UBIGINT)"
     drop = "__n" if st.portable and any(mm.kind == "ddrop" for mm in plan.measures) else None
+    # the portable hash's cheap limbs for declared string keys (DuckDB's native form: unused)
     limbs = domain_limbs([(c, k.type) for c, k in zip(st.group_cols, plan.spec.group_by,
-                                                       strict=True)], plan.key_sources, literal_sql)
+                                                       strict=True)], plan.key_sources,
+                         literal_sql) if st.portable else None
     if plan.spec.group_by and plan.g < plan.m:
         gk = ", ".join(st.group_cols)
         typed = typed_columns(st)[:1 + len(st.group_cols)]
