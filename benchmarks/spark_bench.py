@@ -19,7 +19,11 @@ answer cancelled after ``--tumult-timeout`` seconds (then reported as a lower bo
 report each system's median (min-max) and each ratio round by round, with its median.
 Baselines: ``plain/record`` and ``plain/user`` are the same non-private query;
 ``plain/capped`` is plain Spark SQL that also keeps at most 3 rows per uid (ROW_NUMBER in
-xxhash64 order), the floor of what bounding costs on Spark.
+xxhash64 order), the floor of what bounding costs on Spark. ``buckets_p`` (user level
+only): dpkit with its user-level copy in as many buckets as shuffle partitions (the rule
+before ``backend_spark.bucket_count``), to compare the two bucket counts in one run.
+``--levels user`` leaves the record level out (at 100M rows its copy and queries cost
+minutes).
 """
 
 from __future__ import annotations
@@ -104,19 +108,38 @@ def plain_setup(spark: Any, data: Path) -> dict[str, Answer]:
             "capped": lambda: spark.sql(capped).collect()}
 
 
-def dpkit_setup(spark: Any, data: Path, work: Path, engine: str, diagnostics: bool,
-                loads: dict[str, float]) -> dict[str, Answer]:
-    """A project with the rows loaded at record and at user level (load timed apart)."""
-    import dpkit as dp
+def levels_only(fns: dict[str, Answer], levels: tuple[str, ...]) -> dict[str, Answer]:
+    """The answers at ``levels`` (``capped`` goes with ``user``)."""
+    return {lv: f for lv, f in fns.items() if lv in levels or (lv == "capped" and
+                                                                  "user" in levels)}
 
-    cur = dp.Curator.create(work / f"{engine}_{diagnostics}.dpkit", epsilon=1000.0,
-                            engine=engine, spark=spark if engine == "spark" else None)
+
+def dpkit_setup(spark: Any, data: Path, work: Path, engine: str, diagnostics: bool,
+                loads: dict[str, float], levels: tuple[str, ...] = ("record", "user"),
+                per_bucket: int | None = None) -> dict[str, Answer]:
+    """A project with the rows loaded at record and at user level (load timed apart).
+    ``per_bucket``: rows per bucket of the user-level copy in place of dpkit's own
+    ``ROWS_PER_BUCKET`` (the ``buckets_p`` comparison: a huge value gives the former rule,
+    buckets = shuffle partitions)."""
+    import dpkit as dp
+    from dpkit.engine import backend_spark
+
+    cur = dp.Curator.create(work / f"{engine}_{diagnostics}_{per_bucket}.dpkit",
+                            epsilon=1000.0, engine=engine,
+                            spark=spark if engine == "spark" else None)
     out: dict[str, Answer] = {}
     for level, unit in (("record", None), ("user", "uid")):
+        if level not in levels:
+            continue
         t0 = time.perf_counter()
         kw: dict[str, Any] = {"max_rows_per_unit": M} if unit else {}
-        cur.add_table(level, str(data), privacy_unit=unit, bounds={"x": (0, 100)},
-                      domains={"g": KEYS}, **kw)
+        default = backend_spark.ROWS_PER_BUCKET
+        backend_spark.ROWS_PER_BUCKET = per_bucket or default
+        try:
+            cur.add_table(level, str(data), privacy_unit=unit, bounds={"x": (0, 100)},
+                          domains={"g": KEYS}, **kw)
+        finally:
+            backend_spark.ROWS_PER_BUCKET = default
         loads[level] = time.perf_counter() - t0
         q = QUERY.replace("FROM t", f"FROM {level}")
 
@@ -229,6 +252,7 @@ def ratios(times: dict[str, dict[str, list[float]]], a: str, la: str, b: str, lb
 RATIOS = [("spark", lv, "plain", lv) for lv in ("record", "user")] + [
     ("nodiag", lv, "plain", lv) for lv in ("record", "user")] + [
     ("spark", "user", "plain", "capped"), ("nodiag", "user", "plain", "capped"),
+    ("buckets_p", "user", "plain", "capped"), ("spark", "user", "buckets_p", "user"),
     ("plain", "capped", "plain", "user")] + [
     ("tumult", lv, "spark", lv) for lv in ("record", "user")] + [
     ("spark", lv, "duckdb", lv) for lv in ("record", "user")]
@@ -266,7 +290,9 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4, help="spark.sql.shuffle.partitions")
     ap.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "dpkit_spark")
     ap.add_argument("--skip", nargs="*", default=[],
-                    choices=["plain", "spark", "tumult", "duckdb", "nodiag"])
+                    choices=["plain", "spark", "tumult", "duckdb", "nodiag", "buckets_p"])
+    ap.add_argument("--levels", nargs="+", default=["record", "user"], choices=["record", "user"],
+                    help="privacy levels to load and time (record: no unit; user: uid)")
     ap.add_argument("--tumult-rounds", type=int, default=1,
                     help="rounds Tumult takes part in (it is slow)")
     ap.add_argument("--tumult-timeout", type=float, default=600.0,
@@ -292,13 +318,19 @@ def main() -> None:
                            "warmup": not args.no_warmup,
                            "partitions": args.partitions, "pyspark": spark.version,
                            "session_start": time.perf_counter() - t0, "load": {}}
+    lv = tuple(args.levels)
     setups: dict[str, Callable[[dict[str, float]], dict[str, Answer]]] = {
-        "plain": lambda _: plain_setup(spark, data),
-        "spark": lambda ld: dpkit_setup(spark, data, work, "spark", True, ld),
-        "nodiag": lambda ld: dpkit_setup(spark, data, work, "spark", False, ld),
-        "duckdb": lambda ld: dpkit_setup(spark, data, work, "duckdb", True, ld),
-        "tumult": lambda ld: tumult_setup(spark, data, ld),
+        "plain": lambda _: levels_only(plain_setup(spark, data), lv),
+        "spark": lambda ld: dpkit_setup(spark, data, work, "spark", True, ld, lv),
+        "nodiag": lambda ld: dpkit_setup(spark, data, work, "spark", False, ld, lv),
+        # the former bucket rule (buckets = shuffle partitions), user level only
+        "buckets_p": lambda ld: dpkit_setup(spark, data, work, "spark", True, ld, ("user",),
+                                            per_bucket=2**62),
+        "duckdb": lambda ld: dpkit_setup(spark, data, work, "duckdb", True, ld, lv),
+        "tumult": lambda ld: levels_only(tumult_setup(spark, data, ld), lv),
     }
+    if "user" not in lv:
+        args.skip.append("buckets_p")
     systems: dict[str, dict[str, Answer]] = {}
     try:
         for name, setup in setups.items():

@@ -18,6 +18,8 @@ import pytest
 from _spark_helpers import assert_exact_parity, exact_aggregates, open_pair
 
 import dpkit as dp
+from dpkit.engine import backend_spark
+from dpkit.engine.backend_spark import bucket_count
 from dpkit.engine.plan.portable import bounding_ctes_portable
 
 KEYS = [f"k{i:02d}" for i in range(60)]
@@ -142,7 +144,8 @@ def test_user_level_reads_the_bucketed_copy_without_a_shuffle(pair: Any) -> None
     exchange of the rows by unit (only the small exchange of the partial aggregates), and
     the record-level table (no unit) is a plain copy."""
     _, spk = pair
-    _exact(spk, "SELECT g, COUNT(*) AS n, SUM(x) AS s FROM usr GROUP BY g")
+    for cur in pair:  # both: their seeded sources stay in step for the tests after this one
+        _exact(cur, "SELECT g, COUNT(*) AS n, SUM(x) AS s FROM usr GROUP BY g")
     backend = spk._backend
     text = next(t for t in backend._texts.values() if "ROW_NUMBER" in t)
     plan = backend.session().sql(text)._jdf.queryExecution().executedPlan().toString()
@@ -150,4 +153,38 @@ def test_user_level_reads_the_bucketed_copy_without_a_shuffle(pair: Any) -> None
     exchanges = [ln for ln in plan.splitlines() if "Exchange hashpartitioning" in ln]
     assert exchanges and not any("uid" in ln or "__u" in ln for ln in exchanges), plan
     for name, meta in spk.tables().items():
-        assert (Path(meta.source) / "_dpkit_buckets").exists() == (name == "usr"), name
+        assert (Path(meta.source) / "_dpkit_buckets").exists() == (
+            meta.privacy_unit is not None), name
+    # the dropped-rows diagnostic (no groups cap) leaves Spark's window group limit on
+    for cur in pair:
+        _exact(cur, "SELECT COUNT(*) AS n, SUM(x) AS s FROM usr")
+    text = next(t for t in backend._texts.values() if "__n2" in t)
+    plan = backend.session().sql(text)._jdf.queryExecution().executedPlan().toString()
+    assert "WindowGroupLimit" in plan and "lead(" not in plan.lower(), plan
+
+
+def test_bucket_count_follows_the_rows() -> None:
+    """Buckets: the shuffle partitions, more when a bucket would hold over 2M rows."""
+    assert [bucket_count(n, 4) for n in (0, 3_200, 8_000_000, 10_000_000, 100_000_000)] == [
+        4, 4, 4, 5, 50]
+    assert bucket_count(100_000_001, 4) == 51 and bucket_count(5, 0) == 1
+    assert bucket_count(3_200, 4, per_bucket=500) == 7
+
+
+def test_a_big_table_gets_more_buckets(pair: Any, parquet_rows: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy gets :func:`bucket_count` buckets (here 500 rows per bucket: 7 for ~3,200
+    rows), written in its note and read by the query side; the answers stay DuckDB's."""
+    duck, spk = pair
+    monkeypatch.setattr(backend_spark, "ROWS_PER_BUCKET", 500)
+    for cur in pair:
+        cur.add_table("usr7", str(parquet_rows), privacy_unit="uid",
+                      max_rows_per_unit=3, **DECL)
+    meta = spk.tables()["usr7"]
+    rows = spk._backend.session().read.parquet(meta.source).count()
+    assert (Path(meta.source) / "_dpkit_buckets").read_text().split() == [
+        "uid", str(bucket_count(rows, 4, per_bucket=500))] == ["uid", "7"]
+    assert_exact_parity(duck, spk, [QUERIES[1], QUERIES[3]], "usr7")
+    text = next(t for t in spk._backend._texts.values() if "usr7" in t)
+    plan = spk._backend.session().sql(text)._jdf.queryExecution().executedPlan().toString()
+    assert "SelectedBucketsCount: 7 out of 7" in plan, plan

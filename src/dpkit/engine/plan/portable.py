@@ -16,7 +16,8 @@ the same in both engines (the text is then transpiled to Spark by sqlglot in
 * **bounding** keeps a unit's ``m`` first rows in that order with one ``ROW_NUMBER`` window
   (both engines have it) instead of DuckDB's top-m list aggregate: Spark sorts the rows once
   and shuffles them at most once (not at all on a copy bucketed by the unit). The rows
-  dropped by the cap (a diagnostic) are counted on the way, in the same pass (``LEAD``).
+  dropped by the cap (a diagnostic) are counted on the way, in the same pass (a count window
+  over each unit's first ``2m`` rows).
 * **quantile histograms**: DuckDB's ``histogram()`` aggregate (a map bin -> rows per group)
   has no Spark twin; the portable statement counts rows per ``(group, bin)`` with ``GROUP BY``
   and folds the counts into the same map with ``map_from_entries(list(...))`` (Spark:
@@ -219,9 +220,12 @@ def bounding_ctes_portable(source: str, cols: Sequence[tuple[str, str]],
 
     ``drop``: also carry ``__d``, the diagnostics' count of rows the cap dropped (clipped at
     ``m`` per unit), on the kept rows, so that it is a sum in the main aggregation pass (no
-    second pass over the rows). ``drop="__n"`` (no earlier cap): kept row ``j`` carries 1 when
-    the unit has a row ``j + m`` (``LEAD`` over the same window: no second sort), so a unit
-    of ``n`` rows carries ``min(m, max(0, n - m))``. Otherwise ``drop`` names the column
+    second pass over the rows). ``drop="__n"`` (no earlier cap): the unit's rows ranked up to
+    ``2m`` are counted (``__n2 = min(n, 2m)``, a count window over the rows the ranking
+    window's filter kept) and its first kept row carries ``__n2 - min(__n2, m)``, that is
+    ``min(m, max(0, n - m))`` for a unit of ``n`` rows. (The ranking window is kept alone so
+    that Spark cuts each unit to ``2m`` rows before it, its window group limit; a ``LEAD``
+    beside ``ROW_NUMBER``, the former form, stopped that.) Otherwise ``drop`` names the column
     counting the unit's rows before an earlier cap (the groups cap): the unit's rows are
     counted (``__n``) and it carries ``min(m, drop - min(__n, m))`` on its first kept row.
     Each unit's ``__d`` total depends on its own rows only and lies in ``[0, m]``.
@@ -231,12 +235,19 @@ def bounding_ctes_portable(source: str, cols: Sequence[tuple[str, str]],
     # the unit is the same on every row of a window partition: hashing it orders nothing
     window = (f"PARTITION BY __u ORDER BY {portable_hash_sql(cols[1:], seed, limbs)}"
               f"{tie_break(cols[1:])}")
-    if drop is None or drop == "__n":
-        lead = "" if drop is None else f", LEAD(1, {m}) OVER ({window}) AS __ld"
-        dropped = "" if drop is None else ", CASE WHEN __ld IS NULL THEN 0 ELSE 1 END AS __d"
+    rank = f"__r AS (SELECT {sel}, ROW_NUMBER() OVER ({window}) AS __rn FROM {source})"
+    if drop is None:
+        return [rank, f"__b AS (SELECT {sel} FROM __r WHERE __rn <= {m})"], "__b"
+    if drop == "__n":
+        # the ranking window stays alone (Spark's window group limit, here 2m, applies only
+        # to a window of rank functions alone); the unit's rows up to 2m are counted after it
+        # (the same partitioning and order: no second sort)
         return [
-            f"__r AS (SELECT {sel}, ROW_NUMBER() OVER ({window}) AS __rn{lead} FROM {source})",
-            f"__b AS (SELECT {sel}{dropped} FROM __r WHERE __rn <= {m})",
+            rank,
+            f"__r2 AS (SELECT {sel}, __rn, COUNT(*) OVER (PARTITION BY __u) AS __n2 FROM __r "
+            f"WHERE __rn <= {2 * m})",
+            f"__b AS (SELECT {sel}, CASE WHEN __rn = 1 THEN __n2 - LEAST(__n2, {m}) ELSE 0 END "
+            f"AS __d FROM __r2 WHERE __rn <= {m})",
         ], "__b"
     return [
         f"__w AS (SELECT {sel}, {drop}, COUNT(*) OVER (PARTITION BY __u) AS __n FROM {source})",
