@@ -40,7 +40,8 @@ from dpkit.engine.tables import FIXED_PREFIX, Column, TableMeta, quote_ident
 from dpkit.noise import trace as _trace
 
 __all__ = ["ENGINES", "PUBLIC_MAX_ROWS", "ROWS_PER_BUCKET", "SPARK", "SparkBackend", "backend_for",
-           "bucket_count", "check_engine", "check_on_spark", "drop_spark_orphans", "exact_rounds", "exact_sums", "hex_casts",
+           "bucket_count", "check_engine", "check_on_spark", "drop_spark_orphans", "exact_rounds",
+           "exact_sums", "hex_casts",
            "load_spark_table", "local_session", "ship_public", "spark_columns", "to_spark_sql",
            "write_bucketed"]
 
