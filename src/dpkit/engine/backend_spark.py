@@ -105,19 +105,21 @@ def _read_source(spark: Any, source: Any) -> Any:
             return spark.read.csv(p, header=True, inferSchema=True)
         return spark.read.parquet(p)
     raise ValueError(f"a Spark table's source is a Spark DataFrame or a Parquet/CSV path (got "
-                     f"{type(source).__name__}); load other sources without engine='spark'")
+                     f"{type(source).__name__}); load other sources with engine='duckdb'")
 
 
 def load_spark_table(db_path: Path, spark: Any, name: str, source: Any, *, directory: Path,
                      physical: str, validate: Callable[[list[Column], int], None],
                      domains: Callable[[], Sequence[tuple[str, str, Sequence[Any]]]],
                      not_null: Callable[[], Sequence[str]],
-                     unit: str | None = None) -> tuple[list[Column], str, str]:
+                     unit: str | None = None,
+                     public: bool = False) -> tuple[list[Column], str, str]:
     """Copy ``source`` to Parquet under ``directory/physical`` and give DuckDB an empty table of
-    its columns (``priv.<physical>``, for typing and dry runs). ``validate(columns, rows)``,
-    the declared domains (checked against the column types) and ``not_null`` (counted in Spark)
-    run before anything is kept. With a privacy ``unit``, the copy is bucketed by it
-    (:func:`write_bucketed`). Returns (columns, storage ``"spark"``, DuckDB relation)."""
+    its columns (``priv.<physical>``, or ``pub.<physical>`` for a ``public`` lookup table, for
+    typing and dry runs). ``validate(columns, rows)``, the declared domains (checked against
+    the column types) and ``not_null`` (counted in Spark) run before anything is kept. With a
+    privacy ``unit``, the copy is bucketed by it (:func:`write_bucketed`). Returns (columns,
+    storage ``"spark"``, DuckDB relation)."""
     df = _read_source(spark, source)
     columns = spark_columns(df.schema)
     target = directory / physical
@@ -133,11 +135,11 @@ def load_spark_table(db_path: Path, spark: Any, name: str, source: Any, *, direc
         df = spark.read.parquet(str(target))
         validate(columns, int(df.count()))
         _check_complete(df, columns, not_null())
-        _schema_table(db_path, physical, columns, domains())
+        _schema_table(db_path, physical, columns, domains(), schema="pub" if public else "priv")
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         raise
-    return columns, SPARK, relation_name(physical, False)
+    return columns, SPARK, relation_name(physical, public)
 
 
 _BUCKETS = "_dpkit_buckets"  # in a bucketed copy's folder: "<unit>\t<buckets>" (Spark skips _*)
@@ -191,13 +193,14 @@ def _check_complete(df: Any, columns: Sequence[Column], names: Sequence[str]) ->
 
 
 def _schema_table(db_path: Path, physical: str, columns: Sequence[Column],
-                  domains: Sequence[tuple[str, str, Sequence[Any]]]) -> None:
+                  domains: Sequence[tuple[str, str, Sequence[Any]]], *,
+                  schema: str = "priv") -> None:
     """DuckDB's empty twin of a Spark table (its columns and types), domains checked."""
     con = duckdb.connect(str(db_path))
     try:
-        con.execute("CREATE SCHEMA IF NOT EXISTS priv")
+        con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
         cols = ", ".join(f"{quote_ident(c.name)} {c.type}" for c in columns)
-        con.execute(f"CREATE OR REPLACE TABLE priv.{quote_ident(physical)} ({cols})")
+        con.execute(f"CREATE OR REPLACE TABLE {schema}.{quote_ident(physical)} ({cols})")
         types = {c.name: c.type for c in columns}
         for column, _, keys in domains:
             store_domain(con, column=column, type_=types[column], keys=keys, target=None)
@@ -240,8 +243,10 @@ class SparkBackend(DuckBackend):
             return self._session
 
     def register(self, tables: Mapping[str, TableMeta]) -> None:
-        """Make a Spark view of each Spark table in ``tables`` (once per session); note the
-        public tables, shipped to Spark when a statement first reads them (:meth:`to_spark`)."""
+        """Make a Spark view of each Spark table in ``tables`` (once per session; a public
+        one loaded with ``engine="spark"`` too: the statements that read it, public look-ups
+        included, then run on Spark); note the DuckDB public tables, shipped to Spark when a
+        statement first reads them (:meth:`to_spark`)."""
         for meta in tables.values():
             if meta.public and meta.storage != SPARK:
                 t = exp.to_table(table_relation(meta), dialect="duckdb")
@@ -249,9 +254,9 @@ class SparkBackend(DuckBackend):
                 continue
             if meta.storage != SPARK:
                 continue
-            key = ("priv", meta.stored_name)
+            key = ("pub" if meta.public else "priv", meta.stored_name)
             if key not in self._views:
-                view = f"dpkit_{meta.stored_name}"
+                view = f"dpkit_{'spub_' if meta.public else ''}{meta.stored_name}"
                 spec = _bucket_spec(meta.source)
                 session = self.session()
                 df = session.read.parquet(meta.source)
@@ -424,9 +429,9 @@ def ship_public(spark: Any, duck: DuckBackend, meta: TableMeta, view: str) -> st
     if n > PUBLIC_MAX_ROWS:
         raise QueryError(f"public table {meta.name!r} has {n} rows; a public table joined with "
                          f"a Spark table is shipped to Spark and may hold at most "
-                         f"{PUBLIC_MAX_ROWS}. Load only the rows and columns the query needs "
-                         f"(a smaller lookup table), or join it in Spark before loading the "
-                         f"private table (nothing charged)")
+                         f"{PUBLIC_MAX_ROWS}. Load it on Spark (add_public_table(..., "
+                         f"engine='spark'): no limit there), or only the rows and columns the "
+                         f"query needs (nothing charged)")
     cols = ", ".join(quote_ident(c.name) for c in meta.columns)
     rows = DuckBackend.query_public(duck, f"SELECT {cols} FROM {relation}")
     spark.createDataFrame(rows, schema=", ".join(fields)).createOrReplaceTempView(view)

@@ -53,6 +53,10 @@ class Preparer:
         registration)."""
         relations = {name: table_relation(meta) for name, meta in plan.catalog.items()}
         portable = self._spark_table(plan)
+        if portable and isinstance(self._backend, SparkBackend):
+            # Spark views first: the public look-ups below read a Spark public table on Spark
+            self._backend.register({n: plan.catalog[n] for n in
+                                    (plan.table.name, *(j.table for j in plan.spec.joins))})
         if plan.table.record_level:
             self._check_join_keys(plan, relations)
         # a copied private table carries hidden columns and key tables from its load
@@ -108,6 +112,13 @@ class Preparer:
         """Whether the plan reads a Spark table (its public JOINs are shipped to Spark: see
         :meth:`dpkit.engine.backend_spark.SparkBackend.to_spark`)."""
         if plan.table.storage != SPARK:
+            on_spark = [j.table for j in plan.spec.joins if plan.catalog[j.table].storage == SPARK]
+            if on_spark:  # its DuckDB twin is empty: the join would silently match nothing
+                raise QueryError(
+                    f"public table {on_spark[0]!r} is on Spark and {plan.table.name!r} on "
+                    f"DuckDB; a query runs on one engine. Load {on_spark[0]!r} again with "
+                    f"engine='duckdb' (public tables there are shipped to Spark when joined), "
+                    f"or {plan.table.name!r} with engine='spark' (nothing charged)")
             return self.portable
         if not isinstance(self._backend, SparkBackend):
             raise QueryError(f"table {plan.table.name!r} is on Spark; open the project with "
