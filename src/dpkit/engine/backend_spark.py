@@ -223,6 +223,7 @@ class SparkBackend(DuckBackend):
         self._texts: dict[str, str] = {}  # DuckDB text -> its Spark text (views only grow)
         self._public: dict[tuple[str, str], TableMeta] = {}  # public tables seen, by relation
         self._shipped: dict[tuple[str, str], str] = {}  # public relation -> its Spark view
+        self._cached: dict[str, Any] = {}  # public table name -> its shipped, cached rows
         self._spark_lock = threading.Lock()
 
     def portable(self, meta: TableMeta) -> bool:
@@ -273,11 +274,18 @@ class SparkBackend(DuckBackend):
 
     def _public_view(self, key: tuple[str, str]) -> str | None:
         """The Spark view of a public DuckDB table (its rows shipped once per registration: a
-        new load is a new stored name); None for a relation that is not a public table."""
+        new load is a new stored name); None for a relation that is not a public table.
+        Shipping a table again after a reload releases the cached rows of its former load."""
         view = self._shipped.get(key)
         if view is None and key in self._public:
-            view = ship_public(self.session(), self, self._public[key],
-                               f"dpkit_pub_{key[1]}")
+            meta = self._public[key]
+            session = self.session()
+            old = self._cached.pop(meta.name, None)
+            if old is not None:
+                with contextlib.suppress(Exception):
+                    old.unpersist()
+            view = f"dpkit_pub_{key[1]}"
+            self._cached[meta.name] = ship_public(session, self, meta, view)
             self._shipped[key] = view
         return view
 
@@ -409,11 +417,18 @@ PUBLIC_MAX_ROWS = 100_000
 _TO_SPARK = {d: s for s, d in _TYPES.items()}
 
 
-def ship_public(spark: Any, duck: DuckBackend, meta: TableMeta, view: str) -> str:
+def ship_public(spark: Any, duck: DuckBackend, meta: TableMeta, view: str) -> Any:
     """Copy public table ``meta``'s rows from DuckDB to a Spark temporary view ``view`` (the
-    same columns, types and values: doubles, decimals, dates and strings travel exactly).
-    Refused, with a ``QueryError`` and nothing shipped, above :data:`PUBLIC_MAX_ROWS` rows or
-    for a column type Spark has no twin of. Public data: no privacy question here."""
+    same columns, types and values: doubles, decimals, dates and strings travel exactly), and
+    return its DataFrame. Refused, with a ``QueryError`` and nothing shipped, above
+    :data:`PUBLIC_MAX_ROWS` rows or for a column type Spark has no twin of. Public data: no
+    privacy question here.
+
+    The rows are cached on Spark and counted once here: a DataFrame made from the driver's
+    rows is otherwise decoded again at every scan (a statement scans a lookup twice when its
+    column is a group key), and Spark knows no size for it, so it broadcast the *private*
+    side of the JOIN; cached, its size is known and the lookup is broadcast
+    (docs/scale.md)."""
     fields = []
     for c in meta.columns:
         t = c.type.upper()
@@ -434,8 +449,10 @@ def ship_public(spark: Any, duck: DuckBackend, meta: TableMeta, view: str) -> st
                          f"query needs (nothing charged)")
     cols = ", ".join(quote_ident(c.name) for c in meta.columns)
     rows = DuckBackend.query_public(duck, f"SELECT {cols} FROM {relation}")
-    spark.createDataFrame(rows, schema=", ".join(fields)).createOrReplaceTempView(view)
-    return view
+    df = spark.createDataFrame(rows, schema=", ".join(fields)).cache()
+    df.count()  # materialised now, before the charge: its size is known to the planner
+    df.createOrReplaceTempView(view)
+    return df
 
 
 def exact_sums(tree: Any) -> Any:
