@@ -13,6 +13,9 @@ the mean of their seeds at radius 1.0 (ties: mean radius), screens the two-seed 
 the best, then trains the best ``--finals`` recipes on all 4,000 training images with seeds
 0..3 for the test certificate, which only benchmarks/robust_bench.py gives (on the CPU, with
 dpkit.noise's secure source, under the time limit). No test image is read here.
+``--ensembles`` instead trains the validation members of ``ENSEMBLES`` and screens those
+ensembles (softmax averaging, optionally K-consensus, exactly dpkit.robust.Ensemble's rule) on
+the same paired noise. Figures of the session-9 runs: docs/beyond.md.
 
 Everything is written as it finishes (``DIR/sweep.json``; ``DIR/val_nets.pt`` and
 ``DIR/final_nets.pt``: ``{name: [state_dict, ...]}``), and the script stops starting work
