@@ -172,3 +172,18 @@ def test_spark_public_tables_are_checked_before_the_charge(pair: Any) -> None:
     with pytest.raises(ValueError, match="copy=False"):
         spk.add_public_table("s_view", "wards.parquet", copy=False, engine="spark")
     assert "s_frame" not in spk.tables() and "s_view" not in spk.tables()
+
+
+def test_lookups_are_the_broadcast_side(pair: Any) -> None:
+    """Spark knows a shipped lookup's size (cached and counted when shipped) and a Spark
+    public table's (its Parquet files), so the JOIN broadcasts the lookup, never the private
+    rows (before: a shipped lookup had no size, and Spark broadcast the private side)."""
+    _, spk = pair
+    backend = spk._backend
+    for lookup, view in (("wards", "dpkit_pub_wards"), ("s_wards", "dpkit_spub_s_wards")):
+        _exact(spk, f"SELECT region, COUNT(*) AS n FROM rec JOIN {lookup} w ON rec.g = w.g "
+                    f"GROUP BY region")
+        text = next(t for t in reversed(backend._texts.values()) if view in t)
+        plan = backend.session().sql(text)._jdf.queryExecution().executedPlan().toString()
+        joins = [ln for ln in plan.splitlines() if "BroadcastHashJoin" in ln]
+        assert joins and all("BuildRight" in ln for ln in joins), plan
