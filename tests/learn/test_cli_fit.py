@@ -31,7 +31,7 @@ def test_fit_trains_charges_once_and_writes_the_model(tmp_path: Path) -> None:
     out = tmp_path / "model.json"
     res = CliRunner().invoke(main, ["fit", str(path), "SELECT age FROM v", "--label", "sick",
                                     "--model", "logistic", "--epsilon", "1",
-                                    "--param", "random_state=0", "--output", str(out)])
+                                    "--output", str(out)])
     assert res.exit_code == 0, res.output
     assert "charged epsilon 1" in res.output
     doc = json.loads(out.read_text())

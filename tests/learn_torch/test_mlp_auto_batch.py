@@ -42,7 +42,7 @@ def cur(tmp_path: Path) -> Curator:
 def _mlp(**kw) -> MLPClassifier:  # type: ignore[no-untyped-def]
     kw.setdefault("sample_rate", 0.1)
     return MLPClassifier((), epochs=3, max_grad_norm=1.0, learning_rate=0.5, momentum=0.0,
-                         averaging=0.5, random_state=0, **kw)
+                         averaging=0.5, **kw)
 
 
 def _planned(m: MLPClassifier, sens: int, eps: float) -> ev.Event:
@@ -59,9 +59,11 @@ def test_auto_is_the_default_through_the_curator(cur: Curator, table: str, rows:
     assert m.batch_size is None  # the default: "auto" through the curator
     tm = cur.fit(m, f"SELECT age, ward FROM {table}", label="sick", epsilon=3.0)
     entries = cur.entries()
-    assert len(entries) == before + 1  # one charge: the count is inside it
+    # one charge (the count is inside it), then the note that records N̂ (written after the fit)
+    assert [e.kind for e in entries[before:]] == ["charge", "note"]
+    charge, note = entries[-2:]
     # the charge is the composed event: the count (sensitivity = rows a unit may keep) first
-    assert tm.event == m.event_ == _planned(m, sens, 3.0) == entries[-1].event
+    assert tm.event == m.event_ == _planned(m, sens, 3.0) == charge.event
     assert tm.epsilon == pytest.approx(dp.accounting.epsilon(tm.event, delta=m.delta), rel=1e-6)
     assert tm.epsilon <= 3.0 + 1e-9 and m.epsilon_ <= 3.0 + 1e-9
     assert m.training_.data_loader.n == rows
@@ -71,6 +73,12 @@ def test_auto_is_the_default_through_the_curator(cur: Curator, table: str, rows:
     assert m.batch_divisor_ == bc.divisor == m.training_.optimizer.expected_batch_size
     assert abs(m.batch_divisor_ - 0.1 * rows) <= bc.error(BETA)
     assert any("noisy row count" in n for n in tm.notes)
+    # N̂ is in the ledger history, beside the charge it belongs to
+    assert note.payload["charge"] == charge.seq == tm.ledger_seq
+    assert note.payload["rows_estimate"] == m.rows_estimate_ and note.payload["notes"] == tm.notes
+    item = cur.budget().history[-1]
+    assert item.seq == charge.seq and item.note == note.payload
+    assert f"noisy row count {m.rows_estimate_}" in item.describe()
     assert tm.score(_frame(), _frame()["sick"]) > 0.8  # seeded: deterministic
 
 
@@ -83,7 +91,7 @@ def test_the_charge_is_the_same_on_neighbouring_tables(tmp_path: Path) -> None:
     for name, frame, rows in (("d", d, 600), ("d2", pd.concat([d, extra]), 602)):
         c = _curator(tmp_path / f"{name}.dpkit", frame)
         tm = c.fit(m, "SELECT age FROM u", label="sick", epsilon=2.0)
-        assert tm.event == c.entries()[-1].event == _planned(m, 2, 2.0)
+        assert tm.event == c.entries()[-2].event == _planned(m, 2, 2.0)  # [-1]: its note
         assert tm.epsilon == pytest.approx(dp.accounting.epsilon(tm.event, delta=m.delta))
         assert m.training_.data_loader.n == rows and m.batch_count_ is not None
         assert abs(m.batch_divisor_ - 0.1 * rows) <= m.batch_count_.error(BETA)
@@ -131,10 +139,11 @@ def test_auto_outside_the_curator() -> None:
     with pytest.raises(ValueError, match="needs sample_rate"):
         MLPClassifier(batch_size="auto", epochs=1, delta=1e-4).fit(X, y)
     with pytest.raises(ValueError, match="max_examples_per_unit"):
-        _mlp(batch_size="auto", delta=1e-4).fit(X, y, units=_frame()["uid"].to_numpy())
+        _mlp(batch_size="auto", delta=1e-4, random_state=0).fit(
+            X, y, units=_frame()["uid"].to_numpy())
     with pytest.raises(ValueError, match="batch_size must be"):
         MLPClassifier(batch_size=0, epochs=1, delta=1e-4).fit(X, y)
-    clf = _mlp(batch_size="auto", epsilon=2.0, delta=1e-4).fit(X, y)
+    clf = _mlp(batch_size="auto", epsilon=2.0, delta=1e-4, random_state=0).fit(X, y)
     assert isinstance(clf.event_, ev.Composed) and clf.epsilon_ <= 2.0
     assert clf.event_.events[0] == count_plan(sensitivity=1, epsilon=0.04).event
     assert clf.batch_count_ is not None
@@ -154,7 +163,7 @@ def test_dpkit_fit_mlp_without_batch_size(tmp_path: Path) -> None:
     out = tmp_path / "m.json"
     res = CliRunner().invoke(main, ["fit", str(path), "SELECT age FROM u", "--label", "sick",
                                     "--model", "mlp", "--epsilon", "1", "--param", "epochs=2",
-                                    "--param", "sample_rate=0.1", "--param", "random_state=0",
+                                    "--param", "sample_rate=0.1",
                                     "--output", str(out)])
     assert res.exit_code == 0, res.output
     assert "noisy row count" in res.output and "divisor" in res.output
