@@ -7,6 +7,7 @@ in tests/learn_torch/test_mlp_auto_batch.py), so no torch training runs."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -149,3 +150,20 @@ def test_a_crash_between_the_charge_and_the_note_keeps_the_charge(tmp_path: Path
     with Curator.open(path) as cur:
         assert cur.verify() == len(cur.entries())
         assert cur.entries()[-1].kind == "charge" and cur.budget().spent == pytest.approx(1.0)
+
+
+def test_dpkit_budget_shows_a_fit_readably(tmp_path: Path) -> None:
+    """The history says which model was trained on what, its cost, and the N̂ it released."""
+    from click.testing import CliRunner
+
+    from dpkit.cli import main
+
+    path = tmp_path / "p.dpkit"
+    with _project(path) as cur:
+        m = Counting()
+        seq = cur.fit(m, QUERY, label="sick", epsilon=1.0).ledger_seq
+    res = CliRunner().invoke(main, ["budget", str(path)], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if "fit Counting" in x)
+    assert f"fit Counting -> sick, noisy row count {m.rows_estimate_}: {QUERY}" in line
+    assert re.search(rf"│ {seq} │\s+1 │", res.output)  # its row: entry #seq, epsilon 1
