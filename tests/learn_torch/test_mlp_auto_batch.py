@@ -27,8 +27,10 @@ DECL = {"bounds": {"age": (0, 100)}, "domains": {"ward": ["A", "B"], "sick": ["n
 _frame = mlp_frame
 
 
-def _curator(path: Path, frame: pd.DataFrame) -> Curator:
-    c = Curator.create(path, epsilon=10.0, delta=1e-5, source=dp.noise.seeded(1))
+def _curator(path: Path, frame: pd.DataFrame, seed: int | None = 1) -> Curator:
+    """A project seeded with ``seed`` (None: the secure source)."""
+    source = None if seed is None else dp.noise.seeded(seed)
+    c = Curator.create(path, epsilon=10.0, delta=1e-5, source=source)
     c.add_table("r", frame.drop(columns=["uid"]), **DECL)
     c.add_table("u", frame, privacy_unit="uid", max_rows_per_unit=2, **DECL)
     return c
@@ -82,19 +84,36 @@ def test_auto_is_the_default_through_the_curator(cur: Curator, table: str, rows:
     assert tm.score(_frame(), _frame()["sick"]) > 0.8  # seeded: deterministic
 
 
+def _trained(m: MLPClassifier) -> tuple[bytes, ...]:
+    """The learned weights to the bit, and N̂."""
+    return (*(a.tobytes() for a in (*m.coefs_, *m.intercepts_)), str(m.rows_estimate_).encode())
+
+
 def test_the_charge_is_the_same_on_neighbouring_tables(tmp_path: Path) -> None:
     """D' = D plus one unit of 2 rows (the cap): the event and the cost do not move; only the
-    count does, by the unit's rows plus noise."""
+    count does, by the unit's rows plus noise.
+
+    And every draw comes from the project's source (initial weights, each unit's kept rows,
+    the Poisson samples, the gradient noise, the count): D again in a project seeded alike
+    trains the same network to the bit with the same N̂; D in a secure project does not (a
+    repeat of every weight has probability far below 1e-9). Bit-identical needs the rows in
+    a fixed order too: before fit's statement ordered them, the bounding's parallel window
+    returned them in varying order, and one repeat in three differed in a weight's last bits."""
     d = _frame()
     extra = d[d["uid"] == 0].assign(uid=10_000).iloc[:2]
     m = _mlp()  # one estimator, fitted on each (its calibration is cached: public inputs)
-    for name, frame, rows in (("d", d, 600), ("d2", pd.concat([d, extra]), 602)):
-        c = _curator(tmp_path / f"{name}.dpkit", frame)
+    trained = []
+    for name, frame, rows, seed in (("d", d, 600, 1), ("d2", pd.concat([d, extra]), 602, 1),
+                                    ("again", d, 600, 1), ("secure", d, 600, None)):
+        c = _curator(tmp_path / f"{name}.dpkit", frame, seed)
         tm = c.fit(m, "SELECT age FROM u", label="sick", epsilon=2.0)
         assert tm.event == c.entries()[-2].event == _planned(m, 2, 2.0)  # [-1]: its note
         assert tm.epsilon == pytest.approx(dp.accounting.epsilon(tm.event, delta=m.delta))
         assert m.training_.data_loader.n == rows and m.batch_count_ is not None
         assert abs(m.batch_divisor_ - 0.1 * rows) <= m.batch_count_.error(BETA)
+        assert m.random_state is None and m.training_.insecure == (seed is not None)
+        trained.append(_trained(m))
+    assert trained[2] == trained[0] != trained[3]
 
 
 @pytest.mark.parametrize(("kw", "match"), [

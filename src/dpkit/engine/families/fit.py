@@ -266,8 +266,10 @@ def statement(meta: TableMeta, enc: Encoding, where: str | None, relation: str, 
     """The one statement reading the bounded, encoded rows (``__u``, ``__f<i>``, ``__y``).
 
     ``portable`` (a Spark table): bounding by the portable keyed hash (the rows DuckDB's
-    portable form keeps) and the rows in a fixed order (every column, NULLS LAST), so that
-    the model, whose float sums depend on the row order, is the same on both engines."""
+    portable form keeps). The rows come in a fixed order (every column, NULLS LAST) on both
+    engines: the model's float sums, and which rows a seeded Poisson mask picks, depend on the
+    row order, which a parallel window (the bounding) does not keep; so a seeded project's fit
+    is reproducible, and the same on both engines."""
     t = quote_ident(PRIVATE_ALIAS)
 
     def ref(c: str) -> str:
@@ -297,7 +299,7 @@ def statement(meta: TableMeta, enc: Encoding, where: str | None, relation: str, 
     if not meta.record_level:
         ctes.extend(bound)
         cols = ["__u", *cols]
-    order = f" ORDER BY {', '.join(f'{c} NULLS LAST' for c in cols)}" if portable else ""
+    order = f" ORDER BY {', '.join(f'{c} NULLS LAST' for c in cols)}"
     return f"WITH {', '.join(ctes)} SELECT {', '.join(cols)} FROM {current}{order}"
 
 
