@@ -21,7 +21,8 @@ error, depend on the query and the declarations alone.
 **The estimator's side** (duck-typed, so the engine does not import ``dpkit.learn``): it has
 ``set_params`` (scikit-learn style), ``privacy_event(n_features, contributions)`` (the event its
 ``fit`` realises on features in ``[-1, 1]^n_features`` when one unit holds up to
-``contributions`` rows; from public parameters only) and ``fit(X, y, units=None)``; optionally
+``contributions`` rows; from public parameters only) and ``fit(X, y, units=None)`` (with
+``source=None`` too where it draws noise: see below); optionally
 ``notes_`` after ``fit``, lines on what the fit released besides the model (part of the charged
 event, e.g. ``MLPClassifier``'s noisy row count), copied to ``TableModel.notes``.
 
