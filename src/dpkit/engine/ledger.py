@@ -75,6 +75,7 @@ from dpkit.engine.ledger_rows import (
     Spend,
     canonical_json,
     config_from_genesis,
+    constant_work_setting,
     finite,
     head_path,
     key_path,
@@ -147,6 +148,7 @@ class Ledger:
         noise_seed: int | None = None,
         dsn: str | None = None,
         schema: str | None = None,
+        constant_work: bool = False,
     ) -> Ledger:
         """Create a new ledger holding the genesis row (the budget) and a fresh owner key
         (:func:`key_path`, mode 0600). Refuses an existing file.
@@ -154,7 +156,8 @@ class Ledger:
         ``noise_seed`` records an INSECURE test project whose noise is seeded (None: the OS
         CSPRNG). The budget is validated by :class:`dpkit.accounting.Budget` itself.
         ``dsn``: keep the rows in PostgreSQL (a new ``schema`` there, random by default);
-        ``path`` (conventionally ``ledger.pg``) then records where."""
+        ``path`` (conventionally ``ledger.pg``) then records where. ``constant_work``: record
+        the constant-work setting (:func:`constant_work_setting`)."""
         from dpkit.accounting import Budget
 
         path = Path(path)
@@ -165,6 +168,11 @@ class Ledger:
         if noise_seed is not None and (isinstance(noise_seed, bool)
                                        or not isinstance(noise_seed, int)):
             raise TypeError(f"noise_seed must be an int or None (got {noise_seed!r})")
+        noise: dict[str, Any] = ({"source": "secure"} if noise_seed is None
+                                 else {"source": "seeded", "seed": noise_seed, "insecure": True})
+        if constant_work:
+            noise["constant_work"] = constant_work_setting(probe.epsilon, probe.delta,
+                                                           probe.accountant)
         store: Store = (SqliteStore.create(path) if dsn is None
                         else PostgresStore.create(path, dsn, schema))
         key = new_key(key_path(path))
@@ -175,8 +183,7 @@ class Ledger:
             "budget": {"epsilon": probe.epsilon, "delta": probe.delta,
                        "accountant": probe.accountant, "neighboring": probe.neighboring,
                        "orders": list(probe.orders) if probe.orders is not None else None},
-            "noise": ({"source": "secure"} if noise_seed is None
-                      else {"source": "seeded", "seed": noise_seed, "insecure": True}),
+            "noise": noise,
         }
         with led._write():
             if store.max_seq():

@@ -110,7 +110,12 @@ def coins(w: Weights, r: np.ndarray, src: Source) -> np.ndarray:
 
 @noise.trace.traced  # one request: the rejection loop's draws depend on the scores
 def exponential_sample(w: Weights, size: int, src: Source) -> np.ndarray:
-    """``size`` independent draws with ``P(r) ∝ exp(-gamma_r)``, by exact rejection sampling."""
+    """``size`` independent draws with ``P(r) ∝ exp(-gamma_r)``, by exact rejection sampling
+    (on a fixed plan, :func:`fixed_select`, when ``src`` is a ``noise.ConstantWork``)."""
+    if isinstance(src, noise.ConstantWork):
+        rows = np.zeros(size, dtype=np.int64)
+        return fixed_select(lambda i, r: w.g[r], lambda i, r: w.exact(r), rows, w.n, src,
+                            lambda k: exponential_sample(w, k, src.plain))
     out = np.full(size, -1, dtype=np.int64)
     pending = np.arange(size)
     rate = max(w.acceptance(), 1.0 / w.n)
@@ -249,6 +254,8 @@ def exponential_rows_sample(w: RowWeights, src: Source) -> np.ndarray:
     m, n = w.g.shape
     if n * int(_B[0]) >= 1 << 62:  # pragma: no cover - 2^30 candidates per instance
         raise ValueError(f"at most 2**30 candidates per instance (got {n})")
+    if isinstance(src, noise.ConstantWork):
+        return _rows_fixed(w, src)
     out = np.full(m, -1, dtype=np.int64)
     g = w.g
     t = g - 2.0**-40  # g >= 64 (or inf) lands on _TOP, as gamma >= 63.9 allows
@@ -308,3 +315,70 @@ def exponential_rows_sample(w: RowWeights, src: Source) -> np.ndarray:
             still.append(grp[~done])
         pending = np.concatenate(still) if still else pending[:0]
     return out
+
+
+# ------------------------------------------------------------------ constant work
+def fixed_select(
+    g_of: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    exact_of: Callable[[int, int], Fraction],
+    rows: np.ndarray,
+    n: int,
+    src: noise.ConstantWork,
+    finish: Callable[[int], np.ndarray] | None = None,
+    finish_rows: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> np.ndarray:
+    """One draw per entry of ``rows`` (an instance index each) with ``P(r) ∝ exp(-gamma_r)``
+    over ``n`` candidates, on a fixed plan: the exponential mechanism whose work does not
+    depend on the scores (``dpkit.noise.constant``).
+
+    Each draw makes ``T`` uniform proposals (one 64-bit word each, ``r = w mod n``, the
+    proposal void when ``w`` is at or above the largest multiple of ``n``) and flips an exact
+    coin Bernoulli(exp(-gamma_r)) for every one (``noise.constant.exp_coins``: fixed words,
+    fixed slots); the draw is its first accepted proposal. A proposal is accepted with
+    probability ``a = (1 - (2^64 mod n) 2^-64) mean_r exp(-gamma_r) >= (1 - n 2^-64) / n``
+    (the best candidate has gamma = 0): a bound from the public ``n`` alone, so ``T``, the
+    smallest count with ``(1 - a_min)^T <= 2^-b``, is public too. An accepted proposal of an
+    i.i.d. sequence has the law ``∝ exp(-gamma_r)`` however the sequence is cut, so a draw
+    with no acceptance among its ``T`` (probability ``<= 2^-b``) is finished exactly by
+    ``finish(k)`` / ``finish_rows(rows)`` (today's rejection loop): the law is exact always,
+    and the mechanism keeps its ε; only the work differs on that event.
+    """
+    m = rows.size
+    bits = noise.constant.request_bits(src)
+    b = bits + (math.ceil(math.log2(m)) if m > 1 else 0)  # per draw
+    rate = (1.0 - n * 2.0**-64) / n * (1.0 - 2.0**-20)
+    t = noise.constant.attempts_for(1, rate, b + 1) if n > 1 else 1
+    out = np.zeros(m, dtype=np.int64)
+    per = max(1, _BLOCK_LANES // t)  # draws per block: a public count of blocks
+    lim = (1 << 64) - (1 << 64) % n
+    missing: list[np.ndarray] = []
+    overran = False
+    for start in range(0, m, per):
+        blk = rows[start : start + per]
+        words = src.uint64(blk.size * t)
+        valid = words < np.uint64(lim) if lim < 1 << 64 else np.ones(words.size, dtype=bool)
+        r = (words % np.uint64(n)).astype(np.int64)
+        inst = np.repeat(blk, t)
+        acc, over = noise.constant.exp_coins(
+            g_of(inst, r), lambda j: exact_of(int(inst[j]), int(r[j])), src, b + 1)
+        overran |= over
+        hit = (acc & valid).reshape(blk.size, t)
+        first = np.argmax(hit, axis=1)
+        out[start : start + blk.size] = r.reshape(blk.size, t)[np.arange(blk.size), first]
+        missing.append(start + np.flatnonzero(~hit.any(axis=1)))
+    lost = np.concatenate(missing) if missing else np.zeros(0, dtype=np.int64)
+    if lost.size:  # the failure event: finished exactly, with more work
+        overran = True
+        out[lost] = finish(lost.size) if finish is not None else finish_rows(rows[lost])
+    if overran:
+        src.note_overrun()
+    return out
+
+
+def _rows_fixed(w: RowWeights, src: noise.ConstantWork) -> np.ndarray:
+    """:func:`exponential_rows_sample` on a fixed plan (:func:`fixed_select`, one draw per
+    row): the law per row is the same, the work a function of the shape only."""
+    m, n = w.g.shape
+    return fixed_select(lambda i, r: w.g[i, r], w.exact, np.arange(m), n, src,
+                        finish_rows=lambda lost: exponential_rows_sample(
+                            RowWeights(w.scores[lost], w.factor), src.plain))
