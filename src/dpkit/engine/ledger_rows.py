@@ -26,8 +26,9 @@ from dpkit import noise as _noise
 
 __all__ = ["ACCOUNTANTS", "COLUMNS", "FORMAT", "GENESIS_PREV", "SCHEMA", "Entry", "HeadFile",
            "LedgerConfig", "LedgerError", "LedgerTampered", "Spend", "canonical_json",
-           "config_from_genesis", "connect", "constant_work_setting", "finite", "head_path", "key_path", "match_head",
-           "new_key", "now_iso", "read_key", "row_hash", "verify_rows"]
+           "config_from_genesis", "connect", "constant_work_setting", "finite", "head_path",
+           "key_path", "match_head", "new_key", "noise_record", "now_iso", "read_key",
+           "row_hash", "verify_rows"]
 
 
 FORMAT = 2  # 1: plain SHA-256 chain (refused; see migrate); 2: HMAC-SHA256 under the owner key
@@ -363,6 +364,17 @@ def config_from_genesis(payload: dict[str, Any], path: Path) -> LedgerConfig:
         constant_work=(float(noise["constant_work"]["delta"]), int(noise["constant_work"]["bits"]))
         if isinstance(noise, dict) and isinstance(noise.get("constant_work"), dict) else None,
     )
+
+
+def noise_record(noise_seed: int | None, constant_work: Any = None) -> dict[str, Any]:
+    """The genesis row's ``noise`` record: the source (secure, or an INSECURE seed) and, with
+    ``constant_work`` (the validated :class:`dpkit.accounting.Budget`), its setting."""
+    out: dict[str, Any] = ({"source": "secure"} if noise_seed is None
+                           else {"source": "seeded", "seed": noise_seed, "insecure": True})
+    if constant_work is not None:
+        out["constant_work"] = constant_work_setting(
+            constant_work.epsilon, constant_work.delta, constant_work.accountant)
+    return out
 
 
 def constant_work_setting(epsilon: float, delta: float, accountant: str) -> dict[str, Any]:

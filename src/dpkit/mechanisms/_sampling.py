@@ -350,17 +350,14 @@ def fixed_select(
     t = noise.constant.attempts_for(1, rate, b + 1) if n > 1 else 1
     out = np.zeros(m, dtype=np.int64)
     per = max(1, _BLOCK_LANES // t)  # draws per block: a public count of blocks
-    lim = (1 << 64) - (1 << 64) % n
     missing: list[np.ndarray] = []
     overran = False
     for start in range(0, m, per):
         blk = rows[start : start + per]
-        words = src.uint64(blk.size * t)
-        valid = words < np.uint64(lim) if lim < 1 << 64 else np.ones(words.size, dtype=bool)
-        r = (words % np.uint64(n)).astype(np.int64)
+        r, valid = noise.constant.proposals(n, blk.size * t, src)
         inst = np.repeat(blk, t)
-        acc, over = noise.constant.exp_coins(
-            g_of(inst, r), lambda j: exact_of(int(inst[j]), int(r[j])), src, b + 1)
+        acc, over = noise.constant.exp_coins(g_of(inst, r), _pairs(exact_of, inst, r), src,
+                                             b + 1)
         overran |= over
         hit = (acc & valid).reshape(blk.size, t)
         first = np.argmax(hit, axis=1)
@@ -369,10 +366,20 @@ def fixed_select(
     lost = np.concatenate(missing) if missing else np.zeros(0, dtype=np.int64)
     if lost.size:  # the failure event: finished exactly, with more work
         overran = True
-        out[lost] = finish(lost.size) if finish is not None else finish_rows(rows[lost])
+        if finish is not None:
+            out[lost] = finish(lost.size)
+        else:
+            assert finish_rows is not None
+            out[lost] = finish_rows(rows[lost])
     if overran:
         src.note_overrun()
     return out
+
+
+def _pairs(exact_of: Callable[[int, int], Fraction], inst: np.ndarray,
+           r: np.ndarray) -> Callable[[int], Fraction]:
+    """Lane ``j`` -> the exact gamma of candidate ``r[j]`` of instance ``inst[j]``."""
+    return lambda j: exact_of(int(inst[j]), int(r[j]))
 
 
 def _rows_fixed(w: RowWeights, src: noise.ConstantWork) -> np.ndarray:

@@ -80,7 +80,8 @@ from .sources import Source, default_source
 from .trace import traced
 
 __all__ = ["MAX_BITS", "TIMING_DELTA", "ConstantWork", "attempts_for", "bits_for", "charge_scope",
-           "discrete_gaussian", "discrete_laplace", "exp_coins", "request_bits", "slots_for"]
+           "discrete_gaussian", "discrete_laplace", "exp_coins", "proposals", "request_bits",
+           "slots_for"]
 
 #: Largest failure exponent accepted: the geometric part reads 128 bits per lane, whose ties
 #: (2^-120 per lane) must stay below the request's share of ``2^-bits``.
@@ -104,12 +105,12 @@ class ConstantWork(Source):
         if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= MAX_BITS:
             raise ValueError(f"bits must be an int in [1, {MAX_BITS}] (got {bits!r}): the "
                              f"failure probability per request is 2^-bits")
-        base = default_source() if inner is None else inner
+        base: Source = default_source() if inner is None else inner
         if isinstance(base, ConstantWork):
             base = base.inner
         if not isinstance(base, Source):
             raise TypeError(f"inner must be a dpkit.noise Source (got {type(base).__name__})")
-        self.inner = base
+        self.inner: Source = base
         self.bits = bits
         self.insecure = base.insecure
         self.words = 0
@@ -256,6 +257,17 @@ def _extension_words(bits: int, slots: int) -> int:
 
 
 # ------------------------------------------------------------------ fixed-work exact coins
+def proposals(n: int, count: int, src: Source) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` uniform proposals on ``[0, n)`` with one 64-bit word each: ``(r, valid)``,
+    ``r = w mod n``, void (``valid`` False) when ``w`` is at or above the largest multiple of
+    ``n`` below 2^64 (probability ``(2^64 mod n) 2^-64 < n 2^-64``; no retry). A valid ``r``
+    is exactly uniform, and the words are a function of ``count`` only."""
+    w = src.uint64(count)
+    lim = (1 << 64) - (1 << 64) % n
+    valid = w < np.uint64(lim) if lim < 1 << 64 else np.ones(count, dtype=bool)
+    return (w % np.uint64(n)).astype(np.int64), valid
+
+
 def _resolve(u: int, gamma: Fraction, words: list[int], src: Source | None) -> tuple[bool, bool]:
     """``([U < exp(-gamma)], decided)`` for the uniform ``U`` whose first 32 bits are ``u``,
     continued by the 64-bit ``words``; undecided and ``src`` given: finished by drawing more
@@ -495,6 +507,11 @@ def _dgauss_rate_bound(t: int, c: float, k: float) -> float:
     return mass * (1.0 - 2.0**-10)  # float error of the sum over 2^16 blocks, with room
 
 
+def _dgauss_gamma(ay: np.ndarray, a: int, bt: int, den: int) -> Callable[[int], Fraction]:
+    """Lane ``i`` -> ``(|Y_i| - σ²/t)² / (2σ²)`` exactly, as in samplers.discrete_gaussian."""
+    return lambda i: Fraction((bt * int(ay[i]) - a) ** 2, den)
+
+
 def _dgauss_fixed(sigma2: Rational, n: int, src: ConstantWork) -> np.ndarray:
     a, t, c_f, k_f, bt, den, _ = dgauss_setup(sigma2)
     sizes, b = _plans(n, request_bits(src))
@@ -510,8 +527,8 @@ def _dgauss_fixed(sigma2: Rational, n: int, src: ConstantWork) -> np.ndarray:
         d -= c_f
         g = d * d
         g *= k_f  # the contract of samplers.discrete_gaussian
-        acc, over2 = exp_coins(g, lambda i: Fraction((bt * int(ay[i]) - a) ** 2, den), src,
-                               b + 2, force=ay >= 2**53)
+        acc, over2 = exp_coins(g, _dgauss_gamma(ay, a, bt, den), src, b + 2,
+                               force=ay >= 2**53)
         keep &= acc
         got, count = _first(y, keep, k)
         if count < k:
