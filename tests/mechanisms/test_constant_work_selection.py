@@ -1,0 +1,92 @@
+"""The exponential mechanism on fixed plans (a ``noise.ConstantWork`` source): the same exact
+law, and work that does not depend on the scores.
+
+Statistical tests: chi-square at false-failure probability 1e-6 (``_mech_stats``), fixed seeds.
+The word count is the deterministic proxy of the selection's timing class: today's rejection
+loop spends words in proportion to 1/acceptance, set by the scores; the fixed plan spends a
+number set by the candidate count and the failure bound only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _mech_stats import P_FAIL, chi_square_p
+
+import dpkit as dp
+from dpkit import noise
+from dpkit.mechanisms._sampling import RowWeights, exponential_rows_sample, exponential_sample
+from dpkit.mechanisms.exponential import _plan_exponential, selection_factor
+
+SCORES = np.array([0.0, 1.0, 2.5, -3.0, 2.4, 0.75])
+VECTORS = {
+    "flat": np.zeros(64),
+    "one peak": np.where(np.arange(64) == 9, 1e6, 0.0),
+    "ramp": np.arange(64, dtype=np.float64),
+    "huge spread": np.linspace(-1e300, 1e300, 64),
+}
+
+
+def _softmax(scores: np.ndarray, factor: float) -> np.ndarray:
+    w = np.exp(factor * (scores - scores.max()))
+    return w / w.sum()
+
+
+def cw(seed: int, bits: int = 40) -> noise.ConstantWork:
+    return noise.ConstantWork(noise.seeded(seed), bits=bits)
+
+
+@pytest.mark.parametrize("bits", [40, 1])
+def test_law_on_fixed_plans(bits: int) -> None:
+    """20k draws vs P(r) ∝ exp(ε q_r / (2Δ)); bits=1 (requests of one draw) makes the
+    failure event, finished exactly, common, and the law must not change."""
+    src = cw(3, bits)
+    w = _plan_exponential(SCORES, 0.7, 1.3, False)
+    if bits == 1:
+        draws = np.concatenate([exponential_sample(w, 1, src) for _ in range(4000)])
+    else:
+        draws = exponential_sample(w, 20_000, src)
+    counts = np.bincount(draws, minlength=SCORES.size)
+    assert chi_square_p(counts, _softmax(SCORES, 1.3 / 1.4)) > P_FAIL
+    assert (src.overruns > 0) == (bits == 1)
+
+
+def test_rows_law_on_fixed_plans() -> None:
+    """8,000 rows of two instances each through exponential_rows_sample's fixed plan."""
+    scores = np.tile(np.array([[0.0, 3.0, 1.0, 2.9], [5.0, 0.0, 0.0, -1.0]]), (4000, 1))
+    w = RowWeights(scores, selection_factor(2.0, 1.0, False))
+    picks = exponential_rows_sample(w, cw(4)).reshape(4000, 2)
+    for i in range(2):
+        counts = np.bincount(picks[:, i], minlength=4)
+        assert chi_square_p(counts, _softmax(scores[i], 1.0)) > P_FAIL
+
+
+def _em_words(scores: np.ndarray, seed: int, rows: bool = False) -> int:
+    src = cw(seed)
+    if rows:
+        dp.mechanisms.exponential_rows(np.vstack([scores, scores[::-1]]), sensitivity=1.0,
+                                       epsilon=1.0, source=src)
+    else:
+        dp.mechanisms.exponential(list(range(scores.size)), scores, sensitivity=1.0,
+                                  epsilon=1.0, source=src)
+    assert src.overruns == 0
+    return src.words
+
+
+@pytest.mark.parametrize("rows", [False, True])
+def test_words_do_not_depend_on_the_scores(rows: bool) -> None:
+    """Very different score vectors of the same size, several seeds: the same words."""
+    words = {_em_words(s, seed, rows) for s in VECTORS.values() for seed in range(3)}
+    assert len(words) == 1
+
+
+def test_todays_loop_spends_words_by_the_scores() -> None:
+    """The channel being closed: on a plain source the word count follows the scores (the
+    acceptance rate): a flat vector accepts at once, one peak among 64 needs ~64 trials."""
+    def words(scores: np.ndarray) -> int:
+        src = noise.ConstantWork(noise.seeded(0)).plain  # counts the words, plain samplers
+        dp.mechanisms.exponential(list(range(64)), scores, sensitivity=1.0, epsilon=1.0,
+                                  source=src)
+        return src.of.words  # type: ignore[attr-defined, no-any-return]
+
+    assert words(VECTORS["one peak"]) > 4 * words(VECTORS["flat"])
