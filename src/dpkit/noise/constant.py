@@ -37,7 +37,8 @@ The alternative, a fixed public output on ``F``, costs the same δ for the joint
 the value itself only (ε, δ)-DP; finishing exactly is never worse.
 
 What is *not* constant: the exact resolution in a slot is Python-integer arithmetic whose cost
-varies by microseconds with the lane's γ (a dummy slot uses a real lane's γ); numpy's own
+varies by microseconds with the lane's γ (a dummy slot uses a public γ, so this happens only on
+a real ambiguous lane: probability <= 2^-31 per lane, not counted in ``2^-bits``); numpy's own
 kernels are not written to be constant-time (their cost does not branch on values here, but
 that is not a CPU-level guarantee); and everything outside the samplers (the row count, above
 all: docs/attacks.md §6).
@@ -286,6 +287,10 @@ def _resolve(u: int, gamma: Fraction, words: list[int], src: Source | None) -> t
     return LazyUniform(prefix, nbits, src).less_than_exp_neg(gamma), False
 
 
+#: A dummy slot's γ: public, just below 1 (the longest series of exp_neg_fixed's fraction part).
+_DUMMY_GAMMA = Fraction(2**64 - 1, 2**64)
+
+
 def exp_coins(g: np.ndarray, exact_gamma: Callable[[int], Fraction], src: Source, bits: int,
               *, below_one: bool = False,
               force: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
@@ -295,7 +300,8 @@ def exp_coins(g: np.ndarray, exact_gamma: Callable[[int], Fraction], src: Source
     (non-finite ``g`` allowed). Words: one 32-bit word per lane and ``K`` slots of ``e`` 64-bit
     words (``K``, ``e`` from ``len(g)`` and ``bits``); every lane's bracket is computed with the
     same numpy operations; the ambiguous lanes (<= 2^-31 each) take the slots in lane order,
-    dummy slots run on lane 0's γ. More ambiguous lanes than slots, an undecided slot, or a
+    the others run on a public dummy γ (never a lane's: its cost would follow the lane). More
+    ambiguous lanes than slots, an undecided slot, or a
     lane in ``force`` (no float promise) are finished exactly: overran, probability
     ``<= 2^-bits`` when ``force`` is None.
     """
@@ -308,14 +314,13 @@ def exp_coins(g: np.ndarray, exact_gamma: Callable[[int], Fraction], src: Source
     out, amb = decide_lanes(u, lo, hi, None)
     ext = src.uint64(k * e).reshape(k, e).tolist()
     overran = len(amb) > k
-    dummy = exact_gamma(0) if lanes else Fraction(0)
     for slot in range(k):
         if slot < len(amb):
             j = amb[slot]
             out[j], decided = _resolve(int(u[j]), exact_gamma(j), ext[slot], src)
             overran |= not decided
         else:
-            _resolve(int(u[0]) if lanes else 0, dummy, ext[slot], None)
+            _resolve(int(u[0]) if lanes else 0, _DUMMY_GAMMA, ext[slot], None)
     rest = amb[k:]
     if force is not None and force.any():
         overran = True
@@ -358,18 +363,17 @@ def _geometric128(hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarra
     ``(hi, lo)``, and the lanes it cannot decide (``u == A_v`` for some ``v``, or ``u <=
     A_VMAX``; probability < 2^-120 each). Every lane: the same searches and selections."""
     vh, vmax, high, high_low, low = _geo128()
-    right = np.searchsorted(high, hi, side="right")
-    left = np.searchsorted(high, hi, side="left")
+    right = np.searchsorted(high, hi, side="right")  # #{v <= VH : A_v's high word <= hi}
     v = (vh - right).astype(np.int64)
-    tie = right > left  # hi equals one high word (they are distinct): its low word decides
-    tl = high_low[np.minimum(left, vh - 1)]
+    at = np.maximum(right - 1, 0)
+    tie = (right > 0) & (high[at] == hi)  # hi is one high word (distinct): its low word decides
+    tl = high_low[at]
     v += tie & (lo < tl)
     fail = tie & (lo == tl)
     zero = hi == 0  # every v <= VH counts; the others by the low word
     r2 = np.searchsorted(low, lo, side="right")
-    l2 = np.searchsorted(low, lo, side="left")
     v += np.where(zero, (vmax - vh) - r2, 0)
-    fail |= zero & ((r2 > l2) | (lo <= low[0]))
+    fail |= zero & ((low[np.maximum(r2 - 1, 0)] == lo) | (lo <= low[0]))
     return v, fail
 
 
@@ -415,8 +419,8 @@ def _dlap_lanes(m: int, t: int, s: int, src: Source,
         g /= float(t)  # the contract of samplers._dlap_attempts (three roundings)
         acc, overran = exp_coins(g, lambda i: Fraction(int(u[i]), t), src, bits,
                                  below_one=t <= 2**53)
-    words = src.uint64(2 * m).reshape(m, 2)
-    v, fail = _geometric128(words[:, 0].copy(), words[:, 1].copy())
+    hi, lo = src.uint64(m), src.uint64(m)
+    v, fail = _geometric128(hi, lo)
     y = v * t  # v <= 88 off the failure lanes: (88 t + t) < 2^63 for t <= 2^56
     y += u
     if s != 1:
@@ -424,7 +428,7 @@ def _dlap_lanes(m: int, t: int, s: int, src: Source,
     neg = _bits_of(m, src)
     for i in np.flatnonzero(fail).tolist():  # probability < 2^-120 each: finished exactly
         overran = True
-        yi = (int(u[i]) + t * _geometric_exact(int(words[i, 0]), int(words[i, 1]), src)) // s
+        yi = (int(u[i]) + t * _geometric_exact(int(hi[i]), int(lo[i]), src)) // s
         if yi >= 2**62:
             raise OverflowError("discrete Laplace sample does not fit int64")
         y[i] = yi

@@ -1,0 +1,90 @@
+"""Benchmark: what constant-work sampling costs (``dpkit.noise.ConstantWork``) against today's
+exact samplers, per draw, at several sizes and scales, and for the exponential mechanism.
+
+    PYTHONPATH=$PWD/src python benchmarks/constant_work_bench.py            # ~1-2 min
+    PYTHONPATH=$PWD/src python benchmarks/constant_work_bench.py --repeats 9 --bits 46
+
+Each case is timed ``--repeats`` times for both modes, interleaved (the order alternates per
+repeat, so load drift favours neither), with the same seeded words source underneath; a repeat
+is the best of a few calls (``timeit``-style) to drop scheduler hiccups. Prints per case the
+median time per call of each mode, the ratio of medians and the spread of the per-repeat ratios
+(min-max), and the 1-minute load average (the machine may be shared). ``--bits`` is the failure
+exponent per request (a curator at ε = 3 with its default timing δ uses 46).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+import dpkit as dp
+from dpkit import noise
+
+
+def _best(f: Callable[[], object], calls: int) -> float:
+    best = float("inf")
+    for _ in range(calls):
+        t = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def _cases(bits: int) -> list[tuple[str, Callable[[noise.Source], object], int]]:
+    rng = np.random.default_rng(0)  # scores for the selections (not noise)
+    cases: list[tuple[str, Callable[[noise.Source], object], int]] = []
+    for scale in (3.0, 1e3, 1 / 0.3):
+        for n in (1, 100, 100_000):
+            cases.append((f"discrete_laplace scale={scale:.4g} n={n}",
+                          lambda s, sc=scale, k=n: noise.discrete_laplace(sc, k, source=s),
+                          n))
+    for sigma2 in (10.0, 1e6):
+        for n in (1, 100, 100_000):
+            cases.append((f"discrete_gaussian sigma2={sigma2:g} n={n}",
+                          lambda s, v=sigma2, k=n: noise.discrete_gaussian(v, k, source=s), n))
+    for cands in (16, 256, 4096):
+        scores = rng.normal(0, 10, cands)
+        cases.append((f"exponential mechanism, {cands} candidates",
+                       lambda s, q=scores: dp.mechanisms.exponential(
+                           range(q.size), q, sensitivity=1.0, epsilon=1.0, source=s), 1))
+    rows = rng.normal(0, 10, (64, 256))
+    cases.append(("exponential_rows 64 x 256 (a grouped MEDIAN's shape)",
+                  lambda s: dp.mechanisms.exponential_rows(rows, sensitivity=1.0, epsilon=1.0,
+                                                           source=s), 64))
+    return cases
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--bits", type=int, default=46)
+    ap.add_argument("--only", default="", help="run the cases whose name contains this")
+    args = ap.parse_args()
+    print(f"load {os.getloadavg()[0]:.1f}; bits {args.bits}; repeats {args.repeats}")
+    print(f"{'case':58s} {'today':>10s} {'fixed':>10s} {'ratio':>6s}  spread")
+    for name, run, n in _cases(args.bits):
+        if args.only not in name:
+            continue
+        calls = 3 if n >= 100_000 else 20
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for r in range(args.repeats):
+            for fixed in ((False, True) if r % 2 == 0 else (True, False)):
+                src: noise.Source = noise.seeded(r)
+                if fixed:
+                    src = noise.ConstantWork(src, bits=args.bits)
+                run(src)  # warm: caches of the scale's setup
+                times[fixed].append(_best(lambda s=src, f=run: f(s), calls))
+        ratios = [f / t for f, t in zip(times[True], times[False], strict=True)]
+        med = {k: statistics.median(v) for k, v in times.items()}
+        print(f"{name:58s} {med[False] * 1e6:8.0f}us {med[True] * 1e6:8.0f}us "
+              f"{med[True] / med[False]:6.2f}  {min(ratios):.2f}-{max(ratios):.2f}")
+    print(f"load {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
