@@ -15,6 +15,7 @@ exponent per request (a curator at ε = 3 with its default timing δ uses 46).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import time
@@ -35,23 +36,29 @@ def _best(f: Callable[[], object], calls: int) -> float:
     return best
 
 
+def _sampler(f: Callable[..., object], param: float, n: int) -> Callable[[noise.Source], object]:
+    return lambda s: f(param, n, source=s)
+
+
+def _select(scores: np.ndarray) -> Callable[[noise.Source], object]:
+    return lambda s: dp.mechanisms.exponential(range(scores.size), scores, sensitivity=1.0,
+                                               epsilon=1.0, source=s)
+
+
 def _cases(bits: int) -> list[tuple[str, Callable[[noise.Source], object], int]]:
     rng = np.random.default_rng(0)  # scores for the selections (not noise)
     cases: list[tuple[str, Callable[[noise.Source], object], int]] = []
     for scale in (3.0, 1e3, 1 / 0.3):
         for n in (1, 100, 100_000):
             cases.append((f"discrete_laplace scale={scale:.4g} n={n}",
-                          lambda s, sc=scale, k=n: noise.discrete_laplace(sc, k, source=s),
-                          n))
+                          _sampler(noise.discrete_laplace, scale, n), n))
     for sigma2 in (10.0, 1e6):
         for n in (1, 100, 100_000):
             cases.append((f"discrete_gaussian sigma2={sigma2:g} n={n}",
-                          lambda s, v=sigma2, k=n: noise.discrete_gaussian(v, k, source=s), n))
+                          _sampler(noise.discrete_gaussian, sigma2, n), n))
     for cands in (16, 256, 4096):
         scores = rng.normal(0, 10, cands)
-        cases.append((f"exponential mechanism, {cands} candidates",
-                       lambda s, q=scores: dp.mechanisms.exponential(
-                           range(q.size), q, sensitivity=1.0, epsilon=1.0, source=s), 1))
+        cases.append((f"exponential mechanism, {cands} candidates", _select(scores), 1))
     rows = rng.normal(0, 10, (64, 256))
     cases.append(("exponential_rows 64 x 256 (a grouped MEDIAN's shape)",
                   lambda s: dp.mechanisms.exponential_rows(rows, sensitivity=1.0, epsilon=1.0,
@@ -78,7 +85,7 @@ def main() -> None:
                 if fixed:
                     src = noise.ConstantWork(src, bits=args.bits)
                 run(src)  # warm: caches of the scale's setup
-                times[fixed].append(_best(lambda s=src, f=run: f(s), calls))
+                times[fixed].append(_best(functools.partial(run, src), calls))
         ratios = [f / t for f, t in zip(times[True], times[False], strict=True)]
         med = {k: statistics.median(v) for k, v in times.items()}
         print(f"{name:58s} {med[False] * 1e6:8.0f}us {med[True] * 1e6:8.0f}us "
