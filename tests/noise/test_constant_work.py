@@ -181,3 +181,21 @@ def test_bad_settings_are_refused_with_the_fix() -> None:
     with pytest.raises(ValueError, match="scale must be > 0"):
         noise.discrete_laplace(-1, 3, source=src)
     assert src.words == 0  # refused before any word
+
+
+def test_level_coins_decide_tied_offsets_exactly() -> None:
+    """``[(A_11 + V)/2^32 < e^-11]`` is true with probability ``frac(e^-11 2^32)`` (~0.70): one
+    tied lane per call (a slot) and 2,000 at once (beyond the slots: finished exactly), each
+    against the exact value with a binomial test at 1e-6; untied offsets decide alone."""
+    a = int(constant.level_thresholds()[11])
+    frac = math.exp(-11) * 2**32 - a
+    src = cw(21)
+    one = [bool(constant.level_coins(np.array([a]), np.array([11]), src, 40)[0][0])
+           for _ in range(3000)]
+    assert stats.binomtest(sum(one), len(one), frac).pvalue > P_FAIL
+    assert src.overruns == 0
+    many, overran = constant.level_coins(np.full(2000, a), np.full(2000, 11), src, 40)
+    assert overran and stats.binomtest(int(many.sum()), 2000, frac).pvalue > P_FAIL
+    plain, _ = constant.level_coins(np.array([0, a - 1, a + 1, 5]), np.array([11, 11, 11, 0]),
+                                    src, 40)
+    assert plain.tolist() == [True, True, False, True]

@@ -111,11 +111,11 @@ def coins(w: Weights, r: np.ndarray, src: Source) -> np.ndarray:
 @noise.trace.traced  # one request: the rejection loop's draws depend on the scores
 def exponential_sample(w: Weights, size: int, src: Source) -> np.ndarray:
     """``size`` independent draws with ``P(r) ∝ exp(-gamma_r)``, by exact rejection sampling
-    (on a fixed plan, :func:`fixed_select`, when ``src`` is a ``noise.ConstantWork``)."""
-    if isinstance(src, noise.ConstantWork):
-        rows = np.zeros(size, dtype=np.int64)
-        return fixed_select(lambda i, r: w.g[r], lambda i, r: w.exact(r), rows, w.n, src,
-                            lambda k: exponential_sample(w, k, src.plain))
+    (on a fixed plan, :func:`_rows_fixed`, when ``src`` is a ``noise.ConstantWork``)."""
+    if isinstance(src, noise.ConstantWork):  # one row, drawn ``size`` times
+        one = RowWeights(w.scores[None, :], w.factor)
+        return _rows_fixed(one, src, np.zeros(size, dtype=np.int64),
+                           lambda lost: exponential_sample(w, lost.size, src.plain))
     out = np.full(size, -1, dtype=np.int64)
     pending = np.arange(size)
     rate = max(w.acceptance(), 1.0 / w.n)
@@ -318,74 +318,106 @@ def exponential_rows_sample(w: RowWeights, src: Source) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ constant work
-def fixed_select(
-    g_of: Callable[[np.ndarray, np.ndarray], np.ndarray],
-    exact_of: Callable[[int, int], Fraction],
-    rows: np.ndarray,
-    n: int,
-    src: noise.ConstantWork,
-    finish: Callable[[int], np.ndarray] | None = None,
-    finish_rows: Callable[[np.ndarray], np.ndarray] | None = None,
-) -> np.ndarray:
-    """One draw per entry of ``rows`` (an instance index each) with ``P(r) ∝ exp(-gamma_r)``
-    over ``n`` candidates, on a fixed plan: the exponential mechanism whose work does not
-    depend on the scores (``dpkit.noise.constant``).
+_FIXED_LANES = 1 << 16  # trial lanes per block of the fixed plan
 
-    Each draw makes ``T`` uniform proposals (one 64-bit word each, ``r = w mod n``, the
-    proposal void when ``w`` is at or above the largest multiple of ``n``) and flips an exact
-    coin Bernoulli(exp(-gamma_r)) for every one (``noise.constant.exp_coins``: fixed words,
-    fixed slots); the draw is its first accepted proposal. A proposal is accepted with
-    probability ``a = (1 - (2^64 mod n) 2^-64) mean_r exp(-gamma_r) >= (1 - n 2^-64) / n``
-    (the best candidate has gamma = 0): a bound from the public ``n`` alone, so ``T``, the
-    smallest count with ``(1 - a_min)^T <= 2^-b``, is public too. An accepted proposal of an
-    i.i.d. sequence has the law ``∝ exp(-gamma_r)`` however the sequence is cut, so a draw
-    with no acceptance among its ``T`` (probability ``<= 2^-b``) is finished exactly by
-    ``finish(k)`` / ``finish_rows(rows)`` (today's rejection loop): the law is exact always,
-    and the mechanism keeps its ε; only the work differs on that event.
+
+def _fixed_envelope(w: RowWeights) -> tuple[np.ndarray, ...]:
+    """Per row: candidates sorted by level, each level's first position, the cumulative
+    envelope weights and the bits of their total, with levels ``K = min(floor(g - 2^-40),
+    TOP_LEVEL)`` clipped at 0 and weights ``B_K = A_K + 1`` (``B_0 = 2^32``) as in
+    :func:`exponential_rows_sample` (a radix sort of int8 levels: the same passes for any)."""
+    top = noise.constant.TOP_LEVEL
+    m, _ = w.g.shape
+    t = w.g - 2.0**-40
+    np.floor(t, out=t)
+    np.clip(t, 0, top, out=t)
+    lev = t.astype(np.int8)
+    order = np.argsort(lev, axis=1, kind="stable")
+    key = lev.astype(np.int64) + (np.arange(m, dtype=np.int64) * (top + 1))[:, None]
+    counts = np.bincount(key.ravel(), minlength=m * (top + 1)).reshape(m, top + 1)
+    first = np.zeros((m, top + 2), dtype=np.int64)
+    np.cumsum(counts, axis=1, out=first[:, 1:])
+    a = noise.constant.level_thresholds()
+    cw = np.zeros((m, top + 2), dtype=np.int64)
+    np.cumsum(counts * (a + (np.arange(top + 1) > 0))[None, :], axis=1, out=cw[:, 1:])
+    bits = np.array([int(x).bit_length() for x in cw[:, -1].tolist()], dtype=np.int64)
+    return order, first, cw, bits
+
+
+def _fixed_rate(n: int) -> float:
+    """A lower bound, from the public ``n`` only, on a trial's success: ``u < total`` (>= 1/2),
+    then ``Σ e^-γ 2^32 / Σ B_K`` >= ``min(e^{-1-2^-39} / (1 + e^11 2^-32), 2^32 / (2^32 + (n-1)
+    B_11))`` (a candidate below the top level has ratio >= the first, the best one has ratio
+    1, the top level's (any γ >= 11) add at most ``(n-1) B_11`` to the denominator)."""
+    a_top = float(noise.constant.level_thresholds()[-1])
+    c = math.exp(-1.0 - 2.0**-39) / (1.0 + 1.0 / a_top)
+    top_share = 2.0**32 / (2.0**32 + (n - 1) * (a_top + 1.0))
+    return 0.5 * min(c, top_share) * (1.0 - 2.0**-20)
+
+
+def _rows_fixed(w: RowWeights, src: noise.ConstantWork, draws: np.ndarray | None = None,
+                finish: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+    """One draw per entry of ``draws`` (row indices; default one per row) with the law of
+    :func:`exponential_rows_sample`, on a fixed plan: the work does not depend on the scores.
+
+    Each draw makes ``T`` trials of the stepped envelope (one 64-bit word: ``u`` below
+    ``2^b_i``, void at or above the row's total; the level and member it falls on; an exact
+    level coin ``[(o + V)/2^32 < e^-K]`` and an exact Bernoulli(exp(-(γ - K))) coin, both with
+    fixed words and slots, ``noise.constant``), all processed; the draw is its first accepted
+    trial. ``T`` is the smallest count with ``(1 - a)^T`` below the request's share of
+    ``2^-bits`` for the public lower bound ``a`` of :func:`_fixed_rate`. Both coins and the
+    shortfall each fail with probability below a third of it; a draw with no acceptance is
+    finished exactly by today's loop (``finish``), so the law is exact always and only the
+    work differs on that event.
     """
-    m = rows.size
+    m, n = w.g.shape
+    draws = np.arange(m) if draws is None else draws
+    order, first, cw, rbits = _fixed_envelope(w)
     bits = noise.constant.request_bits(src)
-    b = bits + (math.ceil(math.log2(m)) if m > 1 else 0)  # per draw
-    rate = (1.0 - n * 2.0**-64) / n * (1.0 - 2.0**-20)
-    t = noise.constant.attempts_for(1, rate, b + 1) if n > 1 else 1
-    out = np.zeros(m, dtype=np.int64)
-    per = max(1, _BLOCK_LANES // t)  # draws per block: a public count of blocks
-    missing: list[np.ndarray] = []
+    b = bits + (math.ceil(math.log2(draws.size)) if draws.size > 1 else 0) + 2
+    t = noise.constant.attempts_for(1, _fixed_rate(n), b)
+    out = np.zeros(draws.size, dtype=np.int64)
+    lost: list[np.ndarray] = []
     overran = False
-    for start in range(0, m, per):
-        blk = rows[start : start + per]
-        r, valid = noise.constant.proposals(n, blk.size * t, src)
-        inst = np.repeat(blk, t)
-        acc, over = noise.constant.exp_coins(g_of(inst, r), _pairs(exact_of, inst, r), src,
-                                             b + 1)
+    per = max(1, _FIXED_LANES // t)
+    for start in range(0, draws.size, per):
+        rows = np.repeat(draws[start : start + per], t)
+        hit, col, over = _fixed_trials(w, rows, order, first, cw, rbits, src, b)
         overran |= over
-        hit = (acc & valid).reshape(blk.size, t)
-        first = np.argmax(hit, axis=1)
-        out[start : start + blk.size] = r.reshape(blk.size, t)[np.arange(blk.size), first]
-        missing.append(start + np.flatnonzero(~hit.any(axis=1)))
-    lost = np.concatenate(missing) if missing else np.zeros(0, dtype=np.int64)
-    if lost.size:  # the failure event: finished exactly, with more work
+        hit = hit.reshape(-1, t)
+        pick = np.argmax(hit, axis=1)
+        out[start : start + hit.shape[0]] = col.reshape(-1, t)[np.arange(hit.shape[0]), pick]
+        lost.append(start + np.flatnonzero(~hit.any(axis=1)))
+    missing = np.concatenate(lost)
+    if missing.size:  # the failure event: finished exactly, with more work
         overran = True
-        if finish is not None:
-            out[lost] = finish(lost.size)
-        else:
-            assert finish_rows is not None
-            out[lost] = finish_rows(rows[lost])
+        out[missing] = (finish(draws[missing]) if finish is not None else
+                        exponential_rows_sample(RowWeights(w.scores[draws[missing]], w.factor),
+                                                src.plain))
     if overran:
         src.note_overrun()
     return out
 
 
-def _pairs(exact_of: Callable[[int, int], Fraction], inst: np.ndarray,
-           r: np.ndarray) -> Callable[[int], Fraction]:
-    """Lane ``j`` -> the exact gamma of candidate ``r[j]`` of instance ``inst[j]``."""
-    return lambda j: exact_of(int(inst[j]), int(r[j]))
-
-
-def _rows_fixed(w: RowWeights, src: noise.ConstantWork) -> np.ndarray:
-    """:func:`exponential_rows_sample` on a fixed plan (:func:`fixed_select`, one draw per
-    row): the law per row is the same, the work a function of the shape only."""
-    m, n = w.g.shape
-    return fixed_select(lambda i, r: w.g[i, r], w.exact, np.arange(m), n, src,
-                        finish_rows=lambda lost: exponential_rows_sample(
-                            RowWeights(w.scores[lost], w.factor), src.plain))
+def _fixed_trials(w: RowWeights, rows: np.ndarray, order: np.ndarray, first: np.ndarray,
+                  cw: np.ndarray, rbits: np.ndarray, src: noise.ConstantWork,
+                  b: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    """One trial per lane (``rows[i]``: its instance): ``(accepted, candidate, overran)``."""
+    top = noise.constant.TOP_LEVEL
+    r, _ = noise.constant.proposals(1 << 62, rows.size, src)
+    u = r >> (62 - rbits[rows])  # uniform below 2^b_i (b_i <= 62: totals < 2^62)
+    crow = cw[rows]
+    ok = u < crow[:, -1]
+    k = np.minimum((u[:, None] >= crow[:, 1:]).sum(axis=1), top)
+    lanes = np.arange(rows.size)
+    off = u - crow[lanes, k]
+    bk = noise.constant.level_thresholds()[k] + (k > 0)
+    member = off // bk
+    o = np.where(ok, off % bk, 0)
+    col = order[rows, np.clip(first[rows, k] + member, 0, order.shape[1] - 1)]
+    env, over1 = noise.constant.level_coins(o, k, src, b)
+    g1 = w.g[rows, col]
+    g2 = g1 - k  # exact: an integer <= g subtracted from a float < 2^53
+    g2[~(g1 < 64.0)] = np.inf  # no float promise there: decided exactly
+    coin, over2 = noise.constant.exp_coins(g2, _residual(w, rows, col, k), src, b)
+    return ok & env & coin, col, over1 or over2

@@ -80,9 +80,9 @@ from .samplers import discrete_laplace as plain_discrete_laplace
 from .sources import Source, default_source
 from .trace import traced
 
-__all__ = ["MAX_BITS", "TIMING_DELTA", "ConstantWork", "attempts_for", "bits_for", "charge_scope",
-           "discrete_gaussian", "discrete_laplace", "exp_coins", "proposals", "request_bits",
-           "slots_for"]
+__all__ = ["MAX_BITS", "TIMING_DELTA", "TOP_LEVEL", "ConstantWork", "attempts_for", "bits_for",
+           "charge_scope", "discrete_gaussian", "discrete_laplace", "exp_coins", "level_coins",
+           "level_thresholds", "proposals", "request_bits", "slots_for"]
 
 #: Largest failure exponent accepted: the geometric part reads 128 bits per lane, whose ties
 #: (2^-120 per lane) must stay below the request's share of ``2^-bits``.
@@ -240,11 +240,16 @@ def attempts_for(n: int, rate: float, bits: int) -> int:
 def slots_for(lanes: int, bits: int) -> int:
     """Smallest ``K`` with ``C(lanes, K+1) 2^(-31 (K+1)) <= 2^-bits``: more than ``K``
     ambiguous lanes among ``lanes`` independent ones is that unlikely."""
+    return _slots(lanes, bits, _AMBIGUOUS_LOG2)
+
+
+def _slots(lanes: int, bits: int, tie_log2: float) -> int:
+    """:func:`slots_for` for lanes that are ambiguous with probability ``<= 2^-tie_log2``."""
     k = 0
     while k + 1 <= lanes:
         j = k + 1
         log2_tail = (math.lgamma(lanes + 1) - math.lgamma(j + 1)
-                     - math.lgamma(lanes - j + 1)) / _LN2 - _AMBIGUOUS_LOG2 * j
+                     - math.lgamma(lanes - j + 1)) / _LN2 - tie_log2 * j
         if log2_tail <= -bits:
             return k
         k += 1
@@ -327,6 +332,75 @@ def exp_coins(g: np.ndarray, exact_gamma: Callable[[int], Fraction], src: Source
         rest = sorted(set(rest) | set(np.flatnonzero(force).tolist()))
     for j in rest:
         out[j] = LazyUniform(int(u[j]), 32, src).less_than_exp_neg(exact_gamma(j))
+    return out, overran
+
+
+#: Largest integer level of :func:`level_coins` (e^-11 2^32 = 71,704.7: an offset ties its
+#: threshold with probability <= 1/71,705 < 2^-16).
+TOP_LEVEL = 11
+_LEVEL_TIE_LOG2 = 16.1
+
+
+@functools.cache
+def _level_bounds(p: int) -> tuple[tuple[int, int], ...]:
+    """Certified bounds on ``e^-k 2^p`` for every level ``k`` (one public ``p`` per plan: cached
+    for all levels at once, so a slot's cost is a comparison of Python integers, the same for
+    every level and for a dummy slot)."""
+    return tuple(exp_neg_fixed(k, 1, p) for k in range(TOP_LEVEL + 1))
+
+
+@functools.cache
+def level_thresholds() -> np.ndarray:
+    """``A_k = floor(e^-k 2^32)`` for ``k = 0..TOP_LEVEL`` (``A_0 = 2^32``), int64."""
+    out = [1 << 32]
+    for k in range(1, TOP_LEVEL + 1):
+        p = 96
+        while True:
+            lo, hi = exp_neg_fixed(k, 1, p)
+            a, b = lo >> (p - 32), hi >> (p - 32)
+            if a == b:
+                break
+            p += 64
+        out.append(a)
+    return np.array(out, dtype=np.int64)
+
+
+def level_coins(o: np.ndarray, k: np.ndarray, src: Source,
+                bits: int) -> tuple[np.ndarray, bool]:
+    """``[(o_i + V_i) / 2^32 < e^-k_i]`` for offsets ``0 <= o_i <= A_{k_i}`` and integer levels
+    ``0 <= k_i <= TOP_LEVEL``, ``V_i`` uniform on [0, 1) (fresh bits), with fixed work: the
+    offset decides unless ``o_i == A_{k_i}`` (``k_i >= 1``), and those lanes (at most one
+    offset in ``A_k + 1``: ``< 2^-16`` each when the offset is uniform) take ``K`` slots of
+    ``e`` 64-bit words compared with cached bounds of ``e^-k``; dummy slots compare the same
+    way. More tied lanes than slots or an undecided slot: finished exactly (overran)."""
+    a = level_thresholds()[k]
+    out = o < a
+    tied = np.flatnonzero((o == a) & (k > 0)).tolist()
+    lanes = o.size
+    slots = _slots(lanes, bits + 1, _LEVEL_TIE_LOG2)
+    e = _extension_words(bits + 1, slots)
+    ext = src.uint64(slots * e).reshape(slots, e).tolist()
+    overran = len(tied) > slots
+    for slot in range(slots):
+        real = slot < len(tied)
+        j = tied[slot] if real else 0
+        level = int(k[j]) if real else TOP_LEVEL
+        prefix = int(o[j]) if real else 0
+        for w in ext[slot]:
+            prefix = (prefix << 64) | w
+        nbits = 32 + 64 * e
+        lo, hi = _level_bounds(nbits + 64)[level]
+        if not real:
+            continue
+        if (prefix + 1) << 64 <= lo:
+            out[j] = True
+        elif prefix << 64 >= hi:
+            out[j] = False
+        else:
+            overran = True
+            out[j] = LazyUniform(prefix, nbits, src).less_than_exp_neg(Fraction(level))
+    for j in tied[slots:]:
+        out[j] = LazyUniform(int(o[j]), 32, src).less_than_exp_neg(Fraction(int(k[j])))
     return out, overran
 
 
