@@ -134,7 +134,10 @@ def exponential_sample(w: Weights, size: int, src: Source) -> np.ndarray:
 
 @noise.trace.traced
 def permute_and_flip_sample(w: Weights, size: int, src: Source) -> np.ndarray:
-    """``size`` independent permute-and-flip draws (uniform head among exact coins)."""
+    """``size`` independent permute-and-flip draws (uniform head among exact coins); on a
+    ``noise.ConstantWork`` source the coins and the head take fixed words (:func:`_pf_fixed`)."""
+    if isinstance(src, noise.ConstantWork):
+        return _pf_fixed(w, size, src)
     out = np.empty(size, dtype=np.int64)
     rows = max(1, _BLOCK_LANES // w.n)
     for start in range(0, size, rows):
@@ -421,3 +424,34 @@ def _fixed_trials(w: RowWeights, rows: np.ndarray, order: np.ndarray, first: np.
     g2[~(g1 < 64.0)] = np.inf  # no float promise there: decided exactly
     coin, over2 = noise.constant.exp_coins(g2, _residual(w, rows, col, k), src, b)
     return ok & env & coin, col, over1 or over2
+
+
+def _pf_fixed(w: Weights, size: int, src: noise.ConstantWork) -> np.ndarray:
+    """Permute-and-flip with fixed work: every coin of every draw through
+    ``noise.constant.exp_coins`` (fixed words and slots), then a uniform head from one 64-bit
+    word per draw (``noise.constant.uniform_each``, whatever the number of heads); a draw whose
+    word lands in the rejection region or a plan whose coins overran (together below
+    ``2^-bits``) is finished exactly as today, so the law is exact."""
+    bits = noise.constant.request_bits(src)
+    b = bits + 2 + (math.ceil(math.log2(size)) if size > 1 else 0)
+    out = np.empty(size, dtype=np.int64)
+    rows = max(1, _BLOCK_LANES // w.n)
+    overran = False
+    for start in range(0, size, rows):
+        m = min(rows, size - start)
+        r = np.broadcast_to(np.arange(w.n), (m, w.n)).ravel()
+        heads, over = noise.constant.exp_coins(w.g[r], lambda i: w.exact(i % w.n), src, b)
+        heads = heads.reshape(m, w.n)
+        counts = heads.sum(axis=1)
+        pick, valid = noise.constant.uniform_each(counts, src)
+        redo = np.flatnonzero(~valid)
+        if redo.size:  # below 2^-(b+1) per plan
+            over = True
+            pick[redo] = [int(noise.uniform_int(int(counts[i]), 1, source=src.plain)[0])
+                          for i in redo.tolist()]
+        csum = np.cumsum(heads, axis=1)
+        out[start : start + m] = np.argmax(csum > pick[:, None], axis=1)
+        overran |= over
+    if overran:
+        src.note_overrun()
+    return out

@@ -82,7 +82,7 @@ from .trace import traced
 
 __all__ = ["MAX_BITS", "TIMING_DELTA", "TOP_LEVEL", "ConstantWork", "attempts_for", "bits_for",
            "charge_scope", "discrete_gaussian", "discrete_laplace", "exp_coins", "level_coins",
-           "level_thresholds", "proposals", "request_bits", "slots_for"]
+           "level_thresholds", "proposals", "request_bits", "slots_for", "uniform_each"]
 
 #: Largest failure exponent accepted: the geometric part reads 128 bits per lane, whose ties
 #: (2^-120 per lane) must stay below the request's share of ``2^-bits``.
@@ -272,6 +272,18 @@ def proposals(n: int, count: int, src: Source) -> tuple[np.ndarray, np.ndarray]:
     lim = (1 << 64) - (1 << 64) % n
     valid = w < np.uint64(lim) if lim < 1 << 64 else np.ones(count, dtype=bool)
     return (w % np.uint64(n)).astype(np.int64), valid
+
+
+def uniform_each(highs: np.ndarray, src: Source) -> tuple[np.ndarray, np.ndarray]:
+    """One uniform integer below each ``highs[i]`` (``1 <= highs[i] < 2^63``) from one 64-bit
+    word each: ``(w mod high, valid)``, invalid where ``w`` is at or above the largest multiple
+    of ``high`` below 2^64 (probability below ``high 2^-64``; the caller redraws those)."""
+    h = np.asarray(highs, dtype=np.uint64)
+    w = src.uint64(h.size)
+    with np.errstate(over="ignore"):
+        rem = (np.uint64(0) - h) % h  # 2^64 mod h
+        valid = (rem == 0) | (w < np.uint64(0) - rem)
+    return (w % h).astype(np.int64), valid
 
 
 def _resolve(u: int, gamma: Fraction, words: list[int], src: Source | None) -> tuple[bool, bool]:
