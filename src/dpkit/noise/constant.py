@@ -208,6 +208,7 @@ def bits_for(epsilon: float, delta: float) -> int:
 
 
 # ------------------------------------------------------------------ plan sizes (public only)
+@functools.lru_cache(maxsize=4096)
 def attempts_for(n: int, rate: float, bits: int) -> int:
     """Smallest ``M`` with ``P(Binomial(M, rate) < n) <= 2^-bits`` by the Chernoff bound
     ``P(X <= n - 1) <= exp(-M KL((n-1)/M || rate))`` (valid while ``(n-1)/M < rate``)."""
@@ -243,6 +244,7 @@ def slots_for(lanes: int, bits: int) -> int:
     return _slots(lanes, bits, _AMBIGUOUS_LOG2)
 
 
+@functools.lru_cache(maxsize=4096)
 def _slots(lanes: int, bits: int, tie_log2: float) -> int:
     """:func:`slots_for` for lanes that are ambiguous with probability ``<= 2^-tie_log2``."""
     k = 0
@@ -531,6 +533,7 @@ def _first(y: np.ndarray, keep: np.ndarray, n: int) -> tuple[np.ndarray, int]:
     return y[order[: min(got, n)]], got
 
 
+@functools.lru_cache(maxsize=1024)
 def _dlap_rate_bound(t: int, s: int) -> float:
     """A lower bound on an attempt's acceptance rate, from public ``t, s`` only: the coin
     ``(1/t) Σ_U e^{-U/t} = (1 - e^-1) / (t (1 - e^{-1/t}))``, the word ``1 - (2^64 mod t)
