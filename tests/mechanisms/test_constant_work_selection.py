@@ -38,13 +38,13 @@ def cw(seed: int, bits: int = 40) -> noise.ConstantWork:
 
 @pytest.mark.parametrize("trials", [None, 1])
 def test_law_on_fixed_plans(trials: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """20k draws vs P(r) ∝ exp(ε q_r / (2Δ)); with the plan cut to one trial per draw the
+    """10k draws vs P(r) ∝ exp(ε q_r / (2Δ)); with the plan cut to one trial per draw the
     failure event (finished exactly by today's loop) is common, and the law must not change."""
     src = cw(3)
     if trials is not None:
         monkeypatch.setattr(noise.constant, "attempts_for", lambda *a: trials)
     w = _plan_exponential(SCORES, 0.7, 1.3, False)
-    draws = exponential_sample(w, 20_000, src)
+    draws = exponential_sample(w, 10_000, src)
     counts = np.bincount(draws, minlength=SCORES.size)
     assert chi_square_p(counts, _softmax(SCORES, 1.3 / 1.4)) > P_FAIL
     assert (src.overruns > 0) == (trials is not None)

@@ -61,9 +61,9 @@ def test_dgauss_law_on_fixed_plans(sigma2: float | Fraction) -> None:
 
 
 def test_many_single_draws_have_the_law() -> None:
-    """The curator's usual request is small: 4,000 requests of one value at scale 3."""
+    """The curator's usual request is small: 2,000 requests of one value at scale 3."""
     src = cw(13)
-    x = np.concatenate([noise.discrete_laplace(3, 1, source=src) for _ in range(4000)])
+    x = np.concatenate([noise.discrete_laplace(3, 1, source=src) for _ in range(2000)])
     assert chi_square_pvalue(x, dlap_cdf(3.0), 3.0) > P_FAIL
     assert src.overruns == 0
 
@@ -74,7 +74,7 @@ def test_overrun_requests_are_finished_exactly(sampler: str) -> None:
     keep the exact law (the fallback continues the same i.i.d. attempts)."""
     src = cw(14, bits=1)
     draw = noise.discrete_laplace if sampler == "laplace" else noise.discrete_gaussian
-    x = np.concatenate([draw(3, 7, source=src) for _ in range(3000)])
+    x = np.concatenate([draw(3, 7, source=src) for _ in range(1500)])
     assert src.overruns > 0
     F = dlap_cdf(3.0) if sampler == "laplace" else dgauss_cdf(3.0)
     assert chi_square_pvalue(x, F, 3.0 if sampler == "laplace" else 0.6) > P_FAIL

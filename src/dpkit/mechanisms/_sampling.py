@@ -411,13 +411,15 @@ def _fixed_trials(w: RowWeights, rows: np.ndarray, order: np.ndarray, first: np.
     u = r >> (62 - rbits[rows])  # uniform below 2^b_i (b_i <= 62: totals < 2^62)
     crow = cw[rows]
     ok = u < crow[:, -1]
-    k = np.minimum((u[:, None] >= crow[:, 1:]).sum(axis=1), top)
+    # a void lane (u at or above the total) is made a well-formed one (level 0, the row's
+    # first candidate in level order, gamma >= 0) whose answer is masked: the same work
+    k = np.where(ok, np.minimum((u[:, None] >= crow[:, 1:]).sum(axis=1), top), 0)
     lanes = np.arange(rows.size)
-    off = u - crow[lanes, k]
+    off = np.where(ok, u - crow[lanes, k], 0)
     bk = noise.constant.level_thresholds()[k] + (k > 0)
     member = off // bk
-    o = np.where(ok, off % bk, 0)
-    col = order[rows, np.clip(first[rows, k] + member, 0, order.shape[1] - 1)]
+    o = off % bk
+    col = order[rows, np.minimum(first[rows, k] + member, order.shape[1] - 1)]
     env, over1 = noise.constant.level_coins(o, k, src, b)
     g1 = w.g[rows, col]
     g2 = g1 - k  # exact: an integer <= g subtracted from a float < 2^53

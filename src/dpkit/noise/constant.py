@@ -277,15 +277,21 @@ def proposals(n: int, count: int, src: Source) -> tuple[np.ndarray, np.ndarray]:
 
 
 def uniform_each(highs: np.ndarray, src: Source) -> tuple[np.ndarray, np.ndarray]:
-    """One uniform integer below each ``highs[i]`` (``1 <= highs[i] < 2^63``) from one 64-bit
-    word each: ``(w mod high, valid)``, invalid where ``w`` is at or above the largest multiple
-    of ``high`` below 2^64 (probability below ``high 2^-64``; the caller redraws those)."""
+    """One uniform integer below each ``highs[i]`` (``1 <= highs[i] < 2^31``) from two 64-bit
+    words each: ``X = 2^64 w1 + w2``, ``(X mod high, valid)``, invalid where ``X`` is at or
+    above the largest multiple of ``high`` below 2^128 (probability below ``high 2^-128``: the
+    caller redraws those). ``X mod high`` from the residues of ``w1``, ``2^64`` and ``w2``
+    (products below 2^62: exact in uint64)."""
     h = np.asarray(highs, dtype=np.uint64)
-    w = src.uint64(h.size)
+    if h.size and (int(h.min()) < 1 or int(h.max()) >= 1 << 31):
+        raise ValueError("uniform_each needs 1 <= high < 2**31")
+    w1, w2 = src.uint64(h.size), src.uint64(h.size)
     with np.errstate(over="ignore"):
-        rem = (np.uint64(0) - h) % h  # 2^64 mod h
-        valid = (rem == 0) | (w < np.uint64(0) - rem)
-    return (w % h).astype(np.int64), valid
+        r64 = (np.uint64(0) - h) % h  # 2^64 mod h
+        d = (r64 * r64) % h  # 2^128 mod h
+        valid = (w1 != np.uint64(2**64 - 1)) | (d == 0) | (w2 < np.uint64(0) - d)
+    x = ((w1 % h) * r64 + w2 % h) % h
+    return x.astype(np.int64), valid
 
 
 def _resolve(u: int, gamma: Fraction, words: list[int], src: Source | None) -> tuple[bool, bool]:
