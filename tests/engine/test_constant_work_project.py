@@ -28,9 +28,10 @@ def _rows(extra: list[float]) -> pd.DataFrame:
                          "x": x})
 
 
-def _project(path: Path, rows: pd.DataFrame, constant_work: bool) -> dp.Curator:
+def _project(path: Path, rows: pd.DataFrame, constant_work: bool,
+             accountant: str = "approx") -> dp.Curator:
     cur = dp.Curator.create(path, epsilon=3.0, delta=1e-6, source=noise.seeded(7),
-                            constant_work=constant_work)
+                            constant_work=constant_work, accountant=accountant)
     cur.add_table("t", rows, privacy_unit="uid", max_rows_per_unit=1, bounds={"x": (0, 10)},
                   domains={"k": ["a", "b"]})
     return cur
@@ -44,8 +45,9 @@ def _words(cur: dp.Curator) -> int:
     return src.words - before
 
 
-def test_every_release_is_charged_its_timing_delta(tmp_path: Path) -> None:
-    cur = _project(tmp_path / "p.dpkit", _rows([]), True)
+@pytest.mark.parametrize("accountant", ["approx", "pld"])
+def test_every_release_is_charged_its_timing_delta(tmp_path: Path, accountant: str) -> None:
+    cur = _project(tmp_path / "p.dpkit", _rows([]), True, accountant)
     setting = cur.ledger.config.constant_work
     assert setting is not None
     delta_t, bits = setting
@@ -56,6 +58,8 @@ def test_every_release_is_charged_its_timing_delta(tmp_path: Path) -> None:
     assert isinstance(item.event, ev.Composed)
     assert item.event.events[-1] == ev.ApproxDP(0.0, delta_t)
     assert item.delta >= delta_t
+    # the accountant prices it: beyond any epsilon, delta(event) keeps the timing term
+    assert dp.accounting.delta(item.event, epsilon=50.0) >= delta_t
     assert preview.cost == pytest.approx(item.epsilon)
     assert res.to_pandas().shape[0] == 2
     cur.close()
