@@ -89,3 +89,11 @@ def test_the_work_of_a_median_does_not_follow_the_data(tmp_path: Path) -> None:
     data = {"D": _rows([]), "D+1": _rows([5.0]), "D+extreme": _rows([1e9])}
     fixed = {n: _words(_project(tmp_path / f"cw{n}.dpkit", d, True)) for n, d in data.items()}
     assert len(set(fixed.values())) == 1, fixed
+
+
+def test_the_command_line_sets_it(tmp_path: Path) -> None:
+    from dpkit.cli.project import init_project
+
+    init_project(tmp_path / "c.dpkit", epsilon=3.0, delta=1e-6, constant_work=True)
+    with dp.Curator.open(tmp_path / "c.dpkit") as cur:
+        assert cur.ledger.config.constant_work is not None
