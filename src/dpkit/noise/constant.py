@@ -16,7 +16,12 @@ every attempt draws the same words (one 64-bit word for ``U``, one 32-bit word f
 arithmetic, with no branch on any lane's value; a fixed number ``K`` of *exact-resolution
 slots* (each with a fixed number of 64-bit words) finishes the lanes that the certified float
 bracket cannot decide (probability <= 2^-31 per lane), on dummy lanes when there are fewer. All
-attempts are always processed; the first accepted ones are the output.
+attempts are always processed; the first accepted ones are the output. The selections
+(``dpkit.mechanisms._sampling``) use the pieces here the same way: ``T`` trials per draw of
+the stepped envelope, each a :func:`proposals` word, a :func:`level_coins` coin and an
+:func:`exp_coins` coin, ``T`` from a lower bound on a trial's success that depends on the
+candidate count only; permute-and-flip flips every coin and picks its head by
+:func:`uniform_each`.
 
 **The failure event** ``F`` (too few accepted attempts, more ambiguous lanes than slots, a
 slot that its words cannot decide, a geometric lane tied with its 128-bit threshold) has
@@ -382,7 +387,9 @@ def level_thresholds() -> np.ndarray:
                 break
             p += 64
         out.append(a)
-    return np.array(out, dtype=np.int64)
+    table = np.array(out, dtype=np.int64)
+    table.flags.writeable = False  # cached and shared
+    return table
 
 
 def level_coins(o: np.ndarray, k: np.ndarray, src: Source,
