@@ -374,6 +374,8 @@ def _rows_fixed(w: RowWeights, src: noise.ConstantWork, draws: np.ndarray | None
     work differs on that event.
     """
     m, n = w.g.shape
+    if n >= 1 << 30:  # envelope totals must stay below 2^62 (as exponential_rows_sample's)
+        raise ValueError(f"at most 2**30 candidates per instance (got {n})")
     draws = np.arange(m) if draws is None else draws
     order, first, cw, rbits = _fixed_envelope(w)
     bits = noise.constant.request_bits(src)
