@@ -652,8 +652,16 @@ def _dgauss_fixed(sigma2: Rational, n: int, src: ConstantWork) -> np.ndarray:
 # ------------------------------------------------------------------ the public entry points
 @traced
 def discrete_laplace(scale: Rational, size: Size, *, source: Source | None = None) -> np.ndarray:
-    """:func:`dpkit.noise.samplers.discrete_laplace`, on a fixed plan when ``source`` is a
-    :class:`ConstantWork` (the same exact law; module docstring), else exactly that sampler."""
+    """Exact discrete Laplace samples (int64): ``P(x) ∝ exp(-|x| / scale)``, ``scale > 0``.
+
+    :func:`dpkit.noise.samplers.discrete_laplace` (CKS 2020, Algorithm 2; its docstring has the
+    limits and rounding), on a fixed plan when ``source`` is a :class:`ConstantWork` (the same
+    exact law, work set by public parameters: module docstring).
+
+    >>> import dpkit.noise as noise
+    >>> noise.discrete_laplace(3, 5, source=noise.seeded(1)).tolist()
+    [-1, -2, 8, 3, -2]
+    """
     src = resolve_source(source)
     if not isinstance(src, ConstantWork):
         return plain_discrete_laplace(scale, size, source=src)
@@ -664,8 +672,16 @@ def discrete_laplace(scale: Rational, size: Size, *, source: Source | None = Non
 @traced
 def discrete_gaussian(sigma2: Rational, size: Size, *,
                       source: Source | None = None) -> np.ndarray:
-    """:func:`dpkit.noise.samplers.discrete_gaussian`, on a fixed plan when ``source`` is a
-    :class:`ConstantWork` (the same exact law; module docstring), else exactly that sampler."""
+    """Exact discrete Gaussian samples (int64): ``P(x) ∝ exp(-x**2 / (2 sigma2))``.
+
+    :func:`dpkit.noise.samplers.discrete_gaussian` (CKS 2020, Algorithm 3; ``0 < sigma2 <=
+    2**80``), on a fixed plan when ``source`` is a :class:`ConstantWork` (the same exact law,
+    work set by public parameters: module docstring).
+
+    >>> import dpkit.noise as noise
+    >>> noise.discrete_gaussian(10, 5, source=noise.seeded(1)).tolist()
+    [-3, 3, 2, -6, -2]
+    """
     src = resolve_source(source)
     if not isinstance(src, ConstantWork):
         return plain_discrete_gaussian(sigma2, size, source=src)
