@@ -199,3 +199,23 @@ def test_level_coins_decide_tied_offsets_exactly() -> None:
     plain, _ = constant.level_coins(np.array([0, a - 1, a + 1, 5]), np.array([11, 11, 11, 0]),
                                     src, 40)
     assert plain.tolist() == [True, True, False, True]
+
+
+def test_geometric_part_is_exact_on_its_thresholds() -> None:
+    """The 128-bit geometric lane against exact counting: every threshold ``A_v`` itself and
+    its two neighbours, random prefixes, and the extremes; ties and the tail are flagged."""
+    from dpkit.noise.exact import exp_neg_fixed
+
+    _, vmax, *_ = constant._geo128()
+    thresholds = [exp_neg_fixed(v, 1, 256)[0] >> 128 for v in range(1, vmax + 1)]
+    rng = np.random.default_rng(5)
+    prefixes = [a + d for a in thresholds for d in (-1, 0, 1)] + [0, 1, 2**64, 2**128 - 1]
+    prefixes += [int(h) << 64 | int(lo) for h, lo in rng.integers(0, 2**63, (500, 2))]
+    hi = np.array([p >> 64 for p in prefixes], dtype=np.uint64)
+    lo = np.array([p & (2**64 - 1) for p in prefixes], dtype=np.uint64)
+    v, fail = constant._geometric128(hi, lo)
+    for p, vi, fi in zip(prefixes, v.tolist(), fail.tolist(), strict=True):
+        if p in thresholds or p <= thresholds[-1]:
+            assert fi, p
+        else:
+            assert not fi and vi == sum(p < a for a in thresholds), p
