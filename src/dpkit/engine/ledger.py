@@ -556,8 +556,7 @@ class Ledger:
             view: dict[str, Any] = {
                 "accountant": self.config.accountant,
                 "delta_share": delta_share if self.config.accountant == "approx" else None,
-                "epsilon_cost": finite(cost.epsilon),
-                "delta_cost": finite(cost.delta),
+                "epsilon_cost": finite(cost.epsilon), "delta_cost": finite(cost.delta),
                 "rho_cost": None if cost.rho is None else finite(cost.rho),
                 "epsilon_spent": finite(spent.epsilon),
                 "delta_spent": finite(spent.delta),
