@@ -167,3 +167,17 @@ def test_dpkit_budget_shows_a_fit_readably(tmp_path: Path) -> None:
     line = next(x for x in res.output.splitlines() if "fit Counting" in x)
     assert f"fit Counting -> sick, noisy row count {m.rows_estimate_}: {QUERY}" in line
     assert re.search(rf"│ {seq} │\s+1 │", res.output)  # its row: entry #seq, epsilon 1
+
+
+def test_the_service_history_names_a_fit_and_its_count(tmp_path: Path) -> None:
+    from dpkit.server.views import history_json
+
+    cur = _project(tmp_path / "p.dpkit")
+    cur.sql("SELECT COUNT(*) FROM v", epsilon=0.5)
+    m = Counting()
+    cur.fit(m, QUERY, label="sick", epsilon=1.0)
+    query, fit = history_json(cur)["items"][-2:]
+    assert query["kind"] == "query" and query["description"] == query["sql"]
+    assert fit["kind"] == "fit" and fit["sql"] == QUERY  # not offered to the editor as a query
+    assert fit["description"].startswith(f"fit Counting -> sick, noisy row count "
+                                         f"{m.rows_estimate_}")
