@@ -13,6 +13,9 @@ the mean of their seeds at radius 1.0 (ties: mean radius), screens the two-seed 
 the best, then trains the best ``--finals`` recipes on all 4,000 training images with seeds
 0..3 for the test certificate, which only benchmarks/robust_bench.py gives (on the CPU, with
 dpkit.noise's secure source, under the time limit). No test image is read here.
+``--ensembles`` instead trains the validation members of ``ENSEMBLES`` and screens those
+ensembles (softmax averaging, optionally K-consensus, exactly dpkit.robust.Ensemble's rule) on
+the same paired noise. Figures of the session-9 runs: docs/beyond.md.
 
 Everything is written as it finishes (``DIR/sweep.json``; ``DIR/val_nets.pt`` and
 ``DIR/final_nets.pt``: ``{name: [state_dict, ...]}``), and the script stops starting work
@@ -236,6 +239,73 @@ def ensembles(sweep: Sweep, top: list[str]) -> list[dict]:
     return out
 
 
+def ensemble_votes(probs, members: list[int], consensus: int):  # type: ignore[no-untyped-def]
+    """dpkit.robust.Ensemble's labels from the members' softmax outputs ``probs`` (k, b, C):
+    the mean softmax's argmax, or with ``consensus`` K the first K members' class where their
+    argmaxes agree (the base classifier a K-consensus ensemble certifies)."""
+    full = probs[members].mean(0).argmax(1)
+    if not consensus:
+        return full
+    first = probs[members[:consensus]].argmax(2)
+    agree = (first == first[0]).all(0)
+    return first[0].where(agree, full)
+
+
+ENSEMBLES = {  # (name, [(recipe, seed)], K): validation evidence for members of the test nets
+    "ep300 s0+s1": ([("ep300", 0), ("ep300", 1)], 0),
+    "ep300 x4": ([("ep300", s) for s in range(4)], 0),
+    "ep300 x4 K=2": ([("ep300", s) for s in range(4)], 2),
+    "w20_ep300 s0+s1": ([("w20_ep300", 0), ("w20_ep300", 1)], 0),
+    "w20_ep300 x4 K=2": ([("w20_ep300", s) for s in range(4)], 2),
+    "ep300 s0 + w20_ep300 s0": ([("ep300", 0), ("w20_ep300", 0)], 0),
+    "ep300 s0,s1 + w20_ep300 s0,s1 K=2": ([("ep300", 0), ("ep300", 1), ("w20_ep300", 0),
+                                           ("w20_ep300", 1)], 2),
+    "all 8 K=2": ([("ep300", s) for s in range(4)] + [("w20_ep300", s) for s in range(4)], 2),
+}
+
+
+def screen_ensembles(sweep: Sweep) -> dict:
+    """Train the validation members of ``ENSEMBLES`` and screen every ensemble on shared noise
+    (each image's copies drawn once, every member run on them)."""
+    import torch
+
+    members = sorted({m for ms, _ in ENSEMBLES.values() for m in ms})
+    sweep.run([(n, RECIPES[n], s, False) for n, s in members], until=40)
+    states = {}
+    for name, nets_of in sweep.nets["val"].items():  # each name's nets in completion order
+        seeds = [r["seed"] for r in sweep.log if r["name"] == name and not r["final"]]
+        states.update({(name, seed): st for seed, st in zip(seeds, nets_of, strict=True)})
+    nets: list = []
+    index: dict[tuple[str, int], int] = {}
+    for key in members:
+        if key not in states:
+            continue
+        args = recipe_args(RECIPES[key[0]])
+        net = robust_train.net(args.width, args.arch, args.dropout).to(sweep.device)
+        net.load_state_dict(states[key])
+        index[key] = len(nets)
+        nets.append(net.eval())
+    x, y, _, _ = mnist_5k()
+    xv, yv = torch.tensor(x[-sweep.val:], device=sweep.device), y[-sweep.val:]
+    todo = {n: ([index[m] for m in ms], k) for n, (ms, k) in ENSEMBLES.items()
+            if all(m in index for m in ms)}
+    chosen = {n: np.empty(len(xv), np.int64) for n in todo}
+    counts = {n: np.empty(len(xv), np.int64) for n in todo}
+    with torch.inference_mode():
+        for i, xi in enumerate(xv):
+            g = torch.Generator(device=sweep.device).manual_seed(123 + i)
+            noisy = xi + 0.5 * torch.randn(N0 + N, xi.numel(), generator=g, device=sweep.device)
+            probs = torch.stack([torch.softmax(net(noisy), 1) for net in nets])
+            for n, (ms, k) in todo.items():
+                votes = ensemble_votes(probs, ms, k)
+                chosen[n][i] = int(torch.bincount(votes[:N0], minlength=10).argmax())
+                counts[n][i] = int((votes[N0:] == chosen[n][i]).sum())
+    out = {n: certify_offline(chosen[n], counts[n], yv, 0.5) for n in todo}
+    for n, res in out.items():
+        print("ENSEMBLE", n, json.dumps(res), flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/robust_sweep"))
@@ -248,6 +318,8 @@ def main() -> None:
     ap.add_argument("--final-seeds", type=int, default=4)
     ap.add_argument("--val", type=int, default=VAL, help="held-out images (smoke: fewer)")
     ap.add_argument("--epochs", type=int, default=0, help="override every recipe's epochs (smoke)")
+    ap.add_argument("--ensembles", action="store_true",
+                    help="only train the members of ENSEMBLES and screen those ensembles")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -256,6 +328,13 @@ def main() -> None:
         for name in names:
             RECIPES[name] = {**RECIPES[name], "epochs": args.epochs}
     sweep = Sweep(out, args.workers, args.device, args.budget, args.val)
+    if args.ensembles:
+        try:
+            res = screen_ensembles(sweep)
+            (out / "ensembles.json").write_text(json.dumps(res, indent=1))
+        finally:
+            sweep.stop()
+        return
     try:
         # seed 0 of every recipe first, then seed 1, so a short budget still ranks them all
         jobs = [(n, RECIPES[n], s, False) for s in range(args.seeds) for n in names]

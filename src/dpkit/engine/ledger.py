@@ -45,6 +45,7 @@ Row kinds:
 ``table``       a table registered or replaced by the data owner (its metadata as the payload)
 ``analyst``     an analyst added (token hash), revoked, or given a per-analyst budget
 ``charge``      a query: analyst, query text, the event JSON, and the accountant's view after it
+``note``        what charge ``payload["charge"]`` released besides its answer (a fit's N̂), after it
 ==============  ==================================================================================
 """
 
@@ -80,6 +81,7 @@ from dpkit.engine.ledger_rows import (
     key_path,
     match_head,
     new_key,
+    noise_record,
     now_iso,
     read_key,
     row_hash,
@@ -146,7 +148,7 @@ class Ledger:
         analyst: str = "owner",
         noise_seed: int | None = None,
         dsn: str | None = None,
-        schema: str | None = None,
+        schema: str | None = None, constant_work: bool = False,
     ) -> Ledger:
         """Create a new ledger holding the genesis row (the budget) and a fresh owner key
         (:func:`key_path`, mode 0600). Refuses an existing file.
@@ -154,7 +156,7 @@ class Ledger:
         ``noise_seed`` records an INSECURE test project whose noise is seeded (None: the OS
         CSPRNG). The budget is validated by :class:`dpkit.accounting.Budget` itself.
         ``dsn``: keep the rows in PostgreSQL (a new ``schema`` there, random by default);
-        ``path`` (conventionally ``ledger.pg``) then records where."""
+        ``path`` (conventionally ``ledger.pg``) then records where; constant_work: noise_record."""
         from dpkit.accounting import Budget
 
         path = Path(path)
@@ -165,6 +167,7 @@ class Ledger:
         if noise_seed is not None and (isinstance(noise_seed, bool)
                                        or not isinstance(noise_seed, int)):
             raise TypeError(f"noise_seed must be an int or None (got {noise_seed!r})")
+        noise = noise_record(noise_seed, probe if constant_work else None)  # may refuse: first
         store: Store = (SqliteStore.create(path) if dsn is None
                         else PostgresStore.create(path, dsn, schema))
         key = new_key(key_path(path))
@@ -175,8 +178,7 @@ class Ledger:
             "budget": {"epsilon": probe.epsilon, "delta": probe.delta,
                        "accountant": probe.accountant, "neighboring": probe.neighboring,
                        "orders": list(probe.orders) if probe.orders is not None else None},
-            "noise": ({"source": "secure"} if noise_seed is None
-                      else {"source": "seeded", "seed": noise_seed, "insecure": True}),
+            "noise": noise,
         }
         with led._write():
             if store.max_seq():
@@ -554,8 +556,7 @@ class Ledger:
             view: dict[str, Any] = {
                 "accountant": self.config.accountant,
                 "delta_share": delta_share if self.config.accountant == "approx" else None,
-                "epsilon_cost": finite(cost.epsilon),
-                "delta_cost": finite(cost.delta),
+                "epsilon_cost": finite(cost.epsilon), "delta_cost": finite(cost.delta),
                 "rho_cost": None if cost.rho is None else finite(cost.rho),
                 "epsilon_spent": finite(spent.epsilon),
                 "delta_spent": finite(spent.delta),
@@ -575,9 +576,9 @@ class Ledger:
 
     def record(self, kind: str, payload: dict[str, Any], *, analyst: str = "owner",
                query: str = "") -> Entry:
-        """Append a configuration row (``table`` or ``analyst``); spends nothing."""
-        if kind not in {"table", "analyst"}:
-            raise ValueError(f"record() writes 'table' or 'analyst' rows (got {kind!r})")
+        """Append a row that spends nothing: ``table``, ``analyst`` or a charge's ``note``."""
+        if kind not in {"table", "analyst", "note"}:
+            raise ValueError(f"record() writes 'table', 'analyst' or 'note' rows (got {kind!r})")
         with self._write():
             self._sync()
             return self._append(kind=kind, analyst=analyst, query=query or kind.upper(),
