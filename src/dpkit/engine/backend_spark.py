@@ -144,29 +144,24 @@ def load_spark_table(db_path: Path, spark: Any, name: str, source: Any, *, direc
 
 
 _BUCKETS = "_dpkit_buckets"  # in a bucketed copy's folder: "<unit>\t<buckets>" (Spark skips _*)
-# rows per bucket of a big copy: a query sorts each bucket in one task, and a bucket of this
-# size sorts in memory (4 buckets of 25M rows at 100M spilled: docs/scale.md, 100M rows)
-ROWS_PER_BUCKET = 2_000_000
+ROWS_PER_BUCKET = 2_000_000  # one task sorts a bucket: 50 at 100M rows took 0.81x 4's time
 
 
 def bucket_count(rows: int, partitions: int, per_bucket: int = ROWS_PER_BUCKET) -> int:
-    """Buckets of a copy of ``rows`` rows: the session's shuffle ``partitions`` (at least
-    one), more for a big table, so that no bucket holds much over ``per_bucket`` rows."""
+    """Shuffle ``partitions`` (at least 1), more when a bucket would hold over ``per_bucket``."""
     return max(1, int(partitions), -(-int(rows) // int(per_bucket)))
 
 
 def write_bucketed(spark: Any, df: Any, target: Path, unit: str, physical: str) -> None:
     """Write ``df`` to ``target`` as Parquet bucketed by ``unit`` (Spark's bucket layout: one
-    file per bucket, a row's bucket a hash of its unit), :func:`bucket_count` buckets (the
-    session's ``spark.sql.shuffle.partitions``, more for a table above
-    ``ROWS_PER_BUCKET`` rows per partition: one more job counts the source's rows). A
-    query's windows partitioned by the unit then need no shuffle of the rows (``EXPLAIN``:
-    no ``Exchange hashpartitioning`` on the unit), and each bucket is sorted by one task.
-    Bucket information lives in Spark's catalog only, so the table written here is dropped
-    from it at once (an external table: its files stay) and :meth:`SparkBackend.register`
-    declares it again in each query session from the note this writes beside the files."""
-    buckets = bucket_count(int(df.count()), int(spark.conf.get("spark.sql.shuffle.partitions")),
-                           ROWS_PER_BUCKET)
+    file per bucket, a row's bucket a hash of its unit), :func:`bucket_count` buckets (one
+    job counts the rows first). A query's windows partitioned by the unit then need no
+    shuffle of the rows (``EXPLAIN``: no ``Exchange hashpartitioning`` on the unit). Bucket
+    information lives in Spark's catalog only, so the table written here is dropped from it
+    at once (an external table: its files stay) and :meth:`SparkBackend.register` declares
+    it again in each query session from the note this writes beside the files."""
+    parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    buckets = bucket_count(int(df.count()), parts, ROWS_PER_BUCKET)
     table = f"dpkit_load_{physical}"
     try:
         (df.repartition(buckets, unit).write.mode("overwrite").bucketBy(buckets, unit)
