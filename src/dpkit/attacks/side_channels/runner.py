@@ -225,7 +225,8 @@ class _Pair:
         self.factory = factory
         self.trace = trace
         self.d1_generation = 0
-        self.side = side if side is not None else _Side(self.opener(0), f"d_{accountant}")
+        self.side = side if side is not None else _Side(
+            self.opener(0), f"{files[1].stem}_{accountant}_d")  # named by the first pair
         try:
             self.d1 = self._open_d1()
         except Exception:
