@@ -56,11 +56,12 @@ def shift(xb, g, pad: int = 2):  # type: ignore[no-untyped-def]
 
     b = xb.shape[0]
     img = torch.nn.functional.pad(xb.view(b, 28, 28), (pad, pad, pad, pad))
-    dy = torch.randint(0, 2 * pad + 1, (b, 1, 1), generator=g)
-    dx = torch.randint(0, 2 * pad + 1, (b, 1, 1), generator=g)
-    rows = torch.arange(28).view(1, 28, 1) + dy
-    cols = torch.arange(28).view(1, 1, 28) + dx
-    return img[torch.arange(b).view(b, 1, 1), rows, cols].reshape(b, 784)
+    dev = xb.device
+    dy = torch.randint(0, 2 * pad + 1, (b, 1, 1), generator=g, device=dev)
+    dx = torch.randint(0, 2 * pad + 1, (b, 1, 1), generator=g, device=dev)
+    rows = torch.arange(28, device=dev).view(1, 28, 1) + dy
+    cols = torch.arange(28, device=dev).view(1, 1, 28) + dx
+    return img[torch.arange(b, device=dev).view(b, 1, 1), rows, cols].reshape(b, 784)
 
 
 def _elastic_field(b: int, g, alpha: float, smooth: float):  # type: ignore[no-untyped-def]
@@ -70,10 +71,10 @@ def _elastic_field(b: int, g, alpha: float, smooth: float):  # type: ignore[no-u
     from torch.nn import functional as F  # noqa: N812
 
     half = max(1, math.ceil(3 * smooth))
-    t = torch.arange(-half, half + 1, dtype=torch.float32)
+    t = torch.arange(-half, half + 1, dtype=torch.float32, device=g.device)
     k = torch.exp(-t**2 / (2 * smooth**2))
     k = k / k.sum()
-    field = torch.rand(b, 2, 28, 28, generator=g) * 2 - 1
+    field = torch.rand(b, 2, 28, 28, generator=g, device=g.device) * 2 - 1
     # separable blur, one channel per displacement axis
     field = F.conv2d(field, k.view(1, 1, 1, -1).repeat(2, 1, 1, 1), padding=(0, half), groups=2)
     field = F.conv2d(field, k.view(1, 1, -1, 1).repeat(2, 1, 1, 1), padding=(half, 0), groups=2)
@@ -87,10 +88,11 @@ def warp(xb, g, degrees: float = 0.0, scale: float = 0.0,  # type: ignore[no-unt
     import torch
     from torch.nn import functional as F  # noqa: N812
 
-    b = xb.shape[0]
-    theta = (torch.rand(b, generator=g) * 2 - 1) * math.radians(degrees)
-    inv = 1 / (1 + (torch.rand(b, generator=g) * 2 - 1) * scale)  # the grid maps out -> in
-    cos, sin, zero = torch.cos(theta) * inv, torch.sin(theta) * inv, torch.zeros(b)
+    b, dev = xb.shape[0], xb.device
+    theta = (torch.rand(b, generator=g, device=dev) * 2 - 1) * math.radians(degrees)
+    inv = 1 / (1 + (torch.rand(b, generator=g, device=dev) * 2 - 1) * scale)  # out -> in
+    cos, sin = torch.cos(theta) * inv, torch.sin(theta) * inv
+    zero = torch.zeros(b, device=dev)
     mat = torch.stack([torch.stack([cos, -sin, zero], 1), torch.stack([sin, cos, zero], 1)], 1)
     grid = F.affine_grid(mat, [b, 1, 28, 28], align_corners=False)
     if elastic > 0:
@@ -130,7 +132,8 @@ def smooth_loss(model, xb, yb, sigma: float, args, g):  # type: ignore[no-untype
 
     b = xb.shape[0]
     copies = args.copies if (args.lam > 0 or args.macer > 0) else 1
-    noisy = xb.repeat(copies, 1) + sigma * torch.randn(copies * b, 784, generator=g)
+    noisy = xb.repeat(copies, 1) + sigma * torch.randn(copies * b, 784, generator=g,
+                                                       device=xb.device)
     logits = model(noisy)
     loss = F.cross_entropy(logits, yb.repeat(copies), label_smoothing=args.smoothing)
     if copies == 1:
@@ -157,7 +160,7 @@ def smooth_adv(model, xb, yb, sigma: float, eps: float, g, m: int = 2):  # type:
 
     b = xb.shape[0]
     delta = torch.zeros_like(xb, requires_grad=True)
-    noise = sigma * torch.randn(m * b, 784, generator=g)
+    noise = sigma * torch.randn(m * b, 784, generator=g, device=xb.device)
     probs = F.softmax(model((xb + delta).repeat(m, 1) + noise), dim=1).view(m, b, -1).mean(0)
     loss = -torch.log(probs.gather(1, yb[:, None]).clamp_min(1e-12)).sum()
     (grad,) = torch.autograd.grad(loss, delta)
@@ -173,26 +176,28 @@ def _ema_update(avg, model, decay: float) -> None:  # type: ignore[no-untyped-de
             pa.mul_(decay).add_(pm, alpha=1 - decay)
 
 
-def train(x: np.ndarray, y: np.ndarray, args, seed: int = 0):  # type: ignore[no-untyped-def]
+def train(x: np.ndarray, y: np.ndarray, args, seed: int = 0,  # type: ignore[no-untyped-def]
+          device: str = "cpu"):
     """Noise augmentation at ``args.sigma_train`` (Cohen et al. 2019) with the public transforms
     of :func:`augment`, the loss of :func:`smooth_loss` (on SmoothAdv points when ``--adv``, its
     radius ramped up over the first ``--adv-warmup`` epochs); SGD, Nesterov momentum, weight
     decay 5e-4, OneCycle. With ``--ema d`` the returned net is the moving average of the
-    weights (decay d per step). ``seed`` varies the initialisation and the order."""
+    weights (decay d per step). ``seed`` varies the initialisation and the order; ``device``
+    (e.g. ``"cuda"``) is where to train (the CPU's draws are those of earlier versions)."""
     import torch
 
-    model = net(args.width, args.arch, args.dropout, seed)
+    model = net(args.width, args.arch, args.dropout, seed).to(device)
     avg = copy.deepcopy(model) if args.ema > 0 else None
     lr, batch, epochs = args.lr, args.batch, args.epochs
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=True,
                           weight_decay=5e-4)
     steps = (len(x) + batch - 1) // batch
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, lr, epochs=epochs, steps_per_epoch=steps)
-    xt, yt = torch.tensor(x), torch.tensor(y)
-    g = torch.Generator().manual_seed(1 + 1000 * seed)
+    xt, yt = torch.tensor(x, device=device), torch.tensor(y, device=device)
+    g = torch.Generator(device=device).manual_seed(1 + 1000 * seed)
     sigma = args.sigma_train or args.sigma
     for epoch in range(epochs):
-        perm = torch.randperm(len(xt), generator=g)
+        perm = torch.randperm(len(xt), generator=g, device=device)
         for i in range(0, len(xt), batch):
             idx = perm[i:i + batch]
             xb, yb = augment(xt[idx], g, args), yt[idx]

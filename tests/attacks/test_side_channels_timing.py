@@ -18,6 +18,11 @@ row-count effect (a scan of more rows takes longer, in any engine): reported, no
 A planted leak (one more scan of the rows on D+extreme only, as a fallback read taken when some
 value fails a conversion would do) is flagged by the same statistic: the test can fail.
 
+The two timing channels of the samplers themselves (docs/attacks.md §6), closed by constant-work
+sampling (``noise.ConstantWork``, ``Curator.create(..., constant_work=True)``): a huge planted
+noise against a tiny one, and a selection over flat scores against one peak, show no time
+difference on fixed plans, and a clear one on today's samplers (the tests can fail).
+
 Run: ``PYTHONPATH=$PWD/src python -m pytest tests/attacks/test_side_channels_timing.py -m slow
 -q -s`` (about a minute; the figures print with ``-s``).
 """
@@ -137,3 +142,76 @@ def test_a_planted_extra_scan_is_flagged(projects: dict[str, dp.Curator],
     print(f"planted extra scan: median ms +ordinary {np.median(t['D+ordinary']) * 1e3:.2f}, "
           f"+extreme {np.median(t['D+extreme']) * 1e3:.2f}, p={p:.3g}")
     assert p < ALPHA / len(SHAPES)
+
+
+# ------------------------------------------------------------------ the noise's own size
+class _Fixed(noise.Source):
+    """Every word the same: plants a chosen path through the samplers (see
+    tests/noise/test_constant_work.py: (1, 1) gives noise 177 at scale 4, a probability e^-44
+    event; (2^63, 0) gives 0)."""
+
+    def __init__(self, w64: int, w32: int) -> None:
+        self.w64, self.w32 = np.uint64(w64), np.uint32(w32)
+
+    def uint64(self, n: int) -> np.ndarray:
+        return np.full(n, self.w64, dtype=np.uint64)
+
+    def uint32(self, n: int) -> np.ndarray:
+        return np.full(n, self.w32, dtype=np.uint32)
+
+
+def _noise_times(sources: dict[str, noise.Source], rounds: int = 400) -> dict[str, np.ndarray]:
+    out: dict[str, list[float]] = {n: [] for n in sources}
+    names = list(sources)
+    order = noise.seeded(8)
+    for n in names:
+        noise.discrete_laplace(4, 1, source=sources[n])  # warm
+    for _ in range(rounds):
+        for i in noise.permutation(len(names), source=order).tolist():
+            t = time.perf_counter()
+            noise.discrete_laplace(4, 1, source=sources[names[i]])
+            out[names[i]].append(time.perf_counter() - t)
+    return {n: np.asarray(v) for n, v in out.items()}
+
+
+def test_constant_work_hides_the_size_of_the_noise() -> None:
+    """A huge planted noise (177 at scale 4) against 0, one value per request: on fixed plans
+    (noise.ConstantWork) no difference in time (Mann-Whitney, false failure 1e-3 if the two
+    are exchangeable); today's sampler, fed words that send it to its exact path, shows one."""
+    fixed = _noise_times({"huge": noise.ConstantWork(_Fixed(1, 1)),
+                          "tiny": noise.ConstantWork(_Fixed(1 << 63, 0))})
+    today = _noise_times({"huge": noise.ConstantWork(_Fixed(1 << 63, 0)).plain,
+                          "tiny": noise.ConstantWork(_Fixed(1 << 63, 1 << 31)).plain})
+    p_fixed, p_today = _p(fixed["huge"], fixed["tiny"]), _p(today["huge"], today["tiny"])
+    for name, t, p in (("fixed plans", fixed, p_fixed), ("today", today, p_today)):
+        print(f"{name:12s} median us: huge {np.median(t['huge']) * 1e6:.1f}, tiny "
+              f"{np.median(t['tiny']) * 1e6:.1f}, p={p:.3g}")
+    assert p_fixed > ALPHA
+    assert p_today < ALPHA
+
+
+def test_constant_work_hides_the_scores_of_a_selection() -> None:
+    """The exponential mechanism over 256 candidates, flat scores against one peak (today:
+    ~1 trial against ~256): on fixed plans no difference in time (Mann-Whitney at 1e-3);
+    today's rejection loop shows one."""
+    scores = {"flat": np.zeros(256), "peak": np.where(np.arange(256) == 3, 50.0, 0.0)}
+    out: dict[tuple[bool, str], list[float]] = {(f, n): [] for f in (True, False) for n in scores}
+    order = noise.seeded(9)
+    keys = list(out)
+    for _ in range(200):
+        for i in noise.permutation(len(keys), source=order).tolist():
+            fixed, name = keys[i]
+            src: noise.Source = noise.seeded(1)
+            src = noise.ConstantWork(src) if fixed else src
+            t = time.perf_counter()
+            dp.mechanisms.exponential(range(256), scores[name], sensitivity=1.0, epsilon=1.0,
+                                      source=src)
+            out[keys[i]].append(time.perf_counter() - t)
+    p_fixed = _p(np.asarray(out[True, "flat"]), np.asarray(out[True, "peak"]))
+    p_today = _p(np.asarray(out[False, "flat"]), np.asarray(out[False, "peak"]))
+    for f, p in ((True, p_fixed), (False, p_today)):
+        print(f"{'fixed plans' if f else 'today':12s} median us: flat "
+              f"{np.median(out[f, 'flat']) * 1e6:.1f}, peak {np.median(out[f, 'peak']) * 1e6:.1f}"
+              f", p={p:.3g}")
+    assert p_fixed > ALPHA
+    assert p_today < ALPHA

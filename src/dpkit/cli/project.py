@@ -33,14 +33,15 @@ __all__ = ["add_table", "budget", "commands", "init_project", "load_progress", "
 
 def init_project(project: str | Path, *, epsilon: float, delta: float = 0.0,
                  accountant: str | None = None, console: Any = None,
-                 ledger: str | None = None) -> None:
+                 ledger: str | None = None, constant_work: bool = False) -> None:
     """Create a project folder with a total budget (``accountant`` default: pure if delta is 0,
-    else approx); ``ledger``: a PostgreSQL DSN (default ``$DPKIT_LEDGER_DSN``, else SQLite)."""
+    else approx); ``ledger``: a PostgreSQL DSN (default ``$DPKIT_LEDGER_DSN``, else SQLite);
+    ``constant_work``: noise and selections on fixed plans (docs/attacks.md §6)."""
     from dpkit.engine.curator import Curator
 
     con = make_console(console)
     cur = Curator.create(project, epsilon=epsilon, delta=delta, accountant=accountant,
-                         ledger=ledger)
+                         ledger=ledger, constant_work=constant_work)
     cfg = cur.ledger.config
     con.print(f"created [bold]{project}[/] with budget epsilon {cfg.epsilon:g}, delta "
               f"{cfg.delta:g} (accountant {cfg.accountant})")
@@ -228,11 +229,14 @@ def demo_command(rows: int, path: Path | None) -> None:
     help="Keep the ledger in PostgreSQL (postgresql://user@host/db; default $DPKIT_LEDGER_DSN, "
     "else ledger.sqlite in the folder). Needs the [postgres] extra.",
 )
+@click.option("--constant-work", is_flag=True,
+              help="Noise and selections on fixed plans: their time does not follow the noise "
+              "or the data; each release also charges a delta <= 2^-40 (needs --delta > 0).")
 def init_command(project: Path, epsilon: float, delta: float, accountant: str | None,
-                 ledger: str | None) -> None:
+                 ledger: str | None, constant_work: bool) -> None:
     """Create a curator project with a total privacy budget."""
     init_project(project, epsilon=epsilon, delta=delta, accountant=accountant, console=console,
-                 ledger=ledger)
+                 ledger=ledger, constant_work=constant_work)
 
 
 @click.command("add-table")

@@ -9,6 +9,11 @@ Every answer the curator gives (a query, a release family) goes through :func:`c
    accountant cannot price, with the fix named);
 3. only then are the rows read, and the noisy answer built from them.
 
+A constant-work project (``Curator.create(..., constant_work=True)``) charges every event
+composed with ``ApproxDP(0, δ_t)``, the failure event of its fixed-plan samplers
+(:mod:`dpkit.noise.constant`), priced and written like the rest, and runs step 3 inside one
+``noise.charge_scope()``, which keeps all of the release's requests within that δ.
+
 Anything that fails in step 3 keeps the charge and raises one fixed message that names the
 ledger entry and nothing else: a refund, or an error text taken from the failure, would make
 the *outcome* of the query depend on the rows (an error on D, an answer on D' = D plus one
@@ -24,11 +29,12 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from dpkit import events as ev
+from dpkit import noise
 from dpkit.accounting import BudgetExceeded, UnsupportedEvent
 from dpkit.engine.ledger import Entry, Ledger
 from dpkit.engine.spec import QueryError
 
-__all__ = ["AFTER_CHARGE", "ChargedQueryError", "charged_read", "quote"]
+__all__ = ["AFTER_CHARGE", "ChargedQueryError", "charged_event", "charged_read", "quote"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -67,11 +73,20 @@ def _priced(accountant: str, what: str, advice: str) -> Iterator[None]:
         ) from None
 
 
+def charged_event(ledger: Ledger, event: ev.Event) -> ev.Event:
+    """``event`` as it is charged: with ``ApproxDP(0, δ_t)`` on a constant-work project."""
+    setting = ledger.config.constant_work
+    if setting is None:
+        return event
+    return ev.Composed((event, ev.ApproxDP(0.0, setting[0])))
+
+
 def quote(ledger: Ledger, event: ev.Event, *, analyst: str, delta_share: float | None,
           what: str = "query", check_only: bool = False, advice: str = "") -> Any:
     """What charging ``event`` would cost now (a ``Cost``; None with ``check_only``), writing
     nothing: :class:`BudgetExceeded` when it does not fit the project's or the analyst's budget,
     a :class:`QueryError` naming the fix when the accountant cannot price it."""
+    event = charged_event(ledger, event)
     with _priced(ledger.config.accountant, what, advice):
         if check_only:
             ledger.check(event, analyst=analyst, delta_share=delta_share)
@@ -92,8 +107,8 @@ def charged_read(ledger: Ledger, event: ev.Event, *, analyst: str, query: str,
     failure gives the fixed :data:`AFTER_CHARGE` message.
     """
     with _priced(ledger.config.accountant, what, advice):  # a refusal writes nothing
-        entry = ledger.charge(event, analyst=analyst, query=query, delta_share=delta_share,
-                              details=details)
+        entry = ledger.charge(charged_event(ledger, event), analyst=analyst, query=query,
+                              delta_share=delta_share, details=details)
     # ---- from here on the charge is durable: whatever happens, it stays
     try:
         exact = read()
@@ -101,7 +116,8 @@ def charged_read(ledger: Ledger, event: ev.Event, *, analyst: str, query: str,
         raise ChargedQueryError(AFTER_CHARGE.format(what=what, seq=entry.seq),
                                 entry.seq) from None
     try:
-        return finish(exact, entry)
+        with noise.charge_scope():
+            return finish(exact, entry)
     except QueryError as exc:
         if isinstance(exc, ChargedQueryError):
             raise

@@ -90,6 +90,7 @@ from dpkit.engine.roles import (
     OWNER,
     add_analyst,
     charged_analyst,
+    constant_work_source,
     headroom,
     project_source,
     reopen_seed,
@@ -123,7 +124,7 @@ class Curator(ReleaseMethods):
         self.ledger = ledger
         self.analyst = analyst
         self.is_owner = owner
-        self._source = source
+        self._source = source = constant_work_source(source, ledger)
         self._lock = threading.RLock()
         self._tables_cache: tuple[int, dict[str, TableMeta]] | None = None
         self._planner = PlanCache()
@@ -153,6 +154,7 @@ class Curator(ReleaseMethods):
         ledger: str | None = None,
         engine: str = "duckdb",
         spark: Any = None,
+        constant_work: bool = False,
     ) -> Curator:
         """Create a project folder with a total budget; the caller is its owner.
 
@@ -166,7 +168,9 @@ class Curator(ReleaseMethods):
         ``ledger.sqlite`` in the folder) or a PostgreSQL DSN (default ``$DPKIT_LEDGER_DSN``),
         for a service with several processes or hosts; extra ``[postgres]``.
         ``engine="spark"``: tables are added on Spark (``spark``: a SparkSession; None starts
-        a local one when first needed; docs/scale.md).
+        a local one when first needed; docs/scale.md). ``constant_work=True``: noise and
+        selections on fixed plans whose work depends on public parameters only, each release
+        charged a small extra δ (docs/attacks.md §6; needs delta > 0, 'approx' or 'pld').
         """
         path = Path(path)
         check_engine(engine)
@@ -174,7 +178,8 @@ class Curator(ReleaseMethods):
         epsilon, delta, accountant, orders = budget_parameters(
             budget, epsilon=epsilon, delta=delta, accountant=accountant)
         made = make_project(path, epsilon=epsilon, delta=delta, accountant=accountant,
-                            orders=orders, noise_seed=noise_seed, dsn=ledger_dsn(ledger))
+                            orders=orders, noise_seed=noise_seed, dsn=ledger_dsn(ledger),
+                            constant_work=bool(constant_work))
         return cls(path, made, analyst=OWNER, owner=True, source=src, engine=engine,
                    spark=spark)
 

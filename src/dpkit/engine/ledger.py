@@ -80,6 +80,7 @@ from dpkit.engine.ledger_rows import (
     key_path,
     match_head,
     new_key,
+    noise_record,
     now_iso,
     read_key,
     row_hash,
@@ -146,7 +147,7 @@ class Ledger:
         analyst: str = "owner",
         noise_seed: int | None = None,
         dsn: str | None = None,
-        schema: str | None = None,
+        schema: str | None = None, constant_work: bool = False,
     ) -> Ledger:
         """Create a new ledger holding the genesis row (the budget) and a fresh owner key
         (:func:`key_path`, mode 0600). Refuses an existing file.
@@ -154,7 +155,7 @@ class Ledger:
         ``noise_seed`` records an INSECURE test project whose noise is seeded (None: the OS
         CSPRNG). The budget is validated by :class:`dpkit.accounting.Budget` itself.
         ``dsn``: keep the rows in PostgreSQL (a new ``schema`` there, random by default);
-        ``path`` (conventionally ``ledger.pg``) then records where."""
+        ``path`` (conventionally ``ledger.pg``) then records where; constant_work: noise_record."""
         from dpkit.accounting import Budget
 
         path = Path(path)
@@ -165,6 +166,7 @@ class Ledger:
         if noise_seed is not None and (isinstance(noise_seed, bool)
                                        or not isinstance(noise_seed, int)):
             raise TypeError(f"noise_seed must be an int or None (got {noise_seed!r})")
+        noise = noise_record(noise_seed, probe if constant_work else None)  # may refuse: first
         store: Store = (SqliteStore.create(path) if dsn is None
                         else PostgresStore.create(path, dsn, schema))
         key = new_key(key_path(path))
@@ -175,8 +177,7 @@ class Ledger:
             "budget": {"epsilon": probe.epsilon, "delta": probe.delta,
                        "accountant": probe.accountant, "neighboring": probe.neighboring,
                        "orders": list(probe.orders) if probe.orders is not None else None},
-            "noise": ({"source": "secure"} if noise_seed is None
-                      else {"source": "seeded", "seed": noise_seed, "insecure": True}),
+            "noise": noise,
         }
         with led._write():
             if store.max_seq():

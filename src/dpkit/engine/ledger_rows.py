@@ -26,8 +26,9 @@ from dpkit import noise as _noise
 
 __all__ = ["ACCOUNTANTS", "COLUMNS", "FORMAT", "GENESIS_PREV", "SCHEMA", "Entry", "HeadFile",
            "LedgerConfig", "LedgerError", "LedgerTampered", "Spend", "canonical_json",
-           "config_from_genesis", "connect", "finite", "head_path", "key_path", "match_head",
-           "new_key", "now_iso", "read_key", "row_hash", "verify_rows"]
+           "config_from_genesis", "connect", "constant_work_setting", "finite", "head_path",
+           "key_path", "match_head", "new_key", "noise_record", "now_iso", "read_key",
+           "row_hash", "verify_rows"]
 
 
 FORMAT = 2  # 1: plain SHA-256 chain (refused; see migrate); 2: HMAC-SHA256 under the owner key
@@ -63,6 +64,8 @@ class LedgerConfig:
     neighboring: str = "add_remove"
     orders: tuple[float, ...] | None = None
     noise_seed: int | None = None  # set only for an INSECURE test project (seeded noise)
+    #: (δ charged with every release, failure bits per release) of a constant-work project
+    constant_work: tuple[float, int] | None = None
 
     def budget_dict(self, epsilon: float | None = None) -> dict[str, Any]:
         """The :meth:`dpkit.accounting.Budget.from_dict` form, without charges."""
@@ -358,4 +361,30 @@ def config_from_genesis(payload: dict[str, Any], path: Path) -> LedgerConfig:
         neighboring=str(budget.get("neighboring", "add_remove")),
         orders=tuple(float(a) for a in orders) if orders is not None else None,
         noise_seed=seed,
+        constant_work=(float(noise["constant_work"]["delta"]), int(noise["constant_work"]["bits"]))
+        if isinstance(noise, dict) and isinstance(noise.get("constant_work"), dict) else None,
     )
+
+
+def noise_record(noise_seed: int | None, constant_work: Any = None) -> dict[str, Any]:
+    """The genesis row's ``noise`` record: the source (secure, or an INSECURE seed) and, with
+    ``constant_work`` (the validated :class:`dpkit.accounting.Budget`), its setting."""
+    out: dict[str, Any] = ({"source": "secure"} if noise_seed is None
+                           else {"source": "seeded", "seed": noise_seed, "insecure": True})
+    if constant_work is not None:
+        out["constant_work"] = constant_work_setting(
+            constant_work.epsilon, constant_work.delta, constant_work.accountant)
+    return out
+
+
+def constant_work_setting(epsilon: float, delta: float, accountant: str) -> dict[str, Any]:
+    """The genesis record of ``Curator.create(..., constant_work=True)``: the δ charged with
+    every release for the constant-work failure event, and the failure bits it pays for
+    (:mod:`dpkit.noise.constant`); refused, with the fix, where the budget cannot pay it."""
+    if accountant not in ("approx", "pld") or not delta > 0:
+        raise ValueError(
+            f"constant_work=True charges a small delta ({_noise.constant.TIMING_DELTA:.3g}) with "
+            f"every release: it needs a budget with delta > 0 and the 'approx' or 'pld' "
+            f"accountant (got delta={delta:g}, accountant {accountant!r})")
+    d = min(_noise.constant.TIMING_DELTA, delta / 1e6)
+    return {"delta": d, "bits": _noise.constant.bits_for(epsilon, d)}

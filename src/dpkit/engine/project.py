@@ -59,7 +59,8 @@ def ledger_file(path: Path) -> Path | None:
 
 
 def make_project(path: Path, *, epsilon: float, delta: float, accountant: str, orders: Any,
-                 noise_seed: int | None, dsn: str | None = None) -> Ledger:
+                 noise_seed: int | None, dsn: str | None = None,
+                 constant_work: bool = False) -> Ledger:
     """Create the folder's ledger (with its owner key) and data file; on any failure remove
     what was made, so a failed create leaves no half project. ``dsn``: the ledger's rows go
     to a new schema in that PostgreSQL database (:func:`ledger_dsn`)."""
@@ -71,7 +72,8 @@ def make_project(path: Path, *, epsilon: float, delta: float, accountant: str, o
     try:
         ledger = Ledger.create(path / (LEDGER_FILE if dsn is None else PG_LEDGER_FILE),
                                epsilon=epsilon, delta=delta, accountant=accountant,
-                               orders=orders, analyst=OWNER, noise_seed=noise_seed, dsn=dsn)
+                               orders=orders, analyst=OWNER, noise_seed=noise_seed, dsn=dsn,
+                               constant_work=constant_work)
         init_database(path / DATA_FILE)
     except BaseException:
         made = (LEDGER_FILE, LEDGER_FILE + "-wal", LEDGER_FILE + "-shm", DATA_FILE,

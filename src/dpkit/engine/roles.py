@@ -66,6 +66,16 @@ def reopen_seed(seed: int, rows: int) -> int:
     return int(digest[:15], 16)
 
 
+def constant_work_source(source: _noise.Source | None,
+                         ledger: Ledger) -> _noise.Source | None:
+    """The project's source, on fixed plans (``dpkit.noise.ConstantWork``) when the project
+    was created with ``constant_work=True`` (recorded in the ledger: reopening keeps it)."""
+    setting = ledger.config.constant_work
+    if setting is None:
+        return source
+    return _noise.ConstantWork(source, bits=setting[1])
+
+
 def project_source(source: Any) -> tuple[_noise.Source | None, int | None]:
     """(source to use now, seed to record) for ``Curator.create(source=...)``."""
     if source is None or isinstance(source, _noise.SecureSource):

@@ -110,7 +110,12 @@ def coins(w: Weights, r: np.ndarray, src: Source) -> np.ndarray:
 
 @noise.trace.traced  # one request: the rejection loop's draws depend on the scores
 def exponential_sample(w: Weights, size: int, src: Source) -> np.ndarray:
-    """``size`` independent draws with ``P(r) ∝ exp(-gamma_r)``, by exact rejection sampling."""
+    """``size`` independent draws with ``P(r) ∝ exp(-gamma_r)``, by exact rejection sampling
+    (on a fixed plan, :func:`_rows_fixed`, when ``src`` is a ``noise.ConstantWork``)."""
+    if isinstance(src, noise.ConstantWork):  # one row, drawn ``size`` times
+        one = RowWeights(w.scores[None, :], w.factor)
+        return _rows_fixed(one, src, np.zeros(size, dtype=np.int64),
+                           lambda lost: exponential_sample(w, lost.size, src.plain))
     out = np.full(size, -1, dtype=np.int64)
     pending = np.arange(size)
     rate = max(w.acceptance(), 1.0 / w.n)
@@ -129,7 +134,10 @@ def exponential_sample(w: Weights, size: int, src: Source) -> np.ndarray:
 
 @noise.trace.traced
 def permute_and_flip_sample(w: Weights, size: int, src: Source) -> np.ndarray:
-    """``size`` independent permute-and-flip draws (uniform head among exact coins)."""
+    """``size`` independent permute-and-flip draws (uniform head among exact coins); on a
+    ``noise.ConstantWork`` source the coins and the head take fixed words (:func:`_pf_fixed`)."""
+    if isinstance(src, noise.ConstantWork):
+        return _pf_fixed(w, size, src)
     out = np.empty(size, dtype=np.int64)
     rows = max(1, _BLOCK_LANES // w.n)
     for start in range(0, size, rows):
@@ -249,6 +257,8 @@ def exponential_rows_sample(w: RowWeights, src: Source) -> np.ndarray:
     m, n = w.g.shape
     if n * int(_B[0]) >= 1 << 62:  # pragma: no cover - 2^30 candidates per instance
         raise ValueError(f"at most 2**30 candidates per instance (got {n})")
+    if isinstance(src, noise.ConstantWork):
+        return _rows_fixed(w, src)
     out = np.full(m, -1, dtype=np.int64)
     g = w.g
     t = g - 2.0**-40  # g >= 64 (or inf) lands on _TOP, as gamma >= 63.9 allows
@@ -307,4 +317,145 @@ def exponential_rows_sample(w: RowWeights, src: Source) -> np.ndarray:
             out[grp[done]] = pick.reshape(grp.size, s)[done, firsts[done]]
             still.append(grp[~done])
         pending = np.concatenate(still) if still else pending[:0]
+    return out
+
+
+# ------------------------------------------------------------------ constant work
+_FIXED_LANES = 1 << 16  # trial lanes per block of the fixed plan
+
+
+def _fixed_envelope(w: RowWeights) -> tuple[np.ndarray, ...]:
+    """Per row: candidates sorted by level, each level's first position, the cumulative
+    envelope weights and the bits of their total, with levels ``K = min(floor(g - 2^-40),
+    TOP_LEVEL)`` clipped at 0 and weights ``B_K = A_K + 1`` (``B_0 = 2^32``) as in
+    :func:`exponential_rows_sample` (a radix sort of int8 levels: the same passes for any)."""
+    top = noise.constant.TOP_LEVEL
+    m, _ = w.g.shape
+    t = w.g - 2.0**-40
+    np.floor(t, out=t)
+    np.clip(t, 0, top, out=t)
+    lev = t.astype(np.int8)
+    order = np.argsort(lev, axis=1, kind="stable")
+    key = lev.astype(np.int64) + (np.arange(m, dtype=np.int64) * (top + 1))[:, None]
+    counts = np.bincount(key.ravel(), minlength=m * (top + 1)).reshape(m, top + 1)
+    first = np.zeros((m, top + 2), dtype=np.int64)
+    np.cumsum(counts, axis=1, out=first[:, 1:])
+    a = noise.constant.level_thresholds()
+    cw = np.zeros((m, top + 2), dtype=np.int64)
+    np.cumsum(counts * (a + (np.arange(top + 1) > 0))[None, :], axis=1, out=cw[:, 1:])
+    bits = np.array([int(x).bit_length() for x in cw[:, -1].tolist()], dtype=np.int64)
+    return order, first, cw, bits
+
+
+def _fixed_rate(n: int) -> float:
+    """A lower bound, from the public ``n`` only, on a trial's success: ``u < total`` (>= 1/2),
+    then ``Σ e^-γ 2^32 / Σ B_K`` >= ``min(e^{-1-2^-39} / (1 + e^11 2^-32), 2^32 / (2^32 + (n-1)
+    B_11))`` (a candidate below the top level has ratio >= the first, the best one has ratio
+    1, the top level's (any γ >= 11) add at most ``(n-1) B_11`` to the denominator)."""
+    a_top = float(noise.constant.level_thresholds()[-1])
+    c = math.exp(-1.0 - 2.0**-39) / (1.0 + 1.0 / a_top)
+    top_share = 2.0**32 / (2.0**32 + (n - 1) * (a_top + 1.0))
+    return 0.5 * min(c, top_share) * (1.0 - 2.0**-20)
+
+
+def _rows_fixed(w: RowWeights, src: noise.ConstantWork, draws: np.ndarray | None = None,
+                finish: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+    """One draw per entry of ``draws`` (row indices; default one per row) with the law of
+    :func:`exponential_rows_sample`, on a fixed plan: the work does not depend on the scores.
+
+    Each draw makes ``T`` trials of the stepped envelope (one 64-bit word: ``u`` below
+    ``2^b_i``, void at or above the row's total; the level and member it falls on; an exact
+    level coin ``[(o + V)/2^32 < e^-K]`` and an exact Bernoulli(exp(-(γ - K))) coin, both with
+    fixed words and slots, ``noise.constant``), all processed; the draw is its first accepted
+    trial. ``T`` is the smallest count with ``(1 - a)^T`` below the request's share of
+    ``2^-bits`` for the public lower bound ``a`` of :func:`_fixed_rate`. Both coins and the
+    shortfall each fail with probability below a third of it; a draw with no acceptance is
+    finished exactly by today's loop (``finish``), so the law is exact always and only the
+    work differs on that event.
+    """
+    m, n = w.g.shape
+    if n >= 1 << 30:  # envelope totals must stay below 2^62 (as exponential_rows_sample's)
+        raise ValueError(f"at most 2**30 candidates per instance (got {n})")
+    draws = np.arange(m) if draws is None else draws
+    order, first, cw, rbits = _fixed_envelope(w)
+    bits = noise.constant.request_bits(src)
+    b = bits + (math.ceil(math.log2(draws.size)) if draws.size > 1 else 0) + 2
+    t = noise.constant.attempts_for(1, _fixed_rate(n), b)
+    out = np.zeros(draws.size, dtype=np.int64)
+    lost: list[np.ndarray] = []
+    overran = False
+    per = max(1, _FIXED_LANES // t)
+    for start in range(0, draws.size, per):
+        rows = np.repeat(draws[start : start + per], t)
+        hit, col, over = _fixed_trials(w, rows, order, first, cw, rbits, src, b)
+        overran |= over
+        hit = hit.reshape(-1, t)
+        pick = np.argmax(hit, axis=1)
+        out[start : start + hit.shape[0]] = col.reshape(-1, t)[np.arange(hit.shape[0]), pick]
+        lost.append(start + np.flatnonzero(~hit.any(axis=1)))
+    missing = np.concatenate(lost)
+    if missing.size:  # the failure event: finished exactly, with more work
+        overran = True
+        out[missing] = (finish(draws[missing]) if finish is not None else
+                        exponential_rows_sample(RowWeights(w.scores[draws[missing]], w.factor),
+                                                src.plain))
+    if overran:
+        src.note_overrun()
+    return out
+
+
+def _fixed_trials(w: RowWeights, rows: np.ndarray, order: np.ndarray, first: np.ndarray,
+                  cw: np.ndarray, rbits: np.ndarray, src: noise.ConstantWork,
+                  b: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    """One trial per lane (``rows[i]``: its instance): ``(accepted, candidate, overran)``."""
+    top = noise.constant.TOP_LEVEL
+    r, _ = noise.constant.proposals(1 << 62, rows.size, src)
+    u = r >> (62 - rbits[rows])  # uniform below 2^b_i (b_i <= 62: totals < 2^62)
+    crow = cw[rows]
+    ok = u < crow[:, -1]
+    # a void lane (u at or above the total) is made a well-formed one (level 0, the row's
+    # first candidate in level order, gamma >= 0) whose answer is masked: the same work
+    k = np.where(ok, np.minimum((u[:, None] >= crow[:, 1:]).sum(axis=1), top), 0)
+    lanes = np.arange(rows.size)
+    off = np.where(ok, u - crow[lanes, k], 0)
+    bk = noise.constant.level_thresholds()[k] + (k > 0)
+    member = off // bk
+    o = off % bk
+    col = order[rows, np.minimum(first[rows, k] + member, order.shape[1] - 1)]
+    env, over1 = noise.constant.level_coins(o, k, src, b)
+    g1 = w.g[rows, col]
+    g2 = g1 - k  # exact: an integer <= g subtracted from a float < 2^53
+    g2[~(g1 < 64.0)] = np.inf  # no float promise there: decided exactly
+    coin, over2 = noise.constant.exp_coins(g2, _residual(w, rows, col, k), src, b)
+    return ok & env & coin, col, over1 or over2
+
+
+def _pf_fixed(w: Weights, size: int, src: noise.ConstantWork) -> np.ndarray:
+    """Permute-and-flip with fixed work: every coin of every draw through
+    ``noise.constant.exp_coins`` (fixed words and slots), then a uniform head from one 64-bit
+    word per draw (``noise.constant.uniform_each``, whatever the number of heads); a draw whose
+    word lands in the rejection region or a plan whose coins overran (together below
+    ``2^-bits``) is finished exactly as today, so the law is exact."""
+    bits = noise.constant.request_bits(src)
+    b = bits + 2 + (math.ceil(math.log2(size)) if size > 1 else 0)
+    out = np.empty(size, dtype=np.int64)
+    rows = max(1, _BLOCK_LANES // w.n)
+    overran = False
+    for start in range(0, size, rows):
+        m = min(rows, size - start)
+        r = np.broadcast_to(np.arange(w.n), (m, w.n)).ravel()
+        heads, over = noise.constant.exp_coins(w.g[r], lambda i: w.exact(i % w.n), src, b)
+        heads = heads.reshape(m, w.n)
+        counts = heads.sum(axis=1)
+        pick, valid = noise.constant.uniform_each(counts, src)
+        redo = np.flatnonzero(~valid)
+        if redo.size:  # below 2^-(b+1) per plan
+            over = True
+            pick[redo] = [int(noise.uniform_int(int(counts[i]), 1, source=src.plain)[0])
+                          for i in redo.tolist()]
+        csum = np.cumsum(heads, axis=1)
+        out[start : start + m] = np.argmax(csum > pick[:, None], axis=1)
+        overran |= over
+    if overran:
+        src.note_overrun()
     return out

@@ -7,11 +7,14 @@ dtype('int64')
 
 ``source=None`` (the default everywhere) means :func:`default_source`, the operating system's
 CSPRNG. Samplers are exact: see ``docs/noise.md`` for the algorithms and proofs.
+``ConstantWork(source)`` runs the discrete Laplace / Gaussian samplers (and the exponential
+mechanism's) on fixed plans whose work depends on public parameters only (:mod:`.constant`).
 """
 
 from __future__ import annotations
 
-from . import grid, trace
+from . import constant, grid, trace
+from .constant import ConstantWork, charge_scope, discrete_gaussian, discrete_laplace
 from .gaussian import gaussian_float, gaussian_float32, gaussian_on_grid
 from .samplers import (
     MAX_DGAUSS_SIGMA2,
@@ -22,8 +25,6 @@ from .samplers import (
     bernoulli_exp_lanes,
     bernoulli_lanes,
     bernoulli_matrix,
-    discrete_gaussian,
-    discrete_laplace,
     dlap_effective_scale,
     fair_bits,
     permutation,
@@ -44,6 +45,7 @@ from .sources import (
 __all__ = [
     "MAX_DGAUSS_SIGMA2",
     "MAX_DLAP_SCALE",
+    "ConstantWork",
     "SecureSource",
     "SeededSource",
     "Source",
@@ -53,6 +55,8 @@ __all__ = [
     "bernoulli_exp_lanes",
     "bernoulli_lanes",
     "bernoulli_matrix",
+    "charge_scope",
+    "constant",
     "default_source",
     "discrete_gaussian",
     "discrete_laplace",

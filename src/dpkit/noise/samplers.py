@@ -972,6 +972,13 @@ def permutation(n: int, *, source: Source | None = None) -> np.ndarray:
             return order.astype(np.int64)
 
 
-# public names for the other samplers of this package (noise/gaussian.py)
+# public names for the other samplers of this package (noise/gaussian.py, noise/constant.py)
 as_shape = _shape
 resolve_source = _source
+lane_brackets = _brackets
+decide_lanes = _decide
+dlap_setup = _dlap_setup
+dgauss_setup = _dgauss_setup
+dlap_attempts = _dlap_attempts
+fill_attempts = _fill
+geometric_exact = _geometric_e1_bound

@@ -23,7 +23,8 @@ parameters, the size and the random words only: their loops test the random draw
 parameters, never a data value (the noise is added after it is drawn). For the lane samplers
 (``bernoulli_lanes``, ``bernoulli_exp_lanes``) and the exponential mechanism's rejection loop
 built on them (``dpkit.mechanisms``), it depends on the per-lane parameters, which are computed
-from the scores, i.e. from the data: a timing channel in principle (docs/attacks.md, "Timing").
+from the scores, i.e. from the data: a timing channel in principle (docs/attacks.md §6), closed
+on a ``ConstantWork`` source (:mod:`dpkit.noise.constant`: fixed plans, the same words).
 
 Values drawn by small outermost requests (``uniform_int`` of at most :data:`SMALL_DRAW` values
 of 12 digits or more: the per-query seeds that the compiled SQL embeds) are remembered, so
