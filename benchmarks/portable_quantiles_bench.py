@@ -4,15 +4,18 @@
 Times the exact read only (``Curator._execute``: compile, dry run, the statement; no noise, no
 charge), median and (min-max) over ``--repeats``, at record and user level. ``--spark`` also
 times the portable statement on a local Spark session (``local[2]``) against AVG alone, the
-query without the quantile's histogram.
+query without the quantile's histogram, the two taking turns, with their ratio per round and
+the 1-minute load average (the machine may be shared).
 
     python benchmarks/portable_quantiles_bench.py --rows 1000000 --repeats 5
+    python benchmarks/portable_quantiles_bench.py --rows 200000 --repeats 5 --spark --no-duckdb
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -52,6 +55,25 @@ def timed(cur: Any, query: str, repeats: int) -> dict[str, float]:
     return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times)}
 
 
+def interleaved(cur: Any, table: str, repeats: int) -> dict[str, Any]:
+    """AVG alone and MEDIAN + AVG taking turns (after one untimed run of each), so that load
+    changes on a shared machine hit both alike; the ratio is taken round by round."""
+    queries = {"avg_only": PLAIN.format(t=table), "median": QUERY.format(t=table)}
+    for q in queries.values():
+        timed(cur, q, 1)  # warm-up
+    times: dict[str, list[float]] = {k: [] for k in queries}
+    for _ in range(repeats):
+        for k, q in queries.items():
+            times[k].append(timed(cur, q, 1)["median_s"])
+    ratios = [m / a for m, a in zip(times["median"], times["avg_only"], strict=True)]
+    out: dict[str, Any] = {f"spark_{table}_{k}": {"median_s": statistics.median(v),
+                                                  "min_s": min(v), "max_s": max(v)}
+                           for k, v in times.items()}
+    out[f"spark_{table}_ratio"] = {"median": statistics.median(ratios), "per_round": ratios}
+    out[f"spark_{table}_load"] = os.getloadavg()[0]
+    return out
+
+
 def add_tables(cur: Any, path: Path) -> None:
     decl: dict[str, Any] = {"bounds": {"x": (0, 120)},
                             "domains": {"g": [f"g{i:02d}" for i in range(20)]}}
@@ -65,13 +87,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--spark", action="store_true")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--no-duckdb", action="store_true", help="skip the DuckDB forms")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp())
     write_rows(tmp / "rows.parquet", args.rows)
     out: dict[str, Any] = {"rows": args.rows, "repeats": args.repeats}
     cur = dp.Curator.create(tmp / "d.dpkit", epsilon=1000, source=dp.noise.seeded(2))
     add_tables(cur, tmp / "rows.parquet")
-    for table in ("rec", "usr"):
+    for table in () if args.no_duckdb else ("rec", "usr"):
         for form in ("native", "portable"):
             cur._preparer.portable = form == "portable"
             out[f"duckdb_{table}_{form}"] = timed(cur, QUERY.format(t=table), args.repeats)
@@ -86,9 +109,7 @@ def main() -> None:
                                     spark=spark, source=dp.noise.seeded(2))
             add_tables(spk, tmp / "rows.parquet")
         for table in ("rec", "usr"):
-            timed(spk, PLAIN.format(t=table), 1)  # warm-up
-            out[f"spark_{table}_avg_only"] = timed(spk, PLAIN.format(t=table), args.repeats)
-            out[f"spark_{table}_median"] = timed(spk, QUERY.format(t=table), args.repeats)
+            out.update(interleaved(spk, table, args.repeats))
     text = json.dumps(out, indent=1)
     print(text)
     if args.out is not None:

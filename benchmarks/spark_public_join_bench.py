@@ -1,18 +1,27 @@
-"""What shipping a public lookup table to Spark costs (docs/scale.md, JOINs with public lookup
-tables): a Spark table joined with a public DuckDB table of ``--lookup`` rows.
+"""A Spark table JOINed with a public lookup table of ``--lookup`` rows (docs/scale.md, JOINs
+with public lookup tables), against the same JOIN in plain Spark SQL.
 
     python benchmarks/spark_public_join_bench.py --rows 200000 --lookup 100000 --repeats 3
 
-Each round reloads the public table (``replace=True``: a new registration, so the next JOIN
-ships it again) and times the exact read (plan, dry run, Spark's analysis, the statement;
-no noise) of the JOIN query twice: ``first`` ships the rows, ``again`` reuses the view. Also
-timed: the same query without the JOIN (``no_join``, grouped by a column of the private
-table). Medians (min-max) over the rounds.
+Times, in rounds taking turns (after one untimed round), the exact read (plan, dry run,
+Spark's analysis, the statement; no noise) of the JOIN query grouped by the lookup's column:
+
+* ``first``: the lookup loaded into DuckDB, reloaded each round (``replace=True``: a new
+  registration), so the JOIN ships its rows to Spark;
+* ``again``: the same query once more (the shipped view is there);
+* ``spark_public``: the lookup loaded on Spark (``engine="spark"``: a Parquet copy, nothing
+  shipped);
+* ``plain``: the same JOIN as plain Spark SQL over the same Parquet rows and lookup (no DP),
+  in the same session;
+* ``no_join``: dpkit's ungrouped COUNT/SUM of the private table (for scale, not a ratio).
+
+Prints medians (min-max) and each ratio to ``plain`` per round, with the 1-minute load.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -26,6 +35,12 @@ import pandas as pd
 import dpkit as dp
 from dpkit.engine import plan as dplan
 from dpkit.engine.backend_spark import local_session
+
+
+def _timed(f: Any) -> float:
+    t0 = time.perf_counter()
+    f()
+    return time.perf_counter() - t0
 
 
 def _exact(cur: Any, query: str) -> float:
@@ -51,31 +66,45 @@ def main() -> None:
     lookup = pd.DataFrame({"g": keys, "region": [f"r{i % 20}" for i in range(args.lookup)],
                            "w": np.arange(args.lookup, dtype=np.int64),
                            "f": np.arange(args.lookup) * 0.5})
-    join_q = ("SELECT region, COUNT(*) AS n, SUM(x) AS s FROM t JOIN wards w ON t.g = w.g "
+    join_q = ("SELECT region, COUNT(*) AS n, SUM(x) AS s FROM t JOIN {w} w ON t.g = w.g "
               "GROUP BY region")
-    plain_q = "SELECT COUNT(*) AS n, SUM(x) AS s FROM t"
+    plain_q = ("SELECT region, COUNT(*) AS n, SUM(x) AS s FROM rows_p t JOIN lookup_p w "
+               "ON t.g = w.g GROUP BY region")
     with warnings.catch_warnings(), tempfile.TemporaryDirectory() as tmp:
         warnings.simplefilter("ignore", FutureWarning)
         spark = local_session()
         spark.sparkContext.setLogLevel("ERROR")
-        parquet = Path(tmp) / "rows.parquet"
+        parquet, lookup_pq = Path(tmp) / "rows.parquet", Path(tmp) / "lookup.parquet"
         rows.to_parquet(parquet)
+        lookup.to_parquet(lookup_pq)
+        spark.read.parquet(str(parquet)).createOrReplaceTempView("rows_p")
+        spark.read.parquet(str(lookup_pq)).createOrReplaceTempView("lookup_p")
         cur = dp.Curator.create(Path(tmp) / "p.dpkit", epsilon=1000, engine="spark",
                                 spark=spark, source=dp.noise.seeded(2))
         cur.add_table("t", str(parquet), bounds={"x": (0, 100)})
-        times: dict[str, list[float]] = {"first": [], "again": [], "no_join": []}
+        cur.add_public_table("swards", str(lookup_pq), engine="spark")
+        times: dict[str, list[float]] = {k: [] for k in
+                                         ("first", "again", "spark_public", "plain", "no_join")}
+        loads = []
         for r in range(args.repeats + 1):  # round 0: warm-up, untimed
             cur.add_table("wards", lookup, public=True, engine="duckdb", replace=True)
-            got = {"first": _exact(cur, join_q), "again": _exact(cur, join_q),
-                   "no_join": _exact(cur, plain_q)}
+            got = {"first": _exact(cur, join_q.format(w="wards")),
+                   "again": _exact(cur, join_q.format(w="wards")),
+                   "spark_public": _exact(cur, join_q.format(w="swards")),
+                   "plain": _timed(lambda: spark.sql(plain_q).collect()),
+                   "no_join": _exact(cur, "SELECT COUNT(*) AS n, SUM(x) AS s FROM t")}
             if r:
+                loads.append(os.getloadavg()[0])
                 for k, v in got.items():
                     times[k].append(v)
         cur.close()
         spark.stop()
-    print(f"rows {args.rows}, lookup {args.lookup} rows, {args.repeats} rounds")
+    print(f"rows {args.rows}, lookup {args.lookup} rows, {args.repeats} rounds, 1-min load "
+          f"{min(loads):.1f}-{max(loads):.1f}")
     for name, ts in times.items():
-        print(f"{name:8s} {statistics.median(ts):.2f} s ({min(ts):.2f}-{max(ts):.2f})")
+        ratios = [t / p for t, p in zip(ts, times["plain"], strict=True)]
+        print(f"{name:12s} {statistics.median(ts):.2f} s ({min(ts):.2f}-{max(ts):.2f})  "
+              f"/ plain {statistics.median(ratios):.2f}x ({', '.join(f'{x:.2f}' for x in ratios)})")
 
 
 if __name__ == "__main__":

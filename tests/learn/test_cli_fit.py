@@ -31,7 +31,7 @@ def test_fit_trains_charges_once_and_writes_the_model(tmp_path: Path) -> None:
     out = tmp_path / "model.json"
     res = CliRunner().invoke(main, ["fit", str(path), "SELECT age FROM v", "--label", "sick",
                                     "--model", "logistic", "--epsilon", "1",
-                                    "--param", "random_state=0", "--output", str(out)])
+                                    "--output", str(out)])
     assert res.exit_code == 0, res.output
     assert "charged epsilon 1" in res.output
     doc = json.loads(out.read_text())
@@ -45,7 +45,8 @@ def test_fit_refuses_bad_input_before_spending(tmp_path: Path) -> None:
     path = _project(tmp_path)
     runner = CliRunner()
     for args, words in ((["--model", "forest"], "forest"), (["--param", "oops"], "name=value"),
-                        (["--output", str(tmp_path / "m.csv")], ".json")):
+                        (["--output", str(tmp_path / "m.csv")], ".json"),
+                        (["--param", "random_state=0"], "random_state")):
         res = runner.invoke(main, ["fit", str(path), "SELECT age FROM v", "--label", "sick",
                                    "--epsilon", "1", *args])
         assert res.exit_code != 0 and words in res.output, res.output

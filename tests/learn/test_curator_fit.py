@@ -41,7 +41,7 @@ def _bounded(tm, delta: float) -> None:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("table", ["r", "u"])
 def test_logistic_through_the_curator(cur: Curator, table: str) -> None:
-    m = LogisticRegression(classes=[0, 1], random_state=0)
+    m = LogisticRegression(classes=[0, 1])
     tm = cur.fit(m, f"SELECT age, ward FROM {table}", label="sick", epsilon=1.0, delta=1e-7)
     assert m.domain_ == (3, 1 if table == "r" else 2)
     _bounded(tm, 1e-7)
@@ -51,11 +51,11 @@ def test_logistic_through_the_curator(cur: Curator, table: str) -> None:
 
 
 def test_naive_bayes_and_linear_regression_through_the_curator(cur: Curator) -> None:
-    nb = cur.fit(GaussianNB(classes=[0, 1], random_state=0), "SELECT age FROM u", label="sick",
+    nb = cur.fit(GaussianNB(classes=[0, 1]), "SELECT age FROM u", label="sick",
                  epsilon=1.0)
     _bounded(nb, 0.0)
     assert nb.score(_frame(), _frame()["sick"]) > 0.85
-    lin = cur.fit(LinearRegression(label_bounds=(0, 300), random_state=0),
+    lin = cur.fit(LinearRegression(label_bounds=(0, 300)),
                   "SELECT age FROM r", label="cost", epsilon=1.0, delta=1e-7)
     _bounded(lin, 1e-7)
     assert lin.score(_frame(), _frame()["cost"]) > 0.95
@@ -65,10 +65,10 @@ def test_the_declarations_fill_classes_and_label_bounds(cur: Curator) -> None:
     """Through the curator the label's declared domain gives the classes and its declared bounds
     the label bounds (session 5: these were required from the user before); classes that
     disagree with the declaration are refused before the charge."""
-    tm = cur.fit(LogisticRegression(random_state=0), "SELECT age FROM r", label="sick",
+    tm = cur.fit(LogisticRegression(), "SELECT age FROM r", label="sick",
                  epsilon=1.0)
     assert list(tm.model.classes_) == [0, 1]
-    lin = cur.fit(LinearRegression(random_state=0), "SELECT age FROM r", label="cost",
+    lin = cur.fit(LinearRegression(), "SELECT age FROM r", label="cost",
                   epsilon=1.0)
     assert tuple(lin.model.label_bounds) == (0.0, 300.0)
     spent = cur.budget().spent

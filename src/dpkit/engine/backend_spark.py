@@ -105,19 +105,21 @@ def _read_source(spark: Any, source: Any) -> Any:
             return spark.read.csv(p, header=True, inferSchema=True)
         return spark.read.parquet(p)
     raise ValueError(f"a Spark table's source is a Spark DataFrame or a Parquet/CSV path (got "
-                     f"{type(source).__name__}); load other sources without engine='spark'")
+                     f"{type(source).__name__}); load other sources with engine='duckdb'")
 
 
 def load_spark_table(db_path: Path, spark: Any, name: str, source: Any, *, directory: Path,
                      physical: str, validate: Callable[[list[Column], int], None],
                      domains: Callable[[], Sequence[tuple[str, str, Sequence[Any]]]],
                      not_null: Callable[[], Sequence[str]],
-                     unit: str | None = None) -> tuple[list[Column], str, str]:
+                     unit: str | None = None,
+                     public: bool = False) -> tuple[list[Column], str, str]:
     """Copy ``source`` to Parquet under ``directory/physical`` and give DuckDB an empty table of
-    its columns (``priv.<physical>``, for typing and dry runs). ``validate(columns, rows)``,
-    the declared domains (checked against the column types) and ``not_null`` (counted in Spark)
-    run before anything is kept. With a privacy ``unit``, the copy is bucketed by it
-    (:func:`write_bucketed`). Returns (columns, storage ``"spark"``, DuckDB relation)."""
+    its columns (``priv.<physical>``, or ``pub.<physical>`` for a ``public`` lookup table, for
+    typing and dry runs). ``validate(columns, rows)``, the declared domains (checked against
+    the column types) and ``not_null`` (counted in Spark) run before anything is kept. With a
+    privacy ``unit``, the copy is bucketed by it (:func:`write_bucketed`). Returns (columns,
+    storage ``"spark"``, DuckDB relation)."""
     df = _read_source(spark, source)
     columns = spark_columns(df.schema)
     target = directory / physical
@@ -133,11 +135,11 @@ def load_spark_table(db_path: Path, spark: Any, name: str, source: Any, *, direc
         df = spark.read.parquet(str(target))
         validate(columns, int(df.count()))
         _check_complete(df, columns, not_null())
-        _schema_table(db_path, physical, columns, domains())
+        _schema_table(db_path, physical, columns, domains(), schema="pub" if public else "priv")
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         raise
-    return columns, SPARK, relation_name(physical, False)
+    return columns, SPARK, relation_name(physical, public)
 
 
 _BUCKETS = "_dpkit_buckets"  # in a bucketed copy's folder: "<unit>\t<buckets>" (Spark skips _*)
@@ -191,13 +193,14 @@ def _check_complete(df: Any, columns: Sequence[Column], names: Sequence[str]) ->
 
 
 def _schema_table(db_path: Path, physical: str, columns: Sequence[Column],
-                  domains: Sequence[tuple[str, str, Sequence[Any]]]) -> None:
+                  domains: Sequence[tuple[str, str, Sequence[Any]]], *,
+                  schema: str = "priv") -> None:
     """DuckDB's empty twin of a Spark table (its columns and types), domains checked."""
     con = duckdb.connect(str(db_path))
     try:
-        con.execute("CREATE SCHEMA IF NOT EXISTS priv")
+        con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
         cols = ", ".join(f"{quote_ident(c.name)} {c.type}" for c in columns)
-        con.execute(f"CREATE OR REPLACE TABLE priv.{quote_ident(physical)} ({cols})")
+        con.execute(f"CREATE OR REPLACE TABLE {schema}.{quote_ident(physical)} ({cols})")
         types = {c.name: c.type for c in columns}
         for column, _, keys in domains:
             store_domain(con, column=column, type_=types[column], keys=keys, target=None)
@@ -220,6 +223,7 @@ class SparkBackend(DuckBackend):
         self._texts: dict[str, str] = {}  # DuckDB text -> its Spark text (views only grow)
         self._public: dict[tuple[str, str], TableMeta] = {}  # public tables seen, by relation
         self._shipped: dict[tuple[str, str], str] = {}  # public relation -> its Spark view
+        self._cached: dict[str, Any] = {}  # public table name -> its shipped, cached rows
         self._spark_lock = threading.Lock()
 
     def portable(self, meta: TableMeta) -> bool:
@@ -240,8 +244,10 @@ class SparkBackend(DuckBackend):
             return self._session
 
     def register(self, tables: Mapping[str, TableMeta]) -> None:
-        """Make a Spark view of each Spark table in ``tables`` (once per session); note the
-        public tables, shipped to Spark when a statement first reads them (:meth:`to_spark`)."""
+        """Make a Spark view of each Spark table in ``tables`` (once per session; a public
+        one loaded with ``engine="spark"`` too: the statements that read it, public look-ups
+        included, then run on Spark); note the DuckDB public tables, shipped to Spark when a
+        statement first reads them (:meth:`to_spark`)."""
         for meta in tables.values():
             if meta.public and meta.storage != SPARK:
                 t = exp.to_table(table_relation(meta), dialect="duckdb")
@@ -249,9 +255,9 @@ class SparkBackend(DuckBackend):
                 continue
             if meta.storage != SPARK:
                 continue
-            key = ("priv", meta.stored_name)
+            key = ("pub" if meta.public else "priv", meta.stored_name)
             if key not in self._views:
-                view = f"dpkit_{meta.stored_name}"
+                view = f"dpkit_{'spub_' if meta.public else ''}{meta.stored_name}"
                 spec = _bucket_spec(meta.source)
                 session = self.session()
                 df = session.read.parquet(meta.source)
@@ -268,11 +274,18 @@ class SparkBackend(DuckBackend):
 
     def _public_view(self, key: tuple[str, str]) -> str | None:
         """The Spark view of a public DuckDB table (its rows shipped once per registration: a
-        new load is a new stored name); None for a relation that is not a public table."""
+        new load is a new stored name); None for a relation that is not a public table.
+        Shipping a table again after a reload releases the cached rows of its former load."""
         view = self._shipped.get(key)
         if view is None and key in self._public:
-            view = ship_public(self.session(), self, self._public[key],
-                               f"dpkit_pub_{key[1]}")
+            meta = self._public[key]
+            session = self.session()
+            old = self._cached.pop(meta.name, None)
+            if old is not None:
+                with contextlib.suppress(Exception):
+                    old.unpersist()
+            view = f"dpkit_pub_{key[1]}"
+            self._cached[meta.name] = ship_public(session, self, meta, view)
             self._shipped[key] = view
         return view
 
@@ -404,11 +417,18 @@ PUBLIC_MAX_ROWS = 100_000
 _TO_SPARK = {d: s for s, d in _TYPES.items()}
 
 
-def ship_public(spark: Any, duck: DuckBackend, meta: TableMeta, view: str) -> str:
+def ship_public(spark: Any, duck: DuckBackend, meta: TableMeta, view: str) -> Any:
     """Copy public table ``meta``'s rows from DuckDB to a Spark temporary view ``view`` (the
-    same columns, types and values: doubles, decimals, dates and strings travel exactly).
-    Refused, with a ``QueryError`` and nothing shipped, above :data:`PUBLIC_MAX_ROWS` rows or
-    for a column type Spark has no twin of. Public data: no privacy question here."""
+    same columns, types and values: doubles, decimals, dates and strings travel exactly), and
+    return its DataFrame. Refused, with a ``QueryError`` and nothing shipped, above
+    :data:`PUBLIC_MAX_ROWS` rows or for a column type Spark has no twin of. Public data: no
+    privacy question here.
+
+    The rows are cached on Spark and counted once here: a DataFrame made from the driver's
+    rows is otherwise decoded again at every scan (a statement scans a lookup twice when its
+    column is a group key), and Spark knows no size for it, so it broadcast the *private*
+    side of the JOIN; cached, its size is known and the lookup is broadcast
+    (docs/scale.md)."""
     fields = []
     for c in meta.columns:
         t = c.type.upper()
@@ -424,13 +444,15 @@ def ship_public(spark: Any, duck: DuckBackend, meta: TableMeta, view: str) -> st
     if n > PUBLIC_MAX_ROWS:
         raise QueryError(f"public table {meta.name!r} has {n} rows; a public table joined with "
                          f"a Spark table is shipped to Spark and may hold at most "
-                         f"{PUBLIC_MAX_ROWS}. Load only the rows and columns the query needs "
-                         f"(a smaller lookup table), or join it in Spark before loading the "
-                         f"private table (nothing charged)")
+                         f"{PUBLIC_MAX_ROWS}. Load it on Spark (add_public_table(..., "
+                         f"engine='spark'): no limit there), or only the rows and columns the "
+                         f"query needs (nothing charged)")
     cols = ", ".join(quote_ident(c.name) for c in meta.columns)
     rows = DuckBackend.query_public(duck, f"SELECT {cols} FROM {relation}")
-    spark.createDataFrame(rows, schema=", ".join(fields)).createOrReplaceTempView(view)
-    return view
+    df = spark.createDataFrame(rows, schema=", ".join(fields)).cache()
+    df.count()  # materialised now, before the charge: its size is known to the planner
+    df.createOrReplaceTempView(view)
+    return df
 
 
 def exact_sums(tree: Any) -> Any:

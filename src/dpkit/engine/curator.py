@@ -576,11 +576,12 @@ class Curator(ReleaseMethods):
         return self.ledger.verify(expected_head=expected_head)
 
     def entries(self) -> list[Entry]:
-        """The ledger's rows; an analyst gets only its own charges and no other analyst's."""
+        """The ledger's rows; an analyst gets only its own charges (and their notes) and no
+        other analyst's."""
         rows = self.ledger.entries()
         if self.is_owner:
             return rows
         return [e for e in rows
-                if (e.kind == "charge" and e.analyst == self.analyst)
+                if (e.kind in ("charge", "note") and e.analyst == self.analyst)
                 or (e.kind == "analyst" and e.payload.get("analyst") == self.analyst)
-                or e.kind not in ("charge", "analyst")]
+                or e.kind not in ("charge", "note", "analyst")]

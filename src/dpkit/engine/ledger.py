@@ -45,6 +45,7 @@ Row kinds:
 ``table``       a table registered or replaced by the data owner (its metadata as the payload)
 ``analyst``     an analyst added (token hash), revoked, or given a per-analyst budget
 ``charge``      a query: analyst, query text, the event JSON, and the accountant's view after it
+``note``        what charge ``payload["charge"]`` released besides its answer (a fit's N̂), after it
 ==============  ==================================================================================
 """
 
@@ -555,8 +556,7 @@ class Ledger:
             view: dict[str, Any] = {
                 "accountant": self.config.accountant,
                 "delta_share": delta_share if self.config.accountant == "approx" else None,
-                "epsilon_cost": finite(cost.epsilon),
-                "delta_cost": finite(cost.delta),
+                "epsilon_cost": finite(cost.epsilon), "delta_cost": finite(cost.delta),
                 "rho_cost": None if cost.rho is None else finite(cost.rho),
                 "epsilon_spent": finite(spent.epsilon),
                 "delta_spent": finite(spent.delta),
@@ -576,9 +576,9 @@ class Ledger:
 
     def record(self, kind: str, payload: dict[str, Any], *, analyst: str = "owner",
                query: str = "") -> Entry:
-        """Append a configuration row (``table`` or ``analyst``); spends nothing."""
-        if kind not in {"table", "analyst"}:
-            raise ValueError(f"record() writes 'table' or 'analyst' rows (got {kind!r})")
+        """Append a row that spends nothing: ``table``, ``analyst`` or a charge's ``note``."""
+        if kind not in {"table", "analyst", "note"}:
+            raise ValueError(f"record() writes 'table', 'analyst' or 'note' rows (got {kind!r})")
         with self._write():
             self._sync()
             return self._append(kind=kind, analyst=analyst, query=query or kind.upper(),

@@ -144,19 +144,21 @@ def load_declared_spark(db_path: Path, spark: Any, name: str, source: Any,
     to Parquet under ``directory`` (read by Spark at every query), DuckDB gets an empty table
     of the same columns (:func:`dpkit.engine.backend_spark.load_spark_table`). No hidden
     columns: the clamped fixed-point values and unit totals are computed in each query, and
-    declared domains are written into the statement (same values, see ``compile_sql``)."""
-    if decl.public or not decl.copy or decl.source_table is not None:
-        raise ValueError(f"engine='spark' holds private tables only (public lookup tables, "
-                         f"copy=False and source_table= stay on DuckDB); {name!r} not loaded")
+    declared domains are written into the statement (same values, see ``compile_sql``).
+    A ``public`` lookup table is copied the same way (no row limit), joinable with the
+    project's Spark tables only (a DuckDB table's query refuses it before the charge)."""
+    if not decl.copy or decl.source_table is not None:
+        raise ValueError(f"engine='spark' copies the rows to Parquet (copy=False and "
+                         f"source_table= are for DuckDB tables); {name!r} not loaded")
     job = _Load(name, decl)
     physical = f"{name}__v{_noise.token_hex(16)[:16]}"
     columns, storage, relation = load_spark_table(
         db_path, spark, name, source, directory=directory, physical=physical,
         validate=job.validate, domains=job.domains, not_null=lambda: job.not_null,
-        unit=decl.privacy_unit)
+        unit=None if decl.public else decl.privacy_unit, public=decl.public)
     unit, rows, groups, bounds, doms = job.valid
     return TableMeta(
-        name=name, columns=tuple(columns), privacy_unit=unit, public=False,
+        name=name, columns=tuple(columns), privacy_unit=unit, public=decl.public,
         max_rows_per_unit=rows, max_groups_per_unit=groups, bounds=bounds, domains=doms,
         date_ranges=job.date_ranges, storage=storage, source=str(directory / physical),
         relation=relation,

@@ -42,6 +42,7 @@ class Preparer:
         # the plan is kept so that its id cannot be reused)
         self._dry_ok: dict[int, tuple[dplan.Plan, int]] = {}
         self._keys_cache: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
+        self._unique_cache: dict[str, bool] = {}  # Spark public tables' join-key checks
         # compile DuckDB tables' statements in the portable form too (tests and benchmarks
         # that compare the engines: the same rows kept, the same exact values)
         self.portable = False
@@ -53,6 +54,10 @@ class Preparer:
         registration)."""
         relations = {name: table_relation(meta) for name, meta in plan.catalog.items()}
         portable = self._spark_table(plan)
+        if portable and isinstance(self._backend, SparkBackend):
+            # Spark views first: the public look-ups below read a Spark public table on Spark
+            self._backend.register({n: plan.catalog[n] for n in
+                                    (plan.table.name, *(j.table for j in plan.spec.joins))})
         if plan.table.record_level:
             self._check_join_keys(plan, relations)
         # a copied private table carries hidden columns and key tables from its load
@@ -108,6 +113,13 @@ class Preparer:
         """Whether the plan reads a Spark table (its public JOINs are shipped to Spark: see
         :meth:`dpkit.engine.backend_spark.SparkBackend.to_spark`)."""
         if plan.table.storage != SPARK:
+            on_spark = [j.table for j in plan.spec.joins if plan.catalog[j.table].storage == SPARK]
+            if on_spark:  # its DuckDB twin is empty: the join would silently match nothing
+                raise QueryError(
+                    f"public table {on_spark[0]!r} is on Spark and {plan.table.name!r} on "
+                    f"DuckDB; a query runs on one engine. Load {on_spark[0]!r} again with "
+                    f"engine='duckdb' (public tables there are shipped to Spark when joined), "
+                    f"or {plan.table.name!r} with engine='spark' (nothing charged)")
             return self.portable
         if not isinstance(self._backend, SparkBackend):
             raise QueryError(f"table {plan.table.name!r} is on Spark; open the project with "
@@ -129,11 +141,19 @@ class Preparer:
         """Record-level tables: a public join must match each private row at most once."""
         for j in plan.spec.joins:
             cols = ", ".join(quote_ident(b) for _, b in j.on)
-            rows = self._backend.query_public(
-                f"SELECT COUNT(*) FROM (SELECT {cols} FROM {relations[j.table]} GROUP BY {cols} "
-                f"HAVING COUNT(*) > 1)"
-            )
-            if rows[0][0]:
+            text = (f"SELECT COUNT(*) FROM (SELECT {cols} FROM {relations[j.table]} GROUP BY "
+                    f"{cols} HAVING COUNT(*) > 1)")
+            # a public table on Spark is a Parquet copy that no later load changes (a reload
+            # is a new relation, so a new text): its answer is kept (a Spark job per query
+            # otherwise); DuckDB's are cheap, and a copy=False view may change
+            repeated = self._unique_cache.get(text)
+            if repeated is None:
+                repeated = bool(self._backend.query_public(text)[0][0])
+                if plan.catalog[j.table].storage == SPARK:
+                    if len(self._unique_cache) >= 256:
+                        self._unique_cache.clear()
+                    self._unique_cache[text] = repeated
+            if repeated:
                 raise QueryError(
                     f"public table {j.table!r} has repeated join keys ({cols}); a row of the "
                     f"record-level table {plan.table.name!r} would be counted several times. "

@@ -313,6 +313,19 @@ class HistoryItem:
     delta: float
     epsilon_spent: float  # project total after it
     analyst_spent: float | None = None  # this analyst's own total after it (its charges composed)
+    details: dict[str, Any] | None = None  # what the charge says it is (a fit: model, label, ...)
+    note: dict[str, Any] | None = None  # its ledger note: released besides the answer (a fit's N̂)
+
+    def describe(self) -> str:
+        """The query as the history table shows it: a fit says its model and label, and N̂ where
+        it released one (its ledger note)."""
+        d = self.details or {}
+        if d.get("kind") != "fit":
+            return self.query
+        rows = (self.note or {}).get("rows_estimate")
+        return (f"fit {d.get('model')} -> {d.get('label')}"
+                + ("" if rows is None else f", noisy row count {rows}")
+                + f": {self.query}")
 
 
 @dataclass
@@ -356,7 +369,8 @@ class BudgetStatus:
             "history": [
                 {"seq": h.seq, "time": h.time, "analyst": h.analyst, "query": h.query,
                  "epsilon": h.epsilon, "delta": h.delta, "epsilon_spent": h.epsilon_spent,
-                 "analyst_spent": _finite_or_none(h.analyst_spent), "event": h.event.to_dict()}
+                 "analyst_spent": _finite_or_none(h.analyst_spent), "event": h.event.to_dict(),
+                 "details": h.details, "note": h.note}
                 for h in self.history
             ],
         }
@@ -379,7 +393,7 @@ class BudgetStatus:
             Col("project total", [f"{x.epsilon_spent:.4g}" for x in h]),
             Col("analyst", [x.analyst for x in h], justify="left"),
             Col("time (UTC)", [x.time[:16].replace("T", " ") for x in h], justify="left"),
-            Col("query", [x.query for x in h], justify="left", flex=True),
+            Col("query", [x.describe() for x in h], justify="left", flex=True),
         ]
         cap = (f"spent epsilon {self.spent:.4g} of {self.epsilon:g} (remaining "
                f"{self.remaining:.4g}"

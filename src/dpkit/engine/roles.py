@@ -162,12 +162,15 @@ def visible_budget(ledger: Ledger, acting: str, *, owner: bool,
         caps = {k: v for k, v in caps.items() if k == acting}
     charges = [e for e in ledger.entries("charge") if analyst is None or e.analyst == analyst]
     running = analyst_running_spend(ledger, charges)
+    # a charge's note (what it released besides its answer) is a later row naming it
+    notes = {int(n.payload["charge"]): n.payload for n in ledger.entries("note")}
     history = [
         HistoryItem(seq=e.seq, time=e.time, analyst=e.analyst, query=e.query, event=e.event,
                     epsilon=float(e.view.get("epsilon_cost", 0.0)),
                     delta=float(e.view.get("delta_cost", 0.0)),
                     epsilon_spent=float(e.view.get("epsilon_spent", 0.0)),
-                    analyst_spent=running[i])
+                    analyst_spent=running[i], details=e.view.get("details"),
+                    note=notes.get(e.seq))
         for i, e in enumerate(charges)
     ]
     names = sorted({e.analyst for e in charges}

@@ -270,8 +270,14 @@ def clip_rows(X: np.ndarray, norm: float) -> np.ndarray:
     return X * factor[:, None]
 
 
-def resolve_source(random_state: Any) -> Source:
-    """None: the secure default; an int: ``dpkit.noise.seeded`` (INSECURE, tests only)."""
+def resolve_source(random_state: Any, source: Source | None = None) -> Source:
+    """The source of one fit's draws: ``source`` when given (``fit(..., source=)``, how the
+    curator passes its project's source), else from ``random_state``: None, the secure
+    default; an int, ``dpkit.noise.seeded`` (INSECURE, tests only); a dpkit.noise source."""
+    if source is not None:
+        if not isinstance(source, Source):
+            raise TypeError(f"source must be a dpkit.noise source (got {source!r})")
+        return source
     if random_state is None:
         return noise.default_source()
     if isinstance(random_state, Source):

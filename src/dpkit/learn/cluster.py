@@ -8,6 +8,7 @@ import numpy as np
 
 from dpkit import mechanisms, noise
 from dpkit.events import Composed, Event, PureDP, SelfComposed
+from dpkit.noise import Source
 
 from ._base import (
     PrivateEstimator,
@@ -56,15 +57,17 @@ class KMeans(PrivateEstimator):
         check_count(self.n_clusters, "n_clusters")
         return SelfComposed(PureDP(check_epsilon(self.epsilon) / (2 * steps)), 2 * steps)
 
-    def fit(self, X: Any, y: Any = None, units: Any = None) -> KMeans:
+    def fit(self, X: Any, y: Any = None, units: Any = None, *,
+            source: Source | None = None) -> KMeans:
         """Fit on ``X`` (clamped to ``bounds``); ``y`` is ignored (scikit-learn's convention),
-        ``units`` too (the curator's; see ``privacy_event``)."""
+        ``units`` too (the curator's; see ``privacy_event``); ``source``: this fit's noise
+        source, over ``random_state`` (the curator passes its project's)."""
         eps = check_epsilon(self.epsilon)
         check_count(self.n_clusters, "n_clusters")
         check_count(self.max_iter, "max_iter")
         Xa = self._checked_rows(X)
         lo, hi = check_bounds(self._declared_bounds(self.bounds), Xa.shape[1])
-        src = resolve_source(self.random_state)
+        src = resolve_source(self.random_state, source)
         mid, half = (lo + hi) / 2.0, (hi - lo) / 2.0
         Xc = np.clip(Xa, lo, hi) - mid
         k, d = self.n_clusters, Xa.shape[1]

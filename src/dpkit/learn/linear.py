@@ -120,12 +120,14 @@ class LogisticRegression(PrivateEstimator):
         return Composed((ZCDP(_COUNT_SHARE * rho),
                          SelfComposed(ZCDP((1.0 - _COUNT_SHARE) * rho / steps), steps)))
 
-    def fit(self, X: Any, y: Any, units: Any = None) -> LogisticRegression:
+    def fit(self, X: Any, y: Any, units: Any = None, *,
+            source: Source | None = None) -> LogisticRegression:
         """Fit on rows ``X`` (clipped to ``feature_norm``) and labels ``y`` in ``classes``.
         ``units`` (the curator's) is accepted and unused: sensitivities already allow
-        ``contributions`` rows per unit (see :meth:`privacy_event`)."""
+        ``contributions`` rows per unit (see :meth:`privacy_event`); ``source``: this fit's
+        noise source, over ``random_state`` (the curator passes its project's)."""
         Xa, yi, eps, dlt, norm = self._check(X, y)
-        src = resolve_source(self.random_state)
+        src = resolve_source(self.random_state, source)
         Z = clip_rows(Xa, norm)
         if self.fit_intercept:
             Z = np.hstack([Z, np.ones((len(Z), 1))])
@@ -245,11 +247,13 @@ class LinearRegression(PrivateEstimator):
         half = ZCDP(epsilon_to_rho(check_epsilon(self.epsilon), check_delta_alone(self.delta)) / 2)
         return Composed((half, half))
 
-    def fit(self, X: Any, y: Any, units: Any = None) -> LinearRegression:
+    def fit(self, X: Any, y: Any, units: Any = None, *,
+            source: Source | None = None) -> LinearRegression:
         """Fit on rows ``X`` (clipped to ``feature_norm``), labels clamped to ``label_bounds``;
-        ``units`` (the curator's) is accepted and unused (see :meth:`privacy_event`)."""
+        ``units`` (the curator's) is accepted and unused (see :meth:`privacy_event`);
+        ``source``: this fit's noise source, over ``random_state`` (the curator's project's)."""
         Xa, ya, eps, dlt, norm, lo, hi = self._check(X, y)
-        src = resolve_source(self.random_state)
+        src = resolve_source(self.random_state, source)
         mid, half = (lo + hi) / 2.0, (hi - lo) / 2.0
         Z = clip_rows(Xa, norm)
         if self.fit_intercept:

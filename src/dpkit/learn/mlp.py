@@ -254,12 +254,16 @@ class MLPClassifier:
                 check_count(self.max_examples_per_unit, "max_examples_per_unit")
         return bs
 
-    def fit(self, X: Any, y: Any, units: Any = None) -> MLPClassifier:
+    def fit(self, X: Any, y: Any, units: Any = None, *,
+            source: noise.Source | None = None) -> MLPClassifier:
         """Train with DP-SGD; ``X`` (n, d) numeric with no NaN, ``y`` labels in ``classes``.
 
         ``units``: None (record level), or one privacy-unit id per row (user level: a unit's
         rows are sampled together and their summed gradient clipped; ids ``None`` / NaN / -1
-        are refused, except through the curator, whose NULL unit is one unit)."""
+        are refused, except through the curator, whose NULL unit is one unit). ``source``: the
+        :mod:`dpkit.noise` source of every draw of this fit (the weights' initialisation, the
+        Poisson sampling, a unit's kept rows, the gradient noise, the count of
+        ``batch_size="auto"``), over ``random_state``; the curator passes its project's."""
         torch = _torch()
         if self.schedule not in ("constant", "cosine"):
             raise ValueError(f"schedule must be 'constant' or 'cosine' (got {self.schedule!r})")
@@ -273,7 +277,10 @@ class MLPClassifier:
         if np.any(codes >= len(self.classes_)) or np.any(self.classes_[
                 np.minimum(codes, len(self.classes_) - 1)] != y):
             raise ValueError("y holds a label that is not in classes")
-        source = None if self.random_state is None else noise.seeded(self.random_state)
+        if source is None and self.random_state is not None:
+            source = noise.seeded(self.random_state)
+        elif source is not None and not isinstance(source, noise.Source):
+            raise TypeError(f"source must be a dpkit.noise source (got {source!r})")
         net = self._network(X.shape[1], len(self.classes_), source)
         data = torch.utils.data.TensorDataset(torch.from_numpy(X), torch.from_numpy(codes))
         self.batch_count_: BatchCount | None = None

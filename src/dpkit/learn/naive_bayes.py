@@ -8,6 +8,7 @@ import numpy as np
 
 from dpkit import mechanisms
 from dpkit.events import Composed, Event, PureDP
+from dpkit.noise import Source
 
 from ._base import (
     PrivateEstimator,
@@ -57,9 +58,11 @@ class GaussianNB(PrivateEstimator):
         check_classes(self.classes)
         return Composed((third, third, third))
 
-    def fit(self, X: Any, y: Any, units: Any = None) -> GaussianNB:
+    def fit(self, X: Any, y: Any, units: Any = None, *,
+            source: Source | None = None) -> GaussianNB:
         """Fit on ``X`` (clamped to ``bounds``) and ``y`` (labels among ``classes``);
-        ``units`` (the curator's) is accepted and unused (see ``privacy_event``)."""
+        ``units`` (the curator's) is accepted and unused (see ``privacy_event``); ``source``:
+        this fit's noise source, over ``random_state`` (the curator passes its project's)."""
         eps = check_epsilon(self.epsilon)
         classes = check_classes(self.classes)
         Xa = self._checked_rows(X)
@@ -67,7 +70,7 @@ class GaussianNB(PrivateEstimator):
         yi = check_labels(y, classes, len(Xa))
         if not self.var_floor > 0:
             raise ValueError(f"var_floor must be > 0 (got {self.var_floor!r})")
-        src = resolve_source(self.random_state)
+        src = resolve_source(self.random_state, source)
         mid, half = (lo + hi) / 2.0, (hi - lo) / 2.0
         Xc = np.clip(Xa, lo, hi) - mid
         k, d = len(classes), Xa.shape[1]

@@ -169,6 +169,7 @@ class HistoryItemOut(BaseModel):
     time: str
     sql: str | None
     kind: str
+    description: str | None = None  # a fit: model, label and N̂; otherwise the query's text
     epsilon: float
     delta: float
 

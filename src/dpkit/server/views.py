@@ -69,8 +69,12 @@ def _kind(query: str) -> str:
 
 
 def history_json(cur: Curator) -> dict[str, Any]:
-    """``GET /v1/history``: the caller's own charges (the owner: the project's)."""
-    items = [{"time": h.time, "sql": h.query or None, "kind": _kind(h.query or ""),
+    """``GET /v1/history``: the caller's own charges (the owner: the project's). A fit is kind
+    ``fit`` (its statement reads rows: not a query to put back in the editor) and its
+    ``description`` names the model, the label and what it released besides the model (N̂)."""
+    items = [{"time": h.time, "sql": h.query or None,
+              "kind": "fit" if (h.details or {}).get("kind") == "fit" else _kind(h.query or ""),
+              "description": h.describe() or None,
               "epsilon": h.epsilon, "delta": h.delta} for h in cur.budget().history]
     return {"items": clean(items)}
 

@@ -200,12 +200,13 @@ def _requests(query: Query, o: Outcome) -> Any:
     noise: under private partition selection (one noise value per group found in the data) and
     for synthetic records (their number is a noisy count, and the draws that place them, e.g.
     permutations, follow it), only the requests that carry a scale are compared, without their
-    sizes. A trained model's requests are compared as a set of (sampler, scales): DP-SGD
-    samples the units of each step (a mask of one draw per unit) and, with the OS source the
-    estimator uses, draws the next step's noise ahead on a thread (the last may be cancelled).
+    sizes. A trained model's requests are compared in order, without their sizes: the fit
+    draws from the project's seeded source, in line (so the order and the number of steps are
+    fixed), but DP-SGD samples the units of each step (a mask of one draw per unit, a priority
+    per row) and the estimators' noisy counts pass the count itself as the ``values`` argument.
     """
     if query.family == "fit":
-        return {tuple(p for p in r if not p.startswith("#")) for r in o.noise}
+        return tuple(tuple(p for p in r if not p.startswith("#")) for r in o.noise)
     if o.selected or o.noisy_rows:
         scaled = (tuple(p for p in r if not p.startswith("#")) for r in o.noise)
         return tuple(r for r in scaled if len(r) > 1)

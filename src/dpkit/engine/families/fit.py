@@ -21,13 +21,31 @@ error, depend on the query and the declarations alone.
 **The estimator's side** (duck-typed, so the engine does not import ``dpkit.learn``): it has
 ``set_params`` (scikit-learn style), ``privacy_event(n_features, contributions)`` (the event its
 ``fit`` realises on features in ``[-1, 1]^n_features`` when one unit holds up to
-``contributions`` rows; from public parameters only) and ``fit(X, y, units=None)``; optionally
+``contributions`` rows; from public parameters only) and ``fit(X, y, units=None)`` (with
+``source=None`` too where it draws noise: see below); optionally
 ``notes_`` after ``fit``, lines on what the fit released besides the model (part of the charged
 event, e.g. ``MLPClassifier``'s noisy row count), copied to ``TableModel.notes``.
+
+**Randomness: the project's source, always.** A ``fit`` that takes ``source=`` (every dpkit
+estimator) draws everything (initial weights, sampling, noise, the noisy count) from the
+project's source: the OS CSPRNG, or the seeded stream of an INSECURE test project, whose fits
+are then reproducible like its other releases. A model with ``random_state`` set is refused
+before the charge, whatever the project: a seed the caller chose would let them replay the same
+noise in two fits and subtract it (the reason ``Curator.open`` refuses ``source=``), and on a
+seeded project the project's seed already makes the fit reproducible. The model object is
+not changed for this (``source`` is an argument of this one ``fit``, not a parameter).
+
+**The ledger.** The charge row is written (and committed) before any row is read. What the fit
+released besides the model (``notes_``, and ``rows_estimate_`` / ``batch_divisor_`` where the
+estimator has them: N̂ of ``batch_size="auto"``) is appended afterwards as a ``note`` row naming
+the charge (the ledger is append-only: the charge row itself is never changed). A failure or a
+crash between the two keeps the charge; a failure to write the note raises the fixed
+after-charge error and the TableModel is not returned.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -249,8 +267,10 @@ def statement(meta: TableMeta, enc: Encoding, where: str | None, relation: str, 
     """The one statement reading the bounded, encoded rows (``__u``, ``__f<i>``, ``__y``).
 
     ``portable`` (a Spark table): bounding by the portable keyed hash (the rows DuckDB's
-    portable form keeps) and the rows in a fixed order (every column, NULLS LAST), so that
-    the model, whose float sums depend on the row order, is the same on both engines."""
+    portable form keeps). The rows come in a fixed order (every column, NULLS LAST) on both
+    engines: the model's float sums, and which rows a seeded Poisson mask picks, depend on the
+    row order, which a parallel window (the bounding) does not keep; so a seeded project's fit
+    is reproducible, and the same on both engines."""
     t = quote_ident(PRIVATE_ALIAS)
 
     def ref(c: str) -> str:
@@ -280,7 +300,7 @@ def statement(meta: TableMeta, enc: Encoding, where: str | None, relation: str, 
     if not meta.record_level:
         ctes.extend(bound)
         cols = ["__u", *cols]
-    order = f" ORDER BY {', '.join(f'{c} NULLS LAST' for c in cols)}" if portable else ""
+    order = f" ORDER BY {', '.join(f'{c} NULLS LAST' for c in cols)}"
     return f"WITH {', '.join(ctes)} SELECT {', '.join(cols)} FROM {current}{order}"
 
 
@@ -317,6 +337,13 @@ def _configure(model: Any, enc: Encoding, epsilon: float | None, delta: float | 
             raise QueryError(
                 f"{type(model).__name__} cannot be trained through the curator: it needs "
                 f"{method}() (use a dpkit.learn estimator)")
+    if _params_of(model).get("random_state") is not None:
+        raise QueryError(
+            f"{type(model).__name__}(random_state={_params_of(model)['random_state']!r}): "
+            f"through the curator the fit's randomness comes from the project's noise source "
+            f"(a seed of the caller's would let them replay the same noise in two fits and "
+            f"subtract it; a seeded test project already makes fits reproducible); leave "
+            f"random_state unset")
     if delta is None and project_delta > 0 and "delta" in _params_of(model):
         delta = project_delta / 10.0  # as for a query: a tenth of the project's delta
     params = {k: v for k, v in (("epsilon", epsilon), ("delta", delta)) if v is not None}
@@ -346,6 +373,7 @@ def fit(ctx: Context, model: Any, query: str, *, label: str, epsilon: float | No
     enc = plan_encoding(meta, columns, label)
     _configure(model, enc, epsilon, delta, ctx.ledger.config.delta)
     event = _event(model, enc, meta)
+    source_kw = _source_kwargs(model, ctx.source)
     shadow = ctx.backend.shadow(table_relation(meta))
     portable = meta.storage == SPARK or ctx.portable
     with ctx.lock:
@@ -366,8 +394,11 @@ def fit(ctx: Context, model: Any, query: str, *, label: str, epsilon: float | No
             y = np.asarray(cols["__y"])
             y = y.astype(np.int64) if enc.classes is not None else y.astype(np.float64)
             units = None if meta.record_level else np.asarray(cols["__u"])
-            model.fit(x, y, units=units)
+            model.fit(x, y, units=units, **source_kw)
             notes = [str(n) for n in getattr(model, "notes_", None) or ()]
+            if notes:  # released besides the model: into the ledger before it is returned
+                ctx.ledger.record("note", _note(model, notes, entry.seq), analyst=ctx.analyst,
+                                  query=query)
             return TableModel(model, enc, float(entry.view["epsilon_cost"]), entry.seq, event,
                               notes)
 
@@ -378,6 +409,27 @@ def fit(ctx: Context, model: Any, query: str, *, label: str, epsilon: float | No
         return charged_read(ctx.ledger, event, analyst=ctx.analyst, query=query,
                             delta_share=_delta_share(ctx, model, event), details=details, read=read,
                             finish=done, what="fit")
+
+
+def _source_kwargs(model: Any, source: _noise.Source | None) -> dict[str, Any]:
+    """``{"source": the project's}`` for a ``fit`` that takes one (dpkit's estimators);
+    nothing for one that does not (a duck-typed model that draws no noise of its own)."""
+    try:
+        params = inspect.signature(model.fit).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C-level fit: no signature to read
+        return {}
+    if not any(p.name == "source" or p.kind == p.VAR_KEYWORD for p in params):
+        return {}
+    return {"source": source if source is not None else _noise.default_source()}
+
+
+def _note(model: Any, notes: list[str], charge: int) -> dict[str, Any]:
+    """The ledger's ``note`` row after charge ``charge``: the notes, and the released numbers
+    the estimator reports (N̂ of ``batch_size="auto"`` and the divisor made from it)."""
+    released = {name.rstrip("_"): getattr(model, name, None)
+                for name in ("rows_estimate_", "batch_divisor_")}
+    return jsonable({"charge": charge, "notes": notes,
+                     **{k: v for k, v in released.items() if v is not None}})
 
 
 def _delta_share(ctx: Context, model: Any, event: ev.Event) -> float | None:

@@ -18,10 +18,11 @@ the same in both engines (the text is then transpiled to Spark by sqlglot in
   and shuffles them at most once (not at all on a copy bucketed by the unit). The rows
   dropped by the cap (a diagnostic) are counted on the way, in the same pass (``LEAD``).
 * **quantile histograms**: DuckDB's ``histogram()`` aggregate (a map bin -> rows per group)
-  has no Spark twin; the portable statement counts rows per ``(group, bin)`` with ``GROUP BY``
-  and folds the counts into the same map with ``map_from_entries(list(...))`` (Spark:
-  ``collect_list``), joined to the group's other aggregates (:func:`histogram_ctes`). The
-  maps are equal as values (entry order aside, which no reader uses).
+  has no Spark twin; the portable statement counts rows per ``(group, bin)`` in the same
+  aggregation as the group's other aggregates (``GROUPING SETS``, one pass over the bounded
+  rows) and folds the counts into the same map with ``map_from_entries(list(...))`` (Spark:
+  ``collect_list``) (:func:`histogram_ctes`). The maps are equal as values (entry order
+  aside, which no reader uses).
 * **sums**: every SUM in a compiled statement adds integers (fixed-point values, counts).
   DuckDB sums BIGINT into HUGEINT; Spark into BIGINT, which wraps, so the Spark backend sums
   them as two BIGINT halves joined as ``DECIMAL(38, 0)`` per group (exact;
@@ -37,6 +38,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import sqlglot
+from sqlglot import exp
 
 from dpkit.engine.tables import type_class
 
@@ -249,26 +253,54 @@ def bounding_ctes_portable(source: str, cols: Sequence[tuple[str, str]],
 def histogram_ctes(source: str, group_cols: Sequence[str], aggs: Sequence[str],
                    hists: Sequence[tuple[str, str]]) -> list[str]:
     """CTEs ending in ``__agg``: per group of ``source`` (one row without ``group_cols``) the
-    aggregates ``aggs`` and, for each ``(name, bin)`` of ``hists``, a column ``name`` holding
-    the map ``bin -> rows``: what DuckDB's ``histogram(bin)`` gives (NULL bins skipped; NULL
-    for a group, or a table, with no non-NULL bin), as a ``GROUP BY`` count both engines run.
+    aggregates ``aggs`` (``"<expr> AS <name>"``) and, for each ``(name, bin)`` of ``hists``, a
+    column ``name`` holding the map ``bin -> rows``: what DuckDB's ``histogram(bin)`` gives
+    (NULL bins skipped; NULL for a group, or a table, with no non-NULL bin).
 
-    Group keys are matched with ``IS NOT DISTINCT FROM`` (a NULL key is a group)."""
+    **One pass over** ``source`` (the bounded rows, whose per-unit window is the costly part
+    on Spark): one aggregation ``GROUP BY GROUPING SETS ((g), (g, bin_0), (g, bin_1), ...)``
+    computes the group's aggregates (set ``(g)``) and its rows per bin (sets ``(g, bin_j)``),
+    told apart by ``GROUPING(bin_j)``; a second aggregation over that small result (a row per
+    group and bin) folds it by group: each aggregate from the group's ``(g)`` row, each map
+    from its ``(g, bin_j)`` rows. An aggregate under a window (the diagnostics' total over the
+    groups, ``SUM(SUM(__d)) OVER ()``) is split: the inner aggregate in the first pass, the
+    window over the folded groups (a window over the grouping-set rows would add the bins'
+    rows too). Spark gives no row for the empty grouping set on an empty input where DuckDB
+    gives one; without ``group_cols`` the fold has no GROUP BY (always one row) and a COUNT
+    folds to 0 when the row is missing, what both engines' COUNT of no row is (a SUM stays
+    NULL, as it is)."""
+    names = [f"__hb{j}" for j in range(len(hists))]
+    bins = ", ".join(f"{bin_} AS {b}" for (_, bin_), b in zip(hists, names, strict=True))
     g = ", ".join(group_cols)
+    sets = ", ".join([f"({g})", *(f"({', '.join([*group_cols, b])})" for b in names)])
+    flags = ", ".join(f"GROUPING({b}) AS __q{j}" for j, b in enumerate(names))
+    base = " AND ".join(f"__q{j} = 1" for j in range(len(names)))
+    inner, fold = [], []
+    for agg in aggs:
+        expr, _, name = agg.rpartition(" AS ")
+        node = sqlglot.parse_one(expr, read="duckdb")
+        window = node if isinstance(node, exp.Window) else None
+        if window is not None:  # the aggregate inside the window, in the first pass
+            expr = window.this.this.sql(dialect="duckdb")
+        inner.append(f"{expr} AS {name}")
+        col = f"MAX(CASE WHEN {base} THEN {name} END)"
+        if window is not None:
+            window.this.set("this", sqlglot.parse_one(col, read="duckdb"))
+            col = window.sql(dialect="duckdb")
+        elif not group_cols and isinstance(node, exp.Count):
+            col = f"COALESCE({col}, 0)"
+        fold.append(f"{col} AS {name}")
+    for j, ((name, _), b) in enumerate(zip(hists, names, strict=True)):
+        cond = f"FILTER (WHERE __q{j} = 0 AND {b} IS NOT NULL)"
+        # COUNT(*) > 0: no bin gives NULL in both engines (Spark's collect_list gives an empty
+        # list where DuckDB's list gives NULL)
+        fold.append(f"CASE WHEN COUNT(*) {cond} > 0 THEN map_from_entries(list(struct_pack("
+                    f"k := {b}, v := __bc)) {cond}) END AS {name}")
     gsel, by = (f"{g}, ", f" GROUP BY {g}") if g else ("", "")
-    ctes = [f"__ag0 AS (SELECT {gsel}{', '.join(aggs) or 'COUNT(*) AS __one'} "
-            f"FROM {source}{by})"]
-    sel, joins = ["__ag0.*"], ""
-    for j, (name, bin_) in enumerate(hists):
-        ctes.append(f"__hb{j} AS (SELECT {gsel}__bin, COUNT(*) AS __bc FROM (SELECT {gsel}"
-                    f"{bin_} AS __bin FROM {source}) AS __hs WHERE __bin IS NOT NULL "
-                    f"GROUP BY {gsel}__bin)")
-        # COUNT(*) > 0: an empty input gives NULL in both engines (Spark's collect_list
-        # gives an empty list where DuckDB's list gives NULL)
-        ctes.append(f"__hm{j} AS (SELECT {gsel}CASE WHEN COUNT(*) > 0 THEN map_from_entries("
-                    f"list(struct_pack(k := __bin, v := __bc))) END AS {name} FROM __hb{j}{by})")
-        on = " AND ".join(f"__ag0.{c} IS NOT DISTINCT FROM __hm{j}.{c}" for c in group_cols)
-        joins += f" LEFT JOIN __hm{j} ON {on or 'TRUE'}"
-        sel.append(f"__hm{j}.{name}")
-    ctes.append(f"__agg AS (SELECT {', '.join(sel)} FROM __ag0{joins})")
-    return ctes
+    return [
+        f"__hp AS (SELECT *, {bins} FROM {source})",
+        f"__gs AS (SELECT {gsel}{', '.join(names)}, {flags}, "
+        f"{''.join(i + ', ' for i in inner)}COUNT(*) AS __bc FROM __hp "
+        f"GROUP BY GROUPING SETS ({sets}))",
+        f"__agg AS (SELECT {gsel}{', '.join(fold)} FROM __gs{by})",
+    ]

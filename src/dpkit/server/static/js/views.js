@@ -157,7 +157,8 @@ export function renderHistory(table, items, onUse) {
     new Date(h.time).toLocaleString(), h.kind,
     // only a query's text can be run again as SQL; a release's is a description of it
     h.sql && h.kind === "query" ? el("button", { type: "button", class: "link", text: h.sql,
-      title: "Put this query in the editor", onclick: () => onUse(h.sql) }) : h.sql ?? "—",
+      title: "Put this query in the editor", onclick: () => onUse(h.sql) })
+      : h.description ?? h.sql ?? "—",
     fmtEps(h.epsilon), fmtEps(h.delta),
   ]));
 }
