@@ -218,6 +218,22 @@ def test_extreme_values_cover_the_type_limits() -> None:
     assert "'infinity'" in lits["day"]
 
 
+def test_one_d_project_serves_every_neighbour_kind() -> None:
+    # D's outcome depends on the seed and the queries only, so the pairs of one accountant
+    # share one project over D: 1 + 3 projects for three neighbour kinds, not 3 + 3 (the
+    # planted-leak test above covers a pair that leaves the shared D to minimise a finding)
+    made: list[Path] = []
+
+    def counting(path: Path, data_file: Path, *args: Any, **kw: Any) -> Any:
+        made.append(data_file)
+        return sc.make_project(path, data_file, *args, **kw)
+
+    rep = sc.fuzz(SMALL, queries=6, seed=3, neighbours=("add", "remove", "add_many"),
+                  accountants=("approx",), families=("sql",), units=6, factory=counting)
+    assert rep.ok and rep.comparisons == 6, rep.summary()
+    assert [f.stem for f in made] == ["d", "add", "remove", "add_many"]
+
+
 def test_fuzz_a_project_leaves_it_untouched(tmp_path: Path) -> None:
     cur = dp.Curator.create(tmp_path / "own.dpkit", budget=dp.Budget(epsilon=1.0))
     df = pd.DataFrame({"uid": range(40), "k": ["a", "b"] * 20, "x": np.linspace(0, 10, 40)})

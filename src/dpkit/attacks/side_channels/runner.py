@@ -152,45 +152,153 @@ def make_project(path: Path, data_file: Path, table: TableMeta, public: Sequence
     return cur
 
 
+class _Side:
+    """The project over D of one accountant, shared by every pair (one per neighbour kind) whose
+    D has the same history: D's public outcome is a function of the seed and the queries asked
+    since the project was opened, so the copies that each pair kept until 2026-11 answered
+    alike (``compare`` found nothing between them, tests/attacks/test_side_channels.py), and
+    observing one copy once per query makes the same comparisons with 40% fewer runs. A pair
+    whose D must diverge (a minimisation's extra queries, a refresh after its charges
+    differed) takes a :meth:`fork` of its own."""
+
+    def __init__(self, opener: Callable[[str], Any], name: str) -> None:
+        self.opener, self.name = opener, name
+        self.generation = 0
+        self.users = 0  # the pairs reading this D
+        self.forks = 0
+        self.history: list[Query] = []  # asked since the project was opened
+        self.cur: Any = None
+        self._last: tuple[int, Outcome] | None = None  # the outcome of step n, for the others
+        self._checked = -1  # the last step whose staleness was decided
+        self.reopen()
+
+    def reopen(self) -> None:
+        self.close()
+        self.generation += 1
+        self.history, self._last = [], None
+        self.cur = self.opener(f"{self.name}_{self.generation}")
+
+    def fork(self, *, replay: bool) -> _Side:
+        """A D of its own for one pair: fresh, or (``replay``) asked this D's queries again,
+        so that it is in the same state."""
+        self.forks += 1
+        mine = _Side(self.opener, f"{self.name}_{self.generation}_fork{self.forks}")
+        if replay:
+            for q in self.history:
+                mine.observe(q, trace=False)
+        return mine
+
+    def observe(self, q: Query, *, trace: bool, step: int | None = None) -> Outcome:
+        """D's outcome of ``q``; asked once per ``step`` whatever the number of pairs."""
+        if step is not None and self._last is not None and self._last[0] == step:
+            return self._last[1]
+        out = observe(self.cur, q, (str(self.cur.path),), trace=trace)
+        self.history.append(q)
+        self._last = None if step is None else (step, out)
+        return out
+
+    def stale(self, accountant: str, step: int) -> bool:
+        """Whether to start afresh before ``step``: budget nearly spent, or a long (slow) PLD
+        history. Asked once per step, before the step's query (the first pair asks; a D
+        reopened then is seen by the others as a new generation)."""
+        if self._checked == step:
+            return False
+        self._checked = step
+        s = self.cur.ledger.spend()
+        return s.spent > _REFRESH_AT or (accountant == "pld" and s.charges >= _PLD_HISTORY)
+
+    def close(self) -> None:
+        if self.cur is not None:
+            with contextlib.suppress(Exception):
+                self.cur.close()
+
+
 class _Pair:
-    """Projects over D and D' with the same seed, asked the same queries in the same order."""
+    """Projects over D and D' with the same seed, asked the same queries in the same order
+    (D's project shared with the other pairs of its accountant, see :class:`_Side`)."""
 
     def __init__(self, folder: Path, files: tuple[Path, Path], table: TableMeta,
                  public: Sequence[TableMeta], accountant: str, seed: int,
-                 factory: Callable[..., Any], trace: bool = True) -> None:
+                 factory: Callable[..., Any], trace: bool = True,
+                 side: _Side | None = None) -> None:
         self.args = (folder, files, table, public, accountant, seed)
         self.factory = factory
         self.trace = trace
-        self.generation = 0
-        self.d, self.d1 = self._open()
+        self.d1_generation = 0
+        self.side = side if side is not None else _Side(
+            self.opener(0), f"{files[1].stem}_{accountant}_d")  # named by the first pair
+        try:
+            self.d1 = self._open_d1()
+        except Exception:
+            if self.side.users == 0:
+                self.side.close()
+            raise
+        self.side.users += 1
 
-    def _open(self) -> tuple[Any, Any]:
+    def opener(self, i: int) -> Callable[[str], Any]:
+        """Opens a project over ``files[i]`` (D: 0, D': 1) at a path named by its argument."""
         folder, files, table, public, accountant, seed = self.args
-        self.generation += 1
-        out = []
-        for side, f in zip(("d", "d1"), files, strict=True):
-            path = folder / f"{files[1].stem}_{accountant}_{self.generation}_{side}.dpkit"
-            out.append(self.factory(path, f, table, public, accountant=accountant, seed=seed))
-        return out[0], out[1]
+
+        def open_at(name: str) -> Any:
+            return self.factory(folder / f"{name}.dpkit", files[i], table, public,
+                                accountant=accountant, seed=seed)
+        return open_at
+
+    @property
+    def d(self) -> Any:
+        return self.side.cur
+
+    def _open_d1(self) -> Any:
+        self.d1_generation += 1
+        self.seen = self.side.generation  # the D generation this D' was opened beside
+        stem, acct = self.args[1][1].stem, self.args[4]
+        return self.opener(1)(f"{stem}_{acct}_{self.d1_generation}_d1")
+
+    def _own(self, *, replay: bool) -> None:
+        """Give this pair a D of its own (``replay``: in the shared D's state)."""
+        if self.side.users > 1:
+            self.side.users -= 1
+            self.side = self.side.fork(replay=replay)
+            self.side.users = 1
+        elif not replay:
+            self.side.reopen()
 
     def refresh(self) -> None:
-        self.close()
-        self.d, self.d1 = self._open()
+        """D and D' afresh: when the shared D has not been reopened yet by another pair, it is
+        reopened here; D' always."""
+        if self.seen == self.side.generation:
+            self.side.reopen()
+        with contextlib.suppress(Exception):
+            self.d1.close()
+        self.d1 = self._open_d1()
 
-    def run(self, q: Query) -> tuple[Outcome, Outcome]:
-        a = observe(self.d, q, (str(self.d.path),), trace=self.trace)
+    def restart(self) -> None:
+        """Both afresh, D no longer shared (the two ledgers no longer match)."""
+        self._own(replay=False)
+        with contextlib.suppress(Exception):
+            self.d1.close()
+        self.d1 = self._open_d1()
+
+    def run(self, q: Query, step: int | None = None) -> tuple[Outcome, Outcome]:
+        """The outcomes on D and D'; ``step`` None (a minimisation's extra query): D diverges
+        from the other pairs', so this pair takes its own."""
+        if step is None:
+            self._own(replay=True)
+        a = self.side.observe(q, trace=self.trace, step=step)
         b = observe(self.d1, q, (str(self.d1.path),), trace=self.trace)
         return a, b
 
-    def stale(self) -> bool:
-        """Whether to start afresh: budget nearly spent, or a long (slow) PLD history."""
-        s = self.d.ledger.spend()
-        return s.spent > _REFRESH_AT or (self.args[4] == "pld" and s.charges >= _PLD_HISTORY)
+    def stale(self, step: int) -> bool:
+        """Whether to start afresh before ``step``: D is stale, or was reopened by another
+        pair."""
+        return self.seen != self.side.generation or self.side.stale(self.args[4], step)
 
     def close(self) -> None:
-        for c in (self.d, self.d1):
-            with contextlib.suppress(Exception):
-                c.close()
+        with contextlib.suppress(Exception):
+            self.d1.close()
+        self.side.users -= 1
+        if self.side.users <= 0:
+            self.side.close()
 
 
 def _minimise(pair: _Pair, q: Query, fields: tuple[str, ...]) -> Query | None:
@@ -313,14 +421,18 @@ def fuzz(
         _fill(scratch, meta, pubs, project, d, units)
         base = scratch.write("d0", tmp / "d.duckdb")
         project_seed = d.seed()
+        sides: dict[str, _Side] = {}  # D's project per accountant, shared by the pairs
         for kind in neighbours:
             f1 = scratch.write(scratch.neighbour(kind, d), tmp / f"{kind}.duckdb")
             for acct in accountants:
                 try:
-                    pairs.append((kind, _Pair(tmp, (base, f1), meta, pubs, acct, project_seed,
-                                              factory, trace)))
+                    pair = _Pair(tmp, (base, f1), meta, pubs, acct, project_seed, factory,
+                                 trace, side=sides.get(acct))
                 except (ValueError, duckdb.Error) as exc:
                     report.skipped.append(f"{kind}/{acct}: {str(exc).splitlines()[0]}")
+                else:
+                    sides[acct] = pair.side
+                    pairs.append((kind, pair))
         scratch.close()
         if pairs:
             _loop(pairs, grammar, d, max(1, queries // len(pairs)), report, minimise,
@@ -340,12 +452,12 @@ def _loop(pairs: list[tuple[str, _Pair]], grammar: Grammar, d: Draw, per_pair: i
           progress: Callable[[int, int], None] | None) -> None:
     seen: set[tuple[str, tuple[str, ...], str]] = set()
     total = per_pair * len(pairs)
-    for _ in range(per_pair):
+    for step in range(per_pair):
         q = grammar.query(d)
         for kind, pair in pairs:
-            if pair.stale():
+            if pair.stale(step):
                 pair.refresh()
-            a, b = pair.run(q)
+            a, b = pair.run(q, step)
             report.comparisons += 1
             report.outcomes[a.kind] += 1
             acct = pair.args[4]
@@ -356,7 +468,7 @@ def _loop(pairs: list[tuple[str, _Pair]], grammar: Grammar, d: Draw, per_pair: i
                 seen.add(key)
                 report.findings.append(Finding("neighbours", fields, q, kind, acct, a, b, small))
                 if {"charge_epsilon", "charge_delta"} & set(fields):
-                    pair.refresh()  # the two ledgers no longer match: start both afresh
+                    pair.restart()  # the two ledgers no longer match: start both afresh
             for check in dict.fromkeys(self_check(q, a) + self_check(q, b)):
                 once = (check, (a.error_class,), q.sql() + q.python())
                 if once not in seen:  # a one-sided problem does not depend on the neighbour
