@@ -9,37 +9,22 @@ Run: ``PYTHONPATH=$PWD/src python -m pytest tests/attacks/test_side_channels_con
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
+from typing import Any
 
 import pytest
 from test_side_channels import PEOPLE, WARDS
 
-from dpkit import Budget, Curator, noise
+from dpkit import Curator
 from dpkit.attacks import side_channels as sc
-from dpkit.engine.tables import TableMeta
 
 pytestmark = pytest.mark.slow
 
 
-def constant_work_project(path: Path, data_file: Path, table: TableMeta,
-                          public: Sequence[TableMeta], *, accountant: str,
-                          seed: int) -> Curator:
-    """The fuzzer's throwaway project (runner.make_project) with ``constant_work=True`` and a
-    budget of epsilon 20 (constant work refuses budgets whose (1 + e^ε) term needs more than 80
-    bits; the fuzzer's own 1000 is one)."""
-    cur = Curator.create(path, budget=Budget(epsilon=20.0, delta=1e-3, accountant=accountant),
-                         source=noise.seeded(seed), constant_work=True)
-    for p in public:
-        cur.add_table(p.name, f"{data_file}::{p.name}", public=True)
-    cur.add_table(
-        table.name, f"{data_file}::{table.name}", privacy_unit=table.privacy_unit,
-        bounds={**table.bounds, **table.date_ranges} or None,
-        max_rows_per_unit=table.max_rows_per_unit,
-        max_groups_per_unit=table.max_groups_per_unit,
-        domains={k: list(v) for k, v in table.domains.items()} or None,
-        not_null=list(table.not_null) or None)
-    return cur
+def constant_work_project(*args: Any, **kw: Any) -> Curator:
+    """The fuzzer's throwaway project with ``constant_work=True`` and a budget of epsilon 20
+    (constant work refuses budgets whose (1 + e^ε) term needs more than 80 bits; the fuzzer's
+    own 1000 is one)."""
+    return sc.make_project(*args, **kw, epsilon=20.0, constant_work=True)
 
 
 def test_constant_work_projects_show_nothing_to_the_fuzzer() -> None:

@@ -40,6 +40,7 @@ import pytest
 
 import dpkit as dp
 from dpkit import noise
+from noise._noise_helpers import Fixed
 
 pytestmark = pytest.mark.slow
 stats = pytest.importorskip("scipy.stats")
@@ -145,19 +146,6 @@ def test_a_planted_extra_scan_is_flagged(projects: dict[str, dp.Curator],
 
 
 # ------------------------------------------------------------------ the noise's own size
-class _Fixed(noise.Source):
-    """Every word the same: plants a chosen path through the samplers (see
-    tests/noise/test_constant_work.py: (1, 1) gives noise 177 at scale 4, a probability e^-44
-    event; (2^63, 0) gives 0)."""
-
-    def __init__(self, w64: int, w32: int) -> None:
-        self.w64, self.w32 = np.uint64(w64), np.uint32(w32)
-
-    def uint64(self, n: int) -> np.ndarray:
-        return np.full(n, self.w64, dtype=np.uint64)
-
-    def uint32(self, n: int) -> np.ndarray:
-        return np.full(n, self.w32, dtype=np.uint32)
 
 
 def _noise_times(sources: dict[str, noise.Source], rounds: int = 400) -> dict[str, np.ndarray]:
@@ -178,10 +166,10 @@ def test_constant_work_hides_the_size_of_the_noise() -> None:
     """A huge planted noise (177 at scale 4) against 0, one value per request: on fixed plans
     (noise.ConstantWork) no difference in time (Mann-Whitney, false failure 1e-3 if the two
     are exchangeable); today's sampler, fed words that send it to its exact path, shows one."""
-    fixed = _noise_times({"huge": noise.ConstantWork(_Fixed(1, 1)),
-                          "tiny": noise.ConstantWork(_Fixed(1 << 63, 0))})
-    today = _noise_times({"huge": noise.ConstantWork(_Fixed(1 << 63, 0)).plain,
-                          "tiny": noise.ConstantWork(_Fixed(1 << 63, 1 << 31)).plain})
+    fixed = _noise_times({"huge": noise.ConstantWork(Fixed(1, 1)),
+                          "tiny": noise.ConstantWork(Fixed(1 << 63, 0))})
+    today = _noise_times({"huge": noise.ConstantWork(Fixed(1 << 63, 0)).plain,
+                          "tiny": noise.ConstantWork(Fixed(1 << 63, 1 << 31)).plain})
     p_fixed, p_today = _p(fixed["huge"], fixed["tiny"]), _p(today["huge"], today["tiny"])
     for name, t, p in (("fixed plans", fixed, p_fixed), ("today", today, p_today)):
         print(f"{name:12s} median us: huge {np.median(t['huge']) * 1e6:.1f}, tiny "

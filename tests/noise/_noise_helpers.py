@@ -70,3 +70,18 @@ def words_in_forked_child(src: Source, n: int) -> np.ndarray:
     os.close(r)
     os.waitpid(pid, 0)
     return child
+
+
+class Fixed(Source):
+    """Every word the same: plants a chosen path through the samplers deterministically (with
+    the constant-work samplers, (1, 1) gives noise 177 at scale 4, a probability e^-44 event;
+    (2^63, 0) gives 0; tests/noise/test_constant_work.py)."""
+
+    def __init__(self, w64: int, w32: int) -> None:
+        self.w64, self.w32 = np.uint64(w64), np.uint32(w32)
+
+    def uint64(self, n: int) -> np.ndarray:
+        return np.full(n, self.w64, dtype=np.uint64)
+
+    def uint32(self, n: int) -> np.ndarray:
+        return np.full(n, self.w32, dtype=np.uint32)

@@ -13,32 +13,18 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from _noise_helpers import P_FAIL
+from _noise_helpers import P_FAIL, Fixed
 from scipy import stats
 from test_noise_distributions import chi_square_pvalue, dgauss_cdf, dkw_distance, dlap_cdf
 
 import dpkit.noise as noise
 from dpkit.noise import constant
-from dpkit.noise.sources import Source
 
 N = 100_000
 
 
 def cw(seed: int, bits: int = 40) -> constant.ConstantWork:
     return constant.ConstantWork(noise.seeded(seed), bits=bits)
-
-
-class Fixed(Source):
-    """Every word the same: plants a chosen path through the samplers deterministically."""
-
-    def __init__(self, w64: int, w32: int) -> None:
-        self.w64, self.w32 = np.uint64(w64), np.uint32(w32)
-
-    def uint64(self, n: int) -> np.ndarray:
-        return np.full(n, self.w64, dtype=np.uint64)
-
-    def uint32(self, n: int) -> np.ndarray:
-        return np.full(n, self.w32, dtype=np.uint32)
 
 
 # ------------------------------------------------------------------ exact laws

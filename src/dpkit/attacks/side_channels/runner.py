@@ -134,11 +134,13 @@ class Report:
 
 
 def make_project(path: Path, data_file: Path, table: TableMeta, public: Sequence[TableMeta],
-                 *, accountant: str, seed: int) -> Curator:
+                 *, accountant: str, seed: int, epsilon: float = _BUDGET,
+                 constant_work: bool = False) -> Curator:
     """A throwaway project over ``data_file`` with ``table``'s declarations (and the public
-    tables), a budget of epsilon 1000, delta 1e-3, and a seeded (insecure) noise source."""
-    cur = Curator.create(path, budget=Budget(epsilon=_BUDGET, delta=1e-3, accountant=accountant),
-                         source=noise.seeded(seed))
+    tables), a budget of ``epsilon`` (1000), delta 1e-3, and a seeded (insecure) noise source;
+    ``constant_work`` as ``Curator.create``'s."""
+    cur = Curator.create(path, budget=Budget(epsilon=epsilon, delta=1e-3, accountant=accountant),
+                         source=noise.seeded(seed), constant_work=constant_work)
     for p in public:
         cur.add_table(p.name, f"{data_file}::{p.name}", public=True)
     cur.add_table(
