@@ -164,8 +164,11 @@ def test_spark_public_tables_are_checked_before_the_charge(pair: Any) -> None:
         spk.sql("SELECT COUNT(*) AS n FROM rec JOIN s_dups d ON rec.h = d.h", epsilon=0.5)
     with pytest.raises(dp.engine.QueryError, match="type"):
         spk.sql("SELECT COUNT(*) AS n FROM usr JOIN s_wards w ON usr.k = w.g", epsilon=0.5)
+    mixed = "SELECT COUNT(*) AS n FROM tiny JOIN s_wards w ON tiny.g = w.g"
     with pytest.raises(dp.engine.QueryError, match="'s_wards' is on Spark and 'tiny' on DuckDB"):
-        spk.sql("SELECT COUNT(*) AS n FROM tiny JOIN s_wards w ON tiny.g = w.g", epsilon=0.5)
+        spk.sql(mixed, epsilon=0.5)
+    with pytest.raises(dp.engine.QueryError, match="'s_wards' is on Spark"):
+        spk.preview(mixed, epsilon=0.5)  # the preview refuses what the query refuses
     assert spk.budget().spent == spent
     with pytest.raises(ValueError, match="engine='duckdb'"):
         spk.add_public_table("s_frame", pd.DataFrame(WARDS), engine="spark")

@@ -112,14 +112,7 @@ class Preparer:
     def _spark_table(self, plan: dplan.Plan) -> bool:
         """Whether the plan reads a Spark table (its public JOINs are shipped to Spark: see
         :meth:`dpkit.engine.backend_spark.SparkBackend.to_spark`)."""
-        if plan.table.storage != SPARK:
-            on_spark = [j.table for j in plan.spec.joins if plan.catalog[j.table].storage == SPARK]
-            if on_spark:  # its DuckDB twin is empty: the join would silently match nothing
-                raise QueryError(
-                    f"public table {on_spark[0]!r} is on Spark and {plan.table.name!r} on "
-                    f"DuckDB; a query runs on one engine. Load {on_spark[0]!r} again with "
-                    f"engine='duckdb' (public tables there are shipped to Spark when joined), "
-                    f"or {plan.table.name!r} with engine='spark' (nothing charged)")
+        if plan.table.storage != SPARK:  # a Spark public table joined to it: refused in scope
             return self.portable
         if not isinstance(self._backend, SparkBackend):
             raise QueryError(f"table {plan.table.name!r} is on Spark; open the project with "

@@ -166,6 +166,13 @@ def _join_kind(join: exp.Join, meta: TableMeta, jmeta: TableMeta) -> str:
             f"table instead, or ask the data owner to register one combined table with a "
             f"single privacy unit"
         )
+    if jmeta.storage == "spark" and meta.storage != "spark":  # TableMeta.storage's Spark value
+        # its DuckDB twin is empty: the join would silently match nothing
+        raise QueryError(
+            f"public table {jmeta.name!r} is on Spark and {meta.name!r} on DuckDB; a query "
+            f"runs on one engine. Load {jmeta.name!r} again with engine='duckdb' (public "
+            f"tables there are shipped to Spark when joined), or {meta.name!r} with "
+            f"engine='spark' (nothing charged)")
     side = (join.args.get("side") or "").lower()
     kind = (join.args.get("kind") or "").lower()
     if side == "left" and kind in ("", "outer"):
