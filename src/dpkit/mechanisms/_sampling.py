@@ -39,7 +39,7 @@ import numpy as np
 
 from dpkit import noise
 from dpkit.noise import Source
-from dpkit.noise.exact import LazyUniform, exp_neg_fixed
+from dpkit.noise.exact import LazyUniform
 
 __all__ = [
     "RowWeights",
@@ -200,23 +200,7 @@ class RowWeights:
 # (>= 0), an integer <= gamma_ij; its envelope weight is B_K = A_K + 1 (A_K = floor(e^-K 2^32),
 # K >= 1) or B_0 = 2**32, i.e. a dyadic upper bound of e^-K 2^32.
 _TOP = 23  # e^-23 * 2^32 < 1: A_23 = 0, B_23 = 1 (every candidate with gamma >= 23)
-
-
-def _level_thresholds() -> np.ndarray:
-    out = [1 << 32]
-    for k in range(1, _TOP + 1):
-        P = 96
-        while True:  # floor(e^-k 2^32) from certified bounds (e^-k 2^32 is irrational)
-            lo, hi = exp_neg_fixed(k, 1, P)
-            a, b = lo >> (P - 32), hi >> (P - 32)
-            if a == b:
-                break
-            P += 64
-        out.append(a)
-    return np.array(out, dtype=np.int64)
-
-
-_A = _level_thresholds()  # A_K, K = 0.._TOP (A_0 = 2**32: level 0 always passes)
+_A = noise.constant.level_thresholds(_TOP)  # A_K, K = 0.._TOP (A_0 = 2**32: always passes)
 _B = _A + (np.arange(_TOP + 1) > 0)  # B_0 = 2**32, B_K = A_K + 1
 
 

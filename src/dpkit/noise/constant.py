@@ -375,10 +375,11 @@ def _level_bounds(p: int) -> tuple[tuple[int, int], ...]:
 
 
 @functools.cache
-def level_thresholds() -> np.ndarray:
-    """``A_k = floor(e^-k 2^32)`` for ``k = 0..TOP_LEVEL`` (``A_0 = 2^32``), int64."""
+def level_thresholds(top: int = TOP_LEVEL) -> np.ndarray:
+    """``A_k = floor(e^-k 2^32)`` for ``k = 0..top`` (``A_0 = 2^32``), int64, from certified
+    bounds on ``e^-k`` (irrational)."""
     out = [1 << 32]
-    for k in range(1, TOP_LEVEL + 1):
+    for k in range(1, top + 1):
         p = 96
         while True:
             lo, hi = exp_neg_fixed(k, 1, p)
