@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,9 +92,7 @@ def _typed(keys: list[tuple[Any, ...]]) -> list[tuple[tuple[str, Any], ...]]:
     return [tuple((type(v).__name__, v) for v in k) for k in keys]
 
 
-@pytest.fixture
-def typed(project: Callable[..., Curator]) -> Curator:
-    cur = project(epsilon=1000.0)
+def _add_typed(cur: Curator) -> Curator:
     df = _frame()
     cur.add_table("u", df, privacy_unit="uid", max_rows_per_unit=3, bounds={"x": (0, 100)},
                   domains=DOMAINS)
@@ -104,13 +102,29 @@ def typed(project: Callable[..., Curator]) -> Curator:
     return cur
 
 
+@pytest.fixture
+def typed(project: Callable[..., Curator]) -> Curator:
+    return _add_typed(project(epsilon=1000.0))
+
+
+@pytest.fixture(scope="module")
+def shared_typed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Curator]:
+    """:func:`typed` built once for the 18 cases below, which only plan and read exact
+    aggregates (no charge, their own seed): one build instead of 18 (~0.5 s each)."""
+    cur = Curator.create(tmp_path_factory.mktemp("typed") / "p1.dpkit", epsilon=1000.0,
+                         delta=1e-6, accountant=None, source=dp.noise.seeded(1))
+    yield _add_typed(cur)
+    cur.close()
+
+
 # ------------------------------------------------------------------------------ same aggregates
 
 
 @pytest.mark.parametrize("table", ["u", "r"])
 @pytest.mark.parametrize("group", ["i", "s", "d", "ts", "f", "b", "dec", "i, s", "b, d, f"])
-def test_key_table_gives_the_literal_paths_exact_aggregates(typed: Curator, table: str,
+def test_key_table_gives_the_literal_paths_exact_aggregates(shared_typed: Curator, table: str,
                                                             group: str) -> None:
+    typed = shared_typed
     q = (f"SELECT {group}, COUNT(*) AS n, COUNT(DISTINCT {'uid' if table == 'u' else 'x'}) "
          f"AS k, SUM(x) AS sx, AVG(x) AS ax FROM {table} WHERE x > 5 GROUP BY {group}")
     if table == "r":

@@ -61,19 +61,20 @@ def _unchanged(cur: Curator, before: tuple[int, str]) -> None:
         ("SELEC COUNT(*) FROM visits", "only SELECT|cannot parse"),
     ],
 )
-def test_refused_queries_say_what_to_write(visits_curator: Curator, sql: str, hint: str) -> None:
-    before = visits_curator.ledger.head()
+def test_refused_queries_say_what_to_write(shared_visits_curator: Curator, sql: str,
+                                          hint: str) -> None:
+    before = shared_visits_curator.ledger.head()
     with pytest.raises(QueryError, match=hint):
-        visits_curator.sql(sql, epsilon=0.1)
-    _unchanged(visits_curator, before)
+        shared_visits_curator.sql(sql, epsilon=0.1)
+    _unchanged(shared_visits_curator, before)
 
 
 @pytest.mark.parametrize("epsilon", [0, -1.0, math.nan, math.inf, 1e9, "1", None, True])
-def test_bad_epsilon(visits_curator: Curator, epsilon: Any) -> None:
-    before = visits_curator.ledger.head()
+def test_bad_epsilon(shared_visits_curator: Curator, epsilon: Any) -> None:
+    before = shared_visits_curator.ledger.head()
     with pytest.raises(ValueError, match="epsilon"):
-        visits_curator.sql("SELECT COUNT(*) FROM visits", epsilon=epsilon)
-    _unchanged(visits_curator, before)
+        shared_visits_curator.sql("SELECT COUNT(*) FROM visits", epsilon=epsilon)
+    _unchanged(shared_visits_curator, before)
 
 
 def test_over_budget_spends_nothing(project: Callable[..., Curator]) -> None:
