@@ -57,13 +57,28 @@ def visits_curator(project: Callable[..., Curator]) -> Curator:
 
 
 @pytest.fixture(scope="module")
-def shared_visits_curator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Curator]:
-    """:func:`visits_curator` built once per module, for parametrized tests that are refused
-    before any charge and check the ledger head themselves (one project build instead of one
-    per case: ~0.3 s each). Never for a test whose assertions depend on the budget spent or
-    the noise source's position."""
-    path = tmp_path_factory.mktemp("shared_visits") / "p1.dpkit"
-    cur = Curator.create(path, epsilon=50.0, delta=1e-6, accountant=None,
-                         source=dp.noise.seeded(1))
-    yield _add_visits(cur)
-    cur.close()
+def module_project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Curator]]:
+    """:func:`project` for module-scoped fixtures: a project built once for the parametrized
+    cases that are refused before any charge (each asserts itself that nothing was charged,
+    so a wrong charge still fails) or that only plan and read exact aggregates with their own
+    seed. One build instead of one per case (~0.3-0.5 s each). Never for a test whose
+    assertions depend on the budget left or on the noise source's position."""
+    made: list[Curator] = []
+
+    def make(*, epsilon: float = 10.0, delta: float = 1e-6, accountant: str | None = None,
+             seed: int = 1, **kw: Any) -> Curator:
+        cur = Curator.create(tmp_path_factory.mktemp("shared") / "p1.dpkit", epsilon=epsilon,
+                             delta=delta, accountant=accountant, source=dp.noise.seeded(seed),
+                             **kw)
+        made.append(cur)
+        return cur
+
+    yield make
+    for cur in made:
+        cur.close()
+
+
+@pytest.fixture(scope="module")
+def shared_visits_curator(module_project: Callable[..., Curator]) -> Curator:
+    """:func:`visits_curator` once per module (see :func:`module_project`)."""
+    return _add_visits(module_project(epsilon=50.0))

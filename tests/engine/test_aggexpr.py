@@ -38,7 +38,16 @@ def _frame(n: int = 400, seed: int = 7) -> pd.DataFrame:
 
 @pytest.fixture
 def rec(project: Callable[..., Curator]) -> tuple[Curator, pd.DataFrame]:
-    cur = project(epsilon=1000.0)
+    return _add_t(project(epsilon=1000.0))
+
+
+@pytest.fixture(scope="module")
+def shared_rec(module_project: Callable[..., Curator]) -> tuple[Curator, pd.DataFrame]:
+    """:func:`rec` once for the refusals (tests/engine/conftest.py, module_project)."""
+    return _add_t(module_project(epsilon=1000.0))
+
+
+def _add_t(cur: Curator) -> tuple[Curator, pd.DataFrame]:
     df = _frame()
     cur.add_table("t", {c: df[c].to_numpy() for c in df.columns}, privacy_unit=None,
                   bounds={"age": (0, 100), "cost": (0, 1000), "qty": (1, 5)},
@@ -143,8 +152,8 @@ def test_count_distinct_at_record_level(rec: tuple[Curator, pd.DataFrame]) -> No
     ],
 )
 def test_unbounded_expressions_are_refused_before_the_charge(
-        rec: tuple[Curator, pd.DataFrame], query: str, match: str) -> None:
-    cur, _ = rec
+        shared_rec: tuple[Curator, pd.DataFrame], query: str, match: str) -> None:
+    cur, _ = shared_rec
     with pytest.raises(QueryError, match=match):
         cur.sql(query, epsilon=1.0)
     assert _charges(cur) == 0

@@ -10,7 +10,7 @@ so each run is reproducible, and the bounds say how often a fresh seed could fai
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -39,14 +39,28 @@ def _record_table(n: int = 2000, seed: int = 11) -> pd.DataFrame:
                          "note": np.array(["x"] * n, dtype=object)})
 
 
-@pytest.fixture
-def rec(project: Callable[..., Curator]) -> tuple[Curator, pd.DataFrame]:
-    """Record-level table: the exact counts are known to the test."""
-    cur = project(epsilon=500.0, delta=1e-6, seed=3)
+def _add_people(cur: Curator) -> tuple[Curator, pd.DataFrame]:
     df = _record_table()
     cur.add_table("people", df, bounds={"age": AGES, "cost": (0, 1000)},
                   domains={"ward": ["A", "B", "C"]})
     return cur, df
+
+
+@pytest.fixture
+def rec(project: Callable[..., Curator]) -> tuple[Curator, pd.DataFrame]:
+    """Record-level table: the exact counts are known to the test."""
+    return _add_people(project(epsilon=500.0, delta=1e-6, seed=3))
+
+
+@pytest.fixture(scope="module")
+def shared_rec(tmp_path_factory: pytest.TempPathFactory
+               ) -> Iterator[tuple[Curator, pd.DataFrame]]:
+    """:func:`rec` built once for the parametrized refusals: each asserts that no charge was
+    ever made, so a wrong charge fails it (and every later one) as on a fresh project."""
+    cur = Curator.create(tmp_path_factory.mktemp("rec") / "p1.dpkit", epsilon=500.0,
+                         delta=1e-6, accountant=None, source=dp.noise.seeded(3))
+    yield _add_people(cur)
+    cur.close()
 
 
 def _charges(cur: Curator) -> int:
@@ -359,10 +373,10 @@ def test_gaussian_on_approx_project(rec: tuple[Curator, pd.DataFrame]) -> None:
         (lambda c: c.marginals("people", ["ward"], k=3, epsilon=1.0), "k must"),
     ],
 )
-def test_bad_input_is_refused_and_charges_nothing(rec: tuple[Curator, pd.DataFrame],
+def test_bad_input_is_refused_and_charges_nothing(shared_rec: tuple[Curator, pd.DataFrame],
                                                   call: Callable[[Curator], object],
                                                   match: str) -> None:
-    cur, _ = rec
+    cur, _ = shared_rec
     with pytest.raises(QueryError, match=match):
         call(cur)
     assert _charges(cur) == 0
@@ -443,9 +457,9 @@ def test_sql_forms(rec: tuple[Curator, pd.DataFrame]) -> None:
         ("SELECT DP_CDF(age) FROM people p JOIN people q ON p.age = q.age", "JOINS"),
     ],
 )
-def test_hostile_sql_forms_are_refused(rec: tuple[Curator, pd.DataFrame], query: str,
+def test_hostile_sql_forms_are_refused(shared_rec: tuple[Curator, pd.DataFrame], query: str,
                                        match: str) -> None:
-    cur, _ = rec
+    cur, _ = shared_rec
     with pytest.raises(QueryError, match=match):
         cur.sql(query, epsilon=1.0)
     assert _charges(cur) == 0

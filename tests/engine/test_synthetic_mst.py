@@ -41,7 +41,16 @@ def _wide(n: int = 3000, seed: int = 4) -> pd.DataFrame:
 
 @pytest.fixture
 def wide(project: Callable[..., Curator]) -> tuple[Curator, pd.DataFrame]:
-    cur = project(epsilon=50.0, delta=1e-6, seed=7)
+    return _add_wide(project(epsilon=50.0, delta=1e-6, seed=7))
+
+
+@pytest.fixture(scope="module")
+def shared_wide(module_project: Callable[..., Curator]) -> tuple[Curator, pd.DataFrame]:
+    """:func:`wide` once for the refusals (tests/engine/conftest.py, module_project)."""
+    return _add_wide(module_project(epsilon=50.0, delta=1e-6, seed=7))
+
+
+def _add_wide(cur: Curator) -> tuple[Curator, pd.DataFrame]:
     df = _wide()
     cur.add_table("wide", df.drop(columns="pid"), bounds={"age": (0, 100), "cost": (0, 1000)},
                   domains=KEYS)
@@ -114,9 +123,9 @@ def test_user_level_contributions_scale_the_noise(project: Callable[..., Curator
         ({"rows": 0}, "rows must be"),
     ],
 )
-def test_refusals_charge_nothing(wide: tuple[Curator, pd.DataFrame], kwargs: dict[str, object],
-                                 match: str) -> None:
-    cur, _ = wide
+def test_refusals_charge_nothing(shared_wide: tuple[Curator, pd.DataFrame],
+                                 kwargs: dict[str, object], match: str) -> None:
+    cur, _ = shared_wide
     with pytest.raises(QueryError, match=match):
         cur.synthetic("wide", COLUMNS, rho=1.0, **kwargs)  # type: ignore[arg-type]
     assert _charges(cur) == 0

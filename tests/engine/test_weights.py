@@ -26,13 +26,22 @@ def _main(split: list[dict[str, object]]) -> list[dict[str, object]]:
     return [s for s in split if not str(s["measurement"]).startswith("diagnostics")]
 
 
-@pytest.fixture
-def cur(project: Callable[..., Curator]) -> Curator:
-    c = project(epsilon=20.0)
+def _add_t(c: Curator) -> Curator:
     c.add_table("t", {"g": np.array(["a", "b"] * 100, dtype=object),
                       "x": np.arange(200.0) % 50},
                 bounds={"x": (0, 64)}, domains={"g": ["a", "b"]})
     return c
+
+
+@pytest.fixture
+def cur(project: Callable[..., Curator]) -> Curator:
+    return _add_t(project(epsilon=20.0))
+
+
+@pytest.fixture(scope="module")
+def shared_cur(module_project: Callable[..., Curator]) -> Curator:
+    """:func:`cur` once for the refusals (tests/engine/conftest.py, module_project)."""
+    return _add_t(module_project(epsilon=20.0))
 
 
 def _halfwidths(pv: object) -> dict[str, float]:
@@ -131,8 +140,9 @@ def test_builder_and_accuracy_take_weights(cur: Curator) -> None:
     ({"top_k": 2}, "not an output"),  # no top-k in this query
     ([("n", 1)], "dict"),
 ])
-def test_bad_weights_are_refused_and_nothing_is_charged(cur: Curator, weights: object,
+def test_bad_weights_are_refused_and_nothing_is_charged(shared_cur: Curator, weights: object,
                                                         match: str) -> None:
+    cur = shared_cur
     with pytest.raises(QueryError, match=match):
         cur.sql(QUERY, epsilon=1.0, weights=weights)  # type: ignore[arg-type]
     assert cur.budget().spent == 0.0
