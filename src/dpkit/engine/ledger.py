@@ -548,10 +548,7 @@ class Ledger:
             after = self._budget(None)
             own = analyst is not None and analyst in self.analyst_budgets()
             mine = self._budget(analyst) if own else None
-            cost = after.charge(event, delta=share)
-            if mine is not None:
-                assert analyst is not None
-                _charge_analyst(mine, event, share, analyst)
+            cost = _charge_both(after, mine, event, share, analyst)
             spent = after.spent
             view: dict[str, Any] = {
                 "accountant": self.config.accountant,
@@ -583,6 +580,36 @@ class Ledger:
             self._sync()
             return self._append(kind=kind, analyst=analyst, query=query or kind.upper(),
                                 event=ev.NoOp(), view={}, payload=payload)
+
+
+def _charge_both(project: Any, mine: Any, event: ev.Event, share: float | None,
+                 analyst: str | None) -> Any:
+    """Charge the project's budget and the analyst's own (if any); returns the project's cost.
+
+    Both are checked before either refusal is raised, and the refusal raised is the one that
+    misses more: an analyst whose cap leaves less than the project must read their own
+    remaining, not the project's (asking for the project's remaining would be refused again).
+    Charging one and refusing the other is harmless: the caller's transaction rolls back and
+    drops the cached budgets."""
+    from dpkit.accounting import BudgetExceeded
+
+    refused: BudgetExceeded | None = None
+    cost = None
+    try:
+        cost = project.charge(event, delta=share)
+    except BudgetExceeded as exc:
+        refused = exc
+    if mine is not None:
+        assert analyst is not None
+        try:
+            _charge_analyst(mine, event, share, analyst)
+        except BudgetExceeded as exc:
+            if refused is None or (exc.missing.epsilon, exc.missing.delta) > (
+                    refused.missing.epsilon, refused.missing.delta):
+                refused = exc
+    if refused is not None:
+        raise refused
+    return cost
 
 
 def _charge_analyst(budget: Any, event: ev.Event, share: float | None, analyst: str) -> None:
