@@ -317,7 +317,8 @@ def test_console_says_what_an_answer_needs(page: Page, service: dict[str, str]) 
     page.get_by_role("button", name="Preview cost").click()
     expect(page.locator("#preview .over")).to_contain_text("running it would be refused")
     page.get_by_role("button", name="Run").click()
-    expect(page.locator("#query-error")).to_contain_text("analyst 'bob'")  # his cap, not the project's
+    # his cap, not the project's: it is the tighter limit
+    expect(page.locator("#query-error")).to_contain_text("analyst 'bob'")
     expect(page.locator("#results-title")).to_have_text("Results of the previous request")
     expect(page.locator("#history-table tbody tr")).to_have_count(1)
 

@@ -60,8 +60,24 @@ class AttackSummary:
             t.add_row(*[_fmt(v) for v in r])
         return t
 
+    def fit_table(self) -> Any:
+        """The rows as a table that fits the terminal (what the commands print): split into
+        parts that repeat the leading text columns, never cutting a number (a plain rich table
+        in 80 columns printed ``0.…`` for every figure of ``dpkit attack membership-model``)."""
+        from dpkit.engine.display import Col, FitTable
+
+        cols = []
+        leading = True  # the leading text columns name a row: every part repeats them
+        for j, name in enumerate(self.columns):
+            cells = [_fmt(r[j]) for r in self.rows]
+            text = any(not isinstance(r[j], int | float) for r in self.rows)
+            leading = leading and (text or j == 0)
+            cols.append(Col(name, cells, justify="left" if text else "right", key=leading,
+                            flex=text and not leading))
+        return FitTable(cols, title=self.title)
+
     def __rich__(self) -> Any:
-        return self.table()
+        return self.fit_table()
 
 
 def _fmt(v: Any) -> str:
