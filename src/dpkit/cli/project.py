@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -48,8 +49,10 @@ def init_project(project: str | Path, *, epsilon: float, delta: float = 0.0,
     if cur.ledger.path.suffix == ".pg":
         con.print(f"ledger: {cur.ledger.where} (named by {cur.ledger.path}); back it up with "
                   f"pg_dump (docs/service.md)")
-    con.print("[dim]next: dpkit add-table PROJECT NAME FILE --privacy-unit COLUMN "
-              "--max-rows-per-unit N|auto --bounds col=low:high[/]")
+    # the real path, so the line can be copied (it said PROJECT)
+    con.print(f"next: dpkit add-table {shlex.quote(str(project))} NAME FILE --privacy-unit "
+              f"COLUMN --max-rows-per-unit N|auto --bounds col=low:high", style="dim",
+              markup=False, highlight=False)
     cur.close()
 
 

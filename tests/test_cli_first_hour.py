@@ -1,0 +1,36 @@
+"""What a data owner's first hour with the `dpkit` command found (docs/first_hour.md): each
+message names the real thing to type next."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from dpkit.cli import main
+
+
+def test_init_says_the_next_command_with_the_real_project(tmp_path: Path) -> None:
+    project = tmp_path / "my adult.dpkit"
+    result = CliRunner().invoke(main, ["init", str(project), "--epsilon", "2"])
+    assert result.exit_code == 0, result.output
+    flat = " ".join(result.output.split())
+    assert f"next: dpkit add-table '{project}' NAME FILE" in flat  # quoted: it has a space
+
+
+def test_a_column_without_bounds_says_how_to_declare_them(tmp_path: Path) -> None:
+    rows = "\n".join(f"{i},{i % 7},{i * 13 % 1000}" for i in range(200))
+    (tmp_path / "t.csv").write_text("pid,k,w\n" + rows + "\n")
+    project = str(tmp_path / "p.dpkit")
+    run = CliRunner().invoke
+    assert run(main, ["init", project, "--epsilon", "2"]).exit_code == 0
+    assert run(main, ["add-table", project, "t", str(tmp_path / "t.csv"), "--privacy-unit",
+                      "pid", "--max-rows-per-unit", "1"]).exit_code == 0
+    result = run(main, ["query", project, "SELECT AVG(w) FROM t", "--epsilon", "0.5"])
+    assert result.exit_code != 0
+    flat = " ".join(result.output.split())
+    assert "dpkit add-table ... --bounds w=LOW:HIGH --replace" in flat
+    assert "Nothing was charged" in flat
+    budget = json.loads(run(main, ["budget", project, "--json"]).output)
+    assert budget["spent"] == 0.0 and budget["history"] == []
