@@ -464,10 +464,9 @@ def attack_side_channels(*, project: Path, table: str | None, queries: int, seed
 
     kinds = tuple(k.strip() for k in (neighbours or ",".join(sc.NEIGHBOURS)).split(",")
                   if k.strip())
+    accts = tuple(a.strip() for a in accountants.split(",") if a.strip())
     rep = sc.fuzz(project, table=table, queries=queries, seed=seed, units=units,
-                  neighbours=kinds, accountants=tuple(a.strip() for a in accountants.split(",")
-                                                      if a.strip()),
-                  max_findings=max_findings)
+                  neighbours=kinds, accountants=accts, max_findings=max_findings)
     rows: list[list[Any]] = [["D/D' comparisons", rep.comparisons],
                              ["seconds", round(rep.seconds, 1)]]
     rows += [[f"outcome on D: {k}", v] for k, v in sorted(rep.outcomes.items())]
@@ -475,6 +474,12 @@ def attack_side_channels(*, project: Path, table: str | None, queries: int, seed
     rows += [[f"findings: {c}", len(fs)] for c, fs in sorted(causes.items())]
     rows.append(["findings (total)", len(rep.findings)])
     notes = [f"skipped {s}" for s in rep.skipped]
+    pairs = len(kinds) * len(accts) - len(rep.skipped)
+    if rep.comparisons < queries and not max_findings and pairs > 0:
+        # fuzz runs the same queries on every (neighbour, accountant) pair: a whole number each
+        notes.append(f"{rep.comparisons} of the {queries} comparisons asked: "
+                     f"{queries // pairs} queries on each of the {pairs} (neighbour kind, "
+                     f"accountant) pairs")
     for fs in causes.values():
         notes.append(fs[0].reproducer())
     if not rep.findings:
