@@ -50,3 +50,30 @@ def test_help_loads_click_and_rich_only() -> None:
                          check=True, env={**os.environ,
                                           "PYTHONPATH": str(Path(__file__).parents[1] / "src")})
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_replace_without_the_privacy_unit_is_refused(tmp_path: Path) -> None:
+    """The owner replaced a table to add bounds and gave only --bounds: the table silently
+    became record level (each row its own unit). Now refused, nothing loaded; repeating the
+    unit works."""
+    from dpkit.engine.curator import Curator
+
+    rows = "\n".join(f"{i // 3},{20 + i % 50}" for i in range(300))
+    (tmp_path / "t.csv").write_text("pid,age\n" + rows + "\n")
+    project, csv = str(tmp_path / "p.dpkit"), str(tmp_path / "t.csv")
+    run = CliRunner().invoke
+    assert run(main, ["init", project, "--epsilon", "2"]).exit_code == 0
+    unit = ["--privacy-unit", "pid", "--max-rows-per-unit", "3"]
+    assert run(main, ["add-table", project, "t", csv, *unit]).exit_code == 0
+    result = run(main, ["add-table", project, "t", csv, "--bounds", "age=0:100", "--replace"])
+    assert result.exit_code == 2, result.output
+    flat = " ".join(result.output.split())
+    assert "Repeat --privacy-unit pid --max-rows-per-unit 3" in flat
+    with Curator.open(project) as cur:
+        meta = cur.tables()["t"]
+    assert meta.privacy_unit == "pid" and "age" not in meta.bounds
+    result = run(main, ["add-table", project, "t", csv, *unit, "--bounds", "age=0:100",
+                        "--replace"])
+    assert result.exit_code == 0, result.output
+    with Curator.open(project) as cur:
+        assert cur.tables()["t"].bounds["age"] == (0.0, 100.0)
