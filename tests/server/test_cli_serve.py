@@ -72,3 +72,7 @@ def test_serve_refuses_a_busy_port_before_making_an_owner_token(project: Project
     assert f"cannot listen on 127.0.0.1:{port}" in flat(out.output)
     assert "--port" in flat(out.output) and "dpkit_owner_" not in out.output
     assert sorted(p.name for p in project.path.iterdir()) == before  # no owner token made
+    out = CliRunner().invoke(main, ["serve", str(project.path), "--workers", "0",
+                                    "--init-owner-token"])
+    assert out.exit_code == 2 and "dpkit_owner_" not in out.output, out.output
+    assert sorted(p.name for p in project.path.iterdir()) == before

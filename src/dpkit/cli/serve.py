@@ -68,9 +68,12 @@ def serve(project: str, host: str, port: int, workers: int, owner_token_file: st
     require_extra()
     from dpkit.server.auth import new_owner_token, owner_hashes
     from dpkit.server.config import OidcConfig, ServerConfig
+    from dpkit.server.run import check_options
     from dpkit.server.run import serve as run_service
 
-    _check_port(host, port)  # before a new owner token replaces the old one
+    # before a new owner token replaces the old one
+    check_options(workers=workers, ssl_keyfile=ssl_keyfile, ssl_certfile=ssl_certfile)
+    _check_port(host, port)
     if init_owner_token:
         console.print("owner token (shown only now):")
         console.print(new_owner_token(project), markup=False, highlight=False,
