@@ -304,6 +304,7 @@ def test_console_says_what_an_answer_needs(page: Page, service: dict[str, str]) 
     page.get_by_role("button", name="Preview cost").click()
     expect(page.locator("#preview")).to_contain_text("nothing charged yet")
     expect(page.locator("#preview")).not_to_contain_text("null")
+    expect(page.locator("#preview")).not_to_contain_text("Preview(")  # a Python repr line
     expect(page.locator("#preview .over")).to_have_count(0)
 
     sql.fill("SELECT MEDIAN(age) AS m FROM patients")

@@ -95,6 +95,9 @@ export function gauge(spent, cap, label) {
 
 export function renderPreview(box, p) {
   const errs = Object.entries(p.expected_error || {});
+  // the service's text opens with a Python repr line ("Preview(cost epsilon ...)") that says
+  // what "Would cost" already does: keep only its per-column detail lines
+  const detail = (p.text || "").replace(/^Preview\([^\n]*\n?/, "").trimEnd();
   // replaceChildren would write a null as the text "null": leave the missing parts out
   box.replaceChildren(...[
     el("p", {}, el("strong", { text: "Would cost " }),
@@ -109,7 +112,7 @@ export function renderPreview(box, p) {
         ? `${c}: no single figure (it depends on the group's size; see below)`
         : `${c}: ± ${fmt(e)}` }))) : null,
     ...(p.notes || []).map((n) => el("p", { class: "hint", text: n })),
-    p.text ? el("pre", { class: "preview-text", text: p.text }) : null,
+    detail ? el("pre", { class: "preview-text", text: detail }) : null,
   ].filter((c) => c !== null));
 }
 
