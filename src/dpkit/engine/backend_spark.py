@@ -47,8 +47,8 @@ from dpkit.noise import trace as _trace
 
 # The copy and its loading live in spark_load, the statement's Spark text in spark_sql; the
 # names callers knew here stay importable from here.
-__all__ = ["ENGINES", "PUBLIC_MAX_ROWS", "SPARK", "SparkBackend", "backend_for", "bucket_count",
-           "check_engine", "check_on_spark", "drop_spark_orphans", "exact_rounds",
+__all__ = ["ENGINES", "PUBLIC_KEYS_MAX", "PUBLIC_MAX_ROWS", "SPARK", "SparkBackend", "backend_for",
+           "bucket_count", "check_engine", "check_on_spark", "drop_spark_orphans", "exact_rounds",
            "load_spark_table", "local_session", "ship_public", "to_spark_sql"]
 
 
@@ -122,29 +122,46 @@ class SparkBackend(DuckBackend):
             self._shipped[key] = view
         return view
 
-    def to_spark(self, text: str) -> str | None:
-        """``text`` (DuckDB SQL) as Spark SQL over the views; None if it reads no Spark table.
+    def to_spark(self, text: str, *, public: bool = False) -> str | None:
+        """``text`` (DuckDB SQL) as Spark SQL over the views; None if it reads no Spark table
+        (``public``: also a text that reads public tables only, as :meth:`query_keys` asks).
         The public tables it joins are shipped to Spark on first use (refused above
         :data:`PUBLIC_MAX_ROWS` rows: a ``QueryError``, before the charge when asked by
         :meth:`check`)."""
-        if not self._views or not any(p in text for _, p in self._views):
+        if not public and (not self._views or not any(p in text for _, p in self._views)):
             return None
         done = self._texts.get(text)
         if done is not None:  # asked before the charge (check) and again to read (run)
             return done
         tree = sqlglot.parse_one(text, read="duckdb")
         tables = list(tree.find_all(exp.Table))
-        if not any((t.db, t.name) in self._views for t in tables):
+        if not public and not any((t.db, t.name) in self._views for t in tables):
             return None
         for t in tables:
             view = self._views.get((t.db, t.name)) or self._public_view((t.db, t.name))
             if view is not None:
                 t.replace(exp.to_table(view).as_(t.alias_or_name) if t.alias else
                           exp.to_table(view))
-        if len(self._texts) >= 64:
-            self._texts.clear()
-        out = self._texts[text] = to_spark_sql(tree)
+            elif public and t.db:  # stored, but not on Spark (a CTE's name has no schema)
+                return None
+        out = to_spark_sql(tree)
+        if not public:  # the read routes a cached text to Spark: statements' texts only
+            if len(self._texts) >= 64:
+                self._texts.clear()
+            self._texts[text] = out
         return out
+
+    def query_keys(self, text: str) -> list[tuple[Any, ...]] | None:
+        """The public keys ``text`` gives (a statement's key CTEs over public tables, in
+        order), read by Spark from the same views the statement reads (a DuckDB public table
+        is shipped, once per registration), so that keys and groups compare alike (Spark's
+        equality, no DuckDB collation). None above :data:`PUBLIC_KEYS_MAX` keys, or when
+        ``text`` reads something Spark has no view of: the statement then joins them."""
+        spark_text = self.to_spark(f"{text} LIMIT {PUBLIC_KEYS_MAX + 1}", public=True)
+        if spark_text is None:
+            return None
+        keys = self._collect(spark_text)
+        return keys if len(keys) <= PUBLIC_KEYS_MAX else None
 
     def check(self, text: str, tables: Mapping[str, TableMeta]) -> None:
         """Before the charge: Spark analyses the statement (no row read), so that a statement
@@ -235,6 +252,10 @@ class SparkBackend(DuckBackend):
 
 # refused; aggregate or filter it to the keys the query needs first.
 PUBLIC_MAX_ROWS = 100_000
+# A public key set (a GROUP BY over a public table's column) up to this many keys is read to
+# the driver once per registration and each query's groups filled from it there (the keys
+# are the answer's rows anyway); above, the statement joins them in Spark.
+PUBLIC_KEYS_MAX = 100_000
 
 
 

@@ -21,8 +21,8 @@ from typing import Any
 from dpkit import noise as _noise
 from dpkit.engine import plan as dplan
 from dpkit.engine.backend_duckdb import load_table
-from dpkit.engine.spark_load import load_spark_table
 from dpkit.engine.ledger import Entry
+from dpkit.engine.spark_load import load_spark_table
 from dpkit.engine.tables import (
     Column,
     TableMeta,
