@@ -19,7 +19,9 @@ Spark's analysis, the statement; no noise) of the JOIN query grouped by the look
   in the same session;
 * ``no_join``: dpkit's ungrouped COUNT/SUM of the private table (for scale, not a ratio).
 
-Prints medians (min-max) and each ratio to ``plain`` per round, with the 1-minute load.
+``first`` opens each round; the others follow in an order that rotates each round. Prints
+medians (min-max), each ratio to ``plain`` per round and the ratios of the driver-keys
+variants to their join forms per round, with the 1-minute load.
 """
 
 from __future__ import annotations
@@ -107,15 +109,20 @@ def main() -> None:
             "first", "again", "again_join", "spark_public", "spark_public_join", "plain",
             "no_join")}
         loads = []
+        others: dict[str, Any] = {
+            "again": lambda: _exact(cur, join_q.format(w="wards")),
+            "again_join": lambda: _joined(cur_join, join_q.format(w="wards")),
+            "spark_public": lambda: _exact(cur, join_q.format(w="swards")),
+            "spark_public_join": lambda: _joined(cur_join, join_q.format(w="swards")),
+            "plain": lambda: _timed(lambda: spark.sql(plain_q).collect()),
+            "no_join": lambda: _exact(cur, "SELECT COUNT(*) AS n, SUM(x) AS s FROM t")}
+        order = list(others)
         for r in range(args.repeats + 1):  # round 0: warm-up, untimed
             cur.add_table("wards", lookup, public=True, engine="duckdb", replace=True)
-            got = {"first": _exact(cur, join_q.format(w="wards")),
-                   "again": _exact(cur, join_q.format(w="wards")),
-                   "again_join": _joined(cur_join, join_q.format(w="wards")),
-                   "spark_public": _exact(cur, join_q.format(w="swards")),
-                   "spark_public_join": _joined(cur_join, join_q.format(w="swards")),
-                   "plain": _timed(lambda: spark.sql(plain_q).collect()),
-                   "no_join": _exact(cur, "SELECT COUNT(*) AS n, SUM(x) AS s FROM t")}
+            got = {"first": _exact(cur, join_q.format(w="wards"))}
+            shift = r % len(order)  # the order rotates each round (load changes hit all)
+            for name in order[shift:] + order[:shift]:
+                got[name] = others[name]()
             if r:
                 loads.append(os.getloadavg()[0])
                 for k, v in got.items():
@@ -129,6 +136,10 @@ def main() -> None:
         ratios = [t / p for t, p in zip(ts, times["plain"], strict=True)]
         print(f"{name:12s} {statistics.median(ts):.2f} s ({min(ts):.2f}-{max(ts):.2f})  "
               f"/ plain {statistics.median(ratios):.2f}x ({', '.join(f'{x:.2f}' for x in ratios)})")
+    for a, b in (("again", "again_join"), ("spark_public", "spark_public_join")):
+        ratios = [x / y for x, y in zip(times[a], times[b], strict=True)]
+        print(f"{a} / {b}: {statistics.median(ratios):.2f}x "
+              f"({', '.join(f'{x:.2f}' for x in ratios)})")
 
 
 if __name__ == "__main__":
