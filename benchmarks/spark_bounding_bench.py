@@ -23,8 +23,8 @@ one variant keeps and the other does not.
         --variants int_x_k collect_x_k collect_x_k_hash --check int_x_k collect_x_k
 
 Every variant runs once untimed, then the variants take turns for ``--repeats`` rounds (the
-order rotating each round); medians (min-max) and ratios to ``plain`` (median and per
-round), with the 1-minute load.
+order rotating each round); medians (min-max) of the wall clock and of the JVM's CPU time,
+and ratios to ``plain`` (median and per round), with the 1-minute load.
 """
 
 from __future__ import annotations
@@ -131,6 +131,14 @@ def _same_rows(spark: Any, a: str, b: str) -> int:
                          f"(SELECT g, x FROM {kept(b)}))").collect()[0][0])
 
 
+def _jvm_cpu(spark: Any) -> float:
+    """User + system seconds of the JVM (Linux ``/proc``; local mode: the executors too): on a
+    shared machine the wall clock also counts the waits for a core."""
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=2_000_000)
@@ -156,23 +164,28 @@ def main() -> None:
     for name in chosen:
         _answer(spark, name)  # warm-up
     times: dict[str, list[float]] = {n: [] for n in chosen}
+    cpus: dict[str, list[float]] = {n: [] for n in chosen}
     loads = []
     for r in range(args.repeats):
         loads.append(os.getloadavg()[0])
         for name in chosen[r % len(chosen):] + chosen[:r % len(chosen)]:  # rotating order
-            t0 = time.perf_counter()
+            c0, t0 = _jvm_cpu(spark), time.perf_counter()
             _answer(spark, name)
             times[name].append(time.perf_counter() - t0)
+            cpus[name].append(_jvm_cpu(spark) - c0)
     if args.check:
         print(f"rows {args.check[0]} keeps and {args.check[1]} does not: "
               f"{_same_rows(spark, *args.check)}, and the reverse: "
               f"{_same_rows(spark, *reversed(args.check))}")
     spark.stop()
     print(f"1-min load {min(loads):.1f}-{max(loads):.1f}")
-    for name, ts in times.items():
-        ratios = [t / p for t, p in zip(ts, times["plain"], strict=True)]
-        print(f"{name:16s} {statistics.median(ts):7.2f} s ({min(ts):.2f}-{max(ts):.2f})  "
-              f"{statistics.median(ratios):5.2f}x plain ({', '.join(f'{x:.2f}' for x in ratios)})")
+    for what, table in (("wall", times), ("JVM CPU", cpus)):
+        print(what)
+        for name, ts in table.items():
+            ratios = [t / p for t, p in zip(ts, table["plain"], strict=True)]
+            print(f"  {name:16s} {statistics.median(ts):7.2f} s ({min(ts):.2f}-{max(ts):.2f})"
+                  f"  {statistics.median(ratios):5.2f}x plain "
+                  f"({', '.join(f'{x:.2f}' for x in ratios)})")
 
 if __name__ == "__main__":
     main()

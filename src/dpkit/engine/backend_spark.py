@@ -160,7 +160,12 @@ class SparkBackend(DuckBackend):
         spark_text = self.to_spark(f"{text} LIMIT {PUBLIC_KEYS_MAX + 1}", public=True)
         if spark_text is None:
             return None
-        keys = self._collect(spark_text)
+        try:
+            keys = self._collect(spark_text)
+        except QueryError:
+            raise
+        except Exception as exc:  # before the charge: refused, like check's analysis
+            raise _refusal(exc) from None
         return keys if len(keys) <= PUBLIC_KEYS_MAX else None
 
     def check(self, text: str, tables: Mapping[str, TableMeta]) -> None:
@@ -176,8 +181,7 @@ class SparkBackend(DuckBackend):
         except QueryError:
             raise
         except Exception as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise QueryError(f"Spark cannot run this query: {first} (nothing charged)") from None
+            raise _refusal(exc) from None
         if len(self._frames) >= 64:
             self._frames.clear()
         self._frames[spark_text] = df
@@ -296,6 +300,12 @@ def ship_public(spark: Any, duck: DuckBackend, meta: TableMeta, view: str) -> An
     df.createOrReplaceTempView(view)
     return df
 
+
+
+def _refusal(exc: Exception) -> QueryError:
+    """What Spark said when it could not run a statement before the charge."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return QueryError(f"Spark cannot run this query: {first} (nothing charged)")
 
 
 def _integral(v: Any) -> Any:
