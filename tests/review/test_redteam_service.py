@@ -1,0 +1,98 @@
+"""Red-team pass over the service (FINDINGS.md, section F): one analyst must not be able to
+hold the threads every analyst's requests share, and a request answered 504 before it started
+must never charge afterwards."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("fastapi")
+
+from dpkit.server.auth import Identity  # noqa: E402
+from dpkit.server.pool import Pool  # noqa: E402
+from dpkit.server.problems import Problem  # noqa: E402
+
+import dpkit as dp  # noqa: E402
+
+
+
+@dataclass
+class Served:
+    path: Path
+    alice: str
+    bob: str
+
+
+def make_project(folder: Path) -> Served:
+    path = folder / "p.dpkit"
+    with dp.Curator.create(path, epsilon=3.0, source=dp.noise.seeded(7)) as cur:
+        cur.add_table("t", pd.DataFrame({"x": [1.0, 2.0, 3.0]}), bounds={"x": (0, 5)})
+        return Served(path, cur.add_analyst("alice", epsilon=1.0), cur.add_analyst("bob"))
+
+
+ALICE = Identity("alice", "analyst", "k-alice")
+BOB = Identity("bob", "analyst", "k-bob")
+
+
+def _status(pool: Pool, who: Identity, token: str, call: Any, out: list[Any]) -> None:
+    try:
+        pool.run(who, token, call)
+        out.append(200)
+    except Problem as exc:
+        out.append(exc.status)
+
+
+def test_one_analyst_cannot_starve_another(tmp_path: Path) -> None:
+    """F1: alice sends 24 slow requests at once (the rate limiter allows bursts of 60); they
+    run one at a time on her curator. Before the fix they held all 16 threads, so bob's
+    trivial request waited behind them and was answered 504; now alice's excess gets 429 at
+    once and bob is answered."""
+    p = make_project(tmp_path)
+    pool = Pool(p.path, timeout=2.0)
+    try:
+        statuses: list[Any] = []
+        threads = [threading.Thread(target=_status, args=(
+            pool, ALICE, p.alice, lambda cur: time.sleep(0.25), statuses)) for _ in range(24)]
+        for t in threads:
+            t.start()
+        time.sleep(0.1)  # alice's requests are in
+        started = time.perf_counter()
+        spent = pool.run(BOB, p.bob, lambda cur: cur.budget().spent)
+        assert spent == 0.0 and time.perf_counter() - started < 1.0
+        for t in threads:
+            t.join()
+        assert 429 in statuses and 504 not in statuses
+        assert statuses.count(200) >= pool.per_caller
+    finally:
+        pool.close()
+
+
+def test_a_504_before_the_call_started_never_charges(tmp_path: Path) -> None:
+    """A request that timed out while waiting for a thread is cancelled: it must not run (and
+    charge) after the analyst was told 504."""
+    p = make_project(tmp_path)
+    pool = Pool(p.path, timeout=5.0, threads=1)
+    try:
+        gate = threading.Event()
+        first: list[Any] = []
+        blocker = threading.Thread(target=_status, args=(
+            pool, ALICE, p.alice, lambda cur: gate.wait(5), first))
+        blocker.start()
+        time.sleep(0.1)
+        with pytest.raises(Problem) as info:
+            pool.run(BOB, p.bob, lambda cur: cur.sql("SELECT COUNT(*) FROM t", epsilon=0.1),
+                     timeout=0.2)
+        assert info.value.status == 504
+        gate.set()
+        blocker.join()
+        time.sleep(0.2)  # a call left in the queue would run now
+        assert pool.run(BOB, p.bob, lambda cur: cur.budget().spent) == 0.0
+    finally:
+        pool.close()
