@@ -15,12 +15,10 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from dpkit.server.auth import Identity  # noqa: E402
-from dpkit.server.pool import Pool  # noqa: E402
-from dpkit.server.problems import Problem  # noqa: E402
-
-import dpkit as dp  # noqa: E402
-
+import dpkit as dp
+from dpkit.server.auth import Identity
+from dpkit.server.pool import Pool
+from dpkit.server.problems import Problem
 
 
 @dataclass
