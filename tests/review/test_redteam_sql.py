@@ -1,0 +1,88 @@
+"""Red-team pass over the SQL front end (FINDINGS.md, section F): constructs the fuzzer's
+grammar does not write, asked by hand on neighbouring datasets D and D' (D plus one unit).
+
+Each test asserts that everything but the noisy values is the same on D and D' (outcome kind,
+exception text, columns, charge), and, where the construct is refused, that it is refused
+before any row is read (nothing charged)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import dpkit as dp
+
+Outcome = dict[str, Any]
+ZOE = "'zoe'"
+TEN_ZOES = "'" + "zoe" * 10 + "'"
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
+    """D: 200 people named p0..p199; D' adds one named 'zoe' (one pair for the module: the
+    refusals spend nothing)."""
+    tmp_path = tmp_path_factory.mktemp("redteam_sql")
+    d = pd.DataFrame({"uid": range(200), "name": [f"p{i}" for i in range(200)],
+                      "x": [float(i % 7) for i in range(200)]})
+    d1 = pd.concat([d, pd.DataFrame({"uid": [200], "name": ["zoe"], "x": [3.0]})])
+    made = []
+    for i, frame in enumerate((d, d1)):
+        cur = dp.Curator.create(tmp_path / f"p{i}", source=dp.noise.seeded(1),
+                                budget=dp.Budget(epsilon=100, delta=1e-4))
+        cur.add_table("t", frame, privacy_unit="uid", max_rows_per_unit=1,
+                      bounds={"x": (0, 10)})
+        made.append(cur)
+    return made[0], made[1]
+
+
+def _outcome(cur: Any, ask: Callable[[Any], Any]) -> Outcome:
+    before = cur.budget().spent
+    try:
+        res = ask(cur)
+    except Exception as exc:  # every exception is an outcome to compare
+        out: Outcome = {"kind": type(exc).__name__,
+                        "text": str(exc).replace(os.fspath(cur.path), "<project>")}
+    else:
+        out = {"kind": "answer", "columns": list(res.columns)}
+    out["epsilon"] = round(cur.budget().spent - before, 9)
+    return out
+
+
+def _same(pair: tuple[Any, Any], query: str) -> Outcome:
+    a, b = (_outcome(cur, lambda c: c.sql(query, epsilon=0.5)) for cur in pair)
+    assert a == b, f"D and D' differ:\n  D : {a}\n  D': {b}"
+    return a
+
+
+def _nested_replace(depth: int, pattern: str = ZOE, by: str = TEN_ZOES) -> str:
+    expr = "name"
+    for _ in range(depth):
+        expr = f"replace({expr}, {pattern}, {by})"
+    return expr
+
+
+@pytest.mark.parametrize("where", [
+    f"length({_nested_replace(3)}) > 0",                     # F2: time and memory x10^depth
+    f"{_nested_replace(1)} = 'x'",
+    f"replace(name, name, {TEN_ZOES}) = ''",                 # a pattern from the row
+    "replace(name, '', 'abc') = ''",
+    f"CASE WHEN x > 1 THEN {_nested_replace(2)} ELSE 'a' END = 'b'",
+])
+def test_a_lengthening_replace_is_refused_before_rows_are_read(pair: tuple[Any, Any],
+                                                               where: str) -> None:
+    """F2: nested REPLACEs that lengthen the text turn one row's 'zoe' into 3*10^8 characters
+    (depth 8): 16 ms on D, 2.7 s on D' for the same answer. Now refused, nothing charged."""
+    out = _same(pair, f"SELECT COUNT(*) FROM t WHERE {where}")
+    assert out["kind"] == "QueryError" and "REPLACE" in out["text"], out
+    assert out["epsilon"] == 0
+
+
+def test_a_replace_that_keeps_or_shrinks_the_text_is_answered(pair: tuple[Any, Any]) -> None:
+    upper = _nested_replace(4, ZOE, "'ZOE'")
+    for where in (f"{upper} = 'p1'",
+                  "replace(name, 'p1', '') = ''"):
+        assert _same(pair, f"SELECT COUNT(*) FROM t WHERE {where}")["kind"] == "answer"
