@@ -94,3 +94,24 @@ def test_a_504_before_the_call_started_never_charges(tmp_path: Path) -> None:
         assert pool.run(BOB, p.bob, lambda cur: cur.budget().spent) == 0.0
     finally:
         pool.close()
+
+
+def test_the_console_is_served_under_its_content_security_policy(tmp_path: Path) -> None:
+    """F3: docs/service.md says the console runs under ``default-src 'self'``; the service
+    did not send that header (only the browser test did), nor one refusing to be framed (the
+    owner's revoke and cap buttons could be clickjacked). The API sends no CORS header: a page
+    of another origin cannot read an answer even with a token."""
+    from fastapi.testclient import TestClient
+
+    from dpkit.server.app import create_app
+
+    p = make_project(tmp_path)
+    client = TestClient(create_app(p.path))
+    page = client.get("/")
+    csp = page.headers.get("content-security-policy", "")
+    assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp
+    assert page.headers.get("x-content-type-options") == "nosniff"
+    me = client.get("/v1/me", headers={"Origin": "https://elsewhere.example",
+                                       "Authorization": f"Bearer {p.alice}"})
+    assert me.status_code == 200 and "access-control-allow-origin" not in me.headers
+    client.app.state.service.close()
