@@ -86,3 +86,16 @@ def test_a_replace_that_keeps_or_shrinks_the_text_is_answered(pair: tuple[Any, A
     for where in (f"{upper} = 'p1'",
                   "replace(name, 'p1', '') = ''"):
         assert _same(pair, f"SELECT COUNT(*) FROM t WHERE {where}")["kind"] == "answer"
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT COUNT(*) FROM t LIMIT 1e400",
+    "SELECT COUNT(*) FROM t LIMIT 1 OFFSET 1e400",
+    "SELECT VAR(x * 1e200) FROM t",
+    "SELECT STDDEV(x * 1e200) FROM t",
+])
+def test_huge_numbers_are_refused_not_internal_errors(pair: tuple[Any, Any], query: str) -> None:
+    """Found by hand: these raised OverflowError (an internal error, the same on D and D',
+    before the charge); now a refusal that says what to write."""
+    out = _same(pair, query)
+    assert out["kind"] in ("QueryError", "PlanError") and out["epsilon"] == 0, out
