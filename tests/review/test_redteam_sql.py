@@ -99,3 +99,36 @@ def test_huge_numbers_are_refused_not_internal_errors(pair: tuple[Any, Any], que
     before the charge); now a refusal that says what to write."""
     out = _same(pair, query)
     assert out["kind"] in ("QueryError", "PlanError") and out["epsilon"] == 0, out
+
+
+@pytest.fixture(scope="module")
+def fit_project(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    n = 60
+    cur = dp.Curator.create(tmp_path_factory.mktemp("redteam_fit") / "p",
+                            source=dp.noise.seeded(1), budget=dp.Budget(epsilon=100, delta=1e-4))
+    cur.add_table("t", pd.DataFrame({"uid": range(n), "x": [i / n for i in range(n)],
+                                     "y": [i % 2 for i in range(n)]}),
+                  privacy_unit="uid", max_rows_per_unit=1, bounds={"x": (0, 1)},
+                  domains={"y": [0, 1]})
+    return cur
+
+
+@pytest.mark.parametrize("query", [
+    "WITH q AS (SELECT 1) SELECT x, y FROM t",
+    "SELECT x, y FROM t USING SAMPLE 10",
+    "SELECT x, y FROM t TABLESAMPLE 10%",
+    "SELECT x, y FROM t WINDOW w AS (ORDER BY x)",
+    "SELECT x, y FROM t PIVOT (COUNT(*) FOR y IN (1))",
+    "SELECT x, y FROM dpdata.priv.t",
+    "SELECT t2.x, y FROM t",
+])
+def test_fit_refuses_the_clauses_it_would_ignore(fit_project: Any, query: str) -> None:
+    """Found by hand: ``fit``'s own SELECT reader ignored these clauses and trained on every
+    row, charged (a 10% sample asked, the whole table used). No row leaked (the statement is
+    rebuilt from the declarations), but bad input must be refused before the charge."""
+    from dpkit.learn.linear import LogisticRegression
+
+    before = fit_project.budget().spent
+    with pytest.raises(dp.engine.QueryError):
+        fit_project.fit(LogisticRegression(), query, label="y", epsilon=0.5)
+    assert fit_project.budget().spent == before
