@@ -132,3 +132,15 @@ def test_fit_refuses_the_clauses_it_would_ignore(fit_project: Any, query: str) -
     with pytest.raises(dp.engine.QueryError):
         fit_project.fit(LogisticRegression(), query, label="y", epsilon=0.5)
     assert fit_project.budget().spent == before
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT COUNT(*) FROM t PIVOT (COUNT(*) FOR name IN ('p1'))",
+    "SELECT COUNT(*) FROM t UNPIVOT (v FOR c IN (x))",
+    "SELECT DP_CDF(x) FROM t PIVOT (COUNT(*) FOR name IN ('p1'))",
+])
+def test_pivot_is_refused_not_ignored(pair: tuple[Any, Any], query: str) -> None:
+    """Found by hand: PIVOT/UNPIVOT after the table was ignored (the aggregate ran over the
+    plain table, charged); now refused before the charge, as the SELECT-level PIVOT was."""
+    out = _same(pair, query)
+    assert out["kind"] == "QueryError" and out["epsilon"] == 0, out

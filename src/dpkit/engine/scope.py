@@ -100,6 +100,8 @@ def table_name(node: exp.Expression, catalog: Mapping[str, TableMeta]) -> tuple[
         raise QueryError(f"write the table name without a schema (got {node.sql()})")
     if node.args.get("sample"):
         raise QueryError("sampling (TABLESAMPLE) is not allowed; ask for the whole-table aggregate")
+    if node.args.get("pivots"):  # it was ignored: the aggregate ran over the plain table
+        raise QueryError("PIVOT/UNPIVOT is not allowed; use GROUP BY over the table")
     name = node.name
     meta = catalog.get(name)
     if meta is None:

@@ -203,10 +203,7 @@ def _select_columns(query: str, ctx: Context) -> tuple[TableMeta, list[str], str
     if extra or frm is None or not isinstance(frm.this, exp.Table):
         raise QueryError("fit reads one SELECT of plain columns from one private table: "
                          f"SELECT a, b FROM t [WHERE ...] (this one has {extra or 'no table'})")
-    # a schema, a table function, TABLESAMPLE, PIVOT: refused as in SQL queries
-    table_name(frm.this, ctx.tables())
-    if frm.this.args.get("pivots"):
-        raise QueryError("PIVOT is not allowed; fit reads SELECT a, b FROM t [WHERE ...]")
+    table_name(frm.this, ctx.tables())  # a schema, TABLESAMPLE, PIVOT: refused as in sql()
     meta = table_meta(ctx, frm.this.name)
     alias = frm.this.alias or None
     names: list[str] = []

@@ -151,6 +151,7 @@ def _source(ctx: Context, stmt: exp.Select) -> tuple[str, str | None, str | None
     tbl = frm.this if frm is not None else None
     if not isinstance(tbl, exp.Table) or not isinstance(tbl.this, exp.Identifier) or (
         tbl.args.get("db") or tbl.args.get("catalog") or tbl.args.get("sample")
+        or tbl.args.get("pivots")  # PIVOT was ignored: the release read the plain table
     ):
         raise QueryError(
             "FROM must name one registered table, e.g. SELECT DP_CDF(age) FROM visits")
