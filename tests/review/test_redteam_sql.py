@@ -138,8 +138,11 @@ def test_fit_refuses_the_clauses_it_would_ignore(fit_project: Any, query: str) -
     "SELECT COUNT(*) FROM t PIVOT (COUNT(*) FOR name IN ('p1'))",
     "SELECT COUNT(*) FROM t UNPIVOT (v FOR c IN (x))",
     "SELECT DP_CDF(x) FROM t PIVOT (COUNT(*) FOR name IN ('p1'))",
+    "SELECT COUNT(*) FROM t AT (VERSION => 1)",
+    "SELECT COUNT(*) FROM ONLY t",
+    "SELECT DP_CDF(x) FROM t AT (VERSION => 1)",
 ])
-def test_pivot_is_refused_not_ignored(pair: tuple[Any, Any], query: str) -> None:
+def test_clauses_after_the_table_are_refused_not_ignored(pair: tuple[Any, Any], query: str) -> None:
     """Found by hand: PIVOT/UNPIVOT after the table was ignored (the aggregate ran over the
     plain table, charged); now refused before the charge, as the SELECT-level PIVOT was."""
     out = _same(pair, query)
