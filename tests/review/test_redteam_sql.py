@@ -147,3 +147,28 @@ def test_clauses_after_the_table_are_refused_not_ignored(pair: tuple[Any, Any], 
     plain table, charged); now refused before the charge, as the SELECT-level PIVOT was."""
     out = _same(pair, query)
     assert out["kind"] == "QueryError" and out["epsilon"] == 0, out
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT COUNT(*) FROM read_csv('/etc/passwd')",
+    "SELECT COUNT(*) FROM '/etc/passwd'",
+    "SELECT COUNT(*) FROM t JOIN read_csv('/etc/passwd') r ON t.name = r.column0",
+    "SELECT COUNT(*) FROM t WHERE name IN (SELECT column0 FROM read_csv('/etc/passwd'))",
+    "SELECT COUNT(*) FROM t WHERE x > (SELECT MAX(x) FROM t)",
+    "SELECT COUNT(*), (SELECT MAX(x) FROM t) FROM t",
+    "SELECT COUNT(*) FROM dpdata.priv.t",
+    "SELECT COUNT(*) FROM duckdb_tables()",
+    "SELECT COUNT(*) FROM t WHERE current_setting('threads') = '1'",
+    "SELECT COUNT(*) FROM t WHERE getvariable('v') = 1",
+    "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT COUNT(*) FROM t",
+    "SELECT COUNT(*) FROM t QUALIFY row_number() OVER () = 1",
+    "COPY t TO '/tmp/t.csv'",
+    "ATTACH '/tmp/x.duckdb' AS x",
+    "SELECT COUNT(*) FROM t WHERE CASE WHEN x > 8 THEN error('big') ELSE true END",
+])
+def test_files_catalogs_and_subqueries_are_refused_before_rows(pair: tuple[Any, Any],
+                                                               query: str) -> None:
+    """Safe today (pinned: a regression here would read files or rows): refused with the same
+    text on D and D', nothing charged."""
+    out = _same(pair, query)
+    assert out["kind"] == "QueryError" and out["epsilon"] == 0, out
