@@ -115,3 +115,35 @@ def test_the_console_is_served_under_its_content_security_policy(tmp_path: Path)
                                        "Authorization": f"Bearer {p.alice}"})
     assert me.status_code == 200 and "access-control-allow-origin" not in me.headers
     client.app.state.service.close()
+
+
+def test_an_expired_analyst_is_refused_through_oidc_too(tmp_path: Path) -> None:
+    """F6: ``expires_days`` ends an analyst's access (401 "expired" for its token), but a
+    JWT naming the same analyst was still accepted after the end: the OIDC path checked only
+    that the analyst was not revoked."""
+    import time
+
+    jwt = pytest.importorskip("jwt")
+    rsa = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.rsa")
+    from cryptography.hazmat.primitives import serialization
+    from fastapi.testclient import TestClient
+
+    from dpkit.server.app import create_app
+    from dpkit.server.config import OidcConfig
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = tmp_path / "idp.pem"
+    pem.write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    p = make_project(tmp_path)
+    with dp.Curator.open(p.path) as cur:
+        cur.add_analyst("temp", expires_days=2e-6)  # 0.17 s
+    client = TestClient(create_app(p.path, oidc=OidcConfig(
+        public_key=str(pem), audience="dpkit", issuer="https://idp.test", claim="email")))
+    body = {"email": "temp", "aud": "dpkit", "iss": "https://idp.test",
+            "exp": int(time.time()) + 300}
+    auth = {"Authorization": "Bearer " + jwt.encode(body, key, algorithm="RS256")}
+    time.sleep(0.3)
+    got = client.get("/v1/me", headers=auth)
+    assert got.status_code == 401 and "expired" in got.json()["detail"], got.text
+    client.app.state.service.close()
