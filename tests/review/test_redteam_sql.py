@@ -93,10 +93,12 @@ def test_a_replace_that_keeps_or_shrinks_the_text_is_answered(pair: tuple[Any, A
     "SELECT COUNT(*) FROM t LIMIT 1 OFFSET 1e400",
     "SELECT VAR(x * 1e200) FROM t",
     "SELECT STDDEV(x * 1e200) FROM t",
+    "SELECT COUNT(*) FROM t LIMIT 10 PERCENT",         # answered as LIMIT 10 before
+    "SELECT TOP 1 WITH TIES COUNT(*) AS c FROM t ORDER BY c",
 ])
-def test_huge_numbers_are_refused_not_internal_errors(pair: tuple[Any, Any], query: str) -> None:
+def test_huge_or_partial_numbers_are_refused(pair: tuple[Any, Any], query: str) -> None:
     """Found by hand: these raised OverflowError (an internal error, the same on D and D',
-    before the charge); now a refusal that says what to write."""
+    before the charge), or dropped PERCENT / WITH TIES; now a refusal that says what to write."""
     out = _same(pair, query)
     assert out["kind"] in ("QueryError", "PlanError") and out["epsilon"] == 0, out
 

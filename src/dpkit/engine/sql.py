@@ -405,6 +405,11 @@ def _int_clause(stmt: exp.Select, key: str) -> int | None:
     node = stmt.args.get(key)
     if node is None:
         return None
+    opts = node.args.get("limit_options")
+    if opts is not None and (opts.args.get("percent") or opts.args.get("with_ties")):
+        # both were dropped: LIMIT 10 PERCENT answered as LIMIT 10
+        raise QueryError(f"{key.upper()} ... PERCENT / WITH TIES is not supported; give a number "
+                         f"of rows")
     value = node.args.get("expression") or node.this
     if not isinstance(value, exp.Literal) or value.is_string:
         raise QueryError(f"{key.upper()} takes a whole number")
