@@ -174,3 +174,11 @@ def test_files_catalogs_and_subqueries_are_refused_before_rows(pair: tuple[Any, 
     text on D and D', nothing charged."""
     out = _same(pair, query)
     assert out["kind"] == "QueryError" and out["epsilon"] == 0, out
+
+
+def test_bounds_past_a_float_are_refused_with_the_fix(pair: tuple[Any, Any]) -> None:
+    """Found by hand: query bounds of 10**400 raised OverflowError (internal, before the
+    charge); now the ValueError every non-finite bound gets."""
+    for cur in pair:
+        with pytest.raises(ValueError, match="finite numbers"):
+            cur.sql("SELECT SUM(x) FROM t", epsilon=0.5, bounds={"x": (0, 10**400)})
