@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -182,3 +184,18 @@ def test_bounds_past_a_float_are_refused_with_the_fix(pair: tuple[Any, Any]) -> 
     for cur in pair:
         with pytest.raises(ValueError, match="finite numbers"):
             cur.sql("SELECT SUM(x) FROM t", epsilon=0.5, bounds={"x": (0, 10**400)})
+
+
+def test_an_xlsx_answer_never_holds_a_formula(tmp_path: Path) -> None:
+    """Found by hand: openpyxl stored a text starting with '=' as a formula, so a released key
+    (keys come from the data: '=HYPERLINK(...)') ran in the analyst's spreadsheet."""
+    openpyxl = pytest.importorskip("openpyxl")
+    from dpkit.engine.output import write_columns
+
+    target = tmp_path / "a.xlsx"
+    write_columns({"k": np.array(["=1+1", "b"], dtype=object), "n": np.array([3, 4])}, target,
+                  about={"query": "=2+2"})
+    book = openpyxl.load_workbook(target)
+    cells = [c for ws in book.worksheets for row in ws.iter_rows() for c in row]
+    assert not [c.coordinate for c in cells if c.data_type == "f"]
+    assert book["result"]["A2"].value == "=1+1"
