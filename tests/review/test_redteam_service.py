@@ -4,6 +4,7 @@ must never charge afterwards."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -146,4 +147,36 @@ def test_an_expired_analyst_is_refused_through_oidc_too(tmp_path: Path) -> None:
     time.sleep(0.3)
     got = client.get("/v1/me", headers=auth)
     assert got.status_code == 401 and "expired" in got.json()["detail"], got.text
+    client.app.state.service.close()
+
+
+def test_a_charge_whose_head_file_cannot_be_written_says_it_was_charged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """F8: the charge is committed, then writing ``ledger.head`` fails (a full disk, a
+    read-only head file). Nothing is released (good), but the raw OSError reached the
+    analyst, and the service turned it into 503 "nothing was charged by this request" while
+    the charge stood. Now the fixed after-charge refusal names the ledger entry."""
+    from fastapi.testclient import TestClient
+
+    from dpkit.server.app import create_app
+
+    p = make_project(tmp_path)
+    client = TestClient(create_app(p.path))
+    auth = {"Authorization": f"Bearer {p.bob}"}
+    replace = os.replace
+
+    def full_disk(src: Any, dst: Any) -> None:
+        if str(dst).endswith("ledger.head"):
+            raise OSError(28, "No space left on device")
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    got = client.post("/v1/query", json={"sql": "SELECT COUNT(*) FROM t", "epsilon": 0.5},
+                      headers=auth)
+    monkeypatch.undo()
+    spent = client.get("/v1/budget", headers=auth).json()["spent_epsilon"]
+    assert spent == pytest.approx(0.5)
+    assert got.status_code == 409 and "charged" in got.json()["detail"]
+    assert "nothing was charged" not in got.json()["detail"]
+    assert "ledger entry #" in got.json()["detail"]
     client.app.state.service.close()

@@ -25,6 +25,7 @@ from dpkit import events as ev
 from dpkit import noise as _noise
 
 __all__ = ["ACCOUNTANTS", "COLUMNS", "FORMAT", "GENESIS_PREV", "SCHEMA", "Entry", "HeadFile",
+           "HeadNotWritten",
            "LedgerConfig", "LedgerError", "LedgerTampered", "Spend", "canonical_json",
            "config_from_genesis", "connect", "constant_work_setting", "finite", "head_path",
            "key_path", "match_head", "new_key", "noise_record", "now_iso", "read_key",
@@ -38,6 +39,17 @@ ACCOUNTANTS: tuple[str, ...] = ("pure", "approx", "zcdp", "rdp", "pld")
 
 class LedgerError(RuntimeError):
     """The ledger cannot be used (missing, wrong format, locked for too long)."""
+
+
+class HeadNotWritten(LedgerError):  # noqa: N818 - reads as a sentence
+    """A row was committed, then its head file could not be written (a full disk, a
+    read-only file): the row stands (a charge stays spent), and nothing may be released on it
+    until the head is written again."""
+
+    def __init__(self, seq: int, reason: str) -> None:
+        self.seq = seq
+        super().__init__(f"ledger row #{seq} was committed but its head file could not be "
+                         f"written ({reason})")
 
 
 class LedgerTampered(LedgerError):  # noqa: N818 - reads as a sentence: "ledger tampered"
@@ -272,8 +284,11 @@ class HeadFile:
         if old_seq is not None and old_seq >= seq:
             return
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps({"seq": seq, "hash": digest, "mac": self.mac(seq, digest)}))
-        os.replace(tmp, self.path)
+        try:
+            tmp.write_text(json.dumps({"seq": seq, "hash": digest, "mac": self.mac(seq, digest)}))
+            os.replace(tmp, self.path)
+        except OSError as exc:  # after the row's commit: the caller must not say "not charged"
+            raise HeadNotWritten(seq, str(exc)) from exc
         with contextlib.suppress(OSError):
             st = os.stat(self.path)
             self._written = ((st.st_ino, st.st_mtime_ns, st.st_size), seq)
