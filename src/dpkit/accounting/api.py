@@ -9,7 +9,9 @@ method        what it does                                                     s
 ``basic``     (Σε, Σδ); Gaussian/zCDP steps share the leftover δ equally       all kinds
 ``advanced``  Dwork-Rothblum-Vadhan, min with basic                            pure/(ε,δ) steps
 ``kov``       optimal k-fold composition (Kairouz-Oh-Viswanath)                pure/(ε,δ) steps
-``zcdp``      ρ adds up; Canonne-Kamath-Steinke conversion                     no δ > 0 steps
+``zcdp``      ρ adds up; Canonne-Kamath-Steinke conversion                     ``ApproxDP(0, δ)``
+              (approximate zCDP: the δ of ``ApproxDP(0, δ)`` steps is paid     as its only
+              first, the conversion runs at the δ left)                        δ > 0 steps
 ``rdp``       RDP curves add up; Balle et al. 2020 conversion                  no δ > 0 steps
 ``pld``       privacy-loss distributions (``dpkit.accounting.pld``), upper     pld.supports
 ``gdp``       μ-GDP, exact for compositions of Gaussians (Dong-Roth-Su)        Gaussians only
@@ -180,8 +182,11 @@ def _raw_epsilon(method: str, norm: ev.Event, delta: float) -> tuple[float, str]
         }.get(method) or _kov_note(norm)
         return value, note
     if method == "zcdp":
-        rho = _zcdp.rho(norm)
-        return _zcdp.rho_to_epsilon(rho, delta), f"ρ = {rho:.6g}; Canonne-Kamath-Steinke"
+        rho, d_a = _zcdp.rho_delta(norm)
+        note = f"ρ = {rho:.6g}; Canonne-Kamath-Steinke"
+        if d_a:
+            note += f" at δ − {d_a:.3g} (the δ of its approximate-zCDP steps)"
+        return _zcdp.epsilon(norm, delta), note
     if method == "rdp":
         curve = _rdp.rdp(norm)
         value, order = _rdp.epsilon_from_rdp(_rdp.ORDERS, curve, delta)

@@ -1,0 +1,58 @@
+"""Approximate zCDP: ``ApproxDP(0, δ)`` steps (a constant-work project's timing term) carried
+beside ρ, their δ paid before the conversion; the budget keeps a fixed share of δ for them.
+
+The reported ε must stay a true upper bound: never below the plain conversion at δ − Σδ_t,
+and never below the exact optimum of the same pure steps at δ − Σδ_t (Kairouz-Oh-Viswanath, the
+approx accountant's ``kov`` method), which any sound bound of the values alone is above.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dpkit import events as ev
+from dpkit.accounting import Budget, BudgetExceeded, UnsupportedEvent, api, zcdp
+
+DELTA, DT, N = 1e-6, 1e-12, 40
+STEP = ev.PureDP(0.1)
+
+
+def test_the_timing_delta_is_paid_before_the_conversion() -> None:
+    values = ev.SelfComposed(STEP, N)
+    both = ev.Composed((values, ev.SelfComposed(ev.ApproxDP(0.0, DT), N)))
+    rho, d_a = zcdp.rho_delta(both)
+    assert rho == zcdp.rho(values) and d_a == pytest.approx(N * DT, rel=1e-12) and d_a >= N * DT
+    eps = zcdp.epsilon(both, DELTA)
+    assert eps >= zcdp.rho_to_epsilon(rho, DELTA - N * DT)  # the plain conversion
+    assert eps >= zcdp.epsilon(values, DELTA)  # a timing term never makes it cheaper
+    assert eps >= api.epsilon(values, DELTA - N * DT, method="kov")  # the optimum, at δ − Σδ_t
+    assert zcdp.epsilon(both, N * DT) == float("inf")  # nothing left to convert at
+    assert zcdp.delta(both, eps) == pytest.approx(zcdp.delta(values, eps) + N * DT, rel=1e-9)
+    assert api.epsilon(both, DELTA, method="zcdp") == eps
+    with pytest.raises(UnsupportedEvent, match="δ part"):
+        zcdp.rho(both)  # plain zCDP still refuses it
+    with pytest.raises(UnsupportedEvent):
+        zcdp.rho_delta(ev.ApproxDP(0.5, 1e-9))  # (ε, δ) with ε > 0: no rule
+
+
+def test_a_zcdp_budget_pays_timing_from_its_reserve() -> None:
+    reserve = 10 * DT
+    charge = ev.Composed((STEP, ev.ApproxDP(0.0, DT)))
+    b = Budget(epsilon=3.0, delta=DELTA, accountant="zcdp", approx_delta=reserve)
+    for _ in range(10):
+        b.charge(charge)
+    plain = zcdp.rho_to_epsilon(b.spent.rho or 0.0, DELTA - 10 * DT)
+    assert b.spent.epsilon >= plain
+    assert b.spent.epsilon >= api.epsilon(ev.SelfComposed(STEP, 10), DELTA - reserve,
+                                          method="kov")
+    with pytest.raises(BudgetExceeded, match=r"approx_delta=1e-11.*used up"):
+        b.charge(charge)  # ρ would fit; the reserve does not
+    b.charge(STEP)  # a step without a timing term still fits
+    again = Budget.from_dict(b.to_dict())
+    assert again.approx_delta == reserve and again.spent == b.spent
+    with pytest.raises(UnsupportedEvent, match="approx_delta"):
+        Budget(epsilon=3.0, delta=DELTA, accountant="zcdp").charge(charge)
+    with pytest.raises(ValueError, match="only applies to accountant='zcdp'"):
+        Budget(epsilon=3.0, delta=DELTA, accountant="approx", approx_delta=reserve)
+    with pytest.raises(ValueError, match="below delta"):
+        Budget(epsilon=3.0, delta=DELTA, accountant="zcdp", approx_delta=DELTA)
