@@ -102,3 +102,27 @@ def test_the_command_line_sets_it(tmp_path: Path) -> None:
     init_project(tmp_path / "c.dpkit", epsilon=3.0, delta=1e-6, constant_work=True)
     with dp.Curator.open(tmp_path / "c.dpkit") as cur:
         assert cur.ledger.config.constant_work is not None
+
+
+@pytest.mark.slow  # ~5 s with torch's import; the samplers' own word tests run in CI
+def test_the_work_of_a_dp_sgd_fit_does_not_follow_the_data(tmp_path: Path) -> None:
+    """DP-SGD through the curator (the noisy row count, Poisson masks over the units, float
+    Gaussian noise per step): D and D with one unit's rows moved to the far end of the bound
+    (the same row count) consume the same words on a constant-work project."""
+    pytest.importorskip("torch")
+    from dpkit.learn import MLPClassifier
+
+    rows = _rows([])
+    far = rows.copy()
+    far.loc[far["uid"] == 3, "x"] = 10.0
+    words = []
+    for i, frame in enumerate((rows, far)):
+        cur = _project(tmp_path / f"fit{i}.dpkit", frame, True)
+        src = cur._source
+        assert isinstance(src, noise.ConstantWork)
+        before = src.words
+        cur.fit(MLPClassifier((), epochs=1, sample_rate=0.2, max_grad_norm=1.0),
+                "SELECT x FROM t", label="k", epsilon=1.0)
+        words.append(src.words - before)
+        cur.close()
+    assert words[0] == words[1] > 0
