@@ -12,7 +12,7 @@ median time per call of each mode, the ratio of medians and the spread of the pe
 exponent per request (a curator at ε = 3 with its default timing δ uses 46). The last cases
 time whole curator queries (20,000 rows, 20 groups; :data:`QUERIES`) on a project with
 ``constant_work=True`` against one without, both at ε = 3, δ = 1e-6 (``--only curator``:
-those alone, what making constant work the default would cost; 46 bits, 53 for zcdp).
+those alone, what making constant work the default would cost; 46 bits, 52 for zcdp).
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ QUERIES: tuple[tuple[str, str, str], ...] = (
 
 def _curator_cases(tmp: str) -> list[Case]:
     """Each query on two projects over the same 20,000 rows, one with constant_work=True, at
-    ε = 3, δ = 1e-6 (approx: 46 bits; zcdp: 53 bits, its δ_t from a δ/100 reserve)."""
+    ε = 3, δ = 1e-6 (approx: 46 bits; zcdp: 52 bits, its δ_t from a δ/100 reserve)."""
     import pandas as pd
 
     rows = pd.DataFrame({"uid": range(20_000), "k": [f"g{i % 20}" for i in range(20_000)],
