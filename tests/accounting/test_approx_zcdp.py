@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from dpkit import events as ev
-from dpkit.accounting import Budget, BudgetExceeded, UnsupportedEvent, api, zcdp
+from dpkit.accounting import Budget, BudgetExceeded, UnsupportedEvent, api, rdp, zcdp
 
 DELTA, DT, N = 1e-6, 1e-12, 40
 STEP = ev.PureDP(0.1)
@@ -56,3 +56,23 @@ def test_a_zcdp_budget_pays_timing_from_its_reserve() -> None:
         Budget(epsilon=3.0, delta=DELTA, accountant="approx", approx_delta=reserve)
     with pytest.raises(ValueError, match="below delta"):
         Budget(epsilon=3.0, delta=DELTA, accountant="zcdp", approx_delta=DELTA)
+
+
+def test_approximate_rdp_pays_the_timing_delta_the_same_way() -> None:
+    values = ev.SelfComposed(STEP, N)
+    both = ev.Composed((values, ev.SelfComposed(ev.ApproxDP(0.0, DT), N)))
+    curve, d_a = rdp.rdp_delta(both)
+    assert d_a >= N * DT and list(curve) == list(rdp.rdp(values))
+    eps = rdp.epsilon(both, DELTA)
+    assert eps >= rdp.epsilon(values, DELTA - N * DT) >= rdp.epsilon(values, DELTA)
+    assert eps >= api.epsilon(values, DELTA - N * DT, method="kov")
+    assert api.epsilon(both, DELTA, method="rdp") == pytest.approx(eps, rel=1e-12)
+    b = Budget(epsilon=3.0, delta=DELTA, accountant="rdp", orders=[8.0], approx_delta=10 * DT)
+    charge = ev.Composed((STEP, ev.ApproxDP(0.0, DT)))
+    for _ in range(10):
+        b.charge(charge)
+    assert b.spent.epsilon >= rdp.epsilon(ev.SelfComposed(STEP, 10), DELTA - 10 * DT,
+                                          orders=[8.0])
+    with pytest.raises(BudgetExceeded, match="approximate-RDP"):
+        b.charge(charge)
+    assert Budget.from_dict(b.to_dict()).spent == b.spent

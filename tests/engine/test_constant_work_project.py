@@ -45,7 +45,7 @@ def _words(cur: dp.Curator) -> int:
     return src.words - before
 
 
-@pytest.mark.parametrize("accountant", ["approx", "pld", "zcdp"])
+@pytest.mark.parametrize("accountant", ["approx", "pld", "zcdp", "rdp"])
 def test_every_release_is_charged_its_timing_delta(tmp_path: Path, accountant: str) -> None:
     cur = _project(tmp_path / "p.dpkit", _rows([]), True, accountant)
     setting = cur.ledger.config.constant_work
@@ -62,11 +62,13 @@ def test_every_release_is_charged_its_timing_delta(tmp_path: Path, accountant: s
     assert dp.accounting.delta(item.event, epsilon=50.0) >= delta_t
     assert preview.cost == pytest.approx(item.epsilon)
     assert res.to_pandas().shape[0] == 2
-    if accountant == "zcdp":  # approximate zCDP: δ/100 kept for the timing terms, ρ beside it
+    if accountant in ("zcdp", "rdp"):  # approximate zCDP / RDP: δ/100 kept for the timing
         spend = cur.ledger.spend()
         assert cur.ledger.config.approx_delta == pytest.approx(1e-8) and delta_t <= 1e-14
-        assert spend.rho_spent and spend.spent >= dp.accounting.zcdp.rho_to_epsilon(
-            spend.rho_spent, 1e-6 - delta_t)
+        values = item.event.events[0]  # the release without its timing term
+        plain = (dp.accounting.zcdp.rho_to_epsilon(spend.rho_spent or 0.0, 1e-6 - delta_t)
+                 if accountant == "zcdp" else dp.accounting.rdp.epsilon(values, 1e-6 - delta_t))
+        assert spend.spent >= plain > 0
     cur.close()
     again = dp.Curator.open(tmp_path / "p.dpkit")  # the setting is the project's
     assert isinstance(again._source, noise.ConstantWork) and again._source.bits == bits
@@ -75,7 +77,7 @@ def test_every_release_is_charged_its_timing_delta(tmp_path: Path, accountant: s
 
 @pytest.mark.parametrize(("kw", "match"), [
     ({"delta": 0.0}, "delta > 0"),
-    ({"delta": 1e-6, "accountant": "rdp"}, "'approx', 'pld' or 'zcdp'"),
+    ({"delta": 1e-6, "accountant": "pure"}, "'approx', 'pld', 'zcdp' or 'rdp'"),
     ({"delta": 1e-6, "epsilon": 100.0}, "smaller total epsilon"),
 ])
 def test_budgets_that_cannot_pay_are_refused(tmp_path: Path, kw: dict, match: str) -> None:

@@ -138,12 +138,13 @@ class Budget:
     Parameters are keyword-only: ``epsilon`` (> 0), ``delta`` in [0, 1), ``accountant`` in
     :data:`ACCOUNTANTS`, ``neighboring`` (``"add_remove"`` default, or ``"replace"``),
     ``orders`` (RDP orders for ``accountant="rdp"``; one order makes it a valid filter).
-    ``approx_delta`` (``accountant="zcdp"`` only, in [0, δ)): the part of δ kept for the δ of
-    ``ApproxDP(0, δ_i)`` steps (approximate zCDP, :mod:`dpkit.accounting.zcdp`; a
-    constant-work project's timing term): charges must keep Σ δ_i <= ``approx_delta`` as well
-    as Σ ρ_i <= ρ, with ρ the largest that converts to (ε, δ − ``approx_delta``). Both are fixed
-    budgets, so the filter stays valid under adaptive use, and the history is (ε, δ)-DP. 0 (the
-    default) refuses such steps.
+    ``approx_delta`` (``accountant="zcdp"`` or ``"rdp"``, in [0, δ)): the part of δ kept for
+    the δ of ``ApproxDP(0, δ_i)`` steps (approximate zCDP / RDP, :mod:`dpkit.accounting.zcdp`;
+    a constant-work project's timing term): charges must keep Σ δ_i <= ``approx_delta`` as
+    well as Σ ρ_i <= ρ, with ρ the largest that converts to (ε, δ − ``approx_delta``) (``rdp``:
+    the curve converts at δ − ``approx_delta``). For ``zcdp`` both are fixed budgets, so the
+    filter stays valid under adaptive use, and the history is (ε, δ)-DP. 0 (the default)
+    refuses such steps.
     See the module docstring for which accountants are valid under adaptive use.
     """
 
@@ -229,17 +230,14 @@ class Budget:
                              f"budget's δ; do not pass delta= to charge()")
         if self.accountant == "zcdp":
             rho, d_a = _zcdp.rho_delta(event, neighboring=self.neighboring)
-            if d_a and not self.approx_delta:
-                raise UnsupportedEvent(
-                    "zcdp", event, f"it has a δ part ({d_a:.3g}, its ApproxDP(0, δ) steps)",
-                    "keep a share of δ for them: Budget(..., accountant='zcdp', "
-                    "approx_delta=...), or use accountant='approx' or 'pld'")
+            self._check_delta_part(event, d_a)
             eps = _zcdp_epsilon(rho, self._conversion_delta)
             return Cost(eps, self.delta if rho or d_a else 0.0, rho), (rho, d_a)
         if self.accountant == "rdp":
-            curve = _rdp.rdp(event, self._orders(), neighboring=self.neighboring)
-            eps = _rdp.epsilon_from_rdp(self._orders(), curve, self.delta)[0]
-            return Cost(eps, self.delta if eps else 0.0), curve
+            curve, d_a = _rdp.rdp_delta(event, self._orders(), neighboring=self.neighboring)
+            self._check_delta_part(event, d_a)
+            eps = _rdp.epsilon_from_rdp(self._orders(), curve, self._conversion_delta)[0]
+            return Cost(eps, self.delta if eps or d_a else 0.0), (curve, d_a)
         # pld: cost of the event alone
         eps = self._pld_cached(0, event)
         return Cost(eps, self.delta if eps else 0.0), None
@@ -297,6 +295,13 @@ class Budget:
     def _rho_total(self) -> float:
         return _exact_float_up(self._rho_sum)
 
+    def _check_delta_part(self, event: ev.Event, d_a: float) -> None:
+        if d_a and not self.approx_delta:
+            raise UnsupportedEvent(
+                self.accountant, event, f"it has a δ part ({d_a:.3g}, its ApproxDP(0, δ) steps)",
+                f"keep a share of δ for them: Budget(..., accountant={self.accountant!r}, "
+                f"approx_delta=...), or use accountant='approx' or 'pld'")
+
     @property
     def _conversion_delta(self) -> float:
         """The δ at which ρ converts: δ less the approximate-zCDP reserve (rounded down)."""
@@ -318,7 +323,8 @@ class Budget:
             return Cost(eps, self.delta if eps else 0.0, rho)
         if self.accountant == "rdp":
             assert self._rdp_total is not None
-            eps = _rdp.epsilon_from_rdp(self._orders(), self._rdp_total, self.delta)[0]
+            eps = _rdp.epsilon_from_rdp(self._orders(), self._rdp_total,
+                                        self._conversion_delta)[0]
         else:
             eps = self._pld_cached(len(self._charges), None)
         eps = self._eps_reported = max(self._eps_reported, eps)
@@ -357,11 +363,12 @@ class Budget:
                 ok, eps_after, missing, detail = self._zcdp_fits(inc, spent)
             elif acc == "rdp":
                 assert self._rdp_total is not None
-                total = _add_up(self._rdp_total, inc)
-                eps_after = max(spent.epsilon,
-                                _rdp.epsilon_from_rdp(self._orders(), total, self.delta)[0])
-                ok = self._fits(eps_after, self.epsilon)
-                missing = Cost(max(0.0, eps_after - self.epsilon), 0.0)
+                total = _add_up(self._rdp_total, inc[0])
+                eps_after = max(spent.epsilon, _rdp.epsilon_from_rdp(
+                    self._orders(), total, self._conversion_delta)[0])
+                ok_d, d_missing, detail = self._approx_fits(inc[1])
+                ok = self._fits(eps_after, self.epsilon) and ok_d
+                missing = Cost(max(0.0, eps_after - self.epsilon), d_missing)
             else:
                 eps_after = max(spent.epsilon, self._pld_cached(len(self._charges), event))
                 ok = self._fits(eps_after, self.epsilon)
@@ -369,7 +376,7 @@ class Budget:
             if not ok or not (math.isfinite(cost.epsilon) and math.isfinite(cost.delta)):
                 raise BudgetExceeded(requested=cost, remaining=remaining, missing=missing,
                                      accountant=acc, event=event,
-                                     detail=detail if acc == "zcdp" else "")
+                                     detail=detail if acc in ("zcdp", "rdp") else "")
             if record:
                 self._record(Charge(event, delta, cost), inc)
                 self._eps_reported = max(self._eps_reported, eps_after)
@@ -382,20 +389,26 @@ class Budget:
         rho_inc, d_inc = inc
         rho_after = (_exact_float_up(self._rho_sum + _exact_units(rho_inc))
                      if math.isfinite(rho_inc) else math.inf)
-        d_after = _exact_float_up(self._approx_sum + _exact_units(d_inc))
         ok_rho = self._fits(rho_after, self._rho_budget)
-        ok_d = d_inc == 0.0 or self._fits(d_after, self.approx_delta)
+        ok_d, d_missing, detail = self._approx_fits(d_inc)
         # the check is on ρ; the ε conversion (a minimisation, ~1 ms) only for the
         # refusal's message: spent converts the (monotone, exact) ρ total on demand
         eps_after = spent.epsilon if ok_rho else max(
             spent.epsilon, _zcdp.rho_to_epsilon(rho_after, self._conversion_delta))
-        missing = Cost(max(0.0, eps_after - self.epsilon),
-                       0.0 if ok_d else d_after - self.approx_delta,
+        missing = Cost(max(0.0, eps_after - self.epsilon), d_missing,
                        max(0.0, rho_after - self._rho_budget))
-        detail = "" if ok_d else (
-            f"the δ kept for approximate-zCDP steps (approx_delta={self.approx_delta:.3g}, "
-            f"the timing term of a constant-work project) is used up")
         return ok_rho and ok_d, eps_after, missing, detail
+
+    def _approx_fits(self, d_inc: float) -> tuple[bool, float, str]:
+        """Whether the δ part ``d_inc`` fits what is left of ``approx_delta``; how much is
+        missing, and the note that says so."""
+        d_after = _exact_float_up(self._approx_sum + _exact_units(d_inc))
+        if d_inc == 0.0 or self._fits(d_after, self.approx_delta):
+            return True, 0.0, ""
+        return False, d_after - self.approx_delta, (
+            f"the δ kept for approximate-{'zCDP' if self.accountant == 'zcdp' else 'RDP'} "
+            f"steps (approx_delta={self.approx_delta:.3g}, the timing term of a constant-work "
+            f"project) is used up")
 
     def _record(self, charge: Charge, inc: Any) -> None:
         self._charges.append(charge)
@@ -408,7 +421,8 @@ class Budget:
             self._approx_sum += _exact_units(float(inc[1]))
         elif self.accountant == "rdp":
             assert self._rdp_total is not None
-            self._rdp_total = _add_up(self._rdp_total, inc)
+            self._rdp_total = _add_up(self._rdp_total, inc[0])
+            self._approx_sum += _exact_units(float(inc[1]))
 
     # ---------------------------------------------------------------- public
 
@@ -504,7 +518,7 @@ class Budget:
                 if budget.accountant == "zcdp":
                     inc = _zcdp.rho_delta(event, neighboring=budget.neighboring)
                 elif budget.accountant == "rdp":
-                    inc = _rdp.rdp(event, budget._orders(), neighboring=budget.neighboring)
+                    inc = _rdp.rdp_delta(event, budget._orders(), neighboring=budget.neighboring)
                 budget._record(Charge(event, item.get("delta"), cost), inc)
         except KeyError as exc:
             raise ValueError(f"not a Budget.to_dict() mapping: missing {exc}") from None
@@ -518,9 +532,10 @@ class Budget:
 
 def _check_approx_delta(approx_delta: float, delta: float, accountant: str) -> float:
     out = check_delta(approx_delta, name="approx_delta") if approx_delta else 0.0
-    if out and accountant != "zcdp":
-        raise ValueError(f"approx_delta= only applies to accountant='zcdp' (got {accountant!r}); "
-                         f"the 'approx' and 'pld' accountants charge δ steps directly")
+    if out and accountant not in ("zcdp", "rdp"):
+        raise ValueError(f"approx_delta= only applies to accountant='zcdp' or 'rdp' (got "
+                         f"{accountant!r}); the 'approx' and 'pld' accountants charge δ steps "
+                         f"directly")
     if out and not out < delta:
         raise ValueError(f"approx_delta must be below delta (got {out:g} >= {delta:g}): the "
                          f"rest of δ is what ρ converts at")

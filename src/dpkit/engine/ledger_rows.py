@@ -66,8 +66,8 @@ class LedgerConfig:
     noise_seed: int | None = None  # set only for an INSECURE test project (seeded noise)
     #: (δ charged with every release, failure bits per release) of a constant-work project
     constant_work: tuple[float, int] | None = None
-    #: the δ a constant-work ``zcdp`` project keeps for its timing terms (``Budget``'s
-    #: ``approx_delta``); 0 otherwise
+    #: the δ a constant-work ``zcdp`` / ``rdp`` project keeps for its timing terms
+    #: (``Budget``'s ``approx_delta``); 0 otherwise
     approx_delta: float = 0.0
 
     def budget_dict(self, epsilon: float | None = None) -> dict[str, Any]:
@@ -388,17 +388,17 @@ def constant_work_setting(epsilon: float, delta: float, accountant: str) -> dict
     every release for the constant-work failure event, and the failure bits it pays for
     (:mod:`dpkit.noise.constant`); refused, with the fix, where the budget cannot pay it.
 
-    ``approx``/``pld`` pay ``δ_t = min(2^-40, δ/10^6)`` per release out of δ. ``zcdp`` keeps
-    ``reserve = δ/100`` of δ for the timing terms (``Budget(approx_delta=reserve)``: ρ converts
-    at the other 99%, approximate zCDP) and pays ``δ_t = min(2^-40, reserve/10^6)`` per
-    release out of it, so up to 10^6 releases; the reserve costs ρ about 0.1% at δ = 1e-6."""
-    if accountant not in ("approx", "pld", "zcdp") or not delta > 0:
+    ``approx``/``pld`` pay ``δ_t = min(2^-40, δ/10^6)`` per release out of δ. ``zcdp`` and
+    ``rdp`` keep ``reserve = δ/100`` of δ for the timing terms (``Budget(approx_delta=
+    reserve)``: ρ or the RDP curve converts at the other 99%, approximate zCDP / RDP) and pay
+    ``δ_t = min(2^-40, reserve/10^6)`` per release out of it, so up to 10^6 releases; the
+    reserve costs ρ about 0.08% at ε = 3, δ = 1e-6."""
+    if accountant not in ("approx", "pld", "zcdp", "rdp") or not delta > 0:
         raise ValueError(
             f"constant_work=True charges a small delta ({_noise.constant.TIMING_DELTA:.3g}) with "
-            f"every release: it needs a budget with delta > 0 and the 'approx', 'pld' or 'zcdp' "
-            f"accountant (got delta={delta:g}, accountant {accountant!r}; the 'rdp' "
-            f"accountant has no δ term for it, 'pure' no δ at all)")
-    if accountant != "zcdp":
+            f"every release: it needs a budget with delta > 0 and the 'approx', 'pld', 'zcdp' "
+            f"or 'rdp' accountant (got delta={delta:g}, accountant {accountant!r})")
+    if accountant in ("approx", "pld"):
         d = min(_noise.constant.TIMING_DELTA, delta / 1e6)
         return {"delta": d, "bits": _noise.constant.bits_for(epsilon, d)}
     reserve = delta / 100.0
