@@ -1,4 +1,4 @@
-"""Approximate zCDP: ``ApproxDP(0, δ)`` steps (a constant-work project's timing term) carried
+"""Approximate zCDP and RDP: ``ApproxDP(0, δ)`` steps (a constant-work project's timing term)
 beside ρ, their δ paid before the conversion; the budget keeps a fixed share of δ for them.
 
 The reported ε must stay a true upper bound: never below the plain conversion at δ − Σδ_t,
