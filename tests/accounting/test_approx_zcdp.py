@@ -35,6 +35,17 @@ def test_the_timing_delta_is_paid_before_the_conversion() -> None:
         zcdp.rho_delta(ev.ApproxDP(0.5, 1e-9))  # (ε, δ) with ε > 0: no rule
 
 
+@pytest.mark.parametrize("method", ["zcdp", "rdp"])
+def test_gaussian_steps_with_timing_stay_above_the_exact_gdp_value(method: str) -> None:
+    """Gaussian steps: μ-GDP is exact for them, so the exact ε of the values alone at
+    δ − Σδ_t (``gdp``) is below any sound answer for the joint view at δ."""
+    values = ev.SelfComposed(ev.Gaussian(3.0), N)
+    both = ev.Composed((values, ev.SelfComposed(ev.ApproxDP(0.0, DT), N)))
+    exact = api.epsilon(values, DELTA - N * DT, method="gdp")
+    assert api.epsilon(both, DELTA, method=method) >= exact > 0
+    assert api.epsilon(both, DELTA) >= exact  # the default's pick (the tightest sound one)
+
+
 def test_a_zcdp_budget_pays_timing_from_its_reserve() -> None:
     reserve = 10 * DT
     charge = ev.Composed((STEP, ev.ApproxDP(0.0, DT)))
