@@ -80,7 +80,7 @@ from dpkit.accounting._common import (
     normalize,
 )
 
-__all__ = ["ACCOUNTANTS", "Budget", "BudgetExceeded", "Charge", "Cost"]
+__all__ = ["ACCOUNTANTS", "Budget", "BudgetExceeded", "Charge", "Cost", "charge_each"]
 
 ACCOUNTANTS: tuple[str, ...] = ("pure", "approx", "zcdp", "rdp", "pld")
 _SLACK = 1e-12
@@ -585,3 +585,29 @@ def _add_up(total: np.ndarray, inc: Any) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         out = total + inc
         return np.where(inc > 0.0, np.nextafter(out, np.inf), out)
+
+
+def charge_each(budgets: Sequence[tuple[Budget, str]], event: ev.Event, *,
+                delta: float | None = None) -> list[Cost]:
+    """Charge ``event`` to every budget (a project's, and an analyst's cap inside it); the
+    costs, in order.
+
+    When any refuses, all are tried first and the refusal raised is the one that misses the
+    most (ε, then δ), with its budget's detail: the limit that binds, whose remaining the
+    caller can then ask for (reporting the other one's would be refused again). Budgets that
+    accepted keep their charge: on a refusal the caller discards them (the curator's ledger
+    rolls its transaction back and drops its cached budgets).
+    """
+    costs: list[Cost] = []
+    refused: list[tuple[BudgetExceeded, str]] = []
+    for budget, detail in budgets:
+        try:
+            costs.append(budget.charge(event, delta=delta))
+        except BudgetExceeded as exc:
+            refused.append((exc, detail))
+    if refused:
+        worst, detail = max(refused, key=lambda r: (r[0].missing.epsilon, r[0].missing.delta))
+        raise BudgetExceeded(requested=worst.requested, remaining=worst.remaining,
+                             missing=worst.missing, accountant=worst.accountant, event=event,
+                             detail=detail)
+    return costs
