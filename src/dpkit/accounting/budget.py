@@ -122,6 +122,7 @@ class BudgetExceeded(ValueError):  # noqa: N818 - the name the contract uses
         self.missing = missing
         self.accountant = accountant
         self.event = event
+        self.detail = detail
         message = (
             f"privacy budget exceeded (accountant {accountant!r}): requested {requested}; "
             f"remaining {remaining}; missing {missing}. Nothing was spent; ask for less "
@@ -609,5 +610,5 @@ def charge_each(budgets: Sequence[tuple[Budget, str]], event: ev.Event, *,
         worst, detail = max(refused, key=lambda r: (r[0].missing.epsilon, r[0].missing.delta))
         raise BudgetExceeded(requested=worst.requested, remaining=worst.remaining,
                              missing=worst.missing, accountant=worst.accountant, event=event,
-                             detail=detail)
+                             detail="; ".join(d for d in (worst.detail, detail) if d))
     return costs
