@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import os
 import statistics
 import time
@@ -96,6 +97,7 @@ QUERIES: tuple[tuple[str, str, str], ...] = (
     ("SELECT k, COUNT(*) AS n, AVG(x) AS a FROM t GROUP BY k", "gaussian", "zcdp"),
     ("cdf(t, x): a release family (a tree over 256 bins)", "cdf", "approx"),
     ("synthetic(t, [k, x], rows=2000): marginals and records", "synthetic", "approx"),
+    ("fit(MLP, SELECT x FROM t, label k): DP-SGD, 1 epoch", "fit", "approx"),
 )
 
 
@@ -117,6 +119,8 @@ def _curator_cases(tmp: str) -> list[Case]:
             curs[accountant, fixed] = cur
     out: list[Case] = []
     for q, kind, accountant in QUERIES:
+        if kind == "fit" and importlib.util.find_spec("torch") is None:
+            continue
         pair = {fixed: curs[accountant, fixed] for fixed in (False, True)}
         out.append((f"curator {accountant}: {q[7:40] if q.startswith('SELECT') else q[:33]}...",
                     functools.partial(_ask, pair, q, kind), 1))
@@ -129,6 +133,11 @@ def _ask(curs: dict[bool, dp.Curator], query: str, kind: str, fixed: bool) -> ob
         return curs[fixed].cdf("t", "x", epsilon=1e-3)
     if kind == "synthetic":
         return curs[fixed].synthetic("t", ["k", "x"], epsilon=1e-3, rows=2000)
+    if kind == "fit":  # the [torch] extra; sample rate 0.05: 20 steps of ~1,000 rows
+        from dpkit.learn import MLPClassifier
+
+        return curs[fixed].fit(MLPClassifier((), epochs=1, sample_rate=0.05, max_grad_norm=1.0),
+                               "SELECT x FROM t", label="k", epsilon=0.01)
     if kind == "gaussian":
         return curs[fixed].sql(query, rho=1e-7, noise="gaussian")
     if "k2" in query:  # partition selection: a small δ share, so hundreds fit in δ = 1e-6
@@ -155,7 +164,7 @@ def main() -> None:
     for name, run, n, whole in [(a, b, c, False) for a, b, c in _cases(args.bits)] + curator:
         if args.only not in name:
             continue
-        calls = 3 if n >= 100_000 else (4 if whole else 20)
+        calls = 3 if n >= 100_000 else (1 if "fit(" in name else 4 if whole else 20)
         times: dict[bool, list[float]] = {False: [], True: []}
         for r in range(args.repeats):
             for fixed in ((False, True) if r % 2 == 0 else (True, False)):
