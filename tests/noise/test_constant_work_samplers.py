@@ -11,6 +11,7 @@ output to its two extremes. Laws: Wilson intervals and a chi-square at 1e-6 fals
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
@@ -23,7 +24,8 @@ from dpkit.noise import constant
 N = 100_000
 
 
-def _words(draw, src: constant.ConstantWork) -> tuple[int, object]:  # type: ignore[no-untyped-def]
+def _words(draw: Callable[[constant.ConstantWork], np.ndarray],
+           src: constant.ConstantWork) -> tuple[int, np.ndarray]:
     before = src.words
     out = draw(src)
     return src.words - before, out
@@ -63,7 +65,7 @@ def test_uniform_int_words_are_fixed_and_its_law_exact() -> None:
     few = _words(lambda s: noise.uniform_int(6, 50, source=s), constant.ConstantWork(Fixed(5, 5)))
     other = _words(lambda s: noise.uniform_int(6, 50, source=s),
                    constant.ConstantWork(noise.seeded(3)))
-    assert few[0] == other[0] and few[1].tolist() == [5] * 50  # type: ignore[attr-defined]
+    assert few[0] == other[0] and few[1].tolist() == [5] * 50
     rejected = constant.ConstantWork(Fixed(2**64 - 1, 2**32 - 1))  # every word rejected
     w, _ = _words(lambda s: noise.uniform_int(6, 50, source=s), rejected)
     assert rejected.overruns == 1 and w > few[0]  # the failure event: finished exactly
@@ -82,7 +84,7 @@ def test_gaussian_float_words_do_not_follow_the_radius() -> None:
     a = _words(lambda s: noise.gaussian_float(1.0, 1001, source=s), constant.ConstantWork(tail))
     b = _words(lambda s: noise.gaussian_float(1.0, 1001, source=s), constant.ConstantWork(body))
     assert a[0] == b[0] == 2 * 3 * 501
-    assert float(np.abs(a[1]).max()) > 7.0 > 1.0 > float(np.abs(b[1]).max())  # type: ignore[attr-defined]
+    assert float(np.abs(a[1]).max()) > 7.0 > 1.0 > float(np.abs(b[1]).max())
     plain_tail, plain_body = constant.ConstantWork(tail).plain, constant.ConstantWork(body).plain
     noise.gaussian_float(1.0, 1001, source=plain_tail)
     noise.gaussian_float(1.0, 1001, source=plain_body)
