@@ -172,7 +172,8 @@ class Curator(ReleaseMethods):
         ``engine="spark"``: tables are added on Spark (``spark``: a SparkSession; None starts
         a local one when first needed; docs/scale.md). ``constant_work=True``: noise and
         selections on fixed plans whose work depends on public parameters only, each release
-        charged a small extra δ (docs/attacks.md §6; needs delta > 0, 'approx' or 'pld').
+        charged a small extra δ (docs/attacks.md §6; needs delta > 0 and an accountant other
+        than 'pure').
         """
         path = Path(path)
         check_engine(engine)
