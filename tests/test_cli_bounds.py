@@ -72,3 +72,25 @@ def test_auto_cap_then_query_warns_then_suggest_bounds(project: tuple[Path, Path
                              "--search", "-1000:1000", "--bins", "2000"])
     assert r.exit_code == 0, r.output
     assert "suggested bounds for t.x" in r.output and "--bounds x=" in r.output
+
+
+def test_suggest_bounds_rounds_an_integer_column_outward(tmp_path: Path) -> None:
+    """The first hour's owner was told `--bounds age=17.8253:144.303` for an integer column:
+    the line to type now has whole numbers, rounded outward (floor, ceil)."""
+    import re
+
+    path = tmp_path / "p.dpkit"
+    dp.Curator.create(path, epsilon=5.0, source=dp.noise.seeded(3)).close()
+    csv = tmp_path / "ages.csv"
+    pd.DataFrame({"age": np.arange(3000) % 73 + 17}).to_csv(csv, index=False)
+    runner = CliRunner()
+    assert runner.invoke(main, ["add-table", str(path), "t", str(csv)]).exit_code == 0
+    r = runner.invoke(main, ["suggest-bounds", str(path), "t", "age", "--epsilon", "1",
+                             "--search", "0:150", "--bins", "300"])
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    got = re.search(r"suggested bounds for t\.age: (\S+):(\S+)", flat)
+    line = re.search(r"--bounds age=(-?\d+):(-?\d+) --replace", flat)
+    assert got and line, flat
+    assert int(line[1]) <= float(got[1]) and int(line[2]) >= float(got[2])
+    assert int(line[1]) >= float(got[1]) - 1 and int(line[2]) <= float(got[2]) + 1

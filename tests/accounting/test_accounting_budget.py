@@ -288,3 +288,21 @@ def test_pld_memo_still_refuses_overspending() -> None:
     for _ in b.charges:
         fresh.charge(small)
     assert not fresh.can_afford(small)
+
+
+def test_charge_each_raises_the_refusal_that_misses_most() -> None:
+    """A project's budget and an analyst's cap inside it: over both, the refusal names the
+    tighter (its remaining is what the caller may still ask for); within both, both pay."""
+    from dpkit.accounting.budget import charge_each
+
+    project, cap = Budget(epsilon=1.0), Budget(epsilon=0.3)
+    costs = charge_each([(project, ""), (cap, "cap")], ev.PureDP(0.2))
+    assert [c.epsilon for c in costs] == pytest.approx([0.2, 0.2])
+    with pytest.raises(BudgetExceeded, match=r"\(cap\)") as info:
+        charge_each([(Budget.from_dict(project.to_dict()), ""),
+                     (Budget.from_dict(cap.to_dict()), "cap")], ev.PureDP(2.0))
+    assert info.value.remaining.epsilon == pytest.approx(0.1)  # the cap's, not the project's 0.8
+    with pytest.raises(BudgetExceeded) as info:  # the project binds
+        charge_each([(Budget(epsilon=0.5), "project"), (Budget(epsilon=0.9), "cap")],
+                    ev.PureDP(1.0))
+    assert "(project)" in str(info.value) and info.value.remaining.epsilon == pytest.approx(0.5)

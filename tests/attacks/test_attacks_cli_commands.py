@@ -61,3 +61,20 @@ def test_membership_and_audits(tmp_path: Path) -> None:
     assert r.rows[0][0] == "geometric" and r.rows[0][-1] == "ok"
     with pytest.raises(ValueError, match="kind"):
         cc.attack_membership(kind="nope")
+
+
+def test_summary_fits_80_columns_without_cutting_a_number() -> None:
+    """`dpkit attack membership-model` printed 12 columns into 80 as `0.…` each: the summary
+    now prints in parts that repeat the row's names (data, model) and keep every figure."""
+    from rich.console import Console
+
+    cols = ["data", "model"] + [f"TPR@{k}%" for k in range(10)]
+    rows = [["adult", "non-private"] + [0.0012345 * (k + 1) for k in range(10)],
+            ["adult", "ε=1"] + [0.0002468 * (k + 1) for k in range(10)]]
+    con = Console(width=80, record=True, color_system=None)
+    con.print(cc.AttackSummary("LiRA", cols, rows))
+    out = con.export_text()
+    assert "…" not in out and "(part 2 of" in out
+    for v in rows[0][2:] + rows[1][2:]:
+        assert f"{v:.4g}" in out
+    assert out.count("non-private") >= 2  # the names repeated in each part

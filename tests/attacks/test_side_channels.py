@@ -266,6 +266,25 @@ def test_command_line(tmp_path: Path) -> None:
     assert "D/D' comparisons" in res.output and "8" in res.output
 
 
+def test_command_line_says_when_it_ran_fewer_comparisons(tmp_path: Path) -> None:
+    """--queries 400 printed 390 comparisons with no word why (a whole number of queries runs
+    on each neighbour/accountant pair): the summary now says it."""
+    from click.testing import CliRunner
+
+    from dpkit.cli import main
+
+    cur = dp.Curator.create(tmp_path / "own.dpkit", budget=dp.Budget(epsilon=1.0))
+    cur.add_table("t", pd.DataFrame({"uid": range(20), "x": np.linspace(0, 10, 20)}),
+                  privacy_unit="uid", max_rows_per_unit=1, bounds={"x": (0, 10)})
+    cur.close()
+    res = CliRunner().invoke(main, ["attack", "side-channels", str(tmp_path / "own.dpkit"),
+                                    "--queries", "5", "--neighbours", "add,remove",
+                                    "--accountants", "approx", "--seed", "2"])
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.output.split())
+    assert "4 of the 5 comparisons asked: 2 queries on each of the 2" in flat
+
+
 # ---------------------------------------------------------------------- the CI run
 
 

@@ -85,6 +85,27 @@ def test_analyst_budget_caps_one_analyst(tmp_path: Path) -> None:
     assert led.spend().spent == pytest.approx(0.75)
 
 
+def test_refusal_names_the_tighter_of_cap_and_project(tmp_path: Path) -> None:
+    """Over both limits, the refusal gives the analyst's own remaining when their cap leaves
+    less than the project (it gave the project's: 'missing 0.5' where asking for the project's
+    remaining 0.5 would be refused again); when the project leaves less, the project's."""
+    led = _ledger(tmp_path)
+    led.record("analyst", {"analyst": "eve", "epsilon": 0.3})
+    led.charge(ev.PureDP(0.2), analyst="eve", query="q")
+    led.charge(ev.PureDP(0.3), analyst="ann", query="q")  # project: 0.5 left; eve: 0.1
+    with pytest.raises(BudgetExceeded, match="analyst 'eve'") as info:
+        led.charge(ev.PureDP(1.0), analyst="eve", query="too much")
+    assert info.value.remaining.epsilon == pytest.approx(0.1)
+    assert info.value.missing.epsilon == pytest.approx(0.9)
+    led.record("analyst", {"analyst": "max", "epsilon": 0.9})  # cap above what is left
+    with pytest.raises(BudgetExceeded) as info:
+        led.charge(ev.PureDP(1.0), analyst="max", query="too much")
+    assert "analyst 'max'" not in str(info.value)
+    assert info.value.remaining.epsilon == pytest.approx(0.5)
+    assert led.spend().spent == pytest.approx(0.5)  # both refusals wrote nothing
+    assert led.spend("eve").spent == pytest.approx(0.2)
+
+
 def test_append_only_triggers(tmp_path: Path) -> None:
     led = _ledger(tmp_path)
     led.charge(ev.PureDP(0.1), analyst="a", query="q")

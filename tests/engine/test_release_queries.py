@@ -394,6 +394,27 @@ def test_no_bounds_declared(project: Callable[..., Curator]) -> None:
 # ------------------------------------------------------------------------------ SQL forms
 
 
+def test_only_a_filter_with_between_visits_the_families(
+        rec: tuple[Curator, pd.DataFrame], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rate (a FILTER without BETWEEN) cannot be a ranges family, so it skips the families
+    and their import of scipy (0.5 s on each CLI query that had the word FILTER); a FILTER with
+    BETWEEN and a DP_ call still go there."""
+    import dpkit.engine.families as fam
+
+    asked: list[str] = []
+    monkeypatch.setattr(fam, "answer_sql", lambda ctx, q, **kw: asked.append(q))  # -> None
+    cur, _ = rec
+    cur.sql("SELECT COUNT(*) FILTER (WHERE age > 60) / COUNT(*) AS old FROM people",
+            epsilon=0.1)
+    assert asked == []
+    between = ("SELECT COUNT(*) FILTER (WHERE age BETWEEN 0 AND 17) AS kids,\n"
+               "COUNT(*) FILTER (WHERE age BETWEEN 18 AND 100) AS adults FROM people")
+    cur.sql(between, epsilon=0.1)  # answered by the SQL path: the fake family said None
+    with pytest.raises(QueryError):  # DP_CDF is no SQL function: only the families know it
+        cur.sql("SELECT DP_CDF(age) FROM people", epsilon=0.1)
+    assert len(asked) == 2
+
+
 def test_sql_forms(rec: tuple[Curator, pd.DataFrame]) -> None:
     cur, df = rec
     lvl = 1 - 2.5e-7  # 4 intervals below: union bound 1e-6

@@ -54,3 +54,25 @@ def test_dpkit_and_its_client_import_no_web_stack() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={"PYTHONPATH": str(SRC), "PATH": ""}, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_serve_refuses_a_busy_port_before_making_an_owner_token(project: Project) -> None:
+    """The first hour's owner started a second service on the same port: uvicorn failed after
+    startup (exit 3), and --init-owner-token had already replaced the owner's token."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        before = sorted(p.name for p in project.path.iterdir())
+        out = CliRunner().invoke(main, ["serve", str(project.path), "--port", str(port),
+                                        "--init-owner-token"])
+    assert out.exit_code == 2, out.output
+    assert f"cannot listen on 127.0.0.1:{port}" in flat(out.output)
+    assert "--port" in flat(out.output) and "dpkit_owner_" not in out.output
+    assert sorted(p.name for p in project.path.iterdir()) == before  # no owner token made
+    out = CliRunner().invoke(main, ["serve", str(project.path), "--workers", "0",
+                                    "--init-owner-token"])
+    assert out.exit_code == 2 and "dpkit_owner_" not in out.output, out.output
+    assert sorted(p.name for p in project.path.iterdir()) == before

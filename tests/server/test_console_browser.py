@@ -124,7 +124,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
             raise RuntimeError("the service did not start on 127.0.0.1")
         time.sleep(0.02)
     yield {"url": f"http://127.0.0.1:{port}/", "analyst": tokens["alice"],
-           "dora": tokens["dora"], "owner": OWNER_TOKEN}
+           "dora": tokens["dora"], "bob": tokens["bob"], "owner": OWNER_TOKEN}
     server.should_exit = True
     thread.join(10)
 
@@ -289,6 +289,39 @@ def test_release_quantiles_from_the_console(page: Page, service: dict[str, str])
     page.get_by_label("ε (epsilon)").fill("0.25")
     page.get_by_role("button", name="Release").click()
     expect(page.locator("#result-table tbody tr")).to_have_count(len(WARDS))
+
+
+def test_console_says_what_an_answer_needs(page: Page, service: dict[str, str]) -> None:
+    """What the first hour found (docs/first_hour.md): a preview with no single expected error
+    showed the text "null"; a preview over what is left did not say it would be refused; an
+    answer's notes (a median's rank error, groups chosen privately) were not shown; the interval
+    header did not give its level; after a refusal the answer before it read as the refused
+    query's. Bob (cap 0.5) runs before the owner's test revokes him."""
+    _sign_in(page, service["url"], service["bob"])
+    sql = page.locator("#sql")
+    sql.fill("SELECT COUNT(*) FILTER (WHERE age > 30) / COUNT(*) AS share FROM patients")
+    page.get_by_label("ε (epsilon)").fill("0.1")
+    page.get_by_role("button", name="Preview cost").click()
+    expect(page.locator("#preview")).to_contain_text("nothing charged yet")
+    expect(page.locator("#preview")).not_to_contain_text("null")
+    expect(page.locator("#preview")).not_to_contain_text("Preview(")  # a Python repr line
+    expect(page.locator("#preview .over")).to_have_count(0)
+
+    sql.fill("SELECT MEDIAN(age) AS m FROM patients")
+    page.get_by_label("ε (epsilon)").fill("0.2")
+    page.get_by_role("button", name="Run").click()
+    expect(page.locator("#notes li").first).to_contain_text("MEDIAN(age)")
+    expect(page.locator("#result-table thead")).to_contain_text("m 95% interval")
+    expect(page.locator("#results-title")).to_have_text("Results")
+
+    page.get_by_label("ε (epsilon)").fill("5")
+    page.get_by_role("button", name="Preview cost").click()
+    expect(page.locator("#preview .over")).to_contain_text("running it would be refused")
+    page.get_by_role("button", name="Run").click()
+    # his cap, not the project's: it is the tighter limit
+    expect(page.locator("#query-error")).to_contain_text("analyst 'bob'")
+    expect(page.locator("#results-title")).to_have_text("Results of the previous request")
+    expect(page.locator("#history-table tbody tr")).to_have_count(1)
 
 
 def test_owner_sees_analysts_adds_and_revokes(page: Page, service: dict[str, str],

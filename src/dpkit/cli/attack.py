@@ -36,7 +36,7 @@ def attack() -> None:
 
 
 def _show(summary: Any) -> None:
-    console.print(summary.table())
+    console.print(summary)  # fits the terminal
     for note in summary.notes:
         console.print(f"[dim]- {note}[/]")
     for path in summary.files:

@@ -118,7 +118,7 @@ def memorization_command(epsilons: str, no_baseline: bool, unit: str, writers: i
         writers=writers,
         insertions=[int(c) for c in counts], repeats=repeats, lines=lines, epochs=epochs,
         pattern=pattern, prefix=prefix, secrets=secrets, method=method, seed=seed, plot=plot)
-    console.print(summary.table())
+    console.print(summary)  # fits the terminal
     for note in summary.notes:
         console.print(f"[dim]- {note}[/]")
     for path in summary.files:

@@ -37,7 +37,7 @@ def _floats(text: str) -> tuple[float, ...]:
 
 
 def _show(summary: AttackSummary) -> None:
-    console.print(summary.table())
+    console.print(summary)  # fits the terminal
     for note in summary.notes:
         console.print(f"[dim]- {note}[/]")
     for path in summary.files:

@@ -60,8 +60,24 @@ class AttackSummary:
             t.add_row(*[_fmt(v) for v in r])
         return t
 
+    def fit_table(self) -> Any:
+        """The rows as a table that fits the terminal (what the commands print): split into
+        parts that repeat the leading text columns, never cutting a number (a plain rich table
+        in 80 columns printed ``0.…`` for every figure of ``dpkit attack membership-model``)."""
+        from dpkit.engine.display import Col, FitTable
+
+        cols = []
+        leading = True  # the leading text columns name a row: every part repeats them
+        for j, name in enumerate(self.columns):
+            cells = [_fmt(r[j]) for r in self.rows]
+            text = any(not isinstance(r[j], int | float) for r in self.rows)
+            leading = leading and (text or j == 0)
+            cols.append(Col(name, cells, justify="left" if text else "right", key=leading,
+                            flex=text and not leading))
+        return FitTable(cols, title=self.title)
+
     def __rich__(self) -> Any:
-        return self.table()
+        return self.fit_table()
 
 
 def _fmt(v: Any) -> str:
@@ -448,10 +464,9 @@ def attack_side_channels(*, project: Path, table: str | None, queries: int, seed
 
     kinds = tuple(k.strip() for k in (neighbours or ",".join(sc.NEIGHBOURS)).split(",")
                   if k.strip())
+    accts = tuple(a.strip() for a in accountants.split(",") if a.strip())
     rep = sc.fuzz(project, table=table, queries=queries, seed=seed, units=units,
-                  neighbours=kinds, accountants=tuple(a.strip() for a in accountants.split(",")
-                                                      if a.strip()),
-                  max_findings=max_findings)
+                  neighbours=kinds, accountants=accts, max_findings=max_findings)
     rows: list[list[Any]] = [["D/D' comparisons", rep.comparisons],
                              ["seconds", round(rep.seconds, 1)]]
     rows += [[f"outcome on D: {k}", v] for k, v in sorted(rep.outcomes.items())]
@@ -459,6 +474,12 @@ def attack_side_channels(*, project: Path, table: str | None, queries: int, seed
     rows += [[f"findings: {c}", len(fs)] for c, fs in sorted(causes.items())]
     rows.append(["findings (total)", len(rep.findings)])
     notes = [f"skipped {s}" for s in rep.skipped]
+    pairs = len(kinds) * len(accts) - len(rep.skipped)
+    if rep.comparisons < queries and not max_findings and pairs > 0:
+        # fuzz runs the same queries on every (neighbour, accountant) pair: a whole number each
+        notes.append(f"{rep.comparisons} of the {queries} comparisons asked: "
+                     f"{queries // pairs} queries on each of the {pairs} (neighbour kind, "
+                     f"accountant) pairs")
     for fs in causes.values():
         notes.append(fs[0].reproducer())
     if not rep.findings:

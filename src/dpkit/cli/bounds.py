@@ -7,6 +7,7 @@ Bounds are public declarations, so a bound read off the data is a charged DP rel
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,7 @@ def suggest_bounds(project: str | Path, table: str, column: str, *, epsilon: flo
         got = cur.suggest_bounds(table, column, epsilon=epsilon, search=search, lower=lower,
                                  upper=upper, bins=bins)
         spend = cur.budget().remaining
+        whole = cur.tables()[table].column(column).cls == "int"
     lo, hi = got["bounds"]
     flag = " [red]INSECURE (seeded noise)[/]" if got.get("insecure") else ""
     con.print(f"suggested bounds for [bold]{table}.{column}[/]: {lo:.6g}:{hi:.6g}{flag}")
@@ -71,9 +73,12 @@ def suggest_bounds(project: str | Path, table: str, column: str, *, epsilon: flo
         d = got[side]
         con.print(f"[dim]  {side}: the {d['probability']:g} quantile ~ {d['estimate']:.6g} "
                   f"({100 * got['level']:g}% CI {d['ci'][0]:.6g} to {d['ci'][1]:.6g})[/]")
+    # an integer column's bounds rounded outward (17.8253:144.303 -> 17:145): no value the
+    # estimates keep is clamped, and the line is what an owner would type
+    shown = f"{math.floor(lo)}:{math.ceil(hi)}" if whole else f"{lo:.6g}:{hi:.6g}"
     con.print(f"[dim]spent epsilon {got['epsilon']:.4g} (ledger entry #{got['ledger_seq']}); "
               f"remaining {spend:.4g}. Declare them with: dpkit add-table ... --bounds "
-              f"{column}={lo:.6g}:{hi:.6g} --replace[/]")
+              f"{column}={shown} --replace[/]")
     return got
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -48,8 +49,10 @@ def init_project(project: str | Path, *, epsilon: float, delta: float = 0.0,
     if cur.ledger.path.suffix == ".pg":
         con.print(f"ledger: {cur.ledger.where} (named by {cur.ledger.path}); back it up with "
                   f"pg_dump (docs/service.md)")
-    con.print("[dim]next: dpkit add-table PROJECT NAME FILE --privacy-unit COLUMN "
-              "--max-rows-per-unit N|auto --bounds col=low:high[/]")
+    # the real path, so the line can be copied (it said PROJECT)
+    con.print(f"next: dpkit add-table {shlex.quote(str(project))} NAME FILE --privacy-unit "
+              f"COLUMN --max-rows-per-unit N|auto --bounds col=low:high", style="dim",
+              markup=False, highlight=False)
     cur.close()
 
 
@@ -77,6 +80,8 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
         "max_rows_per_unit": max_rows_per_unit, "max_groups_per_unit": max_groups_per_unit,
         "domains": dict(domains or {}), "not_null": list(not_null or []), "public": public})
     with Curator.open(project) as cur:
+        if replace:
+            keep_the_unit(cur.tables().get(name), kw)
         t0 = time.perf_counter()
         with load_progress(con, f"loading {source}") as progress:
             try:
@@ -114,6 +119,23 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
         if not meta.public and meta.privacy_unit is None:
             con.print("[yellow]record-level privacy: each row is its own unit. If a person can "
                       "have several rows, name the column with --privacy-unit.[/]")
+
+
+def keep_the_unit(old: Any, kw: Mapping[str, Any]) -> None:
+    """Refuse a ``--replace`` that would silently drop the table's privacy unit: it reloads
+    with only the flags given, and without ``--privacy-unit`` each row becomes its own unit, a
+    weaker guarantee for everyone with several rows (found by the first hour's owner, who
+    replaced a table to add bounds)."""
+    if (old is None or old.public or old.privacy_unit is None or kw.get("public")
+            or kw.get("privacy_unit")):
+        return
+    raise click.UsageError(
+        f"table {old.name!r} is declared with privacy unit {old.privacy_unit!r} (at most "
+        f"{old.max_rows_per_unit} rows per unit), and --replace reloads it with the flags given "
+        f"only: without --privacy-unit each row would become its own unit, a weaker guarantee "
+        f"for anyone with several rows. Repeat --privacy-unit {old.privacy_unit} "
+        f"--max-rows-per-unit {old.max_rows_per_unit} (and the other declarations), or load "
+        f"the rows under a new name. Nothing was loaded")
 
 
 def merge_declarations(declared: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
@@ -231,7 +253,8 @@ def demo_command(rows: int, path: Path | None) -> None:
 )
 @click.option("--constant-work", is_flag=True,
               help="Noise and selections on fixed plans: their time does not follow the noise "
-              "or the data; each release also charges a delta <= 2^-40 (needs --delta > 0).")
+              "or the data; each release also charges a delta <= 2^-40 (needs --delta > 0 "
+              "and an accountant other than pure).")
 def init_command(project: Path, epsilon: float, delta: float, accountant: str | None,
                  ledger: str | None, constant_work: bool) -> None:
     """Create a curator project with a total privacy budget."""

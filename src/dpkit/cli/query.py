@@ -85,7 +85,8 @@ def print_diagnostics(con: Any, res: Any) -> None:
 
     text = share_text(getattr(res, "diagnostics", {}))
     if text:
-        con.print(f"[dim]bounding (DP estimates, share >= at 95%): {text}[/]")
+        con.print(f"[dim]what bounding changed, estimated privately (share of rows; in brackets "
+                  f"the share it is at least, with 95% confidence): {text}[/]")
     for w in getattr(res, "warnings", []):
         con.print(f"[yellow]warning: {w}[/]")
 

@@ -68,8 +68,12 @@ def serve(project: str, host: str, port: int, workers: int, owner_token_file: st
     require_extra()
     from dpkit.server.auth import new_owner_token, owner_hashes
     from dpkit.server.config import OidcConfig, ServerConfig
+    from dpkit.server.run import check_options
     from dpkit.server.run import serve as run_service
 
+    # before a new owner token replaces the old one
+    check_options(workers=workers, ssl_keyfile=ssl_keyfile, ssl_certfile=ssl_certfile)
+    _check_port(host, port)
     if init_owner_token:
         console.print("owner token (shown only now):")
         console.print(new_owner_token(project), markup=False, highlight=False,
@@ -87,6 +91,25 @@ def serve(project: str, host: str, port: int, workers: int, owner_token_file: st
                   f"(API: /docs); Ctrl-C stops it")
     run_service(config, host=host, port=port, workers=workers, ssl_keyfile=ssl_keyfile,
                 ssl_certfile=ssl_certfile)
+
+
+def _check_port(host: str, port: int) -> None:
+    """Refuse, with what to do, an address this process cannot listen on (uvicorn said it
+    only after startup, with exit code 3, and after --init-owner-token had replaced the
+    owner's token)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise click.UsageError(
+                f"cannot listen on {host}:{port} ({exc.strerror}): another service (another "
+                f"dpkit serve?) holds the port, or {host} is not an address of this machine; "
+                f"choose a free port with --port (or stop the other service). Nothing was "
+                f"changed") from None
 
 
 commands = (serve, owner_token)

@@ -103,8 +103,10 @@ __all__ = ["BudgetStatus", "Curator", "HistoryItem"]
 
 _NOT_GIVEN: Any = object()  # marks a removed keyword argument that the caller did not pass
 STRATEGY_CACHE = "strategies"  # folder (inside the project) holding optimised strategies
-# the SQL forms dpkit.engine.families answers (DP_CDF(...), COUNT(*) FILTER (...), ...)
-_RELEASE_FORM = re.compile(r"\bDP_|\bFILTER\b", re.IGNORECASE)
+# the SQL forms dpkit.engine.families answers (DP_CDF(...), COUNT(*) FILTER (WHERE c BETWEEN
+# a AND b), ...): a cheap test before parsing twice; any other FILTER (a rate, a conditional
+# count) skips it, and the import of the families with scipy (0.5 s per CLI query)
+_RELEASE_FORM = re.compile(r"\bDP_|\bFILTER\b.*\bBETWEEN\b", re.IGNORECASE | re.DOTALL)
 _GAUSSIAN_ADVICE = "Use Laplace noise / public group keys, or a project with an 'approx' accountant"
 
 
@@ -170,7 +172,8 @@ class Curator(ReleaseMethods):
         ``engine="spark"``: tables are added on Spark (``spark``: a SparkSession; None starts
         a local one when first needed; docs/scale.md). ``constant_work=True``: noise and
         selections on fixed plans whose work depends on public parameters only, each release
-        charged a small extra δ (docs/attacks.md §6; needs delta > 0, 'approx' or 'pld').
+        charged a small extra δ (docs/attacks.md §6; needs delta > 0 and an accountant other
+        than 'pure').
         """
         path = Path(path)
         check_engine(engine)

@@ -61,6 +61,7 @@ from typing import Any
 
 from dpkit import events as ev
 from dpkit import noise as _noise
+from dpkit.accounting.budget import charge_each
 from dpkit.engine.ledger_migrate import migrate
 from dpkit.engine.ledger_postgres import PostgresStore
 from dpkit.engine.ledger_rows import (
@@ -459,14 +460,21 @@ class Ledger:
         from dpkit.accounting import Budget
 
         share = self._share(delta_share)
-        project = self._budget(None)
-        if not project.can_afford(event, delta=share):
-            Budget.from_dict(project.to_dict()).charge(event, delta=share)  # raises the details
+        caps = self._caps(analyst)
+        if not all(b.can_afford(event, delta=share) for b, _ in caps):
+            # on copies: raises the refusal charge() would, with its details
+            charge_each([(Budget.from_dict(b.to_dict()), d) for b, d in caps], event,
+                        delta=share)
             raise AssertionError("unreachable: can_afford and charge disagree")  # pragma: no cover
+
+    def _caps(self, analyst: str | None) -> list[tuple[Any, str]]:
+        """The budgets a charge must fit, each with what its refusal says: the project's, and
+        the analyst's own cap if it has one (a refusal over both names the tighter one)."""
+        caps: list[tuple[Any, str]] = [(self._budget(None), "")]
         if analyst is not None and analyst in self.analyst_budgets():
             mine = self._budget(analyst)
-            if not mine.can_afford(event, delta=share):
-                _charge_analyst(Budget.from_dict(mine.to_dict()), event, share, analyst)
+            caps.append((mine, f"analyst {analyst!r} has a budget of epsilon {mine.epsilon:g}"))
+        return caps
 
     # ------------------------------------------------------------------ writing
 
@@ -544,14 +552,10 @@ class Ledger:
             share = self._share(delta_share)
             # Charge the cached budgets: Budget.charge checks and records atomically and records
             # nothing when it refuses. Afterwards they describe the ledger with this row; if
-            # anything below fails, _write rolls back and drops them.
-            after = self._budget(None)
-            own = analyst is not None and analyst in self.analyst_budgets()
-            mine = self._budget(analyst) if own else None
-            cost = after.charge(event, delta=share)
-            if mine is not None:
-                assert analyst is not None
-                _charge_analyst(mine, event, share, analyst)
+            # anything below fails (a refusal too), _write rolls back and drops them.
+            caps = self._caps(analyst)
+            after, mine = caps[0][0], (caps[1][0] if len(caps) > 1 else None)
+            cost = charge_each(caps, event, delta=share)[0]
             spent = after.spent
             view: dict[str, Any] = {
                 "accountant": self.config.accountant,
@@ -583,18 +587,3 @@ class Ledger:
             self._sync()
             return self._append(kind=kind, analyst=analyst, query=query or kind.upper(),
                                 event=ev.NoOp(), view={}, payload=payload)
-
-
-def _charge_analyst(budget: Any, event: ev.Event, share: float | None, analyst: str) -> None:
-    """Charge ``event`` to an analyst's own :class:`~dpkit.accounting.Budget`; a refusal
-    names the analyst's budget."""
-    from dpkit.accounting import BudgetExceeded
-
-    try:
-        budget.charge(event, delta=share)
-    except BudgetExceeded as exc:
-        raise BudgetExceeded(
-            requested=exc.requested, remaining=exc.remaining, missing=exc.missing,
-            accountant=exc.accountant, event=event,
-            detail=f"analyst {analyst!r} has a budget of epsilon {budget.epsilon:g}",
-        ) from None

@@ -16,7 +16,17 @@ from typing import Any
 from dpkit.server import require_extra
 from dpkit.server.config import CONFIG_ENV, ServerConfig
 
-__all__ = ["serve"]
+__all__ = ["check_options", "serve"]
+
+
+def check_options(*, workers: int = 1, ssl_keyfile: str | None = None,
+                  ssl_certfile: str | None = None) -> None:
+    """Refuse options :func:`serve` cannot start with (``dpkit serve`` asks before it makes
+    anything, such as a new owner token)."""
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1 (got {workers})")
+    if (ssl_keyfile is None) != (ssl_certfile is None):
+        raise ValueError("TLS needs both --ssl-keyfile and --ssl-certfile")
 
 
 def serve(config: ServerConfig, *, host: str = "127.0.0.1", port: int = 8000,
@@ -28,10 +38,7 @@ def serve(config: ServerConfig, *, host: str = "127.0.0.1", port: int = 8000,
 
     from dpkit.server.app import create_app
 
-    if workers < 1:
-        raise ValueError(f"--workers must be >= 1 (got {workers})")
-    if (ssl_keyfile is None) != (ssl_certfile is None):
-        raise ValueError("TLS needs both --ssl-keyfile and --ssl-certfile")
+    check_options(workers=workers, ssl_keyfile=ssl_keyfile, ssl_certfile=ssl_certfile)
     opts: dict[str, Any] = {"host": host, "port": port, "log_level": log_level,
                             "ssl_keyfile": ssl_keyfile, "ssl_certfile": ssl_certfile,
                             "timeout_graceful_shutdown": 5,

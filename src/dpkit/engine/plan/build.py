@@ -249,9 +249,11 @@ def column_bounds(st: Planning, column: str, call: dsql.AggCall) -> tuple[float,
     b = st.table.bounds_for(column)
     if b is None:
         raise PlanError(
-            f"{call.label} needs bounds for column {column!r}: the data owner declares them "
-            f"(add_table(..., bounds={{'{column}': (low, high)}})) or pass "
-            f"bounds={{'{column}': (low, high)}} with the query. Values outside are clamped."
+            f"{call.label} needs bounds for column {column!r}: ask the data owner to declare "
+            f"them (dpkit add-table ... --bounds {column}=LOW:HIGH --replace; in Python "
+            f"add_table(..., bounds={{'{column}': (low, high)}})), or from Python pass "
+            f"bounds={{'{column}': (low, high)}} with the query. Values outside are clamped. "
+            f"Nothing was charged."
         )
     return b
 

@@ -44,7 +44,7 @@ function signOut(message = "") {
   $("query-form").reset();
   $("add-analyst-form").reset();
   $("release-form").reset();
-  for (const id of ["preview", "new-token", "tables-list", "warnings"]) $(id).replaceChildren();
+  for (const id of ["preview", "new-token", "tables-list", "warnings", "notes"]) $(id).replaceChildren();
   for (const id of ["result-table", "history-table", "analysts-table"]) $(id).replaceChildren();
   for (const id of ["query-error", "budget-error", "tables-error", "history-error", "owner-error",
     "budget-text", "charge", "chart-note"]) $(id).textContent = "";
@@ -135,7 +135,11 @@ function showResult(res) {
   $("results").hidden = false;
   $("charge").textContent = `Charged ε = ${+Number(res.charge.epsilon).toPrecision(4)}, `
     + `δ = ${+Number(res.charge.delta).toPrecision(4)}.`;
+  $("results-title").textContent = "Results";
   $("warnings").replaceChildren(...(res.warnings || []).map((w) => el("li", { text: w })));
+  // notes say how the answer was made (groups chosen privately and the rest not shown, a
+  // quantile's rank error, top-k by noisy max): without them a missing group looks like none
+  $("notes").replaceChildren(...(res.notes || []).map((n) => el("li", { text: n })));
   const measures = res.columns.filter((c) => c in (res.intervals || {}));
   const select = $("measure");
   select.replaceChildren(...measures.map((m) => el("option", { value: m, text: m })));
@@ -166,6 +170,8 @@ async function charged(path, makeBody, btn) {
     $("results-title").focus();
   } catch (err) {
     handle("query-error", err);
+    // the answer still shown is the one before: say so, or it reads as the refused query's
+    if (!$("results").hidden) $("results-title").textContent = "Results of the previous request";
     // a refusal spends nothing, but the gauge may be stale (another tab, another process)
     loadBudget();
   } finally {

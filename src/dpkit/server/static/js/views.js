@@ -95,15 +95,25 @@ export function gauge(spent, cap, label) {
 
 export function renderPreview(box, p) {
   const errs = Object.entries(p.expected_error || {});
-  box.replaceChildren(
+  // the service's text opens with a Python repr line ("Preview(cost epsilon ...)") that says
+  // what "Would cost" already does: keep only its per-column detail lines
+  const detail = (p.text || "").replace(/^Preview\([^\n]*\n?/, "").trimEnd();
+  // replaceChildren would write a null as the text "null": leave the missing parts out
+  box.replaceChildren(...[
     el("p", {}, el("strong", { text: "Would cost " }),
       el("span", { class: "cost", text: `ε = ${fmtEps(p.epsilon)}, δ = ${fmtEps(p.delta)}` }),
       el("span", { text: " (nothing charged yet)" })),
+    // the service's own verdict (the analyst's cap or the project's, whichever is tighter)
+    p.affordable === false ? el("p", { class: "over", text: `More than the ε ${fmtEps(p.remaining)} `
+      + "left to you: running it would be refused (nothing charged). Lower ε or ask for a "
+      + "larger target error." }) : null,
     errs.length ? el("ul", { class: "errors-list", "aria-label": "Expected error per column" },
       ...errs.map(([c, e]) => el("li", { text: e === null || e === undefined
         ? `${c}: no single figure (it depends on the group's size; see below)`
         : `${c}: ± ${fmt(e)}` }))) : null,
-    p.text ? el("pre", { class: "preview-text", text: p.text }) : null);
+    ...(p.notes || []).map((n) => el("p", { class: "hint", text: n })),
+    detail ? el("pre", { class: "preview-text", text: detail }) : null,
+  ].filter((c) => c !== null));
 }
 
 // Group-key columns label the bars; the columns with intervals are the measures. At most
@@ -127,10 +137,12 @@ export function chartData(result, measure) {
 
 export function resultTable(table, result) {
   const iv = result.intervals || {};
+  // the level is part of what an interval means: "95% interval", not just "interval"
+  const level = result.level ? `${+(result.level * 100).toPrecision(4)}% ` : "";
   const names = [];
   for (const c of result.columns) {
     names.push(c);
-    if (c in iv) names.push(`${c} interval`);
+    if (c in iv) names.push(`${c} ${level}interval`);
   }
   const rows = result.rows.map((r, i) => {
     const out = [];
