@@ -182,12 +182,11 @@ def test_a_charge_whose_head_file_cannot_be_written_says_it_was_charged(
     client.app.state.service.close()
 
 
-@pytest.mark.xfail(strict=True, reason="F9 open: an analyst's cap bounds its epsilon, not its "
-                   "delta; a per-analyst delta needs an owner-facing policy (FINDINGS.md F9)")
 def test_an_analyst_cap_also_bounds_its_share_of_delta(tmp_path: Path) -> None:
-    """F9: alice's cap is ε 0.5 of the project's 3; with ε 0.01 per query she spends the
+    """F9: alice's cap is ε 0.5 of the project's 3; with ε 0.01 per query she spent the
     project's whole δ on private group selections (ten of them, ε 0.1 in all), and bob, with
-    ε 2 of his own left, can no longer run any query that needs δ."""
+    ε 2 of his own left, could no longer run any query that needs δ. Now her δ is capped in
+    the same proportion (1/6 of the project's) and her queries draw a tenth of *her* δ."""
     path = tmp_path / "p"
     with dp.Curator.create(path, budget=dp.Budget(epsilon=3, delta=1e-6)) as cur:
         cur.add_table("t", pd.DataFrame({"uid": range(40), "k": ["a", "b"] * 20}),
@@ -200,4 +199,5 @@ def test_an_analyst_cap_also_bounds_its_share_of_delta(tmp_path: Path) -> None:
         except dp.accounting.BudgetExceeded:
             break
     assert alice.budget().spent < 0.5
-    bob.sql("SELECT k, COUNT(*) FROM t GROUP BY k", epsilon=0.5)  # refused today: no δ left
+    assert alice.budget().delta_spent <= 1e-6 / 6 * (1 + 1e-9)
+    bob.sql("SELECT k, COUNT(*) FROM t GROUP BY k", epsilon=0.5)  # was refused: no δ left

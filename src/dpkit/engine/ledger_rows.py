@@ -82,12 +82,13 @@ class LedgerConfig:
     #: (``Budget``'s ``approx_delta``); 0 otherwise
     approx_delta: float = 0.0
 
-    def budget_dict(self, epsilon: float | None = None) -> dict[str, Any]:
+    def budget_dict(self, epsilon: float | None = None,
+                    delta: float | None = None) -> dict[str, Any]:
         """The :meth:`dpkit.accounting.Budget.from_dict` form, without charges."""
         return {
             "version": 1,
             "epsilon": self.epsilon if epsilon is None else epsilon,
-            "delta": self.delta,
+            "delta": self.delta if delta is None else delta,
             "accountant": self.accountant,
             "neighboring": self.neighboring,
             "orders": list(self.orders) if self.orders is not None else None,

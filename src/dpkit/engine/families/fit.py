@@ -443,10 +443,10 @@ def _note(model: Any, notes: list[str], charge: int) -> dict[str, Any]:
 
 def _delta_share(ctx: Context, model: Any, event: ev.Event) -> float | None:
     """The δ an 'approx' ledger books for an event with Gaussian or zCDP steps: the model's own δ
-    (a tenth of the project's when the model has none)."""
+    (a tenth of the analyst's δ when the model has none: the project's, or their own cap)."""
     if ctx.ledger.config.accountant != "approx":
         return None
     if not any(isinstance(e, (ev.Gaussian, ev.DiscreteGaussian, ev.ZCDP)) for e in event.leaves()):
         return None
     delta = getattr(model, "delta", None)
-    return float(delta) if delta else ctx.ledger.config.delta / 10.0
+    return float(delta) if delta else ctx.ledger.delta_for(ctx.analyst) / 10.0

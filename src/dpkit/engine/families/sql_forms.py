@@ -176,7 +176,8 @@ def _target(ctx: Context, *, epsilon: float | None, rho: float | None, delta: fl
         if cfg.delta <= 0:
             raise QueryError("Gaussian noise needs a project with delta > 0; use noise='laplace'")
         return Target(epsilon=epsilon if accuracy is None else None,
-                      delta=delta if delta is not None else cfg.delta / 10.0)
+                      delta=delta if delta is not None
+                      else ctx.ledger.delta_for(ctx.analyst) / 10.0)
     return Target(epsilon=epsilon)
 
 
