@@ -21,7 +21,7 @@ Baselines: ``plain/record`` and ``plain/user`` are the same non-private query;
 ``plain/capped`` is plain Spark SQL that also keeps at most 3 rows per uid (ROW_NUMBER in
 xxhash64 order), the floor of what bounding costs on Spark. ``buckets_p`` (user level
 only): dpkit with its user-level copy in as many buckets as shuffle partitions (the rule
-before ``backend_spark.bucket_count``), to compare the two bucket counts in one run.
+before ``spark_load.bucket_count``), to compare the two bucket counts in one run.
 ``--levels user`` leaves the record level out (at 100M rows its copy and queries cost
 minutes).
 """
@@ -122,7 +122,7 @@ def dpkit_setup(spark: Any, data: Path, work: Path, engine: str, diagnostics: bo
     ``ROWS_PER_BUCKET`` (the ``buckets_p`` comparison: a huge value gives the former rule,
     buckets = shuffle partitions)."""
     import dpkit as dp
-    from dpkit.engine import backend_spark
+    from dpkit.engine import spark_load
 
     cur = dp.Curator.create(work / f"{engine}_{diagnostics}_{per_bucket}.dpkit",
                             epsilon=1000.0, engine=engine,
@@ -133,13 +133,13 @@ def dpkit_setup(spark: Any, data: Path, work: Path, engine: str, diagnostics: bo
             continue
         t0 = time.perf_counter()
         kw: dict[str, Any] = {"max_rows_per_unit": M} if unit else {}
-        default = backend_spark.ROWS_PER_BUCKET
-        backend_spark.ROWS_PER_BUCKET = per_bucket or default
+        default = spark_load.ROWS_PER_BUCKET
+        spark_load.ROWS_PER_BUCKET = per_bucket or default
         try:
             cur.add_table(level, str(data), privacy_unit=unit, bounds={"x": (0, 100)},
                           domains={"g": KEYS}, **kw)
         finally:
-            backend_spark.ROWS_PER_BUCKET = default
+            spark_load.ROWS_PER_BUCKET = default
         loads[level] = time.perf_counter() - t0
         q = QUERY.replace("FROM t", f"FROM {level}")
 

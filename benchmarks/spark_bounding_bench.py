@@ -9,20 +9,34 @@ in the order of: ``md5_printf`` an early portable hash (MD5 of the row's text, f
 printed with ``printf('%.12e')``), ``md5_floor`` the next one (floats as the integer
 ``floor(x·2^20)``), ``int_g_x`` / ``int_x_k`` the keyed integer hash that replaced it
 (``portable_hash_sql``; ``g`` a string without a domain still goes through an MD5),
-``xxhash64`` Spark's own hash (no DuckDB twin: the floor of the cost). ``--variants`` picks
-some.
-Every variant runs once untimed, then the variants take turns for ``--repeats`` rounds;
-medians (min-max) and ratios to ``plain``.
+``xxhash64`` Spark's own hash (no DuckDB twin: the floor of the cost). ``collect_x_k``
+caps without a window or a sort of the rows: a hash aggregation by ``uid`` collects each
+unit's rows as structs led by ``int_x_k``'s order (``collect_list``), sorts that small
+array and keeps its first 3 (``array_sort``, ``slice``, ``inline``);
+``collect_x_k_hash`` is the same with the object hash aggregate's fall-back to a sort
+(above 128 groups per task, by default) set out of reach. ``--variants`` picks some
+(``plain`` always runs: the ratios' base); ``--bucketed`` reads dpkit's copy bucketed by
+``uid`` (as its queries do; written once beside the rows), ``--check A B`` counts the rows
+one variant keeps and the other does not.
+
+    python benchmarks/spark_bounding_bench.py --rows 2000000 --repeats 5 --bucketed \
+        --variants int_x_k collect_x_k collect_x_k_hash --check int_x_k collect_x_k
+
+Every variant runs once untimed, then the variants take turns for ``--repeats`` rounds (the
+order rotating each round); medians (min-max) of the wall clock and of the JVM's CPU time,
+and ratios to ``plain`` (median and per round), with the 1-minute load.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from spark_bench import session, write_rows
@@ -54,6 +68,15 @@ def _keyed(cols: list[tuple[str, str]]) -> str:
     return text[len("SELECT "):text.rindex(" FROM t")]
 
 
+def _collected(order: list[str]) -> str:
+    """The same cap without a window: a hash aggregation by ``uid`` collecting each unit's
+    rows as structs led by their sort keys (``order``), sorted as arrays and cut to 3 (Spark's
+    struct order is field by field, NULLs first: a NULL-free ``order`` here)."""
+    fields = ", ".join([*(f"{o} AS o{i}" for i, o in enumerate(order)), "g", "x"])
+    return AGG.format(src=f"(SELECT r.g AS g, r.x AS x FROM (SELECT inline(slice(array_sort("
+                          f"collect_list(struct({fields}))), 1, 3)) FROM t GROUP BY uid) AS r)")
+
+
 VARIANTS = {
     "plain": "SELECT g, COUNT(*), SUM(x), AVG(x) FROM t GROUP BY g",
     "bigint_sum": AGG.format(src="t"),  # wraps beyond 2^63: not exact in general
@@ -67,7 +90,53 @@ VARIANTS = {
     "int_g_x": _capped(_keyed([("g", "VARCHAR"), ("x", "DOUBLE")]) + ", g"),
     "int_x_k": _capped(_keyed([("x", "DOUBLE"), ("k", "BIGINT")]) + ", k"),
     "xxhash64": _capped("xxhash64(g, x, 12345)"),
+    # the sort-free cap (docs/scale.md): the same keyed hash and ties as int_x_k
+    "collect_x_k": _collected([_keyed([("x", "DOUBLE"), ("k", "BIGINT")]), "k", "x"]),
 }
+# variants run with a session setting (set before each answer, reset after): the object hash
+# aggregate (collect_list) falls back to a sort above 128 groups per task by default
+SETTINGS = {"collect_x_k_hash": ("collect_x_k",
+                                 {"spark.sql.objectHashAggregate.sortBased.fallbackThreshold":
+                                  "100000000"})}
+
+
+def _bucketed(spark: Any, data: Path, rows: int) -> None:
+    """``t`` as dpkit's copy bucketed by ``uid`` (written once under ``data``'s folder)."""
+    from dpkit.engine.spark_load import read_copy, write_bucketed
+
+    target = data.with_name(f"rows_{rows}_by_uid")
+    if not target.exists():
+        write_bucketed(spark, spark.read.parquet(str(data)), target, "uid", "bench")
+    read_copy(spark, str(target), "t")
+
+
+def _answer(spark: Any, name: str) -> Any:
+    variant, settings = SETTINGS.get(name, (name, {}))
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        return spark.sql(VARIANTS[variant]).collect()
+    finally:
+        for k in settings:
+            spark.conf.unset(k)
+
+
+def _same_rows(spark: Any, a: str, b: str) -> int:
+    """Rows one variant keeps and the other does not (0: the same rows), from the texts' kept
+    rows (their aggregation taken off)."""
+    def kept(name: str) -> str:
+        text = VARIANTS[SETTINGS.get(name, (name, {}))[0]]
+        return text[text.index(" FROM ") + len(" FROM "):text.rindex(" GROUP BY g")]
+    return int(spark.sql(f"SELECT COUNT(*) FROM ((SELECT g, x FROM {kept(a)}) EXCEPT ALL "
+                         f"(SELECT g, x FROM {kept(b)}))").collect()[0][0])
+
+
+def _jvm_cpu(spark: Any) -> float:
+    """User + system seconds of the JVM (Linux ``/proc``; local mode: the executors too): on a
+    shared machine the wall clock also counts the waits for a core."""
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -75,29 +144,48 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "dpkit_spark")
-    ap.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    names = [*VARIANTS, *SETTINGS]
+    ap.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=names)
+    ap.add_argument("--bucketed", action="store_true",
+                    help="read dpkit's copy bucketed by uid (no shuffle for the cap)")
+    ap.add_argument("--check", nargs=2, metavar=("A", "B"), choices=names,
+                    help="also count the rows variant A keeps and B does not")
     args = ap.parse_args()
     args.data.mkdir(parents=True, exist_ok=True)
     data = args.data / f"rows_{args.rows}.parquet"
     if not data.exists():
         write_rows(data, args.rows)
     spark = session(2, 4)
-    spark.read.parquet(str(data)).createOrReplaceTempView("t")
-    chosen = {n: VARIANTS[n] for n in args.variants}
-    for q in chosen.values():
-        spark.sql(q).collect()  # warm-up
+    if args.bucketed:
+        _bucketed(spark, data, args.rows)
+    else:
+        spark.read.parquet(str(data)).createOrReplaceTempView("t")
+    chosen = list(dict.fromkeys(["plain", *args.variants]))
+    for name in chosen:
+        _answer(spark, name)  # warm-up
     times: dict[str, list[float]] = {n: [] for n in chosen}
-    for _ in range(args.repeats):
-        for name, q in chosen.items():
-            t0 = time.perf_counter()
-            spark.sql(q).collect()
+    cpus: dict[str, list[float]] = {n: [] for n in chosen}
+    loads = []
+    for r in range(args.repeats):
+        loads.append(os.getloadavg()[0])
+        for name in chosen[r % len(chosen):] + chosen[:r % len(chosen)]:  # rotating order
+            c0, t0 = _jvm_cpu(spark), time.perf_counter()
+            _answer(spark, name)
             times[name].append(time.perf_counter() - t0)
+            cpus[name].append(_jvm_cpu(spark) - c0)
+    if args.check:
+        print(f"rows {args.check[0]} keeps and {args.check[1]} does not: "
+              f"{_same_rows(spark, *args.check)}, and the reverse: "
+              f"{_same_rows(spark, *reversed(args.check))}")
     spark.stop()
-    base = statistics.median(times["plain"])
-    for name, ts in times.items():
-        med = statistics.median(ts)
-        print(f"{name:12s} {med:7.2f} s ({min(ts):.2f}-{max(ts):.2f})  {med / base:5.2f}x plain")
-
+    print(f"1-min load {min(loads):.1f}-{max(loads):.1f}")
+    for what, table in (("wall", times), ("JVM CPU", cpus)):
+        print(what)
+        for name, ts in table.items():
+            ratios = [t / p for t, p in zip(ts, table["plain"], strict=True)]
+            print(f"  {name:16s} {statistics.median(ts):7.2f} s ({min(ts):.2f}-{max(ts):.2f})"
+                  f"  {statistics.median(ratios):5.2f}x plain "
+                  f"({', '.join(f'{x:.2f}' for x in ratios)})")
 
 if __name__ == "__main__":
     main()

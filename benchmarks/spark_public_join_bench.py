@@ -11,11 +11,17 @@ Spark's analysis, the statement; no noise) of the JOIN query grouped by the look
 * ``again``: the same query once more (the shipped view is there);
 * ``spark_public``: the lookup loaded on Spark (``engine="spark"``: a Parquet copy, nothing
   shipped);
+* ``again_join``, ``spark_public_join``: ``again`` and ``spark_public`` with the public
+  group keys joined in Spark, as before they were read on the driver
+  (``backend_spark.PUBLIC_KEYS_MAX = 0``; a second project over the same session and rows,
+  so that neither reuses the other's key cache);
 * ``plain``: the same JOIN as plain Spark SQL over the same Parquet rows and lookup (no DP),
   in the same session;
 * ``no_join``: dpkit's ungrouped COUNT/SUM of the private table (for scale, not a ratio).
 
-Prints medians (min-max) and each ratio to ``plain`` per round, with the 1-minute load.
+``first`` opens each round; the others follow in an order that rotates each round. Prints
+medians (min-max), each ratio to ``plain`` per round and the ratios of the driver-keys
+variants to their join forms per round, with the 1-minute load.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 import dpkit as dp
+from dpkit.engine import backend_spark
 from dpkit.engine import plan as dplan
 from dpkit.engine.backend_spark import local_session
 
@@ -49,6 +56,16 @@ def _exact(cur: Any, query: str) -> float:
                      level=0.95, bounds=None)
     cur._execute(plan)
     return time.perf_counter() - t0
+
+
+def _joined(cur: Any, query: str) -> float:
+    """:func:`_exact` with the public keys joined in Spark (the form before driver keys)."""
+    keep = backend_spark.PUBLIC_KEYS_MAX
+    backend_spark.PUBLIC_KEYS_MAX = 0
+    try:
+        return _exact(cur, query)
+    finally:
+        backend_spark.PUBLIC_KEYS_MAX = keep
 
 
 def main() -> None:
@@ -79,25 +96,39 @@ def main() -> None:
         lookup.to_parquet(lookup_pq)
         spark.read.parquet(str(parquet)).createOrReplaceTempView("rows_p")
         spark.read.parquet(str(lookup_pq)).createOrReplaceTempView("lookup_p")
-        cur = dp.Curator.create(Path(tmp) / "p.dpkit", epsilon=1000, engine="spark",
-                                spark=spark, source=dp.noise.seeded(2))
-        cur.add_table("t", str(parquet), bounds={"x": (0, 100)})
-        cur.add_public_table("swards", str(lookup_pq), engine="spark")
-        times: dict[str, list[float]] = {k: [] for k in
-                                         ("first", "again", "spark_public", "plain", "no_join")}
+        curs = []
+        for name in ("p", "p_join"):
+            cur = dp.Curator.create(Path(tmp) / f"{name}.dpkit", epsilon=1000, engine="spark",
+                                    spark=spark, source=dp.noise.seeded(2))
+            cur.add_table("t", str(parquet), bounds={"x": (0, 100)})
+            cur.add_public_table("swards", str(lookup_pq), engine="spark")
+            cur.add_table("wards", lookup, public=True, engine="duckdb")
+            curs.append(cur)
+        cur, cur_join = curs
+        times: dict[str, list[float]] = {k: [] for k in (
+            "first", "again", "again_join", "spark_public", "spark_public_join", "plain",
+            "no_join")}
         loads = []
+        others: dict[str, Any] = {
+            "again": lambda: _exact(cur, join_q.format(w="wards")),
+            "again_join": lambda: _joined(cur_join, join_q.format(w="wards")),
+            "spark_public": lambda: _exact(cur, join_q.format(w="swards")),
+            "spark_public_join": lambda: _joined(cur_join, join_q.format(w="swards")),
+            "plain": lambda: _timed(lambda: spark.sql(plain_q).collect()),
+            "no_join": lambda: _exact(cur, "SELECT COUNT(*) AS n, SUM(x) AS s FROM t")}
+        order = list(others)
         for r in range(args.repeats + 1):  # round 0: warm-up, untimed
             cur.add_table("wards", lookup, public=True, engine="duckdb", replace=True)
-            got = {"first": _exact(cur, join_q.format(w="wards")),
-                   "again": _exact(cur, join_q.format(w="wards")),
-                   "spark_public": _exact(cur, join_q.format(w="swards")),
-                   "plain": _timed(lambda: spark.sql(plain_q).collect()),
-                   "no_join": _exact(cur, "SELECT COUNT(*) AS n, SUM(x) AS s FROM t")}
+            got = {"first": _exact(cur, join_q.format(w="wards"))}
+            shift = r % len(order)  # the order rotates each round (load changes hit all)
+            for name in order[shift:] + order[:shift]:
+                got[name] = others[name]()
             if r:
                 loads.append(os.getloadavg()[0])
                 for k, v in got.items():
                     times[k].append(v)
-        cur.close()
+        for c in curs:
+            c.close()
         spark.stop()
     print(f"rows {args.rows}, lookup {args.lookup} rows, {args.repeats} rounds, 1-min load "
           f"{min(loads):.1f}-{max(loads):.1f}")
@@ -105,6 +136,10 @@ def main() -> None:
         ratios = [t / p for t, p in zip(ts, times["plain"], strict=True)]
         print(f"{name:12s} {statistics.median(ts):.2f} s ({min(ts):.2f}-{max(ts):.2f})  "
               f"/ plain {statistics.median(ratios):.2f}x ({', '.join(f'{x:.2f}' for x in ratios)})")
+    for a, b in (("again", "again_join"), ("spark_public", "spark_public_join")):
+        ratios = [x / y for x, y in zip(times[a], times[b], strict=True)]
+        print(f"{a} / {b}: {statistics.median(ratios):.2f}x "
+              f"({', '.join(f'{x:.2f}' for x in ratios)})")
 
 
 if __name__ == "__main__":

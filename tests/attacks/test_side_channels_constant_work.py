@@ -1,10 +1,10 @@
 """The side-channel fuzzer over constant-work projects (slow, not CI): the fixed-plan samplers
 run through the whole query grammar (SQL, families, partition selection, quantiles, top-k) on
-neighbouring datasets D and D', under the approx and pld accountants, and the fuzzer finds no
-difference in outcome, error text, keys, order, cost or work trace, and no internal error.
+neighbouring datasets D and D', under the approx, pld and zcdp accountants, and the fuzzer
+finds no difference in outcome, error text, keys, order, cost or work trace, and no internal error.
 
 Run: ``PYTHONPATH=$PWD/src python -m pytest tests/attacks/test_side_channels_constant_work.py
--m slow -q`` (about 40 s for 100 comparisons on a shared 2-core machine).
+-m slow -q`` (about 40 s for 150 comparisons on a shared 2-core machine).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ def constant_work_project(*args: Any, **kw: Any) -> Curator:
 
 
 def test_constant_work_projects_show_nothing_to_the_fuzzer() -> None:
-    rep = sc.fuzz(PEOPLE, public=[WARDS], queries=100, seed=77, accountants=("approx", "pld"),
-                  factory=constant_work_project, max_findings=1)
-    assert rep.comparisons >= 100
+    rep = sc.fuzz(PEOPLE, public=[WARDS], queries=150, seed=77,
+                  accountants=("approx", "pld", "zcdp"), factory=constant_work_project,
+                  max_findings=1)
+    assert rep.comparisons >= 150
     assert not rep.findings, rep.summary()

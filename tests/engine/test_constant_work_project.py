@@ -45,7 +45,7 @@ def _words(cur: dp.Curator) -> int:
     return src.words - before
 
 
-@pytest.mark.parametrize("accountant", ["approx", "pld"])
+@pytest.mark.parametrize("accountant", ["approx", "pld", "zcdp", "rdp"])
 def test_every_release_is_charged_its_timing_delta(tmp_path: Path, accountant: str) -> None:
     cur = _project(tmp_path / "p.dpkit", _rows([]), True, accountant)
     setting = cur.ledger.config.constant_work
@@ -62,6 +62,13 @@ def test_every_release_is_charged_its_timing_delta(tmp_path: Path, accountant: s
     assert dp.accounting.delta(item.event, epsilon=50.0) >= delta_t
     assert preview.cost == pytest.approx(item.epsilon)
     assert res.to_pandas().shape[0] == 2
+    if accountant in ("zcdp", "rdp"):  # approximate zCDP / RDP: δ/100 kept for the timing
+        spend = cur.ledger.spend()
+        assert cur.ledger.config.approx_delta == pytest.approx(1e-8) and delta_t <= 1e-14
+        values = item.event.events[0]  # the release without its timing term
+        plain = (dp.accounting.zcdp.rho_to_epsilon(spend.rho_spent or 0.0, 1e-6 - delta_t)
+                 if accountant == "zcdp" else dp.accounting.rdp.epsilon(values, 1e-6 - delta_t))
+        assert spend.spent >= plain > 0
     cur.close()
     again = dp.Curator.open(tmp_path / "p.dpkit")  # the setting is the project's
     assert isinstance(again._source, noise.ConstantWork) and again._source.bits == bits
@@ -70,7 +77,7 @@ def test_every_release_is_charged_its_timing_delta(tmp_path: Path, accountant: s
 
 @pytest.mark.parametrize(("kw", "match"), [
     ({"delta": 0.0}, "delta > 0"),
-    ({"delta": 1e-6, "accountant": "zcdp"}, "'approx' or 'pld'"),
+    ({"delta": 1e-6, "accountant": "pure"}, "'approx', 'pld', 'zcdp' or 'rdp'"),
     ({"delta": 1e-6, "epsilon": 100.0}, "smaller total epsilon"),
 ])
 def test_budgets_that_cannot_pay_are_refused(tmp_path: Path, kw: dict, match: str) -> None:
@@ -97,3 +104,27 @@ def test_the_command_line_sets_it(tmp_path: Path) -> None:
     init_project(tmp_path / "c.dpkit", epsilon=3.0, delta=1e-6, constant_work=True)
     with dp.Curator.open(tmp_path / "c.dpkit") as cur:
         assert cur.ledger.config.constant_work is not None
+
+
+@pytest.mark.slow  # ~5 s with torch's import; the samplers' own word tests run in CI
+def test_the_work_of_a_dp_sgd_fit_does_not_follow_the_data(tmp_path: Path) -> None:
+    """DP-SGD through the curator (the noisy row count, Poisson masks over the units, float
+    Gaussian noise per step): D and D with one unit's rows moved to the far end of the bound
+    (the same row count) consume the same words on a constant-work project."""
+    pytest.importorskip("torch")
+    from dpkit.learn import MLPClassifier
+
+    rows = _rows([])
+    far = rows.copy()
+    far.loc[far["uid"] == 3, "x"] = 10.0
+    words = []
+    for i, frame in enumerate((rows, far)):
+        cur = _project(tmp_path / f"fit{i}.dpkit", frame, True)
+        src = cur._source
+        assert isinstance(src, noise.ConstantWork)
+        before = src.words
+        cur.fit(MLPClassifier((), epochs=1, sample_rate=0.2, max_grad_norm=1.0),
+                "SELECT x FROM t", label="k", epsilon=1.0)
+        words.append(src.words - before)
+        cur.close()
+    assert words[0] == words[1] > 0

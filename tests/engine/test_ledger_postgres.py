@@ -149,7 +149,7 @@ def test_analyst_caps_and_tokens(make: Make) -> None:
     again = Ledger.open(led.path)
     assert again.spend("eve").spent == pytest.approx(0.25)
     assert again.spend().spent == pytest.approx(0.75)
-    assert again.analysts() == {"eve": {"active": False, "epsilon": 0.3}}
+    assert again.analysts() == {"eve": {"active": False, "epsilon": 0.3, "delta": None}}
 
 
 def test_rows_are_append_only(make: Make) -> None:

@@ -108,8 +108,8 @@ def test_revoked_unknown_and_malformed_tokens_are_refused(
     cur, ann, bob = owned
     still_open = Curator.open(cur.path, token=bob)
     cur.revoke_analyst("bob")
-    assert cur.analysts() == {"ann": {"active": True, "epsilon": 1.0},
-                              "bob": {"active": False, "epsilon": None}}
+    assert cur.analysts() == {"ann": {"active": True, "epsilon": 1.0, "delta": None},
+                              "bob": {"active": False, "epsilon": None, "delta": None}}
     with pytest.raises(PermissionError, match="unknown to the project, or was revoked"):
         Curator.open(cur.path, token=bob)
     before = _state(cur)

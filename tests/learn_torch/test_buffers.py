@@ -72,3 +72,26 @@ def test_grads_survive_the_draw_ahead_and_share_one_buffer() -> None:
             break
     assert len(ptrs) == 2  # one clipped-sum/gradient buffer and one noise buffer, every step
     tr.detach()
+
+
+def test_a_constant_work_source_draws_in_line() -> None:
+    """On a constant-work project the release's failure bound is split among the requests of
+    the charging thread (``noise.charge_scope``): no noise is drawn ahead on another thread."""
+    from dpkit import noise
+
+    torch.manual_seed(2)
+    net = nn.Linear(4, 2)
+    data = TensorDataset(torch.randn(40, 4), torch.randint(0, 2, (40,)))
+    tr = make_private(net, torch.optim.SGD(net.parameters(), lr=0.1),
+                      DataLoader(data, batch_size=10), max_grad_norm=1.0, noise_multiplier=1.0,
+                      source=noise.ConstantWork(noise.secure()))
+    with noise.charge_scope():
+        for i, (x, y) in enumerate(tr.data_loader):
+            tr.optimizer.zero_grad()
+            nn.functional.cross_entropy(tr.module(x), y).backward()
+            tr.optimizer.step()
+            if i == 2:
+                break
+    opt: Any = tr.optimizer
+    assert opt._executor is None and opt._pending is None
+    tr.detach()

@@ -216,6 +216,11 @@ def test_owner_manages_analysts(client: Any, project: Project) -> None:
     assert_problem(client.post("/v1/analysts", json={"nom": "x"}, headers=o), 422)
     r = client.put("/v1/analysts/carol/budget", json={"epsilon": 0.7}, headers=o)
     assert {a["name"]: a["cap_epsilon"] for a in r.json()["analysts"]}["carol"] == 0.7
+    assert {a["name"]: a["cap_delta"] for a in r.json()["analysts"]}["carol"] is None  # δ = 0
+    r = client.put("/v1/analysts/carol/budget", json={"epsilon": 0.7, "delta": 0}, headers=o)
+    assert {a["name"]: a["cap_delta"] for a in r.json()["analysts"]}["carol"] == 0
+    for bad in ({"epsilon": 0.7, "delta": 1e-9}, {"epsilon": None, "delta": 0}):  # pure project
+        assert_problem(client.put("/v1/analysts/carol/budget", json=bad, headers=o), 409)
     assert client.delete("/v1/analysts/carol", headers=o).status_code == 204
     assert_problem(client.delete("/v1/analysts/carol", headers=o), 409)
     assert_problem(client.delete("/v1/analysts/zed", headers=o), 404)

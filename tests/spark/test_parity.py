@@ -18,7 +18,7 @@ import pytest
 from _spark_helpers import assert_exact_parity, exact_aggregates, open_pair
 
 import dpkit as dp
-from dpkit.engine import backend_spark
+from dpkit.engine import spark_load
 from dpkit.engine.backend_spark import bucket_count
 from dpkit.engine.plan.portable import bounding_ctes_portable
 
@@ -176,7 +176,7 @@ def test_a_big_table_gets_more_buckets(pair: Any, parquet_rows: Path,
     """A copy gets :func:`bucket_count` buckets (here 500 rows per bucket: 7 for ~3,200
     rows), written in its note and read by the query side; the answers stay DuckDB's."""
     duck, spk = pair
-    monkeypatch.setattr(backend_spark, "ROWS_PER_BUCKET", 500)
+    monkeypatch.setattr(spark_load, "ROWS_PER_BUCKET", 500)
     for cur in pair:
         cur.add_table("usr7", str(parquet_rows), privacy_unit="uid",
                       max_rows_per_unit=3, **DECL)

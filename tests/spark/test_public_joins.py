@@ -100,6 +100,39 @@ def test_same_seeded_noise_gives_identical_answers(pair: Any) -> None:
     assert duck.budget().spent == spk.budget().spent
 
 
+def test_public_group_keys_are_read_on_the_driver(pair: Any,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GROUP BY over a lookup's column (shipped or on Spark) reads the lookup's keys once
+    per registration, by Spark before the charge, and fills the groups on the driver: the
+    statement read after the charge joins no key set (``__keys``) and runs once, also at
+    user level with a LEFT JOIN's NULL keys (dropped as the key join dropped them, not a
+    fall-back to the join). Above ``PUBLIC_KEYS_MAX`` keys the statement joins them in
+    Spark, as before; the answers are DuckDB's either way. (Before the refusals below: a
+    refused query may draw its seed on one side only.)"""
+    from dpkit import noise
+    from dpkit.engine import backend_spark
+
+    duck, spk = pair
+    for lookup in ("wards", "s_wards"):
+        query = QUERIES[2].replace("wards", lookup).format(t="usr")
+        # both projects answer each query in turn: user-level bounding follows the seeds
+        _exact(duck, query)
+        _exact(spk, query)  # reads the keys (once per registration)
+        expected = _exact(duck, query)
+        with noise.trace.recording() as t:
+            keys, cols = _exact(spk, query)
+        reads = [s for s in t.statements if s[0] == "spark" and s[1] == "collect"]
+        assert len(reads) == 1 and "__keys" not in reads[0][2], t.statements
+        assert (keys, cols) == expected and None not in [k[0] for k in keys]
+    monkeypatch.setattr(backend_spark, "PUBLIC_KEYS_MAX", 2)  # wards has 5 regions
+    spk._preparer._public_keys_cache.clear()
+    with noise.trace.recording() as t:
+        assert_exact_parity(duck, spk, [QUERIES[2]], "usr")
+    reads = [s[2] for s in t.statements if s[0] == "spark" and s[1] == "collect"]
+    assert len(reads) == 2 and "LIMIT 3" in reads[0] and "__keys" in reads[1], reads
+    spk._preparer._public_keys_cache.clear()  # the later tests read the keys again
+
+
 def _on_spark(query: str) -> str:
     """The query joining the lookups loaded with ``engine="spark"`` instead."""
     for name, _ in LOOKUPS:
@@ -190,3 +223,4 @@ def test_lookups_are_the_broadcast_side(pair: Any) -> None:
         plan = backend.session().sql(text)._jdf.queryExecution().executedPlan().toString()
         joins = [ln for ln in plan.splitlines() if "BroadcastHashJoin" in ln]
         assert joins and all("BuildRight" in ln for ln in joins), plan
+

@@ -9,8 +9,10 @@ method        what it does                                                     s
 ``basic``     (Σε, Σδ); Gaussian/zCDP steps share the leftover δ equally       all kinds
 ``advanced``  Dwork-Rothblum-Vadhan, min with basic                            pure/(ε,δ) steps
 ``kov``       optimal k-fold composition (Kairouz-Oh-Viswanath)                pure/(ε,δ) steps
-``zcdp``      ρ adds up; Canonne-Kamath-Steinke conversion                     no δ > 0 steps
-``rdp``       RDP curves add up; Balle et al. 2020 conversion                  no δ > 0 steps
+``zcdp``      ρ adds up; Canonne-Kamath-Steinke conversion; the δ of           no other δ > 0
+              ``ApproxDP(0, δ)`` steps paid first (approximate zCDP)           steps
+``rdp``       RDP curves add up; Balle et al. 2020 conversion; the same        no other δ > 0
+              for ``ApproxDP(0, δ)`` steps (approximate RDP)                   steps
 ``pld``       privacy-loss distributions (``dpkit.accounting.pld``), upper     pld.supports
 ``gdp``       μ-GDP, exact for compositions of Gaussians (Dong-Roth-Su)        Gaussians only
 ============  ===============================================================  ================
@@ -180,12 +182,19 @@ def _raw_epsilon(method: str, norm: ev.Event, delta: float) -> tuple[float, str]
         }.get(method) or _kov_note(norm)
         return value, note
     if method == "zcdp":
-        rho = _zcdp.rho(norm)
-        return _zcdp.rho_to_epsilon(rho, delta), f"ρ = {rho:.6g}; Canonne-Kamath-Steinke"
+        rho, d_a = _zcdp.rho_delta(norm)
+        note = f"ρ = {rho:.6g}; Canonne-Kamath-Steinke"
+        if d_a:
+            note += f" at δ − {d_a:.3g} (the δ of its approximate-zCDP steps)"
+        return _zcdp.epsilon(norm, delta), note
     if method == "rdp":
-        curve = _rdp.rdp(norm)
-        value, order = _rdp.epsilon_from_rdp(_rdp.ORDERS, curve, delta)
-        return value, f"best order α = {order:g}; Balle et al. 2020 conversion"
+        curve, d_a = _rdp.rdp_delta(norm)
+        left = math.nextafter(delta - d_a, 0.0) if d_a else delta
+        if not left > 0.0:
+            return math.inf, f"nothing left of δ after its ApproxDP(0, δ) steps ({d_a:.3g})"
+        value, order = _rdp.epsilon_from_rdp(_rdp.ORDERS, curve, left)
+        note = f"best order α = {order:g}; Balle et al. 2020 conversion"
+        return value, note + (f" at δ − {d_a:.3g} (approximate RDP)" if d_a else "")
     if method == "gdp":
         mu = _gdp.mu(norm)
         return _gdp.mu_to_epsilon(mu, delta), f"μ = {mu:.6g}; exact"

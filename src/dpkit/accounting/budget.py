@@ -19,7 +19,8 @@ accountant  rule                                                                
             (ε_i, δ_i): pure steps at (ε_i, 0), (ε, δ) steps at their own δ, steps  basic
             that need a δ share (Gaussian, zCDP, sampled) at ``charge(e, delta=δ_i)`` composition)
 ``zcdp``    Σ ρ_i <= ρ, ρ the largest with ρ-zCDP ⇒ (ε, δ)-DP (CKS conversion)      yes (Feldman-
-                                                                                   Zrnic 2021)
+            (with ``approx_delta=δ_A``: also Σ δ_i <= δ_A for the ``ApproxDP(0,   Zrnic 2021)
+            δ_i)`` steps, and ρ converts at δ − δ_A; approximate zCDP)
 ``rdp``     the summed RDP curve converts to ε' <= ε at δ, minimising over orders   only with a
                                                                                    single order
 ``pld``     privacy-loss distribution of the whole history gives ε' <= ε at δ       no
@@ -121,6 +122,7 @@ class BudgetExceeded(ValueError):  # noqa: N818 - the name the contract uses
         self.missing = missing
         self.accountant = accountant
         self.event = event
+        self.detail = detail
         message = (
             f"privacy budget exceeded (accountant {accountant!r}): requested {requested}; "
             f"remaining {remaining}; missing {missing}. Nothing was spent; ask for less "
@@ -137,11 +139,19 @@ class Budget:
     Parameters are keyword-only: ``epsilon`` (> 0), ``delta`` in [0, 1), ``accountant`` in
     :data:`ACCOUNTANTS`, ``neighboring`` (``"add_remove"`` default, or ``"replace"``),
     ``orders`` (RDP orders for ``accountant="rdp"``; one order makes it a valid filter).
+    ``approx_delta`` (``accountant="zcdp"`` or ``"rdp"``, in [0, δ)): the part of δ kept for
+    the δ of ``ApproxDP(0, δ_i)`` steps (approximate zCDP / RDP, :mod:`dpkit.accounting.zcdp`;
+    a constant-work project's timing term): charges must keep Σ δ_i <= ``approx_delta`` as
+    well as Σ ρ_i <= ρ, with ρ the largest that converts to (ε, δ − ``approx_delta``) (``rdp``:
+    the curve converts at δ − ``approx_delta``). For ``zcdp`` both are fixed budgets, so the
+    filter stays valid under adaptive use, and the history is (ε, δ)-DP. 0 (the default)
+    refuses such steps.
     See the module docstring for which accountants are valid under adaptive use.
     """
 
     def __init__(self, *, epsilon: float, delta: float = 0.0, accountant: str = "approx",
-                 neighboring: str = "add_remove", orders: Sequence[float] | None = None) -> None:
+                 neighboring: str = "add_remove", orders: Sequence[float] | None = None,
+                 approx_delta: float = 0.0) -> None:
         self.epsilon = check_epsilon(epsilon)
         self.delta = check_delta(delta)
         if accountant not in ACCOUNTANTS:
@@ -168,11 +178,13 @@ class Budget:
         self._eps_sum = 0
         self._delta_sum = 0
         self._rho_sum = 0  # exact, like the two above
+        self._approx_sum = 0  # the δ of approximate-zCDP steps, exact likewise
         self._eps_reported = 0.0  # the largest composed ε reported so far: spent never falls
         self._pld_memo: dict[tuple[int, ev.Event | None], float] = {}
         self._groups: dict[str, list[Any]] = {}  # event JSON -> [event, count] (pld)
         self._rdp_total = np.zeros(len(self._orders())) if accountant == "rdp" else None
-        self._rho_budget = (_zcdp.epsilon_to_rho(self.epsilon, self.delta)
+        self.approx_delta = _check_approx_delta(approx_delta, self.delta, accountant)
+        self._rho_budget = (_zcdp.epsilon_to_rho(self.epsilon, self._conversion_delta)
                             if accountant == "zcdp" else None)
 
     # ---------------------------------------------------------------- accountant internals
@@ -218,12 +230,15 @@ class Budget:
             raise ValueError(f"accountant {self.accountant!r} converts the whole history at the "
                              f"budget's δ; do not pass delta= to charge()")
         if self.accountant == "zcdp":
-            rho = _zcdp.rho(event, neighboring=self.neighboring)
-            return Cost(_zcdp_epsilon(rho, self.delta), self.delta if rho else 0.0, rho), rho
+            rho, d_a = _zcdp.rho_delta(event, neighboring=self.neighboring)
+            self._check_delta_part(event, d_a)
+            eps = _zcdp_epsilon(rho, self._conversion_delta)
+            return Cost(eps, self.delta if rho or d_a else 0.0, rho), (rho, d_a)
         if self.accountant == "rdp":
-            curve = _rdp.rdp(event, self._orders(), neighboring=self.neighboring)
-            eps = _rdp.epsilon_from_rdp(self._orders(), curve, self.delta)[0]
-            return Cost(eps, self.delta if eps else 0.0), curve
+            curve, d_a = _rdp.rdp_delta(event, self._orders(), neighboring=self.neighboring)
+            self._check_delta_part(event, d_a)
+            eps = _rdp.epsilon_from_rdp(self._orders(), curve, self._conversion_delta)[0]
+            return Cost(eps, self.delta if eps or d_a else 0.0), (curve, d_a)
         # pld: cost of the event alone
         eps = self._pld_cached(0, event)
         return Cost(eps, self.delta if eps else 0.0), None
@@ -281,6 +296,20 @@ class Budget:
     def _rho_total(self) -> float:
         return _exact_float_up(self._rho_sum)
 
+    def _check_delta_part(self, event: ev.Event, d_a: float) -> None:
+        if d_a and not self.approx_delta:
+            raise UnsupportedEvent(
+                self.accountant, event, f"it has a δ part ({d_a:.3g}, its ApproxDP(0, δ) steps)",
+                f"keep a share of δ for them: Budget(..., accountant={self.accountant!r}, "
+                f"approx_delta=...), or use accountant='approx' or 'pld'")
+
+    @property
+    def _conversion_delta(self) -> float:
+        """The δ at which ρ converts: δ less the approximate-zCDP reserve (rounded down)."""
+        if not self.approx_delta:
+            return self.delta
+        return math.nextafter(self.delta - self.approx_delta, 0.0)
+
     def _spent_unlocked(self) -> Cost:
         if not self._charges:
             return Cost(0.0, 0.0, 0.0 if self.accountant == "zcdp" else None)
@@ -290,12 +319,13 @@ class Budget:
         # composed accountants: the reported ε only ever grows (see the module docstring)
         if self.accountant == "zcdp":
             rho = self._rho_total
-            eps = max(self._eps_reported, _zcdp_epsilon(rho, self.delta))
+            eps = max(self._eps_reported, _zcdp_epsilon(rho, self._conversion_delta))
             self._eps_reported = eps
             return Cost(eps, self.delta if eps else 0.0, rho)
         if self.accountant == "rdp":
             assert self._rdp_total is not None
-            eps = _rdp.epsilon_from_rdp(self._orders(), self._rdp_total, self.delta)[0]
+            eps = _rdp.epsilon_from_rdp(self._orders(), self._rdp_total,
+                                        self._conversion_delta)[0]
         else:
             eps = self._pld_cached(len(self._charges), None)
         eps = self._eps_reported = max(self._eps_reported, eps)
@@ -331,34 +361,55 @@ class Budget:
                 missing = Cost(max(0.0, eps_after - self.epsilon),
                                max(0.0, delta_after - self.delta))
             elif acc == "zcdp":
-                assert self._rho_budget is not None
-                rho_after = (_exact_float_up(self._rho_sum + _exact_units(inc))
-                             if math.isfinite(inc) else math.inf)
-                ok = self._fits(rho_after, self._rho_budget)
-                # the check is on ρ; the ε conversion (a minimisation, ~1 ms) only for the
-                # refusal's message: spent converts the (monotone, exact) ρ total on demand
-                eps_after = spent.epsilon if ok else max(
-                    spent.epsilon, _zcdp.rho_to_epsilon(rho_after, self.delta))
-                missing = Cost(max(0.0, eps_after - self.epsilon), 0.0,
-                               max(0.0, rho_after - self._rho_budget))
+                ok, eps_after, missing, detail = self._zcdp_fits(inc, spent)
             elif acc == "rdp":
                 assert self._rdp_total is not None
-                total = _add_up(self._rdp_total, inc)
-                eps_after = max(spent.epsilon,
-                                _rdp.epsilon_from_rdp(self._orders(), total, self.delta)[0])
-                ok = self._fits(eps_after, self.epsilon)
-                missing = Cost(max(0.0, eps_after - self.epsilon), 0.0)
+                total = _add_up(self._rdp_total, inc[0])
+                eps_after = max(spent.epsilon, _rdp.epsilon_from_rdp(
+                    self._orders(), total, self._conversion_delta)[0])
+                ok_d, d_missing, detail = self._approx_fits(inc[1])
+                ok = self._fits(eps_after, self.epsilon) and ok_d
+                missing = Cost(max(0.0, eps_after - self.epsilon), d_missing)
             else:
                 eps_after = max(spent.epsilon, self._pld_cached(len(self._charges), event))
                 ok = self._fits(eps_after, self.epsilon)
                 missing = Cost(max(0.0, eps_after - self.epsilon), 0.0)
             if not ok or not (math.isfinite(cost.epsilon) and math.isfinite(cost.delta)):
                 raise BudgetExceeded(requested=cost, remaining=remaining, missing=missing,
-                                     accountant=acc, event=event)
+                                     accountant=acc, event=event,
+                                     detail=detail if acc in ("zcdp", "rdp") else "")
             if record:
                 self._record(Charge(event, delta, cost), inc)
                 self._eps_reported = max(self._eps_reported, eps_after)
         return cost
+
+    def _zcdp_fits(self, inc: tuple[float, float], spent: Cost) -> tuple[bool, float, Cost, str]:
+        """Whether ρ and the approximate-zCDP δ both fit after ``inc``; ε after, the missing
+        part, and a note when it is the δ reserve that is used up."""
+        assert self._rho_budget is not None
+        rho_inc, d_inc = inc
+        rho_after = (_exact_float_up(self._rho_sum + _exact_units(rho_inc))
+                     if math.isfinite(rho_inc) else math.inf)
+        ok_rho = self._fits(rho_after, self._rho_budget)
+        ok_d, d_missing, detail = self._approx_fits(d_inc)
+        # the check is on ρ; the ε conversion (a minimisation, ~1 ms) only for the
+        # refusal's message: spent converts the (monotone, exact) ρ total on demand
+        eps_after = spent.epsilon if ok_rho else max(
+            spent.epsilon, _zcdp.rho_to_epsilon(rho_after, self._conversion_delta))
+        missing = Cost(max(0.0, eps_after - self.epsilon), d_missing,
+                       max(0.0, rho_after - self._rho_budget))
+        return ok_rho and ok_d, eps_after, missing, detail
+
+    def _approx_fits(self, d_inc: float) -> tuple[bool, float, str]:
+        """Whether the δ part ``d_inc`` fits what is left of ``approx_delta``; how much is
+        missing, and the note that says so."""
+        d_after = _exact_float_up(self._approx_sum + _exact_units(d_inc))
+        if d_inc == 0.0 or self._fits(d_after, self.approx_delta):
+            return True, 0.0, ""
+        return False, d_after - self.approx_delta, (
+            f"the δ kept for approximate-{'zCDP' if self.accountant == 'zcdp' else 'RDP'} "
+            f"steps (approx_delta={self.approx_delta:.3g}, the timing term of a constant-work "
+            f"project) is used up")
 
     def _record(self, charge: Charge, inc: Any) -> None:
         self._charges.append(charge)
@@ -367,10 +418,12 @@ class Budget:
         self._eps_sum += _exact_units(charge.cost.epsilon)
         self._delta_sum += _exact_units(charge.cost.delta)
         if self.accountant == "zcdp":
-            self._rho_sum += _exact_units(float(inc))
+            self._rho_sum += _exact_units(float(inc[0]))
+            self._approx_sum += _exact_units(float(inc[1]))
         elif self.accountant == "rdp":
             assert self._rdp_total is not None
-            self._rdp_total = _add_up(self._rdp_total, inc)
+            self._rdp_total = _add_up(self._rdp_total, inc[0])
+            self._approx_sum += _exact_units(float(inc[1]))
 
     # ---------------------------------------------------------------- public
 
@@ -441,6 +494,7 @@ class Budget:
                 "accountant": self.accountant,
                 "neighboring": self.neighboring,
                 "orders": list(self.orders) if self.orders is not None else None,
+                **({"approx_delta": self.approx_delta} if self.approx_delta else {}),
                 "charges": [
                     {"event": c.event.to_dict(), "delta": c.delta, "epsilon_cost": c.cost.epsilon,
                      "delta_cost": c.cost.delta, "rho_cost": c.cost.rho}
@@ -455,16 +509,17 @@ class Budget:
             budget = cls(epsilon=data["epsilon"], delta=data.get("delta", 0.0),
                          accountant=data.get("accountant", "approx"),
                          neighboring=data.get("neighboring", "add_remove"),
-                         orders=data.get("orders"))
+                         orders=data.get("orders"),
+                         approx_delta=data.get("approx_delta", 0.0))
             for item in data.get("charges", []):
                 event = ev.from_dict(item["event"])
                 cost = Cost(float(item["epsilon_cost"]), float(item["delta_cost"]),
                             item.get("rho_cost"))
                 inc: Any = None
                 if budget.accountant == "zcdp":
-                    inc = _zcdp.rho(event, neighboring=budget.neighboring)
+                    inc = _zcdp.rho_delta(event, neighboring=budget.neighboring)
                 elif budget.accountant == "rdp":
-                    inc = _rdp.rdp(event, budget._orders(), neighboring=budget.neighboring)
+                    inc = _rdp.rdp_delta(event, budget._orders(), neighboring=budget.neighboring)
                 budget._record(Charge(event, item.get("delta"), cost), inc)
         except KeyError as exc:
             raise ValueError(f"not a Budget.to_dict() mapping: missing {exc}") from None
@@ -474,6 +529,18 @@ class Budget:
         s = self.spent
         return (f"Budget(epsilon={self.epsilon!r}, delta={self.delta!r}, "
                 f"accountant={self.accountant!r}, spent=({s}), charges={len(self._charges)})")
+
+
+def _check_approx_delta(approx_delta: float, delta: float, accountant: str) -> float:
+    out = check_delta(approx_delta, name="approx_delta") if approx_delta else 0.0
+    if out and accountant not in ("zcdp", "rdp"):
+        raise ValueError(f"approx_delta= only applies to accountant='zcdp' or 'rdp' (got "
+                         f"{accountant!r}); the 'approx' and 'pld' accountants charge δ steps "
+                         f"directly")
+    if out and not out < delta:
+        raise ValueError(f"approx_delta must be below delta (got {out:g} >= {delta:g}): the "
+                         f"rest of δ is what ρ converts at")
+    return out
 
 
 def _count_into(groups: dict[str, list[Any]], event: ev.Event) -> None:
@@ -543,5 +610,5 @@ def charge_each(budgets: Sequence[tuple[Budget, str]], event: ev.Event, *,
         worst, detail = max(refused, key=lambda r: (r[0].missing.epsilon, r[0].missing.delta))
         raise BudgetExceeded(requested=worst.requested, remaining=worst.remaining,
                              missing=worst.missing, accountant=worst.accountant, event=event,
-                             detail=detail)
+                             detail="; ".join(d for d in (worst.detail, detail) if d))
     return costs

@@ -36,6 +36,13 @@ its order instead of collapsing ε to 0 (tensorflow/privacy#166).
 With ``orders=DEFAULT_ORDERS`` the numbers equal dp_accounting's ``RdpAccountant`` (tested to 1e-6
 relative); the default grid adds orders, so it is never looser.
 
+**Approximate RDP**, as in :mod:`dpkit.accounting.zcdp`: an ``ApproxDP(0, δ)`` step (laws
+within total variation δ: M(x) = (1 − δ)P + δP', M(x') = (1 − δ)P + δQ', D_α(P‖P) = 0) adds
+nothing to the curve and δ to a δ part δ_A; the parts add under composition and the conversion
+pays δ_A first (ε from the curve at δ − δ_A). :func:`rdp_delta` gives (curve, δ_A);
+:func:`epsilon` / :func:`delta` convert both; :func:`rdp` refuses an event with a δ part. Only
+``Composed`` / ``SelfComposed`` levels are searched for such steps (not ``PoissonSampled``).
+
 Validity: composing RDP curves is valid for adaptively chosen mechanisms; minimising over many
 orders *after* the sequence is fixed is tight for a sequence fixed in advance. As a privacy
 filter (stopping adaptively on the budget), only a single fixed order is valid (Feldman-Zrnic
@@ -63,7 +70,9 @@ from dpkit.accounting._common import (
     UnsupportedEvent,
     check_delta,
     check_epsilon,
+    fsum_up,
     is_supported,
+    mul_up,
     normalize,
 )
 
@@ -76,6 +85,7 @@ __all__ = [
     "epsilon",
     "epsilon_from_rdp",
     "rdp",
+    "rdp_delta",
     "supports",
 ]
 
@@ -369,14 +379,38 @@ def _rdp_compute(event: ev.Event, orders: tuple[float, ...]) -> np.ndarray:
 
 def rdp(event: ev.Event, orders: Sequence[float] | None = None, *,
         neighboring: str = "add_remove") -> np.ndarray:
-    """The RDP curve of ``event`` at ``orders`` (default :data:`ORDERS`), as a new array."""
+    """The RDP curve of ``event`` at ``orders`` (default :data:`ORDERS`), as a new array;
+    refuses an event with ``ApproxDP(0, δ)`` steps (see :func:`rdp_delta`)."""
     orders_t = _as_orders(orders)
     return np.array(_rdp_cached(normalize(event, neighboring), orders_t), dtype=float)
 
 
+def _split_delta(event: ev.Event) -> tuple[ev.Event, float]:
+    """``event`` without its ``ApproxDP(0, δ)`` steps (at ``Composed``/``SelfComposed`` levels),
+    and their summed δ, rounded up."""
+    if isinstance(event, ev.ApproxDP) and event.epsilon == 0.0 and event.delta > 0.0:
+        return ev.NoOp(), float(event.delta)
+    if isinstance(event, ev.Composed):
+        parts = [_split_delta(e) for e in event.events]
+        d = fsum_up([x for _, x in parts])
+        return (ev.Composed(tuple(e for e, _ in parts)) if d else event), min(1.0, d)
+    if isinstance(event, ev.SelfComposed) and event.count:
+        inner, d = _split_delta(event.event)
+        if d:
+            return ev.SelfComposed(inner, event.count), min(1.0, mul_up(event.count, d))
+    return event, 0.0
+
+
+def rdp_delta(event: ev.Event, orders: Sequence[float] | None = None, *,
+              neighboring: str = "add_remove") -> tuple[np.ndarray, float]:
+    """(curve, δ_A): ``event`` is δ_A-approximately RDP with that curve (module docstring)."""
+    rest, d = _split_delta(normalize(event, neighboring))
+    return np.array(_rdp_cached(rest, _as_orders(orders)), dtype=float), d
+
+
 def supports(event: ev.Event, *, neighboring: str = "add_remove") -> bool:
-    """Whether ``event`` has an RDP bound."""
-    return is_supported(lambda: rdp(event, (2.0,), neighboring=neighboring))
+    """Whether ``event`` has an (approximate) RDP bound."""
+    return is_supported(lambda: rdp_delta(event, (2.0,), neighboring=neighboring))
 
 
 # --------------------------------------------------------------------------------------------
@@ -435,14 +469,23 @@ def delta_from_rdp(orders: Sequence[float], rdp_values: npt.ArrayLike,
 
 def epsilon(event: ev.Event, delta: float, *, orders: Sequence[float] | None = None,
             neighboring: str = "add_remove") -> float:
-    """ε at ``delta`` from the composed RDP curve of ``event`` (improved conversion)."""
+    """ε at ``delta`` from the composed RDP curve of ``event`` (improved conversion); a δ part
+    δ_A is paid first (the curve converts at ``delta − δ_A``; ``inf`` when nothing is left)."""
     delta = check_delta(delta)
     orders_t = _as_orders(orders)
-    return epsilon_from_rdp(orders_t, rdp(event, orders_t, neighboring=neighboring), delta)[0]
+    curve, d = rdp_delta(event, orders_t, neighboring=neighboring)
+    if d:
+        left = delta - d
+        if not left > 0.0:
+            return math.inf
+        delta = math.nextafter(left, 0.0)  # never more δ than is left
+    return epsilon_from_rdp(orders_t, curve, delta)[0]
 
 
 def delta(event: ev.Event, epsilon: float, *, orders: Sequence[float] | None = None,
           neighboring: str = "add_remove") -> float:
-    """δ at ``epsilon`` from the composed RDP curve of ``event``."""
+    """δ at ``epsilon`` from the composed RDP curve of ``event``, plus its δ part."""
     orders_t = _as_orders(orders)
-    return delta_from_rdp(orders_t, rdp(event, orders_t, neighboring=neighboring), epsilon)[0]
+    curve, d = rdp_delta(event, orders_t, neighboring=neighboring)
+    base = delta_from_rdp(orders_t, curve, epsilon)[0]
+    return base if not d else min(1.0, fsum_up([base, d]))

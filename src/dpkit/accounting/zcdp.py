@@ -20,7 +20,18 @@ adds ρ. Per-event ρ (add/remove-one neighbours unless stated):
                                 amplify)
 ==============================  ===================================================================
 
-``ApproxDP`` with δ > 0 has no zCDP bound (:class:`UnsupportedEvent`).
+``ApproxDP(ε, δ)`` with ε > 0 and δ > 0 has no zCDP bound (:class:`UnsupportedEvent`).
+
+**Approximate zCDP** (Bun-Steinke 2016, Def. 8.1): M is δ-approximately ρ-zCDP when for all
+neighbours x, x' there are P, P', Q, Q' with M(x) = (1 − δ)P + δP', M(x') = (1 − δ)Q + δQ' and
+D_α(P‖Q), D_α(Q‖P) <= ρα for all α > 1. ``ApproxDP(0, δ)`` is δ-approximately 0-zCDP (its two
+laws are within total variation δ: take P = Q their common part). Composition, adaptive
+included, adds both parts (ibid., Lemma 8.3: (ρ₁ + ρ₂, δ₁ + δ₂), rounded up here), and the
+conversion pays the δ part on top: δ_A-approximate ρ-zCDP implies (ε(ρ, δ'), δ' + δ_A)-DP
+(M(x)(S) <= (1 − δ_A)P(S) + δ_A <= e^ε M(x')(S) + δ' + δ_A). :func:`rho_delta` gives the pair,
+:func:`epsilon` / :func:`delta` convert it; :func:`rho` refuses an event whose δ part is > 0.
+This is what carries a constant-work project's timing term ``ApproxDP(0, δ_t)``
+(:mod:`dpkit.noise.constant`) beside ρ; an ``ApproxDP`` inside ``PoissonSampled`` is refused.
 
 Conversion to (ε, δ) uses the tight form of Canonne-Kamath-Steinke 2020 (Prop. 12 / Cor. 13):
 
@@ -62,6 +73,7 @@ __all__ = [
     "epsilon_to_rho",
     "laplace_rho",
     "rho",
+    "rho_delta",
     "rho_to_delta",
     "rho_to_epsilon",
     "supports",
@@ -233,38 +245,60 @@ def _leaf_rho(event: ev.Event) -> float:
     if isinstance(event, ev.ApproxDP):
         if event.delta == 0.0:
             return _sq_over(float(event.epsilon), 2.0)
-        raise UnsupportedEvent("zcdp", event, "(ε, δ)-DP with δ > 0 implies no zCDP bound",
-                               _SUGGEST_APPROX)
+        raise UnsupportedEvent("zcdp", event, "(ε, δ)-DP with ε > 0 and δ > 0 implies no zCDP "
+                               "bound", _SUGGEST_APPROX)
     raise UnsupportedEvent("zcdp", event, "no zCDP rule for this event kind", _SUGGEST_APPROX)
 
 
-def _rho(event: ev.Event) -> float:
+def _rho_delta(event: ev.Event) -> tuple[float, float]:
+    """(ρ, δ_A): ``event`` is δ_A-approximately ρ-zCDP (module docstring)."""
+    if isinstance(event, ev.ApproxDP) and event.epsilon == 0.0 and event.delta > 0.0:
+        return 0.0, float(event.delta)
     if isinstance(event, ev.Composed):
-        parts = [_rho(e) for e in event.events]
-        return math.inf if math.inf in parts else fsum_up(parts)
+        parts = [_rho_delta(e) for e in event.events]
+        rhos = [r for r, _ in parts]
+        rho_sum = math.inf if math.inf in rhos else fsum_up(rhos)
+        return rho_sum, min(1.0, fsum_up([d for _, d in parts]))
     if isinstance(event, ev.SelfComposed):
-        return 0.0 if event.count == 0 else mul_up(event.count, _rho(event.event))
+        if event.count == 0:
+            return 0.0, 0.0
+        r, d = _rho_delta(event.event)
+        return mul_up(event.count, r), min(1.0, mul_up(event.count, d))
     if isinstance(event, ev.PoissonSampled):
-        if event.sampling_probability == 0.0:
-            return 0.0
-        try:
-            inner: float | None = _rho(event.event)
-        except UnsupportedEvent:
-            inner = None
-        try:
-            eps = _pure._epsilon(event)
-            amplified: float | None = eps * eps / 2.0
-        except UnsupportedEvent:
-            amplified = None
-        if inner is None and amplified is None:
-            raise UnsupportedEvent("zcdp", event, "the sampled event has no zCDP bound",
-                                   _SUGGEST_APPROX)
-        return min(x for x in (inner, amplified) if x is not None)
-    return _leaf_rho(event)
+        return _sampled_rho(event), 0.0
+    return _leaf_rho(event), 0.0
+
+
+def _sampled_rho(event: ev.PoissonSampled) -> float:
+    if event.sampling_probability == 0.0:
+        return 0.0
+    try:
+        inner: float | None = _rho(event.event)
+    except UnsupportedEvent:
+        inner = None
+    try:
+        eps = _pure._epsilon(event)
+        amplified: float | None = eps * eps / 2.0
+    except UnsupportedEvent:
+        amplified = None
+    if inner is None and amplified is None:
+        raise UnsupportedEvent("zcdp", event, "the sampled event has no zCDP bound",
+                               _SUGGEST_APPROX)
+    return min(x for x in (inner, amplified) if x is not None)
+
+
+def _rho(event: ev.Event) -> float:
+    r, d = _rho_delta(event)
+    if d > 0.0:
+        raise UnsupportedEvent(
+            "zcdp", event, f"it has a δ part ({d:.3g}): it is only δ-approximately ρ-zCDP",
+            "use rho_delta(event) for the pair, or epsilon()/delta(), which convert both")
+    return r
 
 
 def rho(event: ev.Event, *, neighboring: str = "add_remove") -> float:
-    """ρ such that ``event`` is ρ-zCDP under ``neighboring`` (see the module table).
+    """ρ such that ``event`` is ρ-zCDP under ``neighboring`` (see the module table); refuses an
+    event with a δ part (``ApproxDP(0, δ)``: see :func:`rho_delta`).
 
     >>> from dpkit import events as ev
     >>> rho(ev.SelfComposed(ev.Gaussian(2.0), 10))
@@ -273,21 +307,43 @@ def rho(event: ev.Event, *, neighboring: str = "add_remove") -> float:
     return _rho(normalize(event, neighboring))
 
 
+def rho_delta(event: ev.Event, *, neighboring: str = "add_remove") -> tuple[float, float]:
+    """(ρ, δ_A) such that ``event`` is δ_A-approximately ρ-zCDP (Bun-Steinke 2016, Def. 8.1):
+    ρ as :func:`rho`, δ_A the summed δ of its ``ApproxDP(0, δ)`` steps.
+
+    >>> from dpkit import events as ev
+    >>> rho_delta(ev.Composed((ev.Gaussian(2.0), ev.ApproxDP(0.0, 1e-12))))
+    (0.125, 1e-12)
+    """
+    return _rho_delta(normalize(event, neighboring))
+
+
 def supports(event: ev.Event, *, neighboring: str = "add_remove") -> bool:
-    """Whether ``event`` has a zCDP bound."""
-    return is_supported(lambda: rho(event, neighboring=neighboring))
+    """Whether ``event`` has an (approximate) zCDP bound."""
+    return is_supported(lambda: rho_delta(event, neighboring=neighboring))
 
 
 def epsilon(event: ev.Event, delta: float, *, neighboring: str = "add_remove") -> float:
-    """ε at ``delta`` of ``event`` via zCDP composition and the CKS conversion."""
+    """ε at ``delta`` of ``event`` via zCDP composition and the CKS conversion; a δ part δ_A
+    is paid first: the conversion runs at ``delta − δ_A`` (``inf`` when nothing is left)."""
     delta = check_delta(delta)
-    return rho_to_epsilon(rho(event, neighboring=neighboring), delta)
+    r, d = rho_delta(event, neighboring=neighboring)
+    if d == 0.0:
+        return rho_to_epsilon(r, delta)
+    left = delta - d
+    if not left > 0.0:
+        return math.inf
+    # delta − d rounds to nearest: step down one ulp so the conversion never gets more δ
+    return rho_to_epsilon(r, math.nextafter(left, 0.0))
 
 
 def delta(event: ev.Event, epsilon: float, *, neighboring: str = "add_remove") -> float:
-    """δ at ``epsilon`` of ``event`` via zCDP composition and the CKS conversion."""
+    """δ at ``epsilon`` of ``event`` via zCDP composition and the CKS conversion, plus its δ
+    part (rounded up, at most 1)."""
     epsilon = check_epsilon(epsilon, allow_zero=True, allow_inf=True)
-    return rho_to_delta(rho(event, neighboring=neighboring), epsilon)
+    r, d = rho_delta(event, neighboring=neighboring)
+    base = rho_to_delta(r, epsilon)
+    return base if d == 0.0 else min(1.0, fsum_up([base, d]))
 
 
 def _check_rho(rho: float) -> float:

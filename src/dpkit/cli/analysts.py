@@ -19,15 +19,18 @@ __all__ = ["add_analyst", "commands", "list_analysts", "migrate", "revoke_analys
 
 
 def add_analyst(project: str | Path, name: str, *, epsilon: float | None = None,
-                expires_days: float | None = None,
+                expires_days: float | None = None, delta: float | None = None,
                 console: Any = None) -> str:
-    """Add analyst ``name`` (own cap ``epsilon``) and print their token once."""
+    """Add analyst ``name`` (own caps ``epsilon`` and ``delta``) and print their token once."""
     from dpkit.engine.curator import Curator
 
     con = make_console(console)
     with Curator.open(project) as cur:
-        token = cur.add_analyst(name, epsilon=epsilon, expires_days=expires_days)
+        token = cur.add_analyst(name, epsilon=epsilon, delta=delta, expires_days=expires_days)
+        dcap = cur.analysts()[name]["delta"]
     cap = f"epsilon {epsilon:g} of the project's budget" if epsilon is not None else "no own cap"
+    if dcap is not None:
+        cap += f", delta {dcap:.3g}"
     con.print(f"analyst [bold]{name}[/] added ({cap}). Their token, shown only now:")
     con.print(token, markup=False, highlight=False, soft_wrap=True)
     con.print("[dim]give it to them privately; they use it as DPKIT_TOKEN=... or --token. "
@@ -45,11 +48,12 @@ def list_analysts(project: str | Path, *, console: Any = None) -> dict[str, Any]
         info = cur.analysts()
         spent = {n: cur.budget(n).spent for n in info}
     t = Table(title="analysts", title_justify="left")
-    for col in ("analyst", "status", "own epsilon cap", "spent"):
+    for col in ("analyst", "status", "own epsilon cap", "own delta cap", "spent"):
         t.add_column(col)
     for n, i in info.items():
         t.add_row(n, "active" if i["active"] else "revoked",
-                  "-" if i["epsilon"] is None else f"{i['epsilon']:g}", f"{spent[n]:.4g}")
+                  "-" if i["epsilon"] is None else f"{i['epsilon']:g}",
+                  "-" if i.get("delta") is None else f"{i['delta']:.3g}", f"{spent[n]:.4g}")
     con.print(t)
     return info
 
@@ -83,12 +87,16 @@ def analyst_group() -> None:
 @click.argument("project", type=click.Path(path_type=Path))
 @click.argument("name")
 @click.option("--epsilon", type=float, default=None, help="The analyst's own epsilon cap.")
+@click.option("--delta", type=float, default=None,
+              help="Their delta cap beside --epsilon (default on an 'approx' project: the "
+                   "project's delta in the same proportion as --epsilon).")
 @click.option("--expires-days", type=float, default=None,
               help="The token opens nothing after this many days (default: never).")
-def add_command(project: Path, name: str, epsilon: float | None,
+def add_command(project: Path, name: str, epsilon: float | None, delta: float | None,
                 expires_days: float | None) -> None:
     """Add an analyst; prints their token once."""
-    add_analyst(project, name, epsilon=epsilon, expires_days=expires_days, console=console)
+    add_analyst(project, name, epsilon=epsilon, delta=delta, expires_days=expires_days,
+                console=console)
 
 
 @analyst_group.command("list")

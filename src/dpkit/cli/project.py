@@ -253,7 +253,8 @@ def demo_command(rows: int, path: Path | None) -> None:
 )
 @click.option("--constant-work", is_flag=True,
               help="Noise and selections on fixed plans: their time does not follow the noise "
-              "or the data; each release also charges a delta <= 2^-40 (needs --delta > 0).")
+              "or the data; each release also charges a delta <= 2^-40 (needs --delta > 0 "
+              "and an accountant other than pure).")
 def init_command(project: Path, epsilon: float, delta: float, accountant: str | None,
                  ledger: str | None, constant_work: bool) -> None:
     """Create a curator project with a total privacy budget."""

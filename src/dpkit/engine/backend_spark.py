@@ -1,13 +1,16 @@
 """Apache Spark, for tables that outgrow one machine: the same plans, run where the rows are.
 
 A Spark table's rows live in Parquet (a copy the curator writes once at load, like DuckDB's
-copied tables: rows appended to the source later change nothing); DuckDB holds an EMPTY table
-of the same columns and types, so everything before the charge (typing, the dry run over
-empty shadow tables, the declared keys) runs exactly as for a DuckDB table and reads no row.
-A query's statement is compiled ``portable`` (:mod:`dpkit.engine.plan.portable`), transpiled
-to Spark SQL by sqlglot with the relation names swapped for Spark temporary views, analysed by
-Spark before the charge (errors there spend nothing), and run after it. Only the aggregates
-come back to the driver; noise and the ledger stay there (:mod:`dpkit.engine.charge`).
+copied tables: rows appended to the source later change nothing; :mod:`dpkit.engine.spark_load`
+writes it and declares it in each session); DuckDB holds an EMPTY table of the same columns
+and types, so everything before the charge (typing, the dry run over empty shadow tables, the
+declared keys) runs exactly as for a DuckDB table and reads no row. A query's statement is
+compiled ``portable`` (:mod:`dpkit.engine.plan.portable`), transpiled to Spark SQL
+(:mod:`dpkit.engine.spark_sql`) with the relation names swapped for Spark views here,
+analysed by Spark before the charge (errors there spend nothing), and run after it. Only the
+aggregates come back to the driver; noise and the ledger stay there
+(:mod:`dpkit.engine.charge`). Public DuckDB tables a statement joins are shipped to Spark
+(:func:`ship_public`).
 
 pyspark is imported inside the functions that need it (the ``[spark]`` extra): ``import
 dpkit`` never starts a JVM. Queries run in a session of their own (``spark.newSession()``:
@@ -18,202 +21,35 @@ is NULL as in DuckDB (the compiled statement is total: it raises on no row).
 from __future__ import annotations
 
 import contextlib
-import os
-import re
-import shutil
-import sys
-import tempfile
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import sqlglot
 from sqlglot import exp
 
-from dpkit.engine.backend_duckdb import DuckBackend, relation_name, table_relation
-from dpkit.engine.duckdb_sources import store_domain
+from dpkit.engine.backend_duckdb import DuckBackend, table_relation
+from dpkit.engine.spark_load import (
+    DUCK_TO_SPARK,
+    SPARK,
+    bucket_count,
+    drop_spark_orphans,
+    load_spark_table,
+    local_session,
+    read_copy,
+)
+from dpkit.engine.spark_sql import exact_rounds, to_spark_sql
 from dpkit.engine.spec import QueryError
-from dpkit.engine.tables import FIXED_PREFIX, Column, TableMeta, quote_ident
+from dpkit.engine.tables import TableMeta, quote_ident
 from dpkit.noise import trace as _trace
 
-__all__ = ["ENGINES", "PUBLIC_MAX_ROWS", "ROWS_PER_BUCKET", "SPARK", "SparkBackend", "backend_for",
+# The copy and its loading live in spark_load, the statement's Spark text in spark_sql; the
+# names callers knew here stay importable from here.
+__all__ = ["ENGINES", "PUBLIC_KEYS_MAX", "PUBLIC_MAX_ROWS", "SPARK", "SparkBackend", "backend_for",
            "bucket_count", "check_engine", "check_on_spark", "drop_spark_orphans", "exact_rounds",
-           "exact_sums", "hex_casts",
-           "load_spark_table", "local_session", "ship_public", "spark_columns", "to_spark_sql",
-           "write_bucketed"]
-
-SPARK = "spark"  # TableMeta.storage of a Spark table
-_MISSING = ("pyspark is not installed: pip install 'dpkit[spark]' (pyspark needs Java 17+); "
-            "nothing was charged")
-
-# Spark SQL type (simpleString) -> the DuckDB type the curator types queries with
-_TYPES = {"tinyint": "TINYINT", "smallint": "SMALLINT", "int": "INTEGER", "bigint": "BIGINT",
-          "float": "FLOAT", "double": "DOUBLE", "string": "VARCHAR", "boolean": "BOOLEAN",
-          "date": "DATE", "timestamp_ntz": "TIMESTAMP"}
-
-
-def local_session() -> Any:
-    """A local Spark session (``local[2]``, no UI, 4 shuffle partitions), for one machine."""
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:
-        raise QueryError(_MISSING) from None
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    # the catalog (bucketed copies are declared there) keeps its empty warehouse folder in
-    # the temporary directory, not in the working directory
-    warehouse = Path(tempfile.gettempdir()) / "dpkit-spark-warehouse"
-    return (SparkSession.builder.master("local[2]").appName("dpkit")
-            .config("spark.sql.warehouse.dir", str(warehouse))
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "4").getOrCreate())
-
-
-def spark_columns(schema: Any) -> list[Column]:
-    """A Spark schema as the curator's columns (DuckDB types); refuses what has no twin."""
-    out = []
-    for f in schema.fields:
-        t = f.dataType.simpleString()
-        if t.startswith("decimal"):
-            duck = t.upper()
-        elif t in _TYPES:
-            duck = _TYPES[t]
-        elif t == "timestamp":
-            raise ValueError(f"column {f.name!r} is a Spark TIMESTAMP (with the session's time "
-                             f"zone); cast it to timestamp_ntz or to a date first")
-        else:
-            raise ValueError(f"column {f.name!r} has Spark type {t}, which dpkit cannot query "
-                             f"on Spark; cast it to a number, string, boolean or date first")
-        if f.name.lower().startswith(FIXED_PREFIX):
-            raise ValueError(f"column {f.name!r} starts with {FIXED_PREFIX!r}, reserved for the "
-                             f"curator's hidden columns; rename it")
-        out.append(Column(f.name, duck))
-    return out
-
-
-def _read_source(spark: Any, source: Any) -> Any:
-    """A Spark DataFrame of ``source``: a DataFrame, or a Parquet / CSV path."""
-    if hasattr(source, "sparkSession") and hasattr(source, "schema"):
-        return source
-    if isinstance(source, (str, Path)):
-        p = str(source)
-        if p.lower().endswith((".csv", ".csv.gz", ".tsv")):
-            return spark.read.csv(p, header=True, inferSchema=True)
-        return spark.read.parquet(p)
-    raise ValueError(f"a Spark table's source is a Spark DataFrame or a Parquet/CSV path (got "
-                     f"{type(source).__name__}); load other sources with engine='duckdb'")
-
-
-def load_spark_table(db_path: Path, spark: Any, name: str, source: Any, *, directory: Path,
-                     physical: str, validate: Callable[[list[Column], int], None],
-                     domains: Callable[[], Sequence[tuple[str, str, Sequence[Any]]]],
-                     not_null: Callable[[], Sequence[str]],
-                     unit: str | None = None,
-                     public: bool = False) -> tuple[list[Column], str, str]:
-    """Copy ``source`` to Parquet under ``directory/physical`` and give DuckDB an empty table of
-    its columns (``priv.<physical>``, or ``pub.<physical>`` for a ``public`` lookup table, for
-    typing and dry runs). ``validate(columns, rows)``, the declared domains (checked against
-    the column types) and ``not_null`` (counted in Spark) run before anything is kept. With a
-    privacy ``unit``, the copy is bucketed by it (:func:`write_bucketed`). Returns (columns,
-    storage ``"spark"``, DuckDB relation)."""
-    df = _read_source(spark, source)
-    columns = spark_columns(df.schema)
-    target = directory / physical
-    directory.mkdir(parents=True, exist_ok=True)
-    # the unit as the copy spells it (a name that matches no column is refused by validate)
-    by = next((c.name for c in columns if unit is not None and c.name.lower() == unit.lower()),
-              None)
-    try:
-        if by is None:
-            df.write.mode("overwrite").parquet(str(target))
-        else:
-            write_bucketed(spark, df, target, by, physical)
-        df = spark.read.parquet(str(target))
-        validate(columns, int(df.count()))
-        _check_complete(df, columns, not_null())
-        _schema_table(db_path, physical, columns, domains(), schema="pub" if public else "priv")
-    except BaseException:
-        shutil.rmtree(target, ignore_errors=True)
-        raise
-    return columns, SPARK, relation_name(physical, public)
-
-
-_BUCKETS = "_dpkit_buckets"  # in a bucketed copy's folder: "<unit>\t<buckets>" (Spark skips _*)
-ROWS_PER_BUCKET = 2_000_000  # one task sorts a bucket: 50 at 100M rows took 0.81x 4's time
-
-
-def bucket_count(rows: int, partitions: int, per_bucket: int = ROWS_PER_BUCKET) -> int:
-    """Shuffle ``partitions`` (at least 1), more when a bucket would hold over ``per_bucket``."""
-    return max(1, int(partitions), -(-int(rows) // int(per_bucket)))
-
-
-def write_bucketed(spark: Any, df: Any, target: Path, unit: str, physical: str) -> None:
-    """Write ``df`` to ``target`` as Parquet bucketed by ``unit`` (Spark's bucket layout: one
-    file per bucket, a row's bucket a hash of its unit), :func:`bucket_count` buckets (one
-    job counts the rows first). A query's windows partitioned by the unit then need no
-    shuffle of the rows (``EXPLAIN``: no ``Exchange hashpartitioning`` on the unit). Bucket
-    information lives in Spark's catalog only, so the table written here is dropped from it
-    at once (an external table: its files stay) and :meth:`SparkBackend.register` declares
-    it again in each query session from the note this writes beside the files."""
-    parts = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    buckets = bucket_count(int(df.count()), parts, ROWS_PER_BUCKET)
-    table = f"dpkit_load_{physical}"
-    try:
-        (df.repartition(buckets, unit).write.mode("overwrite").bucketBy(buckets, unit)
-         .option("path", str(target)).saveAsTable(table))
-    finally:
-        with contextlib.suppress(Exception):
-            spark.sql(f"DROP TABLE IF EXISTS {table}")
-    with contextlib.suppress(OSError):  # a path Python cannot write: the copy reads as plain
-        (target / _BUCKETS).write_text(f"{unit}\t{buckets}\n")
-
-
-def _bucket_spec(source: str) -> tuple[str, int] | None:
-    """The (unit, buckets) of a copy written by :func:`write_bucketed`, else None."""
-    note = Path(source) / _BUCKETS
-    try:
-        unit, buckets = note.read_text().strip().split("\t")
-    except (OSError, ValueError):  # not bucketed (or not on a local path: read as plain)
-        return None
-    return unit, int(buckets)
-
-
-def _check_complete(df: Any, columns: Sequence[Column], names: Sequence[str]) -> None:
-    """Refuse a NULL (or NaN) in a column declared ``not_null`` (one Spark job)."""
-    if not names:
-        return
-    from pyspark.sql import functions as fn
-
-    cls = {c.name: c.cls for c in columns}
-    counts = df.agg(*[
-        fn.sum((fn.col(n).isNull() | (fn.isnan(fn.col(n)) if cls[n] == "float" else
-                                      fn.lit(False))).cast("long")).alias(f"c{i}")
-        for i, n in enumerate(names)]).collect()[0]
-    for i, n in enumerate(names):
-        if counts[f"c{i}"]:
-            raise ValueError(f"column {n!r} is declared not_null, but {counts[f'c{i}']} row(s) "
-                             f"hold NULL or NaN; drop it from not_null, or fix those rows")
-
-
-def _schema_table(db_path: Path, physical: str, columns: Sequence[Column],
-                  domains: Sequence[tuple[str, str, Sequence[Any]]], *,
-                  schema: str = "priv") -> None:
-    """DuckDB's empty twin of a Spark table (its columns and types), domains checked."""
-    con = duckdb.connect(str(db_path))
-    try:
-        con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-        cols = ", ".join(f"{quote_ident(c.name)} {c.type}" for c in columns)
-        con.execute(f"CREATE OR REPLACE TABLE {schema}.{quote_ident(physical)} ({cols})")
-        types = {c.name: c.type for c in columns}
-        for column, _, keys in domains:
-            store_domain(con, column=column, type_=types[column], keys=keys, target=None)
-    finally:
-        con.close()
+           "load_spark_table", "local_session", "ship_public", "to_spark_sql"]
 
 
 class SparkBackend(DuckBackend):
@@ -266,18 +102,7 @@ class SparkBackend(DuckBackend):
             key = ("pub" if meta.public else "priv", meta.stored_name)
             if key not in self._views:
                 view = f"dpkit_{'spub_' if meta.public else ''}{meta.stored_name}"
-                spec = _bucket_spec(meta.source)
-                session = self.session()
-                df = session.read.parquet(meta.source)
-                if spec is None:
-                    df.createOrReplaceTempView(view)
-                else:  # Spark knows the buckets only from a catalog table
-                    cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}"
-                                     for f in df.schema.fields)
-                    path = exp.Literal.string(str(meta.source)).sql(dialect="spark")
-                    session.sql(f"CREATE TABLE IF NOT EXISTS {view} ({cols}) USING parquet "
-                                f"CLUSTERED BY (`{spec[0]}`) INTO {spec[1]} BUCKETS "
-                                f"LOCATION {path}")
+                read_copy(self.session(), meta.source, view)
                 self._views[key] = view
 
     def _public_view(self, key: tuple[str, str]) -> str | None:
@@ -297,29 +122,51 @@ class SparkBackend(DuckBackend):
             self._shipped[key] = view
         return view
 
-    def to_spark(self, text: str) -> str | None:
-        """``text`` (DuckDB SQL) as Spark SQL over the views; None if it reads no Spark table.
+    def to_spark(self, text: str, *, public: bool = False) -> str | None:
+        """``text`` (DuckDB SQL) as Spark SQL over the views; None if it reads no Spark table
+        (``public``: also a text that reads public tables only, as :meth:`query_keys` asks).
         The public tables it joins are shipped to Spark on first use (refused above
         :data:`PUBLIC_MAX_ROWS` rows: a ``QueryError``, before the charge when asked by
         :meth:`check`)."""
-        if not self._views or not any(p in text for _, p in self._views):
+        if not public and (not self._views or not any(p in text for _, p in self._views)):
             return None
         done = self._texts.get(text)
         if done is not None:  # asked before the charge (check) and again to read (run)
             return done
         tree = sqlglot.parse_one(text, read="duckdb")
         tables = list(tree.find_all(exp.Table))
-        if not any((t.db, t.name) in self._views for t in tables):
+        if not public and not any((t.db, t.name) in self._views for t in tables):
             return None
         for t in tables:
             view = self._views.get((t.db, t.name)) or self._public_view((t.db, t.name))
             if view is not None:
                 t.replace(exp.to_table(view).as_(t.alias_or_name) if t.alias else
                           exp.to_table(view))
-        if len(self._texts) >= 64:
-            self._texts.clear()
-        out = self._texts[text] = to_spark_sql(tree)
+            elif public and t.db:  # stored, but not on Spark (a CTE's name has no schema)
+                return None
+        out = to_spark_sql(tree)
+        if not public:  # the read routes a cached text to Spark: statements' texts only
+            if len(self._texts) >= 64:
+                self._texts.clear()
+            self._texts[text] = out
         return out
+
+    def query_keys(self, text: str) -> list[tuple[Any, ...]] | None:
+        """The public keys ``text`` gives (a statement's key CTEs over public tables, in
+        order), read by Spark from the same views the statement reads (a DuckDB public table
+        is shipped, once per registration), so that keys and groups compare alike (Spark's
+        equality, no DuckDB collation). None above :data:`PUBLIC_KEYS_MAX` keys, or when
+        ``text`` reads something Spark has no view of: the statement then joins them."""
+        spark_text = self.to_spark(f"{text} LIMIT {PUBLIC_KEYS_MAX + 1}", public=True)
+        if spark_text is None:
+            return None
+        try:
+            keys = self._collect(spark_text)
+        except QueryError:
+            raise
+        except Exception as exc:  # before the charge: refused, like check's analysis
+            raise _refusal(exc) from None
+        return keys if len(keys) <= PUBLIC_KEYS_MAX else None
 
     def check(self, text: str, tables: Mapping[str, TableMeta]) -> None:
         """Before the charge: Spark analyses the statement (no row read), so that a statement
@@ -334,8 +181,7 @@ class SparkBackend(DuckBackend):
         except QueryError:
             raise
         except Exception as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise QueryError(f"Spark cannot run this query: {first} (nothing charged)") from None
+            raise _refusal(exc) from None
         if len(self._frames) >= 64:
             self._frames.clear()
         self._frames[spark_text] = df
@@ -408,21 +254,13 @@ class SparkBackend(DuckBackend):
             self._frames.clear()
 
 
-def to_spark_sql(text: str | Any) -> str:
-    """A portable statement (DuckDB SQL, or its parsed tree, which is changed) as Spark SQL:
-    sqlglot's transpilation plus the rewrites where Spark's spelling of the same value
-    differs (:func:`hex_casts`, :func:`exact_rounds`, :func:`exact_sums`)."""
-    tree = sqlglot.parse_one(text, read="duckdb") if isinstance(text, str) else text
-    return exact_sums(exact_rounds(hex_casts(tree))).sql(dialect="spark")
-
-
-# A public table joined with a Spark table is shipped to Spark as rows held by the driver
-# (a local relation, sent with the tasks): lookup tables are small. Above this many rows it is
 # refused; aggregate or filter it to the keys the query needs first.
 PUBLIC_MAX_ROWS = 100_000
+# A public key set (a GROUP BY over a public table's column) up to this many keys is read to
+# the driver once per registration and each query's groups filled from it there (the keys
+# are the answer's rows anyway); above, the statement joins them in Spark.
+PUBLIC_KEYS_MAX = 100_000
 
-# DuckDB type -> Spark type of a shipped public column (the reverse of _TYPES)
-_TO_SPARK = {d: s for s, d in _TYPES.items()}
 
 
 def ship_public(spark: Any, duck: DuckBackend, meta: TableMeta, view: str) -> Any:
@@ -440,7 +278,7 @@ def ship_public(spark: Any, duck: DuckBackend, meta: TableMeta, view: str) -> An
     fields = []
     for c in meta.columns:
         t = c.type.upper()
-        spark_type = t.lower() if t.startswith("DECIMAL") else _TO_SPARK.get(t)
+        spark_type = t.lower() if t.startswith("DECIMAL") else DUCK_TO_SPARK.get(t)
         if spark_type is None:
             raise QueryError(f"public table {meta.name!r}: column {c.name!r} has type {c.type}, "
                              f"which cannot be shipped to Spark; load the table with that "
@@ -463,69 +301,11 @@ def ship_public(spark: Any, duck: DuckBackend, meta: TableMeta, view: str) -> An
     return df
 
 
-def exact_sums(tree: Any) -> Any:
-    """Every SUM of a compiled statement adds integers (fixed-point values, counts); DuckDB
-    adds them into HUGEINT, Spark into a BIGINT that wraps. Each BIGINT ``v`` is split as
-    ``hi * 2^31 + lo`` (``hi = v >> 31``, ``0 <= lo < 2^31``): both parts are summed as BIGINT
-    (exact below 2^32 rows per group; a per-row DECIMAL(38, 0) sum is several times slower in
-    Spark) and joined as DECIMAL(38, 0) once per group (read back as Python ints, as DuckDB's
-    HUGEINT is)."""
-    dec = exp.DataType.build("DECIMAL(38, 0)")
-    for node in list(tree.find_all(exp.Sum)):
-        if isinstance(node.parent, exp.Window):
-            continue  # a total over the groups' (already exact, DECIMAL) sums: few rows
-        v = node.this
-        hi = exp.cast(exp.Sum(this=exp.BitwiseRightShift(this=v.copy(),
-                                                         expression=exp.Literal.number(31))),
-                      dec)
-        lo = exp.cast(exp.Sum(this=exp.BitwiseAnd(this=v.copy(),
-                                                  expression=exp.Literal.number(2**31 - 1))),
-                      dec)
-        node.replace(exp.paren(exp.Add(this=exp.Mul(this=hi, expression=exp.Literal.number(
-            2**31)), expression=lo)))
-    return tree
 
-
-def hex_casts(tree: Any) -> Any:
-    """``CAST('0x' || h AS BIGINT)`` (DuckDB reads a hex text as an integer; the portable keyed
-    hash uses it on 8 hex digits of an MD5) as ``CAST(conv(h, 16, 10) AS BIGINT)``: Spark's
-    cast of a ``0x`` text is NULL. Same value: ``h`` is at most 8 hex digits (< 2^32)."""
-    for node in list(tree.find_all(exp.Cast)):
-        inner = node.this.unnest() if isinstance(node.this, exp.Paren) else node.this
-        if (isinstance(inner, exp.DPipe) and isinstance(inner.this, exp.Literal)
-                and inner.this.is_string and inner.this.this == "0x"
-                and node.to.is_type(exp.DataType.Type.BIGINT)):
-            node.set("this", exp.Anonymous(this="conv", expressions=[
-                inner.expression.copy(), exp.Literal.number(16), exp.Literal.number(10)]))
-    return tree
-
-
-def exact_rounds(tree: Any) -> Any:
-    """``CAST(round(y) AS BIGINT)`` (the fixed-point integers) without Spark's ``round``,
-    which rounds a double through ``java.math.BigDecimal`` (its decimal text): measured at
-    10M rows, most of the record-level statement's time. ``round`` half away from zero is
-    written with ``floor``, exactly (``y - floor(y)`` is exact for ``|y| < 2^52``, and beyond
-    that ``y`` is an integer): the integer DuckDB's ``round`` gives, and Spark's."""
-    for node in list(tree.find_all(exp.Round)):
-        cast = node.parent
-        if (node.args.get("decimals") is not None or not isinstance(cast, exp.Cast)
-                or not cast.to.is_type(exp.DataType.Type.BIGINT)):
-            continue
-        y = node.this
-        neg = exp.Neg(this=exp.paren(y.copy()))
-        node.replace(exp.paren(exp.case().when(
-            exp.GTE(this=y.copy(), expression=exp.Literal.number(0)),
-            _round_up(exp.paren(y.copy()))).else_(exp.Neg(this=exp.paren(_round_up(neg))))))
-    return tree
-
-
-def _round_up(v: exp.Expression) -> exp.Expression:
-    """``floor(v) + (v - floor(v) >= 0.5)`` for ``v >= 0``: ``v`` rounded, halves up."""
-    fl = exp.Floor(this=v.copy())
-    frac = exp.Sub(this=v.copy(), expression=fl.copy())
-    return exp.Add(this=fl, expression=exp.case().when(
-        exp.GTE(this=frac, expression=exp.Literal.number(0.5)), exp.Literal.number(1)).else_(
-        exp.Literal.number(0)))
+def _refusal(exc: Exception) -> QueryError:
+    """What Spark said when it could not run a statement before the charge."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return QueryError(f"Spark cannot run this query: {first} (nothing charged)")
 
 
 def _integral(v: Any) -> Any:
@@ -578,23 +358,3 @@ def check_on_spark(backend: DuckBackend, meta: TableMeta, texts: Sequence[str]) 
                          f"session: Curator.open(path, spark=session) (nothing charged)")
     for text in texts:
         backend.check(text, {meta.name: meta})
-
-
-_COPY = re.compile(r".+__v[0-9a-f]{16}")  # a Parquet copy's folder name (load's stored name)
-
-
-def drop_spark_orphans(directory: Path, keep: Collection[str]) -> list[str]:
-    """Remove the Parquet copies under the project's own ``directory`` (``<project>/spark``)
-    that no Spark table in force names (``keep``: their stored names): the old rows of a
-    replaced or dropped table, or the new rows of a load that crashed before its ledger row.
-    Only folders named as a load names them are touched; a shared ``$DPKIT_SPARK_DIR`` is
-    never cleaned (other projects may keep their copies there). The caller holds the load
-    lock. Returns what was removed."""
-    if not directory.is_dir():
-        return []
-    gone = []
-    for entry in sorted(directory.iterdir()):
-        if entry.is_dir() and _COPY.fullmatch(entry.name) and entry.name not in keep:
-            shutil.rmtree(entry, ignore_errors=True)
-            gone.append(f"spark/{entry.name}")
-    return gone

@@ -32,6 +32,7 @@ from dpkit import events as ev
 from dpkit import noise
 from dpkit.accounting import BudgetExceeded, UnsupportedEvent
 from dpkit.engine.ledger import Entry, Ledger
+from dpkit.engine.ledger_rows import HeadNotWritten
 from dpkit.engine.spec import QueryError
 
 __all__ = ["AFTER_CHARGE", "ChargedQueryError", "charged_event", "charged_read", "quote"]
@@ -107,8 +108,12 @@ def charged_read(ledger: Ledger, event: ev.Event, *, analyst: str, query: str,
     failure gives the fixed :data:`AFTER_CHARGE` message.
     """
     with _priced(ledger.config.accountant, what, advice):  # a refusal writes nothing
-        entry = ledger.charge(charged_event(ledger, event), analyst=analyst, query=query,
-                              delta_share=delta_share, details=details)
+        try:
+            entry = ledger.charge(charged_event(ledger, event), analyst=analyst, query=query,
+                                  delta_share=delta_share, details=details)
+        except HeadNotWritten as exc:  # committed, then the head file failed: fail closed
+            raise ChargedQueryError(AFTER_CHARGE.format(what=what, seq=exc.seq),
+                                    exc.seq) from None
     # ---- from here on the charge is durable: whatever happens, it stays
     try:
         exact = read()

@@ -95,6 +95,7 @@ from dpkit.engine.roles import (
     project_source,
     reopen_seed,
     revoke_analyst,
+    set_analyst_caps,
     visible_budget,
 )
 from dpkit.engine.tables import TableMeta, check_identifier
@@ -172,7 +173,8 @@ class Curator(ReleaseMethods):
         ``engine="spark"``: tables are added on Spark (``spark``: a SparkSession; None starts
         a local one when first needed; docs/scale.md). ``constant_work=True``: noise and
         selections on fixed plans whose work depends on public parameters only, each release
-        charged a small extra δ (docs/attacks.md §6; needs delta > 0, 'approx' or 'pld').
+        charged a small extra δ (docs/attacks.md §6; needs delta > 0 and an accountant other
+        than 'pure').
         """
         path = Path(path)
         check_engine(engine)
@@ -358,25 +360,27 @@ class Curator(ReleaseMethods):
         """Register a public lookup table (no privacy; may be joined and used as group keys)."""
         return self.add_table(name, source, public=True, **kwargs)
 
-    def set_analyst_budget(self, analyst: str, epsilon: float | None) -> None:
-        """Give ``analyst`` their own epsilon cap inside the project's budget (None removes it);
-        owner only."""
+    def set_analyst_budget(self, analyst: str, epsilon: float | None,
+                           delta: float | None = None) -> None:
+        """Give ``analyst`` their own epsilon cap inside the project's budget, and a delta cap
+        beside it (default on an 'approx' project: the project's delta in the same proportion
+        as the epsilon cap); None removes both; owner only."""
         self._require_owner("setting a budget")
-        if epsilon is not None:
-            dplan.check_epsilon(epsilon, "epsilon")
-        self.ledger.record("analyst", {"analyst": analyst, "epsilon": epsilon},
-                           analyst=self.analyst, query=f"SET BUDGET {analyst} = {epsilon}")
+        set_analyst_caps(self.ledger, self.analyst, analyst, epsilon, delta)
 
     # ------------------------------------------------------------------ roles
 
     def add_analyst(self, name: str, *, epsilon: float | None = None,
-                    expires_days: float | None = None) -> str:
+                    delta: float | None = None, expires_days: float | None = None) -> str:
         """Add an analyst and return their token (owner only). The token is shown once: only
         its SHA-256 is stored. It carries 256 bits from the OS CSPRNG; ``epsilon``: the
         analyst's own cap inside the project's budget (None: only the project's budget);
+        ``delta``: their δ cap beside it (default on an 'approx' project: the project's δ in
+        the same proportion as ``epsilon``, so that no analyst can spend everyone's δ; other
+        accountants: none unless given); the default δ of their queries is a tenth of it;
         ``expires_days``: the token opens nothing after that many days (None: never)."""
         self._require_owner("adding an analyst")
-        return add_analyst(self.ledger, self.analyst, name, epsilon, expires_days)
+        return add_analyst(self.ledger, self.analyst, name, epsilon, expires_days, delta)
 
     def revoke_analyst(self, name: str) -> None:
         """Revoke an analyst's token (owner only): it opens nothing from now on, and a curator
@@ -417,7 +421,8 @@ class Curator(ReleaseMethods):
               diagnostics: bool = True) -> dplan.Plan:
         cfg = self.ledger.config
         return self._planner.plan(query, self.tables(), self._tables_version(),
-                                  accountant=cfg.accountant, budget_delta=cfg.delta,
+                                  accountant=cfg.accountant,
+                                  budget_delta=self.ledger.delta_for(self.analyst),
                                   epsilon=epsilon, rho=rho, delta=delta, noise=noise,
                                   level=level, bounds=bounds, weights=weights,
                                   diagnostics=diagnostics)
@@ -426,7 +431,7 @@ class Curator(ReleaseMethods):
         cfg = self.ledger.config
         if cfg.accountant != "approx" or plan.noise != dplan.GAUSSIAN:
             return None
-        return delta if delta is not None else cfg.delta / 10.0
+        return delta if delta is not None else self.ledger.delta_for(self.analyst) / 10.0
 
     def _cost(self, plan: dplan.Plan, analyst: str, delta: float | None) -> Any:
         return quote(self.ledger, plan.event, analyst=analyst,

@@ -62,6 +62,7 @@ from typing import Any
 from dpkit import events as ev
 from dpkit import noise as _noise
 from dpkit.accounting.budget import charge_each
+from dpkit.engine.ledger_analysts import Analysts
 from dpkit.engine.ledger_migrate import migrate
 from dpkit.engine.ledger_postgres import PostgresStore
 from dpkit.engine.ledger_rows import (
@@ -128,11 +129,9 @@ class Ledger:
         # whole history per query would grow with the project's age)
         self._by_kind: dict[str, list[Entry]] = {}
         self._charges_of: dict[str, list[Entry]] = {}  # analyst -> their charges
-        self._analyst_caps: dict[str, float] = {}
-        self._tokens: dict[str, str] = {}  # sha256(token) hex -> analyst name
-        self._revoked: set[str] = set()
+        self._analysts = Analysts()
         self._config: LedgerConfig | None = None
-        self._budget_cache: dict[str | None, tuple[int, float, Any]] = {}
+        self._budget_cache: dict[str | None, tuple[int, tuple[float, float], Any]] = {}
 
     # ------------------------------------------------------------------ opening
 
@@ -239,25 +238,10 @@ class Ledger:
             if e.kind == "charge":
                 self._charges_of.setdefault(e.analyst, []).append(e)
             elif e.kind == "analyst":
-                self._index_analyst(e.payload)
-
-    def _index_analyst(self, payload: dict[str, Any]) -> None:
-        name = str(payload["analyst"])
-        if "token_sha256" in payload:
-            self._tokens[str(payload["token_sha256"])] = name
-        if payload.get("revoked"):
-            self._revoked.add(name)
-            self._tokens = {h: n for h, n in self._tokens.items() if n != name}
-        if "epsilon" in payload:  # a revocation row leaves the cap (and the history) as is
-            eps = payload["epsilon"]
-            if eps is None:
-                self._analyst_caps.pop(name, None)
-            else:
-                self._analyst_caps[name] = float(eps)
+                self._analysts.index(e.payload)
 
     def _reindex(self) -> None:
-        self._by_kind, self._charges_of, self._analyst_caps = {}, {}, {}
-        self._tokens, self._revoked = {}, set()
+        self._by_kind, self._charges_of, self._analysts = {}, {}, Analysts()
         self._index(self._entries)
 
     def head(self) -> tuple[int, str]:
@@ -339,7 +323,15 @@ class Ledger:
         """Per-analyst epsilon budgets (the latest ``analyst`` row for each name wins)."""
         with self._lock:
             self._sync()
-            return dict(self._analyst_caps)
+            return dict(self._analysts.caps)
+
+    def delta_for(self, analyst: str | None) -> float:
+        """The δ an analyst's queries draw from: the project's, or the analyst's own δ cap
+        where it has one (the default per-query δ is a tenth of it)."""
+        with self._lock:
+            self._sync()
+            cap = self._analysts.delta_caps.get(analyst) if analyst is not None else None
+            return self.config.delta if cap is None else min(cap, self.config.delta)
 
     def analyst_for_token(self, token: str) -> str | None:
         """The active analyst whose token this is (None: unknown or revoked). Tokens are kept
@@ -347,24 +339,19 @@ class Ledger:
         digest = hashlib.sha256(token.encode("utf-8")).hexdigest()
         with self._lock:
             self._sync()
-            found = None
-            for h, name in self._tokens.items():  # compare every one: no early exit
-                if hmac.compare_digest(h, digest):
-                    found = name
-            return found
+            return self._analysts.for_digest(digest)
 
     def analysts(self) -> dict[str, dict[str, Any]]:
-        """Every analyst ever added: ``{"active": bool, "epsilon": cap or None}``."""
+        """Every analyst ever added: ``{"active": bool, "epsilon": cap or None, "delta": cap
+        or None}``."""
         with self._lock:
             self._sync()
-            names = set(self._tokens.values()) | self._revoked
-            return {n: {"active": n not in self._revoked,
-                        "epsilon": self._analyst_caps.get(n)} for n in sorted(names)}
+            return self._analysts.listing()
 
     def is_revoked(self, analyst: str) -> bool:
         with self._lock:
             self._sync()
-            return analyst in self._revoked
+            return analyst in self._analysts.revoked
 
     def _charges(self, analyst: str | None) -> list[Entry]:
         """The charge rows (all, or one analyst's), oldest first; do not modify."""
@@ -384,9 +371,10 @@ class Ledger:
         charges = self._charges(analyst)
         last = charges[-1].seq if charges else 0
         cfg = self.config
-        total = cfg.epsilon
+        total = (cfg.epsilon, cfg.delta)
         if analyst is not None:
-            total = min(self.analyst_budgets().get(analyst, cfg.epsilon), cfg.epsilon)
+            total = (min(self.analyst_budgets().get(analyst, cfg.epsilon), cfg.epsilon),
+                     self.delta_for(analyst))
         hit = self._budget_cache.get(analyst)
         if hit is not None and hit[1] == total:
             seq, _, budget = hit
@@ -404,7 +392,7 @@ class Ledger:
                 else:
                     self._budget_cache[analyst] = (last, total, budget)
                     return budget
-        state = cfg.budget_dict(epsilon=total)
+        state = cfg.budget_dict(epsilon=total[0], delta=total[1])
         state["charges"] = [
             {"event": e.event.to_dict(), "delta": e.view.get("delta_share"),
              "epsilon_cost": e.view["epsilon_cost"], "delta_cost": e.view["delta_cost"],
@@ -473,7 +461,9 @@ class Ledger:
         caps: list[tuple[Any, str]] = [(self._budget(None), "")]
         if analyst is not None and analyst in self.analyst_budgets():
             mine = self._budget(analyst)
-            caps.append((mine, f"analyst {analyst!r} has a budget of epsilon {mine.epsilon:g}"))
+            own = f"epsilon {mine.epsilon:g}" + (
+                f", delta {mine.delta:g}" if analyst in self._analysts.delta_caps else "")
+            caps.append((mine, f"analyst {analyst!r} has a budget of {own}"))
         return caps
 
     # ------------------------------------------------------------------ writing
@@ -546,7 +536,7 @@ class Ledger:
             raise TypeError(f"charge needs a dpkit event (got {event!r})")
         with self._write():
             self._sync()
-            if analyst in self._revoked:  # checked under the write lock: no race with revoke
+            if analyst in self._analysts.revoked:  # under the write lock: no race with revoke
                 raise PermissionError(f"analyst {analyst!r} was revoked by the owner; nothing "
                                       f"was charged")
             share = self._share(delta_share)

@@ -25,6 +25,7 @@ from dpkit import events as ev
 from dpkit import noise as _noise
 
 __all__ = ["ACCOUNTANTS", "COLUMNS", "FORMAT", "GENESIS_PREV", "SCHEMA", "Entry", "HeadFile",
+           "HeadNotWritten",
            "LedgerConfig", "LedgerError", "LedgerTampered", "Spend", "canonical_json",
            "config_from_genesis", "connect", "constant_work_setting", "finite", "head_path",
            "key_path", "match_head", "new_key", "noise_record", "now_iso", "read_key",
@@ -38,6 +39,17 @@ ACCOUNTANTS: tuple[str, ...] = ("pure", "approx", "zcdp", "rdp", "pld")
 
 class LedgerError(RuntimeError):
     """The ledger cannot be used (missing, wrong format, locked for too long)."""
+
+
+class HeadNotWritten(LedgerError):  # noqa: N818 - reads as a sentence
+    """A row was committed, then its head file could not be written (a full disk, a
+    read-only file): the row stands (a charge stays spent), and nothing may be released on it
+    until the head is written again."""
+
+    def __init__(self, seq: int, reason: str) -> None:
+        self.seq = seq
+        super().__init__(f"ledger row #{seq} was committed but its head file could not be "
+                         f"written ({reason})")
 
 
 class LedgerTampered(LedgerError):  # noqa: N818 - reads as a sentence: "ledger tampered"
@@ -66,16 +78,21 @@ class LedgerConfig:
     noise_seed: int | None = None  # set only for an INSECURE test project (seeded noise)
     #: (δ charged with every release, failure bits per release) of a constant-work project
     constant_work: tuple[float, int] | None = None
+    #: the δ a constant-work ``zcdp`` / ``rdp`` project keeps for its timing terms
+    #: (``Budget``'s ``approx_delta``); 0 otherwise
+    approx_delta: float = 0.0
 
-    def budget_dict(self, epsilon: float | None = None) -> dict[str, Any]:
+    def budget_dict(self, epsilon: float | None = None,
+                    delta: float | None = None) -> dict[str, Any]:
         """The :meth:`dpkit.accounting.Budget.from_dict` form, without charges."""
         return {
             "version": 1,
             "epsilon": self.epsilon if epsilon is None else epsilon,
-            "delta": self.delta,
+            "delta": self.delta if delta is None else delta,
             "accountant": self.accountant,
             "neighboring": self.neighboring,
             "orders": list(self.orders) if self.orders is not None else None,
+            **({"approx_delta": self.approx_delta} if self.approx_delta else {}),
             "charges": [],
         }
 
@@ -272,8 +289,11 @@ class HeadFile:
         if old_seq is not None and old_seq >= seq:
             return
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps({"seq": seq, "hash": digest, "mac": self.mac(seq, digest)}))
-        os.replace(tmp, self.path)
+        try:
+            tmp.write_text(json.dumps({"seq": seq, "hash": digest, "mac": self.mac(seq, digest)}))
+            os.replace(tmp, self.path)
+        except OSError as exc:  # after the row's commit: the caller must not say "not charged"
+            raise HeadNotWritten(seq, str(exc)) from exc
         with contextlib.suppress(OSError):
             st = os.stat(self.path)
             self._written = ((st.st_ino, st.st_mtime_ns, st.st_size), seq)
@@ -363,6 +383,8 @@ def config_from_genesis(payload: dict[str, Any], path: Path) -> LedgerConfig:
         noise_seed=seed,
         constant_work=(float(noise["constant_work"]["delta"]), int(noise["constant_work"]["bits"]))
         if isinstance(noise, dict) and isinstance(noise.get("constant_work"), dict) else None,
+        approx_delta=float(noise["constant_work"].get("reserve", 0.0))
+        if isinstance(noise, dict) and isinstance(noise.get("constant_work"), dict) else 0.0,
     )
 
 
@@ -380,11 +402,21 @@ def noise_record(noise_seed: int | None, constant_work: Any = None) -> dict[str,
 def constant_work_setting(epsilon: float, delta: float, accountant: str) -> dict[str, Any]:
     """The genesis record of ``Curator.create(..., constant_work=True)``: the δ charged with
     every release for the constant-work failure event, and the failure bits it pays for
-    (:mod:`dpkit.noise.constant`); refused, with the fix, where the budget cannot pay it."""
-    if accountant not in ("approx", "pld") or not delta > 0:
+    (:mod:`dpkit.noise.constant`); refused, with the fix, where the budget cannot pay it.
+
+    ``approx``/``pld`` pay ``δ_t = min(2^-40, δ/10^6)`` per release out of δ. ``zcdp`` and
+    ``rdp`` keep ``reserve = δ/100`` of δ for the timing terms (``Budget(approx_delta=
+    reserve)``: ρ or the RDP curve converts at the other 99%, approximate zCDP / RDP) and pay
+    ``δ_t = min(2^-40, reserve/10^6)`` per release out of it, so up to 10^6 releases; the
+    reserve costs ρ about 0.08% at ε = 3, δ = 1e-6."""
+    if accountant not in ("approx", "pld", "zcdp", "rdp") or not delta > 0:
         raise ValueError(
             f"constant_work=True charges a small delta ({_noise.constant.TIMING_DELTA:.3g}) with "
-            f"every release: it needs a budget with delta > 0 and the 'approx' or 'pld' "
-            f"accountant (got delta={delta:g}, accountant {accountant!r})")
-    d = min(_noise.constant.TIMING_DELTA, delta / 1e6)
-    return {"delta": d, "bits": _noise.constant.bits_for(epsilon, d)}
+            f"every release: it needs a budget with delta > 0 and the 'approx', 'pld', 'zcdp' "
+            f"or 'rdp' accountant (got delta={delta:g}, accountant {accountant!r})")
+    if accountant in ("approx", "pld"):
+        d = min(_noise.constant.TIMING_DELTA, delta / 1e6)
+        return {"delta": d, "bits": _noise.constant.bits_for(epsilon, d)}
+    reserve = delta / 100.0
+    d = min(_noise.constant.TIMING_DELTA, reserve / 1e6)
+    return {"delta": d, "bits": _noise.constant.bits_for(epsilon, d), "reserve": reserve}

@@ -21,8 +21,8 @@ from typing import Any
 from dpkit import noise as _noise
 from dpkit.engine import plan as dplan
 from dpkit.engine.backend_duckdb import load_table
-from dpkit.engine.backend_spark import load_spark_table
 from dpkit.engine.ledger import Entry
+from dpkit.engine.spark_load import load_spark_table
 from dpkit.engine.tables import (
     Column,
     TableMeta,
@@ -142,7 +142,7 @@ def load_declared_spark(db_path: Path, spark: Any, name: str, source: Any,
                         decl: Declarations, *, directory: Path) -> TableMeta:
     """Like :func:`load_declared`, for a table whose rows stay on Spark: the rows are copied
     to Parquet under ``directory`` (read by Spark at every query), DuckDB gets an empty table
-    of the same columns (:func:`dpkit.engine.backend_spark.load_spark_table`). No hidden
+    of the same columns (:func:`dpkit.engine.spark_load.load_spark_table`). No hidden
     columns: the clamped fixed-point values and unit totals are computed in each query, and
     declared domains are written into the statement (same values, see ``compile_sql``).
     A ``public`` lookup table is copied the same way (no row limit), joinable with the

@@ -144,4 +144,11 @@ def _write_xlsx(data: Mapping[str, Any], target: Path, about: Mapping[str, Any])
         v = _plain(v)
         info.append([str(k), v if isinstance(v, (int, float, str)) or v is None
                      else json.dumps(v)])
+    # openpyxl stores a text starting with '=' as a formula: a released key such as
+    # '=HYPERLINK(...)' (keys come from the data) would run in the analyst's spreadsheet
+    for ws in (sheet, info):
+        for cells in ws.iter_rows():
+            for cell in cells:
+                if cell.data_type == "f":
+                    cell.data_type = "s"
     book.save(target)

@@ -43,6 +43,7 @@ class Preparer:
         self._dry_ok: dict[int, tuple[dplan.Plan, int]] = {}
         self._keys_cache: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
         self._unique_cache: dict[str, bool] = {}  # Spark public tables' join-key checks
+        self._public_keys_cache: dict[tuple[str, int], list[tuple[Any, ...]] | None] = {}
         # compile DuckDB tables' statements in the portable form too (tests and benchmarks
         # that compare the engines: the same rows kept, the same exact values)
         self.portable = False
@@ -74,6 +75,13 @@ class Preparer:
         # missing keys (the LEFT JOIN with the keys costs ~1 ms at any data size)
         collated = self._backend.collated_columns(plan.table.stored_name) if copied else frozenset()
         fill = dplan.can_fill_keys(plan, collated)
+        # a Spark table grouped by a public table's column: its keys are read once on the
+        # driver too (by Spark, from the view the statement joins), not joined in Spark
+        # (a DISTINCT over the lookup, a join and a sort: stages per query; docs/scale.md)
+        spark = (self._backend if isinstance(self._backend, SparkBackend)
+                 and plan.table.storage == SPARK else None)
+        public_fill = (not fill and spark is not None
+                       and dplan.can_fill_keys(plan, collated, public=True))
 
         def compile_with(rels: Mapping[str, str], keys: Mapping[str, str], seed: int,
                          fill_keys: bool) -> dplan.CompiledSQL:
@@ -86,28 +94,35 @@ class Preparer:
             shadow_rel = {n: self._backend.shadow(r) for n, r in relations.items()
                           if n in used or (plan.catalog[n].public and plan.group_mode == "public")}
             shadow_keys = {c: self._backend.shadow(r) for c, r in key_rel.items()}
-            for variant in ((True, False) if fill else (False,)):
+            for variant in ((True, False) if fill or public_fill else (False,)):
                 with dry_run_errors("query"):
                     self._backend.dry_run(compile_with(shadow_rel, shadow_keys, 0, variant).text)
             if len(self._dry_ok) >= 256:
                 self._dry_ok.clear()
             self._dry_ok[id(plan)] = (plan, tables_version)
         seed = int(_noise.uniform_int(2**63 - 1, 1, source=self._source)[0])
-        compiled = compile_with(relations, key_rel, seed, fill)
-        if isinstance(self._backend, SparkBackend) and plan.table.storage == SPARK:
-            # Spark analyses the real statement too (no row read), before the charge
-            self._backend.check(compiled.text, plan.catalog)
+        compiled = compile_with(relations, key_rel, seed, fill or public_fill)
         declared = None
+        if spark is not None and public_fill and compiled.keys_text is not None:
+            declared = self._public_keys(spark, compiled.keys_text, tables_version)
+            if declared is None:  # too many keys: the statement joins them in Spark
+                compiled = compile_with(relations, key_rel, seed, False)
+        if spark is not None:
+            # Spark analyses the real statement too (no row read), before the charge
+            spark.check(compiled.text, plan.catalog)
         fallback: Callable[[], dplan.CompiledSQL] | None = None
         if compiled.keys_text is not None:
-            declared = self._declared_keys(compiled.keys_text, tables_version)
+            if declared is None:
+                declared = self._declared_keys(compiled.keys_text, tables_version)
 
             def fallback() -> dplan.CompiledSQL:  # the join form, compiled only when needed
                 return compile_with(relations, key_rel, seed, False)
         # Arrow pays off with many groups; for a few, one fetchall of tuples is ~1 ms faster
         few = not plan.spec.group_by or (plan.keys is not None and len(plan.keys) <= _FEW_GROUPS)
         columnar = not few and all(columnar_type(k.type) for k in plan.spec.group_by)
-        return Prepared(plan, compiled, fallback, declared, columnar)
+        # a group whose public-table key is NULL is one the key join drops, not a mismatch
+        open_keys = tuple(i for i, (kind, _) in enumerate(plan.key_sources) if kind == "public")
+        return Prepared(plan, compiled, fallback, declared, columnar, open_keys)
 
     def _spark_table(self, plan: dplan.Plan) -> bool:
         """Whether the plan reads a Spark table (its public JOINs are shipped to Spark: see
@@ -129,6 +144,16 @@ class Preparer:
                 self._keys_cache.clear()
             self._keys_cache[(keys_text, version)] = keys
         return keys
+
+    def _public_keys(self, spark: SparkBackend, keys_text: str,
+                     version: int) -> list[tuple[Any, ...]] | None:
+        """The public keys of a Spark plan's key CTEs, read by Spark (public; cached until a
+        table is registered again); None above ``PUBLIC_KEYS_MAX`` keys."""
+        if (keys_text, version) not in self._public_keys_cache:
+            if len(self._public_keys_cache) >= 64:
+                self._public_keys_cache.clear()
+            self._public_keys_cache[(keys_text, version)] = spark.query_keys(keys_text)
+        return self._public_keys_cache[(keys_text, version)]
 
     def _check_join_keys(self, plan: dplan.Plan, relations: dict[str, str]) -> None:
         """Record-level tables: a public join must match each private row at most once."""

@@ -104,15 +104,19 @@ class Prepared:
     fallback: Callable[[], dplan.CompiledSQL] | None
     declared: list[tuple[Any, ...]] | None
     columnar: bool
+    # GROUP BY positions whose keys are a public table's column (never NULL there)
+    open_keys: tuple[int, ...] = ()
 
 
 def read_exact(backend: DuckBackend, r: Prepared) -> Exact:
     """The exact aggregates (after the charge; the statement is total)."""
     plan, compiled = r.plan, r.compiled
     if r.declared is not None:
-        wanted, ng = set(r.declared), len(compiled.group_cols)
+        wanted, ng, open_keys = set(r.declared), len(compiled.group_cols), r.open_keys
+        # a group NULL in a public table's key: one the key join drops, as the fill does
         rows, unmatched = backend.run_rows(
-            compiled.text, keep=lambda row: tuple(row[:ng]) in wanted)
+            compiled.text, keep=lambda row: tuple(row[:ng]) in wanted
+            or any(row[i] is None for i in open_keys))
         # at user level DuckDB kept only rows with declared keys: a group Python cannot
         # match means DuckDB's equality is not Python's (a collation it was not told of);
         # dropping it would hinge a whole group on one row's spelling, so use the join

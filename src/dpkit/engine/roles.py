@@ -23,9 +23,10 @@ from dpkit.engine.ledger_rows import Entry, Spend
 from dpkit.engine.plan import check_epsilon
 from dpkit.engine.results import BudgetStatus, HistoryItem
 
-__all__ = ["OWNER", "TOKEN_ENV", "add_analyst", "charged_analyst", "check_analyst_name",
-           "expiry_of", "headroom", "identify", "new_token", "project_source", "reopen_seed",
-           "revoke_analyst", "token_expiry", "visible_budget"]
+__all__ = ["OWNER", "TOKEN_ENV", "add_analyst", "analyst_caps", "charged_analyst",
+           "check_analyst_name", "expiry_of", "headroom", "identify", "new_token",
+           "project_source", "reopen_seed", "revoke_analyst", "set_analyst_caps", "token_expiry",
+           "visible_budget"]
 
 OWNER = "owner"  # the name the owner's own charges are recorded under
 TOKEN_ENV = "DPKIT_TOKEN"
@@ -253,25 +254,62 @@ def _pld_running(ledger: Ledger, charges: Sequence[Entry]) -> list[float]:
 
 
 def add_analyst(ledger: Ledger, owner: str, name: str, epsilon: float | None,
-                expires_days: float | None = None) -> str:
-    """Record analyst ``name`` (with its own epsilon cap, or None; a token that expires
-    ``expires_days`` from now, or never) and return its new token; the caller has checked
-    that the owner acts."""
+                expires_days: float | None = None, delta: float | None = None) -> str:
+    """Record analyst ``name`` (with its own caps, see :func:`analyst_caps`; a token that
+    expires ``expires_days`` from now, or never) and return its new token; the caller has
+    checked that the owner acts."""
     check_analyst_name(name)
     if name in ledger.analysts():
         raise ValueError(f"analyst {name!r} exists already (names are never reused, so "
                          f"the history stays theirs); choose another name")
-    if epsilon is not None:
-        check_epsilon(epsilon, "epsilon")
+    caps = analyst_caps(ledger, epsilon, delta)
     expires = expiry_of(expires_days)
     token, digest = new_token()
-    payload: dict[str, Any] = {"analyst": name, "epsilon": epsilon, "token_sha256": digest}
+    payload: dict[str, Any] = {"analyst": name, **caps, "token_sha256": digest}
     if expires is not None:  # only when asked: older rows and readers stay as they were
         payload["expires"] = expires
     ledger.record("analyst", payload, analyst=owner,
-                  query=f"ADD ANALYST {name} (epsilon {epsilon}"
+                  query=f"ADD ANALYST {name} ({_caps_text(caps)}"
                         + (f", expires {expires})" if expires else ")"))
     return token
+
+
+def set_analyst_caps(ledger: Ledger, owner: str, name: str, epsilon: float | None,
+                     delta: float | None = None) -> None:
+    """Record ``name``'s new own caps (:func:`analyst_caps`; epsilon None removes both)."""
+    caps = analyst_caps(ledger, epsilon, delta)
+    ledger.record("analyst", {"analyst": name, **caps}, analyst=owner,
+                  query=f"SET BUDGET {name} = {_caps_text(caps)}")
+
+
+def analyst_caps(ledger: Ledger, epsilon: float | None,
+                 delta: float | None) -> dict[str, float | None]:
+    """An analyst's own caps as recorded: ``epsilon`` (None: only the project's budget) and,
+    beside it, a δ: ``delta`` as given (at most the project's), or by default, on an 'approx'
+    project, the project's δ in the same proportion as the ε cap (an ε cap alone left the
+    project's whole δ to one analyst: FINDINGS.md F9). Other accountants convert the project's
+    δ into their own currency, so they take a δ cap only when one is given."""
+    cfg = ledger.config
+    if epsilon is None:
+        if delta is not None:
+            raise ValueError("a delta cap goes with an epsilon cap: give epsilon= too")
+        return {"epsilon": None}
+    check_epsilon(epsilon, "epsilon")
+    if delta is not None:
+        d = float(delta)
+        if not (math.isfinite(d) and 0.0 <= d <= cfg.delta):
+            raise ValueError(f"an analyst's delta cap must lie in [0, {cfg.delta:g}] (the "
+                             f"project's delta) (got {delta!r})")
+        return {"epsilon": float(epsilon), "delta": d}
+    if cfg.accountant == "approx" and cfg.delta > 0:
+        return {"epsilon": float(epsilon),
+                "delta": cfg.delta * min(1.0, float(epsilon) / cfg.epsilon)}
+    return {"epsilon": float(epsilon)}
+
+
+def _caps_text(caps: dict[str, float | None]) -> str:
+    d = caps.get("delta")
+    return f"epsilon {caps['epsilon']}" + (f", delta {d:.3g}" if d is not None else "")
 
 
 def revoke_analyst(ledger: Ledger, owner: str, name: str) -> None:

@@ -100,6 +100,15 @@ def table_name(node: exp.Expression, catalog: Mapping[str, TableMeta]) -> tuple[
         raise QueryError(f"write the table name without a schema (got {node.sql()})")
     if node.args.get("sample"):
         raise QueryError("sampling (TABLESAMPLE) is not allowed; ask for the whole-table aggregate")
+    if node.args.get("pivots"):  # it was ignored: the aggregate ran over the plain table
+        raise QueryError("PIVOT/UNPIVOT is not allowed; use GROUP BY over the table")
+    # anything else written after the name (AT (VERSION => 1), ONLY, hints) was ignored too
+    extra = sorted(k.upper() for k, v in node.args.items()
+                   if k not in ("this", "alias", "db", "catalog") and v is not None
+                   and v is not False and v != [])
+    if extra:
+        raise QueryError(f"{', '.join(extra)} after a table name is not supported; write "
+                         f"FROM <table> [AS alias]")
     name = node.name
     meta = catalog.get(name)
     if meta is None:

@@ -32,6 +32,7 @@ row: a row on which the filter fails is simply not selected).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 
@@ -404,10 +405,18 @@ def _int_clause(stmt: exp.Select, key: str) -> int | None:
     node = stmt.args.get(key)
     if node is None:
         return None
+    opts = node.args.get("limit_options")
+    if opts is not None and (opts.args.get("percent") or opts.args.get("with_ties")):
+        # both were dropped: LIMIT 10 PERCENT answered as LIMIT 10
+        raise QueryError(f"{key.upper()} ... PERCENT / WITH TIES is not supported; give a number "
+                         f"of rows")
     value = node.args.get("expression") or node.this
     if not isinstance(value, exp.Literal) or value.is_string:
         raise QueryError(f"{key.upper()} takes a whole number")
-    n = int(float(value.this))
+    number = float(value.this)
+    if not math.isfinite(number):  # LIMIT 1e400: int() of inf raised OverflowError
+        raise QueryError(f"{key.upper()} takes a whole number (got {value.this})")
+    n = int(number)
     if n < 0:
         raise QueryError(f"{key.upper()} must be >= 0")
     return n

@@ -51,6 +51,25 @@ def _allowed_function_list() -> str:
 # --------------------------------------------------------------------------- parsing
 
 
+def _check_replace(n: exp.Replace, where: str) -> None:
+    """REPLACE may not lengthen a string: nested, each lengthening one multiplies the text
+    it matches (eight REPLACEs of 'zoe' by ten copies turn one row's 'zoe' into 3*10^8
+    characters), so the query's time and memory would say whether some row holds the
+    pattern (measured: 16 ms without such a row, 2.7 s with one; FINDINGS.md F2). With
+    constant strings and a replacement no longer than the pattern, every string keeps at
+    most its length and the work stays linear in the rows' text."""
+    pattern, repl = n.args.get("expression"), n.args.get("replacement")
+    if not (isinstance(pattern, exp.Literal) and pattern.is_string and pattern.this
+            and isinstance(repl, exp.Literal) and repl.is_string
+            and len(repl.this) <= len(pattern.this)):
+        raise QueryError(
+            f"REPLACE ({n.sql(dialect='duckdb')[:60]}) in {where} takes constant strings and a "
+            f"replacement no longer than the text it replaces (a longer one multiplies a row's "
+            f"text: its time would reveal whether some row holds it); compare with LIKE, "
+            f"CONTAINS or = instead"
+        )
+
+
 def check_scalar(
     node: exp.Expression, scope: Scope, where: str, columns_used: set[tuple[str, str]]
 ) -> tuple[exp.Expression, bool]:
@@ -75,6 +94,8 @@ def check_scalar(
                 return n  # a constant conversion: checked when the statement is dry-run
             # transform does not descend into a replaced node: resolve the operand here
             return exp.TryCast(this=n.this.transform(visit), to=n.args["to"])
+        if isinstance(n, exp.Replace):
+            _check_replace(n, where)
         if isinstance(n, LOGIC + COMPARE + PRED + ATOMS + SCALAR_FUNCS + ARITH):
             if isinstance(n, exp.In) and n.args.get("query"):
                 raise QueryError("IN (SELECT ...) is not allowed; list the values: IN ('a', 'b')")

@@ -466,7 +466,10 @@ def check_bounds(pair: Any, column: str) -> tuple[float, float]:
     for v in (lo, hi):
         if isinstance(v, bool) or (not isinstance(v, (int, float)) and not hasattr(v, "__float__")):
             raise TypeError(f"bounds for {column!r} must be numbers (got {pair!r})")
-    lo_f, hi_f = float(lo), float(hi)
+    try:
+        lo_f, hi_f = float(lo), float(hi)
+    except OverflowError:  # an int past a float (10**400): as far out as inf
+        lo_f = hi_f = math.inf
     if not (math.isfinite(lo_f) and math.isfinite(hi_f)):
         raise ValueError(
             f"bounds for {column!r} must be finite numbers (got {pair!r}); NaN and inf cannot "

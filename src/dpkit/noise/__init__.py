@@ -7,20 +7,27 @@ dtype('int64')
 
 ``source=None`` (the default everywhere) means :func:`default_source`, the operating system's
 CSPRNG. Samplers are exact: see ``docs/noise.md`` for the algorithms and proofs.
-``ConstantWork(source)`` runs the discrete Laplace / Gaussian samplers (and the exponential
-mechanism's) on fixed plans whose work depends on public parameters only (:mod:`.constant`).
+``ConstantWork(source)`` runs the discrete Laplace / Gaussian samplers, ``bernoulli``,
+``uniform_int`` (and the exponential mechanism's samplers) on fixed plans whose work depends on
+public parameters only, and ``gaussian_float`` on three words per pair (:mod:`.constant`).
 """
 
 from __future__ import annotations
 
 from . import constant, grid, trace
-from .constant import ConstantWork, charge_scope, discrete_gaussian, discrete_laplace
+from .constant import (
+    ConstantWork,
+    bernoulli,
+    charge_scope,
+    discrete_gaussian,
+    discrete_laplace,
+    uniform_int,
+)
 from .gaussian import gaussian_float, gaussian_float32, gaussian_on_grid
 from .samplers import (
     MAX_DGAUSS_SIGMA2,
     MAX_DLAP_SCALE,
     as_rational,
-    bernoulli,
     bernoulli_exp,
     bernoulli_exp_lanes,
     bernoulli_lanes,
@@ -29,7 +36,6 @@ from .samplers import (
     fair_bits,
     permutation,
     uniform_float01,
-    uniform_int,
 )
 from .sources import (
     SecureSource,

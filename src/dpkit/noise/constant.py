@@ -71,6 +71,7 @@ from .exact import LazyUniform, exp_neg_fixed
 from .samplers import (
     Rational,
     Size,
+    as_rational,
     as_shape,
     decide_lanes,
     dgauss_setup,
@@ -80,14 +81,17 @@ from .samplers import (
     lane_brackets,
     resolve_source,
 )
+from .samplers import bernoulli as plain_bernoulli
 from .samplers import discrete_gaussian as plain_discrete_gaussian
 from .samplers import discrete_laplace as plain_discrete_laplace
+from .samplers import uniform_int as plain_uniform_int
 from .sources import Source, default_source
 from .trace import traced
 
-__all__ = ["MAX_BITS", "TIMING_DELTA", "TOP_LEVEL", "ConstantWork", "attempts_for", "bits_for",
-           "charge_scope", "discrete_gaussian", "discrete_laplace", "exp_coins", "level_coins",
-           "level_thresholds", "proposals", "request_bits", "slots_for", "uniform_each"]
+__all__ = ["MAX_BITS", "TIMING_DELTA", "TOP_LEVEL", "ConstantWork", "attempts_for", "bernoulli",
+           "bits_for", "charge_scope", "discrete_gaussian", "discrete_laplace", "exp_coins",
+           "level_coins", "level_thresholds", "proposals", "request_bits", "slots_for",
+           "uniform_each", "uniform_int"]
 
 #: Largest failure exponent accepted: the geometric part reads 128 bits per lane, whose ties
 #: (2^-120 per lane) must stay below the request's share of ``2^-bits``.
@@ -688,3 +692,93 @@ def discrete_gaussian(sigma2: Rational, size: Size, *,
         return plain_discrete_gaussian(sigma2, size, source=src)
     shape = as_shape(size)
     return _dgauss_fixed(sigma2, math.prod(shape), src).reshape(shape)
+
+
+# ------------------------------------------------------------------ Bernoulli and uniform
+def _bernoulli_fixed(p: Fraction, n: int, src: ConstantWork) -> np.ndarray:
+    """``[U < p]`` per lane from ``k`` 32-bit words of ``U`` each, ``k`` set by ``n`` and the
+    request's bits: the words decide unless they equal the first ``32 k`` bits of ``p``
+    (probability ``2^-32k`` per lane, ``n 2^-32k <= 2^-bits`` in all: the failure event, on
+    which the lane finishes exactly with more words, as :func:`samplers.bernoulli` does)."""
+    bits = request_bits(src)
+    k = max(1, math.ceil((bits + math.log2(max(n, 1))) / 32))
+    num, den = p.numerator, p.denominator
+    A, rem = divmod(num << (32 * k), den)  # p 2^{32k} = A + rem/den
+    w = src.uint32(n * k).reshape(k, n)
+    less = np.zeros(n, dtype=bool)
+    equal = np.ones(n, dtype=bool)
+    for j in range(k):  # lexicographic comparison of the words with A's, on every lane
+        digit = np.uint32((A >> (32 * (k - 1 - j))) & 0xFFFFFFFF)
+        less |= equal & (w[j] < digit)
+        equal &= w[j] == digit
+    tie = np.flatnonzero(equal) if rem else np.zeros(0, dtype=np.int64)
+    if tie.size:  # U >= A/2^{32k} decides nothing when p is not on the grid: finish exactly
+        src.note_overrun()
+        for i in tie:
+            less[i] = LazyUniform(A, 32 * k, src.plain).less_than_fraction(p)
+    return less
+
+
+def _uniform_fixed(high: int, n: int, src: ConstantWork) -> np.ndarray:
+    """``n`` uniform integers on ``[0, high)`` from a fixed number of words: ``M`` proposals
+    (64-bit words below the largest multiple of ``high``; ``M`` from the Chernoff bound so that
+    fewer than ``n`` accepted has probability <= ``2^-bits``), the first ``n`` accepted taken;
+    on that failure event today's loop finishes the request, so the law is exact."""
+    if high & (high - 1) == 0:  # a power of two: one masked word per lane, nothing rejected
+        return (src.uint64(n) & np.uint64(high - 1)).astype(np.int64)
+    lim, h, reject = _u64_bounds(high)
+    m = attempts_for(n, 1.0 - reject, request_bits(src)) if n else 0
+    w = src.uint64(m)
+    ok = w < lim
+    vals = (w % h).astype(np.int64)
+    got, count = _first(vals, ok, n)
+    if count < n:
+        src.note_overrun()
+        got = np.concatenate([got, plain_uniform_int(high, n - count, source=src.plain)])
+    return got
+
+
+@functools.lru_cache(maxsize=256)
+def _u64_bounds(high: int) -> tuple[np.uint64, np.uint64, float]:
+    lim = (1 << 64) - (1 << 64) % high
+    # the rate bound 1 - reject must stay below 1.0 in floats; a larger reject is still a bound
+    return np.uint64(lim), np.uint64(high), max(((1 << 64) % high) / 2.0**64, 2.0**-50)
+
+
+@traced
+def bernoulli(p: Rational, size: Size, *, source: Source | None = None) -> np.ndarray:
+    """Exact Bernoulli(p) booleans (:func:`dpkit.noise.samplers.bernoulli`), on a fixed plan
+    when ``source`` is a :class:`ConstantWork`: ``k`` words per lane whatever they say, so
+    the work does not follow the drawn bits (DP-SGD's Poisson masks are secret).
+
+    >>> import dpkit.noise as noise
+    >>> noise.bernoulli(0.5, 4, source=noise.seeded(1)).tolist()
+    [True, False, False, False]
+    """
+    src = resolve_source(source)
+    if not isinstance(src, ConstantWork):
+        return plain_bernoulli(p, size, source=src)
+    pf = as_rational(p, "p")
+    if not 0 <= pf <= 1:
+        raise ValueError(f"p must be in [0, 1] (got {p!r})")
+    shape = as_shape(size)
+    if pf in (0, 1):
+        return np.full(shape, pf == 1, dtype=bool)
+    return _bernoulli_fixed(pf, math.prod(shape), src).reshape(shape)
+
+
+@traced
+def uniform_int(high: int, size: Size, *, source: Source | None = None) -> np.ndarray:
+    """Exactly uniform integers on ``[0, high)`` (:func:`dpkit.noise.samplers.uniform_int`),
+    on a fixed plan when ``source`` is a :class:`ConstantWork`.
+
+    >>> import dpkit.noise as noise
+    >>> noise.uniform_int(6, 4, source=noise.seeded(1)).tolist()
+    [2, 3, 4, 5]
+    """
+    src = resolve_source(source)
+    if not isinstance(src, ConstantWork) or isinstance(high, bool) or not isinstance(
+            high, (int, np.integer)) or not 1 <= int(high) < 2**63:
+        return plain_uniform_int(high, size, source=src)  # its checks and messages
+    shape = as_shape(size)
+    return _uniform_fixed(int(high), math.prod(shape), src).reshape(shape)

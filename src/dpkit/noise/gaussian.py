@@ -42,6 +42,7 @@ import math
 
 import numpy as np
 
+from .constant import ConstantWork
 from .samplers import Size, as_shape, resolve_source
 from .sources import Source
 from .trace import traced
@@ -85,7 +86,10 @@ def gaussian_float(sigma: float, size: Size, *, source: Source | None = None,
                    out: np.ndarray | None = None) -> np.ndarray:
     """Float64 samples of ``N(0, sigma²)``, precise (module docstring), not exact.
 
-    Uses about one random 64-bit word per sample. For privacy, release through
+    Uses about one random 64-bit word per sample; on a :class:`ConstantWork` source exactly
+    three per pair (the far tail's refinement word is drawn for every pair and used where
+    needed, so the words and the arithmetic do not follow the noise's size; same law). For
+    privacy, release through
     :func:`gaussian_on_grid`, not by adding these floats to a float value. ``out`` (float64,
     C-contiguous, of ``size``) is filled and returned instead of a new array.
 
@@ -101,12 +105,13 @@ def gaussian_float(sigma: float, size: Size, *, source: Source | None = None,
     res = _float_out(out, shape, np.float64)
     flat = res.reshape(-1)
     scratch = _Scratch(min(_PAIRS, (n + 1) // 2))
+    fixed = isinstance(src, ConstantWork)
     for lo in range(0, n - n % 2, 2 * _PAIRS):  # whole pairs straight into the output
         m = min(2 * _PAIRS, n - n % 2 - lo)
-        _box_muller(src, s, flat[lo : lo + m], scratch)
+        _box_muller(src, s, flat[lo : lo + m], scratch, fixed)
     if n % 2:  # the last sample: one pair, its sine dropped
         last = np.empty(2, dtype=np.float64)
-        _box_muller(src, s, last, _Scratch(1))
+        _box_muller(src, s, last, _Scratch(1), fixed)
         flat[n - 1] = last[0]
     return res
 
@@ -123,8 +128,10 @@ class _Scratch:
         return (*self.f[:, :p], self.k[:p], self.i[:p])
 
 
-def _box_muller(src: Source, s: float, dst: np.ndarray, scratch: _Scratch) -> None:
-    """Fill ``dst`` (even length ``2p``) with ``r cos θ`` then ``r sin θ`` of ``p`` pairs."""
+def _box_muller(src: Source, s: float, dst: np.ndarray, scratch: _Scratch,
+                fixed: bool = False) -> None:
+    """Fill ``dst`` (even length ``2p``) with ``r cos θ`` then ``r sin θ`` of ``p`` pairs;
+    ``fixed``: the tail's refinement word for every pair, applied by a mask (constant work)."""
     p = dst.size // 2
     a, b, c, d, k, i = scratch.views(p)
     words = src.uint64(2 * p)
@@ -134,7 +141,13 @@ def _box_muller(src: Source, s: float, dst: np.ndarray, scratch: _Scratch) -> No
     a[:] = ku
     a += 0.5
     a *= _U53
-    small = np.flatnonzero(ku < np.uint64(1 << 41))
+    if fixed:  # the same refinement, its word and arithmetic on every lane
+        extra_all = (src.uint64(p) >> np.uint64(11)).astype(np.float64) + 0.5
+        extra_all *= _U53
+        extra_all += ku
+        extra_all *= _U53
+        np.copyto(a, extra_all, where=ku < np.uint64(1 << 41))
+    small = np.flatnonzero(ku < np.uint64(1 << 41)) if not fixed else ku[:0]
     if small.size:  # the far tail: resolve u to 106 bits (module docstring)
         extra = (src.uint64(small.size) >> np.uint64(11)).astype(np.float64) + 0.5
         a[small] = (ku[small].astype(np.float64) + extra * _U53) * _U53  # u >= 2^-107

@@ -28,6 +28,10 @@ __all__ = ["app_from_env", "create_app"]
 
 STATIC = Path(__file__).parent / "static"
 log = logging.getLogger("dpkit.server")
+# the console has no inline code (tests/server/test_console_static.py), so it runs under the
+# strictest policy; frame-ancestors: no other site may frame the owner's buttons (clickjacking)
+CONSOLE_HEADERS = {"Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'",
+                   "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 _SLUGS = {404: "not-found", 405: "method-not-allowed", 413: "too-large", 400: "bad-request"}
 
 
@@ -109,7 +113,7 @@ def create_app(config: ServerConfig | str | Path, **settings: Any) -> FastAPI:
 
     @app.get("/", include_in_schema=False)
     def console() -> FileResponse:
-        return FileResponse(STATIC / "index.html")
+        return FileResponse(STATIC / "index.html", headers=CONSOLE_HEADERS)
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     # outermost: refuses oversized bodies before anything parses them, audits every answer

@@ -10,6 +10,7 @@ from the credential alone, never from the request.
 
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
 import hmac
 import os
@@ -20,7 +21,7 @@ from typing import Any
 
 from dpkit import noise as _noise
 from dpkit.engine.ledger import Ledger
-from dpkit.engine.roles import OWNER, identify
+from dpkit.engine.roles import OWNER, identify, token_expiry
 from dpkit.server.config import OidcConfig
 from dpkit.server.problems import Problem
 
@@ -150,4 +151,9 @@ class Authenticator:
                           f"the JWT's {cfg.claim!r} claim names no active analyst of this "
                           f"project; the owner adds one with that name (`dpkit analyst add`)",
                           dict(_CHALLENGE))
+        ends = token_expiry(self._ledger, str(name))  # the analyst's end, whichever credential
+        if ends is not None and _dt.datetime.now(_dt.UTC) >= ends:
+            raise Problem(401, "unauthenticated",
+                          f"analyst {name!r} expired at {ends.isoformat(timespec='seconds')}: "
+                          f"ask the project's owner to add you again", dict(_CHALLENGE))
         return str(name)

@@ -272,16 +272,19 @@ class Client:
         return list(self._json("GET", "/v1/analysts")["analysts"])
 
     def add_analyst(self, name: str, *, epsilon: float | None = None,
-                    expires_days: float | None = None) -> str:
+                    delta: float | None = None, expires_days: float | None = None) -> str:
         """Add an analyst; returns its token (shown once)."""
-        body = _clean({"name": name, "epsilon": epsilon, "expires_days": expires_days})
+        body = _clean({"name": name, "epsilon": epsilon, "delta": delta,
+                       "expires_days": expires_days})
         return str(self._json("POST", "/v1/analysts", body)["token"])
 
     def revoke_analyst(self, name: str) -> None:
         self.request("DELETE", f"/v1/analysts/{quote(name, safe='')}")
 
-    def set_analyst_budget(self, name: str, epsilon: float | None) -> None:
-        self._json("PUT", f"/v1/analysts/{quote(name, safe='')}/budget", {"epsilon": epsilon})
+    def set_analyst_budget(self, name: str, epsilon: float | None,
+                           delta: float | None = None) -> None:
+        self._json("PUT", f"/v1/analysts/{quote(name, safe='')}/budget",
+                   {"epsilon": epsilon, **_clean({"delta": delta})})
 
 
 def _clean(body: dict[str, Any]) -> dict[str, Any]:

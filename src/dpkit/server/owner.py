@@ -28,7 +28,7 @@ def _analysts(cur: Curator) -> dict[str, Any]:
         spent = b.per_analyst.get(name, {}).get("spent")
         ends = token_expiry(cur.ledger, name)
         rows.append({"name": name, "status": "active" if info["active"] else "revoked",
-                     "cap_epsilon": info["epsilon"],
+                     "cap_epsilon": info["epsilon"], "cap_delta": info.get("delta"),
                      "spent_epsilon": float(spent) if spent is not None
                      else float(cur.budget(name).spent),
                      "expires": None if ends is None else ends.isoformat()})
@@ -46,7 +46,7 @@ def list_analysts(c: OwnerCall) -> Any:
 def add_analyst(body: s.AnalystIn, c: OwnerCall) -> Any:
     """Add an analyst; its token is in this answer only (the ledger keeps its hash)."""
     def call(cur: Curator) -> dict[str, Any]:
-        token = cur.add_analyst(body.name, epsilon=body.epsilon,
+        token = cur.add_analyst(body.name, epsilon=body.epsilon, delta=body.delta,
                                 expires_days=body.expires_days)
         ends = token_expiry(cur.ledger, body.name)
         return {"name": body.name, "token": token,
@@ -73,10 +73,11 @@ def revoke_analyst(name: str, c: OwnerCall) -> Response:
 
 @router.put("/analysts/{name}/budget", response_model=s.AnalystsOut, responses=PROBLEMS)
 def set_budget(name: str, body: s.BudgetIn, c: OwnerCall) -> Any:
-    """Set (or, with null, remove) an analyst's own epsilon cap; answers the analysts."""
+    """Set (or, with null, remove) an analyst's own epsilon cap and the delta cap beside it;
+    answers the analysts."""
     def call(cur: Curator) -> Any:
         _known(cur, name)
-        cur.set_analyst_budget(name, body.epsilon)
+        cur.set_analyst_budget(name, body.epsilon, body.delta)
         return _analysts(cur)
 
     return c.run(call)

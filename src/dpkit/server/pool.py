@@ -6,7 +6,13 @@ own path (check and charge in one ledger transaction, revocation checked under t
 and is recorded under the analyst's name. Calls on one curator are serialised by its lock
 (one DuckDB connection each); different analysts run in parallel. A call that runs past the
 service's timeout is answered 504; the work goes on in its thread and a charge it made stays
-in the ledger (a lost answer loses budget, never privacy).
+in the ledger (a lost answer loses budget, never privacy); a call still waiting for a thread
+then is cancelled (nothing charged).
+
+One caller may have at most ``per_caller`` calls waiting or running in a process; beyond, 429
+``busy`` (nothing charged). Its calls run one at a time anyway (its curator's lock), so more
+would only hold the shared threads while they wait for that lock, and the other analysts'
+requests queued behind them would time out (found by the red-team pass, FINDINGS.md F1).
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ T = TypeVar("T")
 class Pool:
     """The owner's curator (which also authenticates) and one curator per analyst."""
 
-    def __init__(self, project: str | Path, *, timeout: float = 30.0, threads: int = 16) -> None:
+    def __init__(self, project: str | Path, *, timeout: float = 30.0, threads: int = 16,
+                 per_caller: int | None = None) -> None:
         if os.environ.get(TOKEN_ENV):
             raise ValueError(f"unset {TOKEN_ENV} before starting the service: it runs as the "
                              f"project's owner and opens each analyst's curator itself")
@@ -44,6 +51,9 @@ class Pool:
         self._lock = threading.Lock()
         self._threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dpkit-q")
         self.opened = 0  # curators opened by this process (the cache's misses)
+        # a quarter of the threads per caller: four callers at their limit still leave room
+        self.per_caller = per_caller if per_caller is not None else max(1, threads // 4)
+        self._pending: dict[str, int] = {}  # calls submitted and not finished, per caller
 
     def curator(self, who: Identity, token: str | None = None) -> tuple[Curator, threading.Lock]:
         """The cached curator acting as ``who`` (opened on first use)."""
@@ -66,22 +76,45 @@ class Pool:
 
     def run(self, who: Identity, token: str | None, call: Callable[[Curator], T], *,
             timeout: float | None = None) -> T:
-        """``call(curator)`` under the curator's lock, answered within the timeout."""
+        """``call(curator)`` under the curator's lock, answered within the timeout; 429 when
+        ``who`` already has :attr:`per_caller` calls in this process."""
+        key = who.name if not who.owner else self.owner.analyst
+        with self._lock:
+            if self._pending.get(key, 0) >= self.per_caller:
+                raise Problem(429, "busy",
+                              f"{self.per_caller} of your requests are still running here; "
+                              f"wait for their answers, then send the next (nothing was "
+                              f"charged)", {"Retry-After": "1"})
+            self._pending[key] = self._pending.get(key, 0) + 1
+
         def locked() -> T:
-            while True:  # the curator may be replaced meanwhile (:meth:`exclusive`)
-                hit = self.curator(who, token)
-                with hit[1]:
-                    if self._curators.get(hit[0].analyst) is hit:
-                        return call(hit[0])
+            try:
+                while True:  # the curator may be replaced meanwhile (:meth:`exclusive`)
+                    hit = self.curator(who, token)
+                    with hit[1]:
+                        if self._curators.get(hit[0].analyst) is hit:
+                            return call(hit[0])
+            finally:
+                self._done(key)
 
         future = self._threads.submit(locked)
         try:
             return future.result(timeout=timeout if timeout is not None else self.timeout)
         except FutureTimeout:
+            if future.cancel():  # never started: it must not charge after its 504
+                self._done(key)
             raise Problem(504, "timeout",
                           f"the request ran past the service's limit of "
                           f"{timeout or self.timeout:g} s; if a query was charged the charge "
                           f"stays (see /v1/history). Ask a smaller query") from None
+
+    def _done(self, key: str) -> None:
+        with self._lock:
+            left = self._pending.get(key, 1) - 1
+            if left > 0:
+                self._pending[key] = left
+            else:
+                self._pending.pop(key, None)
 
     def exclusive(self, call: Callable[[Curator], T]) -> T:
         """``call(owner's curator)`` with every other curator of this process closed (waiting

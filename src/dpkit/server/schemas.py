@@ -75,6 +75,10 @@ class SyntheticIn(_In):
 class AnalystIn(_In):
     name: str = Name
     epsilon: float | None = Eps
+    delta: float | None = Field(
+        default=None, ge=0, le=1, allow_inf_nan=False,
+        description="the analyst's delta cap beside epsilon (default on an 'approx' project: "
+                    "the project's delta in the same proportion as epsilon)")
     expires_days: float | None = Field(default=None, gt=0, le=36_600, allow_inf_nan=False)
 
 
@@ -93,6 +97,7 @@ class TableIn(_In):
 
 class BudgetIn(_In):
     epsilon: float | None = Field(gt=0, le=1e6, allow_inf_nan=False)
+    delta: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
 
 
 # ---------------------------------------------------------------------- answers
@@ -182,6 +187,7 @@ class AnalystOut(BaseModel):
     name: str
     status: Literal["active", "revoked"]
     cap_epsilon: float | None
+    cap_delta: float | None = None
     spent_epsilon: float
     expires: str | None = None  # when its token stops opening the project (ISO-8601 UTC)
 

@@ -219,7 +219,10 @@ class Grammar:
         r = self._of(d, ("string",), alias) or self._any(d, alias)
         return d.pick((f"LENGTH({r.sql}) > 1", f"LOWER({r.sql}) = 'x'",
                        f"CAST(SUBSTRING({r.sql}, 1, 1) AS INTEGER) = 1",
-                       f"STARTS_WITH({r.sql}, 'a')", f"CONCAT({r.sql}, 'z') = 'az'"))
+                       f"STARTS_WITH({r.sql}, 'a')", f"CONCAT({r.sql}, 'z') = 'az'",
+                       # F2: a lengthening REPLACE is refused, a shrinking one answered
+                       f"REPLACE({r.sql}, 'a', '') = 'x'",
+                       f"LENGTH(REPLACE(REPLACE({r.sql}, 'a', 'aaaa'), 'a', 'aaaa')) > 1"))
 
     def _cross_type(self, d: Draw, alias: str, tags: list[str]) -> str | None:
         a, b = self._any(d, alias), self._any(d, alias)

@@ -63,6 +63,7 @@ from dpkit.engine.charge import charged_read
 from dpkit.engine.families.job import Context, jsonable, table_meta, validated_where
 from dpkit.engine.ledger import Entry
 from dpkit.engine.plan.portable import bounding_ctes_portable
+from dpkit.engine.scope import table_name
 from dpkit.engine.spec import PRIVATE_ALIAS, QueryError
 from dpkit.engine.tables import TableMeta, quote_ident, type_class
 
@@ -193,16 +194,24 @@ def _select_columns(query: str, ctx: Context) -> tuple[TableMeta, list[str], str
         raise QueryError(f"cannot parse the query: {str(exc).splitlines()[0]}") from None
     if not isinstance(stmt, exp.Select):
         raise QueryError("fit reads one SELECT of columns: SELECT a, b FROM t [WHERE ...]")
-    extra = [k for k in ("joins", "group", "having", "order", "limit", "offset", "with",
-                         "distinct", "qualify") if stmt.args.get(k)]
+    # every clause but these is refused: the statement is rebuilt from the columns and WHERE,
+    # so anything else (WITH, a SAMPLE, WINDOW, PIVOT...) would be ignored, and charged
+    extra = sorted(k.rstrip("_").upper() for k, v in stmt.args.items()
+                   if k not in ("expressions", "from_", "from", "where")
+                   and v is not None and v is not False and v != [])
     frm = stmt.args.get("from_") or stmt.args.get("from")  # the key sqlglot 27+ uses
     if extra or frm is None or not isinstance(frm.this, exp.Table):
         raise QueryError("fit reads one SELECT of plain columns from one private table: "
                          f"SELECT a, b FROM t [WHERE ...] (this one has {extra or 'no table'})")
+    table_name(frm.this, ctx.tables())  # a schema, TABLESAMPLE, PIVOT: refused as in sql()
     meta = table_meta(ctx, frm.this.name)
     alias = frm.this.alias or None
     names: list[str] = []
     for e in stmt.expressions:
+        if isinstance(e, exp.Column) and e.table and e.table.lower() not in {
+                meta.name.lower(), (alias or meta.name).lower()}:
+            raise QueryError(f"unknown table or alias {e.table!r} in {e.sql()}; fit reads "
+                             f"from {alias or meta.name!r}")
         if isinstance(e, exp.Star):
             names.extend(c.name for c in meta.columns if not c.name.startswith("__"))
         elif isinstance(e, exp.Column) and not isinstance(e.this, exp.Star):
@@ -434,10 +443,10 @@ def _note(model: Any, notes: list[str], charge: int) -> dict[str, Any]:
 
 def _delta_share(ctx: Context, model: Any, event: ev.Event) -> float | None:
     """The δ an 'approx' ledger books for an event with Gaussian or zCDP steps: the model's own δ
-    (a tenth of the project's when the model has none)."""
+    (a tenth of the analyst's δ when the model has none: the project's, or their own cap)."""
     if ctx.ledger.config.accountant != "approx":
         return None
     if not any(isinstance(e, (ev.Gaussian, ev.DiscreteGaussian, ev.ZCDP)) for e in event.leaves()):
         return None
     delta = getattr(model, "delta", None)
-    return float(delta) if delta else ctx.ledger.config.delta / 10.0
+    return float(delta) if delta else ctx.ledger.delta_for(ctx.analyst) / 10.0

@@ -207,9 +207,10 @@ class Job:
         return self.plan
 
 
-def resolve_privacy(ledger: Ledger, target: Target) -> Privacy:
+def resolve_privacy(ledger: Ledger, target: Target, analyst: str | None = None) -> Privacy:
     """Validate ``target`` against the project's budget: epsilon (pure DP, Laplace noise),
-    epsilon with delta (Gaussian noise) or rho (zCDP), with the delta an 'approx' ledger books."""
+    epsilon with delta (Gaussian noise) or rho (zCDP), with the delta an 'approx' ledger books
+    (by default a tenth of ``analyst``'s δ: the project's, or their own cap)."""
     cfg = ledger.config
     epsilon, rho, delta = target.epsilon, target.rho, target.delta
     if rho is not None:
@@ -221,7 +222,8 @@ def resolve_privacy(ledger: Ledger, target: Target) -> Privacy:
             raise QueryError(str(exc)) from None
         share = None
         if cfg.accountant == "approx":
-            share = float(delta) if delta is not None else cfg.delta / 10.0
+            share = (float(delta) if delta is not None
+                     else ledger.delta_for(analyst) / 10.0)
             if not 0.0 < share <= cfg.delta:
                 raise QueryError(
                     f"delta must lie in (0, {cfg.delta:g}] (the project's delta) (got {delta!r})")
@@ -289,7 +291,7 @@ def new_job(ctx: Context, kind: str, meta: TableMeta, axes: list[Axis], ask: Ask
         lvl = validate.check_level(ask.level)
     except (TypeError, ValueError) as exc:
         raise QueryError(str(exc)) from None
-    privacy = resolve_privacy(ctx.ledger, target)
+    privacy = resolve_privacy(ctx.ledger, target, ctx.analyst)
     where = validated_where(ctx, meta, ask.where, where_alias)
     text = ask.query if ask.query is not None else default_query + (
         f" WHERE {ask.where}" if ask.where is not None else "")

@@ -42,6 +42,7 @@ from dpkit.engine.families.job import (
 from dpkit.engine.families.plan import plan_with_accuracy
 from dpkit.engine.families.run import Finish, run
 from dpkit.engine.results import Result
+from dpkit.engine.scope import table_name
 from dpkit.engine.spec import QueryError
 
 __all__ = ["FUNCTIONS", "answer_sql", "recognise"]
@@ -151,9 +152,11 @@ def _source(ctx: Context, stmt: exp.Select) -> tuple[str, str | None, str | None
     tbl = frm.this if frm is not None else None
     if not isinstance(tbl, exp.Table) or not isinstance(tbl.this, exp.Identifier) or (
         tbl.args.get("db") or tbl.args.get("catalog") or tbl.args.get("sample")
+        or tbl.args.get("pivots")  # PIVOT was ignored: the release read the plain table
     ):
         raise QueryError(
             "FROM must name one registered table, e.g. SELECT DP_CDF(age) FROM visits")
+    table_name(tbl, ctx.tables())  # what sql() refuses after a table name (AT, ONLY, hints)
     table = table_meta(ctx, tbl.name).name
     where_node = stmt.args.get("where")
     where = where_node.this.sql(dialect="duckdb") if where_node is not None else None
@@ -173,7 +176,8 @@ def _target(ctx: Context, *, epsilon: float | None, rho: float | None, delta: fl
         if cfg.delta <= 0:
             raise QueryError("Gaussian noise needs a project with delta > 0; use noise='laplace'")
         return Target(epsilon=epsilon if accuracy is None else None,
-                      delta=delta if delta is not None else cfg.delta / 10.0)
+                      delta=delta if delta is not None
+                      else ctx.ledger.delta_for(ctx.analyst) / 10.0)
     return Target(epsilon=epsilon)
 
 

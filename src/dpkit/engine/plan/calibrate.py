@@ -145,7 +145,13 @@ def calibrate_measure(mm: Measure, *, table: TableMeta, m: int, l0: int, noise: 
     elif mm.kind in ("sum", "csum"):
         sum_sensitivity(mm, m=m)
     elif mm.kind == "csq":
-        magnitude = ((mm.hi - mm.lo) / 2.0) ** 2
+        half = (mm.hi - mm.lo) / 2.0
+        if not half < 1e150:  # its square would overflow a float (an internal error before)
+            raise PlanError(
+                f"VAR/STDDEV: the range of the argument, [{mm.lo:g}, {mm.hi:g}], is too wide to "
+                f"square; divide the expression by a constant (and scale the answer back); "
+                f"nothing was charged")
+        magnitude = half ** 2
         mm.f = fixed_point_exponent(magnitude, m, share_eps)
         mm.bound = grid_bound(magnitude, mm.f)
         mm.l1 = m * mm.bound

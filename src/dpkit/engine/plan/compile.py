@@ -503,15 +503,18 @@ FILL_TYPES = frozenset({
 FILL_MAX_KEYS = 256  # above this, the LEFT JOIN in DuckDB is as cheap as the Python fill
 
 
-def can_fill_keys(plan: Plan, collated: frozenset[str] | set[str] = frozenset()) -> bool:
+def can_fill_keys(plan: Plan, collated: frozenset[str] | set[str] = frozenset(), *,
+                  public: bool = False) -> bool:
     """Whether the declared keys of a public GROUP BY can be filled in Python (few keys, all
     from declared domains, of types compared alike by DuckDB and Python). ``collated``: the
     private table's columns with a collation (``VARCHAR COLLATE NOCASE`` from a DuckDB source;
     the type name does not show it): DuckDB's equality on them is not Python's, so they keep
-    the join."""
+    the join. ``public``: a public table's keys too (kind ``"public"``), for a caller that
+    reads them with the statement's engine and caps their number (known once read)."""
+    kinds = ("domain", "public") if public else ("domain",)
     return (plan.group_mode == "public" and bool(plan.spec.group_by)
-            and plan.keys is not None and len(plan.keys) <= FILL_MAX_KEYS
-            and all(kind == "domain" for kind, _ in plan.key_sources)
+            and (len(plan.keys) <= FILL_MAX_KEYS if plan.keys is not None else public)
+            and all(kind in kinds for kind, _ in plan.key_sources)
             and all(k.type.upper() in FILL_TYPES for k in plan.spec.group_by)
             and not any(k.source == dsql.PRIVATE_ALIAS and k.column in collated
                         for k in plan.spec.group_by))

@@ -208,9 +208,13 @@ class DPOptimizer(torch.optim.Optimizer):
 
         The noise does not depend on the data, so drawing it while the next forward and backward
         run changes nothing in the guarantee; it hides the draw on machines with idle cores. A
-        seeded source draws in line, so a seeded run stays reproducible.
+        seeded source draws in line, so a seeded run stays reproducible; so does a
+        ``noise.ConstantWork`` one (a constant-work project): its release's failure bound is
+        split among the requests of the charging thread (``noise.charge_scope``), which a
+        drawing thread would not share.
         """
-        if self.source is not None and self.source.insecure:
+        if self.source is not None and (self.source.insecure
+                                        or isinstance(self.source, noise.ConstantWork)):
             z, self.last_noise_s = self._draw()
             return z
         if self._pending is None:
