@@ -138,3 +138,16 @@ def stop(live: Live) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(live.proc.pid, signal.SIGKILL)
             live.proc.wait(10)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give each schemathesis operation's item (test_fuzz.py) its own node id. pytest 9.2
+    builds a Function's id from ``originalname`` and its callspec, and schemathesis passes the
+    bare test name, so all 16 operations shared one id (xdist's loadfile/loadgroup then ran
+    one of them; --durations could not tell them apart). Done here, not by parametrizing the
+    test: its signature seeds schemathesis's derandomized examples."""
+    for item in items:
+        label = getattr(item, "operation_label", None)
+        name = getattr(item, "originalname", None)
+        if label and name and item.nodeid.endswith("::" + name):
+            item._id = item.parent.id.child(name).with_params(label)  # type: ignore[union-attr]
