@@ -258,6 +258,19 @@ RATIOS = [("spark", lv, "plain", lv) for lv in ("record", "user")] + [
     ("spark", lv, "duckdb", lv) for lv in ("record", "user")]
 
 
+def print_clock_tables(tables: dict[str, dict[str, list[float]]], base: str,
+                       width: int = 16) -> None:
+    """Each clock's table (``{"wall": {variant: seconds per round}, ...}``): median (min-max)
+    and the per-round ratios to variant ``base`` (used by the bounding and diagnostics
+    benchmarks)."""
+    for what, table in tables.items():
+        print(what)
+        for name, ts in table.items():
+            rs = [t / b for t, b in zip(ts, table[base], strict=True)]
+            print(f"  {name:{width}s} {statistics.median(ts):7.2f} s ({min(ts):.2f}-{max(ts):.2f})"
+                  f"  {statistics.median(rs):5.2f}x {base} ({', '.join(f'{x:.2f}' for x in rs)})")
+
+
 def report(res: dict[str, Any]) -> None:
     """Medians (min-max) per system and level, and per-round ratios with their median."""
     times = res["times"]

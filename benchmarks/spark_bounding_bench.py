@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from spark_bench import session, write_rows
+from spark_bench import print_clock_tables, session, write_rows
 
 PRINTF = "(CASE WHEN x IS NULL THEN NULL WHEN isnan(x) THEN 'nan' ELSE printf('%.12e', x) END)"
 FLOOR = ("(CASE WHEN x IS NULL THEN NULL WHEN isnan(x) THEN 'nan' WHEN abs(x) < "
@@ -179,13 +178,7 @@ def main() -> None:
               f"{_same_rows(spark, *reversed(args.check))}")
     spark.stop()
     print(f"1-min load {min(loads):.1f}-{max(loads):.1f}")
-    for what, table in (("wall", times), ("JVM CPU", cpus)):
-        print(what)
-        for name, ts in table.items():
-            ratios = [t / p for t, p in zip(ts, table["plain"], strict=True)]
-            print(f"  {name:16s} {statistics.median(ts):7.2f} s ({min(ts):.2f}-{max(ts):.2f})"
-                  f"  {statistics.median(ratios):5.2f}x plain "
-                  f"({', '.join(f'{x:.2f}' for x in ratios)})")
+    print_clock_tables({"wall": times, "JVM CPU": cpus}, "plain")
 
 if __name__ == "__main__":
     main()

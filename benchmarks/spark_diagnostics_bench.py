@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import statistics
 import sys
 import tempfile
 import time
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from spark_bench import KEYS, QUERY, M, session, write_rows
+from spark_bench import KEYS, QUERY, M, print_clock_tables, session, write_rows
 
 
 def dpkit_texts(spark: Any, data: Path, work: Path) -> dict[str, str]:
@@ -157,13 +156,7 @@ def main() -> None:
     spark.stop()
     print(f"rows {args.rows}, {args.repeats} rounds, 1-min load {min(loads):.1f}-"
           f"{max(loads):.1f}")
-    for what, table in (("wall", times), ("JVM CPU", cpus)):
-        print(what)
-        for name, ts in table.items():
-            ratios = [t / b for t, b in zip(ts, table["nodiag"], strict=True)]
-            print(f"  {name:14s} {statistics.median(ts):6.2f} s ({min(ts):.2f}-{max(ts):.2f})"
-                  f"  / nodiag {statistics.median(ratios):.2f}x "
-                  f"({', '.join(f'{x:.2f}' for x in ratios)})")
+    print_clock_tables({"wall": times, "JVM CPU": cpus}, "nodiag", width=14)
 
 if __name__ == "__main__":
     main()

@@ -250,16 +250,21 @@ def test_fuzz_a_project_leaves_it_untouched(tmp_path: Path) -> None:
         sc.fuzz(tmp_path / "own.dpkit", table="nope", queries=1)
 
 
+def _own_project(tmp_path: Path) -> str:
+    """An owner's small project for the command's runs: 20 units, one bounded column."""
+    cur = dp.Curator.create(tmp_path / "own.dpkit", budget=dp.Budget(epsilon=1.0))
+    cur.add_table("t", pd.DataFrame({"uid": range(20), "x": np.linspace(0, 10, 20)}),
+                  privacy_unit="uid", max_rows_per_unit=1, bounds={"x": (0, 10)})
+    cur.close()
+    return str(tmp_path / "own.dpkit")
+
+
 def test_command_line(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
     from dpkit.cli import main
 
-    cur = dp.Curator.create(tmp_path / "own.dpkit", budget=dp.Budget(epsilon=1.0))
-    cur.add_table("t", pd.DataFrame({"uid": range(20), "x": np.linspace(0, 10, 20)}),
-                  privacy_unit="uid", max_rows_per_unit=1, bounds={"x": (0, 10)})
-    cur.close()
-    res = CliRunner().invoke(main, ["attack", "side-channels", str(tmp_path / "own.dpkit"),
+    res = CliRunner().invoke(main, ["attack", "side-channels", _own_project(tmp_path),
                                     "--queries", "8", "--neighbours", "add",
                                     "--accountants", "approx", "--seed", "2"])
     assert res.exit_code == 0, res.output
@@ -273,11 +278,7 @@ def test_command_line_says_when_it_ran_fewer_comparisons(tmp_path: Path) -> None
 
     from dpkit.cli import main
 
-    cur = dp.Curator.create(tmp_path / "own.dpkit", budget=dp.Budget(epsilon=1.0))
-    cur.add_table("t", pd.DataFrame({"uid": range(20), "x": np.linspace(0, 10, 20)}),
-                  privacy_unit="uid", max_rows_per_unit=1, bounds={"x": (0, 10)})
-    cur.close()
-    res = CliRunner().invoke(main, ["attack", "side-channels", str(tmp_path / "own.dpkit"),
+    res = CliRunner().invoke(main, ["attack", "side-channels", _own_project(tmp_path),
                                     "--queries", "5", "--neighbours", "add,remove",
                                     "--accountants", "approx", "--seed", "2"])
     assert res.exit_code == 0, res.output
