@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -15,13 +14,11 @@ from dpkit.engine import Curator
 from dpkit.engine.spec import QueryError
 from dpkit.learn import GaussianNB, LinearRegression, LogisticRegression
 
+from ._helpers import patients
+
 
 def _frame(n: int = 3000) -> pd.DataFrame:
-    src = dp.noise.seeded(5)
-    age = dp.noise.uniform_float01(n, source=src) * 100
-    ward = np.array(["A", "B"])[dp.noise.uniform_int(2, n, source=src)]
-    return pd.DataFrame({"uid": np.arange(n) // 2, "age": age, "ward": ward,
-                         "sick": np.where(age > 50, "yes", "no"), "cost": 2.0 * age + 10})
+    return patients(n)
 
 
 @pytest.fixture

@@ -18,16 +18,14 @@ from dpkit.engine import Curator
 from dpkit.engine.spec import QueryError
 from dpkit.learn import GaussianNB, KMeans, LinearRegression, LogisticRegression
 
+from ._helpers import patients
+
 DECL = {"bounds": {"age": (0, 100), "cost": (0, 300)},
         "domains": {"ward": ["A", "B"], "sick": ["no", "yes"]}}
 
 
 def _frame(n: int = 200) -> pd.DataFrame:
-    src = dp.noise.seeded(5)
-    age = dp.noise.uniform_float01(n, source=src) * 100
-    ward = np.array(["A", "B"])[dp.noise.uniform_int(2, n, source=src)]
-    return pd.DataFrame({"uid": np.arange(n) // 2, "age": age, "ward": ward,
-                         "sick": np.where(age > 50, "yes", "no"), "cost": 2.0 * age + 10})
+    return patients(n)
 
 
 def _project(path: Path, source: dp.noise.Source | None) -> Curator:

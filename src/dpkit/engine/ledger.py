@@ -330,8 +330,12 @@ class Ledger:
         where it has one (the default per-query δ is a tenth of it)."""
         with self._lock:
             self._sync()
-            cap = self._analysts.delta_caps.get(analyst) if analyst is not None else None
-            return self.config.delta if cap is None else min(cap, self.config.delta)
+            return self._delta_of(analyst)
+
+    def _delta_of(self, analyst: str | None) -> float:
+        """:meth:`delta_for` on the rows read so far (callers have synced)."""
+        cap = self._analysts.delta_caps.get(analyst) if analyst is not None else None
+        return self.config.delta if cap is None else min(cap, self.config.delta)
 
     def analyst_for_token(self, token: str) -> str | None:
         """The active analyst whose token this is (None: unknown or revoked). Tokens are kept
@@ -373,8 +377,9 @@ class Ledger:
         cfg = self.config
         total = (cfg.epsilon, cfg.delta)
         if analyst is not None:
-            total = (min(self.analyst_budgets().get(analyst, cfg.epsilon), cfg.epsilon),
-                     self.delta_for(analyst))
+            # the caps as read by the caller's sync (no second read of the store per budget)
+            total = (min(self._analysts.caps.get(analyst, cfg.epsilon), cfg.epsilon),
+                     self._delta_of(analyst))
         hit = self._budget_cache.get(analyst)
         if hit is not None and hit[1] == total:
             seq, _, budget = hit
@@ -459,7 +464,7 @@ class Ledger:
         """The budgets a charge must fit, each with what its refusal says: the project's, and
         the analyst's own cap if it has one (a refusal over both names the tighter one)."""
         caps: list[tuple[Any, str]] = [(self._budget(None), "")]
-        if analyst is not None and analyst in self.analyst_budgets():
+        if analyst is not None and analyst in self._analysts.caps:
             mine = self._budget(analyst)
             own = f"epsilon {mine.epsilon:g}" + (
                 f", delta {mine.delta:g}" if analyst in self._analysts.delta_caps else "")
