@@ -74,17 +74,34 @@ def test_grads_survive_the_draw_ahead_and_share_one_buffer() -> None:
     tr.detach()
 
 
-def test_a_constant_work_source_draws_in_line() -> None:
-    """On a constant-work project the release's failure bound is split among the requests of
-    the charging thread (``noise.charge_scope``): no noise is drawn ahead on another thread."""
-    from dpkit import noise
+def test_a_constant_work_source_draws_ahead_within_the_release_bound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a constant-work project the next step's noise is drawn ahead on the thread too, with
+    a share of the release's failure bound reserved when it is handed out
+    (``noise.reserve_share``): every request, on either thread, gets its own part and all of
+    them stay within the release's ``2^-bits``; the shares follow the charging thread's order,
+    so the plans do not depend on how the two threads interleave."""
+    import threading
 
+    from dpkit import noise
+    from dpkit.noise import constant
+
+    seen: list[tuple[str, int]] = []
+    real = constant.request_bits
+
+    def spy(src: noise.ConstantWork) -> int:
+        bits = real(src)
+        seen.append((threading.current_thread().name, bits))
+        return bits
+
+    monkeypatch.setattr(constant, "request_bits", spy)
     torch.manual_seed(2)
     net = nn.Linear(4, 2)
     data = TensorDataset(torch.randn(40, 4), torch.randint(0, 2, (40,)))
     tr = make_private(net, torch.optim.SGD(net.parameters(), lr=0.1),
                       DataLoader(data, batch_size=10), max_grad_norm=1.0, noise_multiplier=1.0,
-                      source=noise.ConstantWork(noise.secure()))
+                      source=noise.ConstantWork(noise.secure(), bits=40), noise_kind="exact")
+    opt: Any = tr.optimizer
     with noise.charge_scope():
         for i, (x, y) in enumerate(tr.data_loader):
             tr.optimizer.zero_grad()
@@ -92,6 +109,9 @@ def test_a_constant_work_source_draws_in_line() -> None:
             tr.optimizer.step()
             if i == 2:
                 break
-    opt: Any = tr.optimizer
-    assert opt._executor is None and opt._pending is None
+        opt._pending.result()  # the draw for a fourth step, handed out inside the scope
+    assert opt._executor is not None  # drawn ahead on the thread
+    ahead = [b for name, b in seen if name.startswith("dpkit-noise")]
+    assert len(ahead) == 4  # one exact request per step (10 coordinates: one chunk)
+    assert sum(2.0 ** -(b - 40) for _, b in seen) <= 1.0, seen
     tr.detach()

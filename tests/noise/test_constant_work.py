@@ -150,6 +150,55 @@ def test_charge_scope_splits_the_failure_bound() -> None:
     assert constant.request_bits(src) == 40
 
 
+def _split_run(delay: float) -> tuple[list[int], list[list[int]]]:
+    """A release (one charge scope) whose thread makes requests and hands three draws of two
+    requests each to another thread (DP-SGD's noise ahead), that thread running late by
+    ``delay`` seconds: the bits of the main thread's requests and of each handed draw's."""
+    import threading
+    import time
+
+    src = cw(3, bits=40)
+    main: list[int] = []
+    drawn: list[list[int]] = []
+    threads = []
+
+    def draw(share: constant.ScopeShare | None, out: list[int]) -> None:
+        time.sleep(delay)
+        with noise.shared_scope(share):
+            out.extend(constant.request_bits(src) for _ in range(2))
+
+    with noise.charge_scope():
+        for _ in range(3):
+            main.append(constant.request_bits(src))  # e.g. the step's Poisson mask
+            drawn.append([])
+            t = threading.Thread(target=draw, args=(noise.reserve_share(), drawn[-1]))
+            t.start()
+            threads.append(t)
+            main.append(constant.request_bits(src))
+        for t in threads:
+            t.join()
+    return main, drawn
+
+
+def test_a_share_of_the_scope_keeps_the_release_within_its_bound() -> None:
+    """Requests made on another thread with a reserved share and those of the charging thread
+    together stay within the release's ``2^-bits``, and each request's bits follow from the
+    program order of its own thread, not from how the threads interleave."""
+    main, drawn = _split_run(0.0)
+    assert (main, drawn) == _split_run(0.02)  # the drawing thread late: the same plans
+    # shares take the 2nd, 4th, 6th places of the scope: 2^-40 / (i (i + 1)), split again
+    assert drawn[0] == [40 + 3 + 1, 40 + 3 + 3] and main[:2] == [41, 44]
+    total = sum(2.0 ** -(b - 40) for b in main + [b for d in drawn for b in d])
+    assert total <= 1.0
+    assert noise.reserve_share() is None  # outside a scope: nothing to share
+    src = cw(3, bits=40)
+    with noise.shared_scope(None):  # a draw handed out outside any scope: its own bits
+        assert constant.request_bits(src) == 40
+    with noise.charge_scope(), pytest.raises(RuntimeError, match="another thread"), \
+            noise.shared_scope(noise.reserve_share()):
+        pass
+
+
 def test_bits_for_pays_the_timing_term() -> None:
     bits = constant.bits_for(3.0, 2.0**-40)
     assert (1 + math.exp(3.0)) * 2.0**-bits <= 2.0**-41

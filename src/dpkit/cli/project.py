@@ -29,15 +29,17 @@ import click
 
 from dpkit.cli.options import console, make_console, parse_bounds, parse_domains
 
-__all__ = ["add_table", "budget", "commands", "init_project", "load_progress", "run_demo"]
+__all__ = ["add_table", "budget", "commands", "constant_work_line", "init_project", "load_progress",
+           "run_demo"]
 
 
 def init_project(project: str | Path, *, epsilon: float, delta: float = 0.0,
                  accountant: str | None = None, console: Any = None,
-                 ledger: str | None = None, constant_work: bool = False) -> None:
+                 ledger: str | None = None, constant_work: bool | None = None) -> None:
     """Create a project folder with a total budget (``accountant`` default: pure if delta is 0,
     else approx); ``ledger``: a PostgreSQL DSN (default ``$DPKIT_LEDGER_DSN``, else SQLite);
-    ``constant_work``: noise and selections on fixed plans (docs/attacks.md §6)."""
+    ``constant_work``: noise and selections on fixed plans (docs/attacks.md §6; None: on
+    where the budget can pay for it, as ``Curator.create``)."""
     from dpkit.engine.curator import Curator
 
     con = make_console(console)
@@ -46,6 +48,7 @@ def init_project(project: str | Path, *, epsilon: float, delta: float = 0.0,
     cfg = cur.ledger.config
     con.print(f"created [bold]{project}[/] with budget epsilon {cfg.epsilon:g}, delta "
               f"{cfg.delta:g} (accountant {cfg.accountant})")
+    con.print(constant_work_line(cfg, constant_work), markup=False, highlight=False)
     if cur.ledger.path.suffix == ".pg":
         con.print(f"ledger: {cur.ledger.where} (named by {cur.ledger.path}); back it up with "
                   f"pg_dump (docs/service.md)")
@@ -54,6 +57,20 @@ def init_project(project: str | Path, *, epsilon: float, delta: float = 0.0,
               f"COLUMN --max-rows-per-unit N|auto --bounds col=low:high", style="dim",
               markup=False, highlight=False)
     cur.close()
+
+
+def constant_work_line(config: Any, asked: bool | None) -> str:
+    """One line on the new project's constant-work setting (``dpkit init``): on, or off and
+    why (opted out, or the budget cannot pay for it)."""
+    from dpkit.engine.ledger_rows import constant_work_refusal
+
+    if config.constant_work is not None:
+        return "constant work: on (timing-safe sampling; --no-constant-work to opt out)"
+    if asked is False:
+        return ("constant work: off (--no-constant-work: the samplers' time may follow the "
+                "size of the noise)")
+    why = constant_work_refusal(config.epsilon, config.delta, config.accountant)
+    return f"constant work: off ({why}; the samplers' time may follow the size of the noise)"
 
 
 def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str | None = None,
@@ -251,12 +268,13 @@ def demo_command(rows: int, path: Path | None) -> None:
     help="Keep the ledger in PostgreSQL (postgresql://user@host/db; default $DPKIT_LEDGER_DSN, "
     "else ledger.sqlite in the folder). Needs the [postgres] extra.",
 )
-@click.option("--constant-work", is_flag=True,
+@click.option("--constant-work/--no-constant-work", default=None,
               help="Noise and selections on fixed plans: their time does not follow the noise "
-              "or the data; each release also charges a delta <= 2^-40 (needs --delta > 0 "
-              "and an accountant other than pure).")
+              "or the data; each release also charges a delta <= 2^-40. Default: on when the "
+              "budget can pay for it (--delta > 0, an accountant other than pure, epsilon up "
+              "to about 27), else off.")
 def init_command(project: Path, epsilon: float, delta: float, accountant: str | None,
-                 ledger: str | None, constant_work: bool) -> None:
+                 ledger: str | None, constant_work: bool | None) -> None:
     """Create a curator project with a total privacy budget."""
     init_project(project, epsilon=epsilon, delta=delta, accountant=accountant, console=console,
                  ledger=ledger, constant_work=constant_work)

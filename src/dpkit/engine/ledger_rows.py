@@ -27,9 +27,10 @@ from dpkit import noise as _noise
 __all__ = ["ACCOUNTANTS", "COLUMNS", "FORMAT", "GENESIS_PREV", "SCHEMA", "Entry", "HeadFile",
            "HeadNotWritten",
            "LedgerConfig", "LedgerError", "LedgerTampered", "Spend", "canonical_json",
-           "config_from_genesis", "connect", "constant_work_setting", "finite", "head_path",
+           "config_from_genesis", "connect", "constant_work_refusal", "constant_work_setting",
+           "finite", "head_path",
            "key_path", "match_head", "new_key", "noise_record", "now_iso", "read_key",
-           "row_hash", "verify_rows"]
+           "resolve_constant_work", "row_hash", "verify_rows"]
 
 
 FORMAT = 2  # 1: plain SHA-256 chain (refused; see migrate); 2: HMAC-SHA256 under the owner key
@@ -420,3 +421,33 @@ def constant_work_setting(epsilon: float, delta: float, accountant: str) -> dict
     reserve = delta / 100.0
     d = min(_noise.constant.TIMING_DELTA, reserve / 1e6)
     return {"delta": d, "bits": _noise.constant.bits_for(epsilon, d), "reserve": reserve}
+
+
+def constant_work_refusal(epsilon: float, delta: float, accountant: str) -> str | None:
+    """Why a budget cannot pay for constant work (one short clause), or None when it can."""
+    if not delta > 0:
+        return "the budget has delta = 0: the timing term is a delta"
+    if accountant not in ("approx", "pld", "zcdp", "rdp"):
+        return f"the {accountant!r} accountant cannot carry the timing term's delta"
+    try:
+        constant_work_setting(epsilon, delta, accountant)
+    except ValueError:
+        return (f"epsilon {epsilon:g} is too large: its failure bound would need more than "
+                f"{_noise.constant.MAX_BITS} bits")
+    return None
+
+
+def resolve_constant_work(constant_work: bool | None, *, epsilon: float, delta: float,
+                          accountant: str) -> tuple[bool, str]:
+    """A new project's constant-work setting and why (docs/attacks.md §6): ``None`` (the
+    default) is on wherever the budget can pay for it (delta > 0, an accountant other than
+    ``pure``, ε small enough for its failure bits, about 27 or less), else off with the
+    reason; ``True`` / ``False`` are kept as asked (``True`` on a budget that cannot pay is
+    refused later, by :func:`constant_work_setting`, with the fix)."""
+    if constant_work is not None and not isinstance(constant_work, bool):
+        raise TypeError(f"constant_work takes True, False or None (the default: on where the "
+                        f"budget can pay for it) (got {constant_work!r})")
+    if constant_work is not None:
+        return constant_work, "asked for" if constant_work else "opted out"
+    refusal = constant_work_refusal(epsilon, delta, accountant)
+    return refusal is None, "the default where the budget can pay" if refusal is None else refusal

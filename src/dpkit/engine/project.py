@@ -21,6 +21,7 @@ from typing import Any
 from dpkit.engine.backend_duckdb import init_database
 from dpkit.engine.ledger import Ledger, head_path, key_path
 from dpkit.engine.ledger_postgres import DSN_ENV, is_dsn
+from dpkit.engine.ledger_rows import resolve_constant_work
 from dpkit.engine.roles import OWNER, TOKEN_ENV, identify
 
 __all__ = ["DATA_FILE", "LEDGER_FILE", "LOAD_LOCK", "MAX_BUDGET_EPSILON", "PG_LEDGER_FILE",
@@ -60,10 +61,14 @@ def ledger_file(path: Path) -> Path | None:
 
 def make_project(path: Path, *, epsilon: float, delta: float, accountant: str, orders: Any,
                  noise_seed: int | None, dsn: str | None = None,
-                 constant_work: bool = False) -> Ledger:
+                 constant_work: bool | None = None) -> Ledger:
     """Create the folder's ledger (with its owner key) and data file; on any failure remove
     what was made, so a failed create leaves no half project. ``dsn``: the ledger's rows go
-    to a new schema in that PostgreSQL database (:func:`ledger_dsn`)."""
+    to a new schema in that PostgreSQL database (:func:`ledger_dsn`). ``constant_work``:
+    None is on where the budget can pay for it (:func:`resolve_constant_work`); the resolved
+    value is what the genesis row records, and what every later opening reads."""
+    cw, _ = resolve_constant_work(constant_work, epsilon=epsilon, delta=delta,
+                                  accountant=accountant)
     if path.exists() and any(path.iterdir()):
         raise FileExistsError(
             f"{path} already exists and is not empty; open it with Curator.open({str(path)!r})"
@@ -73,7 +78,7 @@ def make_project(path: Path, *, epsilon: float, delta: float, accountant: str, o
         ledger = Ledger.create(path / (LEDGER_FILE if dsn is None else PG_LEDGER_FILE),
                                epsilon=epsilon, delta=delta, accountant=accountant,
                                orders=orders, analyst=OWNER, noise_seed=noise_seed, dsn=dsn,
-                               constant_work=constant_work)
+                               constant_work=cw)
         init_database(path / DATA_FILE)
     except BaseException:
         made = (LEDGER_FILE, LEDGER_FILE + "-wal", LEDGER_FILE + "-shm", DATA_FILE,

@@ -17,10 +17,13 @@ from __future__ import annotations
 from . import constant, grid, trace
 from .constant import (
     ConstantWork,
+    ScopeShare,
     bernoulli,
     charge_scope,
     discrete_gaussian,
     discrete_laplace,
+    reserve_share,
+    shared_scope,
     uniform_int,
 )
 from .gaussian import gaussian_float, gaussian_float32, gaussian_on_grid
@@ -52,6 +55,7 @@ __all__ = [
     "MAX_DGAUSS_SIGMA2",
     "MAX_DLAP_SCALE",
     "ConstantWork",
+    "ScopeShare",
     "SecureSource",
     "SeededSource",
     "Source",
@@ -73,8 +77,10 @@ __all__ = [
     "gaussian_on_grid",
     "grid",
     "permutation",
+    "reserve_share",
     "secure",
     "seeded",
+    "shared_scope",
     "token_bytes",
     "token_hex",
     "trace",

@@ -59,6 +59,7 @@ dtype('int64')
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 import threading
@@ -88,10 +89,10 @@ from .samplers import uniform_int as plain_uniform_int
 from .sources import Source, default_source
 from .trace import traced
 
-__all__ = ["MAX_BITS", "TIMING_DELTA", "TOP_LEVEL", "ConstantWork", "attempts_for", "bernoulli",
-           "bits_for", "charge_scope", "discrete_gaussian", "discrete_laplace", "exp_coins",
-           "level_coins", "level_thresholds", "proposals", "request_bits", "slots_for",
-           "uniform_each", "uniform_int"]
+__all__ = ["MAX_BITS", "TIMING_DELTA", "TOP_LEVEL", "ConstantWork", "ScopeShare", "attempts_for",
+           "bernoulli", "bits_for", "charge_scope", "discrete_gaussian", "discrete_laplace",
+           "exp_coins", "level_coins", "level_thresholds", "proposals", "request_bits",
+           "reserve_share", "shared_scope", "slots_for", "uniform_each", "uniform_int"]
 
 #: Largest failure exponent accepted: the geometric part reads 128 bits per lane, whose ties
 #: (2^-120 per lane) must stay below the request's share of ``2^-bits``.
@@ -174,15 +175,66 @@ _scope = threading.local()
 def charge_scope() -> Iterator[None]:
     """One charged release: its ``i``-th constant-work request gets failure probability
     ``2^-bits / (i (i + 1))`` (a sum below ``2^-bits`` for any number of requests). A nested
-    scope is part of the outer one. Per thread (the service answers in worker threads)."""
+    scope is part of the outer one. Per thread (the service answers in worker threads); a
+    release that draws on another thread hands it a :func:`reserve_share` of its scope."""
     if getattr(_scope, "count", None) is not None:
         yield
         return
-    _scope.count = 0
+    _scope.count, _scope.extra = 0, 0
     try:
         yield
     finally:
         _scope.count = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ScopeShare:
+    """A share ``2^-(bits + extra_bits)`` of a charge scope's failure bound, reserved by one
+    thread for requests that another thread makes later (:func:`shared_scope`)."""
+
+    extra_bits: int
+
+
+def reserve_share() -> ScopeShare | None:
+    """Take the next request's share of this thread's charge scope, now, for requests made
+    later on another thread (DP-SGD's noise drawn ahead of its step); None outside a scope.
+
+    **Why the release's bound still holds.** The scope gives its ``i``-th request (or share)
+    ``2^-bits / (i (i + 1))``; a share is counted as one request here, in this thread's
+    order, so the shares and the requests of this thread take distinct ``i`` and together stay
+    within ``Σ_i 1/(i (i + 1)) < 1`` times ``2^-bits``. Inside :func:`shared_scope` the ``j``-th
+    request gets the share times ``1/(j (j + 1))``, again a sum below the share. So every
+    request of the release, on whichever thread, has its own failure probability and all of
+    them add up to at most ``2^-bits``: the union bound that the charged ``δ_t`` pays for
+    (module docstring). The indices are fixed by the program order of each thread alone (the
+    share is taken when the draw is *handed out*, not when the thread runs it), so each
+    request's plan, hence its work, is a function of public things: how many requests came
+    before it in its own thread, never the scheduling of the two threads."""
+    count = getattr(_scope, "count", None)
+    if count is None:
+        return None
+    count += 1
+    _scope.count = count
+    return ScopeShare(_scope.extra + math.ceil(math.log2(count * (count + 1))))
+
+
+@contextlib.contextmanager
+def shared_scope(share: ScopeShare | None) -> Iterator[None]:
+    """Run this thread's requests inside a share reserved by :func:`reserve_share`: the ``j``-th
+    gets ``share / (j (j + 1))``. ``None`` (no scope where the share was asked): each request
+    keeps its source's own ``2^-bits``, as it would have in line. Refused inside a scope of
+    this thread (a share is spent by one thread, once per block)."""
+    if share is None:
+        yield
+        return
+    if getattr(_scope, "count", None) is not None:
+        raise RuntimeError("shared_scope inside a charge scope of the same thread: the share "
+                           "is for requests made on another thread")
+    _scope.count, _scope.extra = 0, share.extra_bits
+    try:
+        yield
+    finally:
+        _scope.count, _scope.extra = None, 0
 
 
 def request_bits(src: ConstantWork) -> int:
@@ -192,7 +244,7 @@ def request_bits(src: ConstantWork) -> int:
         return src.bits
     count += 1
     _scope.count = count
-    return src.bits + math.ceil(math.log2(count * (count + 1)))
+    return src.bits + _scope.extra + math.ceil(math.log2(count * (count + 1)))
 
 
 #: The curator's default δ per charged release for the constant-work failure event.

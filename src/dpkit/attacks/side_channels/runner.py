@@ -27,8 +27,11 @@ from dpkit.engine.tables import TableMeta, quote_ident
 __all__ = ["ACCOUNTANTS", "Finding", "Report", "fuzz"]
 
 ACCOUNTANTS = ("approx", "pld", "zcdp")
-_BUDGET = 1000.0  # the throwaway projects' budget (the curator's maximum)
-_REFRESH_AT = 600.0  # rebuild a pair before its budget runs out (refusals would mask leaks)
+# the throwaway projects' budget: the largest whose constant-work failure bits (under every
+# accountant, at delta 1e-3) stay within noise.constant.MAX_BITS, so that the projects run on
+# fixed plans by default, as new projects do (a query asking more is refused on D and D' alike)
+_BUDGET = 25.0
+_REFRESH_AT = 15.0  # rebuild a pair before its budget runs out (refusals would mask leaks)
 # the PLD accountant composes the whole history on every check (~0.3 s after 40 charges):
 # start its pairs afresh after this many charges
 _PLD_HISTORY = 10
@@ -135,10 +138,10 @@ class Report:
 
 def make_project(path: Path, data_file: Path, table: TableMeta, public: Sequence[TableMeta],
                  *, accountant: str, seed: int, epsilon: float = _BUDGET,
-                 constant_work: bool = False) -> Curator:
+                 constant_work: bool | None = None) -> Curator:
     """A throwaway project over ``data_file`` with ``table``'s declarations (and the public
-    tables), a budget of ``epsilon`` (1000), delta 1e-3, and a seeded (insecure) noise source;
-    ``constant_work`` as ``Curator.create``'s."""
+    tables), a budget of ``epsilon`` (25), delta 1e-3, and a seeded (insecure) noise source;
+    ``constant_work`` as ``Curator.create``'s (default: on, as the budget can pay for it)."""
     cur = Curator.create(path, budget=Budget(epsilon=epsilon, delta=1e-3, accountant=accountant),
                          source=noise.seeded(seed), constant_work=constant_work)
     for p in public:
@@ -395,8 +398,9 @@ def fuzz(
     run: a sample of ``units`` units of ``table``'s rows is copied). For every neighbour kind
     in ``neighbours`` (add / remove one unit, a unit of extreme values added or changed, a unit
     with many rows) and accountant, two throwaway projects over D and D' (same declarations,
-    budget ε = 1000, δ = 1e-3, the same seeded noise) get the same ``queries / pairs`` random
-    queries in the same order. Every public part of the outcomes is compared (see
+    budget ε = 25, δ = 1e-3, constant work on as for any new project whose budget can pay for
+    it, the same seeded noise) get the same ``queries / pairs`` random queries in the same
+    order. Every public part of the outcomes is compared (see
     :func:`compare`); differences, and problems visible on one side (a release charged
     nothing, duplicate keys, an internal exception), are findings. The run is reproducible
     from ``seed`` (all choices come from ``dpkit.noise.seeded``). Nothing is written to the

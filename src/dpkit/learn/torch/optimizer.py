@@ -22,8 +22,9 @@ Memory: two buffers live across steps, the float32 clipped sum (which becomes th
 in place) and the float64 noise in grid units; the grid pass works through a float64 scratch
 of 2^17 coordinates. The grid stays float64 on purpose: at ``2^-k`` fine enough that rounding
 costs C a millionth, the noise alone spans ~2^35 grid steps, past float32's 2^24 exact
-integers, so a float32 pass would not be exact. A secure source draws step t+1's noise into
-the noise buffer on a thread once step t has consumed it (never while it is read).
+integers, so a float32 pass would not be exact. A secure source (constant-work or not) draws
+step t+1's noise into the noise buffer on a thread once step t has consumed it (never while it
+is read).
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ class DPOptimizer(torch.optim.Optimizer):
 
     Shares ``param_groups`` and ``state`` with the wrapped optimizer (LR schedulers work on it).
     """
+
+    #: draw the next step's noise on a thread when the source is not seeded (:meth:`_next_noise`);
+    #: False draws it in line (a benchmark compares the two)
+    draw_ahead: bool = True
 
     def __init__(self, original: torch.optim.Optimizer, *, taps: list[LayerTap],
                  loader: PoissonLoader, noise_multiplier: float, max_grad_norm: float,
@@ -204,29 +209,41 @@ class DPOptimizer(torch.optim.Optimizer):
         return z, time.perf_counter() - start
 
     def _next_noise(self) -> np.ndarray:
-        """This step's noise; with a secure source, drawn ahead on a thread (:meth:`_ahead`).
+        """This step's noise; unless seeded, drawn ahead on a thread (:meth:`_ahead`).
 
         The noise does not depend on the data, so drawing it while the next forward and backward
         run changes nothing in the guarantee; it hides the draw on machines with idle cores. A
-        seeded source draws in line, so a seeded run stays reproducible; so does a
-        ``noise.ConstantWork`` one (a constant-work project): its release's failure bound is
-        split among the requests of the charging thread (``noise.charge_scope``), which a
-        drawing thread would not share.
+        seeded source draws in line, so a seeded run stays reproducible. On a
+        ``noise.ConstantWork`` source (a constant-work project) the release's failure bound is
+        split among the requests of the charging thread (``noise.charge_scope``); the draw
+        handed to the thread takes its share of that bound when it is handed out
+        (``noise.reserve_share``, in this thread's order), and its requests split that share
+        (``noise.shared_scope``): the release's requests, on both threads, still sum to the
+        bound its ``δ_t`` pays for, and each request's plan follows from the program order of
+        its own thread, not from how the two threads interleave.
         """
-        if self.source is not None and (self.source.insecure
-                                        or isinstance(self.source, noise.ConstantWork)):
+        if not self.draw_ahead or (self.source is not None and self.source.insecure):
             z, self.last_noise_s = self._draw()
             return z
         if self._pending is None:
-            self._pending = self._pool().submit(self._draw)
+            self._pending = self._submit()
         z, self.last_noise_s = self._pending.result()
         self._pending, self._draw_ahead = None, True
         return z
 
+    def _submit(self) -> Future[tuple[np.ndarray, float]]:
+        """Hand the next draw to the thread, with its share of this release's failure bound."""
+        share = noise.reserve_share() if isinstance(self.source, noise.ConstantWork) else None
+        return self._pool().submit(self._draw_in, share)
+
+    def _draw_in(self, share: noise.ScopeShare | None) -> tuple[np.ndarray, float]:
+        with noise.shared_scope(share):
+            return self._draw()
+
     def _ahead(self) -> None:
         """Start drawing the next step's noise into the (one) buffer, now that it is consumed."""
         if self._draw_ahead:
-            self._pending, self._draw_ahead = self._pool().submit(self._draw), False
+            self._pending, self._draw_ahead = self._submit(), False
 
     def close(self) -> None:
         """Stop drawing noise ahead (the training is over)."""
