@@ -18,12 +18,16 @@ Each repeat runs the three modes once, in an order that rotates per repeat (load
 none); a fit is timed by the wall clock and by this process's CPU time (all its threads: the
 drawing thread and torch's too) together. Prints per model and mode the median of each clock,
 the ratio of medians to ``today`` with the min-max of the per-repeat ratios, and the 1-minute
-load average before and after (the machine may be shared).
+load average before and after (the machine may be shared). Then, per model, the one thing
+the thread can hide: a step's noise draw (``gaussian_float`` of the model's parameter count,
+the curator's default float noise), best of 20 calls, on the OS CSPRNG with and without
+``ConstantWork``, and that draw's share of a median step of the ``fixed`` mode.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import tempfile
@@ -85,6 +89,25 @@ def _report(name: str, times: dict[str, list[tuple[float, float]]]) -> None:
         print(f"{name:16s} {clock:4s}  " + "   ".join(cells))
 
 
+def _draw_cost(hidden: tuple[int, ...], step_s: float) -> str:
+    """The best-of-20 time of one step's noise draw, plain and constant-work, and the
+    constant-work draw's share of a step of ``step_s`` seconds."""
+    from dpkit import noise
+
+    sizes = (10, *hidden, 3)  # 10 features, 3 classes: weights and biases of each layer
+    dim = sum(a * b + b for a, b in itertools.pairwise(sizes))
+    out = []
+    for src in (noise.secure(), noise.ConstantWork(noise.secure(), bits=46)):
+        best = float("inf")
+        for _ in range(20):
+            t = time.perf_counter()
+            noise.gaussian_float(1.0, dim, source=src)
+            best = min(best, time.perf_counter() - t)
+        out.append(best)
+    return (f"  one step's noise draw ({dim:,} parameters): {out[0] * 1e6:.0f} us today, "
+            f"{out[1] * 1e6:.0f} us constant work = {out[1] / step_s:.2%} of a fixed-mode step")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
@@ -104,6 +127,8 @@ def main() -> None:
             for mode in MODES[r % 3:] + MODES[: r % 3]:
                 times[mode].append(_fit(curs, mode, hidden, args.epochs))
         _report(name, times)
+        step = statistics.median(t[0] for t in times["fixed"]) / (20 * args.epochs)
+        print(_draw_cost(hidden, step))
         print(f"  (load {os.getloadavg()[0]:.1f})")
     for cur in curs.values():
         cur.close()

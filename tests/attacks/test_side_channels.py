@@ -234,6 +234,23 @@ def test_one_d_project_serves_every_neighbour_kind() -> None:
     assert [f.stem for f in made] == ["d", "add", "remove", "add_many"]
 
 
+def test_the_fuzzers_projects_run_constant_work_by_default() -> None:
+    """Every project the fuzzer makes (so the CI runs below) is on constant work, as a new
+    project whose budget can pay for it is: the samplers' fixed plans go through the whole
+    grammar on D and D' under every accountant."""
+    settings: list[object] = []
+
+    def recording(*args: Any, **kw: Any) -> Any:
+        cur = sc.make_project(*args, **kw)
+        settings.append(cur.ledger.config.constant_work)
+        return cur
+
+    rep = sc.fuzz(SMALL, queries=3, seed=3, neighbours=("add",), families=("sql",), units=6,
+                  factory=recording)
+    assert rep.ok and rep.comparisons == 3, rep.summary()
+    assert len(settings) == 2 * len(sc.ACCOUNTANTS) and None not in settings, settings
+
+
 def test_fuzz_a_project_leaves_it_untouched(tmp_path: Path) -> None:
     cur = dp.Curator.create(tmp_path / "own.dpkit", budget=dp.Budget(epsilon=1.0))
     df = pd.DataFrame({"uid": range(40), "k": ["a", "b"] * 20, "x": np.linspace(0, 10, 40)})

@@ -81,7 +81,10 @@ def test_rows_written_before_delta_caps_keep_no_delta_cap(tmp_path: Path) -> Non
         cur.ledger.record("analyst", {"analyst": "old", "epsilon": 0.5}, analyst="owner",
                           query="SET BUDGET old = 0.5")  # the row an older dpkit wrote
         assert cur.analysts()["old"]["delta"] is None
-        assert cur.ledger.delta_for("old") == 1e-6
+        # the project's δ (on this constant-work project less ten timing terms, Ledger.delta_for)
+        setting = cur.ledger.config.constant_work
+        assert setting is not None
+        assert cur.ledger.delta_for("old") == cur.ledger.delta_for(None) == 1e-6 - 10 * setting[0]
 
 
 def test_cli_add_and_list_show_the_delta_cap(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ pytest.importorskip("torch")
 import dpkit as dp
 from dpkit import events as ev
 from dpkit.engine import Curator
+from dpkit.engine.charge import charged_event
 from dpkit.engine.spec import QueryError
 from dpkit.learn import MLPClassifier
 from dpkit.learn.batch_count import count_plan
@@ -65,7 +66,9 @@ def test_auto_is_the_default_through_the_curator(cur: Curator, table: str, rows:
     assert [e.kind for e in entries[before:]] == ["charge", "note"]
     charge, note = entries[-2:]
     # the charge is the composed event: the count (sensitivity = rows a unit may keep) first
-    assert tm.event == m.event_ == _planned(m, sens, 3.0) == charge.event
+    # (charged with a constant-work project's timing term beside it: the default)
+    assert tm.event == m.event_ == _planned(m, sens, 3.0)
+    assert charge.event == charged_event(cur.ledger, tm.event)
     assert tm.epsilon == pytest.approx(dp.accounting.epsilon(tm.event, delta=m.delta), rel=1e-6)
     assert tm.epsilon <= 3.0 + 1e-9 and m.epsilon_ <= 3.0 + 1e-9
     assert m.training_.data_loader.n == rows
@@ -107,7 +110,8 @@ def test_the_charge_is_the_same_on_neighbouring_tables(tmp_path: Path) -> None:
                                     ("again", d, 600, 1), ("secure", d, 600, None)):
         c = _curator(tmp_path / f"{name}.dpkit", frame, seed)
         tm = c.fit(m, "SELECT age FROM u", label="sick", epsilon=2.0)
-        assert tm.event == c.entries()[-2].event == _planned(m, 2, 2.0)  # [-1]: its note
+        assert tm.event == _planned(m, 2, 2.0)
+        assert c.entries()[-2].event == charged_event(c.ledger, tm.event)  # [-1]: its note
         assert tm.epsilon == pytest.approx(dp.accounting.epsilon(tm.event, delta=m.delta))
         assert m.training_.data_loader.n == rows and m.batch_count_ is not None
         assert abs(m.batch_divisor_ - 0.1 * rows) <= m.batch_count_.error(BETA)

@@ -35,7 +35,8 @@ from dpkit.engine.ledger import Entry, Ledger
 from dpkit.engine.ledger_rows import HeadNotWritten
 from dpkit.engine.spec import QueryError
 
-__all__ = ["AFTER_CHARGE", "ChargedQueryError", "charged_event", "charged_read", "quote"]
+__all__ = ["AFTER_CHARGE", "ChargedQueryError", "charged_event", "charged_read", "charged_share",
+           "quote"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -82,12 +83,22 @@ def charged_event(ledger: Ledger, event: ev.Event) -> ev.Event:
     return ev.Composed((event, ev.ApproxDP(0.0, setting[0])))
 
 
+def charged_share(ledger: Ledger, delta_share: float | None) -> float | None:
+    """The δ share a release is charged under ``approx``: on a constant-work project its
+    ``δ_t`` beside the share the release asked for, so that the release's own part (its ε,
+    calibrated at that share) is priced at the share it was calibrated at."""
+    setting = ledger.config.constant_work
+    if setting is None or delta_share is None:
+        return delta_share
+    return delta_share + setting[0]
+
+
 def quote(ledger: Ledger, event: ev.Event, *, analyst: str, delta_share: float | None,
           what: str = "query", check_only: bool = False, advice: str = "") -> Any:
     """What charging ``event`` would cost now (a ``Cost``; None with ``check_only``), writing
     nothing: :class:`BudgetExceeded` when it does not fit the project's or the analyst's budget,
     a :class:`QueryError` naming the fix when the accountant cannot price it."""
-    event = charged_event(ledger, event)
+    event, delta_share = charged_event(ledger, event), charged_share(ledger, delta_share)
     with _priced(ledger.config.accountant, what, advice):
         if check_only:
             ledger.check(event, analyst=analyst, delta_share=delta_share)
@@ -110,7 +121,8 @@ def charged_read(ledger: Ledger, event: ev.Event, *, analyst: str, query: str,
     with _priced(ledger.config.accountant, what, advice):  # a refusal writes nothing
         try:
             entry = ledger.charge(charged_event(ledger, event), analyst=analyst, query=query,
-                                  delta_share=delta_share, details=details)
+                                  delta_share=charged_share(ledger, delta_share),
+                                  details=details)
         except HeadNotWritten as exc:  # committed, then the head file failed: fail closed
             raise ChargedQueryError(AFTER_CHARGE.format(what=what, seq=exc.seq),
                                     exc.seq) from None

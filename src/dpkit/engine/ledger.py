@@ -327,10 +327,16 @@ class Ledger:
 
     def delta_for(self, analyst: str | None) -> float:
         """The δ an analyst's queries draw from: the project's, or the analyst's own δ cap
-        where it has one (the default per-query δ is a tenth of it)."""
+        where it has one (the default per-query δ is a tenth of it). On a constant-work
+        project that pays its timing terms out of δ (``approx``, ``pld``), less ten of them:
+        ten default queries, each charged its ``δ_t`` beside its own δ, still fit."""
         with self._lock:
             self._sync()
-            return self._delta_of(analyst)
+            delta = self._delta_of(analyst)
+        setting = self.config.constant_work
+        if setting is None or self.config.approx_delta:
+            return delta
+        return max(delta - 10.0 * setting[0], delta / 2.0)
 
     def _delta_of(self, analyst: str | None) -> float:
         """:meth:`delta_for` on the rows read so far (callers have synced)."""
