@@ -23,7 +23,8 @@ pytestmark = pytest.mark.slow
 def constant_work_project(*args: Any, **kw: Any) -> Curator:
     """The fuzzer's throwaway project with ``constant_work=True`` and a budget of epsilon 20
     (constant work refuses budgets whose (1 + e^ε) term needs more than 80 bits; the fuzzer's
-    own 1000 is one)."""
+    own default, 25, is on constant work too since it became the default: this run keeps its
+    own seed and budget)."""
     return sc.make_project(*args, **kw, epsilon=20.0, constant_work=True)
 
 

@@ -24,6 +24,9 @@ from dpkit import noise
 
 __all__ = ["WARDS", "make_hospital_visits", "run_demo"]
 
+# what the demo's budget resolves constant work to (the default: on where the budget can pay)
+_CW = {True: "constant work on: timing-safe sampling, the default", False: "constant work off"}
+
 WARDS = (
     "Cardiology", "Emergency", "Geriatrics", "Maternity",
     "Oncology", "Orthopedics", "Pediatrics", "Surgery",
@@ -224,7 +227,9 @@ def run_demo(path: str | Path | None = None, console: Any = None, *, rows: int =
             )
         con.print(
             f"The data owner created [bold]{project}[/] with a budget of epsilon 3.0, delta 1e-6 "
-            f"(accountant {cur.ledger.config.accountant}) and registered table [bold]visits[/] "
+            f"(accountant {cur.ledger.config.accountant}, "
+            f"{_CW[cur.ledger.config.constant_work is not None]}) and registered table "
+            f"[bold]visits[/] "
             f"({len(data['visit_id']):,} rows, {len(meta.columns)} columns; "
             f"{meta.summary()}). [dim]({time.perf_counter() - t0:.1f} s)[/]"
         )
