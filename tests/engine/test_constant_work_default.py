@@ -102,3 +102,36 @@ def test_dpkit_init_says_the_setting(tmp_path: Path) -> None:
         assert cur.ledger.config.constant_work is not None
     with dp.Curator.open(tmp_path / "b.dpkit") as cur:
         assert cur.ledger.config.constant_work is None
+
+
+def test_a_default_project_charges_the_epsilon_asked_and_fits_ten_default_deltas(
+        tmp_path: Path) -> None:
+    """The timing term is charged beside a release's δ share, not out of it (the release's ε,
+    calibrated at its share, is priced at that share), and the default share (a tenth of
+    ``Ledger.delta_for``) leaves room for it: ten default selections fit the project's δ."""
+    import pandas as pd
+
+    from dpkit.accounting import BudgetExceeded
+
+    cur = dp.Curator.create(tmp_path / "p.dpkit", epsilon=3.0, delta=1e-6,
+                            source=noise.seeded(3))
+    setting = cur.ledger.config.constant_work
+    assert setting is not None
+    frame = pd.DataFrame({"uid": range(40), "k": ["a", "b"] * 20})
+    cur.add_table("u", frame, privacy_unit="uid", max_rows_per_unit=1)  # undeclared keys
+    ran = 0
+    with pytest.raises(BudgetExceeded):
+        for _ in range(12):  # private partition selection: a tenth of delta_for each
+            cur.sql("SELECT k, COUNT(*) AS n FROM u GROUP BY k", epsilon=0.01)
+            ran += 1
+    assert ran == 10 and cur.budget().delta_remaining >= 0.0
+    cur.close()
+    cur = dp.Curator.create(tmp_path / "q.dpkit", epsilon=3.0, delta=1e-6,
+                            source=noise.seeded(3))
+    cur.add_table("t", frame, privacy_unit="uid", max_rows_per_unit=1, domains={"k": ["a", "b"]})
+    res = cur.sql("SELECT k, COUNT(*) AS n FROM t GROUP BY k", epsilon=0.1, delta=1e-7,
+                  noise="gaussian")
+    item = cur.budget().history[-1]
+    assert res.epsilon == pytest.approx(0.1, rel=1e-9) and item.epsilon == res.epsilon
+    assert item.delta == pytest.approx(1e-7 + setting[0], rel=1e-9)
+    cur.close()
