@@ -272,6 +272,9 @@ class MLPClassifier:
         y = np.asarray(y)
         if X.ndim != 2 or len(X) != len(y):
             raise ValueError(f"X must be 2-D with one row per label (got {X.shape}, {y.shape})")
+        if not np.all(np.isfinite(X)):  # never through the curator: its encoding is in [-1, 1]
+            raise ValueError("X contains NaN or infinite values (as float32): impute, drop or "
+                             "rescale them before fit")
         self.classes_ = np.unique(y) if self.classes is None else np.asarray(self.classes)
         codes = np.searchsorted(self.classes_, y)
         if np.any(codes >= len(self.classes_)) or np.any(self.classes_[
@@ -288,7 +291,9 @@ class MLPClassifier:
         tr = self._private(net, data, units, source)
         self._train(tr, net)
         tr.detach()
-        self.training_ = tr
+        # through the curator the model goes to the analyst: keep no row, unit code or exact
+        # count on it (the training object holds the loader; FINDINGS.md G1)
+        self.training_ = tr.summary() if getattr(self, "domain_", None) is not None else tr
         self.network_ = net
         # scikit-learn's layout (coefs_[i]: (inputs, outputs)), so the weights can be saved
         lins = [m for m in net if isinstance(m, torch.nn.Linear)]

@@ -162,12 +162,16 @@ class DPOptimizer(torch.optim.Optimizer):
         sq = sum(t.rule.sq_norms(t) if bu is None else t.rule.sq_norms_units(t, bu)
                  for t in live)
         norms = torch.as_tensor(sq).sqrt() * scale
-        if not bool(torch.isfinite(norms).all()):
-            raise FloatingPointError("a per-example gradient is NaN or infinite (check the "
-                                     "inputs, the loss and the learning rate)")
+        finite = torch.isfinite(norms)
         c = (self.clip_norm / (norms + 1e-6)).clamp(max=1.0) * scale
         if bu is not None:  # Σ_u c_u Σ_{i∈u} ∇ℓ_i: each example takes its unit's factor
-            c = c[bu.seg]
+            c, finite = c[bu.seg], finite[bu.seg]
+        if not bool(finite.all()):
+            # weights that overflowed (post-processing of noise) make some examples' gradient
+            # NaN: those contribute zero, a clip like any other; refusing the step would say
+            # whether the batch held such a row (FINDINGS.md G3)
+            c = torch.where(finite, c, torch.zeros_like(c))
+            _zero_examples(self.taps, ~finite)
         lo = 0
         for t in self.taps:
             views = {}
@@ -276,3 +280,18 @@ class DPOptimizer(torch.optim.Optimizer):
         for p in self.params:
             p.grad = flat[lo : lo + p.numel()].view_as(p).to(p.dtype)
             lo += p.numel()
+
+
+def _zero_examples(taps: list[LayerTap], bad: Tensor) -> None:
+    """Zero what the backward recorded for the examples ``bad`` (batch dimension first), so
+    that their clipping factor 0 gives 0 and not 0 × NaN."""
+    for t in taps:
+        t.records[:] = [_zeroed(rec, bad) for rec in t.records]
+
+
+def _zeroed(x: Any, bad: Tensor) -> Any:
+    if isinstance(x, tuple | list):
+        return type(x)(_zeroed(v, bad) for v in x)
+    if isinstance(x, Tensor) and x.is_floating_point() and x.dim() and x.shape[0] == len(bad):
+        return torch.where(bad.view(-1, *([1] * (x.dim() - 1))), torch.zeros_like(x), x)
+    return x

@@ -1,0 +1,161 @@
+"""Red-team pass over private learning through the curator (FINDINGS.md, section G): ``cur.fit``
+with options the fuzzer's grammar does not write, on neighbouring datasets D and D'.
+
+Each test asserts that everything but the noisy values is the same on D and D' (outcome kind,
+exception text, charge, warnings, what the returned model object holds besides its weights).
+D: 200 units of 2 rows whose ages are below 99.9; D' adds one unit of 2 rows aged 99.99, so a
+fit ``WHERE age > 99.9`` reads no row on D and that one unit on D'."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import warnings
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpkit as dp
+from dpkit.learn import GaussianNB, KMeans, LinearRegression, LogisticRegression
+
+Outcome = dict[str, Any]
+EMPTY_ON_D = "SELECT age, ward FROM t WHERE age > 99.9"
+
+
+def _frame(extra: bool) -> pd.DataFrame:
+    n = 400
+    age = (np.arange(n) * 37 % 1000) / 10.0  # 0.0 .. 99.9, no row above 99.9
+    d = pd.DataFrame({"uid": np.arange(n) // 2, "age": age,
+                      "ward": np.where(np.arange(n) % 3 == 0, "A", "B"),
+                      "sick": np.where(age > 50, "yes", "no"), "cost": 2.0 * age + 10})
+    if extra:
+        d = pd.concat([d, pd.DataFrame({"uid": [9999, 9999], "age": [99.99, 99.99],
+                                        "ward": ["A", "A"], "sick": ["yes", "yes"],
+                                        "cost": [210.0, 210.0]})], ignore_index=True)
+    return d
+
+
+def _project(tmp: Path, extra: bool) -> Any:
+    folder = tmp / f"{len(list(tmp.iterdir()))}{'d1' if extra else 'd0'}"
+    cur = dp.Curator.create(folder, source=dp.noise.seeded(1),
+                            budget=dp.Budget(epsilon=1000, delta=1e-3, accountant="approx"))
+    cur.add_table("t", _frame(extra), privacy_unit="uid", max_rows_per_unit=2,
+                  bounds={"age": (0, 100), "cost": (0, 300)},
+                  domains={"ward": ["A", "B"], "sick": ["no", "yes"]})
+    return cur
+
+
+def _outcome(cur: Any, make: Callable[[], Any], query: str, label: str,
+             **kw: Any) -> tuple[Outcome, Any]:
+    model = make()
+    before = cur.budget().spent
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            tm = cur.fit(model, query, label=label, **kw)
+        except Exception as exc:  # every exception is an outcome to compare
+            out: Outcome = {"kind": type(exc).__name__,
+                            "text": str(exc).replace(os.fspath(cur.path), "<project>")}
+        else:
+            out = {"kind": "answer", "repr": repr(tm), "event": tm.event}
+    out["warnings"] = sorted({(w.category.__name__, str(w.message)) for w in caught})
+    out["epsilon"] = round(cur.budget().spent - before, 9)
+    return out, model
+
+
+def _same(tmp: Path, make: Callable[[], Any], query: str = EMPTY_ON_D, label: str = "sick",
+          **kw: Any) -> tuple[Outcome, Any, Any]:
+    (a, ma), (b, mb) = (_outcome(_project(tmp, extra), make, query, label, **kw)
+                        for extra in (False, True))
+    assert a == b, f"D and D' differ:\n  D : {a}\n  D': {b}"
+    return a, ma, mb
+
+
+@pytest.mark.parametrize("make", [
+    lambda: LogisticRegression(learning_rate=1e308),  # the iterates overflow to inf, then NaN
+    lambda: LogisticRegression(learning_rate=1e300, alpha=0.0),
+    lambda: LogisticRegression(learning_rate=1e308, classes=None, max_iter=3),
+], ids=["lr1e308", "lr1e300-alpha0", "lr1e308-3steps"])
+def test_a_diverging_logistic_fit_answers_alike_on_an_empty_read_and_one_unit(
+        tmp_path: Path, make: Callable[[], Any]) -> None:
+    """G2: with a learning rate that overflows the weights to NaN (post-processing of noise),
+    the next gradient was NaN for any row read and 0 for none: the mechanism then refused the
+    NaN after the charge, so a WHERE matching one unit failed and one matching nobody answered
+    (and numpy's RuntimeWarnings differed). Now the margins are made total before the gradient
+    (NaN -> 0), so the gradient sum stays within its sensitivity and the fit always answers."""
+    out, _, _ = _same(tmp_path, make, epsilon=1.0, delta=1e-6)
+    assert out["kind"] == "answer"
+
+
+def test_other_estimators_answer_alike_on_an_empty_read_and_one_unit(tmp_path: Path) -> None:
+    """Tried and safe (kept as regressions): the sufficient-statistics estimators with extreme
+    options on the same pair."""
+    _same(tmp_path, lambda: LinearRegression(alpha=1e-300), label="cost", epsilon=1.0,
+          delta=1e-6)
+    _same(tmp_path, lambda: GaussianNB(var_floor=1e-300), epsilon=1.0)
+    _same(tmp_path, lambda: KMeans(n_clusters=50, max_iter=1), epsilon=1.0)
+
+
+def test_neighbours_with_extreme_values_change_nothing_but_noise(tmp_path: Path) -> None:
+    """Tried and safe: a unit of ±inf / NaN / 1e308 ages, a label outside the domain, a NULL
+    label; the curator's encoding clamps or drops them before the estimator sees a row."""
+    base = _frame(False)
+    for values in ({"age": np.inf}, {"age": -np.inf}, {"age": np.nan}, {"age": 1e308},
+                   {"sick": "maybe", "ward": "Z"}, {"sick": None, "ward": None}):
+        unit = base.iloc[:2].assign(uid=7777, **values)
+        outs = []
+        for i, frame in enumerate((base, pd.concat([base, unit], ignore_index=True))):
+            cur = dp.Curator.create(tmp_path / f"x{len(outs)}{i}{hash(str(values)) % 997}",
+                                    source=dp.noise.seeded(1),
+                                    budget=dp.Budget(epsilon=100, delta=1e-3))
+            cur.add_table("t", frame, privacy_unit="uid", max_rows_per_unit=2,
+                          bounds={"age": (0, 100)}, domains={"ward": ["A", "B"],
+                                                             "sick": ["no", "yes"]})
+            outs.append(_outcome(cur, LogisticRegression, "SELECT age, ward FROM t", "sick",
+                                 epsilon=1.0, delta=1e-6)[0])
+        assert outs[0] == outs[1], values
+
+
+# --- DP-SGD (the [torch] extra) -------------------------------------------------------------
+
+def _mlp(**kw: Any) -> Callable[[], Any]:
+    from dpkit.learn import MLPClassifier
+
+    kw.setdefault("sample_rate", 0.5)
+    return lambda: MLPClassifier((4,), epochs=2, **kw)
+
+
+def test_a_curator_fit_model_holds_no_rows_and_no_exact_count(tmp_path: Path) -> None:
+    """G1: ``MLPClassifier`` kept its training object as ``training_``: the loader with every
+    encoded row read (``training_.data_loader.dataset``), the unit codes, the exact row and
+    unit counts, and ``repr(training_)`` said "user level: 200 units" on D and 201 on D'. The
+    model (``tm.model``) goes to the analyst and into any pickle of it. Now a fit through the
+    curator keeps a public summary of the training (noise, clip, rate, steps, neighbours)."""
+    pytest.importorskip("torch")
+    out, ma, mb = _same(tmp_path, _mlp(), "SELECT age, ward FROM t", epsilon=1.0, delta=1e-6)
+    assert out["kind"] == "answer"
+    # alike but for the divisor q N̂, a noisy value
+    assert replace(ma.training_, expected_batch_size=0) == replace(mb.training_,
+                                                                   expected_batch_size=0)
+    assert ma.training_.neighbours == "add/remove one unit"
+    for m in (ma, mb):
+        assert not hasattr(m.training_, "data_loader") and not hasattr(m.training_, "units")
+        text = pickle.dumps(m)
+        assert b"TensorDataset" not in text and b"PoissonLoader" not in text
+
+
+def test_a_diverging_dpsgd_fit_answers_alike_on_an_empty_read_and_one_unit(
+        tmp_path: Path) -> None:
+    """G3: with a learning rate that overflows the weights (post-processing of noise), a
+    per-example gradient is NaN for any row, and the optimizer raised FloatingPointError
+    after the charge when a batch held one row; an empty batch answered. Now an example (a
+    unit) whose gradient is not finite contributes zero, a clip like any other."""
+    pytest.importorskip("torch")
+    out, _, _ = _same(tmp_path, _mlp(learning_rate=1e38, sample_rate=1.0), epsilon=1.0,
+                      delta=1e-6)
+    assert out["kind"] == "answer"
