@@ -159,3 +159,35 @@ def test_a_diverging_dpsgd_fit_answers_alike_on_an_empty_read_and_one_unit(
     out, _, _ = _same(tmp_path, _mlp(learning_rate=1e38, sample_rate=1.0), epsilon=1.0,
                       delta=1e-6)
     assert out["kind"] == "answer"
+
+
+def _one_step(rows: int) -> str:
+    """One DP-SGD step on ``rows`` examples (all sampled: rate 1) with a clip so large that the
+    grid is 2^0 and a few examples' clipped sum passes 2^52 grid steps."""
+    torch = pytest.importorskip("torch")
+    from dpkit.learn.torch import PoissonLoader, make_private
+
+    net = torch.nn.Linear(2, 1)
+    data = torch.utils.data.TensorDataset(torch.full((rows, 2), 1e16), torch.zeros(rows))
+    tr = make_private(net, torch.optim.SGD(net.parameters(), lr=0.0),
+                      PoissonLoader(data, sample_rate=1.0, steps=1), max_grad_norm=1e15,
+                      noise_multiplier=0.01, loss_reduction="sum", source=dp.noise.seeded(1),
+                      allow_empty=True, expected_batch_size=1.0)
+    try:
+        for xb, yb in tr.data_loader:
+            tr.optimizer.zero_grad()
+            (net(xb)[:, 0] - yb).pow(2).sum().backward()
+            tr.optimizer.step()
+    except Exception as exc:  # the outcome to compare
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        tr.detach()
+    return "stepped"
+
+
+def test_a_large_batch_does_not_fail_a_dpsgd_step_that_a_small_one_passes() -> None:
+    """G4: the optimizer refused a step (FloatingPointError, after a curator's charge) when
+    the batch size (private) times the clip reached 2^52 grid steps: one example more could
+    flip it. Now each coordinate of the clipped sum is clamped to the grid's exact range
+    (1-Lipschitz: the sensitivity holds); only the noise's own size can refuse."""
+    assert _one_step(1) == _one_step(6) == "stepped"
