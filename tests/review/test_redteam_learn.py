@@ -195,3 +195,52 @@ def test_a_large_batch_does_not_fail_a_dpsgd_step_that_a_small_one_passes() -> N
     flip it. Now each coordinate of the clipped sum is clamped to the grid's exact range
     (1-Lipschitz: the sensitivity holds); only the noise's own size can refuse."""
     assert _one_step(1) == _one_step(6) == "stepped"
+
+
+def _mlp_with(**kw: Any) -> Callable[[], Any]:
+    def make() -> Any:
+        from dpkit.learn import MLPClassifier  # its checks and event need no torch
+
+        return MLPClassifier(kw.pop("hidden_layer_sizes", (4,)), epochs=1, sample_rate=0.5,
+                             **kw)
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One project for the refusals (they charge nothing)."""
+    return _project(tmp_path_factory.mktemp("refusals"), False)
+
+
+@pytest.mark.parametrize(("make", "label", "match"), [
+    (lambda: LinearRegression(label_bounds=(0, float("inf"))), "cost", "label_bounds"),
+    (lambda: LinearRegression(label_bounds=(300, 0)), "cost", "label_bounds"),
+    (lambda: LinearRegression(alpha=0.0), "cost", "alpha"),
+    (lambda: LinearRegression(feature_norm=-1.0), "cost", "feature_norm"),
+    (lambda: LogisticRegression(learning_rate=-1.0), "sick", "learning_rate"),
+    (lambda: LogisticRegression(alpha=-1.0), "sick", "alpha"),
+    (lambda: LogisticRegression(feature_norm=float("nan")), "sick", "feature_norm"),
+    (lambda: GaussianNB(var_floor=0.0), "sick", "var_floor"),
+    (lambda: GaussianNB(bounds=(1, 0)), "sick", "bounds"),
+    (lambda: KMeans(bounds=[(0, 1)] * 7), "sick", "bounds"),
+    (_mlp_with(schedule="bogus"), "sick", "schedule"),
+    (_mlp_with(activation="bogus"), "sick", "activation"),
+    (_mlp_with(max_grad_norm=-1.0), "sick", "max_grad_norm"),
+    (_mlp_with(learning_rate=-1.0), "sick", "learning_rate"),
+    (_mlp_with(momentum=-5.0), "sick", "momentum"),
+    (_mlp_with(hidden_layer_sizes=(-3,)), "sick", "hidden_layer_sizes"),
+    (_mlp_with(averaging=2.0), "sick", "averaging"),
+    (_mlp_with(features=3), "sick", "features"),
+])
+def test_bad_model_options_are_refused_before_the_charge(refusing: Any, make: Any,
+                                                         label: str, match: str) -> None:
+    """G5: these options were checked only inside ``fit`` (or by torch during training),
+    after the charge: the fit failed with the after-charge error ("check the machine's memory
+    and disk") and its whole ε was lost. Now ``privacy_event`` checks them first."""
+    model = make()
+    kw = {"delta": 1e-6} if "delta" in model.get_params() else {}
+    out, _ = _outcome(refusing, lambda: model, "SELECT age, ward FROM t", label, epsilon=1.0,
+                      **kw)
+    assert out["kind"] == "QueryError" and match in out["text"], out
+    assert out["epsilon"] == 0

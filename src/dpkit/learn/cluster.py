@@ -55,6 +55,8 @@ class KMeans(PrivateEstimator):
     def _planned_event(self, n_features: int, contributions: int) -> Event:
         steps = check_count(self.max_iter, "max_iter")
         check_count(self.n_clusters, "n_clusters")
+        if self.bounds is not None:  # what fit checks, before the curator's charge (G5)
+            check_bounds(self.bounds, n_features)
         return SelfComposed(PureDP(check_epsilon(self.epsilon) / (2 * steps)), 2 * steps)
 
     def fit(self, X: Any, y: Any = None, units: Any = None, *,
