@@ -244,3 +244,19 @@ def test_bad_model_options_are_refused_before_the_charge(refusing: Any, make: An
                       **kw)
     assert out["kind"] == "QueryError" and match in out["text"], out
     assert out["epsilon"] == 0
+
+
+def test_an_analysts_fit_books_a_tenth_of_its_own_delta(tmp_path: Path) -> None:
+    """G6 (F9's class, not a leak): an analyst's fit without ``delta=`` gave the model a
+    tenth of the *project's* δ, where the analyst's queries book a tenth of its own cap: alice
+    (ε cap 0.5 of 3, so δ cap 1.67e-7 of 1e-6) spent 1e-7 on one fit and her second was
+    refused for δ. Now a fit's default δ is a tenth of the δ the caller draws from."""
+    cur = _project(tmp_path, False)
+    token = cur.add_analyst("alice", epsilon=0.5)
+    alice = dp.Curator.open(cur.path, token=token)
+    cap = alice.budget().delta
+    for _ in range(3):
+        tm = alice.fit(LogisticRegression(), "SELECT age, ward FROM t", label="sick",
+                       epsilon=0.05)
+        assert tm.model.delta == pytest.approx(cap / 10)
+    assert alice.budget().delta_spent == pytest.approx(3 * cap / 10)
