@@ -260,3 +260,16 @@ def test_an_analysts_fit_books_a_tenth_of_its_own_delta(tmp_path: Path) -> None:
                        epsilon=0.05)
         assert tm.model.delta == pytest.approx(cap / 10)
     assert alice.budget().delta_spent == pytest.approx(3 * cap / 10)
+
+
+@pytest.mark.parametrize("make", [GaussianNB, lambda: KMeans(n_clusters=2)],
+                         ids=["naive_bayes", "kmeans"])
+@pytest.mark.parametrize("epsilon", [1e-20, 5e-324])
+def test_an_epsilon_too_small_for_the_sampler_is_refused_before_the_charge(
+        refusing: Any, make: Any, epsilon: float) -> None:
+    """G7 (found by the fuzzer's new ``charged_failure`` check): ``GaussianNB`` and ``KMeans``
+    at ε = 1e-20 (or 5e-324, whose third is 0) passed ``privacy_event`` and failed in ``fit``
+    on the discrete Laplace sampler's scale limit, after the charge. Now refused first."""
+    out, _ = _outcome(refusing, make, "SELECT age, ward FROM t", "sick", epsilon=epsilon)
+    assert out["kind"] == "QueryError" and "epsilon" in out["text"], out
+    assert out["epsilon"] == 0

@@ -17,6 +17,7 @@ from ._base import (
     check_epsilon,
     check_features,
     check_labels,
+    check_laplace_epsilon,
     resolve_source,
 )
 
@@ -55,7 +56,8 @@ class GaussianNB(PrivateEstimator):
 
     def _planned_event(self, n_features: int, contributions: int) -> Event:
         third = PureDP(check_epsilon(self.epsilon) / 3)
-        check_classes(self.classes)
+        # each third is one discrete Laplace release of up to (classes x features) values
+        check_laplace_epsilon(third.epsilon, len(check_classes(self.classes)) * n_features)
         # what fit checks, before the curator's charge (FINDINGS.md G5)
         if self.bounds is not None:
             check_bounds(self.bounds, n_features)

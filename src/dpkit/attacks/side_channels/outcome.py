@@ -281,7 +281,9 @@ def compare(query: Query, a: Outcome, b: Outcome) -> tuple[str, ...]:
 
 def self_check(query: Query, o: Outcome) -> tuple[str, ...]:
     """Problems visible on one dataset alone: a release that charged nothing, keys released
-    twice (-0.0 and 0.0 as two groups), an internal exception (not a refusal)."""
+    twice (-0.0 and 0.0 as two groups), an internal exception (not a refusal), a fit that
+    failed after its charge (a fit has no post-processing that may refuse: a charged failure
+    is an option checked too late, FINDINGS.md G5, or a failure that follows the rows, G2)."""
     out: list[str] = []
     if o.kind == "answer" and o.rows > 0 and o.charges == 0:
         out.append("free_release")
@@ -289,4 +291,6 @@ def self_check(query: Query, o: Outcome) -> tuple[str, ...]:
         out.append("duplicate_keys")
     if o.kind == "exception":
         out.append("internal_exception")
+    if query.family == "fit" and o.kind != "answer" and o.charges > 0:
+        out.append("charged_failure")
     return tuple(out)
