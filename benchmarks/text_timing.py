@@ -12,8 +12,9 @@ SUM, eight ``upper(s)`` calls) run on every project in one seeded shuffled order
 favours no side); printed: median, min and max in ms per (query, project), and the load average
 before and after. Each project is loaded once per ``--max-text-length`` setting (default
 ``none,1000``: the text left whole, and cut at load to the engine's default bound), in the same
-run, so the two settings are compared under the same load. Then the nested lengthening REPLACE of F2 is asked once: refused before any
-row is read since the fix (before it: 16 ms on D, 2.7 s on D plus a unit named 'zoe').
+run, so the two settings are compared under the same load. Then the nested lengthening REPLACE
+of F2 is asked once: refused before any row is read since the fix (before it: 16 ms on D, 2.7 s
+on D plus a unit named 'zoe').
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ def main() -> None:
     for _ in range(8):
         expr = f"replace({expr}, 'zoe', '{'zoe' * 10}')"
     try:
-        next(iter(curs.values())).sql(f"SELECT COUNT(*) FROM t WHERE length({expr}) > 0", epsilon=0.01)
+        next(iter(curs.values())).sql(f"SELECT COUNT(*) FROM t WHERE length({expr}) > 0",
+                                      epsilon=0.01)
         print("nested lengthening REPLACE: ANSWERED (F2 is open again)")
     except dp.engine.QueryError as exc:
         print(f"nested lengthening REPLACE: refused ({str(exc)[:70]}...)")

@@ -498,4 +498,4 @@ def test_a_connection_cut_at_commit_says_the_outcome_is_unknown(
     monkeypatch.setenv("DPKIT_LEDGER_DSN", pg_dsn)
     with Curator.open(tmp_path / "p.dpkit") as again:
         charges = again.ledger.entries("charge")
-        assert [e.seq for e in charges][0] == info.value.seq and len(charges) == 2
+        assert charges[0].seq == info.value.seq and len(charges) == 2

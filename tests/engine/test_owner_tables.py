@@ -65,6 +65,8 @@ def test_text_is_cut_at_load_to_a_public_bound(tmp_path: Path) -> None:
         for bad in (0, -1, 2.5, True, "1000"):
             with pytest.raises(ValueError, match="max_text_length"):
                 cur.add_table("bad", _frame(), max_text_length=bad)
+        with pytest.raises(ValueError, match="domain of 's' has a key longer"):
+            cur.add_table("bad", _frame(), domains={"s": ["a", LONG]})
         assert "bad" not in cur.tables()
     with dp.Curator.open(tmp_path / "p.dpkit") as cur:  # recorded in the ledger
         assert {n: m.max_text_length for n, m in cur.tables().items()} == {

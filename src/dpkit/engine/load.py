@@ -197,6 +197,12 @@ def check_load(name: str, old: TableMeta | None, decl: Declarations, *, replace:
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise ValueError(f"max_text_length must be a whole number of characters >= 1, or None "
                          f"for no bound (got {n!r}); the default is {MAX_TEXT_LENGTH}")
+    long = [c for c, keys in (decl.domains or {}).items() if n is not None and not decl.public
+            and any(isinstance(k, str) and len(k) > n for k in keys)]
+    if long:
+        raise ValueError(f"the domain of {long[0]!r} has a key longer than max_text_length={n} "
+                         f"characters: values are cut to that length at load, so it could "
+                         f"never match; raise max_text_length or shorten the key")
     if drop_privacy_unit and decl.privacy_unit is not None:
         raise ValueError(f"drop_privacy_unit=True makes {name!r} record level, but "
                          f"privacy_unit={decl.privacy_unit!r} was given too: keep one")

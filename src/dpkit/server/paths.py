@@ -33,17 +33,16 @@ def confine(source: str, root: Path, project: Path) -> str:
     """``source`` as an absolute path with no symlink, when it lies under ``root`` (a DuckDB
     ``file.duckdb::table`` keeps its table part); else a 409 problem naming the root and how to
     widen it (the owner's endpoint: the owner may see the service's paths)."""
+    root = root.expanduser().resolve()
     text, table = source, ""
-    if "::" in text and not Path(text).expanduser().exists():
+    if "::" in text and not _under(root, text).exists():
         text, table = text.rsplit("::", 1)
         table = "::" + table
     if _GLOB & set(text):
         raise Problem(409, "refused", f"source {source!r} has a glob character (one of "
                                       f"{''.join(sorted(_GLOB))}); name one file. Nothing "
                                       f"was loaded")
-    root = root.expanduser().resolve()
-    path = Path(text).expanduser()
-    resolved = (path if path.is_absolute() else root / path).resolve()
+    resolved = _under(root, text).resolve()
     project = project.resolve()
     own = resolved.is_relative_to(project) and not resolved.is_relative_to(
         default_data_root(project))
@@ -58,3 +57,9 @@ def confine(source: str, root: Path, project: Path) -> str:
                       f"`dpkit serve --data-root DIR` naming a folder that holds it "
                       f"(`dpkit add-table` on the machine reads any path). Nothing was loaded")
     return str(resolved) + table
+
+
+def _under(root: Path, text: str) -> Path:
+    """``text`` as a path, a relative one taken from ``root``."""
+    path = Path(text).expanduser()
+    return path if path.is_absolute() else root / path

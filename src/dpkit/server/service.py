@@ -96,9 +96,10 @@ def shown(problem: Problem, exc: Exception | None, *, owner: bool, who: str) -> 
     ref = "ref-" + token_hex(16)[:8]
     out = problem if owner else for_analyst(problem, ref, exc)
     if (problem.status >= 500 and exc is not None) or out is not problem:
-        log.error("%s: %s %s answered %d for %s: %s", ref, type(exc).__name__ if exc else
-                  "Problem", problem.slug, problem.status, who, problem.detail,
-                  exc_info=exc if problem.status >= 500 else None)
+        log.log(logging.ERROR if problem.status >= 500 else logging.WARNING,
+                "%s: %s %s answered %d for %s: %s", ref,
+                type(exc).__name__ if exc else "Problem", problem.slug, problem.status, who,
+                problem.detail, exc_info=exc if problem.status >= 500 else None)
     return out
 
 
