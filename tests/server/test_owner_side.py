@@ -125,8 +125,8 @@ def test_a_missing_data_file_shows_analysts_no_path(planted: Project,
     detail = r.json()["detail"]
     assert PLANTED not in r.text and "/" not in detail and "IO Error" not in detail, detail
     assert "nothing was charged" in detail
-    ref = detail.rsplit("as ", 1)[1].rstrip(")")
-    assert any(ref in m and PLANTED in m for m in caplog.messages), caplog.messages
+    ref = r.json()["instance"].rsplit(":", 1)[1]
+    assert ref.startswith("ref-") and any(ref in m and PLANTED in m for m in caplog.messages)
     owner = client.post("/v1/query", json={"sql": SQL, "epsilon": 0.1},
                         headers=planted.headers(planted.owner))
     assert owner.status_code == 503 and PLANTED in owner.json()["detail"]

@@ -113,8 +113,9 @@ OUTCOME_UNKNOWN = ("Whether this request was charged is unknown: nothing was rel
                    "(a retry is charged again)")
 _FIXED = {
     503: "the project's ledger or data cannot be used now; nothing was charged by this "
-         "request. Try again later, or tell the owner (the service logged the cause as {ref})",
-    500: "internal error; it was logged as {ref}. Nothing was released",
+         "request. Try again later, or tell the owner (the service logged the cause under this "
+         "answer's 'instance')",
+    500: "internal error; it was logged under this answer's 'instance'. Nothing was released",
 }
 # an absolute (or ~ / ./ ../) filesystem path; the API's own routes are not paths
 _PATH = re.compile(r"(?<![\w/.:~)\]-])(?:~|\.{1,2})?/(?!v1/|v1\b|openapi\.json|docs\b)"
@@ -123,17 +124,23 @@ _PATH = re.compile(r"(?<![\w/.:~)\]-])(?:~|\.{1,2})?/(?!v1/|v1\b|openapi\.json|d
 
 def for_analyst(problem: Problem, ref: str, exc: BaseException | None = None) -> Problem:
     """``problem`` as an analyst may see it. Made from an exception ``exc``, a 5xx (a ledger or
-    database error, a bug) says a fixed text naming ``ref`` (log the detail under it), and a
+    database error, a bug) says a fixed text, its ``instance`` names ``ref`` (log the detail
+    under it), and a
     refusal caused by the machine's files (a missing file, a lock) says only that the data
     cannot be read; any other detail (the curator's refusals, the service's own answers)
     keeps its text with each filesystem path replaced by ``<path>``."""
     if problem.slug == "outcome-unknown":
         detail = f"the ledger's answer to this request's charge was lost. {OUTCOME_UNKNOWN}"
     elif problem.status >= 500 and exc is not None:
-        detail = _FIXED.get(problem.status, _FIXED[500]).format(ref=ref)
+        detail = _FIXED.get(problem.status, _FIXED[500])
     elif isinstance(exc, OSError) or (problem.status == 409 and problem.slug == "busy"):
-        detail = (f"the project's data cannot be read now; nothing was charged by this request. "
-                  f"Tell the owner (the service logged the cause as {ref})")
+        detail = ("the project's data cannot be read now; nothing was charged by this request. "
+                  "Tell the owner (the service logged the cause under this answer's 'instance')")
     else:
         detail = _PATH.sub("<path>", problem.detail)
-    return problem if detail == problem.detail else replace(problem, detail=detail)
+    if detail == problem.detail:
+        return problem
+    # the reference goes in RFC 9457's 'instance', not in the detail: a detail stays a function
+    # of public things (the side-channel fuzzer compares it between neighbouring datasets)
+    return replace(problem, detail=detail,
+                   extra={**(problem.extra or {}), "instance": f"urn:dpkit:log:{ref}"})
