@@ -124,23 +124,29 @@ def test_neighbours_with_extreme_values_change_nothing_but_noise(tmp_path: Path)
 
 # --- DP-SGD (the [torch] extra) -------------------------------------------------------------
 
-def _mlp(**kw: Any) -> Callable[[], Any]:
-    """One estimator for both sides: its σ is calibrated once (public inputs, cached on it)."""
+@pytest.fixture(scope="module")
+def mlp() -> Any:
+    """One estimator for every DP-SGD test and both sides: its σ is calibrated once (a
+    function of ε, δ, epochs and the rate, cached on it; the learning rate is not among them)."""
+    pytest.importorskip("torch")
     from dpkit.learn import MLPClassifier
 
-    kw.setdefault("sample_rate", 0.5)
-    model = MLPClassifier((4,), epochs=2, **kw)
+    return MLPClassifier((4,), epochs=2, sample_rate=1.0)
+
+
+def _mlp(model: Any, **kw: Any) -> Callable[[], Any]:
+    model.set_params(**{"learning_rate": 0.1, **kw})
     return lambda: model
 
 
-def test_a_curator_fit_model_holds_no_rows_and_no_exact_count(tmp_path: Path) -> None:
+def test_a_curator_fit_model_holds_no_rows_and_no_exact_count(tmp_path: Path,
+                                                              mlp: Any) -> None:
     """G1: ``MLPClassifier`` kept its training object as ``training_``: the loader with every
     encoded row read (``training_.data_loader.dataset``), the unit codes, the exact row and
     unit counts, and ``repr(training_)`` said "user level: 200 units" on D and 201 on D'. The
     model (``tm.model``) goes to the analyst and into any pickle of it. Now a fit through the
     curator keeps a public summary of the training (noise, clip, rate, steps, neighbours)."""
-    pytest.importorskip("torch")
-    make = _mlp()
+    make = _mlp(mlp)
     seen = []
     for extra in (False, True):
         out, m = _outcome(_project(tmp_path, extra), make, "SELECT age, ward FROM t", "sick",
@@ -154,14 +160,12 @@ def test_a_curator_fit_model_holds_no_rows_and_no_exact_count(tmp_path: Path) ->
 
 
 def test_a_diverging_dpsgd_fit_answers_alike_on_an_empty_read_and_one_unit(
-        tmp_path: Path) -> None:
+        tmp_path: Path, mlp: Any) -> None:
     """G3: with a learning rate that overflows the weights (post-processing of noise), a
     per-example gradient is NaN for any row, and the optimizer raised FloatingPointError
     after the charge when a batch held one row; an empty batch answered. Now an example (a
     unit) whose gradient is not finite contributes zero, a clip like any other."""
-    pytest.importorskip("torch")
-    out, _, _ = _same(tmp_path, _mlp(learning_rate=1e38, sample_rate=1.0), epsilon=1.0,
-                      delta=1e-6)
+    out, _, _ = _same(tmp_path, _mlp(mlp, learning_rate=1e38), epsilon=1.0, delta=1e-6)
     assert out["kind"] == "answer"
 
 
@@ -172,7 +176,7 @@ def _one_step(rows: int) -> str:
     from dpkit.learn.torch import PoissonLoader, make_private
 
     net = torch.nn.Linear(2, 1)
-    data = torch.utils.data.TensorDataset(torch.full((rows, 2), 1e16), torch.zeros(rows))
+    data = torch.utils.data.TensorDataset(torch.full((rows, 2), 1e8), torch.zeros(rows))
     tr = make_private(net, torch.optim.SGD(net.parameters(), lr=0.0),
                       PoissonLoader(data, sample_rate=1.0, steps=1), max_grad_norm=1e15,
                       noise_multiplier=0.01, loss_reduction="sum", source=dp.noise.seeded(1),
