@@ -19,7 +19,7 @@ from dpkit.engine.charge import charged_event
 from dpkit.engine.spec import QueryError
 from dpkit.learn import MLPClassifier
 from dpkit.learn.batch_count import count_plan
-from learn_torch._mlp_frames import mlp_frame
+from learn_torch._mlp_frames import capture_trainings, mlp_frame
 
 BETA = 1e-6  # the false-failure probability of each "divisor within its error" check
 DECL = {"bounds": {"age": (0, 100)}, "domains": {"ward": ["A", "B"], "sick": ["no", "yes"]}}
@@ -56,7 +56,9 @@ def _planned(m: MLPClassifier, sens: int, eps: float) -> ev.Event:
 
 @pytest.mark.parametrize(("table", "rows", "sens"), [("r", 900, 1), ("u", 600, 2)])
 def test_auto_is_the_default_through_the_curator(cur: Curator, table: str, rows: int,
-                                                 sens: int) -> None:
+                                                 sens: int, monkeypatch: pytest.MonkeyPatch
+                                                 ) -> None:
+    seen = capture_trainings(monkeypatch)
     before = len(cur.entries())
     m = _mlp()
     assert m.batch_size is None  # the default: "auto" through the curator
@@ -71,11 +73,11 @@ def test_auto_is_the_default_through_the_curator(cur: Curator, table: str, rows:
     assert charge.event == charged_event(cur.ledger, tm.event)
     assert tm.epsilon == pytest.approx(dp.accounting.epsilon(tm.event, delta=m.delta), rel=1e-6)
     assert tm.epsilon <= 3.0 + 1e-9 and m.epsilon_ <= 3.0 + 1e-9
-    assert m.training_.data_loader.n == rows
+    assert seen[-1].data_loader.n == rows  # the model keeps no count (FINDINGS.md G1)
     # the analyst sees N̂ and the divisor; |divisor - q N| <= error(β) w.p. >= 1 - β
     bc = m.batch_count_
     assert bc is not None and m.rows_estimate_ == bc.rows.value
-    assert m.batch_divisor_ == bc.divisor == m.training_.optimizer.expected_batch_size
+    assert m.batch_divisor_ == bc.divisor == m.training_.expected_batch_size
     assert abs(m.batch_divisor_ - 0.1 * rows) <= bc.error(BETA)
     assert any("noisy row count" in n for n in tm.notes)
     # N̂ is in the ledger history, beside the charge it belongs to
@@ -92,7 +94,8 @@ def _trained(m: MLPClassifier) -> tuple[bytes, ...]:
     return (*(a.tobytes() for a in (*m.coefs_, *m.intercepts_)), str(m.rows_estimate_).encode())
 
 
-def test_the_charge_is_the_same_on_neighbouring_tables(tmp_path: Path) -> None:
+def test_the_charge_is_the_same_on_neighbouring_tables(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """D' = D plus one unit of 2 rows (the cap): the event and the cost do not move; only the
     count does, by the unit's rows plus noise.
 
@@ -102,6 +105,7 @@ def test_the_charge_is_the_same_on_neighbouring_tables(tmp_path: Path) -> None:
     repeat of every weight has probability far below 1e-9). Bit-identical needs the rows in
     a fixed order too: before fit's statement ordered them, the bounding's parallel window
     returned them in varying order, and one repeat in three differed in a weight's last bits."""
+    seen = capture_trainings(monkeypatch)
     d = _frame()
     extra = d[d["uid"] == 0].assign(uid=10_000).iloc[:2]
     m = _mlp()  # one estimator, fitted on each (its calibration is cached: public inputs)
@@ -113,7 +117,7 @@ def test_the_charge_is_the_same_on_neighbouring_tables(tmp_path: Path) -> None:
         assert tm.event == _planned(m, 2, 2.0)
         assert c.entries()[-2].event == charged_event(c.ledger, tm.event)  # [-1]: its note
         assert tm.epsilon == pytest.approx(dp.accounting.epsilon(tm.event, delta=m.delta))
-        assert m.training_.data_loader.n == rows and m.batch_count_ is not None
+        assert seen[-1].data_loader.n == rows and m.batch_count_ is not None
         assert abs(m.batch_divisor_ - 0.1 * rows) <= m.batch_count_.error(BETA)
         assert m.random_state is None and m.training_.insecure == (seed is not None)
         trained.append(_trained(m))

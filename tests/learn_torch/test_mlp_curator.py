@@ -15,7 +15,7 @@ from dpkit.accounting import BudgetExceeded
 from dpkit.engine import Curator
 from dpkit.engine.spec import QueryError
 from dpkit.learn import MLPClassifier
-from learn_torch._mlp_frames import mlp_frame
+from learn_torch._mlp_frames import capture_trainings, mlp_frame
 
 _frame = mlp_frame
 
@@ -37,7 +37,9 @@ def _mlp(**kw) -> MLPClassifier:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("table", ["r", "u"])
-def test_mlp_through_the_curator(cur: Curator, table: str) -> None:
+def test_mlp_through_the_curator(cur: Curator, table: str,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = capture_trainings(monkeypatch)
     before = len(cur.entries())
     m = _mlp()
     tm = cur.fit(m, f"SELECT age, ward FROM {table}", label="sick", epsilon=3.0)
@@ -46,7 +48,9 @@ def test_mlp_through_the_curator(cur: Curator, table: str) -> None:
     assert tm.epsilon == pytest.approx(dp.accounting.epsilon(tm.event, delta=m.delta), rel=1e-6)
     assert tm.epsilon <= 3.0 + 1e-9
     assert m.domain_ == (3, 1 if table == "r" else 2)
-    tr = m.training_
+    # the model keeps the public summary (FINDINGS.md G1); the full training checks the read
+    assert m.training_ == seen[-1].summary() and not hasattr(m.training_, "units")
+    tr = seen[-1]
     if table == "r":
         assert tr.units is None and tr.neighbours == "add/remove one example"
     else:  # 300 users, capped by the curator at 2 of their 3 rows
@@ -69,11 +73,13 @@ def test_refusals_before_any_row_is_read(cur: Curator) -> None:
     assert len(cur.entries()) == before
 
 
-def test_an_empty_read_trains_on_noise_alone(cur: Curator) -> None:
+def test_an_empty_read_trains_on_noise_alone(cur: Curator,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Whether the WHERE matched is private: no refusal after the charge, the same event."""
+    seen = capture_trainings(monkeypatch)
     m = _mlp()
     tm = cur.fit(m, "SELECT age FROM u WHERE age > 1000", label="sick", epsilon=1.0)
-    assert m.training_.units is not None and m.training_.units.n_units == 0
+    assert seen[-1].units is not None and seen[-1].units.n_units == 0
     assert tm.event == m.event_
     assert all(bool(np.isfinite(p.detach().numpy()).all()) for p in m.network_.parameters())
 

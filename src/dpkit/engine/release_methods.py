@@ -131,10 +131,11 @@ class ReleaseMethods:
         together). Features are encoded from the declarations only (bounds: clamped to
         [-1, 1]; domains: indicators); ``label`` has declared classes or bounds, which become the
         model's ``classes`` / ``label_bounds`` when it leaves them unset. ``epsilon=`` /
-        ``delta=`` set the model's own (``delta`` defaults to a tenth of the project's, as for a
-        query). The fit draws from the project's noise source (a model's own ``random_state``
-        is refused: leave it unset); what it released besides the model (``batch_size="auto"``'s
-        N̂) is appended to the ledger as a note on its charge. Returns a
+        ``delta=`` set the model's own (``delta`` defaults to a tenth of the caller's δ: the
+        project's, or an analyst's own cap, as for a query). The fit draws from the
+        project's noise source (a model's own ``random_state`` is refused: leave it unset);
+        what it released besides the model (``batch_size="auto"``'s N̂) is appended to the
+        ledger as a note on its charge. Returns a
         :class:`~dpkit.engine.families.fit.TableModel` (``.model``, ``.predict(rows)``,
         ``.score(rows, labels)``, ``.epsilon``). See :mod:`dpkit.engine.families.fit` for the
         guarantee.

@@ -16,6 +16,7 @@ from ._base import (
     check_count,
     check_epsilon,
     check_features,
+    check_laplace_epsilon,
     resolve_source,
 )
 
@@ -54,7 +55,11 @@ class KMeans(PrivateEstimator):
 
     def _planned_event(self, n_features: int, contributions: int) -> Event:
         steps = check_count(self.max_iter, "max_iter")
-        check_count(self.n_clusters, "n_clusters")
+        k = check_count(self.n_clusters, "n_clusters")
+        # each step's sums: one discrete Laplace release of k x n_features values
+        check_laplace_epsilon(check_epsilon(self.epsilon) / (2 * steps), k * n_features)
+        if self.bounds is not None:  # what fit checks, before the curator's charge (G5)
+            check_bounds(self.bounds, n_features)
         return SelfComposed(PureDP(check_epsilon(self.epsilon) / (2 * steps)), 2 * steps)
 
     def fit(self, X: Any, y: Any = None, units: Any = None, *,

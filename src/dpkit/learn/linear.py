@@ -8,6 +8,7 @@ discrete Gaussian on a grid, ρ-zCDP per release), so the fit is a composition o
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,12 @@ def noisy_count(n: int, rho: float, source: Source, contributions: int = 1) -> t
 
 def _sigmoid(t: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * t))
+
+
+def _total(margins: np.ndarray) -> np.ndarray:
+    """Margins with NaN as 0 and ±inf as ±1e300: weights that overflowed give every row a
+    probability in [0, 1] (so its gradient keeps the stated bound), never NaN."""
+    return np.nan_to_num(margins, nan=0.0, posinf=1e300, neginf=-1e300)
 
 
 def _probabilities(margins: np.ndarray) -> np.ndarray:
@@ -99,13 +106,18 @@ class LogisticRegression(PrivateEstimator):
         self.fit_intercept = fit_intercept
         self.random_state = random_state
 
-    def _check(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray, float, float, float]:
-        eps = check_epsilon(self.epsilon)
-        norm = check_positive(self._declared_norm(self.feature_norm), "feature_norm", "1.0")
-        classes = check_classes(self.classes)
+    def _options(self, norm: Any) -> float:
+        """The row norm and the optimiser's options, checked: in ``fit`` and, through the
+        curator, in :meth:`privacy_event`, before the charge (FINDINGS.md G5)."""
         check_count(self.max_iter, "max_iter")
         check_positive(self.learning_rate, "learning_rate", "10.0")
         check_non_negative(self.alpha, "alpha")
+        return check_positive(norm, "feature_norm", "1.0")
+
+    def _check(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray, float, float, float]:
+        eps = check_epsilon(self.epsilon)
+        norm = self._options(self._declared_norm(self.feature_norm))
+        classes = check_classes(self.classes)
         Xa = self._checked_rows(X)
         idx = check_labels(y, classes, len(Xa))
         dlt = self._checked_delta(len(Xa))
@@ -116,6 +128,7 @@ class LogisticRegression(PrivateEstimator):
     def _planned_event(self, n_features: int, contributions: int) -> Event:
         rho = epsilon_to_rho(check_epsilon(self.epsilon), check_delta_alone(self.delta))
         check_classes(self.classes)
+        self._options(np.sqrt(n_features) if self.feature_norm is None else self.feature_norm)
         steps = check_count(self.max_iter, "max_iter")
         return Composed((ZCDP(_COUNT_SHARE * rho),
                          SelfComposed(ZCDP((1.0 - _COUNT_SHARE) * rho / steps), steps)))
@@ -146,14 +159,22 @@ class LogisticRegression(PrivateEstimator):
         events: list[Event] = [count_event]
         tail = np.zeros_like(W)
         start = self.max_iter // 2
-        for t in range(self.max_iter):
-            G = Z.T @ (_probabilities(Z @ W) - target)
-            r = mechanisms.gaussian(G.ravel(), sensitivity=sens, rho=rho_step, source=src)
-            events.append(r.event)
-            W = W - lr * (np.asarray(r.value).reshape(W.shape) / n_hat + self.alpha * W)
-            if t >= start:
-                tail += W
-        W = tail / (self.max_iter - start)
+        # the iterates are post-processing of noise and may overflow (a learning rate too
+        # large): silent here, and the margins made total, so that the gradient of every row
+        # stays within its bound and no row turns it NaN (an error after the charge, or a
+        # warning, on the data that hold a row only: FINDINGS.md G2)
+        with np.errstate(all="ignore"):
+            for t in range(self.max_iter):
+                G = Z.T @ (_probabilities(_total(Z @ W)) - target)
+                r = mechanisms.gaussian(G.ravel(), sensitivity=sens, rho=rho_step, source=src)
+                events.append(r.event)
+                W = W - lr * (np.asarray(r.value).reshape(W.shape) / n_hat + self.alpha * W)
+                if t >= start:
+                    tail += W
+            W = tail / (self.max_iter - start)
+        if not np.all(np.isfinite(W)):  # a function of the noisy releases only
+            warnings.warn("LogisticRegression diverged: the weights are not finite; lower "
+                          "learning_rate", RuntimeWarning, stacklevel=2)
         d = Xa.shape[1]
         self.coef_ = W[:d].T
         self.intercept_ = W[d] if self.fit_intercept else np.zeros(width)
@@ -221,7 +242,19 @@ class LinearRegression(PrivateEstimator):
     def _check(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray, float, float, float,
                                               float, float]:
         eps = check_epsilon(self.epsilon)
-        norm = check_positive(self._declared_norm(self.feature_norm), "feature_norm", "1.0")
+        norm, lo, hi = self._options(self._declared_norm(self.feature_norm))
+        Xa = self._checked_rows(X)
+        ya = np.asarray(y, dtype=np.float64)
+        if ya.shape != (len(Xa),) or not np.all(np.isfinite(ya)):
+            raise ValueError(f"y must be 1-d, finite, one value per row ({len(Xa)})")
+        dlt = self._checked_delta(len(Xa))
+        self.n_features_in_ = Xa.shape[1]
+        return Xa, ya, eps, dlt, norm, lo, hi
+
+    def _options(self, norm: Any) -> tuple[float, float, float]:
+        """The row norm, the label bounds and the ridge, checked: in ``fit`` and, through the
+        curator, in :meth:`privacy_event`, before the charge (FINDINGS.md G5)."""
+        out = check_positive(norm, "feature_norm", "1.0")
         if self.label_bounds is None:
             raise ValueError("label_bounds is required: declare the public range of y, e.g. "
                              "label_bounds=(0.0, 100.0); it is never read from the data")
@@ -232,18 +265,10 @@ class LinearRegression(PrivateEstimator):
         if not check_non_negative(self.alpha, "alpha") > 0:
             raise ValueError(f"alpha must be > 0 (got {self.alpha!r}): the noisy Gram matrix "
                              "needs a ridge to be invertible")
-        Xa = self._checked_rows(X)
-        ya = np.asarray(y, dtype=np.float64)
-        if ya.shape != (len(Xa),) or not np.all(np.isfinite(ya)):
-            raise ValueError(f"y must be 1-d, finite, one value per row ({len(Xa)})")
-        dlt = self._checked_delta(len(Xa))
-        self.n_features_in_ = Xa.shape[1]
-        return Xa, ya, eps, dlt, norm, lo, hi
+        return out, lo, hi
 
     def _planned_event(self, n_features: int, contributions: int) -> Event:
-        if self.label_bounds is None:
-            raise ValueError("label_bounds is required: pass the label's declared bounds, e.g. "
-                             "label_bounds=(0.0, 100.0)")
+        self._options(np.sqrt(n_features) if self.feature_norm is None else self.feature_norm)
         half = ZCDP(epsilon_to_rho(check_epsilon(self.epsilon), check_delta_alone(self.delta)) / 2)
         return Composed((half, half))
 

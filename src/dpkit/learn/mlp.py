@@ -31,7 +31,13 @@ import numpy as np
 
 from dpkit import accounting, events, noise
 
-from ._base import check_count, check_delta_alone, check_epsilon
+from ._base import (
+    check_count,
+    check_delta_alone,
+    check_epsilon,
+    check_non_negative,
+    check_positive,
+)
 from .batch_count import (
     BatchCount,
     calibrate_with_count,
@@ -163,6 +169,30 @@ class MLPClassifier:
             setattr(self, k, v)
         return self
 
+    def _check_options(self) -> None:
+        """The training options, checked before any draw: in ``fit`` and, through the curator,
+        in :meth:`privacy_event`, before the charge (FINDINGS.md G5: they were checked by torch
+        inside the training, after the charge, which was then lost)."""
+        if self.schedule not in ("constant", "cosine"):
+            raise ValueError(f"schedule must be 'constant' or 'cosine' (got {self.schedule!r})")
+        if self.activation not in ("tanh", "relu"):
+            raise ValueError(f"activation must be 'tanh' or 'relu' (got {self.activation!r})")
+        try:
+            sizes = list(self.hidden_layer_sizes)
+        except TypeError:
+            raise ValueError("hidden_layer_sizes must be a sequence of ints >= 1, e.g. (64,) "
+                             f"(got {self.hidden_layer_sizes!r})") from None
+        for h in sizes:
+            check_count(h, "each of hidden_layer_sizes")
+        check_positive(self.max_grad_norm, "max_grad_norm", "1.0")
+        check_non_negative(self.learning_rate, "learning_rate")
+        check_non_negative(self.momentum, "momentum")
+        if not 0.0 <= check_non_negative(self.averaging, "averaging") <= 1.0:
+            raise ValueError(f"averaging must lie in [0, 1] (got {self.averaging!r})")
+        if self.features is not None and not callable(getattr(self.features, "transform", None)):
+            raise TypeError("features must be None or an object with a transform(X) method "
+                            f"(got {type(self.features).__name__})")
+
     def _network(self, d: int, k: int, source: noise.Source | None) -> Any:
         return mlp_network(d, k, self.hidden_layer_sizes, self.activation, source)
 
@@ -185,6 +215,7 @@ class MLPClassifier:
         """
         n = check_count(n_features, "n_features")
         c = check_count(contributions, "contributions")
+        self._check_options()
         if self.sample_rate is None:
             raise ValueError("MLPClassifier through the curator needs sample_rate= (the "
                              "expected fraction of the table's units in each step, e.g. "
@@ -265,13 +296,15 @@ class MLPClassifier:
         Poisson sampling, a unit's kept rows, the gradient noise, the count of
         ``batch_size="auto"``), over ``random_state``; the curator passes its project's."""
         torch = _torch()
-        if self.schedule not in ("constant", "cosine"):
-            raise ValueError(f"schedule must be 'constant' or 'cosine' (got {self.schedule!r})")
+        self._check_options()
         self._check_batching(units)
         X = self._inputs(X)
         y = np.asarray(y)
         if X.ndim != 2 or len(X) != len(y):
             raise ValueError(f"X must be 2-D with one row per label (got {X.shape}, {y.shape})")
+        if not np.all(np.isfinite(X)):  # never through the curator: its encoding is in [-1, 1]
+            raise ValueError("X contains NaN or infinite values (as float32): impute, drop or "
+                             "rescale them before fit")
         self.classes_ = np.unique(y) if self.classes is None else np.asarray(self.classes)
         codes = np.searchsorted(self.classes_, y)
         if np.any(codes >= len(self.classes_)) or np.any(self.classes_[
@@ -288,7 +321,9 @@ class MLPClassifier:
         tr = self._private(net, data, units, source)
         self._train(tr, net)
         tr.detach()
-        self.training_ = tr
+        # through the curator the model goes to the analyst: keep no row, unit code or exact
+        # count on it (the training object holds the loader; FINDINGS.md G1)
+        self.training_ = tr.summary() if getattr(self, "domain_", None) is not None else tr
         self.network_ = net
         # scikit-learn's layout (coefs_[i]: (inputs, outputs)), so the weights can be saved
         lins = [m for m in net if isinstance(m, torch.nn.Linear)]

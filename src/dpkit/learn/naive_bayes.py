@@ -17,6 +17,7 @@ from ._base import (
     check_epsilon,
     check_features,
     check_labels,
+    check_laplace_epsilon,
     resolve_source,
 )
 
@@ -55,8 +56,17 @@ class GaussianNB(PrivateEstimator):
 
     def _planned_event(self, n_features: int, contributions: int) -> Event:
         third = PureDP(check_epsilon(self.epsilon) / 3)
-        check_classes(self.classes)
+        # each third is one discrete Laplace release of up to (classes x features) values
+        check_laplace_epsilon(third.epsilon, len(check_classes(self.classes)) * n_features)
+        # what fit checks, before the curator's charge (FINDINGS.md G5)
+        if self.bounds is not None:
+            check_bounds(self.bounds, n_features)
+        self._check_floor()
         return Composed((third, third, third))
+
+    def _check_floor(self) -> None:
+        if not self.var_floor > 0:
+            raise ValueError(f"var_floor must be > 0 (got {self.var_floor!r})")
 
     def fit(self, X: Any, y: Any, units: Any = None, *,
             source: Source | None = None) -> GaussianNB:
@@ -68,8 +78,7 @@ class GaussianNB(PrivateEstimator):
         Xa = self._checked_rows(X)
         lo, hi = check_bounds(self._declared_bounds(self.bounds), Xa.shape[1])
         yi = check_labels(y, classes, len(Xa))
-        if not self.var_floor > 0:
-            raise ValueError(f"var_floor must be > 0 (got {self.var_floor!r})")
+        self._check_floor()
         src = resolve_source(self.random_state, source)
         mid, half = (lo + hi) / 2.0, (hi - lo) / 2.0
         Xc = np.clip(Xa, lo, hi) - mid

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from dataclasses import replace as dc_replace
@@ -52,6 +53,9 @@ class Outcome:
     # the work trace (dpkit.noise.trace), when recorded: engine statements and noise requests
     statements: tuple[tuple[str, ...], ...] = ()
     noise: tuple[tuple[str, ...], ...] = ()
+    # the warnings the call emitted (class: message), a set: a warning raised only when a row
+    # holds some value is a channel like an error (FINDINGS.md G2: numpy's on a diverging fit)
+    warnings: tuple[str, ...] = ()
 
     def short(self) -> str:
         if self.kind != "answer":
@@ -120,6 +124,16 @@ def _statement(work: Trace, s: tuple[str, ...], scrub: tuple[str, ...]) -> tuple
 
 
 def _run(cur: Any, query: Query, scrub: tuple[str, ...]) -> Outcome:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        face = _run_call(cur, query, scrub)
+    said = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
+    for s in scrub:
+        said = [w.replace(s, "<project>") for w in said]
+    return dc_replace(face, warnings=tuple(said))
+
+
+def _run_call(cur: Any, query: Query, scrub: tuple[str, ...]) -> Outcome:
     seen = _preview_face(cur, query, scrub)
     before = cur.ledger.spend()
     try:
@@ -180,7 +194,22 @@ def _model_face(fitted: Any) -> tuple[str, ...]:
     feats = getattr(getattr(fitted, "encoding", None), "features", ())
     classes = getattr(model, "classes_", None)
     return (type(model).__name__, *(str(getattr(f, "name", f)) for f in feats),
-            "classes=" + ("" if classes is None else repr([_key(c) for c in classes])))
+            "classes=" + ("" if classes is None else repr([_key(c) for c in classes])),
+            *_attributes(model))
+
+
+def _attributes(model: Any) -> tuple[str, ...]:
+    """What the fitted object holds besides its weights' values: each attribute's name and
+    type (an array's shape), and the training summary (FINDINGS.md G1: the training object,
+    its rows and exact counts, was kept on the model), its noisy divisor left out."""
+    out = []
+    for name, value in sorted(vars(model).items()):
+        shape = getattr(value, "shape", None)
+        out.append(f"{name}:{type(value).__name__}{'' if shape is None else list(shape)}")
+    summary = getattr(model, "training_", None)
+    if summary is not None:
+        out.append(re.sub(r"expected_batch_size=[^,)]*", "", repr(summary)))
+    return tuple(out)
 
 
 def _close(a: float, b: float) -> bool:
@@ -230,6 +259,8 @@ def compare(query: Query, a: Outcome, b: Outcome) -> tuple[str, ...]:
         diff.append("charge_epsilon")
     if not _close(a.charged_delta, b.charged_delta):
         diff.append("charge_delta")
+    if a.warnings != b.warnings:
+        diff.append("warnings")
     if a.statements != b.statements:
         diff.append("statements")
     if _requests(query, a) != _requests(query, b):
@@ -250,7 +281,9 @@ def compare(query: Query, a: Outcome, b: Outcome) -> tuple[str, ...]:
 
 def self_check(query: Query, o: Outcome) -> tuple[str, ...]:
     """Problems visible on one dataset alone: a release that charged nothing, keys released
-    twice (-0.0 and 0.0 as two groups), an internal exception (not a refusal)."""
+    twice (-0.0 and 0.0 as two groups), an internal exception (not a refusal), a fit that
+    failed after its charge (a fit has no post-processing that may refuse: a charged failure
+    is an option checked too late, FINDINGS.md G5, or a failure that follows the rows, G2)."""
     out: list[str] = []
     if o.kind == "answer" and o.rows > 0 and o.charges == 0:
         out.append("free_release")
@@ -258,4 +291,6 @@ def self_check(query: Query, o: Outcome) -> tuple[str, ...]:
         out.append("duplicate_keys")
     if o.kind == "exception":
         out.append("internal_exception")
+    if query.family == "fit" and o.kind != "answer" and o.charges > 0:
+        out.append("charged_failure")
     return tuple(out)

@@ -11,15 +11,29 @@ __all__ = ["MODELS", "Query"]
 #: the estimators a ``fit`` query may train, by name -> (module attribute, classifier?);
 #: DP-SGD's MLP only where torch is installed (without it, training is refused on both sides)
 MODELS = {"logistic": ("LogisticRegression", True), "naive_bayes": ("GaussianNB", True),
-          "linear": ("LinearRegression", False)}
+          "linear": ("LinearRegression", False),
+          "logistic_diverging": ("LogisticRegression", True),
+          "linear_bad_option": ("LinearRegression", False)}
 if importlib.util.find_spec("torch") is not None:
     MODELS["mlp"] = ("MLPClassifier", True)
+    MODELS["mlp_diverging"] = ("MLPClassifier", True)
+    MODELS["mlp_bad_option"] = ("MLPClassifier", True)
 
 #: a small network and few steps: the fuzzer looks at what is public, not at accuracy; the
 #: sampling rate is required through the curator (the row count is private); batch_size left
-#: to the curator's default, "auto", so that the noisy row count N̂ is drawn (and traced) too
+#: to the curator's default, "auto", so that the noisy row count N̂ is drawn (and traced) too.
+#: "_diverging": a learning rate that overflows the weights to inf / NaN, after which a row's
+#: gradient is NaN: it must neither fail nor warn only where a row is read (FINDINGS.md G2, G3).
+#: "_bad_option": an option fit would refuse, which must be refused before the charge (G5;
+#: ``self_check`` flags a fit that failed after its charge)
 _PARAMS: dict[str, dict[str, Any]] = {
-    "mlp": {"hidden_layer_sizes": (4,), "epochs": 2, "sample_rate": 0.5}}
+    "mlp": {"hidden_layer_sizes": (4,), "epochs": 2, "sample_rate": 0.5},
+    "logistic_diverging": {"learning_rate": 1e308},
+    "mlp_diverging": {"hidden_layer_sizes": (4,), "epochs": 2, "sample_rate": 1.0,
+                      "learning_rate": 1e38},
+    "linear_bad_option": {"label_bounds": (0.0, float("inf"))},
+    "mlp_bad_option": {"hidden_layer_sizes": (4,), "epochs": 2, "sample_rate": 0.5,
+                       "activation": "sigmoid"}}
 
 
 def make_model(name: str) -> Any:
@@ -109,7 +123,8 @@ class Query:
         if self.family == "sql":
             return f"cur.sql({self.sql()!r}, {kw})"
         if self.family == "fit":
-            return (f"cur.fit(dpkit.learn.{MODELS[self.model][0]}(), {self.sql()!r}, "
+            params = ", ".join(f"{k}={v!r}" for k, v in _PARAMS.get(self.model, {}).items())
+            return (f"cur.fit(dpkit.learn.{MODELS[self.model][0]}({params}), {self.sql()!r}, "
                     f"label={self.label!r}, {kw})")
         where = self.where_sql() or None
         if self.family == "cdf":

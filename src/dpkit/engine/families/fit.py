@@ -340,7 +340,7 @@ def _declared_params(model: Any, enc: Encoding) -> dict[str, Any]:
 
 
 def _configure(model: Any, enc: Encoding, epsilon: float | None, delta: float | None,
-               project_delta: float) -> None:
+               caller_delta: float) -> None:
     for method in ("set_params", "privacy_event", "fit"):
         if not callable(getattr(model, method, None)):
             raise QueryError(
@@ -353,8 +353,8 @@ def _configure(model: Any, enc: Encoding, epsilon: float | None, delta: float | 
             f"(a seed of the caller's would let them replay the same noise in two fits and "
             f"subtract it; a seeded test project already makes fits reproducible); leave "
             f"random_state unset")
-    if delta is None and project_delta > 0 and "delta" in _params_of(model):
-        delta = project_delta / 10.0  # as for a query: a tenth of the project's delta
+    if delta is None and caller_delta > 0 and "delta" in _params_of(model):
+        delta = caller_delta / 10.0  # as for a query: a tenth of the caller's delta
     params = {k: v for k, v in (("epsilon", epsilon), ("delta", delta)) if v is not None}
     params.update(_declared_params(model, enc))
     if params:
@@ -380,7 +380,8 @@ def fit(ctx: Context, model: Any, query: str, *, label: str, epsilon: float | No
     """Train ``model`` on the rows ``query`` selects, charged once (see the module docstring)."""
     meta, columns, where = _select_columns(query, ctx)
     enc = plan_encoding(meta, columns, label)
-    _configure(model, enc, epsilon, delta, ctx.ledger.config.delta)
+    # as a query's: a tenth of the δ the caller draws from (its own cap; FINDINGS.md G6)
+    _configure(model, enc, epsilon, delta, ctx.ledger.delta_for(ctx.analyst))
     event = _event(model, enc, meta)
     source_kw = _source_kwargs(model, ctx.source)
     shadow = ctx.backend.shadow(table_relation(meta))

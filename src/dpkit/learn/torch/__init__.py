@@ -18,8 +18,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from .layers import UnsupportedLayer
 from .loader import PoissonLoader
 from .optimizer import DPOptimizer
-from .private import PrivateTraining, make_private
+from .private import PrivateTraining, TrainingSummary, make_private
 from .units import UnitPlan
 
-__all__ = ["DPOptimizer", "PoissonLoader", "PrivateTraining", "UnitPlan", "UnsupportedLayer",
-           "make_private"]
+__all__ = ["DPOptimizer", "PoissonLoader", "PrivateTraining", "TrainingSummary", "UnitPlan",
+           "UnsupportedLayer", "make_private"]

@@ -167,12 +167,16 @@ class DPOptimizer(torch.optim.Optimizer):
         sq = sum(t.rule.sq_norms(t) if bu is None else t.rule.sq_norms_units(t, bu)
                  for t in live)
         norms = torch.as_tensor(sq).sqrt() * scale
-        if not bool(torch.isfinite(norms).all()):
-            raise FloatingPointError("a per-example gradient is NaN or infinite (check the "
-                                     "inputs, the loss and the learning rate)")
+        finite = torch.isfinite(norms)
         c = (self.clip_norm / (norms + 1e-6)).clamp(max=1.0) * scale
         if bu is not None:  # Σ_u c_u Σ_{i∈u} ∇ℓ_i: each example takes its unit's factor
-            c = c[bu.seg]
+            c, finite = c[bu.seg], finite[bu.seg]
+        if not bool(finite.all()):
+            # weights that overflowed (post-processing of noise) make some examples' gradient
+            # NaN: those contribute zero, a clip like any other; refusing the step would say
+            # whether the batch held such a row (FINDINGS.md G3)
+            c = torch.where(finite, c, torch.zeros_like(c))
+            _zero_examples(self.taps, ~finite)
         lo = 0
         for t in self.taps:
             views = {}
@@ -265,12 +269,15 @@ class DPOptimizer(torch.optim.Optimizer):
         zt = torch.from_numpy(self._next_noise())
         # release on the grid 2^-k (module docstring): both terms are integers times 2^-k, and
         # their sum is exact in float64 (checked below)
-        # exact while |sum| + |noise| < 2^52 grid steps: |sum| <= B C' (each term has norm <= C')
-        # and |noise| <= 12.2 σ for the float sampler; the exact sampler is checked
+        # exact while |sum| + |noise| < 2^52 grid steps: |noise| <= 12.2 σ for the float
+        # sampler (the exact sampler is checked), and each coordinate of the sum is clamped to
+        # the rest (1-Lipschitz: the sensitivity holds). It was a refusal when the batch size
+        # (private) times C' reached it: a failure after the charge on large batches only
         zmax = float(zt.abs().max()) if self.exact_noise else 13.0 * sigma * scale
-        if (self.loader.last_batch_size * self.max_grad_norm * 1.001 * scale + zmax >= 2.0**52):
-            raise FloatingPointError("the clipped sum is too large for the grid 2^-k to be "
-                                     "exact in float64; use a smaller batch or max_grad_norm")
+        if zmax >= 2.0**51:  # the noise alone: no data in this test
+            raise FloatingPointError("the noise is too large for the grid 2^-k to be exact in "
+                                     "float64; use a smaller noise_multiplier or max_grad_norm")
+        lim = 2.0**52 - math.ceil(zmax) - 1.0
         # chunk by chunk, in place in the clipped-sum buffer (it becomes the gradient), through
         # one float64 scratch of _CHUNK coordinates: no full-size float64 copy exists. In numpy,
         # single-threaded: ~90 small torch ops right after the clipping GEMMs ran into the
@@ -286,6 +293,7 @@ class DPOptimizer(torch.optim.Optimizer):
             s64 = self._scratch[: hi - lo]
             np.multiply(f[lo:hi], scale, out=s64, dtype=np.float64)  # a power of 2: exact
             np.rint(s64, out=s64)
+            np.clip(s64, -lim, lim, out=s64)
             s64 += z[lo:hi]
             np.divide(s64, denom, out=f[lo:hi], casting="same_kind")
         self._ahead()
@@ -293,3 +301,18 @@ class DPOptimizer(torch.optim.Optimizer):
         for p in self.params:
             p.grad = flat[lo : lo + p.numel()].view_as(p).to(p.dtype)
             lo += p.numel()
+
+
+def _zero_examples(taps: list[LayerTap], bad: Tensor) -> None:
+    """Zero what the backward recorded for the examples ``bad`` (batch dimension first), so
+    that their clipping factor 0 gives 0 and not 0 × NaN."""
+    for t in taps:
+        t.records[:] = [_zeroed(rec, bad) for rec in t.records]
+
+
+def _zeroed(x: Any, bad: Tensor) -> Any:
+    if isinstance(x, tuple | list):
+        return type(x)(_zeroed(v, bad) for v in x)
+    if isinstance(x, Tensor) and x.is_floating_point() and x.dim() and x.shape[0] == len(bad):
+        return torch.where(bad.view(-1, *([1] * (x.dim() - 1))), torch.zeros_like(x), x)
+    return x

@@ -35,7 +35,44 @@ from .loader import PoissonLoader, check_finite
 from .optimizer import DPOptimizer
 from .units import UnitPlan, unit_codes
 
-__all__ = ["PrivateTraining", "make_private"]
+__all__ = ["PrivateTraining", "TrainingSummary", "make_private"]
+
+
+@dataclass(frozen=True)
+class TrainingSummary:
+    """What a finished training may show of itself: its public parameters and privacy, no row.
+
+    :meth:`PrivateTraining.summary` makes it; ``MLPClassifier`` keeps it as ``training_`` after
+    a fit through the curator, whose model goes to the analyst: the training object itself
+    holds the loader (every row read, the unit codes) and the exact row and unit counts
+    (FINDINGS.md G1). Every field here is fixed before the read (the plan) or is noise.
+    """
+
+    noise_multiplier: float
+    max_grad_norm: float
+    sample_rate: float
+    steps: int
+    neighbours: str
+    insecure: bool
+    expected_batch_size: float | None  # the divisor: public (fixed) or q N̂ (noisy)
+
+    def event(self, steps: int | None = None) -> events.Event:
+        """The privacy event of ``steps`` steps (default: the steps taken)."""
+        return _event(self.sample_rate, self.noise_multiplier,
+                      self.steps if steps is None else steps)
+
+    def epsilon(self, delta: float) -> float:
+        """Upper bound on ε at ``delta`` for the steps taken (dpkit's PLD accountant)."""
+        return _epsilon(self.event(), self.steps, delta)
+
+
+def _event(sample_rate: float, noise_multiplier: float, steps: int) -> events.Event:
+    one = events.PoissonSampled(sample_rate, events.Gaussian(noise_multiplier))
+    return events.SelfComposed(one, max(steps, 1)) if steps else events.PureDP(0.0)
+
+
+def _epsilon(event: events.Event, steps: int, delta: float) -> float:
+    return 0.0 if steps == 0 else accounting.epsilon(event, delta=delta, method="pld")
 
 
 @dataclass
@@ -69,15 +106,18 @@ class PrivateTraining:
     def event(self, steps: int | None = None) -> events.Event:
         """The privacy event of ``steps`` steps (default: the steps taken so far); the same at
         example and user level (module docstring), for the neighbours :attr:`neighbours`."""
-        t = self.steps if steps is None else steps
-        one = events.PoissonSampled(self.sample_rate, events.Gaussian(self.noise_multiplier))
-        return events.SelfComposed(one, max(t, 1)) if t else events.PureDP(0.0)
+        return _event(self.sample_rate, self.noise_multiplier,
+                      self.steps if steps is None else steps)
 
     def epsilon(self, delta: float) -> float:
         """Upper bound on ε at ``delta`` for the steps taken so far (dpkit's PLD accountant)."""
-        if self.steps == 0:
-            return 0.0
-        return accounting.epsilon(self.event(), delta=delta, method="pld")
+        return _epsilon(self.event(), self.steps, delta)
+
+    def summary(self) -> TrainingSummary:
+        """The public part of this training (no data, no count): see :class:`TrainingSummary`."""
+        return TrainingSummary(self.noise_multiplier, self.max_grad_norm, self.sample_rate,
+                               self.steps, self.neighbours, self.insecure,
+                               self.optimizer.expected_batch_size)
 
     def detach(self) -> None:
         """Give the module its own forward back, remove dpkit's hooks, stop the noise thread."""
