@@ -109,8 +109,9 @@ def typed(project: Callable[..., Curator]) -> Curator:
 
 @pytest.fixture(scope="module")
 def shared_typed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Curator]:
-    """:func:`typed` built once for the 18 cases below, which only plan and read exact
-    aggregates (no charge, their own seed): one build instead of 18 (~0.5 s each)."""
+    """:func:`typed` built once for the 18 cases below and the tests that only plan and
+    read exact aggregates (no charge, their own seed) or are refused before any charge (they
+    assert it): one build instead of 21 (~0.5 s each)."""
     cur = Curator.create(tmp_path_factory.mktemp("typed") / "p1.dpkit", epsilon=1000.0,
                          delta=1e-6, accountant=None, source=dp.noise.seeded(1))
     yield _add_typed(cur)
@@ -145,9 +146,10 @@ def test_key_table_gives_the_literal_paths_exact_aggregates(shared_typed: Curato
     assert ex_c.cols == ex_t.cols
 
 
-def test_rows_outside_the_domain_are_dropped_before_bounding(typed: Curator) -> None:
+def test_rows_outside_the_domain_are_dropped_before_bounding(shared_typed: Curator) -> None:
     """User level: the filter runs before the row cap, so rows outside the domain use up no
     unit's cap; key table and literals keep exactly the same rows (total COUNT(*))."""
+    typed = shared_typed
     df = _frame()
     plan = _plan(typed, "SELECT s, COUNT(*) AS n FROM u GROUP BY s")
     _, ex = _run(typed, plan, tables=True)
@@ -156,7 +158,8 @@ def test_rows_outside_the_domain_are_dropped_before_bounding(typed: Curator) -> 
     assert sum(v or 0 for v in ex.cols[plan.measures[0].sql_col]) == want
 
 
-def test_public_join_and_cross_product(typed: Curator) -> None:
+def test_public_join_and_cross_product(shared_typed: Curator) -> None:
+    typed = shared_typed
     q = ("SELECT l.region, u.b, COUNT(*) AS n, SUM(x) FROM u JOIN lk l ON u.i = l.i "
          "GROUP BY l.region, u.b")
     plan = _plan(typed, q)
@@ -190,12 +193,20 @@ def test_noisy_answers_are_the_same_through_either_path(project: Callable[..., C
     assert answers[0] == answers[1]
 
 
+@pytest.mark.parametrize("few_rows", [0, None], ids=["arrow-postprocess", "few-rows-insert"])
 def test_columnar_and_row_reads_give_the_same_results(project: Callable[..., Curator],
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      few_rows: int | None) -> None:
     """The Arrow reads (exact aggregates, post-processing) against the row-by-row reads, with
-    the same seeded noise: identical values, intervals, keys and types."""
+    the same seeded noise: identical values, intervals, keys and types. The post-processing
+    of the first run loads its (small) noisy tables through Arrow (``few_rows`` 0) or through
+    one multi-row INSERT (the default ``postprocess.FEW_ROWS``); the rows run always through
+    ``executemany``: both fast paths against the row-by-row one."""
     from dpkit.engine import postprocess as dpost
     from dpkit.engine import prepare as dprepare
+
+    if few_rows is not None:
+        monkeypatch.setattr(dpost, "FEW_ROWS", few_rows)
 
     df = _frame()
     queries = [
@@ -211,6 +222,7 @@ def test_columnar_and_row_reads_give_the_same_results(project: Callable[..., Cur
         if rows:
             monkeypatch.setattr(dprepare, "columnar_type", lambda t: False)
             monkeypatch.setattr(dpost, "columnar_type", lambda t: False)
+            monkeypatch.setattr(dpost, "FEW_ROWS", 0)
         cur = project(epsilon=1000.0, seed=23)
         cur.add_table("u", df, privacy_unit="uid", max_rows_per_unit=3,
                       bounds={"x": (0, 100)}, domains=DOMAINS)
@@ -222,6 +234,37 @@ def test_columnar_and_row_reads_give_the_same_results(project: Callable[..., Cur
         answers.append(got)
         cur.close()
     assert answers[0] == answers[1]
+
+
+def test_a_few_rows_are_post_processed_without_arrow(project: Callable[..., Curator],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first hour's first ratio paid ~0.5 s importing pandas (through ``pa.array``) to
+    load two noisy rows: a small noisy table is post-processed without pyarrow or pandas
+    (``import`` of either now fails), with the same answers as through Arrow."""
+    import sys
+
+    from dpkit.engine import postprocess as dpost
+
+    queries = ["SELECT b, COUNT(*) FILTER (WHERE x > 50) / COUNT(*) AS share FROM u GROUP BY b",
+               "SELECT s, COUNT(*) AS n FROM u GROUP BY s ORDER BY n DESC LIMIT 3",
+               "SELECT d, AVG(x) AS a FROM u GROUP BY d HAVING COUNT(*) > 50 ORDER BY a"]
+    answers = []
+    for arrow in (True, False):
+        cur = project(epsilon=1000.0, seed=31)
+        cur.add_table("u", _frame(), privacy_unit="uid", max_rows_per_unit=3,
+                      bounds={"x": (0, 100)}, domains=DOMAINS)
+        with monkeypatch.context() as m:
+            if arrow:
+                m.setattr(dpost, "FEW_ROWS", 0)
+            else:
+                m.setitem(sys.modules, "pyarrow", None)
+                m.setitem(sys.modules, "pandas", None)
+            got = [cur.sql(q, epsilon=1.0) for q in queries]
+        answers.append([(r.columns, _typed(list(r.rows())),
+                         [str(r.data[c].dtype) for c in r.columns]) for r in got])
+        cur.close()
+    assert answers[0] == answers[1]
+    assert len(answers[0][1][1]) == 3 and len(answers[0][0][1]) == 2
 
 
 # ------------------------------------------------------------------------------ storage
@@ -339,12 +382,15 @@ def test_keys_that_cannot_be_read_are_refused_at_load(project: Callable[..., Cur
     assert cur.tables()["t"].domains["i"] == (1, 2, 3, 4)
 
 
-def test_analysts_cannot_read_key_tables(typed: Curator) -> None:
+def test_analysts_cannot_read_key_tables(shared_typed: Curator) -> None:
+    typed = shared_typed
     name = typed.tables()["u"].key_tables["s"]
+    spent = typed.budget().spent
     for q in (f"SELECT COUNT(*) FROM {KEYS_SCHEMA}.{name}", f"SELECT COUNT(*) FROM {name}",
               f'SELECT COUNT(*) FROM "{KEYS_SCHEMA}"."{name}"'):
         with pytest.raises(QueryError):
             typed.sql(q, epsilon=0.1)
+    assert typed.budget().spent == spent  # refused before any charge
 
 
 def test_too_many_keys_are_refused_before_reading(project: Callable[..., Curator]) -> None:
