@@ -193,20 +193,18 @@ def test_noisy_answers_are_the_same_through_either_path(project: Callable[..., C
     assert answers[0] == answers[1]
 
 
-@pytest.mark.parametrize("few_rows", [0, None], ids=["arrow-postprocess", "few-rows-insert"])
 def test_columnar_and_row_reads_give_the_same_results(project: Callable[..., Curator],
-                                                      monkeypatch: pytest.MonkeyPatch,
-                                                      few_rows: int | None) -> None:
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The Arrow reads (exact aggregates, post-processing) against the row-by-row reads, with
-    the same seeded noise: identical values, intervals, keys and types. The post-processing
-    of the first run loads its (small) noisy tables through Arrow (``few_rows`` 0) or through
-    one multi-row INSERT (the default ``postprocess.FEW_ROWS``); the rows run always through
-    ``executemany``: both fast paths against the row-by-row one."""
+    the same seeded noise: identical values, intervals, keys and types. Three runs: Arrow
+    wherever the types allow (``postprocess.FEW_ROWS`` 0); the default, where these small
+    noisy tables are loaded by one multi-row INSERT and read as tuples, with pyarrow and
+    pandas made unimportable (the first hour's first ratio paid ~0.5 s importing pandas
+    through ``pa.array`` to load two rows); and row by row (``executemany``)."""
+    import sys
+
     from dpkit.engine import postprocess as dpost
     from dpkit.engine import prepare as dprepare
-
-    if few_rows is not None:
-        monkeypatch.setattr(dpost, "FEW_ROWS", few_rows)
 
     df = _frame()
     queries = [
@@ -216,55 +214,30 @@ def test_columnar_and_row_reads_give_the_same_results(project: Callable[..., Cur
         "SELECT dec, COUNT(*) AS n FROM u GROUP BY dec HAVING COUNT(*) > 1000000",
         "SELECT COUNT(*) AS n, SUM(x) / 2 AS h FROM u HAVING COUNT(*) > 1",
         "SELECT ts, s, COUNT(*) AS n FROM u GROUP BY ts, s",
+        "SELECT b, COUNT(*) FILTER (WHERE x > 50) / COUNT(*) AS share FROM u GROUP BY b",
+        "SELECT s, COUNT(*) AS n FROM u GROUP BY s ORDER BY n DESC LIMIT 3",
     ]
     answers = []
-    for rows in (False, True):
-        if rows:
-            monkeypatch.setattr(dprepare, "columnar_type", lambda t: False)
-            monkeypatch.setattr(dpost, "columnar_type", lambda t: False)
-            monkeypatch.setattr(dpost, "FEW_ROWS", 0)
+    for run in ("arrow", "insert", "rows"):
         cur = project(epsilon=1000.0, seed=23)
         cur.add_table("u", df, privacy_unit="uid", max_rows_per_unit=3,
                       bounds={"x": (0, 100)}, domains=DOMAINS)
-        got = []
-        for q in queries:
-            r = cur.sql(q, epsilon=1.0)
-            got.append((r.columns, _typed(list(r.rows())),
-                        [str(r.data[c].dtype) for c in r.columns]))
-        answers.append(got)
-        cur.close()
-    assert answers[0] == answers[1]
-
-
-def test_a_few_rows_are_post_processed_without_arrow(project: Callable[..., Curator],
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """The first hour's first ratio paid ~0.5 s importing pandas (through ``pa.array``) to
-    load two noisy rows: a small noisy table is post-processed without pyarrow or pandas
-    (``import`` of either now fails), with the same answers as through Arrow."""
-    import sys
-
-    from dpkit.engine import postprocess as dpost
-
-    queries = ["SELECT b, COUNT(*) FILTER (WHERE x > 50) / COUNT(*) AS share FROM u GROUP BY b",
-               "SELECT s, COUNT(*) AS n FROM u GROUP BY s ORDER BY n DESC LIMIT 3",
-               "SELECT d, AVG(x) AS a FROM u GROUP BY d HAVING COUNT(*) > 50 ORDER BY a"]
-    answers = []
-    for arrow in (True, False):
-        cur = project(epsilon=1000.0, seed=31)
-        cur.add_table("u", _frame(), privacy_unit="uid", max_rows_per_unit=3,
-                      bounds={"x": (0, 100)}, domains=DOMAINS)
         with monkeypatch.context() as m:
-            if arrow:
+            if run == "arrow":
                 m.setattr(dpost, "FEW_ROWS", 0)
-            else:
-                m.setitem(sys.modules, "pyarrow", None)
+            elif run == "insert":
+                m.setitem(sys.modules, "pyarrow", None)  # `import pyarrow` now fails
                 m.setitem(sys.modules, "pandas", None)
-            got = [cur.sql(q, epsilon=1.0) for q in queries]
+            else:
+                m.setattr(dprepare, "columnar_type", lambda t: False)
+                m.setattr(dpost, "columnar_type", lambda t: False)
+                m.setattr(dpost, "FEW_ROWS", 0)
+            results = [cur.sql(q, epsilon=1.0) for q in queries]
         answers.append([(r.columns, _typed(list(r.rows())),
-                         [str(r.data[c].dtype) for c in r.columns]) for r in got])
+                         [str(r.data[c].dtype) for c in r.columns]) for r in results])
         cur.close()
-    assert answers[0] == answers[1]
-    assert len(answers[0][1][1]) == 3 and len(answers[0][0][1]) == 2
+    assert answers[0] == answers[1] == answers[2]
+    assert len(answers[0][-1][1]) == 3 and len(answers[0][-2][1]) == 2
 
 
 # ------------------------------------------------------------------------------ storage
