@@ -150,7 +150,9 @@ def test_suggested_bounds_round_each_estimate_to_its_cell() -> None:
     cases = [(ints, 0.5, 55.0, (0.0, 59.0)), (ints, 10.0, 60.0, (0.0, 59.0)),
              (ints, 10.5, 99.0, (10.0, 99.0)), (ints, 0.0, 0.0, (0.0, 9.0)),
              (floats, 0.3, 0.3, (0.2, 0.3)), (floats, 0.01, 0.99, (0.0, 1.0)),
-             (floats, 0.1 + 1.0 * (0.2 - 0.1), 0.75, (0.1, 0.8))]
+             (floats, 0.1 + 1.0 * (0.2 - 0.1), 0.75, (0.1, 0.8)),
+             # an edge read a rounding error high still ends the cell below it
+             (floats, float(np.nextafter(floats.edges()[3], 1.0)), 0.75, (0.2, 0.8))]
     for grid, lo, hi, want in cases:
         got = dbounds.suggested_bounds(release(lo, hi, grid), "x", 0.01, 0.99, grid)
         assert got["bounds"] == pytest.approx(want), (grid.kind, lo, hi)

@@ -205,7 +205,7 @@ def _cell_of(estimate: float, edges: np.ndarray) -> int:
     cell also holds ``e_0``), as :func:`dpkit.release.quantiles.quantiles_from_cdf` reads
     cell ``j`` from ``e_j`` (nothing of it) to ``e_{j+1}`` (all of it). A few ulps of slack:
     ``e_j + 1.0·(e_{j+1} − e_j)`` need not round to ``e_{j+1}``."""
-    slack = 1e-9 * float(np.max(np.abs(edges[[0, -1]])) + 1.0)
+    slack = 16.0 * float(np.spacing(np.max(np.abs(edges[[0, -1]]))))
     j = int(np.searchsorted(edges, estimate - slack, side="left")) - 1
     return min(max(j, 0), edges.size - 2)
 
