@@ -16,8 +16,8 @@ from dpkit.engine import sql as dsql
 from dpkit.engine.plan.model import Plan
 from dpkit.engine.tables import quote_ident, type_class
 
-__all__ = ["FILL_MAX_KEYS", "FILL_TYPES", "KEY_COL", "can_fill_keys", "canonical_key_sql",
-           "key_ctes_sql", "literal_sql"]
+__all__ = ["FILL_MAX_KEYS", "FILL_TYPES", "KEY_COL", "PUBLIC_FILL_TYPES", "can_fill_keys",
+           "canonical_key_sql", "key_ctes_sql", "literal_sql"]
 
 KEY_COL = '"k"'  # the key column of a hidden key table (duckdb_sources.KEY_COLUMN)
 
@@ -85,6 +85,12 @@ FILL_TYPES = frozenset({
     "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
     "UBIGINT", "UHUGEINT", "BOOLEAN", "VARCHAR",
 })
+# ... and, for a key set read by the statement's own engine (Spark: its keys and its groups
+# are both Spark's values, collected alike), floats, dates and timestamps: dates and
+# timestamps compare in Python as in the engine; a float's -0.0 is 0.0 in Python as in the
+# engine's `=`, and NaN, which the engines' `=` matches to NaN but Python's does not, is
+# matched as one key by the fill (read.fill_declared_keys' ``match``).
+PUBLIC_FILL_TYPES = FILL_TYPES | frozenset({"FLOAT", "REAL", "DOUBLE", "DATE", "TIMESTAMP"})
 FILL_MAX_KEYS = 256  # above this, the LEFT JOIN in DuckDB is as cheap as the Python fill
 
 
@@ -95,11 +101,13 @@ def can_fill_keys(plan: Plan, collated: frozenset[str] | set[str] = frozenset(),
     private table's columns with a collation (``VARCHAR COLLATE NOCASE`` from a DuckDB source;
     the type name does not show it): DuckDB's equality on them is not Python's, so they keep
     the join. ``public``: a public table's keys too (kind ``"public"``), for a caller that
-    reads them with the statement's engine and caps their number (known once read)."""
+    reads them with the statement's engine and caps their number (known once read); the
+    types of :data:`PUBLIC_FILL_TYPES` then qualify too."""
     kinds = ("domain", "public") if public else ("domain",)
+    types = PUBLIC_FILL_TYPES if public else FILL_TYPES
     return (plan.group_mode == "public" and bool(plan.spec.group_by)
             and (len(plan.keys) <= FILL_MAX_KEYS if plan.keys is not None else public)
             and all(kind in kinds for kind, _ in plan.key_sources)
-            and all(k.type.upper() in FILL_TYPES for k in plan.spec.group_by)
+            and all(k.type.upper() in types for k in plan.spec.group_by)
             and not any(k.source == dsql.PRIVATE_ALIAS and k.column in collated
                         for k in plan.spec.group_by))
