@@ -22,7 +22,8 @@ Every variant runs once untimed, then they take turns for ``--repeats`` rounds (
 rotating each round); medians (min-max) of the wall clock and of the JVM's CPU time (all
 its threads: on a shared machine the wall clock also counts the waits for a core), and
 each variant's ratio to ``nodiag`` per round, with the 1-minute load.
-``--explain NAME`` prints a variant's physical plan instead.
+``--explain NAME`` prints a variant's physical plan instead; ``--jobs`` the Spark jobs and
+stages each variant's one run starts (``SparkContext.statusTracker``, by job group).
 """
 
 from __future__ import annotations
@@ -102,6 +103,19 @@ def edits(diag: str, nodiag: str) -> dict[str, str]:
     return out
 
 
+def print_jobs(spark: Any, query: Any, variants: dict[str, str]) -> None:
+    """Each variant's Spark jobs and stages in one run (after a warm-up run), by job group."""
+    sc, tracker = spark.sparkContext, spark.sparkContext.statusTracker()
+    for name, text in variants.items():
+        query.sql(text).collect()
+        sc.setJobGroup(f"dpkit_{name}", name)
+        query.sql(text).collect()
+        jobs = tracker.getJobIdsForGroup(f"dpkit_{name}")
+        stages = sum(len(tracker.getJobInfo(j).stageIds) for j in jobs)
+        print(f"{name:14s} {len(jobs)} jobs, {stages} stages (skipped included)")
+    sc.setJobGroup("", "")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=2_000_000)
@@ -109,6 +123,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "dpkit_spark")
     ap.add_argument("--variants", nargs="*", default=None)
     ap.add_argument("--explain", default=None)
+    ap.add_argument("--jobs", action="store_true", help="print each variant's jobs and stop")
     ap.add_argument("--show", action="store_true", help="print the texts and stop")
     args = ap.parse_args()
     args.data.mkdir(parents=True, exist_ok=True)
@@ -131,6 +146,10 @@ def main() -> None:
         if args.explain:
             print(query.sql(variants[args.explain])._jdf.queryExecution().executedPlan()
                   .toString())
+            return
+        if args.jobs:
+            print_jobs(spark, query, variants)
+            cur.close()
             return
         for text in variants.values():
             query.sql(text).collect()  # warm-up
