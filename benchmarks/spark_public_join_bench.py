@@ -11,6 +11,9 @@ Spark's analysis, the statement; no noise) of the JOIN query grouped by the look
 * ``again``: the same query once more (the shipped view is there);
 * ``spark_public``: the lookup loaded on Spark (``engine="spark"``: a Parquet copy, nothing
   shipped);
+* ``spark_public_files``: ``spark_public`` read from its files at every query, as before
+  such a lookup was cached once per registration (a third project, registered with
+  ``backend_spark.cache_public`` switched off);
 * ``again_join``, ``spark_public_join``: ``again`` and ``spark_public`` with the public
   group keys joined in Spark, as before they were read on the driver
   (``backend_spark.PUBLIC_KEYS_MAX = 0``; a second project over the same session and rows,
@@ -97,23 +100,28 @@ def main() -> None:
         spark.read.parquet(str(parquet)).createOrReplaceTempView("rows_p")
         spark.read.parquet(str(lookup_pq)).createOrReplaceTempView("lookup_p")
         curs = []
-        for name in ("p", "p_join"):
+        for name in ("p", "p_join", "p_files"):
             cur = dp.Curator.create(Path(tmp) / f"{name}.dpkit", epsilon=1000, engine="spark",
                                     spark=spark, source=dp.noise.seeded(2))
             cur.add_table("t", str(parquet), bounds={"x": (0, 100)})
             cur.add_public_table("swards", str(lookup_pq), engine="spark")
             cur.add_table("wards", lookup, public=True, engine="duckdb")
             curs.append(cur)
-        cur, cur_join = curs
+        cur, cur_join, cur_files = curs
+        cache_public = backend_spark.cache_public
+        backend_spark.cache_public = lambda df: None  # p_files: registered uncached
+        _exact(cur_files, join_q.format(w="swards"))
+        backend_spark.cache_public = cache_public
         times: dict[str, list[float]] = {k: [] for k in (
-            "first", "again", "again_join", "spark_public", "spark_public_join", "plain",
-            "no_join")}
+            "first", "again", "again_join", "spark_public", "spark_public_join",
+            "spark_public_files", "plain", "no_join")}
         loads = []
         others: dict[str, Any] = {
             "again": lambda: _exact(cur, join_q.format(w="wards")),
             "again_join": lambda: _joined(cur_join, join_q.format(w="wards")),
             "spark_public": lambda: _exact(cur, join_q.format(w="swards")),
             "spark_public_join": lambda: _joined(cur_join, join_q.format(w="swards")),
+            "spark_public_files": lambda: _exact(cur_files, join_q.format(w="swards")),
             "plain": lambda: _timed(lambda: spark.sql(plain_q).collect()),
             "no_join": lambda: _exact(cur, "SELECT COUNT(*) AS n, SUM(x) AS s FROM t")}
         order = list(others)
@@ -134,9 +142,10 @@ def main() -> None:
           f"{min(loads):.1f}-{max(loads):.1f}")
     for name, ts in times.items():
         ratios = [t / p for t, p in zip(ts, times["plain"], strict=True)]
-        print(f"{name:12s} {statistics.median(ts):.2f} s ({min(ts):.2f}-{max(ts):.2f})  "
+        print(f"{name:18s} {statistics.median(ts):.2f} s ({min(ts):.2f}-{max(ts):.2f})  "
               f"/ plain {statistics.median(ratios):.2f}x ({', '.join(f'{x:.2f}' for x in ratios)})")
-    for a, b in (("again", "again_join"), ("spark_public", "spark_public_join")):
+    for a, b in (("again", "again_join"), ("spark_public", "spark_public_join"),
+                 ("spark_public", "spark_public_files")):
         ratios = [x / y for x, y in zip(times[a], times[b], strict=True)]
         print(f"{a} / {b}: {statistics.median(ratios):.2f}x "
               f"({', '.join(f'{x:.2f}' for x in ratios)})")
