@@ -289,36 +289,3 @@ def test_lookups_are_the_broadcast_side(pair: Any) -> None:
         assert joins and all("BuildRight" in ln for ln in joins), (lookup, plan)
 
 
-
-def test_a_lookup_on_spark_is_cached_once_per_registration(pair: Any, tmp_path: Path) -> None:
-    """A public table on Spark small enough to broadcast is cached when first registered, so
-    the statement joining it reads memory (``InMemoryTableScan``, still the broadcast side),
-    not its files; replacing the table releases the former rows and caches the new ones
-    (and a shipped lookup stays cached across the load, which detaches the backend)."""
-    import pandas as pd
-
-    from dpkit.engine.backend_spark import cache_public
-
-    _, spk = pair
-    backend = spk._backend
-    pd.DataFrame(WARDS).to_parquet(tmp_path / "w.parquet")
-    query = ("SELECT region, COUNT(*) AS n FROM rec JOIN s_w w ON rec.g = w.g "
-             "GROUP BY region")
-    held = []
-    for _ in range(2):
-        spk.add_public_table("s_w", str(tmp_path / "w.parquet"), engine="spark",
-                             replace=bool(held))
-        _exact(spk, query)
-        held.append(backend._cached["s_w"])
-        text = next(t for t in reversed(backend._texts.values()) if "dpkit_spub_s_w" in t)
-        plan = backend.session().sql(text)._jdf.queryExecution().executedPlan().toString()
-        assert "InMemoryTableScan" in plan and "BuildRight" in plan, plan
-    assert held[0] is not held[1] and not held[0].is_cached and held[1].is_cached
-    assert backend._cached["wards"].is_cached  # shipped before these loads
-    # a table Spark would not broadcast is left on its files (threshold 0: nothing is)
-    session = backend.session()
-    session.conf.set("spark.sql.autoBroadcastJoinThreshold", "0")
-    try:
-        assert cache_public(session.read.parquet(str(tmp_path / "w.parquet"))) is None
-    finally:
-        session.conf.unset("spark.sql.autoBroadcastJoinThreshold")

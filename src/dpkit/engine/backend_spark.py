@@ -102,20 +102,8 @@ class SparkBackend(DuckBackend):
             key = ("pub" if meta.public else "priv", meta.stored_name)
             if key not in self._views:
                 view = f"dpkit_{'spub_' if meta.public else ''}{meta.stored_name}"
-                df = read_copy(self.session(), meta.source, view)
-                if meta.public and df is not None:
-                    self._keep(meta.name, cache_public(df))
+                read_copy(self.session(), meta.source, view)
                 self._views[key] = view
-
-    def _keep(self, name: str, df: Any) -> None:
-        """Hold public table ``name``'s cached rows (None: not cached), releasing those of
-        its former registration (a reload is a new stored name, so registered again)."""
-        old = self._cached.pop(name, None)
-        if old is not None and old is not df:
-            with contextlib.suppress(Exception):
-                old.unpersist()
-        if df is not None:
-            self._cached[name] = df
 
     def _public_view(self, key: tuple[str, str]) -> str | None:
         """The Spark view of a public DuckDB table (its rows shipped once per registration: a
@@ -124,8 +112,13 @@ class SparkBackend(DuckBackend):
         view = self._shipped.get(key)
         if view is None and key in self._public:
             meta = self._public[key]
+            session = self.session()
+            old = self._cached.pop(meta.name, None)
+            if old is not None:
+                with contextlib.suppress(Exception):
+                    old.unpersist()
             view = f"dpkit_pub_{key[1]}"
-            self._keep(meta.name, ship_public(self.session(), self, meta, view))
+            self._cached[meta.name] = ship_public(session, self, meta, view)
             self._shipped[key] = view
         return view
 
@@ -307,39 +300,6 @@ def ship_public(spark: Any, duck: DuckBackend, meta: TableMeta, view: str) -> An
     df.count()  # materialised now, before the charge: its size is known to the planner
     df.createOrReplaceTempView(view)
     return df
-
-
-def cache_public(df: Any) -> Any:
-    """Cache a public table on Spark (``df``: its Parquet copy) when Spark would broadcast it
-    in a JOIN (its files' size at most ``spark.sql.autoBroadcastJoinThreshold``), and return
-    it; None when it is left on its files. Materialised now (one Spark job, once per
-    registration, before the charge: public rows), so that each statement joining it reads
-    it from memory, where it read and decoded the files again to build the broadcast
-    (docs/scale.md: 1.62x the plain JOIN against 1.16x for a shipped, cached lookup). A
-    table whose cached form is larger than the threshold is released again: cached, Spark
-    would size it by its memory and might no longer broadcast it. Nothing is cached where
-    Spark's sizes cannot be read (a Spark Connect session)."""
-    try:
-        limit = int(df.sparkSession._jsparkSession.sessionState().conf()
-                    .autoBroadcastJoinThreshold())
-        if not 0 <= _size(df) <= limit:
-            return None
-        df.cache()
-        df.count()
-        if _size(df) <= limit:
-            return df
-        df.unpersist()
-    except Exception:  # no JVM objects, or an API that moved: read the files per query
-        with contextlib.suppress(Exception):
-            df.unpersist()
-    return None
-
-
-def _size(df: Any) -> int:
-    """Spark's size estimate of a DataFrame's rows (bytes; the cached size once cached: a new
-    plan, since a DataFrame's own plan was optimised before it was cached)."""
-    plan = df.select("*")._jdf.queryExecution().optimizedPlan()
-    return int(str(plan.stats().sizeInBytes()))
 
 
 def _refusal(exc: Exception) -> QueryError:

@@ -173,22 +173,20 @@ def _bucket_spec(source: str) -> tuple[str, int] | None:
     return unit, int(buckets)
 
 
-def read_copy(session: Any, source: str, view: str) -> Any:
+def read_copy(session: Any, source: str, view: str) -> None:
     """Declare the copy at ``source`` as ``view`` in ``session``: a temporary view of a plain
     copy, an external catalog table (``CLUSTERED BY (unit) INTO n BUCKETS``, from the note
     :func:`write_bucketed` left) of a bucketed one, since Spark knows the buckets only from
-    a catalog table. Reads the files' schema, no row. Returns the plain copy's DataFrame
-    (the view's rows), None for a bucketed one."""
+    a catalog table. Reads the files' schema, no row."""
     spec = _bucket_spec(source)
     df = session.read.parquet(source)
     if spec is None:
         df.createOrReplaceTempView(view)
-        return df
+        return
     cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in df.schema.fields)
     path = exp.Literal.string(str(source)).sql(dialect="spark")
     session.sql(f"CREATE TABLE IF NOT EXISTS {view} ({cols}) USING parquet "
                 f"CLUSTERED BY (`{spec[0]}`) INTO {spec[1]} BUCKETS LOCATION {path}")
-    return None
 
 
 def _check_complete(df: Any, columns: Sequence[Column], names: Sequence[str]) -> None:
