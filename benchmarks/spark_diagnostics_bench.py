@@ -13,8 +13,9 @@ edits of the diagnostics one:
 * ``diag_no_clamp``: ``diag`` without the clamped-values count;
 * ``diag_no_drop``: ``diag`` with the dropped-rows count and its count window taken out
   (ranks cut at ``m``, as ``nodiag``'s);
-* ``diag_no_total``: ``diag`` with the dropped rows summed per group, without the window
-  that totals them over the groups;
+* ``diag_window``: ``diag`` with the dropped rows totalled over the groups by a window in
+  the statement (``SUM(SUM(__d)) OVER ()``), as before they were summed per group and
+  totalled on the driver (a window keeps them where a public table's keys may drop groups);
 * ``diag_frame``: ``diag`` with the unit's rows up to ``2m`` counted by a frame of the
   ranking window (one window operator; no window group limit then).
 
@@ -77,9 +78,9 @@ def edits(diag: str, nodiag: str) -> dict[str, str]:
     # the clamped-values count: COUNT(CASE WHEN (NOT ISNAN(...) AND (...)) THEN 1 END) AS __mj
     out["diag_no_clamp"] = _edit(diag, r", COUNT\(CASE WHEN \(NOT ISNAN.*? THEN 1 END\) AS "
                                        r"(__m\d+)", r", 0 AS \1", "diag_no_clamp")
-    # the dropped rows' total over the groups: SUM(<the group's sum of __d>) OVER ()
-    total = r"SUM\((\(CAST\(SUM\(SHIFTRIGHT\(__d, 31\)\).*?\)\)\))\) OVER \(\) AS (__m\d+)"
-    out["diag_no_total"] = _edit(diag, total, r"\1 AS \2", "diag_no_total")
+    # the dropped rows' total over the groups as a window: SUM(<the group's sum of __d>) OVER ()
+    total = r"(\(CAST\(SUM\(SHIFTRIGHT\(__d, 31\)\).*?\)\)\)) AS (__m\d+)"
+    out["diag_window"] = _edit(diag, total, r"SUM(\1) OVER () AS \2", "diag_window")
     # no dropped count at all: the count window's CTE gone, ranks cut at m, __d = 0
     no_drop = _edit(diag, r"__r2 AS \(SELECT (.*?), __rn, COUNT\(\*\) OVER \(PARTITION BY "
                           r"__u\) AS __n2 FROM __r WHERE __rn <= \d+\)",

@@ -285,11 +285,9 @@ def measure_expr(st: SqlState, mm: Measure) -> str:
     if mm.kind in ("rows", "dkept"):
         return "COUNT(*)"
     if mm.kind == "ddrop":
-        # portable: each unit's clipped drops ride on its first kept row (__d, see
-        # bounding_ctes_portable), summed in this pass and totalled over the groups by a
-        # window (the same total on every output row, as the native scalar subquery gives)
         if st.portable:
-            return "SUM(SUM(__d)) OVER ()"
+            return dropped_rows_portable(st, mm)
+        mm.per_group = False  # a plan compiled both ways (tests): the form last compiled
         return dropped_rows_sql(st.plan.m, groups_capped=bool(st.plan.spec.group_by)
                                 and st.plan.g < st.plan.m)
     if mm.kind in ("units", "select"):
@@ -322,6 +320,21 @@ def measure_expr(st: SqlState, mm: Measure) -> str:
         bin_ = quantile_bin_sql(mm, x, cls, portable=st.portable)
         return bin_ if st.portable else f"histogram({bin_})"
     raise AssertionError(mm.kind)  # pragma: no cover
+
+
+def dropped_rows_portable(st: SqlState, mm: Measure) -> str:
+    """The portable dropped-rows count: each unit's clipped drops ride on its first kept row
+    (``__d``, see :func:`~dpkit.engine.plan.portable.bounding_ctes_portable`), summed per
+    group in the aggregation pass, and totalled over the groups on the driver
+    (``mm.per_group``: :func:`dpkit.engine.diagnose.exact_total`) where every group of
+    ``__agg`` reaches it: no GROUP BY, selected groups, or keys from declared domains (at
+    user level the rows outside them are dropped before bounding, so every group is a
+    key). A public table's keys may leave groups out (a LEFT JOIN's NULL key, dropped with
+    the key join or the key fill), so there a window totals them in the statement, the
+    same total on every output row, as the native scalar subquery gives. (The window is a
+    shuffle of the groups to one partition: one more Spark job per query.)"""
+    mm.per_group = not any(kind == "public" for kind, _ in st.plan.key_sources)
+    return "SUM(__d)" if mm.per_group else "SUM(SUM(__d)) OVER ()"
 
 
 def quantile_bin_sql(mm: Measure, x: str, cls: str, *, portable: bool = False) -> str:
