@@ -77,6 +77,11 @@ RECIPES: dict[str, dict] = {
     "w20_ep300": {"width": 20, "epochs": 300},
     "copies8_ep300": {"copies": 8, "epochs": 300},
     "w20_copies4_ep300": {"width": 20, "copies": 4, "epochs": 300},
+    # the third round (session 11): the LeNet-style ``pool`` arch, never swept; at width 8 it
+    # costs the strided width-16 net's multiply-adds (~0.8M), so it fits the 1 s/image limit
+    "pool_w8_ep300": {"arch": "pool", "width": 8, "epochs": 300},
+    "pool_w10_ep300": {"arch": "pool", "width": 10, "epochs": 300},
+    "pool_ep300": {"arch": "pool", "epochs": 300},
 }
 
 
