@@ -9,6 +9,7 @@ skip and say why.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -413,3 +414,88 @@ def test_two_hosts_share_one_budget(pg_dsn: str, tmp_path: Path) -> None:
         a.sql("SELECT COUNT(*) FROM t", epsilon=0.4)  # 0.8 spent, on the other host too
     assert a.budget().spent == pytest.approx(0.8) == b.budget().spent
     assert Curator.open(tmp_path / "host2").verify() == 4  # each host's head file agrees
+
+
+class _CutAtCommit:
+    """A TCP proxy in front of PostgreSQL that, once ``armed``, forwards the client's batch
+    holding COMMIT and then closes the connection instead of forwarding the database's
+    answer: the database commits, the client never hears it (a connection killed at commit,
+    the case where 'nothing was charged' would be false)."""
+
+    def __init__(self, port: int) -> None:
+        import socket
+        import threading
+
+        self.target = port
+        self.armed = threading.Event()
+        self.cut = threading.Event()
+        self._listen = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listen.getsockname()[1])
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self._listen.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target))
+            state = {"committing": False}
+            for args in ((client, server, state, True), (server, client, state, False)):
+                threading.Thread(target=self._pump, args=args, daemon=True).start()
+
+    def _pump(self, src: Any, dst: Any, state: dict[str, bool], upstream: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if upstream and self.armed.is_set() and b"COMMIT" in data:
+                    state["committing"] = True
+                elif not upstream and state["committing"]:
+                    self.cut.set()  # the database answered the COMMIT: drop the answer
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):  # shutdown: sends the FIN and wakes the other pump's recv
+            with contextlib.suppress(OSError):
+                s.shutdown(2)
+            with contextlib.suppress(OSError):
+                s.close()
+
+    def close(self) -> None:
+        self._listen.close()
+
+
+def test_a_connection_cut_at_commit_says_the_outcome_is_unknown(
+        pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, the broken COMMIT answered 'the transaction was rolled back, nothing was
+    charged' while the charge stood in the database. Now: the outcome is unknown, nothing was
+    released, and `dpkit budget` (which verifies) finds the row; the next query reconnects
+    and sees it."""
+    from dpkit.engine.ledger_rows import ChargeOutcomeUnknown
+
+    port = int(dict(p.split("=", 1) for p in pg_dsn.split())["port"])
+    proxy = _CutAtCommit(port)
+    try:
+        cur = Curator.create(tmp_path / "p.dpkit", epsilon=1.0, source=dp.noise.seeded(0),
+                             ledger=pg_dsn.replace(f"port={port}", f"port={proxy.port}"))
+        cur.add_table("t", {"x": [1.0, 2.0, 3.0]}, bounds={"x": (0, 5)})
+        proxy.armed.set()
+        with pytest.raises(ChargeOutcomeUnknown) as info:
+            cur.sql("SELECT COUNT(*) FROM t", epsilon=0.1)
+        assert proxy.cut.is_set()
+        text = str(info.value)
+        assert "unknown" in text and f"row #{info.value.seq}" in text, text
+        assert "dpkit budget" in text and "nothing was charged" not in text.lower(), text
+        proxy.armed.clear()
+        cur.sql("SELECT COUNT(*) FROM t", epsilon=0.1)
+        assert cur.budget().spent == pytest.approx(0.2)  # the cut one stood
+        cur.close()
+    finally:
+        proxy.close()
+    monkeypatch.setenv("DPKIT_LEDGER_DSN", pg_dsn)
+    with Curator.open(tmp_path / "p.dpkit") as again:
+        charges = again.ledger.entries("charge")
+        assert charges[0].seq == info.value.seq and len(charges) == 2

@@ -334,7 +334,8 @@ def test_owner_registers_a_table(client: Any, project: Project, tmp_path: Any) -
     o, a = project.headers(project.owner), project.headers(project.alice)
     # alice's curator is open (attached to the data) before the load: it is closed and reopened
     assert client.post("/v1/query", json={"sql": SQL, "epsilon": 0.1}, headers=a).status_code == 200
-    csv = tmp_path / "w.csv"
+    csv = project.path / "data" / "w.csv"  # the service's default data root (PROJECT/data)
+    csv.parent.mkdir()
     csv.write_text("ward,age\n" + "".join(f"{'AB'[i % 2]},{i % 90}\n" for i in range(400)))
     body = {"name": "w", "source": str(csv), "bounds": {"age": [0, 100]},
             "domains": {"ward": ["A", "B"]}}

@@ -63,12 +63,15 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
               domains: Mapping[str, Sequence[Any]] | None = None,
               not_null: Sequence[str] | None = None, public: bool = False,
               copy: bool = True, replace: bool = False, console: Any = None,
-              declare: str | Path | None = None, rows_epsilon: float | None = None) -> None:
+              declare: str | Path | None = None, rows_epsilon: float | None = None,
+              max_text_length: int | str | None = "default",
+              drop_privacy_unit: bool = False) -> None:
     """Register a table from a CSV / Parquet / JSON file or a DuckDB database (``db::table``).
 
     ``declare``: a JSON/YAML declaration file (:mod:`dpkit.engine.declare`); the other
     arguments add to it (the same column declared in both is refused: keep one).
-    ``max_rows_per_unit="auto"`` chooses the cap privately, charged ``rows_epsilon``."""
+    ``max_rows_per_unit="auto"`` chooses the cap privately, charged ``rows_epsilon``.
+    ``max_text_length``: "default" (the engine's), a number of characters, or None."""
     from dpkit.engine.bounds import AUTO_ROWS_EPSILON
     from dpkit.engine.curator import Curator
     from dpkit.engine.declare import read_declaration, where_declared
@@ -80,13 +83,15 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
         "max_rows_per_unit": max_rows_per_unit, "max_groups_per_unit": max_groups_per_unit,
         "domains": dict(domains or {}), "not_null": list(not_null or []), "public": public})
     with Curator.open(project) as cur:
-        if replace:
+        if replace and not drop_privacy_unit:
             keep_the_unit(cur.tables().get(name), kw)
+        if max_text_length != "default":
+            kw["max_text_length"] = max_text_length
         t0 = time.perf_counter()
         with load_progress(con, f"loading {source}") as progress:
             try:
                 meta = cur.add_table(name, source, copy=copy, replace=replace,
-                                     progress=progress,
+                                     progress=progress, drop_privacy_unit=drop_privacy_unit,
                                      rows_epsilon=AUTO_ROWS_EPSILON if rows_epsilon is None
                                      else rows_epsilon, **kw)
             except (ValueError, TypeError) as exc:
@@ -135,7 +140,8 @@ def keep_the_unit(old: Any, kw: Mapping[str, Any]) -> None:
         f"only: without --privacy-unit each row would become its own unit, a weaker guarantee "
         f"for anyone with several rows. Repeat --privacy-unit {old.privacy_unit} "
         f"--max-rows-per-unit {old.max_rows_per_unit} (and the other declarations), or load "
-        f"the rows under a new name. Nothing was loaded")
+        f"the rows under a new name, or add --drop-privacy-unit to make each row its own unit "
+        f"on purpose. Nothing was loaded")
 
 
 def merge_declarations(declared: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
@@ -287,6 +293,11 @@ def init_command(project: Path, epsilon: float, delta: float, accountant: str | 
     "--no-copy", "no_copy", is_flag=True, help="Keep a view over the file instead of a copy."
 )
 @click.option("--replace", is_flag=True, help="Replace a table of the same name.")
+@click.option("--drop-privacy-unit", "drop_privacy_unit", is_flag=True,
+              help="With --replace: make a table declared with a privacy unit record level.")
+@click.option("--max-text-length", "max_text_length", default=None, metavar="N|none",
+              help="Cut text values longer than N characters at load (default 1000; 'none': "
+                   "no bound; public, in the table's declarations).")
 def add_table_command(
     project: Path,
     name: str,
@@ -303,6 +314,8 @@ def add_table_command(
     public: bool,
     no_copy: bool,
     replace: bool,
+    drop_privacy_unit: bool,
+    max_text_length: str | None,
 ) -> None:
     """Register a sensitive table (CSV, Parquet, or a DuckDB database) with its privacy unit."""
     from dpkit.cli.bounds import ask_max_rows, parse_max_rows
@@ -326,7 +339,22 @@ def add_table_command(
         replace=replace,
         console=console,
         declare=declare,
+        max_text_length=parse_text_length(max_text_length),
+        drop_privacy_unit=drop_privacy_unit,
     )
+
+
+def parse_text_length(text: str | None) -> int | str | None:
+    """``--max-text-length``: absent ("default"), ``none`` (no bound) or a whole number."""
+    if text is None:
+        return "default"
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise click.BadParameter(f"a whole number of characters, or 'none' (got {text!r})",
+                                 param_hint="--max-text-length") from None
 
 
 @click.command("budget")

@@ -57,11 +57,17 @@ def owner_token(project: str) -> None:
 @click.option("--oidc-issuer", help="the JWTs' required issuer")
 @click.option("--oidc-claim", default="sub", show_default=True,
               help="the claim naming the analyst")
+@click.option("--data-root", type=click.Path(exists=True, file_okay=False),
+              help="the only folder POST /v1/tables reads sources from [default: PROJECT/data]")
+@click.option("--api-docs", is_flag=True,
+              help="serve /docs, a Swagger UI page whose script and style load from a CDN "
+                   "(cdn.jsdelivr.net); /openapi.json is always served")
 def serve(project: str, host: str, port: int, workers: int, owner_token_file: str | None,
           init_owner_token: bool, ssl_keyfile: str | None, ssl_certfile: str | None,
           max_body: int, rate: float, burst: int, timeout: float, audit_log: str | None,
           oidc_public_key: str | None, oidc_jwks_url: str | None, oidc_audience: str | None,
-          oidc_issuer: str | None, oidc_claim: str) -> None:
+          oidc_issuer: str | None, oidc_claim: str, data_root: str | None,
+          api_docs: bool) -> None:
     """Serve PROJECT over HTTP: analysts query with their tokens (docs/service.md)."""
     from dpkit.server import require_extra
 
@@ -85,10 +91,13 @@ def serve(project: str, host: str, port: int, workers: int, owner_token_file: st
     config = ServerConfig(project=str(Path(project).resolve()),
                           owner_token_sha256=owner_hashes(project, token_file=owner_token_file),
                           max_body=max_body, rate=rate, burst=burst, timeout=timeout,
-                          audit_log=audit_log, oidc=oidc)
+                          audit_log=audit_log, oidc=oidc, api_docs=api_docs,
+                          data_root=str(Path(data_root).resolve()) if data_root else None)
     scheme = "https" if ssl_certfile else "http"
+    docs = "/docs (loads Swagger UI from a CDN)" if api_docs else "/openapi.json"
     console.print(f"dpkit service for {project}: {scheme}://{host}:{port}/ "
-                  f"(API: /docs); Ctrl-C stops it")
+                  f"(API: {docs}; tables from {config.data_root_path}); Ctrl-C stops it",
+                  markup=False, highlight=False)
     run_service(config, host=host, port=port, workers=workers, ssl_keyfile=ssl_keyfile,
                 ssl_certfile=ssl_certfile)
 

@@ -25,6 +25,7 @@ from dpkit.engine.duckdb_sources import (
     source_sql,
     store_domain,
     string_literal,
+    truncate_text,
 )
 from dpkit.engine.spec import QueryError
 from dpkit.engine.tables import FIXED_PREFIX, Column, TableMeta, quote_ident
@@ -121,6 +122,7 @@ def load_table(
     not_null: Callable[[], Sequence[str]] | None = None,
     progress: Callable[[str, float], None] | None = None,
     physical: str | None = None,
+    text_limit: int | None = None,
 ) -> tuple[list[Column], str, str]:
     """Load ``source`` into ``db_path`` as ``name`` (replacing it), in one DuckDB transaction.
 
@@ -143,7 +145,8 @@ def load_table(
     ``validate``) lists columns declared complete: a NULL (or NaN) in one of them refuses the
     load. ``progress(step, fraction)`` (optional) is called about ten times a second while the
     long statements run (copying the rows, computing the hidden columns), with DuckDB's own
-    estimate of how far each is. Returns (columns, storage, relation).
+    estimate of how far each is. ``text_limit``: a private copy's text values are cut to that
+    many characters (:func:`truncate_text`). Returns (columns, storage, relation).
     """
     con = _open_for_load(db_path)
     try:
@@ -155,10 +158,8 @@ def load_table(
             schema = _SCHEMAS["public" if public else "private"]
             target = f"{schema}.{quote_ident(physical or name)}"
             if not copy and kind != "file":
-                raise ValueError(
-                    "copy=False works for CSV/Parquet/JSON files only (a view over the file); "
-                    "frames and databases are copied"
-                )
+                raise ValueError("copy=False works for CSV/Parquet/JSON files only (a view over "
+                                 "the file); frames and databases are copied")
             con.execute("BEGIN TRANSACTION")
             try:
                 _clear_target(con, schema, name, target, in_place=physical is None)
@@ -169,6 +170,8 @@ def load_table(
                 else:
                     con.execute(f"CREATE VIEW {target} AS SELECT * FROM {rel_sql}")
                 columns = loaded_columns(con, target)
+                if copy and not public:
+                    truncate_text(con, target, columns, text_limit)
                 validate(columns, _row_count(con, target))
                 if not_null is not None:
                     check_complete(con, target, columns, not_null())
@@ -197,10 +200,9 @@ def _open_for_load(db_path: Path) -> duckdb.DuckDBPyConnection:
     try:
         return duckdb.connect(str(db_path))
     except duckdb.IOException as exc:
-        raise RuntimeError(
-            f"cannot open {db_path} for writing: {str(exc).splitlines()[0]}. Another process "
-            f"(an open Curator) is reading it; close it and retry"
-        ) from None
+        raise RuntimeError(f"cannot open {db_path} for writing: {str(exc).splitlines()[0]}. "
+                           f"Another process (an open Curator) is reading it; close it and "
+                           f"retry") from None
 
 
 def _track_progress(con: duckdb.DuckDBPyConnection) -> None:
@@ -226,9 +228,7 @@ def _clear_target(con: duckdb.DuckDBPyConnection, schema: str, name: str, target
 
 
 def _row_count(con: duckdb.DuckDBPyConnection, target: str) -> int:
-    count_row = con.execute(f"SELECT COUNT(*) FROM {target}").fetchone()
-    assert count_row is not None  # an aggregate without GROUP BY: always one row
-    return int(count_row[0])
+    return int(con.execute(f"SELECT COUNT(*) FROM {target}").fetchall()[0][0])  # one row
 
 
 def _add_hidden_columns(con: duckdb.DuckDBPyConnection, target: str,

@@ -66,7 +66,9 @@ from dpkit.engine.backend_spark import (
 from dpkit.engine.charge import charged_read, quote
 from dpkit.engine.ledger import Entry, Ledger
 from dpkit.engine.load import (
+    MAX_TEXT_LENGTH,
     Declarations,
+    check_load,
     load_declared,
     load_declared_spark,
     load_lock,
@@ -267,6 +269,8 @@ class Curator(ReleaseMethods):
         progress: Any = None,
         rows_epsilon: float = dbounds.AUTO_ROWS_EPSILON,
         engine: str | None = None,
+        max_text_length: int | None = MAX_TEXT_LENGTH,
+        drop_privacy_unit: bool = False,
     ) -> TableMeta:
         """Register a table (the data owner's job); spends nothing, except ``"auto"``.
 
@@ -279,34 +283,27 @@ class Curator(ReleaseMethods):
         checked to hold no NULL/NaN. ``public=True``: a lookup table (``copy=False``: a view).
         ``progress(step, fraction)``: called during the load. ``engine="spark"``: the rows
         stay on Spark (a Spark DataFrame or a Parquet/CSV path; default: the project's engine;
-        docs/scale.md). Details: docs/curator.md.
+        docs/scale.md). ``max_text_length``: a private copy's text values are cut to this many
+        characters (None: not cut; public in the declarations). ``replace=True`` keeps a
+        privacy unit unless it is given again or ``drop_privacy_unit=True`` says to drop it.
+        Details: docs/curator.md.
         """
         spark = check_engine(engine or self._engine) == SPARK
         check_identifier(name, "table")
         self._require_owner("adding, replacing or declaring a table")
         auto = dbounds.check_rows_declaration(privacy_unit, max_rows_per_unit, public=public,
                                               name=name, epsilon=rows_epsilon)
-        if not copy and not public:
-            raise ValueError(
-                f"copy=False keeps a view that re-reads the file at every query, so a row "
-                f"appended or changed after loading (or a malformed one) would change answers "
-                f"and errors without the ledger knowing; private tables are always copied in. "
-                f"Drop copy=False for {name!r} (public lookup tables may stay views)"
-            )
+        decl = Declarations(privacy_unit=privacy_unit, bounds=bounds,
+                            max_rows_per_unit=None if isinstance(max_rows_per_unit, str)
+                            else max_rows_per_unit,
+                            max_groups_per_unit=max_groups_per_unit, domains=domains,
+                            not_null=not_null, public=public, copy=copy,
+                            source_table=source_table, description=description,
+                            max_text_length=max_text_length)
         with self._lock, load_lock(self.path / LOAD_LOCK):
-            existing = self.tables()
-            if name in existing and not replace:
-                raise ValueError(
-                    f"table {name!r} already exists; pass replace=True to load it again (its "
-                    f"declarations are replaced too, and the change is recorded in the ledger)"
-                )
+            check_load(name, self.tables().get(name), decl, replace=replace,
+                       drop_privacy_unit=drop_privacy_unit)
             self._backend.close()  # DuckDB: one writer, no readers attached meanwhile
-            decl = Declarations(privacy_unit=privacy_unit, bounds=bounds,
-                                max_rows_per_unit=None if isinstance(max_rows_per_unit, str)
-                                else max_rows_per_unit,
-                                max_groups_per_unit=max_groups_per_unit, domains=domains,
-                                not_null=not_null, public=public, copy=copy,
-                                source_table=source_table, description=description)
             if spark:
                 meta = self._add_spark_table(name, source, decl)
             else:

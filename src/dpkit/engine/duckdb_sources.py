@@ -21,7 +21,7 @@ import duckdb
 from dpkit.engine.tables import FIXED_PREFIX, Column, quote_ident
 
 __all__ = ["KEY_COLUMN", "check_case_distinct", "check_complete", "key_parts", "loaded_columns",
-           "source_sql", "store_domain", "string_literal"]
+           "source_sql", "store_domain", "string_literal", "truncate_text"]
 
 KEY_COLUMN = "k"  # the one column of a hidden key table (a declared domain)
 
@@ -292,3 +292,20 @@ def loaded_columns(con: duckdb.DuckDBPyConnection, target: str) -> list[Column]:
                 f"curator's hidden columns; rename it"
             )
     return columns
+
+
+def truncate_text(con: duckdb.DuckDBPyConnection, target: str, columns: Sequence[Column],
+                  limit: int | None) -> None:
+    """Cut every VARCHAR value of the loaded relation ``target`` to ``limit`` characters
+    (None: leave them). A row function's time follows the length of the value it reads, so one
+    unit's 10^7-character value would make every query that reads the column measurably slower
+    on the data that holds it (docs/attacks.md §6, "Text: what one value can cost"); the
+    bound is public (recorded in the table's declarations), so a query's work no longer
+    depends on how long one unit's text is beyond it."""
+    if limit is None:
+        return
+    n = int(limit)
+    for c in columns:
+        if c.type.upper() == "VARCHAR":
+            q = quote_ident(c.name)
+            con.execute(f"UPDATE {target} SET {q} = left({q}, {n}) WHERE length({q}) > {n}")

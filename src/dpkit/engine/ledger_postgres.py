@@ -35,7 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from dpkit import noise as _noise
-from dpkit.engine.ledger_rows import GENESIS_PREV, LedgerError, LedgerTampered
+from dpkit.engine.ledger_rows import (
+    GENESIS_PREV,
+    ChargeOutcomeUnknown,
+    LedgerError,
+    LedgerTampered,
+)
 from dpkit.engine.ledger_store import ROW_COLUMNS, Row
 
 __all__ = ["DSN_ENV", "PostgresStore", "is_dsn", "new_schema_name"]
@@ -252,7 +257,6 @@ class PostgresStore:
         pipelined batch (each statement of a READ COMMITTED transaction takes its snapshot when
         it starts, so the rows are read after the lock is granted); the buffered INSERTs, the
         head and COMMIT in another. A process killed before the second batch leaves nothing."""
-        s = self.schema
         with self._errors():
             try:
                 conn, locked, newer = self._begin()
@@ -262,14 +266,7 @@ class PostgresStore:
                 self._prefetched = (self._seen, newer)
                 self._in_tx, self._seen_in_tx = True, self._seen
                 yield
-                with conn.pipeline():
-                    for row in self._pending:
-                        conn.execute(f"INSERT INTO {s}.ledger ({ROW_COLUMNS}) VALUES "
-                                     f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", row)
-                    if self._pending_head is not None:
-                        conn.execute(f"UPDATE {s}.ledger_head SET seq = %s, hash = %s, "
-                                     f"mac = %s WHERE id = 1", self._pending_head)
-                    conn.execute("COMMIT")
+                self._commit(conn)
                 self._seen = max([self._seen_in_tx, *(int(r[0]) for r in self._pending)])
             except BaseException:
                 if not self._conn.closed and not self._conn.broken:
@@ -280,6 +277,28 @@ class PostgresStore:
                 self._seen = max(self._seen, self._seen_in_tx)
                 self._in_tx, self._prefetched = False, None
                 self._pending, self._pending_head = [], None
+
+    def _commit(self, conn: Any) -> None:
+        """The buffered rows, the head and COMMIT in one batch. A connection that breaks
+        meanwhile leaves the outcome unknown (the COMMIT may have reached the database and
+        succeeded, its answer lost): :class:`ChargeOutcomeUnknown`, never "nothing was
+        charged". An error the database answered (the connection alive) rolled it back."""
+        psycopg = _psycopg()
+        s = self.schema
+        try:
+            with conn.pipeline():
+                for row in self._pending:
+                    conn.execute(f"INSERT INTO {s}.ledger ({ROW_COLUMNS}) VALUES "
+                                 f"(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", row)
+                if self._pending_head is not None:
+                    conn.execute(f"UPDATE {s}.ledger_head SET seq = %s, hash = %s, "
+                                 f"mac = %s WHERE id = 1", self._pending_head)
+                conn.execute("COMMIT")
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            if self._pending and (conn.closed or conn.broken):
+                raise ChargeOutcomeUnknown(int(self._pending[-1][0]), _first_line(exc),
+                                           self.where, self.locator.parent) from None
+            raise
 
     def _begin(self) -> tuple[Any, Any, list[Row]]:
         """BEGIN, the lock and the newer rows in one batch. A connection found dead here (the

@@ -24,9 +24,9 @@ from typing import Any
 from dpkit import events as ev
 from dpkit import noise as _noise
 
-__all__ = ["ACCOUNTANTS", "COLUMNS", "FORMAT", "GENESIS_PREV", "SCHEMA", "Entry", "HeadFile",
-           "HeadNotWritten",
-           "LedgerConfig", "LedgerError", "LedgerTampered", "Spend", "canonical_json",
+__all__ = ["ACCOUNTANTS", "COLUMNS", "FORMAT", "GENESIS_PREV", "SCHEMA", "ChargeOutcomeUnknown",
+           "Entry", "HeadFile", "HeadNotWritten", "LedgerConfig", "LedgerError", "LedgerTampered",
+           "Spend", "canonical_json",
            "config_from_genesis", "connect", "constant_work_setting", "finite", "head_path",
            "key_path", "match_head", "new_key", "noise_record", "now_iso", "read_key",
            "row_hash", "verify_rows"]
@@ -50,6 +50,21 @@ class HeadNotWritten(LedgerError):  # noqa: N818 - reads as a sentence
         self.seq = seq
         super().__init__(f"ledger row #{seq} was committed but its head file could not be "
                          f"written ({reason})")
+
+
+class ChargeOutcomeUnknown(LedgerError):  # noqa: N818 - reads as a sentence
+    """The connection to the ledger's database broke while a write's COMMIT was on its way:
+    the database may have committed it or not, and this process cannot tell. Nothing was
+    released on it (noise is drawn only after the commit returned); the row may stand."""
+
+    def __init__(self, seq: int, reason: str, where: str, project: Path | str) -> None:
+        self.seq = seq
+        super().__init__(
+            f"the connection to the ledger database ({where}) broke while ledger row #{seq} was "
+            f"being committed ({reason}): whether it was written is unknown, and if this was a "
+            f"charge it may stand. Nothing was released. Before you retry (a retry would be "
+            f"charged again), run `dpkit budget {project}` (it verifies the ledger and lists "
+            f"every charge: look for row #{seq})")
 
 
 class LedgerTampered(LedgerError):  # noqa: N818 - reads as a sentence: "ledger tampered"

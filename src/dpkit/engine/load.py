@@ -34,8 +34,16 @@ from dpkit.engine.tables import (
     validate_not_null,
 )
 
-__all__ = ["Declarations", "load_declared", "load_declared_spark", "load_lock",
-           "tables_in_force"]
+__all__ = ["MAX_TEXT_LENGTH", "Declarations", "check_load", "load_declared",
+           "load_declared_spark", "load_lock", "tables_in_force"]
+
+# The default bound on a private table's text values, in characters. A query's time grows
+# linearly with the length of each value it reads (docs/attacks.md §6: eight calls over one
+# unit's 10^6-character value added 10-20 ms, 10^7 added 60-220 ms, on 10,000 units); cut at
+# 1,000, one unit's text costs at most ~1/1000 of the former, microseconds, under the jitter
+# of any query, while names, codes, addresses and short comments pass whole. Free text
+# longer than that is no GROUP BY key anyway; the owner raises it (or None) where it is.
+MAX_TEXT_LENGTH = 1000
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,7 @@ class Declarations:
     copy: bool = True
     source_table: str | None = None
     description: str = ""
+    max_text_length: int | None = MAX_TEXT_LENGTH
 
 
 class _Load:
@@ -120,11 +129,12 @@ def load_declared(db_path: Path, name: str, source: Any, decl: Declarations, *,
     refused declaration or a failed load stores nothing that any table names."""
     job = _Load(name, decl)
     physical = f"{name}__v{_noise.token_hex(16)[:16]}"
+    limit = None if decl.public or not decl.copy else decl.max_text_length
     columns, storage, relation = load_table(
         db_path, name, source, public=decl.public, copy=decl.copy,
         source_table=decl.source_table, validate=job.validate, fixed=job.fixed,
         domains=job.domains, not_null=lambda: job.not_null, progress=progress,
-        physical=physical,
+        physical=physical, text_limit=limit,
     )
     unit, rows, groups, bounds, doms = job.valid
     return TableMeta(
@@ -134,7 +144,7 @@ def load_declared(db_path: Path, name: str, source: Any, decl: Declarations, *,
         relation=relation,
         description=decl.description,
         key_tables=job.key_tables if storage == "copy" and not decl.public else {},
-        not_null=job.not_null, physical=physical,
+        not_null=job.not_null, physical=physical, max_text_length=limit,
     )
 
 
@@ -164,6 +174,49 @@ def load_declared_spark(db_path: Path, spark: Any, name: str, source: Any,
         relation=relation,
         description=decl.description, key_tables={}, not_null=job.not_null, physical=physical,
     )
+
+
+def check_load(name: str, old: TableMeta | None, decl: Declarations, *, replace: bool,
+               drop_privacy_unit: bool) -> None:
+    """Refuse, before anything is loaded, a load the owner cannot mean: a view over a private
+    table's file, a name taken without ``replace``, a bad text bound, and a ``replace`` that
+    would silently drop the table's privacy unit (it reloads with the declarations given only:
+    without ``privacy_unit`` each row would become its own unit, a weaker guarantee for anyone
+    with several rows; found by the first hour's owner, who replaced a table to add bounds)."""
+    if not decl.copy and not decl.public:
+        raise ValueError(
+            f"copy=False keeps a view that re-reads the file at every query, so a row "
+            f"appended or changed after loading (or a malformed one) would change answers "
+            f"and errors without the ledger knowing; private tables are always copied in. "
+            f"Drop copy=False for {name!r} (public lookup tables may stay views)")
+    if old is not None and not replace:
+        raise ValueError(f"table {name!r} already exists; pass replace=True to load it again "
+                         f"(its declarations are replaced too, and the change is recorded in "
+                         f"the ledger)")
+    n = decl.max_text_length
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"max_text_length must be a whole number of characters >= 1, or None "
+                         f"for no bound (got {n!r}); the default is {MAX_TEXT_LENGTH}")
+    long = [c for c, keys in (decl.domains or {}).items() if n is not None and not decl.public
+            and any(isinstance(k, str) and len(k) > n for k in keys)]
+    if long:
+        raise ValueError(f"the domain of {long[0]!r} has a key longer than max_text_length={n} "
+                         f"characters: values are cut to that length at load, so it could "
+                         f"never match; raise max_text_length or shorten the key")
+    if drop_privacy_unit and decl.privacy_unit is not None:
+        raise ValueError(f"drop_privacy_unit=True makes {name!r} record level, but "
+                         f"privacy_unit={decl.privacy_unit!r} was given too: keep one")
+    if (old is None or old.public or old.privacy_unit is None or decl.public
+            or decl.privacy_unit is not None or drop_privacy_unit):
+        return
+    raise ValueError(
+        f"table {name!r} is declared with privacy unit {old.privacy_unit!r} (at most "
+        f"{old.max_rows_per_unit} rows per unit), and replace=True reloads it with the "
+        f"declarations given only: without privacy_unit each row would become its own unit, a "
+        f"weaker guarantee for anyone with several rows. Give privacy_unit="
+        f"{old.privacy_unit!r} and max_rows_per_unit={old.max_rows_per_unit} again (and the "
+        f"other declarations), or, to make each row its own unit on purpose, "
+        f"drop_privacy_unit=True. Nothing was loaded")
 
 
 @contextlib.contextmanager

@@ -136,6 +136,10 @@ class TableMeta:
     # the relation's own name inside its schema: a fresh one per load (crash-safe replace);
     # "" for tables loaded before versioned relations (stored under ``name``)
     physical: str = ""
+    # text values of a private copy were cut to this many characters at load (None: not cut,
+    # as for public tables, Spark tables and loads before the bound existed); public, like the
+    # bounds: it says how long a value a query can read
+    max_text_length: int | None = None
 
     @property
     def stored_name(self) -> str:
@@ -204,6 +208,7 @@ class TableMeta:
             "key_tables": dict(self.key_tables),
             "not_null": list(self.not_null),
             "physical": self.physical,
+            "max_text_length": self.max_text_length,
         }
 
     @classmethod
@@ -228,6 +233,8 @@ class TableMeta:
             key_tables={str(k): str(v) for k, v in d.get("key_tables", {}).items()},
             not_null=tuple(str(c) for c in d.get("not_null", ())),
             physical=str(d.get("physical", "")),
+            max_text_length=(None if d.get("max_text_length") is None
+                             else int(d["max_text_length"])),
         )
 
     def summary(self) -> str:
@@ -250,6 +257,8 @@ class TableMeta:
                                                 for k, v in self.domains.items()))
         if self.not_null:
             parts.append("not null " + ", ".join(self.not_null))
+        if self.max_text_length is not None:
+            parts.append(f"text cut at {self.max_text_length} characters")
         return "; ".join(parts)
 
 

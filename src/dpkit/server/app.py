@@ -1,20 +1,24 @@
 """The FastAPI application: :func:`create_app` (one per process).
 
 Routes: ``/v1`` (:mod:`dpkit.server.routes`, :mod:`dpkit.server.owner`), ``/v1/health``,
-``/openapi.json``, ``/docs``, the console at ``/`` and ``/static``. Every error is an RFC 9457
-problem (``application/problem+json``), FastAPI's own 404/405/422 included; the body-size
-limit and the audit log wrap everything (:class:`dpkit.server.limits.Guard`).
+``/openapi.json``, the console at ``/`` and ``/static``; ``/docs`` only with ``api_docs`` (a
+Swagger UI page whose script loads from a CDN: no package we depend on ships it, and the
+service serves no third-party script unless its owner asks; no ``/redoc`` either). Every error
+is an RFC 9457 problem (``application/problem+json``), FastAPI's own 404/405/422 included;
+the body-size limit and the audit log wrap everything (:class:`dpkit.server.limits.Guard`).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import logging
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
@@ -98,7 +102,7 @@ def create_app(config: ServerConfig | str | Path, **settings: Any) -> FastAPI:
     # no lifespan hook closes the service: a test client (or an ASGI fuzzer) runs startup
     # and shutdown around every session of the same app; the process's exit closes it
     service = Service(config)
-    app = FastAPI(title="dpkit", version="1",
+    app = FastAPI(title="dpkit", version="1", docs_url=None, redoc_url=None,
                   description="Differentially private answers from a dpkit project: "
                               "aggregates with intervals, charged to the caller's budget.")
     app.state.service = service
@@ -115,10 +119,34 @@ def create_app(config: ServerConfig | str | Path, **settings: Any) -> FastAPI:
     def console() -> FileResponse:
         return FileResponse(STATIC / "index.html", headers=CONSOLE_HEADERS)
 
+    if config.api_docs:
+        app.add_api_route("/docs", _api_docs, include_in_schema=False)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     # outermost: refuses oversized bodies before anything parses them, audits every answer
     app.add_middleware(Guard, max_body=config.max_body, audit=service.audit)
     return app
+
+
+CDN = "https://cdn.jsdelivr.net"
+_CDN_NOTE = ("This page loads Swagger UI's script and style from cdn.jsdelivr.net, a third "
+             "party (dpkit serve --api-docs). The API's schema is /openapi.json.")
+
+
+def _api_docs() -> HTMLResponse:
+    """Swagger UI from the CDN, marked as such in its title and a banner, under a policy that
+    lets in that host and the page's one inline script (by its hash) only."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    page = get_swagger_ui_html(openapi_url="/openapi.json", swagger_favicon_url="data:,",
+                               title="dpkit API (Swagger UI loaded from cdn.jsdelivr.net)")
+    html = bytes(page.body).decode().replace(
+        "<body>", f'<body><p role="note" style="background:#fff3cd;padding:.5em;margin:0">'
+                  f"{_CDN_NOTE}</p>", 1)
+    inline = html.rsplit("<script>", 1)[1].split("</script>", 1)[0]
+    digest = base64.b64encode(hashlib.sha256(inline.encode()).digest()).decode()
+    csp = (f"default-src 'self'; script-src {CDN} 'sha256-{digest}'; style-src {CDN} "
+           f"'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'")
+    return HTMLResponse(html, headers={**CONSOLE_HEADERS, "Content-Security-Policy": csp})
 
 
 def app_from_env() -> FastAPI:

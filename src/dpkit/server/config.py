@@ -49,7 +49,10 @@ class ServerConfig:
     plain tokens are never kept). ``max_body``: request bytes (413 beyond). ``rate`` and
     ``burst``: per-credential token bucket, requests per second (429 beyond). ``timeout``:
     seconds a query may run before the service answers 504 (a charge made stays).
-    ``audit_log``: JSON lines file (default ``PROJECT/audit.jsonl``).
+    ``audit_log``: JSON lines file (default ``PROJECT/audit.jsonl``). ``data_root``: the folder
+    ``POST /v1/tables`` may read sources from (default ``PROJECT/data``;
+    :mod:`dpkit.server.paths`). ``api_docs``: serve ``/docs``, a Swagger UI page that loads its
+    script from a CDN (off by default: ``/openapi.json`` is always served).
     """
 
     project: str
@@ -61,6 +64,8 @@ class ServerConfig:
     audit_log: str | None = None
     oidc: OidcConfig | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    data_root: str | None = None
+    api_docs: bool = False
 
     def __post_init__(self) -> None:
         for name in ("rate", "timeout"):
@@ -69,6 +74,12 @@ class ServerConfig:
                 raise ValueError(f"{name} must be a number > 0 (got {v!r})")
         if self.max_body < 1024 or self.burst < 1:
             raise ValueError("max_body must be >= 1024 bytes and burst >= 1")
+
+    @property
+    def data_root_path(self) -> Path:
+        from dpkit.server.paths import default_data_root
+
+        return Path(self.data_root) if self.data_root else default_data_root(self.project)
 
     @property
     def audit_path(self) -> Path:

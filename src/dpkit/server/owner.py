@@ -3,6 +3,7 @@ reaches them (403 for an analyst's); each change is a ledger row, as from the CL
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter
@@ -11,6 +12,7 @@ from fastapi.responses import Response
 from dpkit.engine.curator import Curator
 from dpkit.engine.roles import token_expiry
 from dpkit.server import schemas as s
+from dpkit.server.paths import confine
 from dpkit.server.problems import Problem
 from dpkit.server.routes import PROBLEMS
 from dpkit.server.service import OwnerCall
@@ -92,15 +94,21 @@ def _known(cur: Curator, name: str) -> None:
 
 @router.post("/tables", status_code=201, response_model=s.TableOut, responses=PROBLEMS)
 def register_table(body: s.TableIn, c: OwnerCall) -> Any:
-    """Register (or, with ``replace``, load again) a table from a file on the service's
-    machine; answers its public declarations. Spends nothing. The load needs the data file to
-    itself: with several service processes it is refused (409) until the others stop."""
+    """Register (or, with ``replace``, load again) a table from a file under the service's
+    data root (``dpkit serve --data-root``; 409 outside it); answers its public declarations.
+    Spends nothing. The load needs the data file to itself: with several service processes it
+    is refused (409) until the others stop."""
+    config = c.service.config
+    source = confine(body.source, config.data_root_path, Path(config.project))
+
     def call(cur: Curator) -> Any:
         bounds = {k: tuple(v) for k, v in body.bounds.items()} if body.bounds else None
-        meta = cur.add_table(body.name, body.source, privacy_unit=body.privacy_unit,
+        meta = cur.add_table(body.name, source, privacy_unit=body.privacy_unit,
                              max_rows_per_unit=body.max_rows_per_unit, bounds=bounds,
                              domains=body.domains, public=body.public, replace=body.replace,
-                             description=body.description)
+                             description=body.description,
+                             max_text_length=body.max_text_length,
+                             drop_privacy_unit=body.drop_privacy_unit)
         return table_json(meta)
 
     return c.run(call, exclusive=True)

@@ -97,7 +97,12 @@ class Pool:
             finally:
                 self._done(key)
 
-        future = self._threads.submit(locked)
+        try:
+            future = self._threads.submit(locked)
+        except RuntimeError:  # shut down: nothing will run it, so nothing stays pending
+            self._done(key)
+            raise Problem(503, "unavailable", "the service is shutting down; nothing was "
+                          "charged by this request. Try again when it is back") from None
         try:
             return future.result(timeout=timeout if timeout is not None else self.timeout)
         except FutureTimeout:

@@ -5,15 +5,21 @@ the budget) or value is 409, a missing right 403, a ledger or database that cann
 used 503 (nothing charged: the charge is the ledger's transaction). 422 is for a body that
 does not match the endpoint's schema; a schema-valid body the curator refuses is a 409.
 Nothing a client sends reaches the generic 500: that would be a bug, and says so.
+
+:func:`for_analyst` is what an analyst (or a caller not yet authenticated) sees of a problem:
+no server path and no exception text. A 5xx gets a fixed text and a reference to the
+service's log, where the detail is; a refusal keeps the curator's text with any filesystem
+path replaced. The owner sees every detail (their own endpoints, their own machine).
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["PROBLEM_TYPE", "Problem", "problem_body", "problem_of"]
+__all__ = ["PROBLEM_TYPE", "Problem", "for_analyst", "problem_body", "problem_of"]
 
 PROBLEM_TYPE = "https://dpkit.dev/problems/"
 MEDIA_TYPE = "application/problem+json"
@@ -65,7 +71,7 @@ def problem_body(status: int, slug: str, detail: str,
 def problem_of(exc: BaseException) -> Problem:
     """The problem an exception raised by the curator (or the service) stands for."""
     from dpkit.accounting import BudgetExceeded
-    from dpkit.engine.ledger_rows import LedgerError
+    from dpkit.engine.ledger_rows import ChargeOutcomeUnknown, LedgerError
     from dpkit.engine.spec import QueryError
 
     if isinstance(exc, Problem):
@@ -85,6 +91,8 @@ def problem_of(exc: BaseException) -> Problem:
                        f"{text}. Another process has the project's data open: stop the "
                        f"other service processes (or run the service with --workers 1) to "
                        f"register a table; nothing was changed")
+    if isinstance(exc, ChargeOutcomeUnknown):  # the COMMIT's answer was lost: never "not"
+        return Problem(503, "outcome-unknown", f"{text}. {OUTCOME_UNKNOWN}")
     driver = type(exc).__module__.split(".")[0] in ("psycopg", "psycopg2", "psycopg_pool")
     if isinstance(exc, (LedgerError, sqlite3.Error, OSError)) or driver:
         return Problem(503, "unavailable",
@@ -98,3 +106,41 @@ def problem_of(exc: BaseException) -> Problem:
         # bodies that do not match the schema at all
         return Problem(409, "refused", text)
     return Problem(500, "internal", f"internal error ({type(exc).__name__}); it was logged")
+
+
+OUTCOME_UNKNOWN = ("Whether this request was charged is unknown: nothing was released, and the "
+                   "charge may stand. Look for it in GET /v1/history before you send it again "
+                   "(a retry is charged again)")
+_FIXED = {
+    503: "the project's ledger or data cannot be used now; nothing was charged by this "
+         "request. Try again later, or tell the owner (the service logged the cause under this "
+         "answer's 'instance')",
+    500: "internal error; it was logged under this answer's 'instance'. Nothing was released",
+}
+# an absolute (or ~ / ./ ../) filesystem path; the API's own routes are not paths
+_PATH = re.compile(r"(?<![\w/.:~)\]-])(?:~|\.{1,2})?/(?!v1/|v1\b|openapi\.json|docs\b)"
+                   r"[^\s'\"`,;()<>]*[^\s'\"`,;()<>.:]")
+
+
+def for_analyst(problem: Problem, ref: str, exc: BaseException | None = None) -> Problem:
+    """``problem`` as an analyst may see it. Made from an exception ``exc``, a 5xx (a ledger or
+    database error, a bug) says a fixed text, its ``instance`` names ``ref`` (log the detail
+    under it), and a
+    refusal caused by the machine's files (a missing file, a lock) says only that the data
+    cannot be read; any other detail (the curator's refusals, the service's own answers)
+    keeps its text with each filesystem path replaced by ``<path>``."""
+    if problem.slug == "outcome-unknown":
+        detail = f"the ledger's answer to this request's charge was lost. {OUTCOME_UNKNOWN}"
+    elif problem.status >= 500 and exc is not None:
+        detail = _FIXED.get(problem.status, _FIXED[500])
+    elif isinstance(exc, OSError) or (problem.status == 409 and problem.slug == "busy"):
+        detail = ("the project's data cannot be read now; nothing was charged by this request. "
+                  "Tell the owner (the service logged the cause under this answer's 'instance')")
+    else:
+        detail = _PATH.sub("<path>", problem.detail)
+    if detail == problem.detail:
+        return problem
+    # the reference goes in RFC 9457's 'instance', not in the detail: a detail stays a function
+    # of public things (the side-channel fuzzer compares it between neighbouring datasets)
+    return replace(problem, detail=detail,
+                   extra={**(problem.extra or {}), "instance": f"urn:dpkit:log:{ref}"})

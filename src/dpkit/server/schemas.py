@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dpkit.engine.load import MAX_TEXT_LENGTH
+
 __all__ = [
     "AnalystIn", "AnalystOut", "AnalystsOut", "BudgetIn", "BudgetOut", "CdfIn", "ColumnOut",
     "HistoryItemOut", "HistoryOut", "MarginalsIn", "MeOut", "PreviewIn", "PreviewOut",
@@ -85,7 +87,8 @@ class AnalystIn(_In):
 class TableIn(_In):
     name: str = Name
     source: str = Field(min_length=1, max_length=4096,
-                        description="a CSV/Parquet/JSON/DuckDB file on the service's machine")
+                        description="a CSV/Parquet/JSON/DuckDB file under the service's data "
+                                    "root (`dpkit serve --data-root`; relative: from there)")
     privacy_unit: str | None = Field(default=None, max_length=128)
     max_rows_per_unit: int | None = Field(default=None, ge=1, le=1_000_000)
     bounds: dict[str, tuple[float, float]] | None = None
@@ -93,6 +96,13 @@ class TableIn(_In):
     public: bool = False
     replace: bool = False
     description: str = Field(default="", max_length=2000)
+    max_text_length: int | None = Field(
+        default=MAX_TEXT_LENGTH, ge=1, le=1_000_000_000,
+        description="text values of a private table are cut to this many characters at load "
+                    "(null: not cut)")
+    drop_privacy_unit: bool = Field(
+        default=False, description="with replace: make a table declared with a privacy unit "
+                                   "record level on purpose")
 
 
 class BudgetIn(_In):
@@ -122,6 +132,7 @@ class TableOut(BaseModel):
     rows_public: bool = False
     public: bool = False
     description: str = ""
+    max_text_length: int | None = None
     columns: list[ColumnOut]
 
 

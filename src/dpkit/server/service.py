@@ -10,11 +10,12 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from dpkit.noise import token_hex
 from dpkit.server.auth import Authenticator, Identity
 from dpkit.server.config import ServerConfig
 from dpkit.server.limits import AuditLog, RateLimiter
 from dpkit.server.pool import Pool
-from dpkit.server.problems import Problem, problem_of
+from dpkit.server.problems import Problem, for_analyst, problem_of
 
 __all__ = ["AnalystCall", "Caller", "OwnerCall", "Service", "caller", "owner_caller"]
 
@@ -54,13 +55,15 @@ class Caller:
             if exclusive:
                 return pool.exclusive(call)
             return pool.run(self.who, self.token, call, timeout=timeout)
-        except Problem:
-            raise
+        except Problem as problem:
+            raise self.answer(problem, None) from None
         except Exception as exc:  # the curator's refusals, with their own texts
-            problem = problem_of(exc)
-            if problem.status >= 500:
-                log.exception("request failed: %s", type(exc).__name__)
-            raise problem from exc
+            raise self.answer(problem_of(exc), exc) from exc
+
+    def answer(self, problem: Problem, exc: Exception | None) -> Problem:
+        """The problem this caller sees: the owner every detail, an analyst no server path
+        (:func:`~dpkit.server.problems.for_analyst`; the detail goes to the log)."""
+        return shown(problem, exc, owner=self.who.owner, who=self.who.name)
 
     def charged(self, epsilon: float, delta: float) -> None:
         self.request.state.charge = {"epsilon": epsilon, "delta": delta}
@@ -78,13 +81,26 @@ def caller(request: Request,
     token = creds.credentials if creds is not None else ""
     try:
         who = service.auth(token)
-    except Problem:
-        raise
+    except Problem as problem:  # not authenticated: shown as to an analyst
+        raise shown(problem, None, owner=False, who="?") from None
     except Exception as exc:  # the ledger could not be read: 503, not a 500
-        raise problem_of(exc) from exc
+        raise shown(problem_of(exc), exc, owner=False, who="?") from exc
     request.state.analyst, request.state.role = who.name, who.role
     service.limiter.take(who.key)
     return Caller(who, token.strip(), service, request)
+
+
+def shown(problem: Problem, exc: Exception | None, *, owner: bool, who: str) -> Problem:
+    """``problem`` as the caller may see it; what an analyst is not shown is logged under a
+    reference that its answer names (the owner finds the cause in the service's log)."""
+    ref = "ref-" + token_hex(16)[:8]
+    out = problem if owner else for_analyst(problem, ref, exc)
+    if (problem.status >= 500 and exc is not None) or out is not problem:
+        log.log(logging.ERROR if problem.status >= 500 else logging.WARNING,
+                "%s: %s %s answered %d for %s: %s", ref,
+                type(exc).__name__ if exc else "Problem", problem.slug, problem.status, who,
+                problem.detail, exc_info=exc if problem.status >= 500 else None)
+    return out
 
 
 def owner_caller(c: Annotated[Caller, Depends(caller)]) -> Caller:

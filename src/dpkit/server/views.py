@@ -87,7 +87,8 @@ def table_json(meta: TableMeta) -> dict[str, Any]:
     return clean({"name": meta.name, "privacy_unit": meta.privacy_unit,
                   "max_rows_per_unit": None if meta.public else meta.max_rows_per_unit,
                   "rows_public": False, "public": meta.public,
-                  "description": meta.description, "columns": cols})
+                  "description": meta.description,
+                  "max_text_length": meta.max_text_length, "columns": cols})
 
 
 def preview_json(p: Preview) -> dict[str, Any]:
