@@ -182,6 +182,26 @@ def test_fill_declared_keys_semantics() -> None:
     assert cols == [[3, None, 10], [None, None, 20]]
 
 
+def test_fill_matches_nan_keys_as_the_engines_equality_does() -> None:
+    """A float key's NaN (a public key set read by Spark) matches the group's NaN, another
+    NaN object, as the key join's ``=`` matches them in DuckDB and Spark; -0.0 matches 0.0;
+    keys of other types compare as tuples (no matcher)."""
+    import datetime as dt
+
+    from dpkit.engine.read import key_matcher
+
+    assert key_matcher(["VARCHAR", "DATE", "TIMESTAMP"]) is None
+    match = key_matcher(["VARCHAR", "DOUBLE"])
+    assert match is not None
+    keys = [("a", float("nan")), ("a", 0.0), ("b", float("nan"))]
+    rows = [("a", -0.0, 1), ("a", float("nan"), 2), ("c", float("nan"), 3)]
+    assert fill_declared_keys(keys, iter(rows), 1, match=match) == (keys, [[2, 1, None]])
+    # without the matcher the NaN group is lost: what the fill would do unaided
+    assert fill_declared_keys(keys, iter(rows), 1)[1] == [[None, 1, None]]
+    day = dt.date(1969, 12, 31)
+    assert fill_declared_keys([(day,)], iter([(dt.date(1969, 12, 31), 4)]), 1)[1] == [[4]]
+
+
 def test_collated_columns_are_read_from_the_create_statement() -> None:
     from dpkit.engine.backend_duckdb import _collated_in
 
