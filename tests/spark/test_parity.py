@@ -219,3 +219,35 @@ def test_dropped_rows_are_totalled_on_the_driver(pair: Any, parquet_rows: Path) 
         assert totals[0] == totals[1] > 0, (query, totals)
         if q == QUERIES[0]:  # no GROUP BY: no groups cap
             assert totals[1] == truth, (totals, truth)
+
+
+def test_text_is_cut_at_load_as_duckdb_cuts_it(tmp_path: Path, spark: Any) -> None:
+    """``max_text_length`` cuts a Spark copy's text at load as a DuckDB copy's (the same first
+    characters, multi-byte ones counted as one), and records the bound: one unit's long value
+    costs no more to read on Spark either (docs/attacks.md §6)."""
+    import duckdb
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    values = ["short", "abcdefgh", "ééééééé", "x" * 10_000, None, "abcde"]
+    path = tmp_path / "text.parquet"
+    pq.write_table(pa.table({"uid": list(range(len(values))), "s": values}), path)
+    curs = [dp.Curator.create(tmp_path / f"{e}.dpkit", epsilon=10, delta=1e-6,
+                              source=dp.noise.seeded(3), engine=e,
+                              spark=spark if e == "spark" else None)
+            for e in ("duckdb", "spark")]
+    for cur in curs:
+        cur.add_table("t", str(path), privacy_unit="uid", max_rows_per_unit=1,
+                      max_text_length=5)
+        assert cur.tables()["t"].max_text_length == 5
+    query = "SELECT COUNT(*) AS n FROM t WHERE s = 'abcde'"
+    assert exact_aggregates(curs[0], query) == exact_aggregates(curs[1], query)
+    copy = spark.read.parquet(curs[1].tables()["t"].source).orderBy("uid").select("s").collect()
+    relation = curs[0].tables()["t"].relation
+    for cur in curs:
+        cur.close()
+    with duckdb.connect() as con:
+        con.execute(f"ATTACH '{tmp_path / 'duckdb.dpkit' / 'data.duckdb'}' AS dpdata (READ_ONLY)")
+        duck = con.execute(f"SELECT s FROM {relation} ORDER BY uid").fetchall()
+    assert [r[0] for r in duck] == [r[0] for r in copy] == [
+        "short", "abcde", "ééééé", "xxxxx", None, "abcde"]
