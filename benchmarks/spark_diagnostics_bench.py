@@ -13,8 +13,9 @@ edits of the diagnostics one:
 * ``diag_no_clamp``: ``diag`` without the clamped-values count;
 * ``diag_no_drop``: ``diag`` with the dropped-rows count and its count window taken out
   (ranks cut at ``m``, as ``nodiag``'s);
-* ``diag_no_total``: ``diag`` with the dropped rows summed per group, without the window
-  that totals them over the groups;
+* ``diag_window``: ``diag`` with the dropped rows totalled over the groups by a window in
+  the statement (``SUM(SUM(__d)) OVER ()``), as before they were summed per group and
+  totalled on the driver (a window keeps them where a public table's keys may drop groups);
 * ``diag_frame``: ``diag`` with the unit's rows up to ``2m`` counted by a frame of the
   ranking window (one window operator; no window group limit then).
 
@@ -22,7 +23,8 @@ Every variant runs once untimed, then they take turns for ``--repeats`` rounds (
 rotating each round); medians (min-max) of the wall clock and of the JVM's CPU time (all
 its threads: on a shared machine the wall clock also counts the waits for a core), and
 each variant's ratio to ``nodiag`` per round, with the 1-minute load.
-``--explain NAME`` prints a variant's physical plan instead.
+``--explain NAME`` prints a variant's physical plan instead; ``--jobs`` the Spark jobs and
+stages each variant's one run starts (``SparkContext.statusTracker``, by job group).
 """
 
 from __future__ import annotations
@@ -76,9 +78,9 @@ def edits(diag: str, nodiag: str) -> dict[str, str]:
     # the clamped-values count: COUNT(CASE WHEN (NOT ISNAN(...) AND (...)) THEN 1 END) AS __mj
     out["diag_no_clamp"] = _edit(diag, r", COUNT\(CASE WHEN \(NOT ISNAN.*? THEN 1 END\) AS "
                                        r"(__m\d+)", r", 0 AS \1", "diag_no_clamp")
-    # the dropped rows' total over the groups: SUM(<the group's sum of __d>) OVER ()
-    total = r"SUM\((\(CAST\(SUM\(SHIFTRIGHT\(__d, 31\)\).*?\)\)\))\) OVER \(\) AS (__m\d+)"
-    out["diag_no_total"] = _edit(diag, total, r"\1 AS \2", "diag_no_total")
+    # the dropped rows' total over the groups as a window: SUM(<the group's sum of __d>) OVER ()
+    total = r"(\(CAST\(SUM\(SHIFTRIGHT\(__d, 31\)\).*?\)\)\)) AS (__m\d+)"
+    out["diag_window"] = _edit(diag, total, r"SUM(\1) OVER () AS \2", "diag_window")
     # no dropped count at all: the count window's CTE gone, ranks cut at m, __d = 0
     no_drop = _edit(diag, r"__r2 AS \(SELECT (.*?), __rn, COUNT\(\*\) OVER \(PARTITION BY "
                           r"__u\) AS __n2 FROM __r WHERE __rn <= \d+\)",
@@ -102,6 +104,19 @@ def edits(diag: str, nodiag: str) -> dict[str, str]:
     return out
 
 
+def print_jobs(spark: Any, query: Any, variants: dict[str, str]) -> None:
+    """Each variant's Spark jobs and stages in one run (after a warm-up run), by job group."""
+    sc, tracker = spark.sparkContext, spark.sparkContext.statusTracker()
+    for name, text in variants.items():
+        query.sql(text).collect()
+        sc.setJobGroup(f"dpkit_{name}", name)
+        query.sql(text).collect()
+        jobs = tracker.getJobIdsForGroup(f"dpkit_{name}")
+        stages = sum(len(tracker.getJobInfo(j).stageIds) for j in jobs)
+        print(f"{name:14s} {len(jobs)} jobs, {stages} stages (skipped included)")
+    sc.setJobGroup("", "")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=2_000_000)
@@ -109,6 +124,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "dpkit_spark")
     ap.add_argument("--variants", nargs="*", default=None)
     ap.add_argument("--explain", default=None)
+    ap.add_argument("--jobs", action="store_true", help="print each variant's jobs and stop")
     ap.add_argument("--show", action="store_true", help="print the texts and stop")
     args = ap.parse_args()
     args.data.mkdir(parents=True, exist_ok=True)
@@ -131,6 +147,10 @@ def main() -> None:
         if args.explain:
             print(query.sql(variants[args.explain])._jdf.queryExecution().executedPlan()
                   .toString())
+            return
+        if args.jobs:
+            print_jobs(spark, query, variants)
+            cur.close()
             return
         for text in variants.values():
             query.sql(text).collect()  # warm-up

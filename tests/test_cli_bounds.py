@@ -94,3 +94,6 @@ def test_suggest_bounds_rounds_an_integer_column_outward(tmp_path: Path) -> None
     assert got and line, flat
     assert int(line[1]) <= float(got[1]) and int(line[2]) >= float(got[2])
     assert int(line[1]) >= float(got[1]) - 1 and int(line[2]) <= float(got[2]) + 1
+    # one cell per integer: the suggestion is the cells' first and last integers already
+    assert (int(line[1]), int(line[2])) == (float(got[1]), float(got[2]))
+    assert "outer edges of the grid cells" in flat and "one cell per integer" in flat

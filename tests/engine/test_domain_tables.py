@@ -109,8 +109,9 @@ def typed(project: Callable[..., Curator]) -> Curator:
 
 @pytest.fixture(scope="module")
 def shared_typed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Curator]:
-    """:func:`typed` built once for the 18 cases below, which only plan and read exact
-    aggregates (no charge, their own seed): one build instead of 18 (~0.5 s each)."""
+    """:func:`typed` built once for the 18 cases below and the tests that only plan and
+    read exact aggregates (no charge, their own seed) or are refused before any charge (they
+    assert it): one build instead of 21 (~0.5 s each)."""
     cur = Curator.create(tmp_path_factory.mktemp("typed") / "p1.dpkit", epsilon=1000.0,
                          delta=1e-6, accountant=None, source=dp.noise.seeded(1))
     yield _add_typed(cur)
@@ -145,9 +146,10 @@ def test_key_table_gives_the_literal_paths_exact_aggregates(shared_typed: Curato
     assert ex_c.cols == ex_t.cols
 
 
-def test_rows_outside_the_domain_are_dropped_before_bounding(typed: Curator) -> None:
+def test_rows_outside_the_domain_are_dropped_before_bounding(shared_typed: Curator) -> None:
     """User level: the filter runs before the row cap, so rows outside the domain use up no
     unit's cap; key table and literals keep exactly the same rows (total COUNT(*))."""
+    typed = shared_typed
     df = _frame()
     plan = _plan(typed, "SELECT s, COUNT(*) AS n FROM u GROUP BY s")
     _, ex = _run(typed, plan, tables=True)
@@ -156,7 +158,8 @@ def test_rows_outside_the_domain_are_dropped_before_bounding(typed: Curator) -> 
     assert sum(v or 0 for v in ex.cols[plan.measures[0].sql_col]) == want
 
 
-def test_public_join_and_cross_product(typed: Curator) -> None:
+def test_public_join_and_cross_product(shared_typed: Curator) -> None:
+    typed = shared_typed
     q = ("SELECT l.region, u.b, COUNT(*) AS n, SUM(x) FROM u JOIN lk l ON u.i = l.i "
          "GROUP BY l.region, u.b")
     plan = _plan(typed, q)
@@ -193,7 +196,13 @@ def test_noisy_answers_are_the_same_through_either_path(project: Callable[..., C
 def test_columnar_and_row_reads_give_the_same_results(project: Callable[..., Curator],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The Arrow reads (exact aggregates, post-processing) against the row-by-row reads, with
-    the same seeded noise: identical values, intervals, keys and types."""
+    the same seeded noise: identical values, intervals, keys and types. Three runs: Arrow
+    wherever the types allow (``postprocess.FEW_ROWS`` 0); the default, where these small
+    noisy tables are loaded by one multi-row INSERT and read as tuples, with pyarrow and
+    pandas made unimportable (the first hour's first ratio paid ~0.5 s importing pandas
+    through ``pa.array`` to load two rows); and row by row (``executemany``)."""
+    import sys
+
     from dpkit.engine import postprocess as dpost
     from dpkit.engine import prepare as dprepare
 
@@ -205,23 +214,30 @@ def test_columnar_and_row_reads_give_the_same_results(project: Callable[..., Cur
         "SELECT dec, COUNT(*) AS n FROM u GROUP BY dec HAVING COUNT(*) > 1000000",
         "SELECT COUNT(*) AS n, SUM(x) / 2 AS h FROM u HAVING COUNT(*) > 1",
         "SELECT ts, s, COUNT(*) AS n FROM u GROUP BY ts, s",
+        "SELECT b, COUNT(*) FILTER (WHERE x > 50) / COUNT(*) AS share FROM u GROUP BY b",
+        "SELECT s, COUNT(*) AS n FROM u GROUP BY s ORDER BY n DESC LIMIT 3",
     ]
     answers = []
-    for rows in (False, True):
-        if rows:
-            monkeypatch.setattr(dprepare, "columnar_type", lambda t: False)
-            monkeypatch.setattr(dpost, "columnar_type", lambda t: False)
+    for run in ("arrow", "insert", "rows"):
         cur = project(epsilon=1000.0, seed=23)
         cur.add_table("u", df, privacy_unit="uid", max_rows_per_unit=3,
                       bounds={"x": (0, 100)}, domains=DOMAINS)
-        got = []
-        for q in queries:
-            r = cur.sql(q, epsilon=1.0)
-            got.append((r.columns, _typed(list(r.rows())),
-                        [str(r.data[c].dtype) for c in r.columns]))
-        answers.append(got)
+        with monkeypatch.context() as m:
+            if run == "arrow":
+                m.setattr(dpost, "FEW_ROWS", 0)
+            elif run == "insert":
+                m.setitem(sys.modules, "pyarrow", None)  # `import pyarrow` now fails
+                m.setitem(sys.modules, "pandas", None)
+            else:
+                m.setattr(dprepare, "columnar_type", lambda t: False)
+                m.setattr(dpost, "columnar_type", lambda t: False)
+                m.setattr(dpost, "FEW_ROWS", 0)
+            results = [cur.sql(q, epsilon=1.0) for q in queries]
+        answers.append([(r.columns, _typed(list(r.rows())),
+                         [str(r.data[c].dtype) for c in r.columns]) for r in results])
         cur.close()
-    assert answers[0] == answers[1]
+    assert answers[0] == answers[1] == answers[2]
+    assert len(answers[0][-1][1]) == 3 and len(answers[0][-2][1]) == 2
 
 
 # ------------------------------------------------------------------------------ storage
@@ -339,12 +355,15 @@ def test_keys_that_cannot_be_read_are_refused_at_load(project: Callable[..., Cur
     assert cur.tables()["t"].domains["i"] == (1, 2, 3, 4)
 
 
-def test_analysts_cannot_read_key_tables(typed: Curator) -> None:
+def test_analysts_cannot_read_key_tables(shared_typed: Curator) -> None:
+    typed = shared_typed
     name = typed.tables()["u"].key_tables["s"]
+    spent = typed.budget().spent
     for q in (f"SELECT COUNT(*) FROM {KEYS_SCHEMA}.{name}", f"SELECT COUNT(*) FROM {name}",
               f'SELECT COUNT(*) FROM "{KEYS_SCHEMA}"."{name}"'):
         with pytest.raises(QueryError):
             typed.sql(q, epsilon=0.1)
+    assert typed.budget().spent == spent  # refused before any charge
 
 
 def test_too_many_keys_are_refused_before_reading(project: Callable[..., Curator]) -> None:

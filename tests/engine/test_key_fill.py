@@ -54,15 +54,11 @@ def _add_tables(c: Curator) -> Curator:
     return c
 
 
-@pytest.fixture
-def cur(project: Callable[..., Curator]) -> Curator:
-    return _add_tables(project(epsilon=1000.0))
-
-
 @pytest.fixture(scope="module")
 def shared_cur(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Curator]:
     """:func:`cur` built once for the parametrized cases that only plan and read exact
-    aggregates (no charge, their own seed): one build instead of twelve."""
+    aggregates (no charge, their own seed), and for one query whose assertion reads public
+    keys only (neither the budget left nor the noise): one build instead of thirteen."""
     c = Curator.create(tmp_path_factory.mktemp("key_fill") / "p1.dpkit", epsilon=1000.0,
                        delta=1e-6, accountant=None, source=dp.noise.seeded(1))
     yield _add_tables(c)
@@ -186,6 +182,26 @@ def test_fill_declared_keys_semantics() -> None:
     assert cols == [[3, None, 10], [None, None, 20]]
 
 
+def test_fill_matches_nan_keys_as_the_engines_equality_does() -> None:
+    """A float key's NaN (a public key set read by Spark) matches the group's NaN, another
+    NaN object, as the key join's ``=`` matches them in DuckDB and Spark; -0.0 matches 0.0;
+    keys of other types compare as tuples (no matcher)."""
+    import datetime as dt
+
+    from dpkit.engine.read import key_matcher
+
+    assert key_matcher(["VARCHAR", "DATE", "TIMESTAMP"]) is None
+    match = key_matcher(["VARCHAR", "DOUBLE"])
+    assert match is not None
+    keys = [("a", float("nan")), ("a", 0.0), ("b", float("nan"))]
+    rows = [("a", -0.0, 1), ("a", float("nan"), 2), ("c", float("nan"), 3)]
+    assert fill_declared_keys(keys, iter(rows), 1, match=match) == (keys, [[2, 1, None]])
+    # without the matcher the NaN group is lost: what the fill would do unaided
+    assert fill_declared_keys(keys, iter(rows), 1)[1] == [[None, 1, None]]
+    day = dt.date(1969, 12, 31)
+    assert fill_declared_keys([(day,)], iter([(dt.date(1969, 12, 31), 4)]), 1)[1] == [[4]]
+
+
 def test_collated_columns_are_read_from_the_create_statement() -> None:
     from dpkit.engine.backend_duckdb import _collated_in
 
@@ -196,9 +212,11 @@ def test_collated_columns_are_read_from_the_create_statement() -> None:
     assert "anything" in _collated_in("CREATE TABLE t(a VARCHAR COLLATE ((( nonsense")
 
 
-def test_a_failure_while_reading_rows_leaves_the_backend_usable(cur: Curator) -> None:
+def test_a_failure_while_reading_rows_leaves_the_backend_usable(shared_cur: Curator) -> None:
     """run_rows reads under the backend's lock and returns a list: an exception half-way (an
-    interrupt, say) must not leave the lock held, or the next query would hang."""
+    interrupt, say) must not leave the lock held, or the next query would hang. (The shared
+    project: one charge of 1.0 of its 1000, and an assertion on public keys only.)"""
+    cur = shared_cur
     def boom(row: tuple[Any, ...]) -> bool:
         raise KeyboardInterrupt
 

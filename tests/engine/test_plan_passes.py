@@ -21,7 +21,8 @@ from dpkit.engine.plan import build as pbuild
 from dpkit.engine.plan import compile as pcompile
 
 PLAN_DIR = Path(dplan.__file__).parent
-FLOORS = ["model", "fixed", "intervals", "calibrate", "portable", "compile", "build"]
+FLOORS = ["model", "fixed", "intervals", "calibrate", "portable", "keys", "bounding", "compile",
+          "build"]
 
 
 def _state(cur: Curator, query: str, **kw: Any) -> pbuild.Planning:

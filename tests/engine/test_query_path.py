@@ -82,7 +82,8 @@ def test_a_query_crosses_each_stage_once_in_order(project: Callable[..., Curator
     # there (the Plan, its measures: plan/model.py) are consulted
     charged = seen.index(("charge.py", "charged_read"))
     planning = ("sql.py", "scope.py", "totality.py", "prepare.py", "plan/build.py",
-                "plan/calibrate.py", "plan/compile.py", "plan/cache.py", "plan/fixed.py")
+                "plan/calibrate.py", "plan/compile.py", "plan/cache.py", "plan/fixed.py",
+                "plan/keys.py", "plan/bounding.py")
     late = [(f, q) for f, q in seen[charged:] if f in planning]
     assert not late, late
     # and before it, nothing of the reading side runs

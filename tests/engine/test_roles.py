@@ -6,6 +6,7 @@ Every refusal is checked to change nothing: the ledger keeps its length and head
 from __future__ import annotations
 
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,14 +19,28 @@ from dpkit.engine.ledger import key_path
 ROWS = {"pid": [1, 2, 3, 4, 5, 6], "age": [30, 40, 50, 60, 70, 80]}
 
 
-@pytest.fixture
-def owned(tmp_path: Path) -> tuple[Curator, str, str]:
-    """A project with one table and two analysts: (owner's curator, ann's token, bob's)."""
-    cur = Curator.create(tmp_path / "p", epsilon=5.0, source=dp.noise.seeded(3))
+def _owned(folder: Path) -> tuple[Curator, str, str]:
+    cur = Curator.create(folder / "p", epsilon=5.0, source=dp.noise.seeded(3))
     cur.add_table("t", ROWS, privacy_unit="pid", max_rows_per_unit=1, bounds={"age": (0, 100)})
     ann = cur.add_analyst("ann", epsilon=1.0)
     bob = cur.add_analyst("bob")
     return cur, ann, bob
+
+
+@pytest.fixture
+def owned(tmp_path: Path) -> tuple[Curator, str, str]:
+    """A project with one table and two analysts: (owner's curator, ann's token, bob's)."""
+    return _owned(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def shared_owned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Curator, str, str]]:
+    """:func:`owned` built once for the tests that only read the project or are refused
+    (each asserts that the ledger kept its length and head, so a refusal that changed
+    something still fails there); never for a test that charges, adds or revokes."""
+    got = _owned(tmp_path_factory.mktemp("roles"))
+    yield got
+    got[0].close()
 
 
 def _state(cur: Curator) -> tuple[int, str]:
@@ -33,8 +48,8 @@ def _state(cur: Curator) -> tuple[int, str]:
 
 
 def test_tokens_are_random_shown_once_and_stored_as_hashes(
-        owned: tuple[Curator, str, str]) -> None:
-    cur, ann, bob = owned
+        shared_owned: tuple[Curator, str, str]) -> None:
+    cur, ann, bob = shared_owned
     for tok in (ann, bob):
         assert tok.startswith("dpkit_") and len(tok) == 6 + 64
     assert ann != bob
@@ -56,12 +71,15 @@ def test_the_analyst_name_comes_from_the_token(owned: tuple[Curator, str, str]) 
     assert [h.analyst for h in cur.budget().history] == ["ann"]
 
 
-def test_token_from_the_environment(owned: tuple[Curator, str, str],
+def test_token_from_the_environment(shared_owned: tuple[Curator, str, str],
                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    cur, _, bob = owned
+    cur, _, bob = shared_owned
+    before = _state(cur)
     monkeypatch.setenv("DPKIT_TOKEN", bob)
     b = Curator.open(cur.path)
     assert b.analyst == "bob" and not b.is_owner
+    b.close()
+    assert _state(cur) == before
 
 
 @pytest.mark.parametrize("action", [
@@ -74,8 +92,9 @@ def test_token_from_the_environment(owned: tuple[Curator, str, str],
     lambda c: c.analysts(),
     lambda c: c.drop_orphans(),
 ], ids=["add", "replace", "public", "budget", "add-analyst", "revoke", "list", "cleanup"])
-def test_analysts_cannot_act_as_owner(owned: tuple[Curator, str, str], action: object) -> None:
-    cur, ann, _ = owned
+def test_analysts_cannot_act_as_owner(shared_owned: tuple[Curator, str, str],
+                                      action: object) -> None:
+    cur, ann, _ = shared_owned
     before = _state(cur)
     tables = cur.tables()
     a = Curator.open(cur.path, token=ann)
@@ -126,8 +145,9 @@ def test_revoked_unknown_and_malformed_tokens_are_refused(
         cur.revoke_analyst("bob")
 
 
-def test_analyst_names_are_checked(owned: tuple[Curator, str, str]) -> None:
-    cur, _, _ = owned
+def test_analyst_names_are_checked(shared_owned: tuple[Curator, str, str]) -> None:
+    cur, _, _ = shared_owned
+    before = _state(cur)
     for bad in ("owner", "", "a b", "x" * 65, "ann;drop"):
         with pytest.raises(ValueError, match="analyst name"):
             cur.add_analyst(bad)
@@ -135,10 +155,11 @@ def test_analyst_names_are_checked(owned: tuple[Curator, str, str]) -> None:
         cur.add_analyst("ann")
     with pytest.raises(ValueError):
         cur.add_analyst("carol", epsilon=-1.0)
+    assert _state(cur) == before and set(cur.analysts()) == {"ann", "bob"}
 
 
-def test_caller_chosen_analyst_is_refused(owned: tuple[Curator, str, str]) -> None:
-    cur, _, _ = owned
+def test_caller_chosen_analyst_is_refused(shared_owned: tuple[Curator, str, str]) -> None:
+    cur, _, _ = shared_owned
     before = _state(cur)
     with pytest.raises(TypeError, match="token"):
         Curator.open(cur.path, analyst="ann")

@@ -12,7 +12,7 @@ FINDINGS.md at the repository root has the two outcomes of each.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,13 +72,38 @@ def _duckdb_file(path: Path, create: str) -> str:
     return f"{path}::t"
 
 
-@pytest.fixture()
-def text_pair(tmp_path: Path) -> tuple[Any, Any]:
-    """D: a text column whose values all cast to BOOLEAN and INTEGER; D' adds 'x'."""
+@pytest.fixture(scope="module")
+def text_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
+    """D: a text column whose values all cast to BOOLEAN and INTEGER; D' adds 'x'.
+
+    Built once for the module (two builds instead of twenty): its tests only query it, and
+    each compares D with D' after the same history on both sides, by what a query charged
+    (the budget's increase, never what is left) and by keys that are public (no group is
+    selected by noise), so neither the spent budget nor the noise source's position can
+    change an outcome (the rule of ``module_project`` in tests/engine/conftest.py). The
+    budget of 1000 covers the ~10 charges of 1.0."""
     d = pd.DataFrame({"uid": [1, 2, 3], "s": ["1", "0", "1"], "x": [1.0, 2.0, 3.0]})
     d1 = pd.concat([d, pd.DataFrame({"uid": [4], "s": ["x"], "x": [5.0]})])
     decl: dict[str, Any] = {"privacy_unit": "uid", "bounds": {"x": (0, 10)}}
-    return _project(tmp_path, d, **decl), _project(tmp_path, d1, **decl)
+    folder = tmp_path_factory.mktemp("text_pair")
+    pair = _project(folder, d, **decl), _project(folder, d1, **decl)
+    yield pair
+    for cur in pair:
+        cur.close()
+
+
+@pytest.fixture(scope="module")
+def groups_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
+    """D: 2000 units in 20 groups of 100; D' adds one unit to the last group, its row first.
+    Shared by the two tests of released groups (as :func:`text_pair`): every group is
+    selected on both sides whatever the noise source's position (each holds 100 units)."""
+    d = pd.DataFrame({"uid": range(2000), "k": [f"k{i % 20}" for i in range(2000)]})
+    d1 = pd.concat([pd.DataFrame({"uid": [99_999], "k": ["k19"]}), d])  # its row comes first
+    folder = tmp_path_factory.mktemp("groups_pair")
+    pair = _project(folder, d, privacy_unit="uid"), _project(folder, d1, privacy_unit="uid")
+    yield pair
+    for cur in pair:
+        cur.close()
 
 
 # ------------------------------------------------------------------ A. errors as an oracle
@@ -215,19 +240,14 @@ def test_tiny_epsilon_is_a_clear_refusal(text_pair: tuple[Any, Any]) -> None:
 # ------------------------------------------------------------------ C. order and shape
 
 
-def test_selected_groups_are_released_in_a_public_order(tmp_path: Path) -> None:
-    d = pd.DataFrame({"uid": range(2000), "k": [f"k{i % 20}" for i in range(2000)]})
-    d1 = pd.concat([pd.DataFrame({"uid": [99_999], "k": ["k19"]}), d])  # its row comes first
-    a, b = _project(tmp_path, d, privacy_unit="uid"), _project(tmp_path, d1, privacy_unit="uid")
+def test_selected_groups_are_released_in_a_public_order(groups_pair: tuple[Any, Any]) -> None:
     # every group has 100 units: selected on both sides (false-failure probability ~0)
-    _same(a, b, _sql("SELECT k, COUNT(*) AS n FROM t GROUP BY k"))
+    out, _ = _same(*groups_pair, _sql("SELECT k, COUNT(*) AS n FROM t GROUP BY k"))
+    assert len(out["keys"]) == 20, out
 
 
-def test_limit_without_order_picks_the_same_groups(tmp_path: Path) -> None:
-    d = pd.DataFrame({"uid": range(2000), "k": [f"k{i % 20}" for i in range(2000)]})
-    d1 = pd.concat([pd.DataFrame({"uid": [99_999], "k": ["k19"]}), d])
-    a, b = _project(tmp_path, d, privacy_unit="uid"), _project(tmp_path, d1, privacy_unit="uid")
-    _same(a, b, _sql("SELECT k, COUNT(*) AS n FROM t GROUP BY k LIMIT 3"))
+def test_limit_without_order_picks_the_same_groups(groups_pair: tuple[Any, Any]) -> None:
+    _same(*groups_pair, _sql("SELECT k, COUNT(*) AS n FROM t GROUP BY k LIMIT 3"))
 
 
 def test_negative_zero_and_zero_are_one_group(tmp_path: Path) -> None:

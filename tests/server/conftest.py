@@ -140,6 +140,23 @@ def stop(live: Live) -> None:
             live.proc.wait(10)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Load schemathesis's pytest plugin here, where test_fuzz.py needs it (its
+    ``@schema.parametrize()`` items are made by the plugin's collection hook), not in every
+    pytest process: pyproject.toml's addopts block its entry point (``-p no:schemathesis``),
+    ~1 s of imports per process that never collects tests/server. pytest calls this when it
+    imports this conftest (before collecting the folder); pluggy replays the plugin's own
+    ``pytest_configure``. Registered once, whether or not the entry point was loaded too."""
+    import importlib
+
+    try:
+        plugin = importlib.import_module("schemathesis.pytest.plugin")
+    except ImportError:
+        return  # test_fuzz.py skips itself (importorskip)
+    if not config.pluginmanager.is_registered(plugin):
+        config.pluginmanager.register(plugin, "schemathesis.pytest.plugin")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Give each schemathesis operation's item (test_fuzz.py) its own node id. pytest 9.2
     builds a Function's id from ``originalname`` and its callspec, and schemathesis passes the

@@ -195,6 +195,11 @@ def test_analyst_signs_in_queries_sees_the_chart_and_hits_the_cap(
     page.get_by_role("button", name="Preview cost").click()
     expect(page.locator("#preview")).to_contain_text(f"ε = {EPS}")
     expect(page.locator("#preview")).to_contain_text("nothing charged")
+    # each figure once: the count's in the list, the average's formula (no single figure)
+    # in the detail below it; the first hour read "count: ± 42" and "count: ±42" twice
+    expect(page.locator("#preview li").first).to_contain_text("count: ±")
+    expect(page.locator("#preview pre")).to_contain_text("avg_age: about")
+    expect(page.locator("#preview pre")).not_to_contain_text("count:")
 
     page.get_by_role("button", name="Run").click()
     chart = page.locator("#chart[data-bars]")

@@ -188,3 +188,66 @@ def test_a_big_table_gets_more_buckets(pair: Any, parquet_rows: Path,
     text = next(t for t in spk._backend._texts.values() if "usr7" in t)
     plan = spk._backend.session().sql(text)._jdf.queryExecution().executedPlan().toString()
     assert "SelectedBucketsCount: 7 out of 7" in plan, plan
+
+
+def test_dropped_rows_are_totalled_on_the_driver(pair: Any, parquet_rows: Path) -> None:
+    """The dropped-rows diagnostic is summed per group in the aggregation pass and totalled
+    on the driver where every group reaches it (no GROUP BY, declared keys, selected groups):
+    no window over the groups in the statement, so one Spark job less per query. The total
+    is the same on both engines, and without a groups cap it is what the data gives (each
+    unit's rows above the cap m = 3, clipped at m)."""
+    import pyarrow.parquet as pq
+
+    from dpkit import noise
+    from dpkit.engine import plan as dplan
+    from dpkit.engine.diagnose import exact_total
+
+    rows = pq.read_table(parquet_rows).column("uid").to_pandas().value_counts()
+    truth = int((rows - 3).clip(lower=0).clip(upper=3).sum())
+    for q in (QUERIES[0], QUERIES[1], QUERIES[5]):
+        query, totals = q.format(t="usr"), []
+        for cur in pair:  # in turn: the same seeds, so the same rows kept
+            plan = cur._plan(query, epsilon=1.0, rho=None, delta=None, noise=dplan.LAPLACE,
+                             level=0.95, bounds=None)
+            with noise.trace.recording() as t:
+                ex = cur._execute(plan)
+            drop = next(mm for mm in plan.diag_measures if mm.kind == "ddrop")
+            assert drop.per_group, query
+            totals.append(exact_total(ex.column(drop.sql_col), scalar=False))
+        reads = [s[2] for s in t.statements if s[:2] == ("spark", "collect")]
+        assert reads and not any("OVER ()" in r for r in reads), reads
+        assert totals[0] == totals[1] > 0, (query, totals)
+        if q == QUERIES[0]:  # no GROUP BY: no groups cap
+            assert totals[1] == truth, (totals, truth)
+
+
+def test_text_is_cut_at_load_as_duckdb_cuts_it(tmp_path: Path, spark: Any) -> None:
+    """``max_text_length`` cuts a Spark copy's text at load as a DuckDB copy's (the same first
+    characters, multi-byte ones counted as one), and records the bound: one unit's long value
+    costs no more to read on Spark either (docs/attacks.md §6)."""
+    import duckdb
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    values = ["short", "abcdefgh", "ééééééé", "x" * 10_000, None, "abcde"]
+    path = tmp_path / "text.parquet"
+    pq.write_table(pa.table({"uid": list(range(len(values))), "s": values}), path)
+    curs = [dp.Curator.create(tmp_path / f"{e}.dpkit", epsilon=10, delta=1e-6,
+                              source=dp.noise.seeded(3), engine=e,
+                              spark=spark if e == "spark" else None)
+            for e in ("duckdb", "spark")]
+    for cur in curs:
+        cur.add_table("t", str(path), privacy_unit="uid", max_rows_per_unit=1,
+                      max_text_length=5)
+        assert cur.tables()["t"].max_text_length == 5
+    query = "SELECT COUNT(*) AS n FROM t WHERE s = 'abcde'"
+    assert exact_aggregates(curs[0], query) == exact_aggregates(curs[1], query)
+    copy = spark.read.parquet(curs[1].tables()["t"].source).orderBy("uid").select("s").collect()
+    relation = curs[0].tables()["t"].relation
+    for cur in curs:
+        cur.close()
+    with duckdb.connect() as con:
+        con.execute(f"ATTACH '{tmp_path / 'duckdb.dpkit' / 'data.duckdb'}' AS dpdata (READ_ONLY)")
+        duck = con.execute(f"SELECT s FROM {relation} ORDER BY uid").fetchall()
+    assert [r[0] for r in duck] == [r[0] for r in copy] == [
+        "short", "abcde", "ééééé", "xxxxx", None, "abcde"]

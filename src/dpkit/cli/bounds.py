@@ -69,6 +69,9 @@ def suggest_bounds(project: str | Path, table: str, column: str, *, epsilon: flo
     lo, hi = got["bounds"]
     flag = " [red]INSECURE (seeded noise)[/]" if got.get("insecure") else ""
     con.print(f"suggested bounds for [bold]{table}.{column}[/]: {lo:.6g}:{hi:.6g}{flag}")
+    if "grid" in got:  # why the bounds are not the estimates: the cells' outer edges
+        con.print(f"[dim]  the outer edges of the grid cells holding the two quantiles, so "
+                  f"no value of those cells is clamped (grid {got['grid']})[/]")
     for side in ("lower", "upper"):
         d = got[side]
         con.print(f"[dim]  {side}: the {d['probability']:g} quantile ~ {d['estimate']:.6g} "

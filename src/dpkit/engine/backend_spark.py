@@ -254,13 +254,14 @@ class SparkBackend(DuckBackend):
             self._frames.clear()
 
 
+# A public table joined with a Spark table is shipped to Spark as rows held by the driver
+# (a local relation, sent with the tasks): lookup tables are small. Above this many rows it is
 # refused; aggregate or filter it to the keys the query needs first.
 PUBLIC_MAX_ROWS = 100_000
 # A public key set (a GROUP BY over a public table's column) up to this many keys is read to
 # the driver once per registration and each query's groups filled from it there (the keys
 # are the answer's rows anyway); above, the statement joins them in Spark.
 PUBLIC_KEYS_MAX = 100_000
-
 
 
 def ship_public(spark: Any, duck: DuckBackend, meta: TableMeta, view: str) -> Any:
@@ -299,7 +300,6 @@ def ship_public(spark: Any, duck: DuckBackend, meta: TableMeta, view: str) -> An
     df.count()  # materialised now, before the charge: its size is known to the planner
     df.createOrReplaceTempView(view)
     return df
-
 
 
 def _refusal(exc: Exception) -> QueryError:

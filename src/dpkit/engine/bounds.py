@@ -14,9 +14,13 @@ a differentially private release, charged like any answer. Two helpers:
   one unit (event ``Exponential(ε)``), one ledger charge through :mod:`dpkit.engine.charge`.
 * :func:`suggested_bounds`: ``cur.suggest_bounds`` reads the ``lower``/``upper`` quantiles
   (default 1st/99th percentile) of one private CDF (:meth:`Curator.quantiles`, charged
-  there, one ledger entry) over a public search range, and suggests their point estimates
-  (post-processing; their intervals are reported beside them: extreme quantiles of a small
-  table have wide ones).
+  there, one ledger entry) over a public search range, and suggests the outer edges of the
+  grid cells holding them (post-processing of the released CDF; the interpolated estimates
+  and their intervals are reported beside them: extreme quantiles of a small table have wide
+  ones). Not the estimates themselves: they interpolate as if a cell's rows were spread
+  evenly over it, so for a column whose values sit mostly at its floor (``capital_gain``:
+  92% zeros) the 1st percentile came out 11.07 inside the first cell, and a clamp there
+  would move every zero; the cell's edge keeps the whole cell, the mass at the floor included.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from dpkit import mechanisms
 from dpkit import noise as _noise
 from dpkit.engine.backend_duckdb import table_relation
 from dpkit.engine.charge import charged_read
+from dpkit.engine.families.axes import Axis, ordered_axis
 from dpkit.engine.ledger import Entry, Ledger
 from dpkit.engine.results import Result
 from dpkit.engine.tables import TableMeta, check_bounds, quote_ident
@@ -41,7 +46,7 @@ from dpkit.engine.tables import TableMeta, check_bounds, quote_ident
 __all__ = ["AUTO_ROWS_EPSILON", "AUTO_ROWS_GRID", "AUTO_ROWS_QUANTILE", "MAX_AUTO_ROWS", "AutoRows",
            "check_rows_declaration", "check_rows_epsilon", "pick_max_rows", "rank_scores",
            "rows_histogram",
-           "rows_histogram_sql", "suggested_bounds", "with_auto_rows"]
+           "rows_histogram_sql", "search_grid", "suggested_bounds", "with_auto_rows"]
 
 AUTO_ROWS_QUANTILE = 0.95  # cap at the 95th percentile of rows per unit: 5% of units trimmed
 AUTO_ROWS_EPSILON = 0.1  # default cost of the choice (a rank error of ~100 units at 1000 cands)
@@ -188,16 +193,46 @@ def search_range(tables: dict[str, TableMeta], table: str, column: str,
     return found
 
 
+def search_grid(tables: dict[str, TableMeta], table: str, column: str,
+                search: tuple[float, float], bins: int | None) -> Axis:
+    """The public grid :meth:`Curator.quantiles` releases the CDF on for a suggestion over
+    ``search`` (the same call it makes: :func:`~dpkit.engine.families.axes.ordered_axis`)."""
+    return ordered_axis(tables[table], column, bins=bins, bounds={column: search})
+
+
+def _cell_of(estimate: float, edges: np.ndarray) -> int:
+    """The cell an interpolated quantile estimate was read in: ``(e_j, e_{j+1}]`` (the first
+    cell also holds ``e_0``), as :func:`dpkit.release.quantiles.quantiles_from_cdf` reads
+    cell ``j`` from ``e_j`` (nothing of it) to ``e_{j+1}`` (all of it). A few ulps of slack:
+    ``e_j + 1.0·(e_{j+1} − e_j)`` need not round to ``e_{j+1}``."""
+    slack = 16.0 * float(np.spacing(np.max(np.abs(edges[[0, -1]]))))
+    j = int(np.searchsorted(edges, estimate - slack, side="left")) - 1
+    return min(max(j, 0), edges.size - 2)
+
+
 def suggested_bounds(res: Result, column: str, lower: float, upper: float,
-                     ) -> dict[str, Any]:
-    """Clamp bounds from a quantiles release (post-processing only): the ``lower`` and
-    ``upper`` quantiles' point estimates, with their intervals beside them."""
+                     grid: Axis | None = None) -> dict[str, Any]:
+    """Clamp bounds from a quantiles release (post-processing only): the lower edge of the
+    ``grid`` cell holding the ``lower`` quantile and the upper edge of the one holding the
+    ``upper`` quantile (an integer grid: the cell's last integer), so every value of those
+    cells is kept (module docstring); without ``grid``, the point estimates. The estimates
+    and their intervals are reported beside them."""
     vals = {float(p): (float(v), float(lo), float(hi)) for p, v, lo, hi in zip(
         res.data["probability"], res.data["quantile"], res.data["quantile_ci_low"],
         res.data["quantile_ci_high"], strict=True)}
     lo_v, hi_v = vals[float(lower)], vals[float(upper)]
-    return {"column": column, "bounds": (lo_v[0], max(hi_v[0], lo_v[0])),
-            "lower": {"probability": lower, "estimate": lo_v[0], "ci": lo_v[1:]},
-            "upper": {"probability": upper, "estimate": hi_v[0], "ci": hi_v[1:]},
-            "epsilon": res.epsilon, "level": res.level, "ledger_seq": res.ledger_seq,
-            "insecure": res.insecure}
+    low, high = lo_v[0], hi_v[0]
+    if grid is not None and not any(n.startswith(f"grid {grid.describe()};") for n in res.notes):
+        grid = None  # not the grid the CDF was released on (its note says): the estimates
+    if grid is not None:
+        edges = grid.edges()
+        low = float(edges[_cell_of(low, edges)])
+        high = float(edges[_cell_of(high, edges) + 1]) - (1.0 if grid.kind == "int" else 0.0)
+    out = {"column": column, "bounds": (low, max(high, low)),
+           "lower": {"probability": lower, "estimate": lo_v[0], "ci": lo_v[1:]},
+           "upper": {"probability": upper, "estimate": hi_v[0], "ci": hi_v[1:]},
+           "epsilon": res.epsilon, "level": res.level, "ledger_seq": res.ledger_seq,
+           "insecure": res.insecure}
+    if grid is not None:
+        out["grid"] = grid.describe()
+    return out

@@ -564,12 +564,14 @@ class Curator(ReleaseMethods):
                        search: tuple[float, float] | None = None, lower: float = 0.01,
                        upper: float = 0.99, bins: int | None = None,
                        analyst: None = None) -> dict[str, Any]:
-        """Clamp bounds for ``column``: its ``lower``/``upper`` quantiles by :meth:`quantiles`
-        over the public ``search`` range (default: its declared bounds), one ε-DP charge."""
+        """Clamp bounds for ``column``: the grid cells holding its ``lower``/``upper``
+        quantiles by :meth:`quantiles` over the public ``search`` range (default: its declared
+        bounds), rounded outward to their edges; one ε-DP charge (:mod:`.bounds`)."""
         rng = dbounds.search_range(self.tables(), table, column, search)
         res = self.quantiles(table, column, [lower, upper], epsilon=epsilon,
                              bounds={column: rng}, bins=bins, analyst=analyst)
-        return dbounds.suggested_bounds(res, column, lower, upper)
+        grid = dbounds.search_grid(self.tables(), table, column, rng, bins)
+        return dbounds.suggested_bounds(res, column, lower, upper, grid)
 
     # ------------------------------------------------------------------ budget
 

@@ -43,8 +43,9 @@ WARN_LEVEL = 0.95
 
 def exact_total(values: Any, *, scalar: bool) -> int:
     """The whole-query total of a diagnostic column: the sum over every group read (the groups
-    partition the bounded rows), or, for the dropped-rows subquery repeated on every output
-    row (``scalar``), its value. NULL (a declared key with no row) counts 0."""
+    partition the bounded rows; the portable dropped-rows count's per-group parts too), or,
+    for the dropped-rows total repeated on every output row (``scalar``: DuckDB's scalar
+    subquery, the portable window), its value. NULL (a declared key with no row) counts 0."""
     vals = values.tolist() if isinstance(values, np.ndarray) else list(values)
     ints = [int(v) for v in vals if v is not None]
     if scalar:

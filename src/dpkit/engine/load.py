@@ -162,10 +162,12 @@ def load_declared_spark(db_path: Path, spark: Any, name: str, source: Any,
                          f"source_table= are for DuckDB tables); {name!r} not loaded")
     job = _Load(name, decl)
     physical = f"{name}__v{_noise.token_hex(16)[:16]}"
+    limit = None if decl.public else decl.max_text_length
     columns, storage, relation = load_spark_table(
         db_path, spark, name, source, directory=directory, physical=physical,
         validate=job.validate, domains=job.domains, not_null=lambda: job.not_null,
-        unit=None if decl.public else decl.privacy_unit, public=decl.public)
+        unit=None if decl.public else decl.privacy_unit, public=decl.public,
+        max_text_length=limit)
     unit, rows, groups, bounds, doms = job.valid
     return TableMeta(
         name=name, columns=tuple(columns), privacy_unit=unit, public=decl.public,
@@ -173,6 +175,7 @@ def load_declared_spark(db_path: Path, spark: Any, name: str, source: Any,
         date_ranges=job.date_ranges, storage=storage, source=str(directory / physical),
         relation=relation,
         description=decl.description, key_tables={}, not_null=job.not_null, physical=physical,
+        max_text_length=limit,
     )
 
 

@@ -384,7 +384,8 @@ def _diagnostics(plan: Plan, exact: Exact, level: float, source: Source | None,
     charged mechanisms, then read as shares and warnings (:mod:`dpkit.engine.diagnose`)."""
     released: list[tuple[Measure, int, int, int]] = []
     for mm in plan.diag_measures:
-        total = exact_total(exact.column(mm.sql_col), scalar=mm.kind == "ddrop")
+        total = exact_total(exact.column(mm.sql_col),
+                            scalar=mm.kind == "ddrop" and not mm.per_group)
         nm = _noisy_integer(mm, _as_int([total]), level, source)
         released.append((mm, int(nm.value[0]), int(nm.low[0]), int(nm.high[0])))
     return summarise(released, m=plan.m)

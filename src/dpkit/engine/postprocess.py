@@ -25,6 +25,9 @@ from dpkit.engine.tables import quote_ident
 __all__ = ["Scratch", "project"]
 
 Scratch = Callable[[], AbstractContextManager[duckdb.DuckDBPyConnection]]
+#: noisy tables of at most this many rows are loaded and read as Python values, not Arrow
+#: (measured: faster up to ~256 rows, and no pandas import; cf. prepare.py's few groups)
+FEW_ROWS = 256
 
 
 @contextlib.contextmanager
@@ -83,16 +86,13 @@ def _postprocess(plan: Plan, table: dict[str, np.ndarray], con: duckdb.DuckDBPyC
             else:
                 arr = table[n]
                 types.append("BIGINT" if np.asarray(arr).dtype.kind in "iu" else "DOUBLE")
-        # key types whose values travel through Arrow unchanged: load and read column-wise
-        columnar = all(columnar_type(k.type) for k in spec.group_by)
+        nrows = len(next(iter(table.values()))) if table else 0
+        # key types whose values travel through Arrow unchanged: load and read column-wise,
+        # unless the table is small: then one INSERT of bound values, no Arrow (building an
+        # Arrow array imports pandas, ~0.5 s on a process's first ORDER BY or ratio)
+        columnar = nrows > FEW_ROWS and all(columnar_type(k.type) for k in spec.group_by)
         if not (columnar and _load_columns(con, names, types, table)):
-            con.execute("CREATE TABLE __noisy (" + ", ".join(
-                f"{n} {t}" for n, t in zip(names, types, strict=True)) + ")")
-            nrows = len(next(iter(table.values()))) if table else 0
-            if nrows:
-                rows = [tuple(_cell(table[n][i]) for n in names) for i in range(nrows)]
-                con.executemany(
-                    f"INSERT INTO __noisy VALUES ({', '.join('?' for _ in names)})", rows)
+            _insert_rows(con, names, types, table, nrows)
         sel: list[str] = []
         out_kinds: dict[str, str] = {}
         order_cols: list[str] = []
@@ -148,6 +148,24 @@ def _postprocess(plan: Plan, table: dict[str, np.ndarray], con: duckdb.DuckDBPyC
     finally:
         con.execute("DROP TABLE IF EXISTS __noisy")
     return cols, data, {c: out_kinds.get(c, "expr") for c in cols}
+
+
+def _insert_rows(con: duckdb.DuckDBPyConnection, names: list[str], types: list[str],
+                 table: dict[str, np.ndarray], nrows: int) -> None:
+    """Create ``__noisy`` and insert ``table`` row by row as bound parameters: one
+    multi-row INSERT up to :data:`FEW_ROWS` rows (a few ms), ``executemany`` beyond (~0.5 ms
+    a row; only key types that cannot travel through Arrow get here with many rows)."""
+    con.execute("CREATE TABLE __noisy (" + ", ".join(
+        f"{n} {t}" for n, t in zip(names, types, strict=True)) + ")")
+    if not nrows:
+        return
+    one = f"({', '.join('?' for _ in names)})"
+    if nrows <= FEW_ROWS:
+        flat = [_cell(table[n][i]) for i in range(nrows) for n in names]
+        con.execute(f"INSERT INTO __noisy VALUES {', '.join([one] * nrows)}", flat)
+        return
+    rows = [tuple(_cell(table[n][i]) for n in names) for i in range(nrows)]
+    con.executemany(f"INSERT INTO __noisy VALUES {one}", rows)
 
 
 def _values(vals: list[Any], kind: str) -> np.ndarray:

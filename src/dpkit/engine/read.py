@@ -17,8 +17,9 @@ import numpy as np
 
 from dpkit.engine import plan as dplan
 from dpkit.engine.backend_duckdb import DuckBackend
+from dpkit.engine.tables import type_class
 
-__all__ = ["Exact", "Prepared", "fill_declared_keys", "read_exact"]
+__all__ = ["Exact", "Prepared", "fill_declared_keys", "key_matcher", "read_exact"]
 
 
 class Exact:
@@ -112,17 +113,20 @@ def read_exact(backend: DuckBackend, r: Prepared) -> Exact:
     """The exact aggregates (after the charge; the statement is total)."""
     plan, compiled = r.plan, r.compiled
     if r.declared is not None:
-        wanted, ng, open_keys = set(r.declared), len(compiled.group_cols), r.open_keys
+        ng, open_keys = len(compiled.group_cols), r.open_keys
+        match = key_matcher([k.type for k in plan.spec.group_by])
+        wanted = set(r.declared) if match is None else {match(k) for k in r.declared}
         # a group NULL in a public table's key: one the key join drops, as the fill does
         rows, unmatched = backend.run_rows(
-            compiled.text, keep=lambda row: tuple(row[:ng]) in wanted
+            compiled.text, keep=lambda row: (tuple(row[:ng]) if match is None else
+                                             match(row[:ng])) in wanted
             or any(row[i] is None for i in open_keys))
         # at user level DuckDB kept only rows with declared keys: a group Python cannot
         # match means DuckDB's equality is not Python's (a collation it was not told of);
         # dropping it would hinge a whole group on one row's spelling, so use the join
         if not unmatched or plan.table.record_level:
-            filled, lists = fill_declared_keys(r.declared, rows,
-                                                     len(compiled.measure_cols))
+            filled, lists = fill_declared_keys(r.declared, rows, len(compiled.measure_cols),
+                                               match=match)
             return Exact(keys=filled,
                          cols=dict(zip(compiled.measure_cols, lists, strict=True)))
         assert r.fallback is not None
@@ -142,18 +146,45 @@ def read_exact(backend: DuckBackend, r: Prepared) -> Exact:
 
 
 def fill_declared_keys(keys: Sequence[tuple[Any, ...]], rows: Iterable[tuple[Any, ...]],
-                       n_measures: int) -> tuple[list[tuple[Any, ...]], list[list[Any]]]:
+                       n_measures: int, *,
+                       match: Callable[[Sequence[Any]], tuple[Any, ...]] | None = None,
+                       ) -> tuple[list[tuple[Any, ...]], list[list[Any]]]:
     """Every declared key (in ``keys``' order) with its group's measurements from ``rows``
     (``(*key, *measurements)`` per group present in the data); absent keys get NULL (None)
-    measurements, groups outside the keys are dropped: what ``keys LEFT JOIN groups`` gives."""
+    measurements, groups outside the keys are dropped: what ``keys LEFT JOIN groups`` gives.
+    ``match``: a key as it is compared (:func:`key_matcher`: NaN matched to NaN, as the
+    engines' ``=`` does); the released keys are ``keys`` themselves."""
     ng = len(keys[0]) if keys else 0
+    as_key: Callable[[Sequence[Any]], tuple[Any, ...]] = tuple if match is None else match
     found: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     for r in rows:
-        found[tuple(r[:ng])] = r
+        found[as_key(r[:ng])] = r
     empty = (None,) * (ng + n_measures)
     cols: list[list[Any]] = [[] for _ in range(n_measures)]
     for key in keys:
-        r = found.get(key, empty)
+        r = found.get(as_key(key), empty)
         for j in range(n_measures):
             cols[j].append(r[ng + j])
     return list(keys), cols
+
+
+_NAN = object()  # a float key's NaN, as the fill matches it (NaN != NaN in Python)
+
+
+def key_matcher(types: Sequence[str]) -> Callable[[Sequence[Any]], tuple[Any, ...]] | None:
+    """How the key fill compares keys of these column types: None (as Python's tuples) when
+    none is a float, else a key with each NaN replaced by one marker: DuckDB's and Spark's
+    ``=`` (the key join this fill replaces) match NaN to NaN, Python's does not. -0.0 needs
+    nothing (``-0.0 == 0.0`` and their hashes agree, as in the engines)."""
+    floats = [i for i, t in enumerate(types) if type_class(t) == "float"]
+    if not floats:
+        return None
+
+    def match(key: Sequence[Any]) -> tuple[Any, ...]:
+        out = list(key)
+        for i in floats:
+            v = out[i]
+            if isinstance(v, float) and v != v:
+                out[i] = _NAN
+        return tuple(out)
+    return match

@@ -102,16 +102,19 @@ def load_spark_table(db_path: Path, spark: Any, name: str, source: Any, *, direc
                      physical: str, validate: Callable[[list[Column], int], None],
                      domains: Callable[[], Sequence[tuple[str, str, Sequence[Any]]]],
                      not_null: Callable[[], Sequence[str]],
-                     unit: str | None = None,
-                     public: bool = False) -> tuple[list[Column], str, str]:
+                     unit: str | None = None, public: bool = False,
+                     max_text_length: int | None = None) -> tuple[list[Column], str, str]:
     """Copy ``source`` to Parquet under ``directory/physical`` and give DuckDB an empty table of
     its columns (``priv.<physical>``, or ``pub.<physical>`` for a ``public`` lookup table, for
     typing and dry runs). ``validate(columns, rows)``, the declared domains (checked against
     the column types) and ``not_null`` (counted in Spark) run before anything is kept. With a
-    privacy ``unit``, the copy is bucketed by it (:func:`write_bucketed`). Returns (columns,
-    storage ``"spark"``, DuckDB relation)."""
+    privacy ``unit``, the copy is bucketed by it (:func:`write_bucketed`); with
+    ``max_text_length``, its text values are cut to that many characters first (as
+    ``duckdb_sources.truncate_text`` does for a DuckDB copy, and for the same timing reason).
+    Returns (columns, storage ``"spark"``, DuckDB relation)."""
     df = _read_source(spark, source)
     columns = spark_columns(df.schema)
+    df = _cut_text(df, columns, max_text_length)
     target = directory / physical
     directory.mkdir(parents=True, exist_ok=True)
     # the unit as the copy spells it (a name that matches no column is refused by validate)
@@ -130,6 +133,24 @@ def load_spark_table(db_path: Path, spark: Any, name: str, source: Any, *, direc
         shutil.rmtree(target, ignore_errors=True)
         raise
     return columns, SPARK, relation_name(physical, public)
+
+
+def _cut_text(df: Any, columns: Sequence[Column], limit: int | None) -> Any:
+    """``df`` with every string column cut to ``limit`` characters (None: unchanged). Spark's
+    ``substring`` counts characters (code points), as DuckDB's ``left`` does, so both engines
+    keep the same prefix of a value."""
+    if limit is None:
+        return df
+    from pyspark.sql import functions as F  # noqa: N812
+
+    for c in columns:
+        if c.type.upper() == "VARCHAR":
+            df = df.withColumn(c.name, F.substring(F.col(_backquoted(c.name)), 1, int(limit)))
+    return df
+
+
+def _backquoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
 
 _BUCKETS = "_dpkit_buckets"  # in a bucketed copy's folder: "<unit>\t<buckets>" (Spark skips _*)

@@ -26,10 +26,6 @@ def to_spark_sql(text: str | Any) -> str:
     return exact_sums(exact_rounds(hex_casts(tree))).sql(dialect="spark")
 
 
-# A public table joined with a Spark table is shipped to Spark as rows held by the driver
-# (a local relation, sent with the tasks): lookup tables are small. Above this many rows it is
-
-
 def exact_sums(tree: Any) -> Any:
     """Every SUM of a compiled statement adds integers (fixed-point values, counts); DuckDB
     adds them into HUGEINT, Spark into a BIGINT that wraps. Each BIGINT ``v`` is split as

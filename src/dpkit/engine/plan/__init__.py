@@ -65,6 +65,7 @@ statement, as passes), :mod:`.build` (QuerySpec -> Plan, as passes). Callers imp
 below from the package: ``from dpkit.engine import plan as dplan``.
 """
 
+from dpkit.engine.plan.bounding import bounding_ctes
 from dpkit.engine.plan.build import PLAN_PASSES, Planning, build_plan, top_k_request
 from dpkit.engine.plan.calibrate import (
     dgauss_upper_tail,
@@ -77,13 +78,9 @@ from dpkit.engine.plan.calibrate import (
 )
 from dpkit.engine.plan.compile import (
     COMPILE_PASSES,
-    FILL_MAX_KEYS,
     CompiledSQL,
     SqlState,
-    bounding_ctes,
-    can_fill_keys,
     compile_sql,
-    literal_sql,
 )
 from dpkit.engine.plan.fixed import (
     FIXED_PREFIX,
@@ -95,6 +92,7 @@ from dpkit.engine.plan.fixed import (
     shift_round,
     unit_rows_column_name,
 )
+from dpkit.engine.plan.keys import FILL_MAX_KEYS, can_fill_keys, literal_sql
 from dpkit.engine.plan.model import (
     DIAG_KINDS,
     DIAGNOSTICS_SHARE,

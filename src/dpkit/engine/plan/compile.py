@@ -6,6 +6,10 @@ row filter, contribution bounding (groups, then rows per unit), the fixed-point 
 sums, one aggregate expression per measurement, and the grouping with its public keys. The text
 depends only on the plan, the relation names and the per-query secret ``seed``; the exact
 values it computes never reach an analyst without noise.
+
+The group keys' SQL (literals, canonical values, key sets, the driver's key fill) lives in
+:mod:`dpkit.engine.plan.keys`, DuckDB's native bounding in :mod:`dpkit.engine.plan.bounding`,
+the form Spark runs alike in :mod:`dpkit.engine.plan.portable`.
 """
 
 from __future__ import annotations
@@ -13,11 +17,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-from sqlglot import exp
 
 from dpkit.engine import sql as dsql
+from dpkit.engine.plan.bounding import bounding_ctes, dropped_rows_sql
 from dpkit.engine.plan.fixed import (
     SHIFT_ZERO,
     clamp_sql,
@@ -27,6 +29,12 @@ from dpkit.engine.plan.fixed import (
     pow2_lit,
     row_exponent,
     unit_rows_column_name,
+)
+from dpkit.engine.plan.keys import (
+    KEY_COL,
+    canonical_key_sql,
+    key_ctes_sql,
+    literal_sql,
 )
 from dpkit.engine.plan.model import Measure, Plan
 from dpkit.engine.plan.portable import (
@@ -43,20 +51,6 @@ from dpkit.engine.tables import quote_ident, type_class
 # engine_domains_bench.py --literal, 1M rows, record level): at 10 keys both paths take the
 # same time (25 vs 26 ms), at 1000 keys the literals take 57 ms against 17 ms: always the table.
 DOMAIN_TABLE_MIN_KEYS = 0
-KEY_COL = '"k"'  # the key column of a hidden key table (duckdb_sources.KEY_COLUMN)
-
-
-def literal_sql(value: Any, type_: str) -> str:
-    """A declared key as a typed DuckDB literal: ``CAST(<literal> AS <type>)``."""
-    if value is None:  # a CASE without ELSE has the key NULL
-        lit = "NULL"
-    elif isinstance(value, bool):
-        lit = "TRUE" if value else "FALSE"
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        lit = repr(value) if isinstance(value, int) else repr(float(value))
-    else:
-        lit = exp.Literal.string(str(value)).sql(dialect="duckdb")
-    return f"CAST({lit} AS {type_})"
 
 
 @dataclass
@@ -108,28 +102,6 @@ def column_ref(alias_col: str) -> str:
 def key_sql(k: dsql.GroupKey) -> str:
     """A GROUP BY key's value per row: its column, or a derived key's (total) expression."""
     return k.expr if k.expr is not None else column_ref(k.source + "." + k.column)
-
-
-def canonical_key_sql(ref: str, type_: str, portable: bool = False) -> str:
-    """A group key as one value per group, exactly as Python reads it back.
-
-    Two keys DuckDB keeps apart but Python would merge or mangle would make the released keys
-    depend on one unit's row: ``-0.0`` and ``0.0`` become ``0.0``; a DATE or TIMESTAMP outside
-    Python's years 1-9999 (``'infinity'`` reads back as 9999-12-31, year 294247 as a string)
-    groups with NULL. ``portable``: without DuckDB's ``isfinite`` (Spark has no infinite
-    dates; DuckDB's infinities fall outside the BETWEEN anyway).
-    """
-    base = type_.upper().split("(")[0].strip()
-    fin = "" if portable else f"isfinite({ref}) AND "
-    if type_class(type_) == "float":
-        return f"(CASE WHEN {ref} = 0 THEN CAST(0 AS {type_}) ELSE {ref} END)"
-    if base == "DATE":
-        return (f"(CASE WHEN {fin}{ref} BETWEEN DATE '0001-01-01' AND "
-                f"DATE '9999-12-31' THEN {ref} END)")
-    if base.startswith("TIMESTAMP") or base == "DATETIME":
-        return (f"(CASE WHEN {fin}{ref} BETWEEN TIMESTAMP '0001-01-01' AND "
-                f"TIMESTAMP '9999-12-31 23:59:59.999999' THEN {ref} END)")
-    return ref
 
 
 def project_columns(st: SqlState) -> None:
@@ -313,10 +285,11 @@ def measure_expr(st: SqlState, mm: Measure) -> str:
     if mm.kind in ("rows", "dkept"):
         return "COUNT(*)"
     if mm.kind == "ddrop":
-        # portable: each unit's clipped drops ride on its first kept row (__d, see
-        # bounding_ctes_portable), summed in this pass and totalled over the groups by a
-        # window (the same total on every output row, as the native scalar subquery gives)
-        return "SUM(SUM(__d)) OVER ()" if st.portable else dropped_rows_sql(st)
+        if st.portable:
+            return dropped_rows_portable(st, mm)
+        mm.per_group = False  # a plan compiled both ways (tests): the form last compiled
+        return dropped_rows_sql(st.plan.m, groups_capped=bool(st.plan.spec.group_by)
+                                and st.plan.g < st.plan.m)
     if mm.kind in ("units", "select"):
         return "COUNT(DISTINCT __u)" if st.unit_level and st.plan.m > 1 else "COUNT(*)"
     assert mm.column is not None
@@ -349,22 +322,19 @@ def measure_expr(st: SqlState, mm: Measure) -> str:
     raise AssertionError(mm.kind)  # pragma: no cover
 
 
-def dropped_rows_sql(st: SqlState) -> str:
-    """Rows the per-unit caps dropped, each unit's count clipped at ``m`` (an uncorrelated
-    scalar subquery: the same whole-query total on every output row).
-
-    Each unit's term depends on its own rows only and lies in ``[0, m]``, so one unit moves the
-    total by at most ``m``. With only the row cap (``g >= m``) the units above it are those of
-    ``__l`` (their rows counted in ``__c``): ``min(max(__c - m, 0), m)``. With a groups cap the
-    rows before (``__src``) and after (``__b``) bounding are counted per unit.
-    """
-    m = st.plan.m
-    if st.plan.spec.group_by and st.plan.g < m:
-        return (f"(SELECT COALESCE(SUM(LEAST(__a.__c - COALESCE(__z.__c, 0), {m})), 0) FROM "
-                f"(SELECT __u, COUNT(*) AS __c FROM __src GROUP BY __u) AS __a LEFT JOIN "
-                f"(SELECT __u, COUNT(*) AS __c FROM __b GROUP BY __u) AS __z "
-                f"ON __a.__u = __z.__u)")
-    return f"(SELECT COALESCE(SUM(LEAST(GREATEST(__c - {m}, 0), {m})), 0) FROM __l)"
+def dropped_rows_portable(st: SqlState, mm: Measure) -> str:
+    """The portable dropped-rows count: each unit's clipped drops ride on its first kept row
+    (``__d``, see :func:`~dpkit.engine.plan.portable.bounding_ctes_portable`), summed per
+    group in the aggregation pass, and totalled over the groups on the driver
+    (``mm.per_group``: :func:`dpkit.engine.diagnose.exact_total`) where every group of
+    ``__agg`` reaches it: no GROUP BY, selected groups, or keys from declared domains (at
+    user level the rows outside them are dropped before bounding, so every group is a
+    key). A public table's keys may leave groups out (a LEFT JOIN's NULL key, dropped with
+    the key join or the key fill), so there a window totals them in the statement, the
+    same total on every output row, as the native scalar subquery gives. (The window is a
+    shuffle of the groups to one partition: one more Spark job per query.)"""
+    mm.per_group = not any(kind == "public" for kind, _ in st.plan.key_sources)
+    return "SUM(__d)" if mm.per_group else "SUM(SUM(__d)) OVER ()"
 
 
 def quantile_bin_sql(mm: Measure, x: str, cls: str, *, portable: bool = False) -> str:
@@ -472,54 +442,6 @@ def compile_sql(plan: Plan, *, relations: dict[str, str], seed: int,
     return st.compiled
 
 
-def key_ctes_sql(plan: Plan, key_rel: dict[int, str], relations: dict[str, str]) -> list[str]:
-    """CTEs ``__k{i}`` (the public keys of GROUP BY column i) and ``__keys`` (their product)."""
-    spec = plan.spec
-    key_ctes: list[str] = []
-    for i, (kind, values) in enumerate(plan.key_sources):
-        k = spec.group_by[i]
-        if kind == "domain" and i in key_rel:
-            key_ctes.append(f"__k{i} AS (SELECT {KEY_COL} AS __g{i} FROM {key_rel[i]})")
-        elif kind == "domain":
-            rows = ", ".join(f"({literal_sql(v, k.type)})" for v in values)
-            key_ctes.append(f"__k{i} AS (SELECT * FROM (VALUES {rows}) AS __v(__g{i}))")
-        else:
-            join = next(j for j in spec.joins if j.alias == k.source)
-            key_ctes.append(
-                f"__k{i} AS (SELECT DISTINCT {quote_ident(k.column)} AS __g{i} FROM "
-                f"{relations[join.table]} WHERE {quote_ident(k.column)} IS NOT NULL)"
-            )
-    cross = " CROSS JOIN ".join(f"__k{i}" for i in range(len(plan.key_sources)))
-    key_ctes.append(f"__keys AS (SELECT * FROM {cross})")
-    return key_ctes
-
-
-# Group-column types whose DuckDB equality is Python's equality on the values fetchall gives
-# (no NaN, no collations, no values Python cannot hold): the key fill may match them in Python.
-FILL_TYPES = frozenset({
-    "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
-    "UBIGINT", "UHUGEINT", "BOOLEAN", "VARCHAR",
-})
-FILL_MAX_KEYS = 256  # above this, the LEFT JOIN in DuckDB is as cheap as the Python fill
-
-
-def can_fill_keys(plan: Plan, collated: frozenset[str] | set[str] = frozenset(), *,
-                  public: bool = False) -> bool:
-    """Whether the declared keys of a public GROUP BY can be filled in Python (few keys, all
-    from declared domains, of types compared alike by DuckDB and Python). ``collated``: the
-    private table's columns with a collation (``VARCHAR COLLATE NOCASE`` from a DuckDB source;
-    the type name does not show it): DuckDB's equality on them is not Python's, so they keep
-    the join. ``public``: a public table's keys too (kind ``"public"``), for a caller that
-    reads them with the statement's engine and caps their number (known once read)."""
-    kinds = ("domain", "public") if public else ("domain",)
-    return (plan.group_mode == "public" and bool(plan.spec.group_by)
-            and (len(plan.keys) <= FILL_MAX_KEYS if plan.keys is not None else public)
-            and all(kind in kinds for kind, _ in plan.key_sources)
-            and all(k.type.upper() in FILL_TYPES for k in plan.spec.group_by)
-            and not any(k.source == dsql.PRIVATE_ALIAS and k.column in collated
-                        for k in plan.spec.group_by))
-
-
 def key_relations(plan: Plan, key_tables: Mapping[str, str] | None) -> dict[int, str]:
     """GROUP BY position -> key table relation, for declared domains read from key tables."""
     out: dict[int, str] = {}
@@ -542,59 +464,3 @@ def column_type(plan: Plan, alias_col: str) -> str:
         return plan.table.column(col).type
     join = next(j for j in plan.spec.joins if j.alias == alias)
     return plan.catalog[join.table].column(col).type
-
-
-def bounding_ctes(source: str, cols: list[str], derived: list[str], *, m: int,
-                  seed_lit: str, total_col: str | None = None) -> tuple[list[str], str]:
-    """CTEs keeping at most ``m`` rows per unit of ``source`` (unit column ``__u``).
-
-    ``cols``: the columns the query reads (``__u`` first); ``derived``: columns that are
-    functions of ``cols`` (carried along, not hashed). Returns the CTE texts and the name of
-    the bounded relation. The rows kept depend only on the unit's own rows and the secret
-    ``seed_lit``, so this is a stable transformation: one unit's presence changes at most ``m``
-    rows of the output. ``total_col``: a column of ``source`` bounding each unit's row count in
-    ``source`` from above (its rows in the table, when ``source`` only filtered them); rows of
-    units with ``total_col <= m`` are kept without per-unit work, which leaves the output
-    unchanged (such a unit has at most ``m`` rows here) and skips the window for them.
-    """
-    # Only units with more than m rows need a choice. Count each unit's rows (a window
-    # without ORDER BY: a hash partition, no sort); for a unit above the cap find t, the
-    # m-th smallest keyed hash of its rows (a top-m aggregate over one integer, no sort), and
-    # keep its rows hashing below t plus exactly as many rows hashing to t as are needed
-    # to make m. Rows sharing a hash are identical in every column the query reads (the
-    # hash covers them), so which of them is kept cannot change the answer; the count kept
-    # is exactly m even if two different rows collided.
-    sel = ", ".join([*cols, *derived])
-    hashed = ", ".join([*cols, seed_lit])
-    if total_col is not None:
-        # Units whose table total is <= m keep every row, untouched. The others ("heavy")
-        # go through one hash aggregate: their (up to) m smallest keyed hashes, the largest of
-        # which is the threshold t (a unit with fewer than m rows here gets all its hashes, so
-        # t is its largest and it keeps everything); then a join keeps rows hashing below t
-        # and as many hashing to t as complete the list. No window, no sort of the rows.
-        return [
-            f"__r AS (SELECT {sel}, hash({hashed}) AS __h FROM {source} "
-            f"WHERE {total_col} > {m})",
-            f"__l AS (SELECT __u, list_sort(min(__h, {m})) AS __hl, COUNT(*) AS __c FROM __r "
-            f"GROUP BY __u)",
-            "__t AS (SELECT __u, __hl[-1] AS __th, len(__hl) + 1 - "
-            "list_position(__hl, __hl[-1]) AS __k FROM __l)",
-            "__j AS (SELECT __r.*, __th, __k FROM __r JOIN __t ON __r.__u = __t.__u "
-            "WHERE __h <= __th)",
-            f"__b AS (SELECT {sel} FROM __j WHERE __h < __th UNION ALL SELECT {sel} FROM "
-            f"(SELECT * FROM __j WHERE __h = __th QUALIFY ROW_NUMBER() OVER (PARTITION BY __u) "
-            f"<= __k) UNION ALL SELECT {sel} FROM {source} WHERE {total_col} <= {m})",
-        ], "__b"
-    return [
-        f"__w AS (SELECT {sel}, COUNT(*) OVER (PARTITION BY __u) AS __n FROM {source})",
-        f"__r AS (SELECT {sel}, hash({hashed}) AS __h FROM __w WHERE __n > {m})",
-        f"__l AS (SELECT __u, list_sort(min(__h, {m})) AS __hl, COUNT(*) AS __c FROM __r "
-        f"GROUP BY __u)",
-        f"__t AS (SELECT __u, __hl[{m}] AS __th, {m} + 1 - "
-        f"list_position(__hl, __hl[{m}]) AS __k FROM __l)",
-        "__j AS (SELECT __r.*, __th, __k FROM __r JOIN __t ON __r.__u = __t.__u "
-        "WHERE __h <= __th)",
-        f"__b AS (SELECT {sel} FROM __j WHERE __h < __th UNION ALL SELECT {sel} FROM "
-        f"(SELECT * FROM __j WHERE __h = __th QUALIFY ROW_NUMBER() OVER (PARTITION BY __u) "
-        f"<= __k) UNION ALL SELECT {sel} FROM __w WHERE __n <= {m})",
-    ], "__b"

@@ -118,6 +118,9 @@ class Measure:
     quant_sensitivity: float = 0.0
     quant_epsilon: float = 0.0  # per group
     sql_col: str = ""
+    # ddrop: the column holds each group's part, totalled on the driver, not the whole-query
+    # total repeated on every row (set by the compiler: plan.compile.dropped_rows_portable)
+    per_group: bool = False
     count_col: str = ""  # csum: exact = SUM(v) - COUNT(v)·center, derived from the sum column
     center: int = 0  # csum: round(mid·2^f), subtracted from every row's integer
     threshold: int = 0

@@ -96,8 +96,12 @@ export function gauge(spent, cap, label) {
 export function renderPreview(box, p) {
   const errs = Object.entries(p.expected_error || {});
   // the service's text opens with a Python repr line ("Preview(cost epsilon ...)") that says
-  // what "Would cost" already does: keep only its per-column detail lines
-  const detail = (p.text || "").replace(/^Preview\([^\n]*\n?/, "").trimEnd();
+  // what "Would cost" already does: keep only its per-column detail lines, and of those only
+  // the ones the list above does not already give ("count: ±42" twice read as two figures)
+  const shown = new Set(errs.filter(([, e]) => e !== null && e !== undefined).map(([c]) => c));
+  const detail = (p.text || "").replace(/^Preview\([^\n]*\n?/, "").split("\n")
+    .filter((line) => { const m = line.match(/^\s*(.+?): ±[^ ]*$/); return !(m && shown.has(m[1])); })
+    .join("\n").trimEnd();
   // replaceChildren would write a null as the text "null": leave the missing parts out
   box.replaceChildren(...[
     el("p", {}, el("strong", { text: "Would cost " }),
