@@ -333,3 +333,19 @@ def test_no_side_channels_under_the_pld_accountant() -> None:
     rep = sc.fuzz(PEOPLE, public=[WARDS], queries=150, seed=2025, accountants=("pld",),
                   max_findings=1)
     assert rep.ok, rep.summary()
+
+
+def _opted_out_project(*args: Any, **kw: Any) -> dp.Curator:
+    """The fuzzer's project as it was before constant work became the default: sampling whose
+    work follows the noise drawn (``constant_work=False``), budget epsilon 1000."""
+    return sc.make_project(*args, **kw, epsilon=1000.0, constant_work=False)
+
+
+def test_no_side_channels_on_projects_without_constant_work() -> None:
+    # 240 comparisons (5 neighbour kinds, 48 queries each): the samplers that pure-epsilon
+    # projects, budgets too large for fixed plans and opted-out projects still run, which the
+    # default-project runs above no longer reach (~10 s on CI's two cores)
+    rep = sc.fuzz(PEOPLE, public=[WARDS], queries=240, seed=2027, accountants=("approx",),
+                  factory=_opted_out_project, max_findings=1)
+    assert rep.comparisons == 240 or rep.findings
+    assert rep.ok, rep.summary()
