@@ -135,3 +135,32 @@ def test_a_default_project_charges_the_epsilon_asked_and_fits_ten_default_deltas
     assert res.epsilon == pytest.approx(0.1, rel=1e-9) and item.epsilon == res.epsilon
     assert item.delta == pytest.approx(1e-7 + setting[0], rel=1e-9)
     cur.close()
+
+
+@pytest.mark.parametrize("constant_work", [None, False])
+def test_the_budget_table_explains_the_timing_delta(tmp_path: Path,
+                                                    constant_work: bool | None) -> None:
+    """Every release of a constant-work project charges its δ_t, so a pure-ε count shows a
+    δ of ~1e-12 in ``dpkit budget``: the caption says where it comes from."""
+    import io
+
+    import pandas as pd
+    from rich.console import Console
+
+    cur = dp.Curator.create(tmp_path / "p.dpkit", epsilon=3.0, delta=1e-6,
+                            constant_work=constant_work, source=noise.seeded(1))
+    cur.add_table("t", pd.DataFrame({"uid": range(50), "x": [1] * 50}), privacy_unit="uid",
+                  max_rows_per_unit=1)
+    cur.sql("SELECT COUNT(*) AS n FROM t", epsilon=0.1)
+    status = cur.budget()
+    out = io.StringIO()
+    Console(file=out, width=200).print(status.table())
+    setting = cur.ledger.config.constant_work
+    if constant_work is None:
+        assert setting is not None and status.timing_delta == setting[0]
+        assert status.history[-1].delta >= setting[0]
+        assert f"includes {setting[0]:.3g} for constant work" in out.getvalue()
+    else:
+        assert status.timing_delta is None and "constant work" not in out.getvalue()
+    assert status.to_dict()["timing_delta"] == status.timing_delta
+    cur.close()

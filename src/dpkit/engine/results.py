@@ -349,6 +349,8 @@ class BudgetStatus:
     # analyst -> {"cap", "spent", "remaining"}: own charges composed; remaining is what its next
     # charge may use (its cap's headroom, bounded by the project's)
     per_analyst: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    # a constant-work project's delta_t, charged beside every release (None: not constant work)
+    timing_delta: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -366,6 +368,7 @@ class BudgetStatus:
             "project_remaining": self.project_remaining,
             "analysts": {k: json_safe(dict(v)) for k, v in self.per_analyst.items()},
             "head": {"seq": self.head[0], "hash": self.head[1]},
+            "timing_delta": self.timing_delta,
             "history": [
                 {"seq": h.seq, "time": h.time, "analyst": h.analyst, "query": h.query,
                  "epsilon": h.epsilon, "delta": h.delta, "epsilon_spent": h.epsilon_spent,
@@ -400,7 +403,9 @@ class BudgetStatus:
                + (f"; project remaining {self.project_remaining:.4g}"
                   if self.analyst and self.project_remaining is not None else "")
                + f"); delta {self.delta_spent:.3g} of {self.delta:g}; "
-               f"ledger head #{self.head[0]} {self.head[1][:12]}")
+               f"ledger head #{self.head[0]} {self.head[1][:12]}"
+               + (f"; each release's delta includes {self.timing_delta:.3g} for constant "
+                  f"work's timing-safe sampling" if self.timing_delta else ""))
         t = FitTable(cols, title=f"privacy budget{who}: accountant {self.accountant}",
                      caption=cap)
         if self.analyst or not self.per_analyst:

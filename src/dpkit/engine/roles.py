@@ -183,6 +183,8 @@ def visible_budget(ledger: Ledger, acting: str, *, owner: bool,
         analyst=analyst, rho_spent=spend.rho_spent, rho_remaining=rho_remaining,
         analysts=caps, project_remaining=project.remaining,
         per_analyst={n: analyst_summary(ledger, n, project) for n in names},
+        timing_delta=(None if ledger.config.constant_work is None
+                      else float(ledger.config.constant_work[0])),
     )
 
 
