@@ -177,6 +177,7 @@ class SparkBackend(DuckBackend):
             return
         _trace.statement("spark", "check", spark_text)
         try:
+            _java_patterns(self.session(), spark_text)
             df = self.session().sql(spark_text)
         except QueryError:
             raise
@@ -306,6 +307,30 @@ def _refusal(exc: Exception) -> QueryError:
     """What Spark said when it could not run a statement before the charge."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return QueryError(f"Spark cannot run this query: {first} (nothing charged)")
+
+
+def _java_patterns(session: Any, spark_text: str) -> None:
+    """Compile each RLIKE pattern of ``spark_text`` with java.util.regex on the driver (as
+    Spark will on the rows): a pattern Java rejects (RE2's ``(?P<name>...)``, ``a{,3}``)
+    failed only once a row reached it, after the charge; now refused before it. Skipped
+    where the session has no JVM of its own (Spark Connect): the statement's first task
+    then fails alike on every data set, a fixed after-charge refusal."""
+    if "RLIKE" not in spark_text.upper():
+        return
+    jvm = getattr(getattr(session, "sparkContext", None), "_jvm", None)
+    if jvm is None:
+        return
+    tree = sqlglot.parse_one(spark_text, read="spark")
+    for node in tree.find_all(exp.RegexpLike):
+        pattern = node.expression
+        if isinstance(pattern, exp.Literal) and pattern.is_string:
+            try:
+                jvm.java.util.regex.Pattern.compile(pattern.this)
+            except Exception as exc:
+                text = str(exc).split("PatternSyntaxException:")[-1].strip().splitlines()
+                raise QueryError(f"Spark cannot use the pattern {pattern.sql(dialect='spark')}: "
+                                 f"{text[0] if text else 'invalid'} (Spark reads Java regular "
+                                 f"expressions; nothing charged)") from None
 
 
 def _integral(v: Any) -> Any:
