@@ -29,6 +29,7 @@ holdout's answers and lapses once the budget is spent (further queries are refus
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -57,6 +58,22 @@ def _positive(value: float, name: str) -> float:
     return float(value)
 
 
+def _clamped_mean(values: np.ndarray) -> float:
+    """Values clamped to ``[0, 1]`` (NaN as 0), so that one row moves the mean by ``1/n``."""
+    return float(np.clip(np.nan_to_num(values, nan=0.0), 0.0, 1.0).mean())
+
+
+def _one(f: Callable[..., Any], row: Any, vectorized: bool) -> float:
+    """``f`` on one holdout row (a one-row batch when ``vectorized``); 0 when it fails."""
+    try:
+        if vectorized:
+            out = np.asarray(f(row), dtype=np.float64).reshape(-1)
+            return float(out[0]) if out.shape[0] == 1 else 0.0
+        return float(f(row))
+    except Exception:
+        return 0.0
+
+
 class Thresholdout:
     """A reusable holdout (see the module docstring for the guarantee).
 
@@ -65,8 +82,13 @@ class Thresholdout:
     ``sigma``: the noise scale (e.g. 0.01); ``budget``: how many over-threshold answers the
     holdout gives before it refuses (:class:`BudgetSpent`). ``vectorized=True`` (default): a
     query takes all rows at once and returns one value per row (``lambda X: X[:, 3] > 0``);
-    ``False``: it takes one row. Values are clamped to ``[0, 1]`` (NaN counts as 0), so no
-    query can raise on one holdout row. ``max_epsilon``: refuse parameters whose worst-case ε
+    ``False``: it takes one row. Values are clamped to ``[0, 1]`` (NaN counts as 0), and on
+    the holdout a query that fails, warns or returns another shape is run row by row, a
+    failing row counting 0, so no holdout row can make a query raise or warn. A vectorized
+    query must be row-wise (each value a function of its own row): a function of the whole
+    batch (``np.full(len(X), X.min())``) has no sensitivity ``1/n`` and the guarantee does not
+    hold for it; pass ``vectorized=False`` when the queries are not known to be row-wise.
+    ``max_epsilon``: refuse parameters whose worst-case ε
     exceeds it (default 1: beyond, the transfer theorem promises little).
     """
 
@@ -116,6 +138,7 @@ class Thresholdout:
     # ------------------------------------------------------------------ queries
 
     def _mean(self, f: Callable[..., Any], data: Any) -> float:
+        """The mean of ``f`` over the analyst's own rows (errors and warnings are theirs)."""
         if self.vectorized:
             values = np.asarray(f(data), dtype=np.float64).reshape(-1)
             if values.shape[0] != len(data):
@@ -124,8 +147,31 @@ class Thresholdout:
         else:
             values = np.fromiter((float(f(row)) for row in data), dtype=np.float64,
                                  count=len(data))
-        values = np.clip(np.nan_to_num(values, nan=0.0), 0.0, 1.0)
-        return float(values.mean())
+        return _clamped_mean(values)
+
+    def _holdout_mean(self, f: Callable[..., Any]) -> float:
+        """The mean of ``f`` over the holdout, total and silent: nothing the caller sees but
+        the noisy answer may depend on a holdout row (FINDINGS.md H2: a query that raised,
+        warned or returned another shape on one holdout row told it apart, outside the
+        budget, and a shape error quoted an exact count of holdout rows). Warnings are
+        dropped; if ``f`` fails on the whole holdout or returns another number of values, it
+        is run row by row, and a row on which it fails (or gives not one value) counts 0:
+        the mean of a row-wise function either way, so the sensitivity stays ``1/n``."""
+        data = self._holdout
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            if self.vectorized:
+                try:
+                    values = np.asarray(f(data), dtype=np.float64).reshape(-1)
+                    if values.shape[0] == len(data):
+                        return _clamped_mean(values)
+                except Exception:  # run row by row below
+                    pass
+                rows = (data[i:i + 1] for i in range(len(data)))
+            else:
+                rows = iter(data)
+            return _clamped_mean(np.fromiter((_one(f, r, self.vectorized) for r in rows),
+                                             dtype=np.float64, count=len(data)))
 
     def query(self, f: Callable[..., Any]) -> float:
         """The answer to statistical query ``f``: the training mean, or a noisy holdout mean
@@ -134,7 +180,7 @@ class Thresholdout:
             raise BudgetSpent(f"the holdout gave its {self.budget} over-threshold answers; it "
                               f"answers no more (epsilon spent {self.epsilon:.3g})")
         train_mean = self._mean(f, self._train)  # the shape check runs on the analyst's rows
-        holdout_mean = self._mean(f, self._holdout)
+        holdout_mean = self._holdout_mean(f)
         self.queries += 1
         w = self._w
         gap = math.floor(abs(holdout_mean - train_mean) / w)
