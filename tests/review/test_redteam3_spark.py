@@ -80,6 +80,22 @@ def test_simple_regexes_pass() -> None:
                                          read="duckdb"))
 
 
+def test_the_fuzzer_asks_patterns_read_from_rows() -> None:
+    """The grammar draws H1's shape (a column as its own LIKE / regex pattern; ~1.8% of
+    queries), and a unit of extreme values may hold the text that breaks both on Spark."""
+    from dpkit.attacks.side_channels.draw import Draw
+    from dpkit.attacks.side_channels.grammar import Grammar
+    from dpkit.attacks.side_channels.neighbours import extreme_literals
+    from dpkit.engine.tables import Column, TableMeta
+
+    table = TableMeta("t", (Column("uid", "BIGINT"), Column("k", "VARCHAR")),
+                      privacy_unit="uid", max_rows_per_unit=2)
+    grammar, d = Grammar(table, [], families=("sql",)), Draw(1)
+    own = re.compile(r'(t1\."k") (?:I?LIKE|NOT LIKE) \1|regexp_matches\((t1\."k"), \2\)')
+    assert any(own.search(grammar.query(d).sql()) for _ in range(1000))
+    assert "'a\\b('" in extreme_literals(table, table.columns[1])
+
+
 # ---------------------------------------------------------------- D / D' on Spark
 
 
