@@ -191,3 +191,45 @@ def test_a_long_value_does_not_slow_a_like(spark: Any) -> None:
     finally:
         a.close(), b.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_interval_arithmetic_cannot_raise_on_spark() -> None:
+    text = to_spark_sql("SELECT COUNT(*) FROM t WHERE ts + INTERVAL 1 DAY * b > ts - "
+                        "INTERVAL 2 YEAR AND x + 1 > 0")
+    assert "TRY_ADD(ts, TRY_MULTIPLY(INTERVAL '1' DAY, b))" in text
+    assert "TRY_SUBTRACT(ts, INTERVAL '2' YEAR)" in text
+    assert "x + 1 > 0" in text  # no interval: unchanged
+
+
+def test_timestamp_overflow_on_one_row_gives_the_same_outcome(spark: Any) -> None:
+    """FINDINGS.md H3: Spark's timestamp + interval throws ``long overflow`` whatever its
+    ANSI setting; before the fix D answered and D' (a unit at 9999-12-31) was refused after
+    the charge."""
+    import datetime as dt
+
+    import pandas as pd
+
+    folder = Path(tempfile.mkdtemp(prefix="rt3-spark-ts-"))
+    d = pd.DataFrame({"uid": list(range(20)),
+                      "ts": [dt.datetime(2020, 1, 1 + i) for i in range(20)]})
+    d1 = pd.concat([d, pd.DataFrame({"uid": [99], "ts": [dt.datetime(9999, 12, 31)]})])
+    curs = []
+    try:
+        for name, df in (("d", d), ("d1", d1)):
+            df.to_parquet(folder / f"{name}.parquet", index=False)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                cur = dp.Curator.create(folder / f"{name}.dpkit", epsilon=100, delta=1e-3,
+                                        source=dp.noise.seeded(3), engine="spark", spark=spark)
+                cur.add_table("t", str(folder / f"{name}.parquet"), privacy_unit="uid",
+                              max_rows_per_unit=1)
+            curs.append(cur)
+        query = ("SELECT COUNT(*) AS n FROM t WHERE ts + INTERVAL 290000 YEAR > "
+                 "TIMESTAMP '2020-01-01'")
+        on_d, on_d1 = _outcome(curs[0], query), _outcome(curs[1], query)
+        assert on_d == on_d1
+        assert on_d[0] == "answer"
+    finally:
+        for cur in curs:
+            cur.close()
+        shutil.rmtree(folder, ignore_errors=True)

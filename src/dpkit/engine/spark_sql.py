@@ -19,17 +19,18 @@ from sqlglot import exp
 from dpkit.engine.spec import QueryError
 
 __all__ = ["exact_rounds", "exact_sums", "hex_casts", "like_regex", "linear_patterns",
-           "regex_patterns", "to_spark_sql"]
+           "regex_patterns", "to_spark_sql", "total_intervals"]
 
 
 def to_spark_sql(text: str | Any) -> str:
     """A portable statement (DuckDB SQL, or its parsed tree, which is changed) as Spark SQL:
     sqlglot's transpilation plus the rewrites where Spark's spelling of the same value
-    differs (:func:`hex_casts`, :func:`exact_rounds`, :func:`exact_sums`), and the pattern
+    differs (:func:`hex_casts`, :func:`exact_rounds`, :func:`exact_sums`), interval
+    arithmetic that cannot raise (:func:`total_intervals`), and the pattern
     matches made linear in a row's text (:func:`linear_patterns`: a ``QueryError`` for a
     pattern Spark would match in time that follows the rows)."""
     tree = sqlglot.parse_one(text, read="duckdb") if isinstance(text, str) else text
-    tree = linear_patterns(exact_sums(exact_rounds(hex_casts(tree))))
+    tree = linear_patterns(total_intervals(exact_sums(exact_rounds(hex_casts(tree)))))
     return str(tree.sql(dialect="spark"))
 
 
@@ -53,6 +54,24 @@ def exact_sums(tree: Any) -> Any:
                       dec)
         node.replace(exp.paren(exp.Add(this=exp.Mul(this=hi, expression=exp.Literal.number(
             2**31)), expression=lo)))
+    return tree
+
+
+_TRY_OPS = {exp.Add: "try_add", exp.Sub: "try_subtract", exp.Mul: "try_multiply"}
+
+
+def total_intervals(tree: Any) -> Any:
+    """Every ``+``, ``-`` and ``*`` over an interval as Spark's ``try_add`` /
+    ``try_subtract`` / ``try_multiply`` (NULL on overflow). Spark's datetime and interval
+    arithmetic throws on overflow whatever its ANSI setting (``long overflow``), and sqlglot
+    drops DuckDB's ``TRY`` on the way to Spark: ``WHERE ts + INTERVAL 290000 YEAR > ...``
+    answered on D and failed after the charge on D' = D plus a unit at 9999-12-31
+    (FINDINGS.md H3). DuckDB evaluates the same expression under TRY (NULL), so both engines
+    now agree. An operator whose operands hold no interval is left as it is."""
+    for node in list(tree.find_all(*_TRY_OPS)):
+        if type(node) in _TRY_OPS and node.find(exp.Interval) is not None:
+            node.replace(exp.Anonymous(this=_TRY_OPS[type(node)],
+                                       expressions=[node.this, node.expression]))
     return tree
 
 

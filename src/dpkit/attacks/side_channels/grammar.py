@@ -207,6 +207,8 @@ class Grammar:
             f"YEAR({r.sql}) = 2020", f"MONTH({r.sql}) > 6", f"date_part('year', {r.sql}) > 2000",
             f"{r.sql} + INTERVAL 1 DAY > DATE '2020-01-01'",
             f"{r.sql} + INTERVAL 1000000 YEAR > DATE '2020-01-01'",
+            # overflows Spark's microseconds only past ~2270 AD: a unit at 9999 (FINDINGS H3)
+            f"{r.sql} + INTERVAL 290000 YEAR > DATE '2020-01-01'",
             f"DATE_TRUNC('month', {r.sql}) = DATE '2020-01-01'", f"{r.sql} > '2020-01-01'",
             f"DATEDIFF('day', {r.sql}, DATE '2020-01-01') > 0",
         ))
