@@ -5,7 +5,10 @@ domains, public tables): the queries are what any analyst may send. The WHERE gr
 deliberately includes the constructs that made DuckDB fail on some rows only (issue 12):
 implicit casts (text as a boolean, ``CASE x WHEN``, ``IN`` / ``BETWEEN`` / ``COALESCE`` /
 ``NULLIF`` across types), casts of columns and of constants, arithmetic that overflows
-(INTEGER, BIGINT, HUGEINT, DECIMAL), math domain errors and date arithmetic.
+(INTEGER, BIGINT, HUGEINT, DECIMAL), math domain errors and date arithmetic. For Spark
+(FINDINGS.md H1, H3): a column as its own LIKE / regex pattern (a row's value then chooses the
+regular expression; the extreme text ``'a\\b('`` is a bad LIKE escape and an unclosed group
+there) and ``+ INTERVAL 290000 YEAR``, which overflows Spark's microseconds past ~2270 AD only.
 """
 
 from __future__ import annotations
@@ -177,12 +180,9 @@ class Grammar:
     def _like(self, d: Draw, alias: str, tags: list[str]) -> str | None:
         r = self._of(d, ("string",), alias) or self._any(d, alias)
         op = d.pick(("LIKE", "ILIKE", "NOT LIKE", "regexp_matches"))
-        # a pattern read from a row: on Spark a regular expression one row's value chooses
-        # (FINDINGS.md H1; neighbours.py's extreme text 'a\b(' is a bad LIKE and regex there)
-        pattern = d.pick(("'a%'", "'%1'", "'_'", "'%'", r.sql, "'%a%a%b'"))
-        if op == "regexp_matches":
-            return f"regexp_matches({r.sql}, {pattern})"
-        return f"{r.sql} {op} {pattern}"
+        pattern = d.pick(("'a%'", "'%1'", "'_'", "'%'", r.sql, "'%a%a%b'"))  # r.sql: see top
+        return (f"regexp_matches({r.sql}, {pattern})" if op == "regexp_matches"
+                else f"{r.sql} {op} {pattern}")
 
     def _in(self, d: Draw, alias: str, tags: list[str]) -> str | None:
         r = self._any(d, alias)
@@ -207,8 +207,7 @@ class Grammar:
             f"YEAR({r.sql}) = 2020", f"MONTH({r.sql}) > 6", f"date_part('year', {r.sql}) > 2000",
             f"{r.sql} + INTERVAL 1 DAY > DATE '2020-01-01'",
             f"{r.sql} + INTERVAL 1000000 YEAR > DATE '2020-01-01'",
-            # overflows Spark's microseconds only past ~2270 AD: a unit at 9999 (FINDINGS H3)
-            f"{r.sql} + INTERVAL 290000 YEAR > DATE '2020-01-01'",
+            f"{r.sql} + INTERVAL 290000 YEAR > DATE '2020-01-01'",  # see the top
             f"DATE_TRUNC('month', {r.sql}) = DATE '2020-01-01'", f"{r.sql} > '2020-01-01'",
             f"DATEDIFF('day', {r.sql}, DATE '2020-01-01') > 0",
         ))
