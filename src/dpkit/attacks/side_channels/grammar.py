@@ -8,7 +8,8 @@ implicit casts (text as a boolean, ``CASE x WHEN``, ``IN`` / ``BETWEEN`` / ``COA
 (INTEGER, BIGINT, HUGEINT, DECIMAL), math domain errors and date arithmetic. For Spark
 (FINDINGS.md H1, H3): a column as its own LIKE / regex pattern (a row's value then chooses the
 regular expression; the extreme text ``'a\\b('`` is a bad LIKE escape and an unclosed group
-there) and ``+ INTERVAL 290000 YEAR``, which overflows Spark's microseconds past ~2270 AD only.
+there) and ``+ INTERVAL 290000 YEAR``, which overflows Spark's microseconds past ~2270 AD only
+(and DuckDB's past ~4250 AD; it was 1,000,000 years, which overflowed on every row).
 """
 
 from __future__ import annotations
@@ -206,7 +207,6 @@ class Grammar:
         return d.pick((
             f"YEAR({r.sql}) = 2020", f"MONTH({r.sql}) > 6", f"date_part('year', {r.sql}) > 2000",
             f"{r.sql} + INTERVAL 1 DAY > DATE '2020-01-01'",
-            f"{r.sql} + INTERVAL 1000000 YEAR > DATE '2020-01-01'",
             f"{r.sql} + INTERVAL 290000 YEAR > DATE '2020-01-01'",  # see the top
             f"DATE_TRUNC('month', {r.sql}) = DATE '2020-01-01'", f"{r.sql} > '2020-01-01'",
             f"DATEDIFF('day', {r.sql}, DATE '2020-01-01') > 0",
