@@ -215,6 +215,7 @@ class MLPClassifier:
         """
         n = check_count(n_features, "n_features")
         c = check_count(contributions, "contributions")
+        _torch()  # no PyTorch: refused here, before the curator's charge, not in fit after it
         self._check_options()
         if self.sample_rate is None:
             raise ValueError("MLPClassifier through the curator needs sample_rate= (the "
