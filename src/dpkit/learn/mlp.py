@@ -123,6 +123,13 @@ class MLPClassifier:
     ``count_fraction`` (the share of ε for that count, in (0, 1); default 0.02),
     ``max_examples_per_unit`` (with ``fit(..., units=)``: the public cap on a unit's rows).
 
+    After ``fit``, through the curator or not, ``training_`` is a
+    :class:`~dpkit.learn.torch.TrainingSummary` (noise multiplier, clip, rate, steps,
+    neighbouring relation, ``insecure``, the divisor; ``event()``, ``epsilon(δ)``), never the
+    training object: that one holds the loader with every row and the unit codes, and a fitted
+    model is what gets pickled and shared (:func:`dpkit.learn.torch.make_private` gives it to
+    whoever trains their own module).
+
     >>> import numpy as np
     >>> X = np.r_[np.zeros((200, 2)), np.ones((200, 2))]; y = np.r_[[0] * 200, [1] * 200]
     >>> clf = MLPClassifier((8,), epsilon=2.0, delta=1e-4, epochs=5, batch_size=100,
@@ -322,9 +329,11 @@ class MLPClassifier:
         tr = self._private(net, data, units, source)
         self._train(tr, net)
         tr.detach()
-        # through the curator the model goes to the analyst: keep no row, unit code or exact
-        # count on it (the training object holds the loader; FINDINGS.md G1)
-        self.training_ = tr.summary() if getattr(self, "domain_", None) is not None else tr
+        # keep no row, unit code or exact count on the model, through the curator or not: the
+        # training object holds the loader (every row, the unit codes) and the network's
+        # hooks, and a fitted model is what gets pickled, published or handed to someone else
+        # (FINDINGS.md G1; make_private is there for who wants the training object itself)
+        self.training_ = tr.summary()
         self.network_ = net
         # scikit-learn's layout (coefs_[i]: (inputs, outputs)), so the weights can be saved
         lins = [m for m in net if isinstance(m, torch.nn.Linear)]
