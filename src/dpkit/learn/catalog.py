@@ -28,12 +28,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CATALOG", "ModelSpec", "Option", "OptionError", "build", "released",
-           "torch_available"]
+__all__ = ["CATALOG", "ModelSpec", "ModelUnavailable", "Option", "OptionError", "build",
+           "released", "torch_available"]
 
 
 class OptionError(ValueError):
     """A model name or option the catalog does not allow (or a value of the wrong kind)."""
+
+
+class ModelUnavailable(ValueError):  # noqa: N818 - a refusal, named as the others
+    """An allowed model this installation cannot train (DP-SGD without PyTorch)."""
 
 
 @dataclass(frozen=True)
@@ -206,9 +210,9 @@ def build(name: str, options: dict[str, Any] | None = None) -> Any:
     if spec is None:
         raise OptionError(f"model must be one of {sorted(CATALOG)} (got {name!r})")
     if spec.torch and not torch_available():
-        raise OptionError(f"{name} trains with DP-SGD and needs PyTorch, which this server does "
-                          f"not have: its owner can install the extra (pip install "
-                          f"'dpkit[torch]'); the other models need nothing more")
+        raise ModelUnavailable(f"{name} trains with DP-SGD and needs PyTorch, which this "
+                               f"server does not have: its owner can install the extra (pip "
+                               f"install 'dpkit[torch]'); the other models need nothing more")
     kwargs: dict[str, Any] = {}
     for key, value in (options or {}).items():
         if key not in spec.options:

@@ -4,6 +4,8 @@
     res = c.sql("SELECT ward, COUNT(*) AS n FROM visits GROUP BY ward", epsilon=0.5)
     res.to_pandas()                          # ward, n, n_ci_low, n_ci_high (as the curator's)
     c.budget()["remaining_epsilon"]
+    m = c.fit("logistic_regression", "SELECT age, ward FROM visits", label="sick", epsilon=1.0)
+    m["parameters"]["coef"], m["features"]     # the model and the encoding of its inputs
 
 The answers are the service's: differentially private for add/remove one privacy unit, each
 charged to the token's analyst before it was computed (the client adds nothing and keeps
@@ -262,6 +264,27 @@ class Client:
         """Synthetic records as CSV text (write it to a file, or read it with pandas)."""
         body = _clean({"table": table, "columns": list(columns), "epsilon": epsilon, **kw})
         return self.request("POST", "/v1/release/synthetic", body)[2].decode("utf-8")
+
+    def fit(self, model: str, sql: str, *, label: str, epsilon: float,
+            delta: float | None = None, **options: Any) -> dict[str, Any]:
+        """Train an allowed model (``fit_models()``: ``"logistic_regression"``, ...) on the rows
+        ``sql`` selects, charged to this token's analyst (as ``Curator.fit``); ``options``: the
+        model's (``max_iter=200``). The answer: the model's public parameters, the encoding of
+        its features, the event, the charge and the budget (docs/service.md)."""
+        body = _clean({"model": model, "options": options, "sql": sql, "label": label,
+                       "epsilon": epsilon, "delta": delta})
+        return dict(self._json("POST", "/v1/fit", body))
+
+    def preview_fit(self, model: str, sql: str, *, label: str, epsilon: float,
+                    delta: float | None = None, **options: Any) -> dict[str, Any]:
+        """What :meth:`fit` would charge now (``cost``, ``affordable``); nothing is charged."""
+        body = _clean({"model": model, "options": options, "sql": sql, "label": label,
+                       "epsilon": epsilon, "delta": delta})
+        return dict(self._json("POST", "/v1/fit/preview", body))
+
+    def fit_models(self) -> dict[str, dict[str, Any]]:
+        """The models :meth:`fit` may name, with their options and limits, by name."""
+        return {m["name"]: m for m in self._json("GET", "/v1/fit/models")["models"]}
 
     def _release(self, kind: str, **body: Any) -> RemoteResult:
         return RemoteResult.from_json(self._json("POST", f"/v1/release/{kind}", _clean(body)))

@@ -13,8 +13,9 @@ options as JSON values: no pickle, no import path, no callable, and no ``feature
 (the MLP's front end is code called on the private rows: over the network that would be code
 an analyst runs on the server; in Python the analyst's own process is already trusted with it,
 docs/curator.md). Options with the wrong JSON kind, unknown names, and values over the
-catalog's work limits are 422 before anything else; values the estimator refuses are refused by
-its ``privacy_event`` (409, nothing charged), as in ``cur.fit`` (FINDINGS.md G5).
+catalog's work limits are refused (409 ``refused``) before anything else; values the estimator
+refuses are refused by its ``privacy_event`` (409 ``refused-query``), as in ``cur.fit``
+(FINDINGS.md G5); nothing is charged for either.
 
 **What the answer holds.** The model's public parameters (:func:`dpkit.learn.catalog.released`),
 the public encoding that maps a table's columns to the model's inputs, the declared classes or
@@ -52,11 +53,11 @@ OptionValue = StrictBool | Number | str | list[Number] | list[list[Number]]
 FIT_PROBLEMS: dict[int | str, dict[str, Any]] = {
     code: {"description": text, "content": {"application/problem+json": {}}}
     for code, text in [(401, "no, malformed, unknown or revoked credential"),
-                       (409, "refused by the curator or the model (SQL, option value, budget, "
-                             "a missing extra); nothing charged"),
-                       (413, "body too large"),
-                       (422, "invalid request: the body, an unknown model or option, an "
-                             "option of the wrong kind or over a work limit"),
+                       (409, "refused by the catalog (an unknown option, a value of the "
+                             "wrong kind or over a work limit, a missing extra) or by the "
+                             "curator and the model (SQL, option value, budget); nothing "
+                             "charged"),
+                       (413, "body too large"), (422, "invalid request (the schema)"),
                        (429, "rate limited"), (503, "ledger or data unavailable"),
                        (504, "timed out (a charge made stays: see /v1/history)")]}
 
@@ -139,11 +140,12 @@ class ModelsOut(BaseModel):
 
 
 def _estimator(body: FitIn) -> Any:
-    """The allowed model with its options, or 422 before anything is read or charged."""
+    """The allowed model with its options, or 409 before anything is read or charged (a body
+    that matches the schema but that the catalog refuses: the service's rule for 409, not 422)."""
     try:
         return catalog.build(body.model, dict(body.options))
-    except catalog.OptionError as exc:
-        raise Problem(422, "invalid", f"{exc}; nothing was charged") from None
+    except (catalog.OptionError, catalog.ModelUnavailable) as exc:
+        raise Problem(409, "refused", f"{exc}; nothing was charged") from None
 
 
 def _guarantee(spec: catalog.ModelSpec, cur: Curator, table: str) -> str:
