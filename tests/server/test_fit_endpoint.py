@@ -118,6 +118,8 @@ def test_the_model_list_is_the_catalog(served: Served) -> None:
     assert lr["max_iter"] == {"kind": "int", "doc": "gradient steps", "low": 1, "high": 10_000}
     assert "random_state" not in lr and "features" not in models["mlp_classifier"]["options"]
     assert models["mlp_classifier"]["available"] is HAS_TORCH
+    assert models["gaussian_nb"]["takes_delta"] is False
+    assert models["logistic_regression"]["takes_delta"] is True
     assert set(served.app.openapi()["paths"]) >= {
         "/v1/fit", "/v1/fit/preview", "/v1/fit/models"}
 

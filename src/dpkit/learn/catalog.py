@@ -83,8 +83,13 @@ class ModelSpec:
     torch: bool = False
 
     def describe(self) -> dict[str, Any]:
+        import inspect
+
+        cls = getattr(importlib.import_module("dpkit.learn"), self.estimator)
         return {"name": self.name, "estimator": self.estimator, "task": self.task,
                 "guarantee": self.guarantee, "needs_torch": self.torch,
+                # a pure-DP model takes no delta (the request's delta is refused, as cur.fit's)
+                "takes_delta": "delta" in inspect.signature(cls).parameters,
                 "available": not self.torch or torch_available(),
                 "options": {k: o.describe() for k, o in self.options.items()},
                 "released": list(self.released)}
