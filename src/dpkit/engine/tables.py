@@ -32,6 +32,7 @@ __all__ = [
     "FIXED_PREFIX",
     "NUMERIC_TYPES",
     "Column",
+    "OpenedSource",
     "TableMeta",
     "check_identifier",
     "domain_table_name",
@@ -494,8 +495,27 @@ def check_bounds(pair: Any, column: str) -> tuple[float, float]:
     return lo_f, hi_f
 
 
+@dataclass(frozen=True)
+class OpenedSource:
+    """A file source its caller has already opened and checked, so that what is loaded is
+    exactly what was checked (the service's data root: ``dpkit.server.paths``).
+
+    ``name``: the path as the owner gave it (its suffixes tell the format; the declarations
+    record it). ``paths``: what DuckDB opens, one per file (a Parquet/CSV/JSON dataset that is
+    a directory has several), each a name for an already open file such as
+    ``/proc/self/fd/N``, which no one can swap for a symlink. ``table``: a DuckDB database's
+    table. Always copied (a view would read the paths again after they are closed).
+    """
+
+    name: str
+    paths: tuple[str, ...]
+    table: str | None = None
+
+
 def describe_source(source: Any) -> str:
     if isinstance(source, (str, Path)):
         return str(source)
+    if isinstance(source, OpenedSource):
+        return source.name
     mod = type(source).__module__.split(".")[0]
     return f"{mod}.{type(source).__name__}"

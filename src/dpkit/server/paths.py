@@ -8,15 +8,32 @@ So the service resolves the source (``..`` and symlinks too, as the load would) 
 unless it lies under the data root: ``dpkit serve --data-root DIR``, by default the folder
 ``data/`` inside the project (:func:`default_data_root`). Relative sources are read from the
 root. The project's own files are refused even under a wider root.
+
+Checking a name and then letting DuckDB open the name is not enough: anyone who may write
+inside the root could swap a folder on the path for a symlink between the check and the open
+(a TOCTOU race) and have the service read any file. So :func:`opened` walks the checked path
+again from an open descriptor of the root, one component at a time (``openat`` with
+``O_NOFOLLOW``: a symlink met anywhere is refused), ``fstat``s what it opened (a regular file,
+or a folder of data files walked the same way), and hands DuckDB ``/proc/self/fd/N``: the open
+file itself, whatever happens to its name afterwards. Without ``/proc/self/fd`` (not Linux)
+there is no name for an open file that DuckDB can read, so the service refuses to load over
+HTTP there (409, naming ``dpkit add-table``) rather than read by name.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from dpkit.engine.duckdb_sources import DATASET_SUFFIX, file_format
+from dpkit.engine.tables import OpenedSource
 from dpkit.server.problems import Problem
 
-__all__ = ["DATA_DIR", "confine", "default_data_root"]
+__all__ = ["DATA_DIR", "MAX_DATASET_FILES", "confine", "default_data_root", "opened"]
 
 DATA_DIR = "data"
 _GLOB = set("*?[{")  # DuckDB expands these in a file name: a pattern could reach past a link
@@ -63,3 +80,119 @@ def _under(root: Path, text: str) -> Path:
     """``text`` as a path, a relative one taken from ``root``."""
     path = Path(text).expanduser()
     return path if path.is_absolute() else root / path
+
+
+FD_DIR = "/proc/self/fd"
+MAX_DATASET_FILES = 256  # open descriptors held during one load (the usual limit is 1,024)
+_NOFOLLOW = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_DIR = _NOFOLLOW | getattr(os, "O_DIRECTORY", 0)
+_ANY = _NOFOLLOW | getattr(os, "O_NONBLOCK", 0)  # a FIFO must not block the open
+
+
+@contextmanager
+def opened(checked: str, root: Path, project: Path) -> Iterator[OpenedSource]:
+    """The source :func:`confine` checked, opened without following any name again: each
+    component from the root's descriptor with ``O_NOFOLLOW``, the last one ``fstat``-ed (a
+    regular file, or a folder whose data files are opened the same way). Yields the open files
+    as ``/proc/self/fd/N`` paths; they stay open until the ``with`` block ends. A component
+    swapped for a symlink (or anything but a file or folder) since the check is a 409."""
+    if not os.path.isdir(FD_DIR) or not hasattr(os, "O_NOFOLLOW"):
+        raise Problem(409, "refused",
+                      f"this platform has no {FD_DIR}, so the service cannot hand the loader "
+                      f"the very file it checked (a name could be swapped for a symlink in "
+                      f"between); load the table on the machine with `dpkit add-table`. "
+                      f"Nothing was loaded")
+    text, table = checked, None
+    if "::" in text and not Path(text).exists():
+        text, table = text.rsplit("::", 1)
+    root = root.expanduser().resolve()
+    fds: list[int] = []
+    try:
+        fds.append(os.open(root, _DIR))
+        for part in Path(text).relative_to(root).parts:
+            fds.append(_open_at(fds[-1], part, text))
+        if not stat.S_ISREG(os.fstat(fds[-1]).st_mode):
+            files = _dataset(fds, len(fds) - 1, text)
+        else:
+            files = [fds[-1]]
+        _not_own(files, project, text)
+        yield OpenedSource(text, tuple(f"{FD_DIR}/{fd}" for fd in files), table)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _open_at(parent: int, part: str, source: str) -> int:
+    """``part`` in the folder open as ``parent``, never through a symlink; a regular file or a
+    folder (a FIFO, device or socket is refused after its non-blocking open)."""
+    try:
+        fd = os.open(part, _ANY, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK):  # O_NOFOLLOW met a symlink
+            raise _changed(source, f"{part!r} is a symbolic link") from None
+        if exc.errno == errno.ENOTDIR:  # a folder on the path is now a file
+            raise _changed(source, f"the folder holding {part!r} is not a folder") from None
+        if exc.errno == errno.ENOENT:
+            raise Problem(409, "refused", f"source file {source} does not exist (or was "
+                                          f"removed after it was checked); nothing was "
+                                          f"loaded") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        os.close(fd)
+        raise _changed(source, f"{part!r} is neither a regular file nor a folder")
+    return fd
+
+
+def _dataset(fds: list[int], top: int, source: str) -> list[int]:
+    """The data files of the folder open as ``fds[top]``, opened (appended to ``fds``, which
+    the caller closes): DuckDB's own rule for a folder (``**/*.parquet`` and so on), walked
+    with ``O_NOFOLLOW`` so a symlink anywhere in it is refused, not followed."""
+    try:
+        suffix = DATASET_SUFFIX.get(file_format(Path(source)))
+    except ValueError as exc:
+        raise Problem(409, "refused", f"{exc}. Nothing was loaded") from None
+    if suffix is None:
+        raise Problem(409, "refused", f"source {source} is a folder; a DuckDB database is one "
+                                      f"file. Nothing was loaded")
+    files: list[int] = []
+    stack = [(fds[top], source)]
+    while stack:
+        folder, where = stack.pop()
+        for name in sorted(os.listdir(folder)):
+            fd = _open_at(folder, name, f"{where}/{name}")
+            fds.append(fd)
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                stack.append((fd, f"{where}/{name}"))
+            elif name.endswith(suffix):
+                files.append(fd)
+            if len(fds) > MAX_DATASET_FILES:
+                raise Problem(409, "refused", f"source {source} holds more than "
+                                              f"{MAX_DATASET_FILES} files and folders; merge "
+                                              f"them into fewer files. Nothing was loaded")
+    return files
+
+
+def _not_own(files: list[int], project: Path, source: str) -> None:
+    """Refuse a file that is one of the project's own (a hard link to ``ledger.key`` under
+    the root has another name but the same inode as the key)."""
+    own = set()
+    for entry in os.scandir(project):
+        if entry.is_file(follow_symlinks=False):
+            st = entry.stat(follow_symlinks=False)
+            own.add((st.st_dev, st.st_ino))
+    for fd in files:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) in own:
+            raise Problem(409, "outside-data-root",
+                          f"source {source!r} is one of the project's own files (its key, "
+                          f"ledger or data) under another name, never a source. Nothing was "
+                          f"loaded")
+
+
+def _changed(source: str, why: str) -> Problem:
+    return Problem(409, "refused",
+                   f"source {source} cannot be opened as checked: {why}. The service opens "
+                   f"each folder and file under its data root without following a symlink "
+                   f"(one could lead out of it, or be swapped in after the check): put the "
+                   f"files themselves there. Nothing was loaded")
