@@ -30,13 +30,16 @@ from typing import Any
 
 __all__ = [
     "FIXED_PREFIX",
+    "MAX_TEXT_LENGTH",
     "NUMERIC_TYPES",
+    "TEXT_LENGTH_ERROR",
     "Column",
     "OpenedSource",
     "TableMeta",
     "check_identifier",
     "domain_table_name",
     "quote_ident",
+    "text_length_ok",
     "type_class",
 ]
 
@@ -493,6 +496,23 @@ def check_bounds(pair: Any, column: str) -> tuple[float, float]:
     if max(abs(lo_f), abs(hi_f)) > 2.0**60:
         raise ValueError(f"bounds for {column!r} exceed 2**60 in magnitude (got {pair!r})")
     return lo_f, hi_f
+
+
+# The default bound on a private table's text values, in characters. A query's time grows
+# linearly with the length of each value it reads (docs/attacks.md §6: eight calls over one
+# unit's 10^6-character value added 10-20 ms, 10^7 added 60-220 ms, on 10,000 units); cut at
+# 1,000, one unit's text costs at most ~1/1000 of the former, microseconds, under the jitter
+# of any query, while names, codes, addresses and short comments pass whole. Free text
+# longer than that is no GROUP BY key anyway; the owner raises it (or None) where it is.
+MAX_TEXT_LENGTH = 1000
+# one text for add_table, the command line and declaration files (``none``: how each says it)
+TEXT_LENGTH_ERROR = ("max_text_length must be a whole number of characters >= 1, or {none} for "
+                     "no bound (got {got}); the default is " + str(MAX_TEXT_LENGTH))
+
+
+def text_length_ok(n: Any) -> bool:
+    """Whether ``n`` is a bound ``max_text_length`` takes (a whole number >= 1; None apart)."""
+    return not isinstance(n, bool) and isinstance(n, int) and n >= 1
 
 
 @dataclass(frozen=True)
