@@ -230,6 +230,7 @@ class Curator(ReleaseMethods):
             )
 
     def close(self) -> None:
+        self._backend.release()  # what outlives backend.close (Spark's cached lookups)
         self._backend.close()
         self.ledger.close()
 
