@@ -425,10 +425,6 @@ class DuckBackend:
             self._con = con
         return self._con
 
-    def release(self) -> None:
-        """Free what outlives :meth:`close` (which every ``add_table`` calls): for DuckDB,
-        nothing; the Spark backend's shipped lookups. Called when the project is closed."""
-
     def close(self) -> None:
         with self._lock:
             if self._con is not None:

@@ -230,7 +230,8 @@ class Curator(ReleaseMethods):
             )
 
     def close(self) -> None:
-        self._backend.release()  # what outlives backend.close (Spark's cached lookups)
+        if isinstance(self._backend, SparkBackend):  # what outlives backend.close
+            self._backend.release()  # (Spark's cached lookups; DuckDB has nothing)
         self._backend.close()
         self.ledger.close()
 

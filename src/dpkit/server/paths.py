@@ -22,6 +22,7 @@ HTTP there (409, naming ``dpkit add-table``) rather than read by name.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -84,18 +85,22 @@ def _under(root: Path, text: str) -> Path:
 
 FD_DIR = "/proc/self/fd"
 MAX_DATASET_FILES = 256  # open descriptors held during one load (the usual limit is 1,024)
-_NOFOLLOW = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-_DIR = _NOFOLLOW | getattr(os, "O_DIRECTORY", 0)
-_ANY = _NOFOLLOW | getattr(os, "O_NONBLOCK", 0)  # a FIFO must not block the open
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+# a folder on the way: O_PATH (Linux) needs no read permission on it, only search, as a
+# lookup by name did; O_DIRECTORY refuses anything else, a symlink included (ENOTDIR)
+_WAY = _NOFOLLOW | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_PATH", os.O_RDONLY)
+_LIST = _NOFOLLOW | getattr(os, "O_DIRECTORY", 0) | os.O_RDONLY  # a dataset's folders
+_LAST = _NOFOLLOW | os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)  # a FIFO must not block
 
 
 @contextmanager
 def opened(checked: str, root: Path, project: Path) -> Iterator[OpenedSource]:
     """The source :func:`confine` checked, opened without following any name again: each
-    component from the root's descriptor with ``O_NOFOLLOW``, the last one ``fstat``-ed (a
-    regular file, or a folder whose data files are opened the same way). Yields the open files
-    as ``/proc/self/fd/N`` paths; they stay open until the ``with`` block ends. A component
-    swapped for a symlink (or anything but a file or folder) since the check is a 409."""
+    folder on the way from the root's descriptor with ``O_NOFOLLOW``, the last component
+    ``fstat``-ed (a regular file, or a folder whose data files are opened the same way).
+    Yields the open files as ``/proc/self/fd/N`` paths; they stay open until the ``with``
+    block ends. A component swapped for a symlink (or anything but a file or folder) since
+    the check is a 409."""
     if not os.path.isdir(FD_DIR) or not hasattr(os, "O_NOFOLLOW"):
         raise Problem(409, "refused",
                       f"this platform has no {FD_DIR}, so the service cannot hand the loader "
@@ -106,15 +111,16 @@ def opened(checked: str, root: Path, project: Path) -> Iterator[OpenedSource]:
     if "::" in text and not Path(text).exists():
         text, table = text.rsplit("::", 1)
     root = root.expanduser().resolve()
+    parts = Path(text).relative_to(root).parts
     fds: list[int] = []
     try:
-        fds.append(os.open(root, _DIR))
-        for part in Path(text).relative_to(root).parts:
-            fds.append(_open_at(fds[-1], part, text))
-        if not stat.S_ISREG(os.fstat(fds[-1]).st_mode):
-            files = _dataset(fds, len(fds) - 1, text)
-        else:
-            files = [fds[-1]]
+        fds.append(os.open(root, _WAY if parts else _LIST))  # the root itself: listed
+        for part in parts[:-1]:
+            fds.append(_open_at(fds[-1], part, text, _WAY))
+        if parts:
+            fds.append(_open_at(fds[-1], parts[-1], text, _LAST))
+        files = ([fds[-1]] if stat.S_ISREG(os.fstat(fds[-1]).st_mode)
+                 else _dataset(fds, text))
         _not_own(files, project, text)
         yield OpenedSource(text, tuple(f"{FD_DIR}/{fd}" for fd in files), table)
     finally:
@@ -122,19 +128,24 @@ def opened(checked: str, root: Path, project: Path) -> Iterator[OpenedSource]:
             os.close(fd)
 
 
-def _open_at(parent: int, part: str, source: str) -> int:
-    """``part`` in the folder open as ``parent``, never through a symlink; a regular file or a
+def _open_at(parent: int, part: str, source: str, flags: int) -> int:
+    """``part`` in the folder open as ``parent``, never through a symlink: a regular file or a
     folder (a FIFO, device or socket is refused after its non-blocking open)."""
     try:
-        fd = os.open(part, _ANY, dir_fd=parent)
+        fd = os.open(part, flags, dir_fd=parent)
     except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.EMLINK):  # O_NOFOLLOW met a symlink
-            raise _changed(source, f"{part!r} is a symbolic link") from None
-        if exc.errno == errno.ENOTDIR:  # a folder on the path is now a file
-            raise _changed(source, f"the folder holding {part!r} is not a folder") from None
+        if exc.errno in (errno.ELOOP, errno.EMLINK, errno.ENOTDIR):  # O_NOFOLLOW, O_DIRECTORY
+            with contextlib.suppress(OSError):
+                if stat.S_ISLNK(os.stat(part, dir_fd=parent, follow_symlinks=False).st_mode):
+                    raise _changed(source, f"{part!r} is a symbolic link") from None
+            raise _changed(source, f"{part!r} is not a folder") from None
         if exc.errno == errno.ENOENT:
             raise Problem(409, "refused", f"source file {source} does not exist (or was "
                                           f"removed after it was checked); nothing was "
+                                          f"loaded") from None
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            raise Problem(409, "refused", f"source {source}: the service's account may not "
+                                          f"read {part!r}; give it read access. Nothing was "
                                           f"loaded") from None
         raise
     mode = os.fstat(fd).st_mode
@@ -144,10 +155,10 @@ def _open_at(parent: int, part: str, source: str) -> int:
     return fd
 
 
-def _dataset(fds: list[int], top: int, source: str) -> list[int]:
-    """The data files of the folder open as ``fds[top]``, opened (appended to ``fds``, which
-    the caller closes): DuckDB's own rule for a folder (``**/*.parquet`` and so on), walked
-    with ``O_NOFOLLOW`` so a symlink anywhere in it is refused, not followed."""
+def _dataset(fds: list[int], source: str) -> list[int]:
+    """The data files of the folder open as ``fds[-1]``, opened (appended to ``fds``, which
+    the caller closes): DuckDB's own rule for a folder (``**/*.parquet`` and so on). A
+    symlink anywhere in it is refused, not followed; other files are skipped unopened."""
     try:
         suffix = DATASET_SUFFIX.get(file_format(Path(source)))
     except ValueError as exc:
@@ -156,20 +167,27 @@ def _dataset(fds: list[int], top: int, source: str) -> list[int]:
         raise Problem(409, "refused", f"source {source} is a folder; a DuckDB database is one "
                                       f"file. Nothing was loaded")
     files: list[int] = []
-    stack = [(fds[top], source)]
+    stack = [(fds[-1], source)]
     while stack:
         folder, where = stack.pop()
         for name in sorted(os.listdir(folder)):
-            fd = _open_at(folder, name, f"{where}/{name}")
+            mode = os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode
+            if stat.S_ISLNK(mode):
+                raise _changed(f"{where}/{name}", f"{name!r} is a symbolic link")
+            if not (stat.S_ISDIR(mode) or name.endswith(suffix)):
+                continue  # DuckDB skips it too; a folder is walked even if its name matches
+            fd = _open_at(folder, name, f"{where}/{name}", _LIST if stat.S_ISDIR(mode)
+                          else _LAST)  # the open, not the stat, decides: O_NOFOLLOW again
             fds.append(fd)
             if stat.S_ISDIR(os.fstat(fd).st_mode):
                 stack.append((fd, f"{where}/{name}"))
-            elif name.endswith(suffix):
+            else:
                 files.append(fd)
             if len(fds) > MAX_DATASET_FILES:
                 raise Problem(409, "refused", f"source {source} holds more than "
-                                              f"{MAX_DATASET_FILES} files and folders; merge "
-                                              f"them into fewer files. Nothing was loaded")
+                                              f"{MAX_DATASET_FILES} data files and folders; "
+                                              f"merge them into fewer files. Nothing was "
+                                              f"loaded")
     return files
 
 
