@@ -116,6 +116,20 @@ def test_a_dataset_folder_is_opened_file_by_file(client: Any, project: Project,
     assert _columns(client, project) == {"ward", "age", "pid"}
 
 
+def test_a_database_table_loads_through_its_descriptor(client: Any, project: Project) -> None:
+    import duckdb
+
+    root = project.path / "data"
+    root.mkdir()
+    with duckdb.connect(str(root / "src.duckdb")) as con:
+        con.execute("CREATE TABLE other AS SELECT 1 AS z")
+        con.execute("CREATE TABLE w AS SELECT 'A' AS ward, 3 AS age, 1 AS pid")
+    assert _post(client, project, "src.duckdb::w").status_code == 201
+    assert _columns(client, project) == {"ward", "age", "pid"}
+    r = _post(client, project, "src.duckdb", replace=True)  # two tables: name one
+    assert r.status_code == 409 and "holds 2 tables" in r.json()["detail"], r.text
+
+
 def test_a_hard_link_to_the_key_and_a_fifo_are_refused(client: Any, project: Project) -> None:
     root = project.path / "data"
     root.mkdir()
