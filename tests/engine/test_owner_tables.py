@@ -138,7 +138,7 @@ def test_an_opened_source_is_read_through_its_descriptors(tmp_path: Path) -> Non
             rels = {n: cur.tables()[n].relation for n in ("two", "gz", "db", "both")}
         with duckdb.connect() as con:
             con.execute(f"ATTACH '{tmp_path / 'p.dpkit' / 'data.duckdb'}' AS dpdata (READ_ONLY)")
-            got = {n: con.execute(f"SELECT list(g ORDER BY g) FROM {r}").fetchone()[0]
+            got = {n: con.execute(f"SELECT list(g ORDER BY g) FROM {r}").fetchall()[0][0]
                    for n, r in rels.items()}
         assert got == {"two": ["a", "b"], "gz": ["c"], "db": ["d"], "both": ["a", "a", "b", "b"]}
     finally:
