@@ -128,6 +128,10 @@ def test_a_database_table_loads_through_its_descriptor(client: Any, project: Pro
     assert _columns(client, project) == {"ward", "age", "pid"}
     r = _post(client, project, "src.duckdb", replace=True)  # two tables: name one
     assert r.status_code == 409 and "holds 2 tables" in r.json()["detail"], r.text
+    (root / "bad.parquet").write_text("not Parquet")  # DuckDB's error names the file it read
+    r = _post(client, project, "bad.parquet", replace=True)
+    assert r.status_code == 409 and "/proc/self/fd" not in r.text, r.text
+    assert str(root / "bad.parquet") in r.json()["detail"], r.text  # the name the owner gave
 
 
 def test_a_hard_link_to_the_key_and_a_fifo_are_refused(client: Any, project: Project) -> None:

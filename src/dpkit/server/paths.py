@@ -122,7 +122,16 @@ def opened(checked: str, root: Path, project: Path) -> Iterator[OpenedSource]:
         files = ([fds[-1]] if stat.S_ISREG(os.fstat(fds[-1]).st_mode)
                  else _dataset(fds, text))
         _not_own(files, project, text)
-        yield OpenedSource(text, tuple(f"{FD_DIR}/{fd}" for fd in files), table)
+        source = OpenedSource(text, tuple(f"{FD_DIR}/{fd}" for fd in files), table)
+        try:
+            yield source
+        except ValueError as exc:  # the loader's refusal names what it opened: the owner's name
+            shown = str(exc)
+            for path in sorted(source.paths, key=len, reverse=True):  # fd/12 before fd/1
+                shown = shown.replace(path, text)
+            if type(exc) is not ValueError or shown == str(exc):
+                raise
+            raise ValueError(shown) from None
     finally:
         for fd in fds:
             os.close(fd)
