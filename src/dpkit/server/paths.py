@@ -114,6 +114,7 @@ def opened(checked: str, root: Path, project: Path) -> Iterator[OpenedSource]:
     parts = Path(text).relative_to(root).parts
     fds: list[int] = []
     try:
+        # the root's own path is the operator's choice, above what the root's writers reach
         fds.append(os.open(root, _WAY if parts else _LIST))  # the root itself: listed
         for part in parts[:-1]:
             fds.append(_open_at(fds[-1], part, text, _WAY))
