@@ -68,6 +68,14 @@ WARDS = ["A", "B", "C", "D"]
 
 
 @pytest.fixture(scope="session")
+def base_url() -> None:
+    """No base URL: each test goes to the service's own. pytest-playwright provides this
+    fixture itself only when its plugin loads at start-up; tests/server/conftest.py loads it
+    later (pyproject.toml blocks its entry point in every other pytest process)."""
+    return None
+
+
+@pytest.fixture(scope="session")
 def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
     return {**browser_type_launch_args, "executable_path": CHROMIUM,
             "args": ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
