@@ -96,3 +96,12 @@ def test_noisy_intervals_cover_at_their_level() -> None:
         assert np.all(hi <= 199) and np.all(lo >= 0)
         covered += int(all(lo[i] <= t <= hi[i] for i, t in enumerate(truth)))
     assert covered >= stats.binom.ppf(FALSE_FAILURE, n, level), covered
+
+
+def test_the_docstring_examples_run() -> None:
+    import doctest
+
+    from dpkit.release import quantiles as module
+
+    result = doctest.testmod(module)
+    assert result.attempted >= 3 and result.failed == 0, result
