@@ -64,6 +64,16 @@ _ERRORS: dict[int, type[ServiceError]] = {401: NotAuthenticatedError, 403: Forbi
                                           503: UnavailableError, 504: UnavailableError}
 
 
+#: The service names the request field that turns the answer diagnostics off; a client's
+#: user sets it as the keyword ``diagnostics=False``, which is what the client's texts say.
+HTTP_DIAGNOSTICS_OFF = '"diagnostics": false'
+
+
+def python_text(text: str) -> str:
+    """A service text (a note, a refusal) as this client's user acts on it."""
+    return text.replace(HTTP_DIAGNOSTICS_OFF, "diagnostics=False")
+
+
 @dataclass
 class RemoteResult:
     """A query's answer: ``columns`` (group and value columns), ``rows``, ``intervals``
@@ -87,7 +97,8 @@ class RemoteResult:
         return cls(columns=d["columns"], rows=d["rows"], intervals=d.get("intervals", {}),
                    epsilon=d["charge"]["epsilon"], delta=d["charge"]["delta"],
                    level=d.get("level", 0.95), warnings=d.get("warnings", []),
-                   notes=d.get("notes", []), budget=d.get("budget", {}),
+                   notes=[python_text(n) for n in d.get("notes", [])],
+                   budget=d.get("budget", {}),
                    insecure=d.get("insecure", False), ledger_seq=d.get("ledger_seq"))
 
     def __len__(self) -> int:
@@ -202,7 +213,8 @@ class Client:
         self.close()
         try:
             body = json.loads(raw)
-            detail, type_ = str(body.get("detail", raw[:200])), str(body.get("type", ""))
+            detail = python_text(str(body.get("detail", raw[:200])))
+            type_ = str(body.get("type", ""))
         except ValueError:
             body, detail, type_ = None, raw[:200].decode("utf-8", "replace"), ""
         err = _ERRORS.get(status, ServiceError)(status, detail, type_, body)
@@ -236,11 +248,16 @@ class Client:
     def preview(self, query: str, *, epsilon: float | None = None,
                 accuracy: float | None = None, noise: str | None = None,
                 delta: float | None = None, level: float = 0.95,
-                weights: dict[str, float] | None = None) -> dict[str, Any]:
-        """Cost and expected error; nothing is charged."""
+                weights: dict[str, float] | None = None,
+                diagnostics: bool = True) -> dict[str, Any]:
+        """Cost and expected error of :meth:`sql` with the same arguments; nothing is charged."""
         body = _clean({"sql": query, "epsilon": epsilon, "accuracy": accuracy, "noise": noise,
-                       "delta": delta, "level": level, "weights": weights})
-        return dict(self._json("POST", "/v1/preview", body))
+                       "delta": delta, "level": level, "weights": weights,
+                       "diagnostics": diagnostics})
+        out = dict(self._json("POST", "/v1/preview", body))
+        out["notes"] = [python_text(n) for n in out.get("notes", [])]
+        out["text"] = python_text(str(out.get("text", "")))
+        return out
 
     def budget(self) -> dict[str, Any]:
         return dict(self._json("GET", "/v1/budget"))
