@@ -68,9 +68,12 @@ class Served:
         from fastapi.testclient import TestClient
 
         from dpkit.server.app import create_app
+        from dpkit.server.auth import new_owner_token, owner_hashes
 
         self.path, self.bob, self.alice = _project(folder, frame)
-        self.app = create_app(self.path, rate=1e6, burst=10**6)
+        self.owner = new_owner_token(self.path)
+        self.app = create_app(self.path, rate=1e6, burst=10**6,
+                              owner_token_sha256=owner_hashes(self.path))
         self.client = TestClient(self.app, raise_server_exceptions=False)
 
     def post(self, route: str, body: dict[str, Any], token: str | None = None) -> Any:
@@ -158,6 +161,20 @@ def test_each_family_fits_charged_like_a_query(served: Served, model: str) -> No
                              headers={"Authorization": f"Bearer {served.bob}"}).json()
     assert hist["items"][-1]["kind"] == "fit" and hist["items"][-1]["sql"] == SQL
     assert hist["items"][-1]["epsilon"] == pytest.approx(a["charge"]["epsilon"])
+
+
+def test_the_owner_fits_on_the_projects_budget_and_the_audit_log_says(served: Served) -> None:
+    import json
+
+    body = _body("linear_regression", options={"alpha": None, "fit_intercept": False})
+    r = served.post("/v1/fit", body, served.owner)
+    assert r.status_code == 200, r.text
+    a = r.json()
+    assert a["budget"]["analyst"] == "owner" and a["options"]["fit_intercept"] is False
+    assert a["parameters"]["intercept"] == 50.0  # no fitted intercept: the label bounds' middle
+    line = json.loads((served.path / "audit.jsonl").read_text().splitlines()[-1])
+    assert line["endpoint"] == "/v1/fit" and line["status"] == 200
+    assert line["charge"]["epsilon"] == pytest.approx(a["charge"]["epsilon"])
 
 
 def test_the_released_logistic_model_predicts(served: Served) -> None:

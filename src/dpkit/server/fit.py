@@ -66,9 +66,10 @@ class FitIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: ModelName = Field(description="a model of GET /v1/fit/models")
-    options: dict[str, OptionValue] = Field(
+    options: dict[str, OptionValue | None] = Field(
         default_factory=dict, max_length=32,
-        description="the model's options by name (GET /v1/fit/models lists them)")
+        description="the model's options by name (GET /v1/fit/models lists them); null: the "
+                    "model's default")
     sql: str = Field(min_length=1, max_length=MAX_SQL,
                      description="SELECT a, b, label FROM t [WHERE ...]: plain declared columns")
     label: str = Field(min_length=1, max_length=128,
