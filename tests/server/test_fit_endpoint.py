@@ -254,7 +254,8 @@ def _face(r: Any) -> Any:
     if r.status_code != 200:
         return r.status_code, body
     public = {k: body[k] for k in ("model", "features", "classes", "label_bounds", "options",
-                                   "guarantee", "event", "charge", "warnings", "insecure")}
+                                   "guarantee", "event", "model_epsilon", "charge",
+                                   "warnings", "insecure")}
     shapes = {k: ([_shape(w) for w in v] if k in ("coefs", "intercepts") else _shape(v))
               for k, v in body["parameters"].items()}
     training = {k: v for k, v in (body["training"] or {}).items()

@@ -191,7 +191,7 @@ class _ServedFit:
             model.training_ = "TrainingSummary(" + ", ".join(
                 f"{k}={v!r}" for k, v in body["training"].items()) + ")"
         public = {k: body[k] for k in ("label", "label_bounds", "options", "guarantee", "event",
-                                       "warnings", "insecure")}
+                                       "model_epsilon", "warnings", "insecure")}
         face = [f["name"] for f in body["features"]]
         face += [f"keys={sorted(body)}", f"notes={len(body['notes'])}",
                  json.dumps(public, sort_keys=True)]
