@@ -203,7 +203,19 @@ REFUSALS: list[tuple[str, dict[str, Any], int, str]] = [
     ("an expression", {"sql": "SELECT x + 1 FROM t"}, 409, "refused-query"),
     ("label without classes", {"label": "x"}, 409, "refused-query"),
     ("the privacy unit", {"sql": "SELECT uid, x FROM t"}, 409, "refused-query"),
+    # extreme options whose releases could not be calibrated: they failed inside fit, after
+    # the charge (the whole epsilon lost), before privacy_event checked the sensitivities
+    ("a huge feature_norm", {"options": {"feature_norm": 1e300}}, 409, "refused-query"),
+    ("huge label bounds", {"model": "linear_regression", "label": "v",
+                           "options": {"label_bounds": [-1e308, 1e308]}}, 409, "refused-query"),
+    ("bounds overflowing", {"model": "gaussian_nb", "options": {"bounds": [-1e308, 1e308]}},
+     409, "refused-query"),
+    ("subnormal bounds", {"model": "kmeans", "options": {"bounds": [0, 5e-324]}}, 409,
+     "refused-query"),
 ]
+MLP_REFUSALS: list[dict[str, Any]] = [
+    {"max_grad_norm": 5e-324}, {"max_grad_norm": 1e200}, {"learning_rate": 1e200},
+    {"count_fraction": 5e-324}]
 
 
 @pytest.mark.parametrize("over,status,slug", [r[1:] for r in REFUSALS],
@@ -217,6 +229,18 @@ def test_refusals_spend_nothing(served: Served, over: dict[str, Any], status: in
         assert r.status_code == status, r.text
         assert r.headers["content-type"].startswith("application/problem+json")
         assert r.json()["type"].endswith("/" + slug) and r.json()["detail"]
+    assert served.ledger_rows() == rows
+
+
+@pytest.mark.parametrize("options", MLP_REFUSALS, ids=[str(o) for o in MLP_REFUSALS])
+def test_extreme_dp_sgd_options_are_refused_before_the_charge(served: Served,
+                                                              options: dict[str, Any]) -> None:
+    if not HAS_TORCH:
+        pytest.skip("the torch extra is not installed")
+    rows = served.ledger_rows()
+    body = _body("mlp_classifier", options={**BODIES["mlp_classifier"]["options"], **options})
+    r = served.post("/v1/fit", body)
+    assert r.status_code == 409 and r.json()["type"].endswith("/refused-query"), r.text
     assert served.ledger_rows() == rows
 
 

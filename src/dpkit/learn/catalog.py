@@ -230,7 +230,9 @@ def build(name: str, options: dict[str, Any] | None = None) -> Any:
     if spec.torch:
         rate = kwargs.get("sample_rate")
         if rate is not None and rate > 0:  # None / 0: privacy_event says what to give
-            steps = int(kwargs.get("epochs", 30)) * max(1, round(1.0 / rate))
+            # 1/rate overflows for a subnormal rate: such a rate is over the limit anyway
+            per_epoch = 1.0 / rate if rate > 1.0 / _MAX_STEPS / 2 else float(_MAX_STEPS + 1)
+            steps = int(kwargs.get("epochs", 30)) * max(1, round(per_epoch))
             if steps > _MAX_STEPS:
                 raise OptionError(f"epochs x round(1/sample_rate) = {steps:,} steps; at most "
                                   f"{_MAX_STEPS:,} per fit here: raise sample_rate or lower "

@@ -50,6 +50,9 @@ from .batch_count import (
 __all__ = ["MLPClassifier", "mlp_network"]
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def _torch() -> Any:
     try:
         import torch
@@ -192,7 +195,9 @@ class MLPClassifier:
         for h in sizes:
             check_count(h, "each of hidden_layer_sizes")
         check_positive(self.max_grad_norm, "max_grad_norm", "1.0")
-        check_non_negative(self.learning_rate, "learning_rate")
+        if check_non_negative(self.learning_rate, "learning_rate") > _FLOAT32_MAX:
+            raise ValueError(f"learning_rate must be <= {_FLOAT32_MAX:.4g}, the largest float32 "
+                             f"torch's optimizer holds (got {self.learning_rate!r})")
         check_non_negative(self.momentum, "momentum")
         if not 0.0 <= check_non_negative(self.averaging, "averaging") <= 1.0:
             raise ValueError(f"averaging must lie in [0, 1] (got {self.averaging!r})")
@@ -232,8 +237,26 @@ class MLPClassifier:
                              "the expected batch privately)")
         auto = check_batch_size(self.batch_size) in (None, "auto")
         sigma, k, total, count = self._planned(c if auto else None)
+        self._check_grid(sigma, n)
         self.domain_ = (n, c)
         return self._event_of(sigma, k, total, count)
+
+    def _check_grid(self, sigma: float, n_features: int) -> None:
+        """What the optimizer's exact release needs of the public σ and C, checked before a
+        curator's charge: a grid ``2^-k`` the float exponent can hold (a tiny C) and noise
+        ``13 σ C 2^k`` below ``2^51`` grid steps (a huge C), as
+        :mod:`dpkit.learn.torch.optimizer` checks at the first step, after the charge."""
+        from dpkit.learn.torch.optimizer import grid_exponent
+
+        sizes = [n_features, *(int(h) for h in self.hidden_layer_sizes),
+                 len(self.classes) if self.classes is not None else 2]
+        dim = sum((a + 1) * b for a, b in itertools.pairwise(sizes))
+        clip = float(self.max_grad_norm)
+        k = grid_exponent(dim, clip) if clip * 1e-6 > 0 else 10**9
+        if k > 1000 or 13.0 * sigma * clip * 2.0**k >= 2.0**51:
+            raise ValueError(f"max_grad_norm {self.max_grad_norm!r} is outside what the exact "
+                             f"noise grid holds for {dim} parameters at noise multiplier "
+                             f"{sigma:.3g}; use a clip nearer 1 (e.g. max_grad_norm=1.0)")
 
     @staticmethod
     def _event_of(sigma: float, k: int, total: int,

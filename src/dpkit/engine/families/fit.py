@@ -373,7 +373,8 @@ def _event(model: Any, enc: Encoding, meta: TableMeta) -> ev.Event:
     contributions = 1 if meta.record_level else int(meta.max_rows_per_unit)
     try:
         event = model.privacy_event(len(enc.features), contributions)
-    except (TypeError, ValueError, ImportError) as exc:  # ImportError: a missing extra
+    # ImportError: a missing extra; ArithmeticError: an option whose calibration overflows
+    except (TypeError, ValueError, ImportError, ArithmeticError) as exc:
         raise QueryError(f"the model refused its privacy parameters: {exc}") from None
     if not isinstance(event, ev.Event):
         raise QueryError(f"{type(model).__name__}.privacy_event() must return a dpkit event")
