@@ -290,6 +290,7 @@ def _face(r: Any) -> Any:
     return 200, sorted(body), public, shapes, training, len(body["notes"])
 
 
+@pytest.mark.filterwarnings("ignore:LogisticRegression diverged:RuntimeWarning")
 def test_d_and_d_prime_answer_alike(tmp_path: Path) -> None:
     pytest.importorskip("fastapi")
     pytest.importorskip("httpx")
