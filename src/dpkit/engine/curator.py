@@ -230,6 +230,8 @@ class Curator(ReleaseMethods):
             )
 
     def close(self) -> None:
+        if isinstance(self._backend, SparkBackend):  # what outlives backend.close
+            self._backend.release()  # (Spark's cached lookups; DuckDB has nothing)
         self._backend.close()
         self.ledger.close()
 

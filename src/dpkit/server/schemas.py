@@ -35,10 +35,15 @@ class PreviewIn(_In):
     noise: Noise | None = None
     level: float = Field(default=0.95, gt=0, lt=1)
     weights: dict[str, float] | None = None
+    diagnostics: bool = Field(
+        default=True,
+        description="measure the rows dropped and the values clamped by bounding with a share "
+                    "of the budget (false: the outputs get all of it); part of the planned "
+                    "request, so a preview prices the query as it will run")
 
 
 class QueryIn(PreviewIn):
-    diagnostics: bool = True
+    """A query as its preview was priced: the same fields."""
 
 
 class _ReleaseIn(_In):
@@ -160,6 +165,11 @@ class BudgetOut(BaseModel):
     project_remaining_epsilon: float
     project_epsilon: float
     accountant: str
+    timing_delta: float | None = Field(
+        default=None,
+        description="the project runs with constant work (a query's running time does not "
+                    "depend on the data) and each release's delta includes this timing term; "
+                    "null: it runs without constant work")
 
 
 class ChargeOut(BaseModel):
