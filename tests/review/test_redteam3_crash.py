@@ -123,9 +123,10 @@ def test_a_kill_at_each_point_of_a_query_keeps_its_charge(project: Path, point: 
     assert _check(project, 0) == 3
 
 
+@pytest.mark.slow  # ~20 s per store: eight worker start-ups
 def test_kills_at_random_moments_lose_no_released_answer(project: Path) -> None:
-    """Eight kills, each after a delay drawn from a fixed sequence spread over start-up and
-    the query loop; every answer the worker printed is on the ledger."""
+    """Eight kills, each after a delay from a fixed sequence spread over start-up and the
+    query loop; every answer the worker printed is on the ledger (``-m slow``)."""
     answers = 0
     for delay in (0.9, 1.3, 1.6, 1.9, 2.2, 2.5, 2.8, 3.1):
         proc = _worker(project, "none", 40)
