@@ -28,7 +28,9 @@ HUGE_LIMIT = "1000000000000000000"
 # weigh it more); the release families are the slow ones (a CDF plans a strategy per query)
 FAMILIES = ("sql", "sql", "sql", "filter", "dp_cdf", "cdf", "synthetic", "fit")
 
-_BINS = (8, 16, 16, None)  # None: the default grid (up to 1024 cells, slower)
+_BINS = (8, 16, 16, None)
+# quantiles' probabilities: the ends, a median, several at once, one out of [0, 1] (refused)
+_PROBABILITIES = ((0.5,), (0.1, 0.5, 0.9), (0.0, 1.0), (0.25, 0.75), (1.5,))  # None: the default grid (up to 1024 cells, slower)
 _NUM_LITERALS = ("0", "1", "-1", "2.5", "-0.0", "1e308", "CAST('nan' AS DOUBLE)",
                  "CAST('inf' AS DOUBLE)", "9223372036854775807",
                  "170141183460469231731687303715884105727", "NULL")
@@ -258,6 +260,10 @@ class Grammar:
             return Query("cdf", name, where=self.where(d, "", tags),
                          column=d.pick(self.bounded).name, epsilon=eps, bins=d.pick(_BINS),
                          tags=tuple(tags))
+        if family in ("quantiles", "marginals"):
+            release = self._release(d, family, eps, tags)
+            if release is not None:
+                return release
         if family == "synthetic":
             cols = [c for c in self.cols if c.name in self.table.domains] + self.bounded
             if cols:
@@ -297,6 +303,22 @@ class Grammar:
             return Query("sql", name, text=f"SELECT {outs} FROM {quote_ident(name)}{{where}}",
                          where=self.where(d, "", tags), epsilon=eps, tags=tuple(tags))
         return self._aggregate(d, eps, noise, delta, tags)
+
+    def _release(self, d: Draw, family: str, eps: float, tags: list[str]) -> Query | None:
+        """A quantiles or marginals release (``cur.quantiles`` / ``cur.marginals``, the
+        service's ``/v1/release/quantiles`` and ``/v1/release/marginals``)."""
+        name = self.table.name
+        if family == "quantiles" and self.bounded:
+            return Query("quantiles", name, where=self.where(d, "", tags),
+                         column=d.pick(self.bounded).name, probabilities=d.pick(_PROBABILITIES),
+                         epsilon=eps, bins=d.pick(_BINS), tags=tuple(tags))
+        cols = [c for c in self.cols if c.name in self.table.domains] + self.bounded
+        if family != "marginals" or not cols:
+            return None
+        pick = tuple(dict.fromkeys(d.pick(cols).name for _ in range(d.pick((1, 2, 3)))))
+        return Query("marginals", name, where=self.where(d, "", tags), columns=pick,
+                     k=d.pick((None, None, 1, 2)), epsilon=eps, bins=d.pick(_BINS),
+                     tags=tuple(tags))
 
     def _fit(self, d: Draw, eps: float, tags: list[str]) -> Query | None:
         """``cur.fit(model, "SELECT features, label FROM t WHERE ...", label=...)``: a label

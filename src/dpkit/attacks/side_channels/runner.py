@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import tempfile
 import time
@@ -66,6 +67,8 @@ class Finding:
             return "key_order"
         if {"rows", "key_set", "columns"} & set(self.fields):
             return "shape"
+        if "http" in self.fields:
+            return "service"  # status, headers, JSON keys or public fields of an HTTP answer
         return "work"  # statements or noise requests: a timing class
 
     def reproducer(self) -> str:
@@ -76,6 +79,7 @@ class Finding:
         if self.on_d1 is not None:
             lines.append(f"# on D': {self.on_d1.short()}")
             lines += _first_work_difference(self.on_d, self.on_d1)
+            lines += _http_difference(self.on_d, self.on_d1)
         return "\n".join(lines)
 
 
@@ -92,6 +96,22 @@ def _first_work_difference(a: Outcome, b: Outcome) -> list[str]:
         y = " ".join(ys[i])[:200] if i < len(ys) else "(none)"
         out += [f"# {what} {i + 1} of {len(xs)} on D : {x}",
                 f"# {what} {i + 1} of {len(ys)} on D': {y}"]
+    return out
+
+
+def _http_difference(a: Outcome, b: Outcome) -> list[str]:
+    """The parts of the two HTTP faces that differ (a service finding's why)."""
+    if a.http == b.http:
+        return []
+    try:
+        fa, fb = json.loads(a.http or "{}"), json.loads(b.http or "{}")
+    except ValueError:
+        return [f"# http on D : {a.http[:200]}", f"# http on D': {b.http[:200]}"]
+    out = []
+    for k in sorted(set(fa) | set(fb)):
+        if fa.get(k) != fb.get(k):
+            out += [f"# http {k} on D : {json.dumps(fa.get(k))[:200]}",
+                    f"# http {k} on D': {json.dumps(fb.get(k))[:200]}"]
     return out
 
 
