@@ -222,18 +222,18 @@ class ServedCurator:
         return _Answer(cols, data, dict(out.get("kinds", {})), float(out["charge"]["delta"]),
                        face, flags)
 
-    def sql(self, text: str, *, epsilon: float, delta: float | None = None,
-            noise: str | None = None, weights: dict[str, float] | None = None) -> _Answer:
-        return self._answer("/v1/query", {"sql": text, "epsilon": epsilon, "delta": delta,
-                                          "noise": noise, "weights": weights})
+    def sql(self, text: str, *, delta: float | None = None, noise: str | None = None,
+            weights: dict[str, float] | None = None, **options: Any) -> _Answer:
+        return self._answer("/v1/query", {"sql": text, "delta": delta, "noise": noise,
+                                          "weights": weights, **options})
 
-    def preview(self, text: str, *, epsilon: float, delta: float | None = None,
-                noise: str | None = None, weights: dict[str, float] | None = None) -> str:
+    def preview(self, text: str, *, delta: float | None = None, noise: str | None = None,
+                weights: dict[str, float] | None = None, **options: Any) -> str:
         """The preview's whole answer, canonical: status, headers, body (it reads no data: all
         of it must be public), or its refusal's face; its flags go with the query's."""
         r = self._client.post("/v1/preview", json={k: v for k, v in {
-            "sql": text, "epsilon": epsilon, "delta": delta, "noise": noise,
-            "weights": weights}.items() if v is not None}, headers=self._headers)
+            "sql": text, "delta": delta, "noise": noise, "weights": weights,
+            **options}.items() if v is not None}, headers=self._headers)
         body = r.json()
         if isinstance(body, dict) and "instance" in body:
             self._pending += self.references.check(body.pop("instance"))
@@ -247,36 +247,32 @@ class ServedCurator:
         if delta is not None:  # the endpoint takes no delta: say so as the curator would
             raise ServiceRefusalError(f"the {family} endpoint takes no delta")
 
-    def cdf(self, table: str, column: str, *, where: str | None = None, epsilon: float,
-            delta: float | None = None, bins: int | None = None) -> _Answer:
+    # the release endpoints take epsilon or accuracy, level, bins, diagnostics (``options``)
+    def cdf(self, table: str, column: str, *, where: str | None = None,
+            delta: float | None = None, **options: Any) -> _Answer:
         self._no_delta("cdf", delta)
         return self._answer("/v1/release/cdf", {"table": table, "column": column,
-                                                "where": where, "epsilon": epsilon,
-                                                "bins": bins})
+                                                "where": where, **options})
 
     def quantiles(self, table: str, column: str, probabilities: Sequence[float], *,
-                  where: str | None = None, epsilon: float, delta: float | None = None,
-                  bins: int | None = None) -> _Answer:
+                  where: str | None = None, delta: float | None = None,
+                  **options: Any) -> _Answer:
         self._no_delta("quantiles", delta)
         return self._answer("/v1/release/quantiles", {
             "table": table, "column": column, "probabilities": list(probabilities),
-            "where": where, "epsilon": epsilon, "bins": bins})
+            "where": where, **options})
 
     def marginals(self, table: str, columns: Sequence[str], *, where: str | None = None,
-                  epsilon: float, delta: float | None = None, bins: int | None = None,
-                  k: int | None = None) -> _Answer:
+                  delta: float | None = None, **options: Any) -> _Answer:
         self._no_delta("marginals", delta)
         return self._answer("/v1/release/marginals", {
-            "table": table, "columns": list(columns), "k": k, "where": where,
-            "epsilon": epsilon, "bins": bins})
+            "table": table, "columns": list(columns), "where": where, **options})
 
     def synthetic(self, table: str, columns: list[str], *, where: str | None = None,
-                  epsilon: float, method: str | None = None,
-                  delta: float | None = None) -> _Records:
+                  delta: float | None = None, **options: Any) -> _Records:
         self._no_delta("synthetic", delta)
         r, face, flags = self._post("/v1/release/synthetic", {
-            "table": table, "columns": columns, "where": where, "epsilon": epsilon,
-            "method": method})
+            "table": table, "columns": columns, "where": where, **options})
         rows = list(csv.reader(io.StringIO(r.text)))
         cols = tuple(rows[0]) if rows else ()
         return _Records(cols, {c: [row[i] for row in rows[1:]] for i, c in enumerate(cols)},
@@ -314,8 +310,11 @@ def fuzz_service(target: Any, *, families: Sequence[str] | None = None,
                  app_factory: Any = None, **kw: Any) -> Report:
     """:func:`~dpkit.attacks.side_channels.fuzz` through the service: every project of the
     run served by its own app (:func:`served_project`), one :class:`References` for all of
-    them; ``families`` defaults to the service's (:data:`FAMILIES`); ``kw`` as ``fuzz``'s."""
+    them; ``families`` defaults to the service's (:data:`FAMILIES`), request options
+    (``accuracy``, ``level``, ``diagnostics``) are drawn unless ``options=False``; ``kw`` as
+    ``fuzz``'s."""
     refs = References()
+    kw.setdefault("options", True)
 
     def factory(path: Path, data_file: Path, table: Any, public: Any, *, accountant: str,
                 seed: int) -> ServedCurator:

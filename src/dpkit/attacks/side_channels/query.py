@@ -49,9 +49,9 @@ class Query:
     ``family``: ``"sql"`` (``cur.sql(text, ...)``), ``"cdf"`` (``cur.cdf(table, column,
     where=...)``), ``"quantiles"`` (``cur.quantiles(table, column, probabilities, where=...)``),
     ``"marginals"`` (``cur.marginals(table, columns, k=..., where=...)``), ``"synthetic"``
-    (``cur.synthetic(table, columns, where=..., method=...)``) or ``"fit"`` (``cur.fit(model, text, label=...)``: ``model`` names a ``dpkit.learn``
-    estimator, :data:`MODELS`). ``where``:
-    the WHERE conjuncts (kept apart so that a finding can be minimised to one of them);
+    (``cur.synthetic(table, columns, where=..., method=...)``) or ``"fit"`` (``cur.fit(model,
+    text, label=...)``: ``model`` names a ``dpkit.learn`` estimator, :data:`MODELS`).
+    ``where``: the WHERE conjuncts (kept apart so that a finding can be minimised to one of them);
     ``text`` is the SQL with ``{where}`` standing for them. ``noisy_rows``: the set of released
     rows may legitimately depend on noise (HAVING, or ORDER BY an aggregate with LIMIT);
     ``noisy_order``: their order may (ORDER BY an aggregate). ``tags``: the grammar rules used
@@ -71,6 +71,11 @@ class Query:
     bins: int | None = None
     probabilities: tuple[float, ...] = ()  # quantiles
     k: int | None = None  # marginals: the tables' width (None: the curator's default)
+    # request options (drawn only by Grammar(options=True)): an accuracy target instead of
+    # epsilon, the intervals' level, the bounding diagnostics off
+    accuracy: float | None = None
+    level: float | None = None
+    diagnostics: bool = True
     method: str = ""  # synthetic: "auto", "mst", ...; "" leaves the curator's default
     label: str = ""  # fit: the label column
     model: str = ""  # fit: a key of MODELS
@@ -92,7 +97,12 @@ class Query:
         return replace(self, where=where)
 
     def kwargs(self) -> dict[str, Any]:
-        kw: dict[str, Any] = {"epsilon": self.epsilon}
+        kw: dict[str, Any] = ({"epsilon": self.epsilon} if self.accuracy is None
+                              else {"accuracy": self.accuracy})
+        if self.level is not None:
+            kw["level"] = self.level
+        if not self.diagnostics:
+            kw["diagnostics"] = False
         if self.delta is not None:
             kw["delta"] = self.delta
         if self.bins is not None and self.family in ("cdf", "quantiles", "marginals"):

@@ -18,7 +18,7 @@ import duckdb
 from dpkit import noise
 from dpkit.accounting import Budget
 from dpkit.attacks.side_channels.draw import Draw
-from dpkit.attacks.side_channels.grammar import Grammar
+from dpkit.attacks.side_channels.grammar import Grammar, with_options
 from dpkit.attacks.side_channels.neighbours import NEIGHBOURS, Scratch
 from dpkit.attacks.side_channels.outcome import Outcome, compare, observe, self_check
 from dpkit.attacks.side_channels.query import Query
@@ -410,6 +410,7 @@ def fuzz(
     progress: Callable[[int, int], None] | None = None,
     factory: Callable[..., Any] = make_project,
     trace: bool = True,
+    options: bool = False,
 ) -> Report:
     """Fuzz the curator for side channels on neighbouring datasets; returns a :class:`Report`.
 
@@ -431,7 +432,8 @@ def fuzz(
     ``factory(path, data_file, table, public, accountant=, seed=)``: makes each project
     (default :func:`make_project`; tests plant a leak with it); ``trace``: also compare the
     work each query does (its engine statements and noise requests, in order:
-    :mod:`dpkit.noise.trace`), the deterministic proxy for its timing class.
+    :mod:`dpkit.noise.trace`), the deterministic proxy for its timing class; ``options``:
+    also draw request options (``accuracy=``, ``level=``, ``diagnostics=False``).
     """
     start = time.perf_counter()
     meta, pubs, project = _resolve(target, table)
@@ -462,7 +464,7 @@ def fuzz(
         scratch.close()
         if pairs:
             _loop(pairs, grammar, d, max(1, queries // len(pairs)), report, minimise,
-                  max_findings, progress)
+                  max_findings, progress, options)
     finally:
         for _, p in pairs:
             p.close()
@@ -475,11 +477,13 @@ def fuzz(
 
 def _loop(pairs: list[tuple[str, _Pair]], grammar: Grammar, d: Draw, per_pair: int,
           report: Report, minimise: bool, max_findings: int | None,
-          progress: Callable[[int, int], None] | None) -> None:
+          progress: Callable[[int, int], None] | None, options: bool = False) -> None:
     seen: set[tuple[str, tuple[str, ...], str]] = set()
     total = per_pair * len(pairs)
     for step in range(per_pair):
         q = grammar.query(d)
+        if options:  # drawn after the query: a run without options asks what it asked before
+            q = with_options(q, d)
         for kind, pair in pairs:
             if pair.stale(step):
                 pair.refresh()
