@@ -38,6 +38,7 @@ import io
 import json
 import re
 import threading
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -292,7 +293,9 @@ def served_project(path: Path, data_file: Path, table: Any, public: Any, *, acco
     ``app_factory(project_path) -> ASGI app`` replaces :func:`~dpkit.server.app.create_app`
     (tests plant a leak with it); ``references``: shared by the projects of one run
     (:func:`fuzz_service` gives one; default: this project's own)."""
-    from fastapi.testclient import TestClient
+    with warnings.catch_warnings():  # starlette's note on its httpx client, not the user's
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from fastapi.testclient import TestClient
 
     from dpkit.server.app import create_app
 
