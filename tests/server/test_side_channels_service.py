@@ -47,7 +47,7 @@ def test_no_side_channels_through_the_service() -> None:
 @pytest.mark.slow
 def test_no_side_channels_through_the_service_in_a_longer_run() -> None:
     # 450 comparisons: five neighbour kinds x three accountants, 30 queries each, a public
-    # table to join (~2-3 minutes)
+    # table to join (~1 minute)
     wards = TableMeta("wards", (Column("ward", "VARCHAR"), Column("floor", "INTEGER")),
                       public=True)
     rep = fuzz_service(VISITS, public=[wards], queries=450, seed=31, units=12, max_findings=1)

@@ -83,7 +83,9 @@ class References:
     A reference names a log line: it must be new at every request, whatever the data, so
     that it says nothing about the request or the dataset. With the D and D' projects
     sharing one :class:`References`, a reference drawn from the projects' seeded source (the
-    same on both) shows as ``reference_reused`` on D'."""
+    same on both) shows as ``reference_reused`` on D'. A reference holds 32 random bits: a
+    false ``reference_reused`` among n references has probability below n²/2³³ (2e-5 for the
+    ~400 problems of a 2,000-comparison run)."""
 
     def __init__(self) -> None:
         self._seen: set[str] = set()
