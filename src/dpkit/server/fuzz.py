@@ -16,7 +16,9 @@ so every public part of an HTTP answer is compared between D and D':
   non-noisy fields by value (``columns``, ``kinds``, ``level``, ``insecure``, ``notes``,
   ``ledger_seq``, ``charge``, ``budget``, which columns carry ``intervals``; a problem's
   ``type``, ``title``, ``status``, ``detail``), and what ``GET /v1/history`` added
-  (its items without their time);
+  (its items without their time, a fit's noisy row count blanked);
+* a fit (``POST /v1/fit``): the model's face as on the curator (:class:`_ServedFit`) and the
+  HTTP face, its ``notes`` compared by number only (they carry the MLP's noisy row count);
 * a refusal's status (409, 413, 422), its problem type, title and detail;
 * anything else (a 5xx, a 504) is an ``internal_exception`` finding on its own.
 
@@ -51,8 +53,9 @@ __all__ = ["FAMILIES", "References", "ServedCurator", "ServiceFailureError",
            "ServiceRefusalError", "fuzz_service", "served_project"]
 
 #: the query families the service serves (``/v1/query``, ``/v1/release/{cdf, quantiles,
-#: marginals, synthetic}``), the SQL ones weighed up; no fit endpoint yet
-FAMILIES = ("sql", "sql", "filter", "dp_cdf", "cdf", "quantiles", "marginals", "synthetic")
+#: marginals, synthetic}``, ``/v1/fit``), the SQL ones weighed up
+FAMILIES = ("sql", "sql", "filter", "dp_cdf", "cdf", "quantiles", "marginals", "synthetic",
+            "fit")
 _REFUSED = (409, 413, 422)  # the curator (or the schema) said no: nothing charged
 _ANALYST = "fuzzer"
 # what differs between two answers for reasons that are not the data: the clock, the length
@@ -61,6 +64,10 @@ _DROPPED_HEADERS = frozenset({"date", "content-length", "x-dpkit-warnings", "x-r
 _PUBLIC = ("columns", "kinds", "level", "insecure", "notes", "ledger_seq", "charge", "budget",
            "type", "title", "status", "detail")
 _REFERENCE = re.compile(r"urn:dpkit:log:ref-[0-9a-f]{8}")
+# a fit's history line names what it released besides the model: the MLP's noisy row count
+_NOISY_COUNT = re.compile(r"(?<=noisy row count )[^,;)\s]+")
+# a fit's notes carry that count too (and its interval): compared by number, not by value
+_FIT_PUBLIC = tuple(k for k in _PUBLIC if k != "notes")
 
 
 class ServiceRefusalError(QueryError):
@@ -180,34 +187,44 @@ class ServedCurator:
     def get(self, route: str) -> Any:
         return self._client.get(route, headers=self._headers)
 
-    def face(self, r: Any, body: Any) -> tuple[str, tuple[str, ...]]:
+    def face(self, r: Any, body: Any,
+             public_keys: Sequence[str] = _PUBLIC) -> tuple[str, tuple[str, ...]]:
         """The public face of one answer (canonical JSON) and its flags (see the module's
-        docstring)."""
+        docstring); ``public_keys``: the body's fields compared by value."""
         flags = [*self._pending]
         self._pending.clear()
         public: dict[str, Any] = {}
         if isinstance(body, dict):
-            public = {k: body[k] for k in _PUBLIC if k in body}
+            public = {k: body[k] for k in public_keys if k in body}
             if isinstance(body.get("intervals"), dict):
                 public["intervals"] = sorted(body["intervals"])
             if "instance" in body:
                 flags += self.references.check(body["instance"])
         items = self.get("/v1/history").json().get("items", [])
-        added = [{k: v for k, v in i.items() if k != "time"} for i in items[self.history_seen:]]
+        added = [{k: _NOISY_COUNT.sub("<noisy>", v) if isinstance(v, str) else v
+                  for k, v in i.items() if k != "time"} for i in items[self.history_seen:]]
         headers = sorted([k.lower(), v] for k, v in r.headers.items()
                          if k.lower() not in _DROPPED_HEADERS)
         face = {"status": r.status_code, "headers": headers,
                 "keys": sorted(key_paths(body)), "public": public, "history": added}
         return json.dumps(face, sort_keys=True, default=str), tuple(flags)
 
-    def _post(self, route: str, body: dict[str, Any]) -> tuple[Any, str, tuple[str, ...]]:
-        r = self._client.post(route, json={k: v for k, v in body.items() if v is not None},
-                              headers=self._headers)
+    def send(self, route: str, body: dict[str, Any]) -> Any:
+        """POST ``body`` (its None fields left out) as JSON."""
+        # json.dumps writes inf as Infinity, which the service's parser reads (the estimator's
+        # options may be infinite: the catalog must refuse them); httpx's json= would refuse
+        text = json.dumps({k: v for k, v in body.items() if v is not None})
+        return self._client.post(route, content=text,
+                                 headers={**self._headers, "Content-Type": "application/json"})
+
+    def _post(self, route: str, body: dict[str, Any], *,
+              public: Sequence[str] = _PUBLIC) -> tuple[Any, str, tuple[str, ...]]:
+        r = self.send(route, body)
         try:
             parsed: Any = r.json()
         except ValueError:
             parsed = None
-        face, flags = self.face(r, parsed)
+        face, flags = self.face(r, parsed, public)
         if r.status_code >= 300:
             p = parsed if isinstance(parsed, dict) else {}
             text = (f"{r.status_code} {p.get('type')} {p.get('title')}: {p.get('detail')}"
@@ -234,9 +251,8 @@ class ServedCurator:
                 weights: dict[str, float] | None = None, **options: Any) -> str:
         """The preview's whole answer, canonical: status, headers, body (it reads no data: all
         of it must be public), or its refusal's face; its flags go with the query's."""
-        r = self._client.post("/v1/preview", json={k: v for k, v in {
-            "sql": text, "delta": delta, "noise": noise, "weights": weights,
-            **options}.items() if v is not None}, headers=self._headers)
+        r = self.send("/v1/preview", {"sql": text, "delta": delta, "noise": noise,
+                                      "weights": weights, **options})
         body = r.json()
         if isinstance(body, dict) and "instance" in body:
             self._pending += self.references.check(body.pop("instance"))
@@ -281,8 +297,63 @@ class ServedCurator:
         return _Records(cols, {c: [row[i] for row in rows[1:]] for i, c in enumerate(cols)},
                         face, flags)
 
+    def fit(self, model: Any, text: str, *, label: str, epsilon: float,
+            delta: float | None = None) -> _ServedFit:
+        """``POST /v1/fit`` with the catalog model of ``model``'s class and its options (the
+        fuzzer's estimators, :data:`~dpkit.attacks.side_channels.query.MODELS`)."""
+        from dpkit.learn import catalog
+
+        names = [n for n, s in catalog.CATALOG.items() if s.estimator == type(model).__name__]
+        if not names:
+            raise ServiceRefusalError(f"{type(model).__name__} has no fit endpoint model")
+        spec = catalog.CATALOG[names[0]]
+        options = {k: list(v) if isinstance(v, tuple) else v
+                   for k, v in model.get_params().items() if k in spec.options and v is not None}
+        r, face, flags = self._post("/v1/fit", {
+            "model": spec.name, "options": options, "sql": text, "label": label,
+            "epsilon": epsilon, "delta": delta}, public=_FIT_PUBLIC)
+        fitted = _ServedFit.of(r.json())
+        fitted.http, fitted.flags = face, flags
+        return fitted
+
     def close(self) -> None:
         self._client.__exit__(None, None, None)
+
+
+class _ServedFit:
+    """A ``POST /v1/fit`` answer in the shape the fuzzer's model face reads
+    (:func:`~dpkit.attacks.side_channels.outcome.observe`): ``.model``, an object named after
+    the estimator whose attributes are the released parameters (arrays: their shapes are
+    compared, not their noisy values), ``classes_`` and the training summary without its noisy
+    divisor; ``.encoding.features``, the features' names followed by every other public part
+    of the answer (its keys, options, guarantee, event, warnings, the number of notes)."""
+
+    http: str = ""  # the answer's HTTP face (ServedCurator.face)
+    flags: tuple[str, ...] = ()
+
+    def __init__(self, model: Any, features: list[str]) -> None:
+        self.model = model
+        self.encoding = type("Encoding", (), {"features": features})()
+
+    @classmethod
+    def of(cls, body: dict[str, Any]) -> _ServedFit:
+        import numpy as np
+
+        model = type(str(body["estimator"]), (), {})()
+        for name, value in body["parameters"].items():
+            arrays = ([np.asarray(v, dtype=float) for v in value]
+                      if body["model"] == "mlp_classifier" else np.asarray(value, dtype=float))
+            setattr(model, name + "_", arrays)
+        model.classes_ = None if body["classes"] is None else np.asarray(body["classes"])
+        if body.get("training") is not None:
+            model.training_ = "TrainingSummary(" + ", ".join(
+                f"{k}={v!r}" for k, v in body["training"].items()) + ")"
+        public = {k: body[k] for k in ("label", "label_bounds", "options", "guarantee", "event",
+                                       "model_epsilon", "warnings", "insecure")}
+        face = [f["name"] for f in body["features"]]
+        face += [f"keys={sorted(body)}", f"notes={len(body['notes'])}",
+                 json.dumps(public, sort_keys=True)]
+        return cls(model, face)
 
 
 def served_project(path: Path, data_file: Path, table: Any, public: Any, *, accountant: str,
