@@ -96,8 +96,8 @@ def test_the_problem_reference_is_random_on_both_datasets(tmp_path: Path) -> Non
         bodies = []
         for _ in range(4):
             for cur in served:
-                r = cur._client.post("/v1/query", headers=cur._headers, json={
-                    "sql": "SELECT COUNT(*) FROM '/etc/passwd'", "epsilon": 0.5})
+                r = cur.send("/v1/query", {"sql": "SELECT COUNT(*) FROM '/etc/passwd'",
+                                           "epsilon": 0.5})
                 assert r.status_code == 409, r.text
                 body = r.json()
                 seen.append(body.pop("instance"))
