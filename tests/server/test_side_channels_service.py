@@ -130,6 +130,13 @@ async def _parity_header(request: Any, response: Any, odd: bool, count: list[int
     return response
 
 
+async def _parity_fit_preview(request: Any, response: Any, odd: bool, count: list[int]) -> Any:
+    """The same header on a fit's preview only (which reads no data)."""
+    if request.url.path == "/v1/fit/preview":
+        response.headers["X-Cache-Tag"] = "odd" if odd else "even"
+    return response
+
+
 async def _parity_status(request: Any, response: Any, odd: bool, count: list[int]) -> Any:
     """A refusal answered 400 instead of 409 when the rows are odd (a status channel)."""
     if odd and request.url.path == "/v1/query" and response.status_code == 409:
@@ -199,6 +206,16 @@ def test_a_planted_header_or_status_is_found(plant: Any, cause: str) -> None:
     f = rep.by_cause()[cause][0]
     assert "http" in f.fields, rep.summary()
     assert "# http " in f.reproducer(), f.reproducer()
+
+
+def test_a_planted_leak_in_a_fit_preview_is_found() -> None:
+    """A fit is previewed first (``POST /v1/fit/preview``, as an SQL query is): its whole
+    answer is compared, headers included."""
+    rep = sc.fuzz(SMALL, queries=8, seed=3, neighbours=("add", "remove"),
+                  accountants=("approx",), families=("fit",),
+                  factory=_planted(_parity_fit_preview), units=10, max_findings=1,
+                  minimise=False)
+    assert "preview" in rep.by_cause(), rep.summary()
 
 
 def test_a_reference_that_is_not_random_is_found() -> None:

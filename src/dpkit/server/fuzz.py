@@ -251,8 +251,12 @@ class ServedCurator:
                 weights: dict[str, float] | None = None, **options: Any) -> str:
         """The preview's whole answer, canonical: status, headers, body (it reads no data: all
         of it must be public), or its refusal's face; its flags go with the query's."""
-        r = self.send("/v1/preview", {"sql": text, "delta": delta, "noise": noise,
-                                      "weights": weights, **options})
+        return self._whole(self.send("/v1/preview", {
+            "sql": text, "delta": delta, "noise": noise, "weights": weights, **options}))
+
+    def _whole(self, r: Any) -> str:
+        """A preview's status, headers and body as canonical JSON (its reference checked and
+        blanked, the flags told with the query's outcome)."""
         body = r.json()
         if isinstance(body, dict) and "instance" in body:
             self._pending += self.references.check(body.pop("instance"))
@@ -297,10 +301,11 @@ class ServedCurator:
         return _Records(cols, {c: [row[i] for row in rows[1:]] for i, c in enumerate(cols)},
                         face, flags)
 
-    def fit(self, model: Any, text: str, *, label: str, epsilon: float,
-            delta: float | None = None) -> _ServedFit:
-        """``POST /v1/fit`` with the catalog model of ``model``'s class and its options (the
-        fuzzer's estimators, :data:`~dpkit.attacks.side_channels.query.MODELS`)."""
+    @staticmethod
+    def _fit_body(model: Any, text: str, label: str, epsilon: float,
+                  delta: float | None) -> dict[str, Any]:
+        """The catalog model of ``model``'s class and its options (the fuzzer's estimators,
+        :data:`~dpkit.attacks.side_channels.query.MODELS`), as ``POST /v1/fit`` takes them."""
         from dpkit.learn import catalog
 
         names = [n for n, s in catalog.CATALOG.items() if s.estimator == type(model).__name__]
@@ -309,12 +314,23 @@ class ServedCurator:
         spec = catalog.CATALOG[names[0]]
         options = {k: list(v) if isinstance(v, tuple) else v
                    for k, v in model.get_params().items() if k in spec.options and v is not None}
-        r, face, flags = self._post("/v1/fit", {
-            "model": spec.name, "options": options, "sql": text, "label": label,
-            "epsilon": epsilon, "delta": delta}, public=_FIT_PUBLIC)
+        return {"model": spec.name, "options": options, "sql": text, "label": label,
+                "epsilon": epsilon, "delta": delta}
+
+    def fit(self, model: Any, text: str, *, label: str, epsilon: float,
+            delta: float | None = None) -> _ServedFit:
+        """``POST /v1/fit`` (:meth:`_fit_body`)."""
+        r, face, flags = self._post("/v1/fit", self._fit_body(model, text, label, epsilon, delta),
+                                    public=_FIT_PUBLIC)
         fitted = _ServedFit.of(r.json())
         fitted.http, fitted.flags = face, flags
         return fitted
+
+    def preview_fit(self, model: Any, text: str, *, label: str, epsilon: float,
+                    delta: float | None = None) -> str:
+        """``POST /v1/fit/preview``'s whole answer, canonical (as :meth:`preview`)."""
+        return self._whole(self.send("/v1/fit/preview",
+                                     self._fit_body(model, text, label, epsilon, delta)))
 
     def close(self) -> None:
         self._client.__exit__(None, None, None)

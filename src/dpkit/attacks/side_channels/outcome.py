@@ -26,7 +26,7 @@ from dataclasses import replace as dc_replace
 from typing import Any
 
 from dpkit import noise
-from dpkit.attacks.side_channels.query import Query
+from dpkit.attacks.side_channels.query import Query, make_model
 from dpkit.noise.trace import Trace
 
 __all__ = ["Outcome", "compare", "observe", "self_check"]
@@ -185,13 +185,18 @@ def _front(obj: Any, scrub: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _preview_face(cur: Any, query: Query, scrub: tuple[str, ...]) -> str:
-    """What previewing an SQL query shows (it reads no data, so all of it must be public):
-    the cost, the remaining budget, the expected error per output and the notes, or the
-    refusal's class and text. Empty for the other families (they have no preview)."""
-    if query.family != "sql" or not hasattr(cur, "preview"):
-        return ""
+    """What previewing an SQL query or a fit shows (it reads no data, so all of it must be
+    public): the cost, the remaining budget, the expected error per output and the notes (a
+    fit: its features, classes, event), or the refusal's class and text. Empty for the other
+    families (they have no preview)."""
     try:
-        p = cur.preview(query.sql(), **query.kwargs())
+        if query.family == "sql" and hasattr(cur, "preview"):
+            p = cur.preview(query.sql(), **query.kwargs())
+        elif query.family == "fit" and hasattr(cur, "preview_fit"):
+            p = cur.preview_fit(make_model(query.model), query.sql(), label=query.label,
+                                **query.kwargs())
+        else:
+            return ""
     except Exception as exc:  # a refusal is part of the face too
         text = f"{type(exc).__name__}: {exc}"
         for s in scrub:
@@ -199,6 +204,9 @@ def _preview_face(cur: Any, query: Query, scrub: tuple[str, ...]) -> str:
         return text
     if isinstance(p, str):  # the service's JSON text
         return p
+    if query.family == "fit":
+        return repr((p.model, p.features, p.classes, p.epsilon, p.cost, p.remaining, p.delta,
+                     repr(p.event)))
     return repr((p.cost, p.remaining, p.delta, p.split, p.outputs, p.notes, repr(p.event)))
 
 
