@@ -193,9 +193,13 @@ def attack_one_run(
               "change_extreme, add_many).")
 @click.option("--accountants", default="approx,pld,zcdp", show_default=True)
 @click.option("--max-findings", type=int, default=None, help="Stop after this many findings.")
+@click.option("--via", type=click.Choice(["curator", "service"]), default="curator",
+              show_default=True,
+              help="Ask the Python curator, or the HTTP service as an analyst sees it (status, "
+              "problem bodies, headers, JSON keys; needs the [server] extra and httpx).")
 def attack_side_channels(project: Path, table: str | None, queries: int, seed: int, units: int,
                          neighbours: str | None, accountants: str,
-                         max_findings: int | None) -> None:
+                         max_findings: int | None, via: str) -> None:
     """Fuzz the curator for side channels on your own project's table (owner only).
 
     Copies a sample of the table's rows into throwaway D and D' projects (D' = D with one unit
@@ -206,6 +210,7 @@ def attack_side_channels(project: Path, table: str | None, queries: int, seed: i
         _attacks().attack_side_channels(
             project=project, table=table, queries=queries, seed=seed, units=units,
             neighbours=neighbours, accountants=accountants, max_findings=max_findings,
+            via=via,
         )
     )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -458,15 +458,28 @@ def attack_one_run(
 
 def attack_side_channels(*, project: Path, table: str | None, queries: int, seed: int,
                          units: int, neighbours: str | None, accountants: str,
-                         max_findings: int | None) -> AttackSummary:
-    """The side-channel fuzzer (:mod:`dpkit.attacks.side_channels`) on the owner's project."""
+                         max_findings: int | None, via: str = "curator") -> AttackSummary:
+    """The side-channel fuzzer (:mod:`dpkit.attacks.side_channels`) on the owner's project;
+    ``via="service"``: through the HTTP service (:func:`dpkit.server.fuzz.fuzz_service`)."""
     from dpkit.attacks import side_channels as sc
+
+    run: Callable[..., sc.Report] = sc.fuzz
+    if via == "service":
+        import importlib.util
+
+        # only dpkit.server imports FastAPI (pyproject.toml's contracts): look, do not import
+        missing = [m for m in ("fastapi", "httpx") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise ImportError(f"--via service needs the service's extra and FastAPI's test "
+                              f"client ({', '.join(missing)} missing): pip install "
+                              f"'dpkit[server]' httpx")
+        from dpkit.server.fuzz import fuzz_service as run
 
     kinds = tuple(k.strip() for k in (neighbours or ",".join(sc.NEIGHBOURS)).split(",")
                   if k.strip())
     accts = tuple(a.strip() for a in accountants.split(",") if a.strip())
-    rep = sc.fuzz(project, table=table, queries=queries, seed=seed, units=units,
-                  neighbours=kinds, accountants=accts, max_findings=max_findings)
+    rep = run(project, table=table, queries=queries, seed=seed, units=units,
+              neighbours=kinds, accountants=accts, max_findings=max_findings)
     rows: list[list[Any]] = [["D/D' comparisons", rep.comparisons],
                              ["seconds", round(rep.seconds, 1)]]
     rows += [[f"outcome on D: {k}", v] for k, v in sorted(rep.outcomes.items())]
@@ -484,4 +497,6 @@ def attack_side_channels(*, project: Path, table: str | None, queries: int, seed
         notes.append(fs[0].reproducer())
     if not rep.findings:
         notes.append("no side channel found: only noisy values differed between D and D'")
-    return AttackSummary(f"side channels (seed {seed})", ["what", "count"], rows, notes=notes)
+    where = " through the service" if via == "service" else ""
+    return AttackSummary(f"side channels{where} (seed {seed})", ["what", "count"], rows,
+                         notes=notes)

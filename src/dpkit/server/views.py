@@ -104,17 +104,27 @@ def preview_json(p: Preview) -> dict[str, Any]:
                   "notes": [http_text(n) for n in p.notes], "text": http_text(repr(p))})
 
 
+def _key_cell(v: Any) -> Any:
+    """A group key: a non-finite float keeps its name, as JSON has no such number and
+    :func:`clean` makes it null, which is SQL's NULL: groups NaN, +inf, -inf and NULL were
+    four rows keyed ``null`` that no analyst could tell apart (FINDINGS.md, service fuzz)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+    return v
+
+
 def result_json(res: Result, cur: Curator) -> dict[str, Any]:
     """A query's or a release's answer: the value columns as rows, each interval beside."""
     kinds = res.kinds
     cols = [c for c in res.columns if kinds.get(c) not in _CI]
     n = len(res)
     data = {c: np.asarray(res.data[c]).tolist() for c in res.columns}
-    rows = [[data[c][i] for c in cols] for i in range(n)]
-    intervals = {c: [[data[f"{c}_ci_low"][i], data[f"{c}_ci_high"][i]] for i in range(n)]
-                 for c in cols if f"{c}_ci_low" in data and f"{c}_ci_high" in data}
     # which columns are group keys (public: from the query) and which are noisy values
     col_kinds = {c: str(kinds.get(c) or "value") for c in cols}
+    rows = [[_key_cell(data[c][i]) if col_kinds[c] == "group" else data[c][i] for c in cols]
+            for i in range(n)]
+    intervals = {c: [[data[f"{c}_ci_low"][i], data[f"{c}_ci_high"][i]] for i in range(n)]
+                 for c in cols if f"{c}_ci_low" in data and f"{c}_ci_high" in data}
     return clean({"columns": cols, "kinds": col_kinds, "rows": rows, "intervals": intervals,
                   "level": res.level,
                   "warnings": list(res.warnings), "notes": [http_text(n) for n in res.notes],

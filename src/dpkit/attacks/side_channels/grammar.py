@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dpkit.attacks.side_channels.draw import Draw
 from dpkit.attacks.side_channels.query import Query
 from dpkit.engine.tables import Column, TableMeta, quote_ident
 
-__all__ = ["EPSILONS", "FAMILIES", "Grammar"]
+__all__ = ["EPSILONS", "FAMILIES", "Grammar", "with_options"]
 
 # mostly ordinary budgets, and the extremes that broke the engine (5e-324 overflowed)
 EPSILONS = (0.05, 0.1, 0.2, 0.5, 1.0)
@@ -33,6 +33,8 @@ HUGE_LIMIT = "1000000000000000000"
 FAMILIES = ("sql", "sql", "sql", "filter", "dp_cdf", "cdf", "synthetic", "fit")
 
 _BINS = (8, 16, 16, None)  # None: the default grid (up to 1024 cells, slower)
+# quantiles' probabilities: the ends, a median, several at once, one out of [0, 1] (refused)
+_PROBABILITIES = ((0.5,), (0.1, 0.5, 0.9), (0.0, 1.0), (0.25, 0.75), (1.5,))
 _NUM_LITERALS = ("0", "1", "-1", "2.5", "-0.0", "1e308", "CAST('nan' AS DOUBLE)",
                  "CAST('inf' AS DOUBLE)", "9223372036854775807",
                  "170141183460469231731687303715884105727", "NULL")
@@ -263,6 +265,8 @@ class Grammar:
             return Query("cdf", name, where=self.where(d, "", tags),
                          column=d.pick(self.bounded).name, epsilon=eps, bins=d.pick(_BINS),
                          tags=tuple(tags))
+        if (release := _release(self, d, family, eps, tags)) is not None:
+            return release
         if family == "synthetic":
             cols = [c for c in self.cols if c.name in self.table.domains] + self.bounded
             if cols:
@@ -458,3 +462,32 @@ class Grammar:
         out = d.pick(options)
         tags.append("agg_" + out.split("(")[0].lower())
         return out
+
+
+def _release(g: Grammar, d: Draw, family: str, eps: float, tags: list[str]) -> Query | None:
+    """A quantiles or marginals release (``cur.quantiles`` / ``cur.marginals``, the service's
+    ``/v1/release/quantiles`` and ``/v1/release/marginals``); None for another family."""
+    name = g.table.name
+    if family == "quantiles" and g.bounded:
+        return Query("quantiles", name, where=g.where(d, "", tags),
+                     column=d.pick(g.bounded).name, probabilities=d.pick(_PROBABILITIES),
+                     epsilon=eps, bins=d.pick(_BINS), tags=tuple(tags))
+    cols = [c for c in g.cols if c.name in g.table.domains] + g.bounded
+    if family != "marginals" or not cols:
+        return None
+    pick = tuple(dict.fromkeys(d.pick(cols).name for _ in range(d.pick((1, 2, 3)))))
+    return Query("marginals", name, where=g.where(d, "", tags), columns=pick,
+                 k=d.pick((None, None, 1, 2)), epsilon=eps, bins=d.pick(_BINS),
+                 tags=tuple(tags))
+
+
+def with_options(q: Query, d: Draw) -> Query:
+    """``q`` with request options now and then: an accuracy target (the epsilon calibrated
+    from the plan, public), another level, the bounding diagnostics off (a different split);
+    a fit keeps its own."""
+    if q.family == "fit" or not d.chance(1, 2):
+        return q
+    accuracy = d.pick((None, None, 5.0, 0.5)) if q.family != "synthetic" else None
+    level = d.pick((None, 0.9, 0.99)) if q.family != "synthetic" else None
+    return replace(q, accuracy=accuracy, level=level, diagnostics=d.chance(1, 2),
+                   tags=(*q.tags, "options"))

@@ -26,7 +26,7 @@ from dataclasses import replace as dc_replace
 from typing import Any
 
 from dpkit import noise
-from dpkit.attacks.side_channels.query import Query
+from dpkit.attacks.side_channels.query import Query, make_model
 from dpkit.noise.trace import Trace
 
 __all__ = ["Outcome", "compare", "observe", "self_check"]
@@ -56,6 +56,10 @@ class Outcome:
     # the warnings the call emitted (class: message), a set: a warning raised only when a row
     # holds some value is a channel like an error (FINDINGS.md G2: numpy's on a diverging fit)
     warnings: tuple[str, ...] = ()
+    # what a front end adds (the service's status, headers, JSON keys and public fields:
+    # dpkit.server.fuzz), as the answer or exception object tells it; empty on the curator
+    http: str = ""
+    flags: tuple[str, ...] = ()  # one-sided problems the front end saw (a reused reference)
 
     def short(self) -> str:
         if self.kind != "answer":
@@ -153,7 +157,7 @@ def _run_call(cur: Any, query: Query, scrub: tuple[str, ...]) -> Outcome:
             kind="refusal" if refused else "exception", error_class=name,
             error_text=text, charged_epsilon=after.spent - before.spent,
             charged_delta=after.delta_spent - before.delta_spent,
-            charges=after.charges - before.charges, preview=seen)
+            charges=after.charges - before.charges, preview=seen, **_front(exc, scrub))
     after = cur.ledger.spend()
     if query.family == "fit":  # a trained model: its public face is its shape and classes
         return Outcome(
@@ -169,17 +173,30 @@ def _run_call(cur: Any, query: Query, scrub: tuple[str, ...]) -> Outcome:
         charged_delta=after.delta_spent - before.delta_spent,
         charges=after.charges - before.charges,
         selected=float(getattr(res, "delta", 0.0) or 0.0) > 0.0 and not synthetic,
-        noisy_rows=synthetic, preview=seen)
+        noisy_rows=synthetic, preview=seen, **_front(res, scrub))
+
+
+def _front(obj: Any, scrub: tuple[str, ...]) -> dict[str, Any]:
+    """The front end's own face of an answer or an exception (``http``, ``flags``), if any."""
+    http = str(getattr(obj, "http", "") or "")
+    for s in scrub:
+        http = http.replace(s, "<project>")
+    return {"http": http, "flags": tuple(getattr(obj, "flags", ()) or ())}
 
 
 def _preview_face(cur: Any, query: Query, scrub: tuple[str, ...]) -> str:
-    """What previewing an SQL query shows (it reads no data, so all of it must be public):
-    the cost, the remaining budget, the expected error per output and the notes, or the
-    refusal's class and text. Empty for the other families (they have no preview)."""
-    if query.family != "sql" or not hasattr(cur, "preview"):
-        return ""
+    """What previewing an SQL query or a fit shows (it reads no data, so all of it must be
+    public): the cost, the remaining budget, the expected error per output and the notes (a
+    fit: its features, classes, event), or the refusal's class and text. Empty for the other
+    families (they have no preview)."""
     try:
-        p = cur.preview(query.sql(), **query.kwargs())
+        if query.family == "sql" and hasattr(cur, "preview"):
+            p = cur.preview(query.sql(), **query.kwargs())
+        elif query.family == "fit" and hasattr(cur, "preview_fit"):
+            p = cur.preview_fit(make_model(query.model), query.sql(), label=query.label,
+                                **query.kwargs())
+        else:
+            return ""
     except Exception as exc:  # a refusal is part of the face too
         text = f"{type(exc).__name__}: {exc}"
         for s in scrub:
@@ -187,6 +204,9 @@ def _preview_face(cur: Any, query: Query, scrub: tuple[str, ...]) -> str:
         return text
     if isinstance(p, str):  # the service's JSON text
         return p
+    if query.family == "fit":
+        return repr((p.model, p.features, p.classes, p.epsilon, p.cost, p.remaining, p.delta,
+                     repr(p.event)))
     return repr((p.cost, p.remaining, p.delta, p.split, p.outputs, p.notes, repr(p.event)))
 
 
@@ -264,6 +284,8 @@ def compare(query: Query, a: Outcome, b: Outcome) -> tuple[str, ...]:
         diff.append("charge_delta")
     if a.warnings != b.warnings:
         diff.append("warnings")
+    if a.http != b.http:
+        diff.append("http")
     if a.statements != b.statements:
         diff.append("statements")
     if _requests(query, a) != _requests(query, b):
@@ -296,4 +318,5 @@ def self_check(query: Query, o: Outcome) -> tuple[str, ...]:
         out.append("internal_exception")
     if query.family == "fit" and o.kind != "answer" and o.charges > 0:
         out.append("charged_failure")
+    out += o.flags
     return tuple(out)

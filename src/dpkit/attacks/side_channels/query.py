@@ -47,10 +47,11 @@ class Query:
     """A query the fuzzer runs on both projects of a D/D' pair.
 
     ``family``: ``"sql"`` (``cur.sql(text, ...)``), ``"cdf"`` (``cur.cdf(table, column,
-    where=...)``), ``"synthetic"`` (``cur.synthetic(table, columns, where=..., method=...)``)
-    or ``"fit"`` (``cur.fit(model, text, label=...)``: ``model`` names a ``dpkit.learn``
-    estimator, :data:`MODELS`). ``where``:
-    the WHERE conjuncts (kept apart so that a finding can be minimised to one of them);
+    where=...)``), ``"quantiles"`` (``cur.quantiles(table, column, probabilities, where=...)``),
+    ``"marginals"`` (``cur.marginals(table, columns, k=..., where=...)``), ``"synthetic"``
+    (``cur.synthetic(table, columns, where=..., method=...)``) or ``"fit"`` (``cur.fit(model,
+    text, label=...)``: ``model`` names a ``dpkit.learn`` estimator, :data:`MODELS`).
+    ``where``: the WHERE conjuncts (kept apart so that a finding can be minimised to one of them);
     ``text`` is the SQL with ``{where}`` standing for them. ``noisy_rows``: the set of released
     rows may legitimately depend on noise (HAVING, or ORDER BY an aggregate with LIMIT);
     ``noisy_order``: their order may (ORDER BY an aggregate). ``tags``: the grammar rules used
@@ -68,6 +69,13 @@ class Query:
     delta: float | None = None
     weights: tuple[tuple[str, float], ...] = ()
     bins: int | None = None
+    probabilities: tuple[float, ...] = ()  # quantiles
+    k: int | None = None  # marginals: the tables' width (None: the curator's default)
+    # request options (drawn only by Grammar(options=True)): an accuracy target instead of
+    # epsilon, the intervals' level, the bounding diagnostics off
+    accuracy: float | None = None
+    level: float | None = None
+    diagnostics: bool = True
     method: str = ""  # synthetic: "auto", "mst", ...; "" leaves the curator's default
     label: str = ""  # fit: the label column
     model: str = ""  # fit: a key of MODELS
@@ -89,11 +97,18 @@ class Query:
         return replace(self, where=where)
 
     def kwargs(self) -> dict[str, Any]:
-        kw: dict[str, Any] = {"epsilon": self.epsilon}
+        kw: dict[str, Any] = ({"epsilon": self.epsilon} if self.accuracy is None
+                              else {"accuracy": self.accuracy})
+        if self.level is not None:
+            kw["level"] = self.level
+        if not self.diagnostics:
+            kw["diagnostics"] = False
         if self.delta is not None:
             kw["delta"] = self.delta
-        if self.bins is not None and self.family == "cdf":
+        if self.bins is not None and self.family in ("cdf", "quantiles", "marginals"):
             kw["bins"] = self.bins
+        if self.k is not None and self.family == "marginals":
+            kw["k"] = self.k
         if self.family == "synthetic" and self.method:
             kw["method"] = self.method
         if self.family == "sql":
@@ -111,6 +126,11 @@ class Query:
         where = self.where_sql() or None
         if self.family == "cdf":
             return cur.cdf(self.table, self.column, where=where, **kw)
+        if self.family == "quantiles":
+            return cur.quantiles(self.table, self.column, list(self.probabilities),
+                                 where=where, **kw)
+        if self.family == "marginals":
+            return cur.marginals(self.table, list(self.columns), where=where, **kw)
         if self.family == "synthetic":
             return cur.synthetic(self.table, list(self.columns), where=where, **kw)
         if self.family == "fit":
@@ -129,6 +149,12 @@ class Query:
         where = self.where_sql() or None
         if self.family == "cdf":
             return f"cur.cdf({self.table!r}, {self.column!r}, where={where!r}, {kw})"
+        if self.family == "quantiles":
+            return (f"cur.quantiles({self.table!r}, {self.column!r}, "
+                    f"{list(self.probabilities)!r}, where={where!r}, {kw})")
+        if self.family == "marginals":
+            return (f"cur.marginals({self.table!r}, {list(self.columns)!r}, where={where!r}, "
+                    f"{kw})")
         return (f"cur.synthetic({self.table!r}, {list(self.columns)!r}, where={where!r}, "
                 f"{kw})")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import tempfile
 import time
@@ -17,7 +18,7 @@ import duckdb
 from dpkit import noise
 from dpkit.accounting import Budget
 from dpkit.attacks.side_channels.draw import Draw
-from dpkit.attacks.side_channels.grammar import Grammar
+from dpkit.attacks.side_channels.grammar import Grammar, with_options
 from dpkit.attacks.side_channels.neighbours import NEIGHBOURS, Scratch
 from dpkit.attacks.side_channels.outcome import Outcome, compare, observe, self_check
 from dpkit.attacks.side_channels.query import Query
@@ -66,6 +67,8 @@ class Finding:
             return "key_order"
         if {"rows", "key_set", "columns"} & set(self.fields):
             return "shape"
+        if "http" in self.fields:
+            return "service"  # status, headers, JSON keys or public fields of an HTTP answer
         return "work"  # statements or noise requests: a timing class
 
     def reproducer(self) -> str:
@@ -76,6 +79,7 @@ class Finding:
         if self.on_d1 is not None:
             lines.append(f"# on D': {self.on_d1.short()}")
             lines += _first_work_difference(self.on_d, self.on_d1)
+            lines += _http_difference(self.on_d, self.on_d1)
         return "\n".join(lines)
 
 
@@ -92,6 +96,22 @@ def _first_work_difference(a: Outcome, b: Outcome) -> list[str]:
         y = " ".join(ys[i])[:200] if i < len(ys) else "(none)"
         out += [f"# {what} {i + 1} of {len(xs)} on D : {x}",
                 f"# {what} {i + 1} of {len(ys)} on D': {y}"]
+    return out
+
+
+def _http_difference(a: Outcome, b: Outcome) -> list[str]:
+    """The parts of the two HTTP faces that differ (a service finding's why)."""
+    if a.http == b.http:
+        return []
+    try:
+        fa, fb = json.loads(a.http or "{}"), json.loads(b.http or "{}")
+    except ValueError:
+        return [f"# http on D : {a.http[:200]}", f"# http on D': {b.http[:200]}"]
+    out = []
+    for k in sorted(set(fa) | set(fb)):
+        if fa.get(k) != fb.get(k):
+            out += [f"# http {k} on D : {json.dumps(fa.get(k))[:200]}",
+                    f"# http {k} on D': {json.dumps(fb.get(k))[:200]}"]
     return out
 
 
@@ -390,6 +410,7 @@ def fuzz(
     progress: Callable[[int, int], None] | None = None,
     factory: Callable[..., Any] = make_project,
     trace: bool = True,
+    options: bool = False,
 ) -> Report:
     """Fuzz the curator for side channels on neighbouring datasets; returns a :class:`Report`.
 
@@ -411,7 +432,8 @@ def fuzz(
     ``factory(path, data_file, table, public, accountant=, seed=)``: makes each project
     (default :func:`make_project`; tests plant a leak with it); ``trace``: also compare the
     work each query does (its engine statements and noise requests, in order:
-    :mod:`dpkit.noise.trace`), the deterministic proxy for its timing class.
+    :mod:`dpkit.noise.trace`), the deterministic proxy for its timing class; ``options``:
+    also draw request options (``accuracy=``, ``level=``, ``diagnostics=False``).
     """
     start = time.perf_counter()
     meta, pubs, project = _resolve(target, table)
@@ -442,7 +464,7 @@ def fuzz(
         scratch.close()
         if pairs:
             _loop(pairs, grammar, d, max(1, queries // len(pairs)), report, minimise,
-                  max_findings, progress)
+                  max_findings, progress, options)
     finally:
         for _, p in pairs:
             p.close()
@@ -455,11 +477,13 @@ def fuzz(
 
 def _loop(pairs: list[tuple[str, _Pair]], grammar: Grammar, d: Draw, per_pair: int,
           report: Report, minimise: bool, max_findings: int | None,
-          progress: Callable[[int, int], None] | None) -> None:
+          progress: Callable[[int, int], None] | None, options: bool = False) -> None:
     seen: set[tuple[str, tuple[str, ...], str]] = set()
     total = per_pair * len(pairs)
     for step in range(per_pair):
         q = grammar.query(d)
+        if options:  # drawn after the query: a run without options asks what it asked before
+            q = with_options(q, d)
         for kind, pair in pairs:
             if pair.stale(step):
                 pair.refresh()
