@@ -77,3 +77,88 @@ def test_replace_without_the_privacy_unit_is_refused(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     with Curator.open(project) as cur:
         assert cur.tables()["t"].bounds["age"] == (0.0, 100.0)
+
+
+# ---------------------------------------------------------------- the second walk (journey2)
+
+
+def _adult_like(tmp_path: Path, cap: str = "0.3") -> tuple[str, str]:
+    """A project over a small CSV with one analyst capped at ``cap``; (project, token)."""
+    rows = "\n".join(f"{i},{20 + i % 50},{'MF'[i % 2]}" for i in range(300))
+    (tmp_path / "t.csv").write_text("pid,age,sex\n" + rows + "\n")
+    project = str(tmp_path / "p.dpkit")
+    run = CliRunner().invoke
+    assert run(main, ["init", project, "--epsilon", "3"]).exit_code == 0
+    assert run(main, ["add-table", project, "t", str(tmp_path / "t.csv"), "--privacy-unit",
+                      "pid", "--max-rows-per-unit", "1", "--bounds", "age=0:100"]).exit_code == 0
+    added = run(main, ["analyst", "add", project, "raj", "--epsilon", cap])
+    assert added.exit_code == 0, added.output
+    token = next(w for w in added.output.split() if w.startswith("dpkit_"))
+    return project, token
+
+
+def test_a_refusal_over_the_analysts_cap_names_the_command_that_raises_it(
+        tmp_path: Path) -> None:
+    """Raj's second query passed his cap: the refusal said "use a new budget", which an
+    analyst cannot do, and no command changed a cap (only Python and HTTP did). Now the
+    refusal names `dpkit analyst cap`, which raises it; what he spent stays spent."""
+    project, token = _adult_like(tmp_path)
+    run = CliRunner().invoke
+    query = ["query", project, "SELECT COUNT(*) FROM t", "--epsilon", "0.2", "--token", token]
+    assert run(main, query).exit_code == 0
+    refused = run(main, query)
+    assert refused.exit_code != 0
+    flat = " ".join(refused.output.split())
+    assert "analyst 'raj' has a budget of epsilon 0.3" in flat
+    assert "the data owner can raise it: dpkit analyst cap PROJECT raj --epsilon E" in flat
+    raised = run(main, ["analyst", "cap", project, "raj", "--epsilon", "1"])
+    assert raised.exit_code == 0, raised.output
+    assert "raj: epsilon 1" in raised.output and "spent epsilon 0.2" in raised.output
+    assert run(main, query).exit_code == 0  # fits the new cap
+    from dpkit.engine.curator import Curator
+
+    def cap() -> float | None:
+        with Curator.open(project) as cur:
+            return cur.analysts()["raj"]["epsilon"]  # type: ignore[no-any-return]
+
+    assert cap() == 1.0
+    # --none removes the cap; neither flag (or both) is a usage error, nothing recorded
+    assert run(main, ["analyst", "cap", project, "raj", "--none"]).exit_code == 0
+    assert cap() is None
+    for bad in ([], ["--epsilon", "1", "--none"], ["--none", "--delta", "1e-9"]):
+        out = run(main, ["analyst", "cap", project, "raj", *bad])
+        assert out.exit_code == 2 and "--epsilon E" in out.output, out.output
+    unknown = run(main, ["analyst", "cap", project, "nobody", "--epsilon", "1"])
+    assert unknown.exit_code != 0 and "nobody" in unknown.output
+
+
+def test_add_table_heading_is_one_line(tmp_path: Path) -> None:
+    """A two-column public table's heading, the table's title, wrapped to its width:
+    "table education_levels (copy, 0.2" and "s)" on the next line."""
+    (tmp_path / "levels.csv").write_text("education,level\nBachelors,higher\nHS-grad,school\n")
+    project = str(tmp_path / "p.dpkit")
+    run = CliRunner().invoke
+    assert run(main, ["init", project, "--epsilon", "1"]).exit_code == 0
+    out = run(main, ["add-table", project, "education_levels", str(tmp_path / "levels.csv"),
+                     "--public"])
+    assert out.exit_code == 0, out.output
+    heading = [line for line in out.output.splitlines() if "education_levels (" in line]
+    assert len(heading) == 1 and heading[0].rstrip().endswith(" s)"), out.output
+
+
+def test_membership_model_progress_lines_are_sentences() -> None:
+    """`dpkit attack membership-model` printed each run's raw dict, cut at 160 characters
+    ("{'epsilon': inf, 'train_accuracy': 0.88..., 'online_tpr@0.00"). Now one sentence."""
+    import numpy as np
+
+    from dpkit.attacks.model_experiments import lira_study
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(80, 3)) * 0.3
+    y = (X[:, 0] > 0).astype(int)
+    lines: list[str] = []
+    lira_study("adult", epsilons=(1.0,), population=40, shadow_models=4, seed=1,
+               data=(X[:40], y[:40], X[40:], y[40:]), log=lines.append)
+    assert len(lines) == 2
+    assert lines[0].startswith("adult non-private: 4 models trained, test accuracy 0.")
+    assert "online LiRA AUC" in lines[1] and "{" not in "".join(lines)

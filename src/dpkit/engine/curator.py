@@ -497,6 +497,7 @@ class Curator(ReleaseMethods):
             def finish(exact: Exact, entry: Entry) -> Result:
                 return release(plan, exact, source=src, insecure=insecure,
                                epsilon_cost=float(entry.view["epsilon_cost"]),
+                               delta_cost=float(entry.view.get("delta_cost") or 0.0),
                                ledger_seq=entry.seq, remaining=headroom(self.ledger, who),
                                scratch=self._backend.scratch)
 
@@ -545,10 +546,12 @@ class Curator(ReleaseMethods):
         booked = plan.charge_delta if plan.charge_delta is not None else delta
         remaining = headroom(self.ledger, who)  # what this caller's next charge may use
         try:
-            cost = self._cost(plan, who, booked).epsilon
+            price = self._cost(plan, who, booked)
         except BudgetExceeded as exc:
-            cost = float(exc.requested.epsilon)
-        return preview_of(plan, query, cost=cost, remaining=remaining)
+            price = exc.requested
+        # the delta the ledger would charge (constant work's timing delta included), too
+        return preview_of(plan, query, cost=float(price.epsilon), remaining=remaining,
+                          delta=float(price.delta))
 
     # ------------------------------------------------------------------ release families
 
