@@ -162,3 +162,44 @@ def test_membership_model_progress_lines_are_sentences() -> None:
     assert len(lines) == 2
     assert lines[0].startswith("adult non-private: 4 models trained, test accuracy 0.")
     assert "online LiRA AUC" in lines[1] and "{" not in "".join(lines)
+
+
+def test_a_source_in_a_missing_folder_says_the_folder_is_missing(tmp_path: Path) -> None:
+    """`dpkit serve` reads tables from PROJECT/data/, which nobody had made yet: the owner's
+    POST /v1/tables said only "source file .../data/adult.parquet does not exist"."""
+    project = str(tmp_path / "p.dpkit")
+    run = CliRunner().invoke
+    assert run(main, ["init", project, "--epsilon", "1"]).exit_code == 0
+    missing = tmp_path / "p.dpkit" / "data" / "adult.parquet"
+    out = run(main, ["add-table", project, "adult", str(missing), "--public"])
+    flat = " ".join(out.output.split())
+    assert out.exit_code != 0
+    assert f"nor does its folder {missing.parent}: create it and put the file there" in flat
+    missing.parent.mkdir()  # the folder there, the file not: the plain message
+    out = run(main, ["add-table", project, "adult", str(missing), "--public"])
+    assert "does not exist" in out.output and "nor does" not in out.output
+
+
+def test_a_sql_typo_says_where_the_parser_stopped(tmp_path: Path) -> None:
+    """"SELEC COUNT(*) FROM adult" was refused with "Invalid expression / Unexpected token.
+    Line 1, Col: 12." and nothing else; now the refusal shows the text up to where the parser
+    stopped, and a misspelt first word is named. Nothing is charged."""
+    from dpkit.engine.curator import Curator
+
+    project, _ = _adult_like(tmp_path)
+    run = CliRunner().invoke
+    cases = {
+        "SELEC COUNT(*) FROM t": ["at '(' in 'SELEC COUNT(' (line 1, column 12)",
+                                  "A query starts with SELECT (it starts with 'SELEC')"],
+        "SELECT COUNT(* FROM t": ["Expecting ), at 'FROM' in 'SELECT COUNT(* FROM'"],
+        "SELECT COUNT(*) FROM t WHERE age >": ["missing for GT, at '>'"],
+    }
+    for sql, expected in cases.items():
+        out = run(main, ["query", project, sql, "--epsilon", "0.1"])
+        flat = " ".join(out.output.split())
+        assert out.exit_code != 0
+        for text in expected:
+            assert text in flat, flat
+        assert "<class" not in flat and ("starts with SELECT" in flat) == sql.startswith("SELEC ")
+    with Curator.open(project) as cur:
+        assert cur.budget().spent == 0.0
