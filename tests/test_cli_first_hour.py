@@ -88,9 +88,10 @@ def _adult_like(tmp_path: Path, cap: str = "0.3") -> tuple[str, str]:
     (tmp_path / "t.csv").write_text("pid,age,sex\n" + rows + "\n")
     project = str(tmp_path / "p.dpkit")
     run = CliRunner().invoke
-    assert run(main, ["init", project, "--epsilon", "3"]).exit_code == 0
+    assert run(main, ["init", project, "--epsilon", "3", "--delta", "1e-6"]).exit_code == 0
     assert run(main, ["add-table", project, "t", str(tmp_path / "t.csv"), "--privacy-unit",
-                      "pid", "--max-rows-per-unit", "1", "--bounds", "age=0:100"]).exit_code == 0
+                      "pid", "--max-rows-per-unit", "1", "--bounds", "age=0:100",
+                      "--domain", "sex=M,F"]).exit_code == 0
     added = run(main, ["analyst", "add", project, "raj", "--epsilon", cap])
     assert added.exit_code == 0, added.output
     token = next(w for w in added.output.split() if w.startswith("dpkit_"))
@@ -203,3 +204,15 @@ def test_a_sql_typo_says_where_the_parser_stopped(tmp_path: Path) -> None:
         assert "<class" not in flat and ("starts with SELECT" in flat) == sql.startswith("SELEC ")
     with Curator.open(project) as cur:
         assert cur.budget().spent == 0.0
+
+
+def test_fit_says_whom_the_model_protects(tmp_path: Path) -> None:
+    """`dpkit fit` said what it charged, not that a table with a privacy unit trains at user
+    level (the researcher's question); now one line says so, in the table's words."""
+    project, _ = _adult_like(tmp_path)
+    out = CliRunner().invoke(main, ["fit", project, "SELECT age FROM t", "--label", "sex",
+                                    "--model", "logistic", "--epsilon", "0.5"])
+    assert out.exit_code == 0, out.output
+    flat = " ".join(out.output.split())
+    assert ("differentially private for adding or removing one 'pid' with all their rows "
+            "(user level; max_rows_per_unit=1)") in flat
