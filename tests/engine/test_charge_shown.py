@@ -66,3 +66,12 @@ def test_a_cap_for_an_unknown_analyst_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"no analyst 'bbo'; analysts: \['bob'\]"):
         cur.set_analyst_budget("bbo", 2.0)
     assert cur.ledger.head() == head  # nothing recorded
+
+
+def test_a_query_without_a_budget_names_every_front_ends_spelling(tmp_path: Path) -> None:
+    """Over HTTP the refusal said "epsilon=0.5 (or accuracy=...)", Python's spelling."""
+    cur = _project(tmp_path, "nobudget.dpkit", epsilon=3.0, delta=1e-6)
+    with pytest.raises(ValueError, match=r'Python epsilon=0\.5, command line --epsilon 0\.5, '
+                                         r'HTTP "epsilon": 0\.5'):
+        cur.sql(COUNT)
+    assert cur.budget().history == []
