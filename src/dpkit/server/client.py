@@ -224,20 +224,23 @@ class Client:
     def sql(self, query: str, *, epsilon: float | None = None,
             accuracy: float | None = None, noise: str | None = None,
             delta: float | None = None, level: float = 0.95,
-            weights: dict[str, float] | None = None, diagnostics: bool = True) -> RemoteResult:
+            weights: dict[str, float] | None = None, diagnostics: bool = True,
+            accuracy_rows: float | None = None) -> RemoteResult:
         """Answer an aggregate query, charged to this token's analyst (as ``Curator.sql``)."""
         body = _clean({"sql": query, "epsilon": epsilon, "accuracy": accuracy, "noise": noise,
                        "delta": delta, "level": level, "weights": weights,
-                       "diagnostics": diagnostics})
+                       "diagnostics": diagnostics, "accuracy_rows": accuracy_rows})
         return RemoteResult.from_json(self._json("POST", "/v1/query", body))
 
     def preview(self, query: str, *, epsilon: float | None = None,
                 accuracy: float | None = None, noise: str | None = None,
                 delta: float | None = None, level: float = 0.95,
-                weights: dict[str, float] | None = None) -> dict[str, Any]:
+                weights: dict[str, float] | None = None,
+                accuracy_rows: float | None = None) -> dict[str, Any]:
         """Cost and expected error; nothing is charged."""
         body = _clean({"sql": query, "epsilon": epsilon, "accuracy": accuracy, "noise": noise,
-                       "delta": delta, "level": level, "weights": weights})
+                       "delta": delta, "level": level, "weights": weights,
+                       "accuracy_rows": accuracy_rows})
         return dict(self._json("POST", "/v1/preview", body))
 
     def budget(self) -> dict[str, Any]:

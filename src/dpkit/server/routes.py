@@ -42,6 +42,8 @@ PROBLEMS: dict[int | str, dict[str, Any]] = {
 def _query_kwargs(body: s.PreviewIn) -> dict[str, Any]:
     kw: dict[str, Any] = {"epsilon": body.epsilon, "delta": body.delta, "level": body.level,
                           "weights": body.weights}
+    if body.accuracy_rows is not None:
+        kw["accuracy_rows"] = body.accuracy_rows
     if body.noise is not None:
         kw["noise"] = body.noise
     return kw

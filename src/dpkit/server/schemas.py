@@ -35,6 +35,9 @@ class PreviewIn(_In):
     noise: Noise | None = None
     level: float = Field(default=0.95, gt=0, lt=1)
     weights: dict[str, float] | None = None
+    # with "accuracy" for AVG / VAR / quantiles, whose error depends on a group's size: the
+    # fewest rows of a group the target is for (the refusal without it named Python's spelling)
+    accuracy_rows: float | None = Field(default=None, gt=0, le=1e15, allow_inf_nan=False)
 
 
 class QueryIn(PreviewIn):
