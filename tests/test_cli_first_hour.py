@@ -216,3 +216,26 @@ def test_fit_says_whom_the_model_protects(tmp_path: Path) -> None:
     flat = " ".join(out.output.split())
     assert ("differentially private for adding or removing one 'pid' with all their rows "
             "(user level; max_rows_per_unit=1)") in flat
+
+
+def test_a_budget_split_with_a_long_mechanism_stays_a_table_at_80_columns() -> None:
+    """The demo's top-k and DP_RANGES answers printed their budget split as 40-line cards
+    ("-- row 1 of 5" / "measurement" / "  SUM(cost)" ...): the mechanism column, which never
+    folded, held "factorization mechanism: strategy optimized(laplace), discrete Laplace
+    noise". It folds now, as the measurement does: two tables of four and three columns."""
+    from rich.console import Console
+
+    from dpkit.engine.results import split_table
+
+    split = [{"measurement": "ranges: histogram over 101 cells of age",
+              "mechanism": "factorization mechanism: strategy optimized(laplace), discrete "
+                           "Laplace noise", "epsilon": 0.285, "sensitivity": 5},
+             {"measurement": "diagnostics: rows read after bounding",
+              "mechanism": "discrete Laplace noise, 1.67% of the budget", "epsilon": 0.005,
+              "sensitivity": 5}]
+    con = Console(width=80, record=True, color_system=None)
+    con.print(split_table(split))
+    out = con.export_text()
+    assert "-- row" not in out and "(part 1 of 2)" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "factorization mechanism:" in out and "0.285" in out
