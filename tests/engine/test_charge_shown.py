@@ -75,3 +75,40 @@ def test_a_query_without_a_budget_names_every_front_ends_spelling(tmp_path: Path
                                          r'HTTP "epsilon": 0\.5'):
         cur.sql(COUNT)
     assert cur.budget().history == []
+
+
+def test_a_pure_release_beside_the_timing_delta_is_priced_without_the_pld() -> None:
+    """Under 'approx' a constant-work release is ``Composed(release, ApproxDP(0, δ_t))`` at
+    δ share δ_t: no δ is left to trade for ε, so its ε is the pure steps' sum. The search over
+    every method reached the same number through a PLD, importing scipy.optimize (~0.3-0.4 s
+    of each `dpkit query` process) to do it. Where δ is left over the search still runs."""
+    from dpkit import events as ev
+    from dpkit.accounting import Budget, api
+
+    release = ev.Composed((ev.DiscreteLaplace(400.0, 4), ev.Laplace(100.0)))
+    charged = ev.Composed((release, ev.ApproxDP(0.0, 1e-13)))
+    b = Budget(epsilon=1.0, delta=1e-6, accountant="approx")
+    cost = b.charge(charged)
+    assert cost.epsilon == pytest.approx(4 / 400 + 1 / 100, rel=1e-12) and cost.delta == 1e-13
+    assert cost.epsilon <= api.epsilon(charged, 1e-13) * (1 + 1e-9)  # never above the search
+    # δ left over (a share beyond δ_t): the tightest method, as before
+    more = Budget(epsilon=1.0, delta=1e-6, accountant="approx").charge(charged, delta=1e-7)
+    assert more.epsilon == pytest.approx(api.epsilon(charged, 1e-7), rel=1e-12)
+
+
+def test_a_cli_query_on_a_default_project_does_not_import_scipy(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, dpkit as dp\n"
+        f"cur = dp.Curator.create({str(tmp_path / 'd.dpkit')!r}, epsilon=3, delta=1e-6)\n"
+        "assert cur.ledger.config.constant_work is not None\n"
+        "cur.add_table('t', {'x': np.arange(50) % 5}, bounds={'x': (0, 5)})\n"
+        "r = cur.sql('SELECT COUNT(*), AVG(x) FROM t', epsilon=0.1)\n"
+        "print(r.epsilon, 'scipy.optimize' in sys.modules)\n")
+    src = str(Path(__file__).parents[2] / "src")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": src})
+    assert out.stdout.split() == ["0.1", "False"], out.stdout + out.stderr
