@@ -135,7 +135,7 @@ def list_command(project: Path) -> None:
               help="Remove their own caps: only the project's budget binds.")
 def cap_command(project: Path, name: str, epsilon: float | None, delta: float | None,
                 no_cap: bool) -> None:
-    """Change an analyst's own cap (raise it after a refusal that names it)."""
+    """Raise or lower an analyst's own cap (what they spent stays spent)."""
     if (epsilon is None) == (not no_cap) or (no_cap and delta is not None):
         raise click.UsageError("give the new cap with --epsilon E (and --delta D), or --none "
                                "to remove it")
