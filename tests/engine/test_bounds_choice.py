@@ -131,7 +131,9 @@ def test_suggested_bounds_keep_the_mass_at_the_floor(project: Callable[..., Cura
 
 def test_suggested_bounds_round_each_estimate_to_its_cell() -> None:
     """Post-processing alone, on a made-up release: each estimate's cell is ``(e_j,
-    e_{j+1}]`` as the interpolation reads it (an estimate on an edge ends the cell below)."""
+    e_{j+1}]`` as the interpolation reads it (an estimate on an edge ends the cell below); an
+    integer grid's estimates are integers of their cells ``[e_j, e_{j+1} - 1]`` (the cases
+    changed with that: 10 begins the cell [10, 19], it no longer ends [0, 9])."""
     from dpkit.engine.families.axes import Axis
     from dpkit.engine.results import Result
 
@@ -147,8 +149,9 @@ def test_suggested_bounds_round_each_estimate_to_its_cell() -> None:
 
     ints = Axis("x", "int", 10, 0.0, 99.0, 10.0)  # cells [0, 9], [10, 19], ..., [90, 99]
     floats = Axis("x", "float", 10, 0.0, 1.0, 0.1)
-    cases = [(ints, 0.5, 55.0, (0.0, 59.0)), (ints, 10.0, 60.0, (0.0, 59.0)),
-             (ints, 10.5, 99.0, (10.0, 99.0)), (ints, 0.0, 0.0, (0.0, 9.0)),
+    cases = [(ints, 0.0, 55.0, (0.0, 59.0)), (ints, 10.0, 60.0, (10.0, 69.0)),
+             (ints, 9.0, 99.0, (0.0, 99.0)), (ints, 0.0, 0.0, (0.0, 9.0)),
+             (ints, 19.0, 59.0, (10.0, 59.0)),
              (floats, 0.3, 0.3, (0.2, 0.3)), (floats, 0.01, 0.99, (0.0, 1.0)),
              (floats, 0.1 + 1.0 * (0.2 - 0.1), 0.75, (0.1, 0.8)),
              # an edge read a rounding error high still ends the cell below it

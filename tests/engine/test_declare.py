@@ -132,3 +132,52 @@ def test_a_file_may_ask_for_max_rows_per_unit_auto(tmp_path: Path) -> None:
     f.write_text('{"privacy_unit": "pid", "max_rows_per_unit": "many"}')
     with pytest.raises(DeclarationError, match="line 1"):
         read_declaration(f)
+
+
+@pytest.mark.parametrize("value, ok", [(200, True), (None, True), (0, False), (-3, False),
+                                       (2.5, False), (True, False), ("200", False)])
+def test_a_file_sets_max_text_length_as_the_flag_does(tmp_path: Path, value: Any,
+                                                      ok: bool) -> None:
+    """Before, ``max_text_length`` was an unknown key in a declaration file; now it takes what
+    ``--max-text-length`` / ``add_table`` take (null: not cut), refused with the same text and
+    the file's line."""
+    path = _declaration(tmp_path, {"privacy_unit": "pid", "max_rows_per_unit": 2,
+                                   "max_text_length": value})
+    if ok:
+        assert read_declaration(path)["max_text_length"] == value
+        return
+    with pytest.raises(DeclarationError) as info:
+        read_declaration(path)
+    text = str(info.value)
+    assert f"{path}, line 4: max_text_length must be a whole number of characters >= 1" in text
+    assert f"or null for no bound (got {value!r}); the default is 1000" in text
+
+
+def test_a_file_cuts_text_and_drops_the_unit_on_purpose(project: Any, tmp_path: Path) -> None:
+    """Both keys reach the load from ``dpkit add-table --declare``: text cut to the file's
+    bound, and a replace that makes the table record level without ``--drop-privacy-unit``
+    (the file says it); a file and a flag that disagree are refused (keep one)."""
+    import duckdb
+
+    cur = project(epsilon=5.0)
+    cur.close()
+    out = Console(file=io.StringIO())
+    src = str(_csv(tmp_path))
+    cli_add_table(cur.path, "visits", src, console=out,
+                  declare=_declaration(tmp_path, {**GOOD, "max_text_length": 2,
+                                                  "domains": {"ward": ["A", "B,", 'C ', " D"]}}))
+    with Curator.open(cur.path) as c:
+        meta = c.tables()["visits"]
+    assert meta.max_text_length == 2
+    with duckdb.connect() as con:
+        con.execute(f"ATTACH '{cur.path / 'data.duckdb'}' AS dpdata (READ_ONLY)")
+        assert con.execute(f"SELECT max(length(ward)) FROM {meta.relation}").fetchone() == (2,)
+    with pytest.raises(ValueError, match="max_text_length is 2 in the --declare file and 5"):
+        cli_add_table(cur.path, "visits", src, console=out, replace=True, max_text_length=5,
+                      declare=_declaration(tmp_path, {"max_text_length": 2}, "t.json"))
+    drop = _declaration(tmp_path, {"drop_privacy_unit": True}, "drop.json")
+    cli_add_table(cur.path, "visits", src, console=out, replace=True, declare=drop)
+    with Curator.open(cur.path) as c:
+        assert c.tables()["visits"].privacy_unit is None
+    with pytest.raises(DeclarationError, match="drop_privacy_unit must be true or false"):
+        read_declaration(_declaration(tmp_path, {"drop_privacy_unit": "yes"}, "bad.json"))

@@ -127,6 +127,8 @@ def test_warnings_fire_on_heavy_dropping_and_clamping(project: Callable[..., Cur
     assert d["rows_dropped"]["share_low"] > WARN_SHARE
     assert any("per-unit cap" in w and "max_rows_per_unit=2" in w for w in res.warnings)
     assert any("values of x lay outside [0, 100]" in w for w in res.warnings)
+    # the fixes are the owner's (a service analyst cannot change bounds or caps): said so
+    assert all("the data owner can" in w for w in res.warnings)
     assert "warning:" in repr(res)
     truth = _truth(df, M)
     share = truth["ddrop"] / (truth["ddrop"] + truth["dkept"])

@@ -100,3 +100,47 @@ def test_the_command_line_takes_both_options(tmp_path: Path) -> None:
         assert t.privacy_unit is None and t.max_text_length is None
     bad = run("add-table", project, "v", csv, "--max-text-length", "lots")
     assert bad.exit_code == 2 and "--max-text-length" in bad.output
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc/self/fd (Linux)")
+def test_an_opened_source_is_read_through_its_descriptors(tmp_path: Path) -> None:
+    """``OpenedSource`` (what the service loads: ``dpkit.server.paths.opened``): read through
+    ``/proc/self/fd/N``, never its name, whose suffixes still tell the format and compression;
+    a folder's files all load; the declarations record the name; never a view."""
+    import gzip
+    import os
+
+    from dpkit.engine.tables import OpenedSource
+
+    (tmp_path / "a.csv").write_text("g,x\na,1\nb,2\n")
+    (tmp_path / "b.csv.gz").write_bytes(gzip.compress(b"g,x\nc,3\n"))
+    with duckdb.connect(str(tmp_path / "s.duckdb")) as con:
+        con.execute("CREATE TABLE t AS SELECT 'd' AS g, 4 AS x")
+        con.execute("CREATE TABLE u AS SELECT 1 AS y")
+    fds = [os.open(tmp_path / n, os.O_RDONLY) for n in ("a.csv", "b.csv.gz", "s.duckdb")]
+    paths = [f"/proc/self/fd/{fd}" for fd in fds]
+    try:
+        # renamed away after the open: a read by name would find nothing
+        for n in ("a.csv", "b.csv.gz", "s.duckdb"):
+            os.rename(tmp_path / n, tmp_path / f"{n}.gone")
+        with dp.Curator.create(tmp_path / "p.dpkit", epsilon=1.0) as cur:
+            cur.add_public_table("two", OpenedSource(str(tmp_path / "ds.csv"), (paths[0],)))
+            cur.add_public_table("gz", OpenedSource(str(tmp_path / "b.csv.gz"), (paths[1],)))
+            cur.add_public_table("db", OpenedSource(str(tmp_path / "s.duckdb"), (paths[2],),
+                                                    "t"))
+            cur.add_public_table("both", OpenedSource(str(tmp_path / "ds.csv"),
+                                                      (paths[0], paths[0])))
+            with pytest.raises(ValueError, match="opened files are copied"):
+                cur.add_public_table("v", OpenedSource("x.csv", (paths[0],)), copy=False)
+            with pytest.raises(ValueError, match=r"holds no \.csv file"):
+                cur.add_public_table("none", OpenedSource("empty.csv", ()))
+            assert cur.tables()["gz"].source == str(tmp_path / "b.csv.gz")
+            rels = {n: cur.tables()[n].relation for n in ("two", "gz", "db", "both")}
+        with duckdb.connect() as con:
+            con.execute(f"ATTACH '{tmp_path / 'p.dpkit' / 'data.duckdb'}' AS dpdata (READ_ONLY)")
+            got = {n: con.execute(f"SELECT list(g ORDER BY g) FROM {r}").fetchall()[0][0]
+                   for n, r in rels.items()}
+        assert got == {"two": ["a", "b"], "gz": ["c"], "db": ["d"], "both": ["a", "a", "b", "b"]}
+    finally:
+        for fd in fds:
+            os.close(fd)

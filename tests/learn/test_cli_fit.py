@@ -52,3 +52,17 @@ def test_fit_refuses_bad_input_before_spending(tmp_path: Path) -> None:
         assert res.exit_code != 0 and words in res.output, res.output
     with Curator.open(path) as cur:
         assert not [e for e in cur.entries() if e.kind == "charge"]
+
+
+def test_the_services_model_names_work_here_too(tmp_path: Path) -> None:
+    from dpkit.cli.learn import MODELS
+    from dpkit.learn import catalog
+
+    assert {n: MODELS[n] for n in catalog.CATALOG} == {
+        n: spec.estimator for n, spec in catalog.CATALOG.items()}
+    path = _project(tmp_path)
+    res = CliRunner().invoke(main, ["fit", str(path), "SELECT age FROM v", "--label", "sick",
+                                    "--model", "kmeans", "--param", "n_clusters=2",
+                                    "--epsilon", "0.5"])
+    assert res.exit_code == 0, res.output
+    assert "trained KMeans" in res.output

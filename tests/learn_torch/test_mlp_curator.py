@@ -84,14 +84,16 @@ def test_an_empty_read_trains_on_noise_alone(cur: Curator,
     assert all(bool(np.isfinite(p.detach().numpy()).all()) for p in m.network_.parameters())
 
 
-def test_fit_with_units_directly() -> None:
+def test_fit_with_units_directly(monkeypatch: pytest.MonkeyPatch) -> None:
     X = _frame()[["age"]].to_numpy() / 50.0 - 1.0
     y = _frame()["sick"].to_numpy()
     units = _frame()["uid"].to_numpy()
+    seen = capture_trainings(monkeypatch)  # the model keeps only the summary, direct fit too
     clf = MLPClassifier((), epsilon=2.0, delta=1e-4, epochs=5, batch_size=90,
                         learning_rate=0.5, momentum=0.0, random_state=0,
                         max_examples_per_unit=2).fit(X, y, units=units)
-    tr = clf.training_
+    tr = seen[-1]
+    assert clf.training_ == tr.summary() and clf.training_.neighbours == "add/remove one unit"
     assert tr.units is not None and tr.units.n_units == 300 and tr.units.n_examples == 600
     assert clf.epsilon_ <= 2.0 and clf.score(X, y) > 0.8
     with pytest.raises(ValueError, match="negative"):

@@ -141,20 +141,25 @@ def stop(live: Live) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Load schemathesis's pytest plugin here, where test_fuzz.py needs it (its
-    ``@schema.parametrize()`` items are made by the plugin's collection hook), not in every
-    pytest process: pyproject.toml's addopts block its entry point (``-p no:schemathesis``),
-    ~1 s of imports per process that never collects tests/server. pytest calls this when it
-    imports this conftest (before collecting the folder); pluggy replays the plugin's own
-    ``pytest_configure``. Registered once, whether or not the entry point was loaded too."""
+    """Load the pytest plugins this folder needs here, not in every pytest process:
+    pyproject.toml's addopts block their entry points (``-p no:schemathesis -p no:playwright``),
+    ~1.5 s of imports per process that never collects tests/server. schemathesis makes
+    test_fuzz.py's ``@schema.parametrize()`` items in its collection hook; pytest-playwright
+    gives test_console_browser.py its ``page`` fixture, its ``[chromium]`` parametrization and
+    its ``--browser``/``--headed`` options (pytest gives options added now their defaults).
+    pytest calls this when it imports this conftest (before collecting the folder); pluggy
+    replays each plugin's own ``pytest_configure`` and ``pytest_addoption``. Registered once,
+    whether or not an entry point was loaded too. (anyio's plugin is blocked the same way and
+    registered nowhere: no test uses its marker.)"""
     import importlib
 
-    try:
-        plugin = importlib.import_module("schemathesis.pytest.plugin")
-    except ImportError:
-        return  # test_fuzz.py skips itself (importorskip)
-    if not config.pluginmanager.is_registered(plugin):
-        config.pluginmanager.register(plugin, "schemathesis.pytest.plugin")
+    for name in ("schemathesis.pytest.plugin", "pytest_playwright.pytest_playwright"):
+        try:
+            plugin = importlib.import_module(name)
+        except ImportError:
+            continue  # the tests that need it skip themselves (importorskip)
+        if not config.pluginmanager.is_registered(plugin):
+            config.pluginmanager.register(plugin, name)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

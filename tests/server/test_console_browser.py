@@ -68,6 +68,14 @@ WARDS = ["A", "B", "C", "D"]
 
 
 @pytest.fixture(scope="session")
+def base_url() -> None:
+    """No base URL: each test goes to the service's own. pytest-playwright provides this
+    fixture itself only when its plugin loads at start-up; tests/server/conftest.py loads it
+    later (pyproject.toml blocks its entry point in every other pytest process)."""
+    return None
+
+
+@pytest.fixture(scope="session")
 def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
     return {**browser_type_launch_args, "executable_path": CHROMIUM,
             "args": ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
@@ -398,3 +406,49 @@ def test_chart_and_csv_helpers_in_the_page(page: Page, service: dict[str, str]) 
     }""")
     assert out == {"bars": 60, "whiskers": 60, "omitted": 40, "label": "k59",
                    "csv": 'name,n,n_low,n_high\r\n"a,""b""\nc",1,0,2\r\n'}
+
+
+def test_console_switches_diagnostics_and_explains_the_timing_delta(
+        page: Page, service: dict[str, str]) -> None:
+    """The preview's note on the diagnostics names the console's own checkbox (the first hour
+    read "diagnostics=False / --no-diagnostics", which a console user cannot set); unticked,
+    the preview and the query both send ``"diagnostics": false`` (the preview prices the query
+    as it runs) and the answer has no diagnostic warning. The budget panel says what a
+    constant-work project's δ_t is (this service's project has none: checked on the module)."""
+    _sign_in(page, service["url"], service["dora"])
+    page.locator("#sql").fill("SELECT ward, COUNT(*), AVG(age) FROM patients GROUP BY ward")
+    page.get_by_label("ε (epsilon)").fill("0.1")
+    box = page.get_by_role("checkbox", name="Diagnostics")
+    expect(box).to_be_checked()
+    page.get_by_role("button", name="Preview cost").click()
+    preview = page.locator("#preview")
+    expect(preview).to_contain_text('unticking "Diagnostics" gives it to the outputs')
+    expect(preview).not_to_contain_text("diagnostics=False")
+    expect(preview).not_to_contain_text('"diagnostics": false')
+
+    box.uncheck()
+    with page.expect_request("**/v1/preview") as sent:
+        page.get_by_role("button", name="Preview cost").click()
+    assert sent.value.post_data_json["diagnostics"] is False
+    expect(preview).not_to_contain_text("gives it to the outputs")
+    with page.expect_request("**/v1/query") as sent:
+        page.get_by_role("button", name="Run").click()
+    assert sent.value.post_data_json["diagnostics"] is False
+    expect(page.locator("#result-table tbody tr")).to_have_count(len(WARDS))
+    expect(page.locator("#warnings li")).to_have_count(0)  # half the ages clamped, unmeasured
+    expect(page.locator("#budget-text")).not_to_contain_text("constant work")
+
+    texts = page.evaluate("""async () => {
+        const v = await import('./static/js/views.js');
+        const b = {spent_epsilon: 0.1, spent_delta: 1.8e-12, cap_epsilon: 1,
+                   remaining_epsilon: 0.9, project_remaining_epsilon: 4.9};
+        const out = [];
+        for (const t of [9.094947e-13, null]) {
+            const m = document.createElement('meter'), p = document.createElement('p');
+            v.renderBudget(m, p, {...b, timing_delta: t});
+            out.push(p.textContent);
+        }
+        return out;
+    }""")
+    assert "runs with constant work" in texts[0] and "δ_t = 9.095e-13" in texts[0], texts
+    assert "constant work" not in texts[1]

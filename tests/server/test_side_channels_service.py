@@ -28,7 +28,7 @@ VISITS = TableMeta(
     bounds={"age": (0, 120), "cost": (0, 1000)}, domains={"ward": ("A", "B", "C")})
 SMALL = TableMeta("t", (Column("uid", "BIGINT"), Column("k", "VARCHAR"), Column("x", "DOUBLE")),
                   privacy_unit="uid", bounds={"x": (0, 10)}, domains={"k": ("a", "b")})
-# the families the service serves (fit has no endpoint); the SQL ones weighed up
+# the families the service serves, the SQL ones weighed up (fits: test_fit_endpoint.py)
 FAMILIES = ("sql", "sql", "filter", "dp_cdf", "cdf", "synthetic")
 
 

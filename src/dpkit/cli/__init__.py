@@ -28,7 +28,7 @@ import click
 from rich.markup import escape
 
 from dpkit.cli import account, analysts, attack, bounds, learn, project, query, release, serve
-from dpkit.cli.options import err_console
+from dpkit.cli.options import cli_text, err_console
 
 __all__ = ["main"]
 
@@ -40,7 +40,7 @@ class _FriendlyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except (ValueError, FileNotFoundError, FileExistsError, PermissionError) as exc:
-            err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
+            err_console.print(f"[bold red]error:[/] {escape(cli_text(str(exc)))}")
             sys.exit(2)
         except ImportError as exc:  # a missing optional extra says which to install
             if "pip install" not in str(exc):

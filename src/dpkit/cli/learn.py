@@ -19,12 +19,18 @@ from dpkit.cli.options import make_console
 
 __all__ = ["MODELS", "commands", "fit", "fit_guarantee", "model_from_name"]
 
-#: ``--model`` names -> the dpkit.learn estimator they build
+#: ``--model`` names -> the dpkit.learn estimator they build: the short ones, and the names
+#: the service's ``POST /v1/fit`` takes (``dpkit.learn.catalog``), so one name works in both
 MODELS: dict[str, str] = {
     "logistic": "LogisticRegression",
     "linear": "LinearRegression",
     "naive-bayes": "GaussianNB",
     "mlp": "MLPClassifier",
+    "logistic_regression": "LogisticRegression",
+    "linear_regression": "LinearRegression",
+    "gaussian_nb": "GaussianNB",
+    "kmeans": "KMeans",
+    "mlp_classifier": "MLPClassifier",
 }
 
 

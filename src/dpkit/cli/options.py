@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 
 __all__ = [
+    "cli_text",
     "console",
     "err_console",
     "make_console",
@@ -27,6 +28,14 @@ err_console = Console(stderr=True)
 def make_console(given: Any) -> Any:
     """``given`` if a console was passed (tests pass one writing to a buffer), else a new one."""
     return given if given is not None else Console()
+
+
+def cli_text(text: str) -> str:
+    """A library text (a note, a refusal) as a command-line user acts on it: the switch that
+    turns the answer diagnostics off is ``--no-diagnostics`` here, not the Python keyword."""
+    from dpkit.engine.spec import respell
+
+    return respell(text, "--no-diagnostics")
 
 
 def query_options(f: Any) -> Any:

@@ -99,11 +99,15 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
         "privacy_unit": privacy_unit, "bounds": dict(bounds or {}),
         "max_rows_per_unit": max_rows_per_unit, "max_groups_per_unit": max_groups_per_unit,
         "domains": dict(domains or {}), "not_null": list(not_null or []), "public": public})
+    drop_privacy_unit = bool(kw.pop("drop_privacy_unit", False)) or drop_privacy_unit
+    if max_text_length != "default":
+        if "max_text_length" in kw and kw["max_text_length"] != max_text_length:
+            raise ValueError(f"max_text_length is {kw['max_text_length']!r} in the --declare "
+                             f"file and {max_text_length!r} on the command line: keep one")
+        kw["max_text_length"] = max_text_length
     with Curator.open(project) as cur:
         if replace and not drop_privacy_unit:
             keep_the_unit(cur.tables().get(name), kw)
-        if max_text_length != "default":
-            kw["max_text_length"] = max_text_length
         t0 = time.perf_counter()
         with load_progress(con, f"loading {source}") as progress:
             try:

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from dpkit.cli.options import console, make_console, parse_weights, query_options
+from dpkit.cli.options import cli_text, console, make_console, parse_weights, query_options
 
 __all__ = ["commands", "preview", "query"]
 
@@ -67,7 +67,7 @@ def query(project: str | Path, sql: str, *, epsilon: float | None = None,
         dt = time.perf_counter() - t0
         con.print(res.table())
         for note in res.notes:
-            con.print(f"[dim]note: {note}[/]")
+            con.print(f"[dim]note: {cli_text(note)}[/]")
         print_diagnostics(con, res)
         con.print(split_table(res.split, title=f"budget split ({dt * 1000:.0f} ms)"))
         if output is not None:
@@ -113,7 +113,7 @@ def preview(project: str | Path, sql: str, *, epsilon: float | None = None,
                          diagnostics=diagnostics, **extra)
         con.print(pv.table())
         for note in pv.notes:
-            con.print(f"[dim]note: {note}[/]")
+            con.print(f"[dim]note: {cli_text(note)}[/]")
         con.print(split_table(pv.split))
         return pv
 

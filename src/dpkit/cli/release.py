@@ -28,6 +28,8 @@ from typing import Any
 
 import click
 
+from dpkit.cli.options import cli_text
+
 __all__ = ["cdf", "commands", "marginals", "quantiles", "ranges", "synthetic"]
 
 _MAX_SHOWN = 40
@@ -82,7 +84,7 @@ def _print(con: Any, res: Any, title: str, *, show_all: bool = False) -> None:
     con.print(sub.table(title=title + ("" if sub is res else
                                        f" ({len(sub)} of {len(res)} rows; --all for every row)")))
     for note in res.notes:
-        con.print(f"[dim]note: {note}[/]")
+        con.print(f"[dim]note: {cli_text(note)}[/]")
     print_diagnostics(con, res)
     con.print(split_table(res.split, title=f"ledger entry #{res.ledger_seq}"))
 
@@ -103,7 +105,7 @@ def _preview(con: Any, cur: Any, kind: str, *args: Any, **kwargs: Any) -> None:
     pv = cur.preview_release(kind, *args, **kwargs)
     con.print(pv.table())
     for note in pv.notes:
-        con.print(f"[dim]note: {note}[/]")
+        con.print(f"[dim]note: {cli_text(note)}[/]")
 
 
 def _privacy(epsilon: float | None, delta: float | None, rho: float | None,
@@ -292,7 +294,7 @@ def synthetic(project: Path, table: str, columns: str, output: Path, rows: int |
                      + ("; INSECURE seeded noise" if syn.insecure else ""))
         con.print(t)
         for note in syn.notes:
-            con.print(f"[dim]note: {note}[/]")
+            con.print(f"[dim]note: {cli_text(note)}[/]")
         print_diagnostics(con, syn)
         con.print(f"wrote {output}")
 

@@ -25,7 +25,7 @@ from dpkit.engine import plan as dplan
 from dpkit.engine import sql as dsql
 from dpkit.engine.noisy import halfwidth
 from dpkit.engine.results import Preview
-from dpkit.engine.spec import QueryError
+from dpkit.engine.spec import DIAGNOSTICS_OFF, QueryError
 
 __all__ = ["MIN_ACCURACY_EPSILON", "epsilon_for_accuracy", "expected_errors", "preview_of"]
 
@@ -151,8 +151,7 @@ def preview_of(plan: dplan.Plan, query: str, *, cost: float, remaining: float,
         what = ", ".join(m.label.removeprefix("diagnostics: ") for m in plan.diag_measures)
         notes.append(
             f"{100 * dplan.DIAGNOSTICS_SHARE:g}% of the budget measures what bounding changes "
-            f"({what}; the answer warns above 5%); diagnostics=False / --no-diagnostics "
-            f"gives it to the outputs")
+            f"({what}; the answer warns above 5%); {DIAGNOSTICS_OFF} gives it to the outputs")
     return Preview(query=query, epsilon=plan.epsilon, cost=cost, remaining=remaining,
                    delta=plan.delta if delta is None else delta, level=level,
                    split=plan.split(),

@@ -158,8 +158,8 @@ def load_table(
             schema = _SCHEMAS["public" if public else "private"]
             target = f"{schema}.{quote_ident(physical or name)}"
             if not copy and kind != "file":
-                raise ValueError("copy=False works for CSV/Parquet/JSON files only (a view over "
-                                 "the file); frames and databases are copied")
+                raise ValueError("copy=False works for CSV/Parquet/JSON paths only (a view over "
+                                 "the file); frames, databases and opened files are copied")
             con.execute("BEGIN TRANSACTION")
             try:
                 _clear_target(con, schema, name, target, in_place=physical is None)

@@ -253,6 +253,26 @@ class SparkBackend(DuckBackend):
         with contextlib.suppress(Exception):
             self._frames.clear()
 
+    def release(self) -> None:
+        """Unpersist the shipped public tables' rows and drop their views. Spark's cache
+        belongs to the SparkContext, shared by every session of the application (the user's
+        own included), so without this a closed project's lookups stayed in executor memory
+        until the application stopped. Not in :meth:`close`: that runs at every
+        ``add_table``, and a lookup shipped once serves until its table is loaded again
+        (:meth:`_public_view` releases the former load's rows then)."""
+        session = self._session
+        with self._spark_lock:
+            cached, shipped = list(self._cached.values()), list(self._shipped.values())
+            self._cached.clear()
+            self._shipped.clear()
+        for df in cached:
+            with contextlib.suppress(Exception):  # a stopped session has nothing to free
+                df.unpersist()
+        if session is not None and not _stopped(session):
+            for view in shipped:
+                with contextlib.suppress(Exception):
+                    session.catalog.dropTempView(view)
+
 
 # A public table joined with a Spark table is shipped to Spark as rows held by the driver
 # (a local relation, sent with the tasks): lookup tables are small. Above this many rows it is

@@ -200,11 +200,15 @@ def search_grid(tables: dict[str, TableMeta], table: str, column: str,
     return ordered_axis(tables[table], column, bins=bins, bounds={column: search})
 
 
-def _cell_of(estimate: float, edges: np.ndarray) -> int:
+def _cell_of(estimate: float, edges: np.ndarray, integer: bool = False) -> int:
     """The cell an interpolated quantile estimate was read in: ``(e_j, e_{j+1}]`` (the first
     cell also holds ``e_0``), as :func:`dpkit.release.quantiles.quantiles_from_cdf` reads
     cell ``j`` from ``e_j`` (nothing of it) to ``e_{j+1}`` (all of it). A few ulps of slack:
-    ``e_j + 1.0·(e_{j+1} − e_j)`` need not round to ``e_{j+1}``."""
+    ``e_j + 1.0·(e_{j+1} − e_j)`` need not round to ``e_{j+1}``. An integer grid's estimate
+    is an integer of its cell ``[e_j, e_{j+1} − 1]`` (``integer=True`` there)."""
+    if integer:
+        j = int(np.searchsorted(edges, estimate, side="right")) - 1
+        return min(max(j, 0), edges.size - 2)
     slack = 16.0 * float(np.spacing(np.max(np.abs(edges[[0, -1]]))))
     j = int(np.searchsorted(edges, estimate - slack, side="left")) - 1
     return min(max(j, 0), edges.size - 2)
@@ -225,9 +229,9 @@ def suggested_bounds(res: Result, column: str, lower: float, upper: float,
     if grid is not None and not any(n.startswith(f"grid {grid.describe()};") for n in res.notes):
         grid = None  # not the grid the CDF was released on (its note says): the estimates
     if grid is not None:
-        edges = grid.edges()
-        low = float(edges[_cell_of(low, edges)])
-        high = float(edges[_cell_of(high, edges) + 1]) - (1.0 if grid.kind == "int" else 0.0)
+        edges, integer = grid.edges(), grid.kind == "int"
+        low = float(edges[_cell_of(low, edges, integer)])
+        high = float(edges[_cell_of(high, edges, integer) + 1]) - (1.0 if integer else 0.0)
     out = {"column": column, "bounds": (low, max(high, low)),
            "lower": {"probability": lower, "estimate": lo_v[0], "ci": lo_v[1:]},
            "upper": {"probability": upper, "estimate": hi_v[0], "ci": hi_v[1:]},

@@ -230,6 +230,8 @@ class Curator(ReleaseMethods):
             )
 
     def close(self) -> None:
+        if isinstance(self._backend, SparkBackend):  # what outlives backend.close
+            self._backend.release()  # (Spark's cached lookups; DuckDB has nothing)
         self._backend.close()
         self.ledger.close()
 
@@ -545,13 +547,11 @@ class Curator(ReleaseMethods):
                           level=level, bounds=bounds, weights=weights, diagnostics=diagnostics)
         booked = plan.charge_delta if plan.charge_delta is not None else delta
         remaining = headroom(self.ledger, who)  # what this caller's next charge may use
-        try:
+        try:  # the epsilon and delta the ledger would charge (constant work's included)
             price = self._cost(plan, who, booked)
         except BudgetExceeded as exc:
             price = exc.requested
-        # the delta the ledger would charge (constant work's timing delta included), too
-        return preview_of(plan, query, cost=float(price.epsilon), remaining=remaining,
-                          delta=float(price.delta))
+        return preview_of(plan, query, cost=price.epsilon, remaining=remaining, delta=price.delta)
 
     # ------------------------------------------------------------------ release families
 

@@ -14,12 +14,17 @@ Python, ``cur.add_table("visits", "visits.csv", **read_declaration("visits.json"
       "domains": {"ward": ["A", "B", "annex, north wing"]},
       "not_null": ["age"],
       "public": false,
-      "description": "hospital visits, 2024"
+      "description": "hospital visits, 2024",
+      "max_text_length": 200,
+      "drop_privacy_unit": false
     }
 
 ``"max_rows_per_unit": "auto"`` chooses it privately at load (its cost charged, as
 ``add_table(max_rows_per_unit="auto")``); a DATE/TIMESTAMP column's bounds are a pair of ISO
-dates, ``["2024-01-01", "2024-12-31"]``.
+dates, ``["2024-01-01", "2024-12-31"]``. ``max_text_length``: a private copy's text values are
+cut to this many characters at load (``null``: not cut; default 1,000), as
+``--max-text-length``; ``drop_privacy_unit: true``, with a replace, makes a table declared
+with a privacy unit record level on purpose, as ``--drop-privacy-unit``.
 YAML (``.yaml``/``.yml``, needs PyYAML: ``pip install 'dpkit[yaml]'``) takes the same keys.
 The structure is checked here, before the project is touched: an unknown key, a bound that is
 not a pair of numbers (or of dates), a domain that is not a list, a count that is not a
@@ -36,12 +41,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dpkit.engine.tables import check_bounds
+from dpkit.engine.tables import TEXT_LENGTH_ERROR, check_bounds, text_length_ok
 
 __all__ = ["Declaration", "DeclarationError", "read_declaration", "where_declared"]
 
 KEYS = ("privacy_unit", "max_rows_per_unit", "max_groups_per_unit", "bounds", "domains",
-        "not_null", "public", "description")
+        "not_null", "public", "description", "max_text_length", "drop_privacy_unit")
 
 
 class DeclarationError(ValueError):
@@ -180,9 +185,14 @@ def read_declaration(path: str | Path) -> Declaration:
             if not isinstance(value, str) and not (key == "privacy_unit" and value is None):
                 raise DeclarationError(f"{where}: {key} must be a string (got {value!r})")
             out[key] = value
-        elif key == "public":
+        elif key in ("public", "drop_privacy_unit"):
             if not isinstance(value, bool):
-                raise DeclarationError(f"{where}: public must be true or false (got {value!r})")
+                raise DeclarationError(f"{where}: {key} must be true or false (got {value!r})")
+            out[key] = value
+        elif key == "max_text_length":
+            if value is not None and not text_length_ok(value):
+                raise DeclarationError(f"{where}: " + TEXT_LENGTH_ERROR.format(
+                    got=repr(value), none="null"))
             out[key] = value
         elif key == "not_null":
             out[key] = _names(value, where, key)

@@ -88,13 +88,15 @@ def summarise(released: list[tuple[Measure, int, int, int]], *, m: int,
             name, what = "rows_dropped", (f"rows were dropped by the per-unit cap "
                                           f"(max_rows_per_unit={m}; each unit's drops "
                                           f"counted up to {m}, so this is a floor)")
-            fix = "raise max_rows_per_unit (or filter the rows first)"
+            fix = ("the data owner can raise the table's max_rows_per_unit (or filter the rows "
+                   "first)")
         else:
             col = (mm.column or ".?").split(".", 1)[1]
             share = min(max(val, 0) / max(k_val, 1), 1.0)
             share_low = min(v_low / k_high, 1.0)
             name, what = f"clamped:{col}", f"values of {col} lay outside [{mm.lo:g}, {mm.hi:g}]"
-            fix = f"widen the bounds of {col} (dpkit suggest-bounds estimates them)"
+            fix = (f"the data owner can widen the declared bounds of {col} (`dpkit suggest-bounds` "
+                   f"estimates them)")
         e["share"], e["share_low"] = share, share_low
         out[name] = e
         if share_low > WARN_SHARE:

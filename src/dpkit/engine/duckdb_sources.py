@@ -18,10 +18,11 @@ from typing import Any
 
 import duckdb
 
-from dpkit.engine.tables import FIXED_PREFIX, Column, quote_ident
+from dpkit.engine.tables import FIXED_PREFIX, Column, OpenedSource, quote_ident
 
-__all__ = ["KEY_COLUMN", "check_case_distinct", "check_complete", "key_parts", "loaded_columns",
-           "source_sql", "store_domain", "string_literal", "truncate_text"]
+__all__ = ["DATASET_SUFFIX", "KEY_COLUMN", "check_case_distinct", "check_complete",
+           "file_format", "key_parts", "loaded_columns", "source_sql", "store_domain",
+           "string_literal", "truncate_text"]
 
 KEY_COLUMN = "k"  # the one column of a hidden key table (a declared domain)
 
@@ -137,6 +138,8 @@ def source_sql(con: duckdb.DuckDBPyConnection, source: Any,
     (its return value, e.g. the connection from ``con.execute``, is ignored)."""
     if isinstance(source, (str, Path)):
         return _path_sql(con, str(source), source_table)
+    if isinstance(source, OpenedSource):
+        return _opened_sql(con, source, source_table)
     return _frame_sql(con, source)
 
 
@@ -158,25 +161,66 @@ def _path_sql(con: duckdb.DuckDBPyConnection, text: str,
             "" if folder.exists() else f" (nor does its folder {folder}: create it and put the "
                                        f"file there)"))
     p = string_literal(str(path.resolve()))
-    suffixes = [s.lower() for s in path.suffixes]
-    if any(s in (".csv", ".tsv", ".txt") for s in suffixes):
-        header = con.execute(f"SELECT * FROM read_csv_auto({p}, header=false, "
-                             f"all_varchar=true) LIMIT 1").fetchall()
-        check_case_distinct([str(v) for v in header[0]] if header else [])
-        return f"read_csv_auto({p})", "file", _no_cleanup
-    if any(s in (".parquet", ".pq") for s in suffixes):
-        check_case_distinct([str(r[0]) for r in con.execute(
-            f"SELECT name FROM parquet_schema({p}) WHERE num_children IS NULL OR "
-            f"num_children = 0").fetchall()])
-        return f"read_parquet({p})", "file", _no_cleanup
-    if any(s in (".json", ".jsonl", ".ndjson") for s in suffixes):
-        return f"read_json_auto({p})", "file", _no_cleanup
-    if any(s in (".duckdb", ".db", ".ddb") for s in suffixes):
+    fmt = file_format(path)
+    if fmt == "database":
         return _database_sql(con, path, p, source_table)
+    return _file_sql(con, fmt, p, ""), "file", _no_cleanup
+
+
+_FORMATS = (("csv", (".csv", ".tsv", ".txt")), ("parquet", (".parquet", ".pq")),
+            ("json", (".json", ".jsonl", ".ndjson")), ("database", (".duckdb", ".db", ".ddb")))
+# The files DuckDB reads from a directory given as a CSV/Parquet/JSON source: those, at any
+# depth, whose name ends with this (``dir/**/*.parquet``; DuckDB 2.0 skips other files).
+DATASET_SUFFIX = {"csv": ".csv", "parquet": ".parquet", "json": ".json"}
+
+
+def file_format(path: Path) -> str:
+    """``csv``, ``parquet``, ``json`` or ``database``, from ``path``'s suffixes (or a
+    ValueError saying which names are understood)."""
+    suffixes = [s.lower() for s in path.suffixes]
+    for fmt, names in _FORMATS:
+        if any(s in names for s in suffixes):
+            return fmt
     raise ValueError(
         f"cannot tell the format of {path} from its name; use .csv, .parquet, .json or a "
         f".duckdb database"
     )
+
+
+def _file_sql(con: duckdb.DuckDBPyConnection, fmt: str, p: str, options: str) -> str:
+    """The reader of a CSV/Parquet/JSON source ``p`` (a SQL string literal, or a list of
+    them), its column names checked first."""
+    if fmt == "csv":
+        header = con.execute(f"SELECT * FROM read_csv_auto({p}, header=false, "
+                             f"all_varchar=true{options}) LIMIT 1").fetchall()
+        check_case_distinct([str(v) for v in header[0]] if header else [])
+        return f"read_csv_auto({p}{options})"
+    if fmt == "parquet":
+        check_case_distinct([str(r[0]) for r in con.execute(
+            f"SELECT name FROM parquet_schema({p}) WHERE num_children IS NULL OR "
+            f"num_children = 0").fetchall()])
+        return f"read_parquet({p})"
+    return f"read_json_auto({p}{options})"
+
+
+def _opened_sql(con: duckdb.DuckDBPyConnection, source: OpenedSource,
+                source_table: str | None) -> tuple[str, str, Callable[[], object]]:
+    """A source its caller opened (:class:`~dpkit.engine.tables.OpenedSource`): read through
+    its paths, never its name, so nothing swapped at the name since the check is read. The
+    paths carry no suffix, so a compression the name shows is said explicitly."""
+    fmt = file_format(Path(source.name))
+    if not source.paths:
+        raise ValueError(f"{source.name} holds no {DATASET_SUFFIX.get(fmt, fmt)} file to load; "
+                         f"put the data files in it or name one file")
+    if fmt == "database":
+        if len(source.paths) != 1:
+            raise ValueError(f"{source.name}: a DuckDB database is one file, not a folder")
+        return _database_sql(con, Path(source.name), string_literal(source.paths[0]),
+                             source.table or source_table)
+    p = "[" + ", ".join(string_literal(x) for x in source.paths) + "]"
+    last = Path(source.name).suffix.lower()
+    options = {".gz": ", compression='gzip'", ".zst": ", compression='zstd'"}.get(last, "")
+    return _file_sql(con, fmt, p, options), "opened", _no_cleanup
 
 
 def _database_sql(con: duckdb.DuckDBPyConnection, path: Path, p: str,

@@ -24,12 +24,15 @@ from dpkit.engine.backend_duckdb import load_table
 from dpkit.engine.ledger import Entry
 from dpkit.engine.spark_load import load_spark_table
 from dpkit.engine.tables import (
+    MAX_TEXT_LENGTH,
+    TEXT_LENGTH_ERROR,
     Column,
     TableMeta,
     describe_source,
     domain_table_name,
     quote_ident,
     split_date_bounds,
+    text_length_ok,
     validate_declarations,
     validate_not_null,
 )
@@ -37,13 +40,6 @@ from dpkit.engine.tables import (
 __all__ = ["MAX_TEXT_LENGTH", "Declarations", "check_load", "load_declared",
            "load_declared_spark", "load_lock", "tables_in_force"]
 
-# The default bound on a private table's text values, in characters. A query's time grows
-# linearly with the length of each value it reads (docs/attacks.md §6: eight calls over one
-# unit's 10^6-character value added 10-20 ms, 10^7 added 60-220 ms, on 10,000 units); cut at
-# 1,000, one unit's text costs at most ~1/1000 of the former, microseconds, under the jitter
-# of any query, while names, codes, addresses and short comments pass whole. Free text
-# longer than that is no GROUP BY key anyway; the owner raises it (or None) where it is.
-MAX_TEXT_LENGTH = 1000
 
 
 @dataclass(frozen=True)
@@ -197,9 +193,8 @@ def check_load(name: str, old: TableMeta | None, decl: Declarations, *, replace:
                          f"(its declarations are replaced too, and the change is recorded in "
                          f"the ledger)")
     n = decl.max_text_length
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-        raise ValueError(f"max_text_length must be a whole number of characters >= 1, or None "
-                         f"for no bound (got {n!r}); the default is {MAX_TEXT_LENGTH}")
+    if n is not None and not text_length_ok(n):
+        raise ValueError(TEXT_LENGTH_ERROR.format(got=repr(n), none="None"))
     long = [c for c, keys in (decl.domains or {}).items() if n is not None and not decl.public
             and any(isinstance(k, str) and len(k) > n for k in keys)]
     if long:

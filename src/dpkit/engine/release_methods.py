@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dpkit.engine import families
-from dpkit.engine.families.fit import TableModel
+from dpkit.engine.families.fit import FitPreview, TableModel, preview_fit
 from dpkit.engine.families.fit import fit as fit_model
 from dpkit.engine.results import Preview, Result
 
@@ -142,3 +142,12 @@ class ReleaseMethods:
         """
         return fit_model(self._families(analyst), model, query, label=label, epsilon=epsilon,
                          delta=delta)
+
+    def preview_fit(self, model: Any, query: str, *, label: str, epsilon: float | None = None,
+                    delta: float | None = None, analyst: None = None) -> FitPreview:
+        """What :meth:`fit` with the same arguments would charge now: the model's event priced
+        by the ledger (``.cost``, ``.delta``, ``.remaining``, ``.affordable``), after the same
+        checks (the query, the encoding, the model's options); no row read, nothing spent. The
+        model is configured as :meth:`fit` would (its ``epsilon``, ``delta``, classes)."""
+        return preview_fit(self._families(analyst), model, query, label=label,
+                           epsilon=epsilon, delta=delta)

@@ -14,11 +14,25 @@ from sqlglot import exp
 
 from dpkit.engine.totality import total_condition_sql
 
-__all__ = ["AggCall", "GroupKey", "JoinSpec", "Output", "QueryError", "QuerySpec", "where_sql"]
+__all__ = ["DIAGNOSTICS_OFF", "AggCall", "GroupKey", "JoinSpec", "Output", "QueryError",
+           "QuerySpec", "respell", "where_sql"]
 
 
 class QueryError(ValueError):
     """The curator refuses this query; nothing was charged. The message says what to write."""
+
+
+#: How the engine's texts (a preview's note, a refusal) name the switch that turns the answer
+#: diagnostics off: the Python API's spelling, the engine's own front. A front end where the
+#: switch is spelled otherwise (the CLI's ``--no-diagnostics``, the service's request field,
+#: the console's checkbox) rewrites it with :func:`respell`: the engine never learns which
+#: front end asked, and the text stays a function of public things.
+DIAGNOSTICS_OFF = "diagnostics=False"
+
+
+def respell(text: str, diagnostics_off: str) -> str:
+    """``text`` with :data:`DIAGNOSTICS_OFF` spelled as a front end's user turns it off."""
+    return text.replace(DIAGNOSTICS_OFF, diagnostics_off)
 
 
 # Aggregate function kinds

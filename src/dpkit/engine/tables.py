@@ -30,12 +30,16 @@ from typing import Any
 
 __all__ = [
     "FIXED_PREFIX",
+    "MAX_TEXT_LENGTH",
     "NUMERIC_TYPES",
+    "TEXT_LENGTH_ERROR",
     "Column",
+    "OpenedSource",
     "TableMeta",
     "check_identifier",
     "domain_table_name",
     "quote_ident",
+    "text_length_ok",
     "type_class",
 ]
 
@@ -494,8 +498,44 @@ def check_bounds(pair: Any, column: str) -> tuple[float, float]:
     return lo_f, hi_f
 
 
+# The default bound on a private table's text values, in characters. A query's time grows
+# linearly with the length of each value it reads (docs/attacks.md §6: eight calls over one
+# unit's 10^6-character value added 10-20 ms, 10^7 added 60-220 ms, on 10,000 units); cut at
+# 1,000, one unit's text costs at most ~1/1000 of the former, microseconds, under the jitter
+# of any query, while names, codes, addresses and short comments pass whole. Free text
+# longer than that is no GROUP BY key anyway; the owner raises it (or None) where it is.
+MAX_TEXT_LENGTH = 1000
+# one text for add_table, the command line and declaration files (``none``: how each says it)
+TEXT_LENGTH_ERROR = ("max_text_length must be a whole number of characters >= 1, or {none} for "
+                     "no bound (got {got}); the default is " + str(MAX_TEXT_LENGTH))
+
+
+def text_length_ok(n: Any) -> bool:
+    """Whether ``n`` is a bound ``max_text_length`` takes (a whole number >= 1; None apart)."""
+    return not isinstance(n, bool) and isinstance(n, int) and n >= 1
+
+
+@dataclass(frozen=True)
+class OpenedSource:
+    """A file source its caller has already opened and checked, so that what is loaded is
+    exactly what was checked (the service's data root: ``dpkit.server.paths``).
+
+    ``name``: the path as the owner gave it (its suffixes tell the format; the declarations
+    record it). ``paths``: what DuckDB opens, one per file (a Parquet/CSV/JSON dataset that is
+    a directory has several), each a name for an already open file such as
+    ``/proc/self/fd/N``, which no one can swap for a symlink. ``table``: a DuckDB database's
+    table. Always copied (a view would read the paths again after they are closed).
+    """
+
+    name: str
+    paths: tuple[str, ...]
+    table: str | None = None
+
+
 def describe_source(source: Any) -> str:
     if isinstance(source, (str, Path)):
         return str(source)
+    if isinstance(source, OpenedSource):
+        return source.name
     mod = type(source).__module__.split(".")[0]
     return f"{mod}.{type(source).__name__}"

@@ -33,7 +33,9 @@ __all__ = [
     "check_laplace_epsilon",
     "check_non_negative",
     "check_positive",
+    "check_release_sensitivity",
     "clip_rows",
+    "half_widths",
     "resolve_source",
 ]
 
@@ -191,6 +193,31 @@ def check_laplace_epsilon(epsilon: float, coordinates: int) -> float:
                          f"{coordinates} value(s): the noise scale would exceed the samplers' "
                          f"limit 2**40 grid units; raise epsilon")
     return eps
+
+
+#: the sensitivities the exact samplers calibrate at any ε the estimators accept: a grid
+#: 2**k must fit a float's exponent on both sides of the sensitivity and of its noise scale
+MIN_SENSITIVITY, MAX_SENSITIVITY = 2.0**-800, 2.0**900
+
+
+def check_release_sensitivity(sensitivity: float, what: str) -> float:
+    """A sensitivity that ``fit``'s releases can be calibrated for: finite and within
+    [2**-800, 2**900]. ``privacy_event`` computes each release's sensitivity from the options
+    (``what`` names them) and checks it, so extreme bounds or norms are refused before a
+    curator's charge, not by the mechanism inside ``fit`` after it."""
+    if not (math.isfinite(sensitivity) and MIN_SENSITIVITY <= sensitivity <= MAX_SENSITIVITY):
+        raise ValueError(f"{what} give(s) a release a sensitivity of {sensitivity:.3g}, outside "
+                         f"what the exact samplers calibrate ([2**-800, 2**900]): declare a "
+                         f"range (or norm) nearer the data's")
+    return sensitivity
+
+
+def half_widths(bounds: Any, n_features: int, name: str = "bounds") -> np.ndarray:
+    """The half-widths ``(high - low) / 2`` of checked ``bounds`` (inf where they overflow:
+    :func:`check_release_sensitivity` refuses what they give)."""
+    lo, hi = check_bounds(bounds, n_features, name)
+    with np.errstate(over="ignore"):
+        return np.asarray((hi - lo) / 2.0)
 
 
 def check_count(value: Any, name: str) -> int:

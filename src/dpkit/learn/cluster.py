@@ -17,6 +17,8 @@ from ._base import (
     check_epsilon,
     check_features,
     check_laplace_epsilon,
+    check_release_sensitivity,
+    half_widths,
     resolve_source,
 )
 
@@ -58,8 +60,9 @@ class KMeans(PrivateEstimator):
         k = check_count(self.n_clusters, "n_clusters")
         # each step's sums: one discrete Laplace release of k x n_features values
         check_laplace_epsilon(check_epsilon(self.epsilon) / (2 * steps), k * n_features)
-        if self.bounds is not None:  # what fit checks, before the curator's charge (G5)
-            check_bounds(self.bounds, n_features)
+        # what fit checks, before the curator's charge (G5), and the sums' sensitivity
+        half = half_widths((-1.0, 1.0) if self.bounds is None else self.bounds, n_features)
+        check_release_sensitivity(contributions * float(half.sum()), "bounds")
         return SelfComposed(PureDP(check_epsilon(self.epsilon) / (2 * steps)), 2 * steps)
 
     def fit(self, X: Any, y: Any = None, units: Any = None, *,

@@ -28,6 +28,7 @@ from ._base import (
     check_labels,
     check_non_negative,
     check_positive,
+    check_release_sensitivity,
     clip_rows,
     resolve_source,
 )
@@ -52,6 +53,12 @@ def _total(margins: np.ndarray) -> np.ndarray:
     """Margins with NaN as 0 and ±inf as ±1e300: weights that overflowed give every row a
     probability in [0, 1] (so its gradient keeps the stated bound), never NaN."""
     return np.nan_to_num(margins, nan=0.0, posinf=1e300, neginf=-1e300)
+
+
+def _squared(norm: float) -> float:
+    """``norm**2`` as a float, inf where it overflows (Python's ``**`` would raise)."""
+    with np.errstate(over="ignore"):
+        return float(np.float64(norm) ** 2)
 
 
 def _probabilities(margins: np.ndarray) -> np.ndarray:
@@ -128,7 +135,13 @@ class LogisticRegression(PrivateEstimator):
     def _planned_event(self, n_features: int, contributions: int) -> Event:
         rho = epsilon_to_rho(check_epsilon(self.epsilon), check_delta_alone(self.delta))
         check_classes(self.classes)
-        self._options(np.sqrt(n_features) if self.feature_norm is None else self.feature_norm)
+        k = len(check_classes(self.classes))
+        norm = self._options(np.sqrt(n_features) if self.feature_norm is None else
+                             self.feature_norm)
+        # the gradient sum's sensitivity, as fit computes it (an extreme feature_norm: here)
+        s2 = _squared(norm) + (1.0 if self.fit_intercept else 0.0)
+        check_release_sensitivity(contributions * (1.0 if k == 2 else np.sqrt(2.0))
+                                  * float(np.sqrt(s2)), "feature_norm")
         steps = check_count(self.max_iter, "max_iter")
         return Composed((ZCDP(_COUNT_SHARE * rho),
                          SelfComposed(ZCDP((1.0 - _COUNT_SHARE) * rho / steps), steps)))
@@ -268,7 +281,15 @@ class LinearRegression(PrivateEstimator):
         return out, lo, hi
 
     def _planned_event(self, n_features: int, contributions: int) -> Event:
-        self._options(np.sqrt(n_features) if self.feature_norm is None else self.feature_norm)
+        norm, lo, hi = self._options(np.sqrt(n_features) if self.feature_norm is None else
+                                     self.feature_norm)
+        # the two releases' sensitivities, as fit computes them (extreme options: here)
+        s2 = _squared(norm) + (1.0 if self.fit_intercept else 0.0)
+        with np.errstate(over="ignore"):
+            label_half = float((np.float64(hi) - np.float64(lo)) / 2.0)
+        check_release_sensitivity(contributions * s2, "feature_norm")
+        check_release_sensitivity(contributions * float(np.sqrt(s2)) * label_half,
+                                  "feature_norm and label_bounds")
         half = ZCDP(epsilon_to_rho(check_epsilon(self.epsilon), check_delta_alone(self.delta)) / 2)
         return Composed((half, half))
 

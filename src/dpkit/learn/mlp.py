@@ -50,6 +50,9 @@ from .batch_count import (
 __all__ = ["MLPClassifier", "mlp_network"]
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def _torch() -> Any:
     try:
         import torch
@@ -123,6 +126,13 @@ class MLPClassifier:
     ``count_fraction`` (the share of ε for that count, in (0, 1); default 0.02),
     ``max_examples_per_unit`` (with ``fit(..., units=)``: the public cap on a unit's rows).
 
+    After ``fit``, through the curator or not, ``training_`` is a
+    :class:`~dpkit.learn.torch.TrainingSummary` (noise multiplier, clip, rate, steps,
+    neighbouring relation, ``insecure``, the divisor; ``event()``, ``epsilon(δ)``), never the
+    training object: that one holds the loader with every row and the unit codes, and a fitted
+    model is what gets pickled and shared (:func:`dpkit.learn.torch.make_private` gives it to
+    whoever trains their own module).
+
     >>> import numpy as np
     >>> X = np.r_[np.zeros((200, 2)), np.ones((200, 2))]; y = np.r_[[0] * 200, [1] * 200]
     >>> clf = MLPClassifier((8,), epsilon=2.0, delta=1e-4, epochs=5, batch_size=100,
@@ -185,7 +195,9 @@ class MLPClassifier:
         for h in sizes:
             check_count(h, "each of hidden_layer_sizes")
         check_positive(self.max_grad_norm, "max_grad_norm", "1.0")
-        check_non_negative(self.learning_rate, "learning_rate")
+        if check_non_negative(self.learning_rate, "learning_rate") > _FLOAT32_MAX:
+            raise ValueError(f"learning_rate must be <= {_FLOAT32_MAX:.4g}, the largest float32 "
+                             f"torch's optimizer holds (got {self.learning_rate!r})")
         check_non_negative(self.momentum, "momentum")
         if not 0.0 <= check_non_negative(self.averaging, "averaging") <= 1.0:
             raise ValueError(f"averaging must lie in [0, 1] (got {self.averaging!r})")
@@ -215,6 +227,7 @@ class MLPClassifier:
         """
         n = check_count(n_features, "n_features")
         c = check_count(contributions, "contributions")
+        _torch()  # no PyTorch: refused here, before the curator's charge, not in fit after it
         self._check_options()
         if self.sample_rate is None:
             raise ValueError("MLPClassifier through the curator needs sample_rate= (the "
@@ -224,8 +237,26 @@ class MLPClassifier:
                              "the expected batch privately)")
         auto = check_batch_size(self.batch_size) in (None, "auto")
         sigma, k, total, count = self._planned(c if auto else None)
+        self._check_grid(sigma, n)
         self.domain_ = (n, c)
         return self._event_of(sigma, k, total, count)
+
+    def _check_grid(self, sigma: float, n_features: int) -> None:
+        """What the optimizer's exact release needs of the public σ and C, checked before a
+        curator's charge: a grid ``2^-k`` the float exponent can hold (a tiny C) and noise
+        ``13 σ C 2^k`` below ``2^51`` grid steps (a huge C), as
+        :mod:`dpkit.learn.torch.optimizer` checks at the first step, after the charge."""
+        from dpkit.learn.torch.optimizer import grid_exponent
+
+        sizes = [n_features, *(int(h) for h in self.hidden_layer_sizes),
+                 len(self.classes) if self.classes is not None else 2]
+        dim = sum((a + 1) * b for a, b in itertools.pairwise(sizes))
+        clip = float(self.max_grad_norm)
+        k = grid_exponent(dim, clip) if clip * 1e-6 > 0 else 10**9
+        if k > 1000 or 13.0 * sigma * clip * 2.0**k >= 2.0**51:
+            raise ValueError(f"max_grad_norm {self.max_grad_norm!r} is outside what the exact "
+                             f"noise grid holds for {dim} parameters at noise multiplier "
+                             f"{sigma:.3g}; use a clip nearer 1 (e.g. max_grad_norm=1.0)")
 
     @staticmethod
     def _event_of(sigma: float, k: int, total: int,
@@ -321,9 +352,11 @@ class MLPClassifier:
         tr = self._private(net, data, units, source)
         self._train(tr, net)
         tr.detach()
-        # through the curator the model goes to the analyst: keep no row, unit code or exact
-        # count on it (the training object holds the loader; FINDINGS.md G1)
-        self.training_ = tr.summary() if getattr(self, "domain_", None) is not None else tr
+        # keep no row, unit code or exact count on the model, through the curator or not: the
+        # training object holds the loader (every row, the unit codes) and the network's
+        # hooks, and a fitted model is what gets pickled, published or handed to someone else
+        # (FINDINGS.md G1; make_private is there for who wants the training object itself)
+        self.training_ = tr.summary()
         self.network_ = net
         # scikit-learn's layout (coefs_[i]: (inputs, outputs)), so the weights can be saved
         lins = [m for m in net if isinstance(m, torch.nn.Linear)]

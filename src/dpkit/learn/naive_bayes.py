@@ -18,6 +18,8 @@ from ._base import (
     check_features,
     check_labels,
     check_laplace_epsilon,
+    check_release_sensitivity,
+    half_widths,
     resolve_source,
 )
 
@@ -58,9 +60,12 @@ class GaussianNB(PrivateEstimator):
         third = PureDP(check_epsilon(self.epsilon) / 3)
         # each third is one discrete Laplace release of up to (classes x features) values
         check_laplace_epsilon(third.epsilon, len(check_classes(self.classes)) * n_features)
-        # what fit checks, before the curator's charge (FINDINGS.md G5)
-        if self.bounds is not None:
-            check_bounds(self.bounds, n_features)
+        # what fit checks, before the curator's charge (FINDINGS.md G5); and what its sums and
+        # squares' sensitivities will be (huge or tiny bounds: refused here, not in fit)
+        half = half_widths((-1.0, 1.0) if self.bounds is None else self.bounds, n_features)
+        with np.errstate(over="ignore"):
+            for sens in (float(half.sum()), float((half**2).sum())):
+                check_release_sensitivity(contributions * sens, "bounds")
         self._check_floor()
         return Composed((third, third, third))
 

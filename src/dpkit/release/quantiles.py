@@ -181,37 +181,72 @@ def _check_probabilities(probabilities: Any) -> np.ndarray:
 
 
 def quantiles_from_cdf(
-    c: Release[np.ndarray], probabilities: Any, *, edges: Any = None
+    c: Release[np.ndarray], probabilities: Any, *, edges: Any = None, integer: bool = False
 ) -> Release[np.ndarray]:
     """Quantiles read off a CDF release from :func:`cdf` / :func:`cdf_band` (post-processing,
-    free): point estimates interpolated within bins, joint intervals from the band."""
+    free): point estimates interpolated within bins, joint intervals from the band.
+
+    ``integer``: the data are integers and bin ``j`` holds ``e_j, …, e_{j+1} − 1`` (integer
+    ``edges``). Then each estimate is an integer of its bin (the interpolation's floor, as if
+    integer ``k`` spread over ``[k, k + 1)``) and each interval is *inclusive*: from the first
+    integer of its lowest bin to the last integer of its highest, ``(e_lo, e_{hi+1} − 1)``.
+    Both ends are values of the column's domain and the coverage is unchanged: the true
+    ``p``-quantile is an integer of the bin ``j*`` and ``lo <= j* <= hi`` whenever the band
+    holds (module docstring), so all intervals hold it jointly with probability >= ``level``.
+
+    >>> import dpkit as dp
+    >>> c = cdf([0, 3, 5, 2], epsilon=4.0, source=dp.noise.seeded(2))
+    >>> q = quantiles_from_cdf(c, [0.5], edges=[0, 10, 20, 30, 40], integer=True)
+    >>> [float(x) for x in (q.ci[0][0], q.value[0], q.ci[1][0])]  # 'to 39', never 'to 40'
+    [10.0, 24.0, 39.0]
+    """
     F = np.asarray(c.value, dtype=np.float64)
     n = F.size
     e = _check_edges(edges, n)
+    if integer and not np.all(e == np.round(e)):
+        raise ValueError("integer=True needs integer bin edges (bin j holds e_j .. e_{j+1} - 1)")
     p = _check_probabilities(probabilities)
-    total = F[-1]
-    values = np.empty(p.size)
-    for i, pi in enumerate(p):
-        target = pi * total
-        j = int(np.searchsorted(F, target, side="left"))
-        j = min(j, n - 1)
-        prev = F[j - 1] if j > 0 else 0.0
-        width = F[j] - prev
-        frac = 0.0 if width <= 0 else float(np.clip((target - prev) / width, 0.0, 1.0))
-        values[i] = e[j] + frac * (e[j + 1] - e[j])
+    values = _point_estimates(F, p, e, integer)
     ci = None
     if c.ci is not None:
-        low, high = c.ci
-        lo_idx = np.empty(p.size, dtype=np.int64)
-        hi_idx = np.empty(p.size, dtype=np.int64)
-        for i, pi in enumerate(p):
-            up = np.flatnonzero(high >= pi * low[-1])
-            lo_idx[i] = up[0] if up.size else n - 1
-            dn = np.flatnonzero(low >= pi * high[-1])
-            hi_idx[i] = dn[0] if dn.size else n - 1
-        ci = (e[lo_idx], e[np.maximum(hi_idx, lo_idx) + 1])
+        lo_idx, hi_idx = _band_cells(c.ci[0], c.ci[1], p)
+        high = e[np.maximum(hi_idx, lo_idx) + 1]
+        ci = (e[lo_idx], high - 1.0 if integer else high)
     details = dict(c.details)
     details.update({"cdf": F, "probabilities": p, "edges": e})
     return Release(
         value=values, event=c.event, ci=ci, level=c.level, insecure=c.insecure, details=details
     )
+
+
+def _point_estimates(F: np.ndarray, p: np.ndarray, e: np.ndarray, integer: bool) -> np.ndarray:
+    """Each ``p``-quantile of the released CDF ``F``, interpolated within its bin (an integer
+    of the bin with ``integer``)."""
+    n = F.size
+    total = F[-1]
+    values = np.empty(p.size)
+    for i, pi in enumerate(p):
+        target = pi * total
+        j = min(int(np.searchsorted(F, target, side="left")), n - 1)
+        prev = F[j - 1] if j > 0 else 0.0
+        width = F[j] - prev
+        frac = 0.0 if width <= 0 else float(np.clip((target - prev) / width, 0.0, 1.0))
+        values[i] = e[j] + frac * (e[j + 1] - e[j])
+        if integer:
+            values[i] = min(np.floor(values[i]), e[j + 1] - 1.0)
+    return values
+
+
+def _band_cells(low: np.ndarray, high: np.ndarray, p: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The lowest and highest bin that may hold each true ``p``-quantile while the band
+    ``(low, high)`` holds (module docstring)."""
+    n = low.size
+    lo_idx = np.empty(p.size, dtype=np.int64)
+    hi_idx = np.empty(p.size, dtype=np.int64)
+    for i, pi in enumerate(p):
+        up = np.flatnonzero(high >= pi * low[-1])
+        lo_idx[i] = up[0] if up.size else n - 1
+        dn = np.flatnonzero(low >= pi * high[-1])
+        hi_idx[i] = dn[0] if dn.size else n - 1
+    return lo_idx, hi_idx

@@ -22,7 +22,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from dpkit.server import owner, routes
+from dpkit.server import fit, owner, routes
 from dpkit.server.config import ServerConfig
 from dpkit.server.limits import Guard
 from dpkit.server.problems import MEDIA_TYPE, Problem, problem_body
@@ -109,6 +109,7 @@ def create_app(config: ServerConfig | str | Path, **settings: Any) -> FastAPI:
     _install_handlers(app)
     app.include_router(routes.router)
     app.include_router(owner.router)
+    app.include_router(fit.router)  # POST /v1/fit: private learning (dpkit.server.fit)
 
     @app.get("/v1/health", tags=["service"])
     def health() -> dict[str, str]:

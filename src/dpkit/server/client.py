@@ -4,6 +4,8 @@
     res = c.sql("SELECT ward, COUNT(*) AS n FROM visits GROUP BY ward", epsilon=0.5)
     res.to_pandas()                          # ward, n, n_ci_low, n_ci_high (as the curator's)
     c.budget()["remaining_epsilon"]
+    m = c.fit("logistic_regression", "SELECT age, ward FROM visits", label="sick", epsilon=1.0)
+    m["parameters"]["coef"], m.predict([{"age": 70, "ward": "B"}])   # free: post-processing
 
 The answers are the service's: differentially private for add/remove one privacy unit, each
 charged to the token's analyst before it was computed (the client adds nothing and keeps
@@ -17,13 +19,14 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import ssl
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 __all__ = ["Client", "ForbiddenError", "NotAuthenticatedError", "QueryRefusedError",
-           "RateLimitedError", "RemoteResult", "ServiceError", "UnavailableError"]
+           "RateLimitedError", "RemoteModel", "RemoteResult", "ServiceError", "UnavailableError"]
 
 
 class ServiceError(Exception):
@@ -62,6 +65,16 @@ _ERRORS: dict[int, type[ServiceError]] = {401: NotAuthenticatedError, 403: Forbi
                                           503: UnavailableError, 504: UnavailableError}
 
 
+#: The service names the request field that turns the answer diagnostics off; a client's
+#: user sets it as the keyword ``diagnostics=False``, which is what the client's texts say.
+HTTP_DIAGNOSTICS_OFF = '"diagnostics": false'
+
+
+def python_text(text: str) -> str:
+    """A service text (a note, a refusal) as this client's user acts on it."""
+    return text.replace(HTTP_DIAGNOSTICS_OFF, "diagnostics=False")
+
+
 @dataclass
 class RemoteResult:
     """A query's answer: ``columns`` (group and value columns), ``rows``, ``intervals``
@@ -85,7 +98,8 @@ class RemoteResult:
         return cls(columns=d["columns"], rows=d["rows"], intervals=d.get("intervals", {}),
                    epsilon=d["charge"]["epsilon"], delta=d["charge"]["delta"],
                    level=d.get("level", 0.95), warnings=d.get("warnings", []),
-                   notes=d.get("notes", []), budget=d.get("budget", {}),
+                   notes=[python_text(n) for n in d.get("notes", [])],
+                   budget=d.get("budget", {}),
                    insecure=d.get("insecure", False), ledger_seq=d.get("ledger_seq"))
 
     def __len__(self) -> int:
@@ -122,6 +136,80 @@ class RemoteResult:
         import pandas as pd
 
         return pd.DataFrame(self.to_dicts())
+
+
+@dataclass
+class RemoteModel:
+    """A model trained by ``POST /v1/fit`` (:meth:`Client.fit`): the service's answer
+    (``model["parameters"]``, ``model["charge"]``, ...: every key of the JSON), and
+    :meth:`predict` on new rows in plain Python, through the answer's public encoding.
+    Post-processing of the charged release: predicting costs nothing more."""
+
+    answer: dict[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.answer[key]
+
+    @property
+    def epsilon(self) -> float:
+        return float(self.answer["charge"]["epsilon"])
+
+    def encode(self, row: Any) -> list[float]:
+        """One row (a mapping of column -> value) as the model's inputs: a numeric column
+        clamped to its declared bounds and scaled to [-1, 1] (missing or not a number: 0), a
+        domain key's indicator (1.0 or 0.0); the map the service trained on."""
+        out = []
+        for f in self.answer["features"]:
+            value = row.get(f["column"]) if hasattr(row, "get") else row[f["column"]]
+            if f["key"] is not None:
+                out.append(1.0 if value == f["key"] else 0.0)
+                continue
+            try:
+                x = float(value)
+            except (TypeError, ValueError):
+                x = math.nan
+            mid, half = (f["low"] + f["high"]) / 2.0, (f["high"] - f["low"]) / 2.0
+            scaled = (x - mid) / (half if half > 0 else 1.0)
+            out.append(0.0 if math.isnan(scaled) else min(1.0, max(-1.0, scaled)))
+        return out
+
+    def predict(self, rows: Any) -> list[Any]:
+        """A label (classifiers), a value (regression) or a cluster index per row."""
+        return [self._one(self.encode(r)) for r in rows]
+
+    def _one(self, x: list[float]) -> Any:
+        p, kind = self.answer["parameters"], self.answer["model"]
+        classes = self.answer["classes"]
+        if kind == "linear_regression":
+            return _dot(p["coef"], x) + p["intercept"]
+        if kind == "logistic_regression":
+            m = [_dot(w, x) + b for w, b in zip(p["coef"], p["intercept"], strict=True)]
+            return classes[int(m[0] > 0)] if len(m) == 1 else classes[_argmax(m)]
+        if kind == "gaussian_nb":
+            jll = [math.log(prior) - 0.5 * sum(math.log(2 * math.pi * v) + (xi - t) ** 2 / v
+                                               for xi, t, v in zip(x, th, var, strict=True))
+                   for th, var, prior in zip(p["theta"], p["var"], p["class_prior"],
+                                             strict=True)]
+            return classes[_argmax(jll)]
+        if kind == "kmeans":
+            return _argmax([-sum((xi - c) ** 2 for xi, c in zip(x, centre, strict=True))
+                            for centre in p["cluster_centers"]])
+        act = math.tanh if self.answer["options"].get("activation", "tanh") == "tanh" else \
+            (lambda v: max(v, 0.0))
+        h = x
+        for i, (w, b) in enumerate(zip(p["coefs"], p["intercepts"], strict=True)):
+            h = [_dot([row[j] for row in w], h) + b[j] for j in range(len(b))]
+            if i < len(p["coefs"]) - 1:
+                h = [act(v) for v in h]
+        return classes[_argmax(h)]
+
+
+def _dot(w: list[float], x: list[float]) -> float:
+    return math.fsum(a * b for a, b in zip(w, x, strict=True))
+
+
+def _argmax(values: list[float]) -> int:
+    return max(range(len(values)), key=lambda i: values[i])
 
 
 class Client:
@@ -200,7 +288,8 @@ class Client:
         self.close()
         try:
             body = json.loads(raw)
-            detail, type_ = str(body.get("detail", raw[:200])), str(body.get("type", ""))
+            detail = python_text(str(body.get("detail", raw[:200])))
+            type_ = str(body.get("type", ""))
         except ValueError:
             body, detail, type_ = None, raw[:200].decode("utf-8", "replace"), ""
         err = _ERRORS.get(status, ServiceError)(status, detail, type_, body)
@@ -236,12 +325,16 @@ class Client:
                 accuracy: float | None = None, noise: str | None = None,
                 delta: float | None = None, level: float = 0.95,
                 weights: dict[str, float] | None = None,
+                diagnostics: bool = True,
                 accuracy_rows: float | None = None) -> dict[str, Any]:
-        """Cost and expected error; nothing is charged."""
+        """Cost and expected error of :meth:`sql` with the same arguments; nothing is charged."""
         body = _clean({"sql": query, "epsilon": epsilon, "accuracy": accuracy, "noise": noise,
                        "delta": delta, "level": level, "weights": weights,
-                       "accuracy_rows": accuracy_rows})
-        return dict(self._json("POST", "/v1/preview", body))
+                       "diagnostics": diagnostics, "accuracy_rows": accuracy_rows})
+        out = dict(self._json("POST", "/v1/preview", body))
+        out["notes"] = [python_text(n) for n in out.get("notes", [])]
+        out["text"] = python_text(str(out.get("text", "")))
+        return out
 
     def budget(self) -> dict[str, Any]:
         return dict(self._json("GET", "/v1/budget"))
@@ -265,6 +358,28 @@ class Client:
         """Synthetic records as CSV text (write it to a file, or read it with pandas)."""
         body = _clean({"table": table, "columns": list(columns), "epsilon": epsilon, **kw})
         return self.request("POST", "/v1/release/synthetic", body)[2].decode("utf-8")
+
+    def fit(self, model: str, sql: str, *, label: str, epsilon: float,
+            delta: float | None = None, **options: Any) -> RemoteModel:
+        """Train an allowed model (``fit_models()``: ``"logistic_regression"``, ...) on the rows
+        ``sql`` selects, charged to this token's analyst (as ``Curator.fit``); ``options``: the
+        model's (``max_iter=200``). The answer (a :class:`RemoteModel`): the model's public
+        parameters, the encoding of its features, the event, the charge and the budget
+        (docs/service.md), and ``predict(rows)``."""
+        body = _clean({"model": model, "options": options, "sql": sql, "label": label,
+                       "epsilon": epsilon, "delta": delta})
+        return RemoteModel(dict(self._json("POST", "/v1/fit", body)))
+
+    def preview_fit(self, model: str, sql: str, *, label: str, epsilon: float,
+                    delta: float | None = None, **options: Any) -> dict[str, Any]:
+        """What :meth:`fit` would charge now (``cost``, ``affordable``); nothing is charged."""
+        body = _clean({"model": model, "options": options, "sql": sql, "label": label,
+                       "epsilon": epsilon, "delta": delta})
+        return dict(self._json("POST", "/v1/fit/preview", body))
+
+    def fit_models(self) -> dict[str, dict[str, Any]]:
+        """The models :meth:`fit` may name, with their options and limits, by name."""
+        return {m["name"]: m for m in self._json("GET", "/v1/fit/models")["models"]}
 
     def _release(self, kind: str, **body: Any) -> RemoteResult:
         return RemoteResult.from_json(self._json("POST", f"/v1/release/{kind}", _clean(body)))

@@ -92,8 +92,11 @@ class ServedCurator:
         self.ledger = _Ledger(client, self._headers)
 
     def _post(self, route: str, body: dict[str, Any]) -> Any:
-        r = self._client.post(route, json={k: v for k, v in body.items() if v is not None},
-                              headers=self._headers)
+        # json.dumps writes inf as Infinity, which the service's parser reads (the estimator's
+        # options may be infinite: the catalog must refuse them); httpx's json= would refuse
+        text = json.dumps({k: v for k, v in body.items() if v is not None})
+        r = self._client.post(route, content=text,
+                              headers={**self._headers, "Content-Type": "application/json"})
         if r.status_code >= 300:
             try:
                 p = r.json()
@@ -142,8 +145,57 @@ class ServedCurator:
         cols = tuple(rows[0]) if rows else ()
         return _Records(cols, {c: [row[i] for row in rows[1:]] for i, c in enumerate(cols)})
 
+    def fit(self, model: Any, text: str, *, label: str, epsilon: float,
+            delta: float | None = None) -> _ServedFit:
+        """``POST /v1/fit`` with the catalog model of ``model``'s class and its options (the
+        fuzzer's estimators, :data:`~dpkit.attacks.side_channels.query.MODELS`)."""
+        from dpkit.learn import catalog
+
+        names = [n for n, s in catalog.CATALOG.items() if s.estimator == type(model).__name__]
+        if not names:
+            raise ServiceRefusalError(f"{type(model).__name__} has no fit endpoint model")
+        spec = catalog.CATALOG[names[0]]
+        options = {k: list(v) if isinstance(v, tuple) else v
+                   for k, v in model.get_params().items() if k in spec.options and v is not None}
+        body = self._post("/v1/fit", {"model": spec.name, "options": options, "sql": text,
+                                      "label": label, "epsilon": epsilon, "delta": delta})
+        return _ServedFit.of(body.json())
+
     def close(self) -> None:
         self._client.__exit__(None, None, None)
+
+
+class _ServedFit:
+    """A ``POST /v1/fit`` answer in the shape the fuzzer's model face reads
+    (:func:`~dpkit.attacks.side_channels.outcome.observe`): ``.model``, an object named after
+    the estimator whose attributes are the released parameters (arrays: their shapes are
+    compared, not their noisy values), ``classes_`` and the training summary without its noisy
+    divisor; ``.encoding.features``, the features' names followed by every other public part
+    of the answer (its keys, options, guarantee, event, warnings, the number of notes)."""
+
+    def __init__(self, model: Any, features: list[str]) -> None:
+        self.model = model
+        self.encoding = type("Encoding", (), {"features": features})()
+
+    @classmethod
+    def of(cls, body: dict[str, Any]) -> _ServedFit:
+        import numpy as np
+
+        model = type(str(body["estimator"]), (), {})()
+        for name, value in body["parameters"].items():
+            arrays = ([np.asarray(v, dtype=float) for v in value]
+                      if body["model"] == "mlp_classifier" else np.asarray(value, dtype=float))
+            setattr(model, name + "_", arrays)
+        model.classes_ = None if body["classes"] is None else np.asarray(body["classes"])
+        if body.get("training") is not None:
+            model.training_ = "TrainingSummary(" + ", ".join(
+                f"{k}={v!r}" for k, v in body["training"].items()) + ")"
+        public = {k: body[k] for k in ("label", "label_bounds", "options", "guarantee", "event",
+                                       "model_epsilon", "warnings", "insecure")}
+        face = [f["name"] for f in body["features"]]
+        face += [f"keys={sorted(body)}", f"notes={len(body['notes'])}",
+                 json.dumps(public, sort_keys=True)]
+        return cls(model, face)
 
 
 def served_project(path: Path, data_file: Path, table: Any, public: Any, *, accountant: str,

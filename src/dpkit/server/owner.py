@@ -12,7 +12,7 @@ from fastapi.responses import Response
 from dpkit.engine.curator import Curator
 from dpkit.engine.roles import token_expiry
 from dpkit.server import schemas as s
-from dpkit.server.paths import confine
+from dpkit.server.paths import confine, opened
 from dpkit.server.problems import Problem
 from dpkit.server.routes import PROBLEMS
 from dpkit.server.service import OwnerCall
@@ -99,16 +99,19 @@ def register_table(body: s.TableIn, c: OwnerCall) -> Any:
     Spends nothing. The load needs the data file to itself: with several service processes it
     is refused (409) until the others stop."""
     config = c.service.config
-    source = confine(body.source, config.data_root_path, Path(config.project))
+    root, project = config.data_root_path, Path(config.project)
+    checked = confine(body.source, root, project)
 
     def call(cur: Curator) -> Any:
         bounds = {k: tuple(v) for k, v in body.bounds.items()} if body.bounds else None
-        meta = cur.add_table(body.name, source, privacy_unit=body.privacy_unit,
-                             max_rows_per_unit=body.max_rows_per_unit, bounds=bounds,
-                             domains=body.domains, public=body.public, replace=body.replace,
-                             description=body.description,
-                             max_text_length=body.max_text_length,
-                             drop_privacy_unit=body.drop_privacy_unit)
+        # the load reads the files opened here, never the name checked above (paths.opened)
+        with opened(checked, root, project) as source:
+            meta = cur.add_table(body.name, source, privacy_unit=body.privacy_unit,
+                                 max_rows_per_unit=body.max_rows_per_unit, bounds=bounds,
+                                 domains=body.domains, public=body.public,
+                                 replace=body.replace, description=body.description,
+                                 max_text_length=body.max_text_length,
+                                 drop_privacy_unit=body.drop_privacy_unit)
         return table_json(meta)
 
     return c.run(call, exclusive=True)

@@ -19,7 +19,8 @@ import sqlite3
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["PROBLEM_TYPE", "Problem", "for_analyst", "problem_body", "problem_of"]
+__all__ = ["HTTP_DIAGNOSTICS_OFF", "PROBLEM_TYPE", "Problem", "for_analyst", "http_text",
+           "problem_body", "problem_of"]
 
 PROBLEM_TYPE = "https://dpkit.dev/problems/"
 MEDIA_TYPE = "application/problem+json"
@@ -68,6 +69,19 @@ def problem_body(status: int, slug: str, detail: str,
     return body
 
 
+#: How a request turns the answer diagnostics off: the field of its body (the console's own
+#: front end shows its checkbox's name instead, static/js/views.js ``consoleText``).
+HTTP_DIAGNOSTICS_OFF = '"diagnostics": false'
+
+
+def http_text(text: str) -> str:
+    """A curator's text (a note, a refusal) as an HTTP user acts on it: the request field,
+    where the Python API's keyword was named (:func:`dpkit.engine.spec.respell`)."""
+    from dpkit.engine.spec import respell
+
+    return respell(text, HTTP_DIAGNOSTICS_OFF)
+
+
 def problem_of(exc: BaseException) -> Problem:
     """The problem an exception raised by the curator (or the service) stands for."""
     from dpkit.accounting import BudgetExceeded
@@ -76,7 +90,7 @@ def problem_of(exc: BaseException) -> Problem:
 
     if isinstance(exc, Problem):
         return exc
-    text = str(exc) or type(exc).__name__
+    text = http_text(str(exc)) or type(exc).__name__
     if isinstance(exc, BudgetExceeded):
         return Problem(409, "over-budget", text)
     if isinstance(exc, QueryError):

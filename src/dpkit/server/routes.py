@@ -40,8 +40,9 @@ PROBLEMS: dict[int | str, dict[str, Any]] = {
 
 
 def _query_kwargs(body: s.PreviewIn) -> dict[str, Any]:
+    # diagnostics changes the budget's split: a preview must price the query as it will run
     kw: dict[str, Any] = {"epsilon": body.epsilon, "delta": body.delta, "level": body.level,
-                          "weights": body.weights}
+                          "weights": body.weights, "diagnostics": body.diagnostics}
     if body.accuracy_rows is not None:
         kw["accuracy_rows"] = body.accuracy_rows
     if body.noise is not None:
@@ -72,8 +73,7 @@ def preview(body: s.PreviewIn, c: AnalystCall) -> Any:
 def query(body: s.QueryIn, c: AnalystCall) -> Any:
     """Run an aggregate query: noisy values with intervals, charged to the caller."""
     def call(cur: Curator) -> Any:
-        res = cur.sql(body.sql, accuracy=body.accuracy, diagnostics=body.diagnostics,
-                      **_query_kwargs(body))
+        res = cur.sql(body.sql, accuracy=body.accuracy, **_query_kwargs(body))
         c.charged(float(res.epsilon), float(res.delta))
         return result_json(res, cur)
 

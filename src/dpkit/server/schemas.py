@@ -35,13 +35,18 @@ class PreviewIn(_In):
     noise: Noise | None = None
     level: float = Field(default=0.95, gt=0, lt=1)
     weights: dict[str, float] | None = None
+    diagnostics: bool = Field(
+        default=True,
+        description="measure the rows dropped and the values clamped by bounding with a share "
+                    "of the budget (false: the outputs get all of it); part of the planned "
+                    "request, so a preview prices the query as it will run")
     # with "accuracy" for AVG / VAR / quantiles, whose error depends on a group's size: the
     # fewest rows of a group the target is for (the refusal without it named Python's spelling)
     accuracy_rows: float | None = Field(default=None, gt=0, le=1e15, allow_inf_nan=False)
 
 
 class QueryIn(PreviewIn):
-    diagnostics: bool = True
+    """A query as its preview was priced: the same fields."""
 
 
 class _ReleaseIn(_In):
@@ -163,6 +168,11 @@ class BudgetOut(BaseModel):
     project_remaining_epsilon: float
     project_epsilon: float
     accountant: str
+    timing_delta: float | None = Field(
+        default=None,
+        description="the project runs with constant work (a query's running time does not "
+                    "depend on the data) and each release's delta includes this timing term; "
+                    "null: it runs without constant work")
 
 
 class ChargeOut(BaseModel):

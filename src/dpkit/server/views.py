@@ -14,6 +14,7 @@ import numpy as np
 from dpkit.engine.curator import Curator
 from dpkit.engine.results import Preview, Result
 from dpkit.engine.tables import TableMeta
+from dpkit.server.problems import http_text
 
 __all__ = ["budget_json", "clean", "history_json", "preview_json", "result_json",
            "table_json"]
@@ -55,7 +56,11 @@ def budget_json(cur: Curator) -> dict[str, Any]:
                   "spent_delta": float(own.delta_spent), "cap_epsilon": cap,
                   "remaining_epsilon": float(min(own.remaining, project.remaining)),
                   "project_remaining_epsilon": float(project.remaining),
-                  "project_epsilon": total, "accountant": project.accountant})
+                  "project_epsilon": total, "accountant": project.accountant,
+                  # constant work's timing term, part of each release's delta (the setting
+                  # is the project's, public: the genesis row records it)
+                  "timing_delta": (None if led.config.constant_work is None
+                                   else float(led.config.constant_work[0]))})
 
 
 def _kind(query: str) -> str:
@@ -92,10 +97,11 @@ def table_json(meta: TableMeta) -> dict[str, Any]:
 
 
 def preview_json(p: Preview) -> dict[str, Any]:
+    """``POST /v1/preview``: its notes name the request's own fields (:func:`http_text`)."""
     return clean({"epsilon": p.epsilon, "cost": p.cost, "delta": p.delta,
                   "remaining": p.remaining, "affordable": p.affordable,
                   "expected_error": {str(o["name"]): o.get("halfwidth") for o in p.outputs},
-                  "notes": list(p.notes), "text": repr(p)})
+                  "notes": [http_text(n) for n in p.notes], "text": http_text(repr(p))})
 
 
 def result_json(res: Result, cur: Curator) -> dict[str, Any]:
@@ -111,7 +117,7 @@ def result_json(res: Result, cur: Curator) -> dict[str, Any]:
     col_kinds = {c: str(kinds.get(c) or "value") for c in cols}
     return clean({"columns": cols, "kinds": col_kinds, "rows": rows, "intervals": intervals,
                   "level": res.level,
-                  "warnings": list(res.warnings), "notes": list(res.notes),
+                  "warnings": list(res.warnings), "notes": [http_text(n) for n in res.notes],
                   "insecure": bool(res.insecure), "ledger_seq": res.ledger_seq,
                   "charge": {"epsilon": float(res.epsilon), "delta": float(res.delta)},
                   "budget": budget_json(cur)})

@@ -174,7 +174,7 @@ def summarise(counts: list[DiagCount], values: dict[str, int], *, level: float, 
         d["share_low"] = lows["rows_dropped"] / (lows["rows_dropped"] + k_high)
         _warn(warnings, d, f"rows were dropped by the per-unit cap (max_rows_per_unit={m}; "
                            f"each unit's drops counted up to {m}, so this is a floor)",
-              "raise max_rows_per_unit (or filter the rows first)")
+              "the data owner can raise the table's max_rows_per_unit (or filter the rows first)")
     o = out["rows_outside"]
     total = pos["rows_outside"] + pos["rows_read"] + pos.get("rows_dropped", 0)
     o["share"] = pos["rows_outside"] / max(total, 1)
@@ -182,8 +182,8 @@ def summarise(counts: list[DiagCount], values: dict[str, int], *, level: float, 
                                              + highs.get("rows_dropped", 0.0))
     _warn(warnings, o, "rows lay outside the declared bounds/domains of the columns or were "
                        "NULL (in no cell, not counted)",
-          "widen the bounds or domains (dpkit suggest-bounds estimates bounds), or filter "
-          "NULLs with where=")
+          "the data owner can widen the declared bounds or domains (`dpkit suggest-bounds` "
+          "estimates bounds), or filter NULLs with where=")
     return out, warnings
 
 

@@ -138,15 +138,21 @@ def finish_quantiles(ctx: Context, job: Job, x: np.ndarray, entry: Entry,
                      remaining: float) -> Result:
     c = _cdf_release(ctx, job, x)
     axis = job.axes[0]
-    q = quantiles_from_cdf(c, job.details["probabilities"], edges=axis.edges())
+    integer = axis.kind == "int"
+    # an integer column's quantiles are its integers, its intervals inclusive: "5100 to
+    # 100000", never the exclusive cell edge 100001 that no row can hold
+    q = quantiles_from_cdf(c, job.details["probabilities"], edges=axis.edges(),
+                           integer=integer)
     assert q.ci is not None
     columns = ["probability", "quantile", "quantile_ci_low", "quantile_ci_high"]
     data = {"probability": np.array(job.details["probabilities"]), "quantile": q.value,
             "quantile_ci_low": q.ci[0], "quantile_ci_high": q.ci[1]}
     kinds = {"probability": "group", "quantile": "value", "quantile_ci_low": "ci_low",
              "quantile_ci_high": "ci_high"}
-    notes = [*job.notes, "intervals: cell edges holding the true quantile's cell, jointly "
-                         "for all probabilities"]
+    notes = [*job.notes, ("intervals: from the first to the last integer of the cells that may "
+                          "hold the true quantile (both included)" if integer else
+                          "intervals: cell edges holding the true quantile's cell")
+             + ", jointly for all probabilities"]
     return _result(ctx, job, entry, remaining, columns, data, kinds, notes)
 
 

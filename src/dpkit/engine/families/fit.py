@@ -56,18 +56,21 @@ from sqlglot import exp
 
 from dpkit import events as ev
 from dpkit import noise as _noise
+from dpkit.accounting import BudgetExceeded
 from dpkit.engine import plan as dplan
 from dpkit.engine.backend_duckdb import dry_run_errors, table_relation
 from dpkit.engine.backend_spark import SPARK, check_on_spark
-from dpkit.engine.charge import charged_read
+from dpkit.engine.charge import charged_read, quote
 from dpkit.engine.families.job import Context, jsonable, table_meta, validated_where
 from dpkit.engine.ledger import Entry
 from dpkit.engine.plan.portable import bounding_ctes_portable
+from dpkit.engine.roles import headroom
 from dpkit.engine.scope import table_name
 from dpkit.engine.spec import PRIVATE_ALIAS, QueryError
 from dpkit.engine.tables import TableMeta, quote_ident, type_class
 
-__all__ = ["Encoding", "Feature", "TableModel", "fit", "plan_encoding"]
+__all__ = ["Encoding", "Feature", "FitPlan", "FitPreview", "TableModel", "fit", "plan_encoding",
+           "plan_fit", "preview_fit"]
 
 _NUMERIC = ("int", "float", "decimal")
 
@@ -147,8 +150,9 @@ class TableModel:
     """A model trained on a private table through the curator, and what it cost.
 
     ``model``: the fitted estimator; ``encoding``: the public feature map (apply it to new
-    rows with :meth:`predict` / :meth:`score`); ``epsilon``: the cost charged (ledger entry
-    ``ledger_seq``). Post-processing of one private release: any use costs nothing more.
+    rows with :meth:`predict` / :meth:`score`); ``epsilon`` and ``delta``: the cost charged
+    (ledger entry ``ledger_seq``). Post-processing of one private release: any use costs
+    nothing more.
     """
 
     model: Any
@@ -157,6 +161,7 @@ class TableModel:
     ledger_seq: int
     event: ev.Event
     notes: list[str] = field(default_factory=list)
+    delta: float = 0.0  # the delta charged with it (the ledger row's)
 
     def predict(self, data: Any) -> np.ndarray:
         """Predictions for new rows, as labels (the declared classes) or values."""
@@ -368,21 +373,87 @@ def _event(model: Any, enc: Encoding, meta: TableMeta) -> ev.Event:
     contributions = 1 if meta.record_level else int(meta.max_rows_per_unit)
     try:
         event = model.privacy_event(len(enc.features), contributions)
-    except (TypeError, ValueError) as exc:
+    # ImportError: a missing extra; ArithmeticError: an option whose calibration overflows
+    except (TypeError, ValueError, ImportError, ArithmeticError) as exc:
         raise QueryError(f"the model refused its privacy parameters: {exc}") from None
     if not isinstance(event, ev.Event):
         raise QueryError(f"{type(model).__name__}.privacy_event() must return a dpkit event")
     return event
 
 
-def fit(ctx: Context, model: Any, query: str, *, label: str, epsilon: float | None = None,
-        delta: float | None = None) -> TableModel:
-    """Train ``model`` on the rows ``query`` selects, charged once (see the module docstring)."""
+@dataclass(frozen=True)
+class FitPlan:
+    """What a fit will read and charge, from public things only (the query, the declarations,
+    the model's parameters): made before the charge by :func:`fit` and :func:`preview_fit`."""
+
+    meta: TableMeta
+    encoding: Encoding
+    where: str | None
+    event: ev.Event
+    delta_share: float | None
+
+
+def plan_fit(ctx: Context, model: Any, query: str, *, label: str, epsilon: float | None = None,
+             delta: float | None = None) -> FitPlan:
+    """Parse ``query``, encode its columns, configure ``model`` and ask it for its event; every
+    refusal is a :class:`QueryError` (nothing read, nothing charged)."""
     meta, columns, where = _select_columns(query, ctx)
     enc = plan_encoding(meta, columns, label)
     # as a query's: a tenth of the δ the caller draws from (its own cap; FINDINGS.md G6)
     _configure(model, enc, epsilon, delta, ctx.ledger.delta_for(ctx.analyst))
     event = _event(model, enc, meta)
+    return FitPlan(meta, enc, where, event, _delta_share(ctx, model, event))
+
+
+@dataclass(frozen=True)
+class FitPreview:
+    """What :func:`fit` would charge now (nothing spent, no row read): ``cost`` (the increase of
+    the caller's composed ε), ``delta`` (booked), ``remaining`` (the caller's headroom)."""
+
+    model: str
+    table: str
+    label: str
+    features: list[str]
+    classes: list[Any] | None
+    epsilon: float  # the model's own epsilon parameter
+    cost: float
+    delta: float
+    remaining: float
+    event: ev.Event
+
+    @property
+    def affordable(self) -> bool:
+        return self.cost <= self.remaining * (1 + 1e-9) + 1e-12
+
+    def __repr__(self) -> str:
+        return (f"FitPreview({self.model} on {self.table!r} -> {self.label!r}, "
+                f"{len(self.features)} features: cost epsilon {self.cost:.4g} of "
+                f"{self.remaining:.4g} remaining" + (f", delta {self.delta:.3g}" if self.delta
+                                                     else "")
+                + ("" if self.affordable else " - NOT affordable") + ")")
+
+
+def preview_fit(ctx: Context, model: Any, query: str, *, label: str,
+                epsilon: float | None = None, delta: float | None = None) -> FitPreview:
+    """The cost of ``fit(ctx, model, query, ...)`` now, priced by the ledger without writing."""
+    p = plan_fit(ctx, model, query, label=label, epsilon=epsilon, delta=delta)
+    try:
+        cost = quote(ctx.ledger, p.event, analyst=ctx.analyst, delta_share=p.delta_share,
+                     what="fit")
+    except BudgetExceeded as exc:
+        cost = exc.requested
+    return FitPreview(type(model).__name__, p.meta.name, p.encoding.label,
+                      p.encoding.feature_names,
+                      None if p.encoding.classes is None else list(p.encoding.classes),
+                      float(getattr(model, "epsilon", float("nan"))), float(cost.epsilon),
+                      float(cost.delta), headroom(ctx.ledger, ctx.analyst), p.event)
+
+
+def fit(ctx: Context, model: Any, query: str, *, label: str, epsilon: float | None = None,
+        delta: float | None = None) -> TableModel:
+    """Train ``model`` on the rows ``query`` selects, charged once (see the module docstring)."""
+    p = plan_fit(ctx, model, query, label=label, epsilon=epsilon, delta=delta)
+    meta, enc, where, event = p.meta, p.encoding, p.where, p.event
     source_kw = _source_kwargs(model, ctx.source)
     shadow = ctx.backend.shadow(table_relation(meta))
     portable = meta.storage == SPARK or ctx.portable
@@ -410,14 +481,14 @@ def fit(ctx: Context, model: Any, query: str, *, label: str, epsilon: float | No
                 ctx.ledger.record("note", _note(model, notes, entry.seq), analyst=ctx.analyst,
                                   query=query)
             return TableModel(model, enc, float(entry.view["epsilon_cost"]), entry.seq, event,
-                              notes)
+                              notes, float(entry.view.get("delta_cost") or 0.0))
 
         details = jsonable({"kind": "fit", "model": type(model).__name__, "table": meta.name,
                             "features": enc.feature_names, "label": enc.label,
                             "contributions": 1 if meta.record_level else
                             int(meta.max_rows_per_unit)})
         return charged_read(ctx.ledger, event, analyst=ctx.analyst, query=query,
-                            delta_share=_delta_share(ctx, model, event), details=details, read=read,
+                            delta_share=p.delta_share, details=details, read=read,
                             finish=done, what="fit")
 
 

@@ -51,7 +51,7 @@ from dpkit.engine.families.job import (
     table_meta,
 )
 from dpkit.engine.families.synthetic_mst import plan_mst
-from dpkit.engine.spec import QueryError
+from dpkit.engine.spec import DIAGNOSTICS_OFF, QueryError
 from dpkit.engine.tables import TableMeta
 from dpkit.release import mwem_event, plan_workload, workloads
 from dpkit.release.quantiles import band_level
@@ -88,7 +88,7 @@ def _with_diagnostics(job: Job) -> Job:
         job.diag = plan_counts(job.privacy, m=job.contributions,
                                record_level=job.meta.record_level)
     except (TypeError, ValueError) as exc:
-        raise QueryError(f"{exc} (nothing charged; diagnostics=False gives the release the "
+        raise QueryError(f"{exc} (nothing charged; {DIAGNOSTICS_OFF} gives the release the "
                          f"whole budget)") from None
     job.event = compose(job.event, job.diag)
     return job

@@ -10,7 +10,8 @@ import { attachCompletion } from "./complete.js";
 import { initOwner, loadAnalysts } from "./owner.js";
 import { fillReleaseTables, initRelease } from "./release.js";
 import {
-  chartData, el, renderBudget, renderHistory, renderPreview, renderTables, resultCsv, resultTable,
+  chartData, consoleText, el, renderBudget, renderHistory, renderPreview, renderTables, resultCsv,
+  resultTable,
 } from "./views.js";
 
 const $ = (id) => document.getElementById(id);
@@ -19,7 +20,7 @@ let lastResult = null;
 let role = "analyst";
 
 function setError(id, err) {
-  $(id).textContent = err ? err.message : "";
+  $(id).textContent = err ? consoleText(err.message) : "";
 }
 
 // A 401 anywhere means the token is no longer good (revoked, expired): back to sign-in.
@@ -28,7 +29,7 @@ function handle(id, err) {
   if (err instanceof ApiError && err.status === 401) return signOut(`Signed out: ${err.message}`);
   // 409: the service refused the query (budget, SQL); it says why, and nothing was charged
   if (err instanceof ApiError && err.status === 409) {
-    $(id).textContent = `Refused: ${err.message}`;
+    $(id).textContent = `Refused: ${consoleText(err.message)}`;
     return;
   }
   setError(id, err);
@@ -93,12 +94,16 @@ function useTable(t) {
   sql.focus();
 }
 
-// Epsilon or a target error (the service calibrates epsilon to it), never both.
+// Epsilon or a target error (the service calibrates epsilon to it), never both; and the
+// diagnostics switch, which queries and releases share.
 function target() {
   const acc = $("accuracy").value.trim();
   const eps = $("epsilon").value.trim();
   if (!acc && !eps) throw new Error("Give an ε (epsilon) or a target error.");
-  return acc ? { accuracy: Number(acc) } : { epsilon: Number(eps) };
+  const t = acc ? { accuracy: Number(acc) } : { epsilon: Number(eps) };
+  // the diagnostics' share is part of the planned request: the preview prices it as it runs
+  if (!$("diagnostics").checked) t.diagnostics = false;
+  return t;
 }
 
 // unset fields are left out rather than sent as null: the same request either way
@@ -139,7 +144,7 @@ function showResult(res) {
   $("warnings").replaceChildren(...(res.warnings || []).map((w) => el("li", { text: w })));
   // notes say how the answer was made (groups chosen privately and the rest not shown, a
   // quantile's rank error, top-k by noisy max): without them a missing group looks like none
-  $("notes").replaceChildren(...(res.notes || []).map((n) => el("li", { text: n })));
+  $("notes").replaceChildren(...(res.notes || []).map((n) => el("li", { text: consoleText(n) })));
   const measures = res.columns.filter((c) => c in (res.intervals || {}));
   const select = $("measure");
   select.replaceChildren(...measures.map((m) => el("option", { value: m, text: m })));

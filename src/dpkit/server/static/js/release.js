@@ -11,7 +11,8 @@ function listOf(text) {
   return text.split(",").map((x) => x.trim()).filter(Boolean);
 }
 
-// The request body for the chosen kind; `target` is {epsilon} or {accuracy} from the query form.
+// The request body for the chosen kind; `target` is {epsilon} or {accuracy} from the query
+// form, with {diagnostics: false} when its Diagnostics box is unticked.
 export function releaseBody(kind, table, columnText, probsText, target) {
   const body = { table, ...target };
   if (kind === "marginals") {

@@ -23,6 +23,14 @@ export function fmt(v) {
   return String(v);
 }
 
+// The service's texts name its request field ("diagnostics": false) where the switch that
+// turns the answer diagnostics off is meant; here that switch is the Diagnostics checkbox.
+export const HTTP_DIAGNOSTICS_OFF = '"diagnostics": false';
+
+export function consoleText(text) {
+  return String(text ?? "").replaceAll(HTTP_DIAGNOSTICS_OFF, 'unticking "Diagnostics"');
+}
+
 export function fmtEps(v) {
   return v === null || v === undefined ? "none" : String(+Number(v).toPrecision(4));
 }
@@ -74,12 +82,22 @@ export function renderBudget(meter, text, b, role = "analyst") {
   meter.textContent = `${fmtEps(spent)} of ${fmtEps(total)}`;
   if (role === "owner") {
     text.textContent = `Project: ε spent ${fmtEps(spent)} of ${fmtEps(total)} over all analysts; `
-      + `${fmtEps(b.project_remaining_epsilon)} left. δ spent ${fmtEps(b.spent_delta)}.`;
+      + `${fmtEps(b.project_remaining_epsilon)} left. δ spent ${fmtEps(b.spent_delta)}.`
+      + timingText(b);
     return;
   }
   const cap = b.cap_epsilon === null || b.cap_epsilon === undefined ? "no own cap" : `own cap ${fmtEps(b.cap_epsilon)}`;
   text.textContent = `ε spent ${fmtEps(spent)} (${cap}); ${fmtEps(b.remaining_epsilon)} left to you, `
-    + `${fmtEps(b.project_remaining_epsilon)} left in the project. δ spent ${fmtEps(b.spent_delta)}.`;
+    + `${fmtEps(b.project_remaining_epsilon)} left in the project. δ spent ${fmtEps(b.spent_delta)}.`
+    + timingText(b);
+}
+
+// Constant work: without it a δ of ~1e-12 on a pure-ε count would read as a mistake.
+function timingText(b) {
+  const t = b.timing_delta;
+  return t === null || t === undefined ? ""
+    : ` The project runs with constant work (a query takes as long whatever the data holds); `
+      + `each release's δ includes δ_t = ${fmtEps(t)} for it.`;
 }
 
 // A small gauge for a table cell: spent against a cap (none: no gauge, the number alone).
@@ -99,7 +117,7 @@ export function renderPreview(box, p) {
   // what "Would cost" already does: keep only its per-column detail lines, and of those only
   // the ones the list above does not already give ("count: ±42" twice read as two figures)
   const shown = new Set(errs.filter(([, e]) => e !== null && e !== undefined).map(([c]) => c));
-  const detail = (p.text || "").replace(/^Preview\([^\n]*\n?/, "").split("\n")
+  const detail = consoleText(p.text || "").replace(/^Preview\([^\n]*\n?/, "").split("\n")
     .filter((line) => { const m = line.match(/^\s*(.+?): ±[^ ]*$/); return !(m && shown.has(m[1])); })
     .join("\n").trimEnd();
   // replaceChildren would write a null as the text "null": leave the missing parts out
@@ -115,7 +133,7 @@ export function renderPreview(box, p) {
       ...errs.map(([c, e]) => el("li", { text: e === null || e === undefined
         ? `${c}: no single figure (it depends on the group's size; see below)`
         : `${c}: ± ${fmt(e)}` }))) : null,
-    ...(p.notes || []).map((n) => el("p", { class: "hint", text: n })),
+    ...(p.notes || []).map((n) => el("p", { class: "hint", text: consoleText(n) })),
     detail ? el("pre", { class: "preview-text", text: detail }) : null,
   ].filter((c) => c !== null));
 }
