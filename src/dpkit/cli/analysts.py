@@ -1,4 +1,4 @@
-"""``dpkit analyst add|list|revoke`` and ``dpkit migrate``: the owner's commands for roles.
+"""``dpkit analyst add|list|cap|revoke`` and ``dpkit migrate``: the owner's commands for roles.
 
 The owner is whoever opens the project without a token (they hold its files and the key that
 authenticates the ledger); these commands refuse to run with ``--token`` / ``$DPKIT_TOKEN``
@@ -15,7 +15,8 @@ import click
 
 from dpkit.cli.options import console, make_console
 
-__all__ = ["add_analyst", "commands", "list_analysts", "migrate", "revoke_analyst"]
+__all__ = ["add_analyst", "commands", "list_analysts", "migrate", "revoke_analyst",
+           "set_cap"]
 
 
 def add_analyst(project: str | Path, name: str, *, epsilon: float | None = None,
@@ -55,6 +56,23 @@ def list_analysts(project: str | Path, *, console: Any = None) -> dict[str, Any]
                   "-" if i["epsilon"] is None else f"{i['epsilon']:g}",
                   "-" if i.get("delta") is None else f"{i['delta']:.3g}", f"{spent[n]:.4g}")
     con.print(t)
+    return info
+
+
+def set_cap(project: str | Path, name: str, *, epsilon: float | None,
+            delta: float | None = None, console: Any = None) -> dict[str, Any]:
+    """Give analyst ``name`` a new own cap (``epsilon`` None: none, only the project's budget
+    binds); what they spent stays spent. The owner's answer to a refusal that names the cap."""
+    from dpkit.engine.curator import Curator
+
+    with Curator.open(project) as cur:
+        cur.set_analyst_budget(name, epsilon, delta)
+        info, spent = cur.analysts()[name], cur.budget(name).spent
+    cap = ("no own cap (the project's budget binds)" if info["epsilon"] is None
+           else f"epsilon {info['epsilon']:g}"
+           + (f", delta {info['delta']:.3g}" if info.get("delta") is not None else ""))
+    make_console(console).print(f"analyst [bold]{name}[/]: {cap}; spent epsilon {spent:.4g} "
+                                f"so far")
     return info
 
 
@@ -104,6 +122,24 @@ def add_command(project: Path, name: str, epsilon: float | None, delta: float | 
 def list_command(project: Path) -> None:
     """List analysts: active or revoked, cap, spent."""
     list_analysts(project, console=console)
+
+
+@analyst_group.command("cap")
+@click.argument("project", type=click.Path(path_type=Path))
+@click.argument("name")
+@click.option("--epsilon", type=float, default=None,
+              help="The analyst's new own epsilon cap (what they spent counts against it).")
+@click.option("--delta", type=float, default=None,
+              help="Their delta cap beside --epsilon (default as for `analyst add`).")
+@click.option("--none", "no_cap", is_flag=True,
+              help="Remove their own caps: only the project's budget binds.")
+def cap_command(project: Path, name: str, epsilon: float | None, delta: float | None,
+                no_cap: bool) -> None:
+    """Raise or lower an analyst's own cap (what they spent stays spent)."""
+    if (epsilon is None) == (not no_cap) or (no_cap and delta is not None):
+        raise click.UsageError("give the new cap with --epsilon E (and --delta D), or --none "
+                               "to remove it")
+    set_cap(project, name, epsilon=epsilon, delta=delta, console=console)
 
 
 @analyst_group.command("revoke")

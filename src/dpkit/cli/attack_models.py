@@ -100,7 +100,7 @@ def membership_model(dataset: str, epsilons: str, population: int | None, shadow
     _show(attack_membership_model(datasets=datasets, epsilons=_floats(epsilons),
                                   population=population, shadow_models=shadows, seed=seed,
                                   plot_dir=plot_dir,
-                                  log=lambda s: err_console.print(f"[dim]{s[:160]}[/]")))
+                                  log=lambda s: err_console.print(f"[dim]{s}[/]")))
 
 
 model_commands: tuple[click.Command, ...] = (inversion, membership_model)

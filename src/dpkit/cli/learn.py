@@ -17,7 +17,7 @@ import click
 
 from dpkit.cli.options import make_console
 
-__all__ = ["MODELS", "commands", "fit", "model_from_name"]
+__all__ = ["MODELS", "commands", "fit", "fit_guarantee", "model_from_name"]
 
 #: ``--model`` names -> the dpkit.learn estimator they build: the short ones, and the names
 #: the service's ``POST /v1/fit`` takes (``dpkit.learn.catalog``), so one name works in both
@@ -60,6 +60,17 @@ def model_from_name(name: str, params: tuple[str, ...] | list[str] = ()) -> Any:
         raise ValueError(f"{MODELS[name]}: {exc}") from None
 
 
+def fit_guarantee(meta: Any) -> str:
+    """Whom the trained model protects, in the table's words: the first walk's researcher had
+    to read the docs to learn that a fit on a table with a privacy unit is at user level."""
+    if meta.privacy_unit is None:
+        return ("the model is differentially private for adding or removing one row "
+                "(record level: the table has no privacy unit)")
+    return (f"the model is differentially private for adding or removing one "
+            f"{meta.privacy_unit!r} with all their rows (user level; "
+            f"max_rows_per_unit={meta.max_rows_per_unit})")
+
+
 def _fitted_attributes(model: Any) -> dict[str, Any]:
     """The learned arrays (scikit-learn's trailing-underscore convention), JSON-ready."""
     import numpy as np
@@ -96,8 +107,12 @@ def fit(project: str | Path, sql: str, *, label: str, model: str = "logistic",
         con.print(f"trained {type(estimator).__name__} on {enc.table!r}: "
                   f"{len(enc.features)} features, label {enc.label!r}"
                   + (f" ({len(enc.classes)} classes)" if enc.classes is not None else ""))
-        con.print(f"charged epsilon {trained.epsilon:.4g} (ledger entry #{trained.ledger_seq}); "
-                  f"remaining {cur.budget().remaining:.4g}")
+        status = cur.budget()
+        delta = next((h.delta for h in status.history if h.seq == trained.ledger_seq), 0.0)
+        con.print(f"charged epsilon {trained.epsilon:.4g}"
+                  + (f", delta {delta:.3g}" if delta else "")
+                  + f" (ledger entry #{trained.ledger_seq}); remaining {status.remaining:.4g}")
+        con.print(fit_guarantee(cur.tables()[enc.table]))
         for note in trained.notes:  # what the fit released besides the model (its event)
             con.print(note, markup=False)
         if output is not None:

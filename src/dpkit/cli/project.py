@@ -123,8 +123,10 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
             con.print(f"[yellow]{meta.description.rsplit('; ', 1)[-1]}[/]")
         from rich.table import Table
 
-        t = Table(title=f"table {name} ({meta.storage}, {time.perf_counter() - t0:.1f} s)",
-                  title_justify="left")
+        # the heading on its own line: as the table's title it wrapped to the table's width
+        # ("table education_levels (copy, 0.2" / "s)" above a two-column table)
+        con.print(f"table [bold]{name}[/] ({meta.storage}, {time.perf_counter() - t0:.1f} s)")
+        t = Table()
         t.add_column("column")
         t.add_column("type")
         t.add_column("declared")

@@ -129,9 +129,11 @@ def expected_errors(plan: dplan.Plan, rows: float | None = None) -> list[dict[st
     return out
 
 
-def preview_of(plan: dplan.Plan, query: str, *, cost: float, remaining: float) -> Preview:
+def preview_of(plan: dplan.Plan, query: str, *, cost: float, remaining: float,
+               delta: float | None = None) -> Preview:
     """What ``plan`` would cost and how accurate it would be (read from the plan only):
-    ``cost`` is the epsilon the ledger would charge now, ``remaining`` the caller's budget."""
+    ``cost`` and ``delta`` are what the ledger would charge now (``delta`` None: the plan's
+    own), ``remaining`` the caller's budget."""
     notes = list(plan.notes)
     topk = plan.top_k
     level = plan.level
@@ -151,6 +153,7 @@ def preview_of(plan: dplan.Plan, query: str, *, cost: float, remaining: float) -
             f"{100 * dplan.DIAGNOSTICS_SHARE:g}% of the budget measures what bounding changes "
             f"({what}; the answer warns above 5%); {DIAGNOSTICS_OFF} gives it to the outputs")
     return Preview(query=query, epsilon=plan.epsilon, cost=cost, remaining=remaining,
-                   delta=plan.delta, level=level, split=plan.split(),
+                   delta=plan.delta if delta is None else delta, level=level,
+                   split=plan.split(),
                    outputs=expected_errors(plan), event=plan.event, notes=notes,
                    weights=dict(plan.weights))

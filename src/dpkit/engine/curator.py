@@ -499,6 +499,7 @@ class Curator(ReleaseMethods):
             def finish(exact: Exact, entry: Entry) -> Result:
                 return release(plan, exact, source=src, insecure=insecure,
                                epsilon_cost=float(entry.view["epsilon_cost"]),
+                               delta_cost=float(entry.view.get("delta_cost") or 0.0),
                                ledger_seq=entry.seq, remaining=headroom(self.ledger, who),
                                scratch=self._backend.scratch)
 
@@ -546,11 +547,11 @@ class Curator(ReleaseMethods):
                           level=level, bounds=bounds, weights=weights, diagnostics=diagnostics)
         booked = plan.charge_delta if plan.charge_delta is not None else delta
         remaining = headroom(self.ledger, who)  # what this caller's next charge may use
-        try:
-            cost = self._cost(plan, who, booked).epsilon
+        try:  # the epsilon and delta the ledger would charge (constant work's included)
+            price = self._cost(plan, who, booked)
         except BudgetExceeded as exc:
-            cost = float(exc.requested.epsilon)
-        return preview_of(plan, query, cost=cost, remaining=remaining)
+            price = exc.requested
+        return preview_of(plan, query, cost=price.epsilon, remaining=remaining, delta=price.delta)
 
     # ------------------------------------------------------------------ release families
 

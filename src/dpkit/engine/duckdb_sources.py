@@ -154,7 +154,12 @@ def _path_sql(con: duckdb.DuckDBPyConnection, text: str,
         text, source_table = text.rsplit("::", 1)
     path = Path(text).expanduser()
     if not path.exists():
-        raise FileNotFoundError(f"source file {path} does not exist")
+        # a service's data root that was never made (`dpkit serve` names PROJECT/data/ before
+        # anyone creates it) gave only "source file .../data/x.parquet does not exist"
+        folder = path.parent
+        raise FileNotFoundError(f"source file {path} does not exist" + (
+            "" if folder.exists() else f" (nor does its folder {folder}: create it and put the "
+                                       f"file there)"))
     p = string_literal(str(path.resolve()))
     fmt = file_format(path)
     if fmt == "database":

@@ -474,7 +474,10 @@ class Ledger:
             mine = self._budget(analyst)
             own = f"epsilon {mine.epsilon:g}" + (
                 f", delta {mine.delta:g}" if analyst in self._analysts.delta_caps else "")
-            caps.append((mine, f"analyst {analyst!r} has a budget of {own}"))
+            # the analyst cannot change it; say who can, and how (a refusal names this cap
+            # only when it is the tighter limit)
+            caps.append((mine, f"analyst {analyst!r} has a budget of {own}; the data owner "
+                               f"can raise it: dpkit analyst cap PROJECT {analyst} --epsilon E"))
         return caps
 
     # ------------------------------------------------------------------ writing

@@ -286,8 +286,12 @@ def _cum_hist(hists: list[Any], groups: np.ndarray, nbins: int) -> np.ndarray:
 
 def release(plan: Plan, exact: Exact, *, source: Source | None, insecure: bool, epsilon_cost: float,
             ledger_seq: int | None, remaining: float | None,
-            scratch: Scratch | None = None) -> Result:
-    """Add noise to every measurement, derive the aggregates, post-process; build the Result."""
+            scratch: Scratch | None = None, delta_cost: float | None = None) -> Result:
+    """Add noise to every measurement, derive the aggregates, post-process; build the Result.
+
+    ``epsilon_cost`` / ``delta_cost`` are what the ledger charged (``delta_cost`` None: the
+    plan's own δ): the Result states the charge, which on a constant-work project includes its
+    timing δ, and under ``approx`` a Gaussian query's booked δ."""
     level = plan.level
     n_groups = exact.n_groups if plan.spec.group_by else 1
     keep = np.arange(n_groups)
@@ -367,7 +371,7 @@ def release(plan: Plan, exact: Exact, *, source: Source | None, insecure: bool, 
         query=plan.spec.text,
         event=plan.event,
         epsilon=epsilon_cost,
-        delta=plan.delta,
+        delta=plan.delta if delta_cost is None else delta_cost,
         level=level,
         split=plan.split(),
         insecure=insecure,

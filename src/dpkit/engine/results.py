@@ -258,7 +258,7 @@ def split_table(split: Sequence[dict[str, Any]], title: str = "budget split") ->
     return FitTable([
         Col("measurement", [str(s["measurement"]) for s in split], justify="left", flex=True,
             key=True),
-        Col("mechanism", [str(s["mechanism"]) for s in split], justify="left"),
+        Col("mechanism", [str(s["mechanism"]) for s in split], justify="left", flex=True),
         Col("weight", weights), Col("share", fractions),
         Col("epsilon / rho", shares, justify="left"),
         Col("sensitivity", [_fmt(s["sensitivity"]) for s in split]),

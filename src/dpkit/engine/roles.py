@@ -278,7 +278,14 @@ def add_analyst(ledger: Ledger, owner: str, name: str, epsilon: float | None,
 
 def set_analyst_caps(ledger: Ledger, owner: str, name: str, epsilon: float | None,
                      delta: float | None = None) -> None:
-    """Record ``name``'s new own caps (:func:`analyst_caps`; epsilon None removes both)."""
+    """Record ``name``'s new own caps (:func:`analyst_caps`; epsilon None removes both).
+
+    An unknown name is refused, nothing recorded: a mistyped name was written as a cap of
+    nobody, and the analyst meant kept the old one."""
+    known = ledger.analysts()
+    if name not in known:
+        raise ValueError(f"no analyst {name!r}; analysts: {sorted(known)} (add one with "
+                         f"dpkit analyst add PROJECT NAME --epsilon E)")
     caps = analyst_caps(ledger, epsilon, delta)
     ledger.record("analyst", {"analyst": name, **caps}, analyst=owner,
                   query=f"SET BUDGET {name} = {_caps_text(caps)}")

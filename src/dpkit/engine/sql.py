@@ -102,10 +102,28 @@ def _statements(text: str, dialect: str) -> list[exp.Expr]:
     except sqlglot.errors.ParseError as exc:
         if dialect == "duckdb" and _TOP.match(text):
             return _statements(text, "tsql")
-        first = str(exc).splitlines()[0]
-        raise QueryError(f"cannot parse the SQL: {first}") from None
+        raise QueryError(parse_error(exc, text)) from None
     except sqlglot.errors.TokenError as exc:
         raise QueryError(f"cannot parse the SQL: {exc}") from None
+
+
+def parse_error(exc: sqlglot.errors.ParseError, text: str) -> str:
+    """sqlglot's refusal as an analyst reads it: where (the text up to the token it stopped
+    at), what, and for a misspelt first word that a query starts with SELECT. The first walk's
+    typo read "Invalid expression / Unexpected token. Line 1, Col: 12." and nothing more."""
+    err = exc.errors[0] if exc.errors else {}
+    what = re.sub(r"<class '(?:\w+\.)*(\w+)'>", r"\1",
+                  str(err.get("description") or str(exc).splitlines()[0]))
+    msg = f"cannot parse the SQL: {what}"
+    if err.get("highlight"):
+        near = f"{err.get('start_context', '')}{err['highlight']}".strip()
+        msg += f", at {err['highlight']!r} in {near!r} (line {err.get('line')}, column " \
+               f"{err.get('col')})"
+    first = text.split()[0] if text.strip() else "("
+    if first.upper() not in ("SELECT", "WITH", "FROM", "VALUES", "TABLE") \
+            and not first.startswith("("):
+        msg += f". A query starts with SELECT (it starts with {first!r})"
+    return msg
 
 
 def to_duckdb(text: str, dialect: str | None) -> str:

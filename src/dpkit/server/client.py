@@ -313,22 +313,24 @@ class Client:
     def sql(self, query: str, *, epsilon: float | None = None,
             accuracy: float | None = None, noise: str | None = None,
             delta: float | None = None, level: float = 0.95,
-            weights: dict[str, float] | None = None, diagnostics: bool = True) -> RemoteResult:
+            weights: dict[str, float] | None = None, diagnostics: bool = True,
+            accuracy_rows: float | None = None) -> RemoteResult:
         """Answer an aggregate query, charged to this token's analyst (as ``Curator.sql``)."""
         body = _clean({"sql": query, "epsilon": epsilon, "accuracy": accuracy, "noise": noise,
                        "delta": delta, "level": level, "weights": weights,
-                       "diagnostics": diagnostics})
+                       "diagnostics": diagnostics, "accuracy_rows": accuracy_rows})
         return RemoteResult.from_json(self._json("POST", "/v1/query", body))
 
     def preview(self, query: str, *, epsilon: float | None = None,
                 accuracy: float | None = None, noise: str | None = None,
                 delta: float | None = None, level: float = 0.95,
                 weights: dict[str, float] | None = None,
-                diagnostics: bool = True) -> dict[str, Any]:
+                diagnostics: bool = True,
+                accuracy_rows: float | None = None) -> dict[str, Any]:
         """Cost and expected error of :meth:`sql` with the same arguments; nothing is charged."""
         body = _clean({"sql": query, "epsilon": epsilon, "accuracy": accuracy, "noise": noise,
                        "delta": delta, "level": level, "weights": weights,
-                       "diagnostics": diagnostics})
+                       "diagnostics": diagnostics, "accuracy_rows": accuracy_rows})
         out = dict(self._json("POST", "/v1/preview", body))
         out["notes"] = [python_text(n) for n in out.get("notes", [])]
         out["text"] = python_text(str(out.get("text", "")))

@@ -43,6 +43,8 @@ def _query_kwargs(body: s.PreviewIn) -> dict[str, Any]:
     # diagnostics changes the budget's split: a preview must price the query as it will run
     kw: dict[str, Any] = {"epsilon": body.epsilon, "delta": body.delta, "level": body.level,
                           "weights": body.weights, "diagnostics": body.diagnostics}
+    if body.accuracy_rows is not None:
+        kw["accuracy_rows"] = body.accuracy_rows
     if body.noise is not None:
         kw["noise"] = body.noise
     return kw

@@ -40,6 +40,9 @@ class PreviewIn(_In):
         description="measure the rows dropped and the values clamped by bounding with a share "
                     "of the budget (false: the outputs get all of it); part of the planned "
                     "request, so a preview prices the query as it will run")
+    # with "accuracy" for AVG / VAR / quantiles, whose error depends on a group's size: the
+    # fewest rows of a group the target is for (the refusal without it named Python's spelling)
+    accuracy_rows: float | None = Field(default=None, gt=0, le=1e15, allow_inf_nan=False)
 
 
 class QueryIn(PreviewIn):

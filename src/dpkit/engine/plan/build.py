@@ -204,7 +204,8 @@ def privacy_budget(st: Planning) -> None:
         if rho is not None:
             raise PlanError("rho= goes with noise='gaussian'; with Laplace noise give epsilon=")
         if epsilon is None:
-            raise PlanError("give the query's budget: epsilon=0.5 (or accuracy=...)")
+            raise PlanError("give the query's budget: an epsilon (Python epsilon=0.5, command "
+                            "line --epsilon 0.5, HTTP \"epsilon\": 0.5) or a target accuracy")
         st.eps = check_epsilon(epsilon)
         st.rho_total = 0.0
         return
