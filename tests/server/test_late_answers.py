@@ -5,6 +5,7 @@ the charge is in the ledger once."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from typing import Any
 
@@ -47,3 +48,51 @@ def test_late_answer_is_kept_for_its_analyst_only(make_client: Any, project: Pro
     assert charges(project) == 1
     client.app.state.service.pool.answers.max_age = 0.0  # expired
     assert client.get(url, headers=h).status_code == 404
+
+
+def test_client_waits_for_the_kept_answer(make_client: Any, project: Project) -> None:
+    """``Client.sql(..., wait=...)`` follows the 504's answer id; without ``wait`` the 504 is
+    raised and names the id. The Client's HTTP goes through the in-process app."""
+    from dpkit.server.client import Client, UnavailableError
+
+    app_client = make_client(timeout=0.3)
+
+    class Local(Client):
+        def request(self, method: str, path: str, body: Any = None) -> Any:
+            r = app_client.request(method, path, json=body,
+                                   headers={"Authorization": f"Bearer {self._token}"})
+            if r.status_code >= 400:
+                self._raise(r.status_code, r.headers.get("content-type", ""), r.content,
+                            r.headers.get("Retry-After"))
+            return r.status_code, r.headers.get("content-type", ""), r.content
+
+    cl = Local("http://local", project.alice)
+    lock = sqlite3.connect(project.path / "ledger.sqlite", timeout=0)
+    lock.execute("BEGIN EXCLUSIVE")
+    try:
+        try:
+            cl.sql(SQL, epsilon=0.1)
+            raise AssertionError("expected a 504")
+        except UnavailableError as err:
+            assert err.status == 504 and err.answer_id
+            assert cl.answer(err.answer_id) is None  # still running
+            first = err.answer_id
+    finally:
+        lock.rollback()
+        lock.close()
+    deadline = time.monotonic() + 20
+    while cl.answer(first) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert cl.answer(first) is not None
+    # with wait: the ledger held for a second, past the timeout; the client polls it out
+    lock = sqlite3.connect(project.path / "ledger.sqlite", timeout=0, check_same_thread=False)
+    lock.execute("BEGIN EXCLUSIVE")
+    release = threading.Timer(1.0, lock.rollback)
+    release.start()
+    try:
+        res = cl.sql(SQL, epsilon=0.1, wait=20.0)
+    finally:
+        release.join()
+        lock.close()
+    assert res.columns == ["g", "n"] and res.epsilon == 0.1
+    assert charges(project) == 2

@@ -172,6 +172,7 @@ def answer(answer_id: str, c: AnalystCall) -> Any:
                             headers={"Retry-After": "1"})
     exc = late.future.exception()
     if exc is not None:
-        raise c.answer(problem_of(exc), exc if not isinstance(exc, Problem) else None)
+        cause = exc if isinstance(exc, Exception) and not isinstance(exc, Problem) else None
+        raise c.answer(problem_of(exc), cause)
     res = late.future.result()
     return late.render(res) if late.render is not None else res
