@@ -96,3 +96,28 @@ def test_client_waits_for_the_kept_answer(make_client: Any, project: Project) ->
         lock.close()
     assert res.columns == ["g", "n"] and res.epsilon == 0.1
     assert charges(project) == 2
+
+
+def test_a_late_synthetic_release_is_kept_as_its_csv(make_client: Any, project: Project) -> None:
+    client = make_client(timeout=0.3)
+    h = project.headers(project.bob)
+    lock = sqlite3.connect(project.path / "ledger.sqlite", timeout=0)
+    lock.execute("BEGIN EXCLUSIVE")
+    try:
+        r = client.post("/v1/release/synthetic", headers=h,
+                        json={"table": "t", "columns": ["g"], "epsilon": 0.2, "rows": 10})
+        assert r.status_code == 504, r.text
+        url = r.headers["Location"]
+    finally:
+        lock.rollback()
+        lock.close()
+    deadline = time.monotonic() + 20
+    got = client.get(url, headers=h)
+    while got.status_code == 202 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        got = client.get(url, headers=h)
+    assert got.status_code == 200, got.text
+    assert got.headers["content-type"].startswith("text/csv")
+    assert got.text.splitlines()[0] == "g"
+    assert abs(float(got.headers["X-Dpkit-Epsilon"]) - 0.2) < 1e-9
+    assert charges(project) == 1
