@@ -282,7 +282,7 @@ def test_timeout_is_504_and_a_late_charge_is_in_the_history(make_client: Any,
     lock.execute("BEGIN EXCLUSIVE")  # another process holds the ledger past the timeout
     try:
         r = client.post("/v1/query", json={"sql": SQL, "epsilon": 0.1}, headers=h)
-        assert "charge stays" in assert_problem(r, 504, "timeout")["detail"]
+        assert "recorded once" in assert_problem(r, 504, "timeout")["detail"]
     finally:
         lock.rollback()
         lock.close()

@@ -21,6 +21,7 @@ import http.client
 import json
 import math
 import ssl
+import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -56,7 +57,13 @@ class RateLimitedError(ServiceError):
 
 
 class UnavailableError(ServiceError):
-    """503/504: the ledger or the data is unavailable, or the query timed out."""
+    """503/504: the ledger or the data is unavailable, or the query timed out. A 504's
+    ``answer_id`` names where its answer will be kept (:meth:`Client.answer`)."""
+
+    @property
+    def answer_id(self) -> str | None:
+        got = self.body.get("answer_id") if isinstance(self.body, dict) else None
+        return str(got) if got else None
 
 
 _ERRORS: dict[int, type[ServiceError]] = {401: NotAuthenticatedError, 403: ForbiddenError,
@@ -301,6 +308,31 @@ class Client:
         _, _, raw = self.request(method, path, body)
         return json.loads(raw) if raw else None
 
+    def _charged(self, path: str, body: Any, wait: bool | float) -> bytes:
+        """POST a charged request; on a 504 with ``wait``, poll its kept answer (the charge is
+        made once, by the request: polling costs nothing) until it comes or ``wait`` seconds
+        (True: 15 minutes, as long as the service keeps it) have passed."""
+        try:
+            return self.request("POST", path, body)[2]
+        except UnavailableError as err:
+            if not wait or err.status != 504 or err.answer_id is None:
+                raise
+            limit = 900.0 if wait is True else float(wait)
+            deadline = time.monotonic() + limit
+            while True:
+                got = self.answer(err.answer_id)
+                if got is not None:
+                    return got
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+    def answer(self, answer_id: str) -> bytes | None:
+        """The kept answer of a request answered 504 (its raw body), or None while it still
+        runs; 404 (:class:`ServiceError`) when unknown, expired or another analyst's."""
+        status, _, raw = self.request("GET", f"/v1/answers/{quote(answer_id, safe='')}")
+        return None if status == 202 else raw
+
     # ------------------------------------------------------------ the analyst's methods
 
     def me(self) -> dict[str, str]:
@@ -314,12 +346,16 @@ class Client:
             accuracy: float | None = None, noise: str | None = None,
             delta: float | None = None, level: float = 0.95,
             weights: dict[str, float] | None = None, diagnostics: bool = True,
-            accuracy_rows: float | None = None) -> RemoteResult:
-        """Answer an aggregate query, charged to this token's analyst (as ``Curator.sql``)."""
+            accuracy_rows: float | None = None,
+            wait: bool | float = False) -> RemoteResult:
+        """Answer an aggregate query, charged to this token's analyst (as ``Curator.sql``).
+        ``wait``: past the service's timeout, poll for the answer (True, or seconds)."""
         body = _clean({"sql": query, "epsilon": epsilon, "accuracy": accuracy, "noise": noise,
                        "delta": delta, "level": level, "weights": weights,
                        "diagnostics": diagnostics, "accuracy_rows": accuracy_rows})
-        return RemoteResult.from_json(self._json("POST", "/v1/query", body))
+        return RemoteResult.from_json(json.loads(self._charged("/v1/query", body, wait)))
+
+    query = sql
 
     def preview(self, query: str, *, epsilon: float | None = None,
                 accuracy: float | None = None, noise: str | None = None,
@@ -354,13 +390,14 @@ class Client:
         return self._release("marginals", table=table, columns=list(columns), **kw)
 
     def synthetic(self, table: str, columns: list[str], *, epsilon: float,
-                  **kw: Any) -> str:
+                  wait: bool | float = False, **kw: Any) -> str:
         """Synthetic records as CSV text (write it to a file, or read it with pandas)."""
         body = _clean({"table": table, "columns": list(columns), "epsilon": epsilon, **kw})
-        return self.request("POST", "/v1/release/synthetic", body)[2].decode("utf-8")
+        return self._charged("/v1/release/synthetic", body, wait).decode("utf-8")
 
     def fit(self, model: str, sql: str, *, label: str, epsilon: float,
-            delta: float | None = None, **options: Any) -> RemoteModel:
+            delta: float | None = None, wait: bool | float = False,
+            **options: Any) -> RemoteModel:
         """Train an allowed model (``fit_models()``: ``"logistic_regression"``, ...) on the rows
         ``sql`` selects, charged to this token's analyst (as ``Curator.fit``); ``options``: the
         model's (``max_iter=200``). The answer (a :class:`RemoteModel`): the model's public
@@ -368,7 +405,7 @@ class Client:
         (docs/service.md), and ``predict(rows)``."""
         body = _clean({"model": model, "options": options, "sql": sql, "label": label,
                        "epsilon": epsilon, "delta": delta})
-        return RemoteModel(dict(self._json("POST", "/v1/fit", body)))
+        return RemoteModel(dict(json.loads(self._charged("/v1/fit", body, wait))))
 
     def preview_fit(self, model: str, sql: str, *, label: str, epsilon: float,
                     delta: float | None = None, **options: Any) -> dict[str, Any]:
@@ -381,8 +418,9 @@ class Client:
         """The models :meth:`fit` may name, with their options and limits, by name."""
         return {m["name"]: m for m in self._json("GET", "/v1/fit/models")["models"]}
 
-    def _release(self, kind: str, **body: Any) -> RemoteResult:
-        return RemoteResult.from_json(self._json("POST", f"/v1/release/{kind}", _clean(body)))
+    def _release(self, kind: str, wait: bool | float = False, **body: Any) -> RemoteResult:
+        raw = self._charged(f"/v1/release/{kind}", _clean(body), wait)
+        return RemoteResult.from_json(json.loads(raw))
 
     # ------------------------------------------------------------ the owner's methods
 

@@ -6,8 +6,9 @@ own path (check and charge in one ledger transaction, revocation checked under t
 and is recorded under the analyst's name. Calls on one curator are serialised by its lock
 (one DuckDB connection each); different analysts run in parallel. A call that runs past the
 service's timeout is answered 504; the work goes on in its thread and a charge it made stays
-in the ledger (a lost answer loses budget, never privacy); a call still waiting for a thread
-then is cancelled (nothing charged).
+in the ledger, and its answer is kept (:class:`~dpkit.server.answers.AnswerStore`) under
+the id the 504 names, for ``GET /v1/answers/{id}``; a call still waiting for a thread then is
+cancelled (nothing charged, nothing kept).
 
 One caller may have at most ``per_caller`` calls waiting or running in a process; beyond, 429
 ``busy`` (nothing charged). Its calls run one at a time anyway (its curator's lock), so more
@@ -23,10 +24,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dpkit.engine.curator import Curator
 from dpkit.engine.roles import TOKEN_ENV
+from dpkit.server.answers import AnswerStore
 from dpkit.server.auth import Identity
 from dpkit.server.problems import Problem
 
@@ -54,6 +56,7 @@ class Pool:
         # a quarter of the threads per caller: four callers at their limit still leave room
         self.per_caller = per_caller if per_caller is not None else max(1, threads // 4)
         self._pending: dict[str, int] = {}  # calls submitted and not finished, per caller
+        self.answers = AnswerStore()  # late answers, kept after their 504
 
     def curator(self, who: Identity, token: str | None = None) -> tuple[Curator, threading.Lock]:
         """The cached curator acting as ``who`` (opened on first use)."""
@@ -75,9 +78,11 @@ class Pool:
             return hit
 
     def run(self, who: Identity, token: str | None, call: Callable[[Curator], T], *,
-            timeout: float | None = None) -> T:
+            timeout: float | None = None, render: Callable[[T], Any] | None = None) -> T:
         """``call(curator)`` under the curator's lock, answered within the timeout; 429 when
-        ``who`` already has :attr:`per_caller` calls in this process."""
+        ``who`` already has :attr:`per_caller` calls in this process. Past the timeout, 504
+        naming the id under which the answer will be kept (``render`` turns it into the
+        response the request would have given)."""
         key = who.name if not who.owner else self.owner.analyst
         with self._lock:
             if self._pending.get(key, 0) >= self.per_caller:
@@ -108,10 +113,19 @@ class Pool:
         except FutureTimeout:
             if future.cancel():  # never started: it must not charge after its 504
                 self._done(key)
+                raise Problem(504, "timeout",
+                              f"the request waited past the service's limit of "
+                              f"{timeout or self.timeout:g} s for a free thread and was "
+                              f"cancelled; nothing was charged. Try again") from None
+            ident = self.answers.keep(key, future, render)
+            url = f"/v1/answers/{ident}"
             raise Problem(504, "timeout",
                           f"the request ran past the service's limit of "
-                          f"{timeout or self.timeout:g} s; if a query was charged the charge "
-                          f"stays (see /v1/history). Ask a smaller query") from None
+                          f"{timeout or self.timeout:g} s; it goes on, and its answer is kept "
+                          f"for you: poll GET {url} (202 while running, then the answer). "
+                          f"A charge it makes is recorded once (see /v1/history)",
+                          {"Retry-After": "1", "Location": url},
+                          {"answer_id": ident, "answer_url": url}) from None
 
     def _done(self, key: str) -> None:
         with self._lock:

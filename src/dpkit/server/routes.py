@@ -11,10 +11,11 @@ import json
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 
 from dpkit.engine.curator import Curator
 from dpkit.server import schemas as s
+from dpkit.server.problems import Problem, problem_of
 from dpkit.server.service import AnalystCall, Caller
 from dpkit.server.views import (
     budget_json,
@@ -36,7 +37,8 @@ PROBLEMS: dict[int | str, dict[str, Any]] = {
                        (409, "refused by the curator (SQL, budget, value); nothing charged"),
                        (413, "body too large"), (422, "invalid request"),
                        (429, "rate limited"), (503, "ledger or data unavailable"),
-                       (504, "timed out")]}
+                       (504, "timed out: the body's answer_id names where the answer will "
+                             "be kept (GET /v1/answers/{answer_id})")]}
 
 
 def _query_kwargs(body: s.PreviewIn) -> dict[str, Any]:
@@ -129,9 +131,13 @@ def release_synthetic(body: s.SyntheticIn, c: AnalystCall) -> Response:
         w.writerows(zip(*cols, strict=True))
         return out.getvalue(), syn
 
-    text, syn = c.run(call)
+    return _synthetic_csv(body.table, c.run(call, render=lambda r: _synthetic_csv(body.table, r)))
+
+
+def _synthetic_csv(table: str, answer: tuple[str, Any]) -> Response:
+    text, syn = answer
     return Response(text, media_type="text/csv", headers={
-        "Content-Disposition": f'attachment; filename="{body.table}-synthetic.csv"',
+        "Content-Disposition": f'attachment; filename="{table}-synthetic.csv"',
         "X-Dpkit-Epsilon": repr(float(syn.epsilon)), "X-Dpkit-Delta": repr(float(syn.delta)),
         # the answer's warnings (rows dropped / outside the bounds), ASCII-safe JSON
         "X-Dpkit-Warnings": json.dumps(list(getattr(syn, "warnings", [])))})
@@ -147,3 +153,28 @@ def budget(c: AnalystCall) -> Any:
 def history(c: AnalystCall) -> Any:
     """The caller's own charges, oldest first (the owner: every charge)."""
     return c.run(history_json)
+
+
+@router.get("/answers/{answer_id}", responses={
+    **PROBLEMS, 202: {"description": "still running (poll again after Retry-After)"},
+    404: {"description": "unknown, expired or another analyst's answer",
+          "content": {"application/problem+json": {}}}})
+def answer(answer_id: str, c: AnalystCall) -> Any:
+    """The answer of a request that was answered 504: 202 while it runs, then the very answer
+    the request would have given (its charge was recorded once, when it ran; reading it again
+    is post-processing and costs nothing). Kept for the analyst who asked (and the owner)."""
+    pool = c.service.pool
+    key = c.who.name if not c.who.owner else pool.owner.analyst
+    late = pool.answers.get(answer_id, key, owner=c.who.owner)
+    if late is None:
+        raise Problem(404, "no-answer", "no answer of yours has this id: it is unknown, or "
+                      "expired (answers are kept 15 minutes, in the service's memory)")
+    if not late.future.done():
+        return JSONResponse({"answer_id": answer_id, "status": "running"}, status_code=202,
+                            headers={"Retry-After": "1"})
+    exc = late.future.exception()
+    if exc is not None:
+        cause = exc if isinstance(exc, Exception) and not isinstance(exc, Problem) else None
+        raise c.answer(problem_of(exc), cause)
+    res = late.future.result()
+    return late.render(res) if late.render is not None else res

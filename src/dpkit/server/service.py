@@ -47,14 +47,15 @@ class Caller:
     service: Service
     request: Request
 
-    def run(self, call: Any, *, timeout: float | None = None, exclusive: bool = False) -> Any:
+    def run(self, call: Any, *, timeout: float | None = None, exclusive: bool = False,
+            render: Any = None) -> Any:
         """``call(curator)`` as this caller, under the service's timeout (``exclusive``: the
         owner's curator alone, no timeout: :meth:`Pool.exclusive`)."""
         pool = self.service.pool
         try:
             if exclusive:
                 return pool.exclusive(call)
-            return pool.run(self.who, self.token, call, timeout=timeout)
+            return pool.run(self.who, self.token, call, timeout=timeout, render=render)
         except Problem as problem:
             raise self.answer(problem, None) from None
         except Exception as exc:  # the curator's refusals, with their own texts

@@ -60,7 +60,31 @@ async function problem(resp) {
 
 // Relative URLs ("v1/..."): the console works behind a reverse proxy that mounts the service
 // under a path prefix.
-export async function call(method, path, body, token = getToken()) {
+// A request past the service's timeout is answered 504 naming where its answer is kept (the
+// charge is made once, by the request): poll it until it comes, telling the caller it still
+// runs (`onWait(seconds)`). Gives the answer's response, or the 504 when none is kept.
+async function lateAnswer(resp, headers, started, onWait) {
+  let body = null;
+  try {
+    body = await resp.clone().json();
+  } catch {
+    return resp;
+  }
+  if (!body || !body.answer_url) return resp;
+  const url = String(body.answer_url).replace(/^\//, "");
+  const since = Date.now();
+  for (;;) {
+    if (onWait) onWait(Math.round((Date.now() - since) / 1000));
+    const poll = await fetch(url, { method: "GET", headers, cache: "no-store",
+                                    credentials: "omit" });
+    if (started !== epoch) throw stale();
+    if (poll.status !== 202) return poll;
+    const wait = Number(poll.headers.get("Retry-After")) || 1;
+    await new Promise((done) => setTimeout(done, wait * 1000));
+  }
+}
+
+export async function call(method, path, body, token = getToken(), onWait = null) {
   const headers = { Accept: "application/json, application/problem+json" };
   if (token) headers.Authorization = `Bearer ${token}`;
   const init = { method, headers, cache: "no-store", credentials: "omit" };
@@ -77,6 +101,7 @@ export async function call(method, path, body, token = getToken()) {
     throw new ApiError(0, "network", `The service did not answer (${err.message}). Is it running?`);
   }
   if (started !== epoch) throw stale();
+  if (resp.status === 504) resp = await lateAnswer(resp, headers, started, onWait);
   if (!resp.ok) throw await problem(resp);
   if (resp.status === 204) return null;
   const answer = await resp.json();

@@ -169,7 +169,9 @@ async function charged(path, makeBody, btn) {
     const body = makeBody();
     btn.disabled = true;
     btn.textContent = "Running…";
-    const res = await call("POST", path, body);
+    // past the service's timeout the answer is kept: the button says it still runs
+    const res = await call("POST", path, body, undefined,
+                           (s) => { btn.textContent = `Still running… ${s} s`; });
     showResult(res);
     if (res.budget) renderBudget($("budget-meter"), $("budget-text"), res.budget, role);
     $("results-title").focus();
