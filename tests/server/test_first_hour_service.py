@@ -6,18 +6,9 @@ import inspect
 from typing import Any
 
 from tests.server.conftest import Project
-
-from dpkit.engine.ledger import Ledger
+from tests.server.test_endpoints import charges
 
 AVG = "SELECT AVG(x) AS a FROM t"
-
-
-def charges(project: Project) -> int:
-    led = Ledger.open(project.path / "ledger.sqlite")
-    try:
-        return len(led.entries("charge"))
-    finally:
-        led.close()
 
 
 def test_an_accuracy_target_for_an_average_takes_accuracy_rows(

@@ -13,6 +13,16 @@ from tests.server.conftest import SQL, Project
 from tests.server.test_endpoints import charges
 
 
+def polled(client: Any, url: str, headers: dict[str, str]) -> Any:
+    """The kept answer at ``url`` once its work is done (20 s at most)."""
+    deadline = time.monotonic() + 20
+    got = client.get(url, headers=headers)
+    while got.status_code == 202 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        got = client.get(url, headers=headers)
+    return got
+
+
 def test_late_answer_is_kept_for_its_analyst_only(make_client: Any, project: Project) -> None:
     client = make_client(timeout=0.5)
     h, hb = project.headers(project.alice), project.headers(project.bob)
@@ -31,11 +41,7 @@ def test_late_answer_is_kept_for_its_analyst_only(make_client: Any, project: Pro
     finally:
         lock.rollback()
         lock.close()
-    deadline = time.monotonic() + 20
-    got = client.get(url, headers=h)
-    while got.status_code == 202 and time.monotonic() < deadline:
-        time.sleep(0.05)
-        got = client.get(url, headers=h)
+    got = polled(client, url, h)
     assert got.status_code == 200, got.text
     answer = got.json()
     assert answer["columns"] == ["g", "n"] and answer["charge"]["epsilon"] == 0.1
@@ -111,11 +117,7 @@ def test_a_late_synthetic_release_is_kept_as_its_csv(make_client: Any, project: 
     finally:
         lock.rollback()
         lock.close()
-    deadline = time.monotonic() + 20
-    got = client.get(url, headers=h)
-    while got.status_code == 202 and time.monotonic() < deadline:
-        time.sleep(0.05)
-        got = client.get(url, headers=h)
+    got = polled(client, url, h)
     assert got.status_code == 200, got.text
     assert got.headers["content-type"].startswith("text/csv")
     assert got.text.splitlines()[0] == "g"
