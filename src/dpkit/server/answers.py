@@ -7,8 +7,9 @@ have given) or 404 (unknown, expired, or another analyst's: one 404 for all, no 
 oracle). The owner may read every answer. A kept answer is a DP release already charged, so
 keeping and giving it again is post-processing (no further privacy cost).
 
-Ids come from :mod:`secrets` (128 bits), not from :mod:`dpkit.noise`: they are not a DP
-sample but capabilities that must be unguessable. Answers live in this process's memory,
+Ids are 128 bits straight from the OS CSPRNG (:func:`dpkit.noise.token_hex`, the one door
+for every random byte, tokens included): not a DP sample but capabilities that must be
+unguessable. Answers live in this process's memory,
 bounded in count and age: a restart drops them (the ledger still holds the charge; the
 analyst loses that one answer, as before this store existed), a deliberate trade against
 writing released answers to disk.
@@ -16,7 +17,7 @@ writing released answers to disk.
 
 from __future__ import annotations
 
-import secrets
+import hmac
 import threading
 import time
 from collections import OrderedDict
@@ -24,6 +25,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
+
+from dpkit.noise import token_hex
 
 __all__ = ["AnswerStore", "Late"]
 
@@ -49,7 +52,7 @@ class AnswerStore:
     def keep(self, owner: str, future: Future[Any],
              render: Callable[[Any], Any] | None = None) -> str:
         """A fresh unguessable id under which ``future``'s answer is kept for ``owner``."""
-        ident = "ans_" + secrets.token_urlsafe(16)
+        ident = "ans_" + token_hex(16)
         with self._lock:
             self._expire()
             self._items[ident] = Late(owner, future, time.monotonic(), render)
@@ -62,7 +65,7 @@ class AnswerStore:
         with self._lock:
             self._expire()
             late = self._items.get(ident)
-        if late is None or not (owner or secrets.compare_digest(late.owner, who)):
+        if late is None or not (owner or hmac.compare_digest(late.owner, who)):
             return None
         return late
 

@@ -58,8 +58,7 @@ class Grammar:
     >>> from dpkit.engine.tables import Column, TableMeta
     >>> meta = TableMeta("t", (Column("u", "BIGINT"), Column("x", "DOUBLE")),
     ...                  privacy_unit="u", bounds={"x": (0.0, 10.0)})
-    >>> q = Grammar(meta, []).query(Draw(1))
-    >>> q.table
+    >>> Grammar(meta, []).query(Draw(1)).table
     't'
     """
 
@@ -308,9 +307,8 @@ class Grammar:
         return self._aggregate(d, eps, noise, delta, tags)
 
     def _fit(self, d: Draw, eps: float, tags: list[str]) -> Query | None:
-        """``cur.fit(model, "SELECT features, label FROM t WHERE ...", label=...)``: a label
-        with a declared domain (classifiers) or bounds (regression), features among the
-        declared columns, now and then an undeclared one (refused, before any charge)."""
+        """``cur.fit(model, "SELECT features, label FROM t ...", label=...)``: a label with a
+        declared domain or bounds, declared features, now and then an undeclared one (refused)."""
         from dpkit.attacks.side_channels.query import MODELS
 
         declared = [c for c in self.cols if c.name in self.table.domains] + self.bounded
