@@ -48,6 +48,12 @@ def owner_token(project: str) -> None:
 @click.option("--burst", default=60, show_default=True, type=int)
 @click.option("--timeout", default=30.0, show_default=True, type=float,
               help="seconds a request may run before a 504 (a charge made stays)")
+@click.option("--fit-timeout", default=120.0, show_default=True, type=float,
+              help="the same for POST /v1/fit (fits take longer than queries)")
+@click.option("--answers-kept", default=1000, show_default=True, type=int,
+              help="late answers (504s) kept for GET /v1/answers/{id}, in PROJECT/answers")
+@click.option("--answers-max-age", default=900.0, show_default=True, type=float,
+              help="seconds a late answer is kept after its 504")
 @click.option("--audit-log", type=click.Path(dir_okay=False),
               help="JSON-lines audit file [default: PROJECT/audit.jsonl]")
 @click.option("--oidc-public-key", type=click.Path(exists=True, dir_okay=False),
@@ -64,7 +70,8 @@ def owner_token(project: str) -> None:
                    "(cdn.jsdelivr.net); /openapi.json is always served")
 def serve(project: str, host: str, port: int, workers: int, owner_token_file: str | None,
           init_owner_token: bool, ssl_keyfile: str | None, ssl_certfile: str | None,
-          max_body: int, rate: float, burst: int, timeout: float, audit_log: str | None,
+          max_body: int, rate: float, burst: int, timeout: float, fit_timeout: float,
+          answers_kept: int, answers_max_age: float, audit_log: str | None,
           oidc_public_key: str | None, oidc_jwks_url: str | None, oidc_audience: str | None,
           oidc_issuer: str | None, oidc_claim: str, data_root: str | None,
           api_docs: bool) -> None:
@@ -80,19 +87,22 @@ def serve(project: str, host: str, port: int, workers: int, owner_token_file: st
     # before a new owner token replaces the old one
     check_options(workers=workers, ssl_keyfile=ssl_keyfile, ssl_certfile=ssl_certfile)
     _check_port(host, port)
-    if init_owner_token:
-        console.print("owner token (shown only now):")
-        console.print(new_owner_token(project), markup=False, highlight=False,
-                      soft_wrap=True)
     oidc = None
     if oidc_public_key or oidc_jwks_url:
         oidc = OidcConfig(public_key=oidc_public_key, jwks_url=oidc_jwks_url,
                           audience=oidc_audience, issuer=oidc_issuer, claim=oidc_claim)
     config = ServerConfig(project=str(Path(project).resolve()),
-                          owner_token_sha256=owner_hashes(project, token_file=owner_token_file),
                           max_body=max_body, rate=rate, burst=burst, timeout=timeout,
+                          fit_timeout=fit_timeout, answers_kept=answers_kept,
+                          answers_max_age=answers_max_age,
                           audit_log=audit_log, oidc=oidc, api_docs=api_docs,
                           data_root=str(Path(data_root).resolve()) if data_root else None)
+    if init_owner_token:  # after every setting was checked: a refusal changes nothing
+        console.print("owner token (shown only now):")
+        console.print(new_owner_token(project), markup=False, highlight=False,
+                      soft_wrap=True)
+    config = config.with_(
+        owner_token_sha256=owner_hashes(project, token_file=owner_token_file))
     scheme = "https" if ssl_certfile else "http"
     docs = "/docs (loads Swagger UI from a CDN)" if api_docs else "/openapi.json"
     console.print(f"dpkit service for {project}: {scheme}://{host}:{port}/ "

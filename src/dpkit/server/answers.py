@@ -1,5 +1,5 @@
 """Late answers: a request that runs past the service's timeout is answered 504 with an answer
-id; its work goes on, and its answer is kept here for the analyst who asked, so that a charge
+id; its work goes on, and its answer is kept for the analyst who asked, so that a charge
 already recorded in the ledger is never paid for nothing.
 
 ``GET /v1/answers/{id}`` gives 202 (still running), 200 (the very answer the request would
@@ -7,72 +7,279 @@ have given) or 404 (unknown, expired, or another analyst's: one 404 for all, no 
 oracle). The owner may read every answer. A kept answer is a DP release already charged, so
 keeping and giving it again is post-processing (no further privacy cost).
 
-Ids are 128 bits straight from the OS CSPRNG (:func:`dpkit.noise.token_hex`, the one door
-for every random byte, tokens included): not a DP sample but capabilities that must be
-unguessable. Answers live in this process's memory,
-bounded in count and age: a restart drops them (the ledger still holds the charge; the
-analyst loses that one answer, as before this store existed), a deliberate trade against
-writing released answers to disk.
+**Shared by the service's processes.** ``dpkit serve --workers N`` runs N processes and a poll
+may land on any of them, so answers are kept in a folder of the project
+(``PROJECT/answers/``, owner-only ``0700``), one file per answer, each written whole (a
+temporary file renamed over it). The process that answered 504 writes a *running* record at
+once and the answer when the work ends; any process reads either. A running record names its
+process's liveness lock (``live-*.lock``, held with ``flock`` for the process's life): when
+the lock is free the process is gone (a restart or a crash) and the answer never will come,
+which the asker is told (still a 404, nothing more for anyone else). A finished answer survives
+a restart, until it expires.
+
+**Nothing readable without the id.** Ids are 128 bits straight from the OS CSPRNG
+(:func:`dpkit.noise.token_hex`, the one door for every random byte, tokens included): not a
+DP sample but a capability that must be unguessable. The file's name is a hash of the id, and
+its content is sealed with AES-256-GCM under a key derived from the id (HKDF-SHA256), the file
+name bound as associated data: whoever lists or copies the folder (a backup, another account
+on the host) learns how many answers are kept and when, never whose or what. The analyst's
+name is inside the seal and checked on every read.
+
+**Bounded.** At most ``count`` answers, each kept ``max_age`` seconds after its 504 (a work
+that runs longer is lost with it: raise ``--answers-max-age`` above the longest fit); each new
+late answer sweeps the expired ones, then the oldest beyond ``count``, finished ones first.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import fcntl
+import hashlib
 import hmac
+import json
+import logging
+import os
+import re
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, TypeVar
 
-from dpkit.noise import token_hex
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import JSONResponse, Response
 
-__all__ = ["AnswerStore", "Late"]
+from dpkit.noise import token_bytes, token_hex
+from dpkit.server.problems import MEDIA_TYPE, Problem, problem_of
+
+__all__ = ["FOLDER", "Answer", "AnswerStore", "Kept", "plain_finish"]
+
+FOLDER = "answers"  # inside the project, beside the ledger: the service's account writes there
+ID = re.compile(r"ans_[0-9a-f]{32}")
+_SUFFIX, _LIVE = ".ans", "live-"
+_AAD = b"dpkit late answer v1:"
+_OPEN = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+log = logging.getLogger("dpkit.server")
+T = TypeVar("T")
 
 
-@dataclass
-class Late:
-    """One request's work still running (or done) after its 504."""
+@dataclass(frozen=True)
+class Answer:
+    """A finished request's response, as the request would have sent it."""
 
-    owner: str  # the caller's key: only they (and the project's owner) may read it
-    future: Future[Any]
+    status: int
+    media_type: str
+    body: bytes
+    headers: dict[str, str]
+
+    @classmethod
+    def of(cls, out: Any) -> Answer:
+        """A route's return value (JSON data or a Response) or a :class:`Problem`."""
+        if isinstance(out, Problem):
+            return cls(out.status, MEDIA_TYPE, json.dumps(out.body()).encode(),
+                       dict(out.headers or {}))
+        if not isinstance(out, Response):
+            out = JSONResponse(jsonable_encoder(out))
+        skip = {"content-length", "content-type"}
+        return cls(out.status_code, out.media_type or "application/octet-stream",
+                   bytes(out.body), {k: v for k, v in out.headers.items() if k not in skip})
+
+    def response(self) -> Response:
+        return Response(self.body, status_code=self.status, media_type=self.media_type,
+                        headers=self.headers)
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What the store holds under an id for its analyst: ``answer`` once the work ended;
+    before, ``lost`` says whether the process running it is gone (no answer will come).
+    ``made`` and ``finished``: wall-clock times of the 504 and of the work's end."""
+
+    who: str
     made: float
-    render: Callable[[Any], Any] | None = None
+    finished: float | None
+    live: str
+    answer: Answer | None = None
+    lost: bool = False
+
+
+def plain_finish(future: Future[Any]) -> Answer:
+    """The answer of a work as its result's JSON, or its problem as the owner would see it."""
+    exc = future.exception()
+    return Answer.of(problem_of(exc) if exc is not None else future.result())
 
 
 class AnswerStore:
-    """At most ``count`` answers, each kept ``max_age`` seconds after its 504."""
+    """At most ``count`` answers in ``folder``, each kept ``max_age`` seconds after its 504."""
 
-    def __init__(self, *, count: int = 1000, max_age: float = 900.0) -> None:
-        self.count, self.max_age = count, max_age
-        self._items: OrderedDict[str, Late] = OrderedDict()
+    def __init__(self, folder: Path, *, count: int = 1000, max_age: float = 900.0) -> None:
+        self.folder, self.count, self.max_age = Path(folder), count, max_age
+        self.folder.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(self.folder, 0o700)  # an older, wider folder is narrowed
+        self._live: tuple[str, int] | None = None  # this process's lock: (token, descriptor)
         self._lock = threading.Lock()
 
-    def keep(self, owner: str, future: Future[Any],
-             render: Callable[[Any], Any] | None = None) -> str:
-        """A fresh unguessable id under which ``future``'s answer is kept for ``owner``."""
+    def keep(self, who: str, future: Future[T], finish: Callable[[Future[T]], Answer]) -> str:
+        """A fresh unguessable id under which ``future``'s answer (``finish(future)`` once it
+        is done) is kept for ``who``; the running record is written before this returns, so
+        any process finds it at once."""
         ident = "ans_" + token_hex(16)
-        with self._lock:
-            self._expire()
-            self._items[ident] = Late(owner, future, time.monotonic(), render)
-            while len(self._items) > self.count:  # the oldest go first
-                self._items.popitem(last=False)
+        kept = Kept(who, time.time(), None, self._liveness())
+        self._sweep()
+        self._write(ident, kept)
+
+        def done(f: Future[T]) -> None:
+            try:
+                answer = finish(f)
+            except Exception:  # a bug in a renderer: the asker gets a 500, the log the cause
+                log.exception("late answer %s could not be rendered", ident[:12])
+                answer = Answer.of(Problem(500, "internal", "internal error; it was logged. "
+                                                            "A charge made stays"))
+            if not self._path(ident).exists():  # expired or evicted meanwhile: not revived
+                return
+            try:
+                self._write(ident, Kept(who, kept.made, time.time(), kept.live, answer))
+            except OSError:
+                log.exception("late answer %s could not be kept", ident[:12])
+                with contextlib.suppress(OSError):  # a stale "running" would say 202 for ever
+                    self._path(ident).unlink()
+
+        future.add_done_callback(done)
         return ident
 
-    def get(self, ident: str, who: str, *, owner: bool) -> Late | None:
-        """The kept work, or None when unknown, expired or another analyst's."""
-        with self._lock:
-            self._expire()
-            late = self._items.get(ident)
-        if late is None or not (owner or hmac.compare_digest(late.owner, who)):
+    def get(self, ident: str, who: str, *, owner: bool) -> Kept | None:
+        """What is kept under ``ident`` for ``who`` (``owner``: for anyone), or None when
+        unknown, expired or another analyst's."""
+        if not ID.fullmatch(ident):
             return None
-        return late
+        path = self._path(ident)
+        try:
+            raw = path.read_bytes()
+            kept = _open(_key(ident), raw, path.name)
+        except (OSError, ValueError, InvalidTag):
+            return None
+        if time.time() - kept.made > self.max_age:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            return None
+        if not (owner or hmac.compare_digest(kept.who.encode(), who.encode())):
+            return None
+        if kept.answer is None and not self._running(kept.live):
+            return Kept(kept.who, kept.made, None, kept.live, lost=True)
+        return kept
 
-    def _expire(self) -> None:
-        now = time.monotonic()
-        while self._items:
-            ident, late = next(iter(self._items.items()))
-            if now - late.made <= self.max_age:
-                break
-            del self._items[ident]
+    def close(self) -> None:
+        """Give up this process's liveness lock: its running answers read as lost."""
+        with self._lock:
+            if self._live is not None:
+                token, fd = self._live
+                with contextlib.suppress(OSError):
+                    (self.folder / f"{_LIVE}{token}.lock").unlink()
+                os.close(fd)
+                self._live = None
+
+    def _path(self, ident: str) -> Path:
+        name = hashlib.sha256(b"dpkit late answer name:" + ident.encode()).hexdigest()
+        return self.folder / (name + _SUFFIX)
+
+    def _write(self, ident: str, kept: Kept) -> None:
+        """Sealed, whole (a temporary file renamed over the old one), its mtime the 504's."""
+        path = self._path(ident)
+        data = _seal(_key(ident), kept, path.name)
+        tmp = self.folder / f".{path.name}.{token_hex(16)[:8]}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+            os.utime(tmp, (kept.made, kept.made))
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+
+    def _liveness(self) -> str:
+        """This process's liveness token: its lock file is made under a temporary name, locked,
+        then renamed, so that no sweep ever sees it unlocked while the process lives."""
+        with self._lock:
+            if self._live is None:
+                token = token_hex(16)[:16]
+                tmp = self.folder / f".{_LIVE}{token}.tmp"
+                fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | _OPEN, 0o600)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                os.replace(tmp, self.folder / f"{_LIVE}{token}.lock")
+                self._live = (token, fd)
+            return self._live[0]
+
+    def _running(self, token: str) -> bool:
+        """Whether the process with this liveness token still holds its lock."""
+        if not re.fullmatch(r"[0-9a-f]{16}", token):
+            return False
+        try:
+            fd = os.open(self.folder / f"{_LIVE}{token}.lock", os.O_RDONLY | _OPEN)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # also lets go of the shared lock, if it was granted
+        return False
+
+    def _sweep(self) -> None:
+        """Drop expired answers, stale liveness locks and leftovers of interrupted writes,
+        then the oldest answers beyond ``count - 1`` (room for the new one)."""
+        now, kept = time.time(), []
+        for entry in os.scandir(self.folder):
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            old = now - st.st_mtime > self.max_age
+            if entry.name.endswith(_SUFFIX) and not old:
+                kept.append((st.st_mtime, entry.name))
+            elif entry.name.startswith(_LIVE) and entry.name.endswith(".lock"):
+                token = entry.name[len(_LIVE):-len(".lock")]
+                if token != (self._live or ("",))[0] and not self._running(token):
+                    _unlink(entry.path)
+            elif old:  # an expired answer, or a temporary file a crash left behind
+                _unlink(entry.path)
+        kept.sort()
+        for _, name in kept[:max(0, len(kept) - self.count + 1)]:
+            _unlink(str(self.folder / name))
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _key(ident: str) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+                info=b"dpkit late answer key").derive(ident.encode())
+
+
+def _seal(key: bytes, kept: Kept, name: str) -> bytes:
+    record = asdict(kept)
+    if kept.answer is not None:
+        record["answer"]["body"] = base64.b64encode(kept.answer.body).decode()
+    nonce = token_bytes(16)[:12]  # a fresh nonce per write: one key seals two records
+    return nonce + AESGCM(key).encrypt(nonce, json.dumps(record).encode(),
+                                       _AAD + name.encode())
+
+
+def _open(key: bytes, raw: bytes, name: str) -> Kept:
+    record = json.loads(AESGCM(key).decrypt(raw[:12], raw[12:], _AAD + name.encode()))
+    answer = record.pop("answer")
+    if answer is not None:
+        answer = Answer(answer["status"], answer["media_type"],
+                        base64.b64decode(answer["body"]), dict(answer["headers"]))
+    return Kept(**record, answer=answer)

@@ -48,7 +48,10 @@ class ServerConfig:
     ``owner_token_sha256``: hashes of the owner tokens that reach the owner endpoints (the
     plain tokens are never kept). ``max_body``: request bytes (413 beyond). ``rate`` and
     ``burst``: per-credential token bucket, requests per second (429 beyond). ``timeout``:
-    seconds a query may run before the service answers 504 (a charge made stays).
+    seconds a query may run before the service answers 504 (a charge made stays);
+    ``fit_timeout``: the same for ``POST /v1/fit``. ``answers_kept`` and ``answers_max_age``:
+    how many late answers are kept, and for how many seconds after their 504
+    (:mod:`dpkit.server.answers`).
     ``audit_log``: JSON lines file (default ``PROJECT/audit.jsonl``). ``data_root``: the folder
     ``POST /v1/tables`` may read sources from (default ``PROJECT/data``;
     :mod:`dpkit.server.paths`). ``api_docs``: serve ``/docs``, a Swagger UI page that loads its
@@ -61,6 +64,9 @@ class ServerConfig:
     rate: float = 20.0
     burst: int = 60
     timeout: float = 30.0
+    fit_timeout: float = 120.0
+    answers_kept: int = 1000
+    answers_max_age: float = 900.0
     audit_log: str | None = None
     oidc: OidcConfig | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -68,12 +74,12 @@ class ServerConfig:
     api_docs: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("rate", "timeout"):
+        for name in ("rate", "timeout", "fit_timeout", "answers_max_age"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be a number > 0 (got {v!r})")
-        if self.max_body < 1024 or self.burst < 1:
-            raise ValueError("max_body must be >= 1024 bytes and burst >= 1")
+        if self.max_body < 1024 or self.burst < 1 or self.answers_kept < 1:
+            raise ValueError("max_body must be >= 1024 bytes, burst and answers_kept >= 1")
 
     @property
     def data_root_path(self) -> Path:

@@ -232,4 +232,5 @@ def fit(body: FitIn, c: AnalystCall) -> Any:
         c.charged(float(tm.epsilon), float(tm.delta))
         return fit_json(tm, body, cur)
 
-    return c.run(call)
+    # a fit takes longer than a query: its own limit (``dpkit serve --fit-timeout``)
+    return c.run(call, timeout=c.service.config.fit_timeout)

@@ -6,9 +6,10 @@ own path (check and charge in one ledger transaction, revocation checked under t
 and is recorded under the analyst's name. Calls on one curator are serialised by its lock
 (one DuckDB connection each); different analysts run in parallel. A call that runs past the
 service's timeout is answered 504; the work goes on in its thread and a charge it made stays
-in the ledger, and its answer is kept (:class:`~dpkit.server.answers.AnswerStore`) under
-the id the 504 names, for ``GET /v1/answers/{id}``; a call still waiting for a thread then is
-cancelled (nothing charged, nothing kept).
+in the ledger, and its answer is kept (:class:`~dpkit.server.answers.AnswerStore`, a folder
+of the project that every worker process reads) under the id the 504 names, for
+``GET /v1/answers/{id}``; a call still waiting for a thread then is cancelled (nothing
+charged, nothing kept).
 
 One caller may have at most ``per_caller`` calls waiting or running in a process; beyond, 429
 ``busy`` (nothing charged). Its calls run one at a time anyway (its curator's lock), so more
@@ -21,14 +22,14 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from dpkit.engine.curator import Curator
 from dpkit.engine.roles import TOKEN_ENV
-from dpkit.server.answers import AnswerStore
+from dpkit.server.answers import FOLDER, Answer, AnswerStore, plain_finish
 from dpkit.server.auth import Identity
 from dpkit.server.problems import Problem
 
@@ -41,7 +42,7 @@ class Pool:
     """The owner's curator (which also authenticates) and one curator per analyst."""
 
     def __init__(self, project: str | Path, *, timeout: float = 30.0, threads: int = 16,
-                 per_caller: int | None = None) -> None:
+                 per_caller: int | None = None, answers: AnswerStore | None = None) -> None:
         if os.environ.get(TOKEN_ENV):
             raise ValueError(f"unset {TOKEN_ENV} before starting the service: it runs as the "
                              f"project's owner and opens each analyst's curator itself")
@@ -56,7 +57,8 @@ class Pool:
         # a quarter of the threads per caller: four callers at their limit still leave room
         self.per_caller = per_caller if per_caller is not None else max(1, threads // 4)
         self._pending: dict[str, int] = {}  # calls submitted and not finished, per caller
-        self.answers = AnswerStore()  # late answers, kept after their 504
+        # late answers, kept after their 504 where every worker process finds them
+        self.answers = answers or AnswerStore(self.project / FOLDER)
 
     def curator(self, who: Identity, token: str | None = None) -> tuple[Curator, threading.Lock]:
         """The cached curator acting as ``who`` (opened on first use)."""
@@ -78,11 +80,12 @@ class Pool:
             return hit
 
     def run(self, who: Identity, token: str | None, call: Callable[[Curator], T], *,
-            timeout: float | None = None, render: Callable[[T], Any] | None = None) -> T:
+            timeout: float | None = None,
+            finish: Callable[[Future[T]], Answer] | None = None) -> T:
         """``call(curator)`` under the curator's lock, answered within the timeout; 429 when
         ``who`` already has :attr:`per_caller` calls in this process. Past the timeout, 504
-        naming the id under which the answer will be kept (``render`` turns it into the
-        response the request would have given)."""
+        naming the id under which the answer will be kept (``finish`` turns the done work into
+        the response the request would have given; by default its result's JSON)."""
         key = who.name if not who.owner else self.owner.analyst
         with self._lock:
             if self._pending.get(key, 0) >= self.per_caller:
@@ -117,7 +120,7 @@ class Pool:
                               f"the request waited past the service's limit of "
                               f"{timeout or self.timeout:g} s for a free thread and was "
                               f"cancelled; nothing was charged. Try again") from None
-            ident = self.answers.keep(key, future, render)
+            ident = self.answers.keep(key, future, finish or plain_finish)
             url = f"/v1/answers/{ident}"
             raise Problem(504, "timeout",
                           f"the request ran past the service's limit of "
@@ -156,6 +159,7 @@ class Pool:
 
     def close(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)
+        self.answers.close()
         with self._lock:
             for cur, _ in self._curators.values():
                 cur.close()

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, Response
 
 from dpkit.engine.curator import Curator
 from dpkit.server import schemas as s
-from dpkit.server.problems import Problem, problem_of
+from dpkit.server.problems import Problem
 from dpkit.server.service import AnalystCall, Caller
 from dpkit.server.views import (
     budget_json,
@@ -162,19 +162,19 @@ def history(c: AnalystCall) -> Any:
 def answer(answer_id: str, c: AnalystCall) -> Any:
     """The answer of a request that was answered 504: 202 while it runs, then the very answer
     the request would have given (its charge was recorded once, when it ran; reading it again
-    is post-processing and costs nothing). Kept for the analyst who asked (and the owner)."""
+    is post-processing and costs nothing). Kept for the analyst who asked (and the owner), by
+    whichever of the service's processes answered the 504 (:mod:`dpkit.server.answers`)."""
     pool = c.service.pool
     key = c.who.name if not c.who.owner else pool.owner.analyst
-    late = pool.answers.get(answer_id, key, owner=c.who.owner)
-    if late is None:
-        raise Problem(404, "no-answer", "no answer of yours has this id: it is unknown, or "
-                      "expired (answers are kept 15 minutes, in the service's memory)")
-    if not late.future.done():
+    kept = pool.answers.get(answer_id, key, owner=c.who.owner)
+    if kept is None:
+        raise Problem(404, "no-answer", f"no answer of yours has this id: it is unknown, or "
+                      f"expired (answers are kept {pool.answers.max_age:g} s after their 504)")
+    if kept.lost:  # only its own analyst learns this: the id and the name were checked
+        raise Problem(404, "no-answer", "this answer will not come: the service process that "
+                      "ran it stopped before it ended (a restart or a crash). A charge it "
+                      "made is in your history (GET /v1/history)")
+    if kept.answer is None:
         return JSONResponse({"answer_id": answer_id, "status": "running"}, status_code=202,
                             headers={"Retry-After": "1"})
-    exc = late.future.exception()
-    if exc is not None:
-        cause = exc if isinstance(exc, Exception) and not isinstance(exc, Problem) else None
-        raise c.answer(problem_of(exc), cause)
-    res = late.future.result()
-    return late.render(res) if late.render is not None else res
+    return kept.answer.response()

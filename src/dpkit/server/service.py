@@ -4,13 +4,16 @@ log; and :func:`caller`, the dependency every protected route starts with."""
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from dpkit.noise import token_hex
+from dpkit.server.answers import FOLDER, Answer, AnswerStore
 from dpkit.server.auth import Authenticator, Identity
 from dpkit.server.config import ServerConfig
 from dpkit.server.limits import AuditLog, RateLimiter
@@ -27,7 +30,9 @@ bearer = HTTPBearer(auto_error=False, description="an analyst token (`dpkit anal
 class Service:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self.pool = Pool(config.project, timeout=config.timeout)
+        answers = AnswerStore(Path(config.project) / FOLDER, count=config.answers_kept,
+                              max_age=config.answers_max_age)
+        self.pool = Pool(config.project, timeout=config.timeout, answers=answers)
         self.auth = Authenticator(self.pool.owner.ledger, config.owner_token_sha256,
                                   config.oidc)
         self.limiter = RateLimiter(config.rate, config.burst)
@@ -50,12 +55,23 @@ class Caller:
     def run(self, call: Any, *, timeout: float | None = None, exclusive: bool = False,
             render: Any = None) -> Any:
         """``call(curator)`` as this caller, under the service's timeout (``exclusive``: the
-        owner's curator alone, no timeout: :meth:`Pool.exclusive`)."""
+        owner's curator alone, no timeout: :meth:`Pool.exclusive`). Past the timeout its
+        answer is kept as this request would have sent it (``render``: the call's result to
+        the response; a failure as the problem this caller would have seen)."""
         pool = self.service.pool
+
+        def finish(future: Future[Any]) -> Answer:
+            exc = future.exception()
+            if exc is None:
+                out = future.result()
+                return Answer.of(render(out) if render is not None else out)
+            cause = exc if isinstance(exc, Exception) and not isinstance(exc, Problem) else None
+            return Answer.of(self.answer(problem_of(exc), cause))
+
         try:
             if exclusive:
                 return pool.exclusive(call)
-            return pool.run(self.who, self.token, call, timeout=timeout, render=render)
+            return pool.run(self.who, self.token, call, timeout=timeout, finish=finish)
         except Problem as problem:
             raise self.answer(problem, None) from None
         except Exception as exc:  # the curator's refusals, with their own texts
