@@ -95,15 +95,15 @@ def _project(path: Path) -> dict[str, str]:
     about half are clamped, so the answer warns (the diagnostic counts get 1/60 of the query's
     epsilon: at 0.01 their 95% half-width is ~300 rows against ~2,000 clamped, so a missed
     warning needs noise ~6x that half-width: probability < 1e-6, and the source is seeded);
-    analysts ``alice`` and ``dora`` with their own cap of CAP, ``bob`` with 0.5; a seeded
-    (INSECURE, test-only) noise source."""
+    analysts ``alice``, ``dora`` and ``erin`` with their own cap of CAP, ``bob`` with 0.5; a
+    seeded (INSECURE, test-only) noise source."""
     rows = "\n".join(f"{i},{WARDS[i % 4]},{(i * 37) % 90 + 5}" for i in range(4000))
     (path.parent / "patients.csv").write_text("patient_id,ward,age\n" + rows + "\n")
     cur = dp.Curator.create(path, epsilon=5.0, source=dp.noise.seeded(7))
     cur.add_table("patients", path.parent / "patients.csv", privacy_unit="patient_id",
                   max_rows_per_unit=1, bounds={"age": (0, 50)}, domains={"ward": WARDS})
     tokens = {name: cur.add_analyst(name, epsilon=cap)
-              for name, cap in (("alice", CAP), ("bob", 0.5), ("dora", CAP))}
+              for name, cap in (("alice", CAP), ("bob", 0.5), ("dora", CAP), ("erin", CAP))}
     cur.close()
     return tokens
 
@@ -115,8 +115,9 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """The real service in a uvicorn thread; yields its URL and the two tokens."""
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The real service in a uvicorn thread; yields its URL, the tokens, the project's path
+    and the service's curator pool (a test shortens its timeout)."""
     project = tmp_path_factory.mktemp("console") / "clinic.dpkit"
     tokens = _project(project)
     owner_sha = hashlib.sha256(OWNER_TOKEN.encode()).hexdigest()
@@ -132,7 +133,8 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
             raise RuntimeError("the service did not start on 127.0.0.1")
         time.sleep(0.02)
     yield {"url": f"http://127.0.0.1:{port}/", "analyst": tokens["alice"],
-           "dora": tokens["dora"], "bob": tokens["bob"], "owner": OWNER_TOKEN}
+           "dora": tokens["dora"], "bob": tokens["bob"], "erin": tokens["erin"],
+           "owner": OWNER_TOKEN, "project": project, "pool": app.state.service.pool}
     server.should_exit = True
     thread.join(10)
 
@@ -337,6 +339,43 @@ def test_console_says_what_an_answer_needs(page: Page, service: dict[str, str]) 
     expect(page.locator("#history-table tbody tr")).to_have_count(1)
 
 
+def test_console_polls_a_late_answer_until_it_comes(page: Page,
+                                                    service: dict[str, Any]) -> None:
+    """A query past the service's timeout (0.3 s here: the ledger is held for 1.2 s) is
+    answered 504 with an answer id; the console says it still runs, polls, and shows the
+    answer as if it had come at once: the table, the charge, one history row."""
+    import sqlite3
+
+    _sign_in(page, service["url"], service["erin"])
+    page.locator("#sql").fill("SELECT ward, COUNT(*) FROM patients GROUP BY ward")
+    page.get_by_label("ε (epsilon)").fill("0.1")
+    expect(page.locator("#history-table tbody tr")).to_have_count(0)
+    pool = service["pool"]
+    lock = sqlite3.connect(service["project"] / "ledger.sqlite", timeout=5,
+                           check_same_thread=False)
+    lock.execute("BEGIN EXCLUSIVE")  # the query's charge waits for the ledger
+    release = threading.Timer(1.2, lock.rollback)
+    pool.timeout, timeout = 0.3, pool.timeout
+    late: list[int] = []
+    page.on("response", lambda r: late.append(r.status) if "/v1/answers/" in r.url else None)
+    try:
+        with page.expect_response("**/v1/query") as first:
+            page.get_by_role("button", name="Run").click()
+        release.start()
+        assert first.value.status == 504
+        expect(page.get_by_role("button", name=re.compile("Still running"))).to_be_visible()
+        expect(page.locator("#result-table tbody tr")).to_have_count(len(WARDS))
+    finally:
+        release.join()
+        pool.timeout = timeout
+        lock.close()
+    assert late[0] == 202 and late[-1] == 200, late
+    expect(page.locator("#charge")).to_contain_text("ε = 0.1")
+    expect(page.locator("#history-table tbody tr")).to_have_count(1)  # charged once
+    expect(page.locator("#query-error")).to_be_empty()
+    expect(page.get_by_role("button", name="Run")).to_be_enabled()
+
+
 def test_owner_sees_analysts_adds_and_revokes(page: Page, service: dict[str, str],
                                               shots: Path) -> None:
     page.set_viewport_size({"width": 1280, "height": 900})
@@ -344,7 +383,7 @@ def test_owner_sees_analysts_adds_and_revokes(page: Page, service: dict[str, str
     _sign_in(page, service["url"], service["owner"])
     expect(page.locator("#who-role")).to_have_text("owner")
     table = page.locator("#analysts-table")
-    expect(table.locator("tbody tr")).to_have_count(3)
+    expect(table.locator("tbody tr")).to_have_count(4)
     alice = table.locator("tr", has_text="alice")
     expect(alice).to_contain_text("active")
     expect(alice.locator("meter")).to_have_attribute("max", f"{CAP:g}")  # her spending gauge
@@ -356,7 +395,7 @@ def test_owner_sees_analysts_adds_and_revokes(page: Page, service: dict[str, str
     page.get_by_role("button", name="Add analyst").click()
     token = page.locator("#new-token code")
     expect(token).to_have_text(re.compile(r"^dpkit_[0-9a-f]{64}$"))
-    expect(table.locator("tbody tr")).to_have_count(4)
+    expect(table.locator("tbody tr")).to_have_count(5)
     expect(page.locator("#new-token")).to_contain_text("it expires")
     expect(table.locator("tr", has_text="alice")).to_contain_text("never")
 
