@@ -19,9 +19,7 @@ from tests.server.conftest import SQL, Project, live_server, make_project, stop
 from tests.server.test_endpoints import charges
 from tests.server.test_late_answers import polled
 
-pytest.importorskip("cryptography")
-
-from dpkit.server.answers import AnswerStore, plain_finish  # noqa: E402
+from dpkit.server.answers import AnswerStore, plain_finish
 
 
 def _locked(project: Project) -> sqlite3.Connection:
