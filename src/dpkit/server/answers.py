@@ -27,7 +27,7 @@ name is inside the seal and checked on every read.
 
 **Bounded.** At most ``count`` answers, each kept ``max_age`` seconds after its 504 (a work
 that runs longer is lost with it: raise ``--answers-max-age`` above the longest fit); each new
-late answer sweeps the expired ones, then the oldest beyond ``count``, finished ones first.
+late answer sweeps the expired ones, then the oldest beyond ``count``.
 """
 
 from __future__ import annotations
