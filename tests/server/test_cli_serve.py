@@ -31,9 +31,14 @@ def test_serve_refuses_bad_settings_before_starting(project: Project, tmp_path: 
     for args, text in [(["--workers", "0"], "--workers"),
                        (["--ssl-keyfile", "k.pem"], "both --ssl-keyfile and --ssl-certfile"),
                        (["--rate", "0"], "rate must be"),
-                       (["--max-body", "10"], "max_body")]:
+                       (["--max-body", "10"], "max_body"),
+                       (["--fit-timeout", "0"], "fit_timeout must be"),
+                       (["--answers-max-age", "-1"], "answers_max_age must be"),
+                       (["--answers-kept", "0", "--init-owner-token"], "answers_kept")]:
+        hashes = (project.path / "owner-token.sha256").read_text()
         out = runner.invoke(main, ["serve", str(project.path), *args])
         assert out.exit_code == 2 and text in flat(out.output), (args, out.output)
+        assert (project.path / "owner-token.sha256").read_text() == hashes  # not replaced
     monkeypatch.setenv("DPKIT_TOKEN", project.alice)
     out = runner.invoke(main, ["serve", str(project.path)])
     assert out.exit_code == 2 and "unset DPKIT_TOKEN" in flat(out.output)
