@@ -225,3 +225,28 @@ def test_real_worker_processes_answer_each_others_polls(tmp_path: Path) -> None:
     finally:
         stop(live)
     assert charges(project) == 1
+
+
+def test_an_answer_that_cannot_be_kept_is_still_a_504(make_client: Any, project: Project,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk at the 504: the answer says it cannot be kept (not a 503 saying that
+    nothing was charged: the work goes on and charges)."""
+    client = make_client(timeout=0.3)
+
+    def full(*args: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(client.app.state.service.pool.answers, "_write", full)
+    lock = _locked(project)
+    try:
+        r = client.post("/v1/query", json={"sql": SQL, "epsilon": 0.1},
+                        headers=project.headers(project.alice))
+    finally:
+        lock.rollback()
+        lock.close()
+    assert r.status_code == 504 and "answer_id" not in r.json()
+    assert "cannot be kept" in r.json()["detail"] and "/v1/history" in r.json()["detail"]
+    deadline = time.monotonic() + 20
+    while charges(project) == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert charges(project) == 1

@@ -19,6 +19,7 @@ requests queued behind them would time out (found by the red-team pass, FINDINGS
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -36,6 +37,7 @@ from dpkit.server.problems import Problem
 __all__ = ["Pool"]
 
 T = TypeVar("T")
+log = logging.getLogger("dpkit.server")
 
 
 class Pool:
@@ -120,15 +122,31 @@ class Pool:
                               f"the request waited past the service's limit of "
                               f"{timeout or self.timeout:g} s for a free thread and was "
                               f"cancelled; nothing was charged. Try again") from None
-            ident = self.answers.keep(key, future, finish or plain_finish)
-            url = f"/v1/answers/{ident}"
-            raise Problem(504, "timeout",
-                          f"the request ran past the service's limit of "
-                          f"{timeout or self.timeout:g} s; it goes on, and its answer is kept "
-                          f"for you: poll GET {url} (202 while running, then the answer). "
-                          f"A charge it makes is recorded once (see /v1/history)",
-                          {"Retry-After": "1", "Location": url},
-                          {"answer_id": ident, "answer_url": url}) from None
+            raise self._late(key, future, finish or plain_finish,
+                             timeout or self.timeout) from None
+
+    def _late(self, key: str, future: Future[T], finish: Callable[[Future[T]], Answer],
+              limit: float) -> Problem:
+        """The 504 of a call still running past ``limit``, naming where its answer is kept;
+        if it cannot be kept (the folder cannot be written), the 504 says so: the call goes
+        on all the same, and a charge it makes stays."""
+        try:
+            ident = self.answers.keep(key, future, finish)
+        except OSError:
+            log.exception("a late answer could not be kept")
+            return Problem(504, "timeout",
+                           f"the request ran past the service's limit of {limit:g} s; it goes "
+                           f"on, but its answer cannot be kept (the service could not write "
+                           f"it: tell the owner). A charge it makes is recorded once: see "
+                           f"/v1/history")
+        url = f"/v1/answers/{ident}"
+        return Problem(504, "timeout",
+                       f"the request ran past the service's limit of {limit:g} s; it goes "
+                       f"on, and its answer is kept for you: poll GET {url} (202 while "
+                       f"running, then the answer). A charge it makes is recorded once (see "
+                       f"/v1/history)",
+                       {"Retry-After": "1", "Location": url},
+                       {"answer_id": ident, "answer_url": url})
 
     def _done(self, key: str) -> None:
         with self._lock:
