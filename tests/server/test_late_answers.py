@@ -23,6 +23,22 @@ def polled(client: Any, url: str, headers: dict[str, str]) -> Any:
     return got
 
 
+def local_client(app_client: Any, token: str) -> Any:
+    """A ``dpkit.Client`` whose HTTP goes through the in-process app (a TestClient)."""
+    from dpkit.server.client import Client
+
+    class Local(Client):
+        def request(self, method: str, path: str, body: Any = None) -> Any:
+            r = app_client.request(method, path, json=body,
+                                   headers={"Authorization": f"Bearer {self._token}"})
+            if r.status_code >= 400:
+                self._raise(r.status_code, r.headers.get("content-type", ""), r.content,
+                            r.headers.get("Retry-After"))
+            return r.status_code, r.headers.get("content-type", ""), r.content
+
+    return Local("http://local", token)
+
+
 def test_late_answer_is_kept_for_its_analyst_only(make_client: Any, project: Project) -> None:
     client = make_client(timeout=0.5)
     h, hb = project.headers(project.alice), project.headers(project.bob)
@@ -59,20 +75,9 @@ def test_late_answer_is_kept_for_its_analyst_only(make_client: Any, project: Pro
 def test_client_waits_for_the_kept_answer(make_client: Any, project: Project) -> None:
     """``Client.sql(..., wait=...)`` follows the 504's answer id; without ``wait`` the 504 is
     raised and names the id. The Client's HTTP goes through the in-process app."""
-    from dpkit.server.client import Client, UnavailableError
+    from dpkit.server.client import UnavailableError
 
-    app_client = make_client(timeout=0.3)
-
-    class Local(Client):
-        def request(self, method: str, path: str, body: Any = None) -> Any:
-            r = app_client.request(method, path, json=body,
-                                   headers={"Authorization": f"Bearer {self._token}"})
-            if r.status_code >= 400:
-                self._raise(r.status_code, r.headers.get("content-type", ""), r.content,
-                            r.headers.get("Retry-After"))
-            return r.status_code, r.headers.get("content-type", ""), r.content
-
-    cl = Local("http://local", project.alice)
+    cl = local_client(make_client(timeout=0.3), project.alice)
     lock = sqlite3.connect(project.path / "ledger.sqlite", timeout=0)
     lock.execute("BEGIN EXCLUSIVE")
     try:

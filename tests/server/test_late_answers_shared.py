@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from tests.server.conftest import SQL, Project, live_server, make_project, stop
 from tests.server.test_endpoints import charges
-from tests.server.test_late_answers import polled
+from tests.server.test_late_answers import local_client, polled
 
 from dpkit.server.answers import AnswerStore, plain_finish
 
@@ -78,6 +78,27 @@ def test_an_answer_whose_process_stopped_reads_as_lost_to_its_analyst_only(
         unknown = b.get("/v1/answers/ans_" + "1" * 32, headers=hb)
         assert other.json() == unknown.json() and "will not come" not in other.text
     finally:
+        lock.rollback()
+        lock.close()
+
+
+def test_the_client_stops_waiting_when_the_answer_will_not_come(make_client: Any,
+                                                                 project: Project) -> None:
+    """``wait=True`` has no deadline of its own: it polls until the answer comes or the
+    service says it will not (its process stopped here; expiry alike)."""
+    from dpkit.server.client import ServiceError
+
+    a = make_client(timeout=0.3)
+    cl = local_client(a, project.alice)
+    lock = _locked(project)
+    stopper = threading.Timer(1.0, a.app.state.service.pool.answers.close)
+    stopper.start()
+    try:
+        with pytest.raises(ServiceError, match="will not come") as err:
+            cl.sql(SQL, epsilon=0.1, wait=True)
+        assert err.value.status == 404
+    finally:
+        stopper.join()
         lock.rollback()
         lock.close()
 

@@ -311,14 +311,14 @@ class Client:
     def _charged(self, path: str, body: Any, wait: bool | float) -> bytes:
         """POST a charged request; on a 504 with ``wait``, poll its kept answer (the charge is
         made once, by the request: polling costs nothing) until it comes or ``wait`` seconds
-        (True: 15 minutes, as long as the service keeps it) have passed."""
+        have passed (True: until it comes, or the service answers 404: it keeps answers
+        ``--answers-max-age`` seconds, and says when the process running one stopped)."""
         try:
             return self.request("POST", path, body)[2]
         except UnavailableError as err:
             if not wait or err.status != 504 or err.answer_id is None:
                 raise
-            limit = 900.0 if wait is True else float(wait)
-            deadline = time.monotonic() + limit
+            deadline = math.inf if wait is True else time.monotonic() + float(wait)
             while True:
                 got = self.answer(err.answer_id)
                 if got is not None:
