@@ -117,7 +117,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The real service in a uvicorn thread; yields its URL, the tokens, the project's path
-    and the service's curator pool (a test shortens its timeout)."""
+    and the service's state (a test shortens its timeout)."""
     project = tmp_path_factory.mktemp("console") / "clinic.dpkit"
     tokens = _project(project)
     owner_sha = hashlib.sha256(OWNER_TOKEN.encode()).hexdigest()
@@ -134,7 +134,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         time.sleep(0.02)
     yield {"url": f"http://127.0.0.1:{port}/", "analyst": tokens["alice"],
            "dora": tokens["dora"], "bob": tokens["bob"], "erin": tokens["erin"],
-           "owner": OWNER_TOKEN, "project": project, "pool": app.state.service.pool}
+           "owner": OWNER_TOKEN, "project": project, "state": app.state.service}
     server.should_exit = True
     thread.join(10)
 
@@ -350,7 +350,7 @@ def test_console_polls_a_late_answer_until_it_comes(page: Page,
     page.locator("#sql").fill("SELECT ward, COUNT(*) FROM patients GROUP BY ward")
     page.get_by_label("ε (epsilon)").fill("0.1")
     expect(page.locator("#history-table tbody tr")).to_have_count(0)
-    pool = service["pool"]
+    pool = service["state"].pool
     lock = sqlite3.connect(service["project"] / "ledger.sqlite", timeout=5,
                            check_same_thread=False)
     lock.execute("BEGIN EXCLUSIVE")  # the query's charge waits for the ledger
