@@ -37,11 +37,11 @@ def one(kept: int) -> tuple[float, float]:
     """Seconds per ``keep`` into a full store and per ``get``."""
     with tempfile.TemporaryDirectory() as tmp:
         store = AnswerStore(Path(tmp) / "answers", count=kept)
-        ids = [store.keep("alice", _done(), plain_finish) for _ in range(kept)]
+        ids = [store.keep("alice", _done(), plain_finish, limit=30.0) for _ in range(kept)]
         n = 100
         t0 = time.perf_counter()
         for _ in range(n):
-            ids.append(store.keep("alice", _done(), plain_finish))
+            ids.append(store.keep("alice", _done(), plain_finish, limit=30.0))
         t1 = time.perf_counter()
         for ident in ids[-n:]:
             assert store.get(ident, "alice", owner=False) is not None

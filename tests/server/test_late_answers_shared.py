@@ -55,6 +55,8 @@ def test_two_processes_on_one_project_share_the_answers(make_client: Any,
     assert got.status_code == 200, got.text
     assert got.json()["columns"] == ["g", "n"] and got.json()["charge"]["epsilon"] == 0.1
     assert a.get(url, headers=h).json() == got.json()
+    kept = b.app.state.service.pool.answers.get(url.rsplit("/", 1)[1], "alice", owner=False)
+    assert kept is not None and kept.limit == 0.5 and kept.finished is not None
     unknown = b.get("/v1/answers/ans_" + "0" * 32, headers=hb)
     assert other.status_code == unknown.status_code == 404
     assert other.json() == unknown.json() == b.get(url, headers=hb).json()
@@ -106,7 +108,7 @@ def test_the_client_stops_waiting_when_the_answer_will_not_come(make_client: Any
 def test_the_folder_is_sealed_and_owner_only(tmp_path: Path) -> None:
     store = AnswerStore(tmp_path / "answers")
     secret = {"value": "SECRET-VALUE-4711", "rows": [[1234567.25]]}
-    ident = store.keep("alice-the-analyst", _done(secret), plain_finish)
+    ident = store.keep("alice-the-analyst", _done(secret), plain_finish, limit=30.0)
     assert stat.S_IMODE((tmp_path / "answers").stat().st_mode) == 0o700
     files = [p for p in (tmp_path / "answers").iterdir()]
     assert len(files) == 2  # the answer and this process's liveness lock
@@ -133,7 +135,7 @@ def test_the_store_is_bounded_in_count_and_age(tmp_path: Path) -> None:
     store = AnswerStore(tmp_path / "answers", count=3, max_age=60.0)
     ids = []
     for i in range(5):
-        ids.append(store.keep("alice", _done({"i": i}), plain_finish))
+        ids.append(store.keep("alice", _done({"i": i}), plain_finish, limit=30.0))
         time.sleep(0.01)  # distinct mtimes: the oldest goes first
     assert [store.get(x, "alice", owner=False) is not None for x in ids] == [
         False, False, True, True, True]
@@ -145,7 +147,7 @@ def test_the_store_is_bounded_in_count_and_age(tmp_path: Path) -> None:
     (tmp_path / "answers" / ".leftover.tmp").write_bytes(b"x")
     store.max_age = 1e-3
     time.sleep(0.01)
-    fresh = store.keep("alice", _done({}), plain_finish)
+    fresh = store.keep("alice", _done({}), plain_finish, limit=30.0)
     assert [p.name for p in (tmp_path / "answers").glob("*.ans")] == [
         store._path(fresh).name]
     assert not (tmp_path / "answers" / ".leftover.tmp").exists()
@@ -157,7 +159,7 @@ def test_a_running_answer_of_a_crashed_process_is_lost_and_its_lock_swept(
     folder = tmp_path / "answers"
     crashed = AnswerStore(folder)
     running: Future[Any] = Future()  # never ends
-    ident = crashed.keep("alice", running, plain_finish)
+    ident = crashed.keep("alice", running, plain_finish, limit=30.0)
     alive = AnswerStore(folder)  # another process
     kept = alive.get(ident, "alice", owner=False)
     assert kept is not None and kept.answer is None and not kept.lost
@@ -167,7 +169,7 @@ def test_a_running_answer_of_a_crashed_process_is_lost_and_its_lock_swept(
     os.close(fd)  # a crash: the lock is free, its file stays behind
     kept = alive.get(ident, "alice", owner=False)
     assert kept is not None and kept.lost
-    alive.keep("bob", _done({}), plain_finish)  # its sweep removes the dead process's lock
+    alive.keep("bob", _done({}), plain_finish, limit=30.0)  # its sweep: the dead one's lock
     assert not (folder / f"live-{token}.lock").exists()
     assert (folder / f"live-{alive._live[0]}.lock").exists()  # type: ignore[index]
     alive.close()

@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -100,12 +100,15 @@ class Answer:
 class Kept:
     """What the store holds under an id for its analyst: ``answer`` once the work ended;
     before, ``lost`` says whether the process running it is gone (no answer will come).
-    ``made`` and ``finished``: wall-clock times of the 504 and of the work's end."""
+    ``made`` and ``finished``: wall-clock times of the 504 and of the work's end; ``limit``:
+    the timeout the request ran under (a setting: the request arrived ``limit`` before
+    ``made``)."""
 
     who: str
     made: float
     finished: float | None
     live: str
+    limit: float
     answer: Answer | None = None
     lost: bool = False
 
@@ -126,12 +129,13 @@ class AnswerStore:
         self._live: tuple[str, int] | None = None  # this process's lock: (token, descriptor)
         self._lock = threading.Lock()
 
-    def keep(self, who: str, future: Future[T], finish: Callable[[Future[T]], Answer]) -> str:
+    def keep(self, who: str, future: Future[T], finish: Callable[[Future[T]], Answer], *,
+             limit: float) -> str:
         """A fresh unguessable id under which ``future``'s answer (``finish(future)`` once it
-        is done) is kept for ``who``; the running record is written before this returns, so
-        any process finds it at once."""
+        is done) is kept for ``who``, its request having run ``limit`` seconds; the running
+        record is written before this returns, so any process finds it at once."""
         ident = "ans_" + token_hex(16)
-        kept = Kept(who, time.time(), None, self._liveness())
+        kept = Kept(who, time.time(), None, self._liveness(), limit)
         self._sweep()
         self._write(ident, kept)
 
@@ -145,7 +149,7 @@ class AnswerStore:
             if not self._path(ident).exists():  # expired or evicted meanwhile: not revived
                 return
             try:
-                self._write(ident, Kept(who, kept.made, time.time(), kept.live, answer))
+                self._write(ident, replace(kept, finished=time.time(), answer=answer))
             except OSError:
                 log.exception("late answer %s could not be kept", ident[:12])
                 with contextlib.suppress(OSError):  # a stale "running" would say 202 for ever
@@ -172,7 +176,7 @@ class AnswerStore:
         if not (owner or hmac.compare_digest(kept.who.encode(), who.encode())):
             return None
         if kept.answer is None and not self._running(kept.live):
-            return Kept(kept.who, kept.made, None, kept.live, lost=True)
+            return replace(kept, lost=True)
         return kept
 
     def close(self) -> None:

@@ -131,7 +131,7 @@ class Pool:
         if it cannot be kept (the folder cannot be written), the 504 says so: the call goes
         on all the same, and a charge it makes stays."""
         try:
-            ident = self.answers.keep(key, future, finish)
+            ident = self.answers.keep(key, future, finish, limit=limit)
         except OSError:
             log.exception("a late answer could not be kept")
             return Problem(504, "timeout",
