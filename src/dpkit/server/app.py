@@ -125,7 +125,7 @@ def create_app(config: ServerConfig | str | Path, **settings: Any) -> FastAPI:
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     # outermost: refuses oversized bodies before anything parses them, audits every answer
     app.add_middleware(Guard, max_body=config.max_body, audit=service.audit,
-                       pacing=service.pacing)
+                       pacing=lambda: service.pacing)
     return app
 
 

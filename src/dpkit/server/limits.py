@@ -18,6 +18,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,21 +76,33 @@ async def _send_problem(send: Any, problem: Problem) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+async def _hold(pacing: Pacing | None, state: dict[str, Any], arrived: float,
+                code: int) -> None:
+    """Hold an answer the route marked until its class boundary; a 504 is the top class
+    itself (its time is the timeout) and goes out at once."""
+    if pacing is None or not pacing.on or not state.get("paced") or code == 504:
+        return
+    took, boundary = await pacing.hold(arrived)
+    state["work_ms"] = round(took * 1000, 2)
+    state["class_ms"] = None if boundary is None else round(boundary * 1000, 2)
+
+
 class Guard:
     """ASGI middleware: body size limit, the answer held to its timing class when the route
     marked it (``request.state.paced``), then the audit line once the answer is sent."""
 
     def __init__(self, app: Any, *, max_body: int, audit: AuditLog | None,
-                 pacing: Pacing | None = None) -> None:
+                 pacing: Callable[[], Pacing] | None = None) -> None:
         self.app, self.max_body, self.audit = app, max_body, audit
-        self.pacing = pacing
+        self.pacing = pacing  # read per request: the service's, which a test may replace
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        arrived = self.pacing.clock() if self.pacing is not None else 0.0
+        pacing = self.pacing() if self.pacing is not None else None
+        arrived = pacing.clock() if pacing is not None else 0.0
         state = scope.setdefault("state", {})
         status = {"code": 500, "sent": False}
         too_large = Problem(413, "too-large",
@@ -109,7 +122,7 @@ class Guard:
 
         async def watched_send(msg: Any) -> None:
             if msg["type"] == "http.response.start":
-                await self._hold(state, arrived, msg["status"])
+                await _hold(pacing, state, arrived, msg["status"])
                 status["code"], status["sent"] = msg["status"], True
             await send(msg)
 
@@ -125,19 +138,10 @@ class Guard:
                 await _send_problem(send, too_large)
         except Exception:  # Starlette answers it 500 outside: held like any other answer
             if not status["sent"]:
-                await self._hold(state, arrived, 500)
+                await _hold(pacing, state, arrived, 500)
             raise
         finally:
             self._audit(scope, state, status["code"], started)
-
-    async def _hold(self, state: dict[str, Any], arrived: float, code: int) -> None:
-        """Hold a marked answer until its class boundary; a 504 is the top class itself (its
-        time is the timeout) and goes out at once."""
-        if self.pacing is None or not self.pacing.on or not state.get("paced") or code == 504:
-            return
-        took, boundary = await self.pacing.hold(arrived)
-        state["work_ms"] = round(took * 1000, 2)
-        state["class_ms"] = None if boundary is None else round(boundary * 1000, 2)
 
     def _audit(self, scope: Any, state: dict[str, Any], code: int, started: float) -> None:
         if self.audit is None:
