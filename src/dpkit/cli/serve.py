@@ -48,7 +48,7 @@ def owner_token(project: str) -> None:
 @click.option("--burst", default=60, show_default=True, type=int)
 @click.option("--timeout", default=30.0, show_default=True, type=float,
               help="seconds a request may run before a 504 (a charge made stays)")
-@click.option("--answer-deadline-ms", default=50.0, show_default=True, type=float,
+@click.option("--answer-deadline-ms", default=250.0, show_default=True, type=float,
               help="answers that read rows leave at the first timing class at or above "
                    "their time: this many ms, then x factor up to --timeout (0: off; "
                    "docs/service.md, Answer timing)")

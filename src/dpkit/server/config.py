@@ -71,7 +71,7 @@ class ServerConfig:
     extra: dict[str, Any] = field(default_factory=dict)
     data_root: str | None = None
     api_docs: bool = False
-    answer_deadline_ms: float = 50.0
+    answer_deadline_ms: float = 250.0
     answer_class_factor: float = 2.0
 
     def __post_init__(self) -> None:
