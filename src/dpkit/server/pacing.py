@@ -36,9 +36,13 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-import anyio
-
 __all__ = ["Pacing"]
+
+
+async def _sleep(seconds: float) -> None:
+    import anyio  # the [server] extra's (Starlette's): ServerConfig imports this module without
+
+    await anyio.sleep(seconds)
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ class Pacing:
     factor: float
     top: float
     clock: Callable[[], float] = field(default=time.monotonic, compare=False)
-    sleep: Callable[[float], Awaitable[None]] = field(default=anyio.sleep, compare=False)
+    sleep: Callable[[float], Awaitable[None]] = field(default=_sleep, compare=False)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.first) and self.first >= 0):
