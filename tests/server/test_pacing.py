@@ -227,3 +227,36 @@ def test_a_late_answer_is_readable_at_its_late_class(make_client: Any,
     assert got.status_code == 200, got.text
     assert late is not None and late.finished is not None
     assert time.monotonic() - sent >= 0.6 - 1e-3
+
+
+def test_a_held_answer_delays_no_other_request(make_client: Any, project: Project) -> None:
+    """While alice's answer is held (a 2 s class, real time), bob's budget is answered: the
+    hold is an await, not a blocked event loop or a held thread. Checked by order, not by a
+    time threshold: bob asks once alice's hold has begun and must be answered before her."""
+    import threading
+
+    import anyio
+
+    client = make_client(answer_deadline_ms=2000)
+    holding = threading.Event()
+
+    async def sleep(seconds: float) -> None:
+        holding.set()
+        await anyio.sleep(seconds)
+
+    client.app.state.service.pacing = Pacing(2.0, 2.0, 30.0, sleep=sleep)
+    done: dict[str, float] = {}
+
+    def alice() -> None:
+        r = client.post("/v1/query", json={"sql": SQL, "epsilon": 0.1},
+                        headers=project.headers(project.alice))
+        assert r.status_code == 200
+        done["alice"] = time.monotonic()
+
+    t = threading.Thread(target=alice)
+    t.start()
+    assert holding.wait(20)
+    r = client.get("/v1/budget", headers=project.headers(project.bob))
+    done["bob"] = time.monotonic()
+    t.join()
+    assert r.status_code == 200 and done["bob"] < done["alice"]
