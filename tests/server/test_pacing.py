@@ -7,7 +7,10 @@ The D/D' test runs the real service under a fake clock that the hold's sleep adv
 waiting): what it asserts is the arithmetic of the hold, not a wall-clock threshold. Its only
 real-time allowance is the few lines of code between the outer observer and the service's
 middleware (250 ms against microseconds: it fails only if the process stalls that long between
-two adjacent awaits)."""
+two adjacent awaits). The real-time tests assert lower bounds (an answer never leaves before
+its class: asyncio's sleep does not wake early) or an order (a budget read answered within
+another answer's 2 s hold: it fails only if that read takes 2 s), no statistics: no false-failure
+probability to state beyond a machine stalled for seconds."""
 
 from __future__ import annotations
 
