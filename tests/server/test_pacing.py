@@ -72,6 +72,8 @@ def test_classes_and_boundaries() -> None:
     off = Pacing(0.0, 2.0, 30.0)
     assert not off.on and off.classes() == [] and off.boundary(1.0) is None
     assert Pacing(60.0, 2.0, 30.0).classes() == [30.0]  # a first class past the timeout
+    # a request with a timeout of its own (a fit's): its classes go up to that
+    assert p.classes(120.0)[-2:] == [102.4, 120.0] and p.boundary(40.0, top=120.0) == 51.2
     # late answers: the request arrived top (30 s) before its 504 at made = 100
     assert p.late_ready(100.0, 100.5, 900.0) == 70.0 + 60.0
     assert p.late_ready(100.0, 130.1, 900.0) == 70.0 + 120.0
@@ -171,8 +173,13 @@ def test_a_failure_after_the_charge_is_held_too(served: Any,
     assert 5.0 <= observed.seen[-1][1] < 5.0 + SLACK
 
 
-def test_an_exception_escaping_the_routes_is_held() -> None:
-    """The Guard holds a marked request whose exception Starlette answers 500 outside it."""
+@pytest.mark.parametrize(("paced", "work", "left_at"),
+                         [(True, 0.0, 5.0), (60.0, 35.0, 40.0), (True, 35.0, 35.0)])
+def test_an_exception_escaping_the_routes_is_held(paced: Any, work: float,
+                                                  left_at: float) -> None:
+    """The Guard holds a marked request whose exception Starlette answers 500 outside it, up
+    to the request's own top class when it has one (a 60 s timeout: 35 s of work leave at
+    40 s; under the service's 30 s top the same work is past it and leaves as it comes)."""
     import anyio
 
     from dpkit.server.limits import Guard
@@ -181,7 +188,8 @@ def test_an_exception_escaping_the_routes_is_held() -> None:
     pacing = Pacing(5.0, 2.0, 30.0, clock=clock, sleep=clock.sleep)
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        scope["state"]["paced"] = True
+        scope["state"]["paced"] = paced
+        clock.offset += work
         raise RuntimeError("escaped")
 
     async def main() -> float:
@@ -191,7 +199,7 @@ def test_an_exception_escaping_the_routes_is_held() -> None:
             await guard({"type": "http", "headers": []}, None, None)
         return clock() - start
 
-    assert 5.0 <= anyio.run(main) < 5.0 + SLACK
+    assert left_at <= anyio.run(main) < left_at + SLACK
 
 
 def test_the_real_hold_waits_for_the_boundary(make_client: Any, project: Project) -> None:

@@ -80,9 +80,10 @@ async def _hold(pacing: Pacing | None, state: dict[str, Any], arrived: float,
                 code: int) -> None:
     """Hold an answer the route marked until its class boundary; a 504 is the top class
     itself (its time is the timeout) and goes out at once."""
-    if pacing is None or not pacing.on or not state.get("paced") or code == 504:
+    paced = state.get("paced")  # True, or the request's own timeout (its top class)
+    if pacing is None or not pacing.on or not paced or code == 504:
         return
-    took, boundary = await pacing.hold(arrived)
+    took, boundary = await pacing.hold(arrived, None if paced is True else float(paced))
     state["work_ms"] = round(took * 1000, 2)
     state["class_ms"] = None if boundary is None else round(boundary * 1000, 2)
 

@@ -7,12 +7,14 @@ selections' work). So the service holds every answer that touched rows (queries,
 fits, and the failures after their charge) until the smallest **class boundary** at or above
 the time it took since its request arrived:
 
-    first, first·f, first·f², ...   below the service's timeout (the top class),
+    first, first·f, first·f², ...   below the request's timeout (the top class),
 
 each boundary a function of the deployment's settings only (``answer_deadline_ms`` = first,
-``answer_class_factor`` = f, ``timeout``). What leaves the service is then one of K classes:
-an answer carries at most log2(K) bits about its own timing, and carries none unless the work
-crosses a boundary on one of D, D' and not on the other. This is a bounded channel, not a DP
+``answer_class_factor`` = f, and the timeout the request runs under: the service's
+``timeout``, or an endpoint's own where it passes one to ``Caller.run``). What leaves the
+service is then one of K classes: an answer carries at most log2(K) bits about its own
+timing, and carries none unless the work crosses a boundary on one of D, D' and not on the
+other. This is a bounded channel, not a DP
 guarantee: an analyst who can place its own work near a boundary (a query's shape, a slow
 upload) learns at most whether the data's share of the time crossed it. A deployment whose
 answers all finish below ``first`` releases every answer at ``first`` exactly (one class, no
@@ -69,29 +71,33 @@ class Pacing:
     def on(self) -> bool:
         return self.first > 0
 
-    def classes(self) -> list[float]:
+    def classes(self, top: float | None = None) -> list[float]:
         """Every boundary up to the top (the top included): K = len(classes()); none when
-        pacing is off."""
+        pacing is off. ``top``: this request's own timeout where it has one (a fit's), else
+        the service's."""
         if not self.on:
             return []
+        top = self.top if top is None else top
         out, b = [], self.first
-        while b < self.top:
+        while b < top:
             out.append(b)
             b *= self.factor
-        return [*out, self.top]
+        return [*out, top]
 
-    def boundary(self, elapsed: float) -> float | None:
+    def boundary(self, elapsed: float, top: float | None = None) -> float | None:
         """The smallest boundary >= ``elapsed``; None past the top (sent as it comes)."""
-        if not self.on or elapsed > self.top:
+        classes = self.classes(top)
+        if not classes or elapsed > classes[-1]:
             return None
-        return next(b for b in self.classes() if b >= elapsed)
+        return next(b for b in classes if b >= elapsed)
 
-    async def hold(self, started: float) -> tuple[float, float | None]:
+    async def hold(self, started: float,
+                   top: float | None = None) -> tuple[float, float | None]:
         """Wait until the class boundary of the time since ``started`` (a ``clock`` reading
         taken when the request arrived); the time it took and the boundary (None: past the
         top, not held)."""
         took = self.clock() - started
-        b = self.boundary(took)
+        b = self.boundary(took, top)
         if b is not None:
             left = started + b - self.clock()
             if left > 0:

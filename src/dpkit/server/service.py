@@ -55,8 +55,8 @@ class Caller:
         may read rows (a query, a release, a fit), so its answer, whatever it is, leaves at
         its timing class (:mod:`dpkit.server.pacing`): a failure after the charge too."""
         pool = self.service.pool
-        if reads_rows:
-            self.request.state.paced = True
+        if reads_rows:  # its top class: the timeout this call runs under
+            self.request.state.paced = timeout if timeout is not None else pool.timeout
         try:
             if exclusive:
                 return pool.exclusive(call)
@@ -73,7 +73,8 @@ class Caller:
 
     def charged(self, epsilon: float, delta: float) -> None:
         self.request.state.charge = {"epsilon": epsilon, "delta": delta}
-        self.request.state.paced = True  # a charged answer read rows, whatever its route
+        if not getattr(self.request.state, "paced", None):  # a charged answer read rows,
+            self.request.state.paced = True  # whatever its route
 
 
 def caller(request: Request,
