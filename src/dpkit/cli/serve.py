@@ -54,6 +54,12 @@ def owner_token(project: str) -> None:
               help="late answers (504s) kept for GET /v1/answers/{id}, in PROJECT/answers")
 @click.option("--answers-max-age", default=900.0, show_default=True, type=float,
               help="seconds a late answer is kept after its 504")
+@click.option("--answer-deadline-ms", default=250.0, show_default=True, type=float,
+              help="answers that read rows leave at the first timing class at or above "
+                   "their time: this many ms, then x factor up to --timeout (0: off; "
+                   "docs/service.md, Answer timing)")
+@click.option("--answer-class-factor", default=2.0, show_default=True, type=float,
+              help="each timing class is this many times the one before (>= 1.1)")
 @click.option("--audit-log", type=click.Path(dir_okay=False),
               help="JSON-lines audit file [default: PROJECT/audit.jsonl]")
 @click.option("--oidc-public-key", type=click.Path(exists=True, dir_okay=False),
@@ -71,7 +77,8 @@ def owner_token(project: str) -> None:
 def serve(project: str, host: str, port: int, workers: int, owner_token_file: str | None,
           init_owner_token: bool, ssl_keyfile: str | None, ssl_certfile: str | None,
           max_body: int, rate: float, burst: int, timeout: float, fit_timeout: float,
-          answers_kept: int, answers_max_age: float, audit_log: str | None,
+          answers_kept: int, answers_max_age: float, answer_deadline_ms: float,
+          answer_class_factor: float, audit_log: str | None,
           oidc_public_key: str | None, oidc_jwks_url: str | None, oidc_audience: str | None,
           oidc_issuer: str | None, oidc_claim: str, data_root: str | None,
           api_docs: bool) -> None:
@@ -95,6 +102,8 @@ def serve(project: str, host: str, port: int, workers: int, owner_token_file: st
                           max_body=max_body, rate=rate, burst=burst, timeout=timeout,
                           fit_timeout=fit_timeout, answers_kept=answers_kept,
                           answers_max_age=answers_max_age,
+                          answer_deadline_ms=answer_deadline_ms,
+                          answer_class_factor=answer_class_factor,
                           audit_log=audit_log, oidc=oidc, api_docs=api_docs,
                           data_root=str(Path(data_root).resolve()) if data_root else None)
     if init_owner_token:  # after every setting was checked: a refusal changes nothing
@@ -107,6 +116,11 @@ def serve(project: str, host: str, port: int, workers: int, owner_token_file: st
     docs = "/docs (loads Swagger UI from a CDN)" if api_docs else "/openapi.json"
     console.print(f"dpkit service for {project}: {scheme}://{host}:{port}/ "
                   f"(API: {docs}; tables from {config.data_root_path}); Ctrl-C stops it",
+                  markup=False, highlight=False)
+    classes = config.pacing().classes()
+    console.print(f"answers that read rows leave at {len(classes)} timing classes: "
+                  f"{', '.join(f'{b * 1000:g}' for b in classes)} ms" if classes else
+                  "answers leave as they come (--answer-deadline-ms 0: no timing classes)",
                   markup=False, highlight=False)
     run_service(config, host=host, port=port, workers=workers, ssl_keyfile=ssl_keyfile,
                 ssl_certfile=ssl_certfile)

@@ -232,5 +232,6 @@ def fit(body: FitIn, c: AnalystCall) -> Any:
         c.charged(float(tm.epsilon), float(tm.delta))
         return fit_json(tm, body, cur)
 
-    # a fit takes longer than a query: its own limit (``dpkit serve --fit-timeout``)
-    return c.run(call, timeout=c.service.config.fit_timeout)
+    # a fit takes longer than a query: its own limit (``dpkit serve --fit-timeout``), which
+    # is also its answer's top timing class
+    return c.run(call, timeout=c.service.config.fit_timeout, reads_rows=True)
