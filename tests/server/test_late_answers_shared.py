@@ -29,6 +29,16 @@ def _locked(project: Project) -> sqlite3.Connection:
     return lock
 
 
+def _held(client: Any, project: Project, path: str, body: Any, token: str) -> Any:
+    """``client``'s answer to ``body`` at ``path`` while the ledger is held (a 504)."""
+    lock = _locked(project)
+    try:
+        return client.post(path, json=body, headers=project.headers(token))
+    finally:
+        lock.rollback()
+        lock.close()
+
+
 def _done(value: Any) -> Future[Any]:
     f: Future[Any] = Future()
     f.set_result(value)
@@ -190,13 +200,9 @@ def test_a_fit_has_its_own_timeout(make_client: Any, project: Project) -> None:
     finally:
         release.join()
     assert fit.status_code == 200, fit.text
-    lock.execute("BEGIN EXCLUSIVE")
-    try:
-        late = client.post("/v1/query", json={"sql": SQL, "epsilon": 0.1}, headers=h)
-        assert late.status_code == 504
-    finally:
-        lock.rollback()
-        lock.close()
+    lock.close()
+    late = _held(client, project, "/v1/query", {"sql": SQL, "epsilon": 0.1}, project.bob)
+    assert late.status_code == 504
     assert polled(client, late.headers["Location"], h).status_code == 200
     with pytest.raises(ValueError, match="fit_timeout"):
         make_client(fit_timeout=0)
@@ -261,13 +267,7 @@ def test_an_answer_that_cannot_be_kept_is_still_a_504(make_client: Any, project:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(client.app.state.service.pool.answers, "_write", full)
-    lock = _locked(project)
-    try:
-        r = client.post("/v1/query", json={"sql": SQL, "epsilon": 0.1},
-                        headers=project.headers(project.alice))
-    finally:
-        lock.rollback()
-        lock.close()
+    r = _held(client, project, "/v1/query", {"sql": SQL, "epsilon": 0.1}, project.alice)
     assert r.status_code == 504 and "answer_id" not in r.json()
     assert "cannot be kept" in r.json()["detail"] and "/v1/history" in r.json()["detail"]
     deadline = time.monotonic() + 20
