@@ -1,0 +1,101 @@
+"""Fourth red-team pass (FINDINGS.md, section J): the service's new surfaces (late answers,
+private fits over HTTP, per-analyst caps) attacked as an analyst and as a co-tenant. Each test
+failed before its fix."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("httpx")
+
+from tests.server.conftest import SQL, Project, make_project
+from tests.server.test_endpoints import charges
+
+from dpkit.server.client import Client
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    return make_project(tmp_path)
+
+
+def _app(project: Project, **settings: Any) -> Any:
+    from fastapi.testclient import TestClient
+
+    from dpkit.server.app import create_app
+    from dpkit.server.auth import owner_hashes
+
+    app = create_app(project.path, owner_token_sha256=owner_hashes(project.path), **settings)
+    return TestClient(app, raise_server_exceptions=False)
+
+
+@pytest.fixture
+def served(project: Project) -> Iterator[Any]:
+    made: list[Any] = []
+
+    def make(**settings: Any) -> Any:
+        c = _app(project, **settings)
+        c.__enter__()
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.__exit__(None, None, None)
+        c.app.state.service.close()
+
+
+def local_client(app_client: Any, token: str) -> Client:
+    """A :class:`Client` whose HTTP goes through the in-process app."""
+
+    class Local(Client):
+        def request(self, method: str, path: str, body: Any = None) -> Any:
+            r = app_client.request(method, path, json=body,
+                                   headers={"Authorization": f"Bearer {self._token}"})
+            if r.status_code >= 400:
+                self._raise(r.status_code, r.headers.get("content-type", ""), r.content,
+                            r.headers.get("Retry-After"))
+            return r.status_code, r.headers.get("content-type", ""), r.content
+
+    return Local("http://local", token)
+
+
+def test_j1_a_rate_limited_poll_does_not_lose_a_charged_answer(
+        served: Any, project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """J1: ``Client.sql(wait=...)`` polls its kept answer once a second; a 429 on a poll (the
+    analyst's own rate, here 0.5/s) was raised out of ``sql()`` as "retry after": the answer
+    id was lost, the charge made, and the natural retry charged again. Now the client waits
+    the Retry-After and polls on: one charge, the answer."""
+    import time as _time
+
+    from dpkit.server import client as client_module
+
+    app_client = served(timeout=0.3, rate=0.5, burst=2)
+    naps: list[float] = []
+    real_sleep = _time.sleep
+
+    def sleep(s: float) -> None:  # the Retry-After is whole seconds: record, sleep briefly
+        naps.append(s)
+        real_sleep(min(s, 0.6))
+
+    monkeypatch.setattr(client_module.time, "sleep", sleep)
+    cl = local_client(app_client, project.alice)
+    lock = sqlite3.connect(project.path / "ledger.sqlite", timeout=0, check_same_thread=False)
+    lock.execute("BEGIN EXCLUSIVE")  # the query waits past the timeout: 504, then polled
+    release = threading.Timer(2.5, lock.rollback)
+    release.start()
+    try:
+        res = cl.sql(SQL, epsilon=0.1, wait=60.0)
+    finally:
+        release.join()
+        lock.close()
+    assert res.columns == ["g", "n"] and res.epsilon == 0.1
+    assert charges(project) == 1
+    assert any(n >= 1.0 for n in naps), naps  # it did meet a 429 and waited it out
