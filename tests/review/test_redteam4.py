@@ -99,3 +99,35 @@ def test_j1_a_rate_limited_poll_does_not_lose_a_charged_answer(
     assert res.columns == ["g", "n"] and res.epsilon == 0.1
     assert charges(project) == 1
     assert any(n >= 1.0 for n in naps), naps  # it did meet a 429 and waited it out
+
+
+#: option combinations whose split of a tiny epsilon left a release that fit could not sample
+TOO_SMALL = [
+    ("linear_regression", {"alpha": 1e-200, "fit_intercept": False}, "v", 1e-12, 1e-300),
+    ("logistic_regression", {"feature_norm": 1e-300, "max_iter": 1}, "y", 1e-300, 1e-300),
+    ("logistic_regression", {"learning_rate": 1e300}, "y", 1e-300, 1e-300),
+    ("logistic_regression", {"max_iter": 10_000}, "y", 1e-12, 1e-300),
+]
+
+
+@pytest.mark.parametrize("case", TOO_SMALL, ids=lambda c: f"{c[0]}-{c[3]:g}")
+def test_j2_an_epsilon_too_small_for_a_fits_gaussian_releases_is_refused_before_the_charge(
+        tmp_path: Path, case: tuple[str, dict[str, Any], str, float, float]) -> None:
+    """J2: a fit whose epsilon, split over its releases (the row count, each of max_iter
+    gradient steps, the Gram matrix), leaves a release rho of 0 or a variance past the exact
+    sampler's limit passed privacy_event, was charged, and failed inside fit (the
+    after-charge error, through POST /v1/fit as through cur.fit); now refused, nothing
+    charged. The same on an empty read (no leak): a loss like G5/G8."""
+    from tests.server.test_fit_endpoint import Served, _frame
+
+    model, options, label, epsilon, delta = case
+    s = Served(tmp_path, _frame(60), epsilon=10.0, delta=1e-3)
+    try:
+        rows = s.ledger_rows()
+        r = s.post("/v1/fit", {"model": model, "sql": "SELECT x, g FROM t", "label": label,
+                               "epsilon": epsilon, "delta": delta, "options": options})
+        assert r.status_code == 409, r.text
+        assert "too small" in r.json()["detail"] and "charged (ledger" not in r.text, r.text
+        assert s.ledger_rows() == rows  # refused before the charge
+    finally:
+        s.close()
