@@ -131,3 +131,39 @@ def test_j2_an_epsilon_too_small_for_a_fits_gaussian_releases_is_refused_before_
         assert s.ledger_rows() == rows  # refused before the charge
     finally:
         s.close()
+
+
+def test_j4_a_view_in_a_database_under_the_data_root_cannot_read_past_it(
+        served: Any, project: Project, tmp_path: Path) -> None:
+    """J4: the data root confines ``POST /v1/tables`` to files under it, opened without
+    following a name again; but a DuckDB database there may hold a *view*, and the load ran
+    it: ``CREATE VIEW v AS SELECT * FROM read_csv('/outside/file')`` (or
+    ``read_text('PROJECT/ledger.key')``) was loaded as a table, the very files the root keeps
+    out. Now only stored tables load from a database over HTTP; the owner's own process
+    (``cur.add_table``) still reads views."""
+    import duckdb
+
+    import dpkit as dp
+
+    client = served()
+    outside = tmp_path / "outside.csv"
+    outside.write_text("line\nSECRET-OUTSIDE-THE-ROOT\n")
+    root = project.path / "data"
+    root.mkdir()
+    with duckdb.connect(str(root / "evil.duckdb")) as con:
+        con.execute(f"CREATE VIEW v AS SELECT * FROM read_csv('{outside}')")
+        con.execute(f"CREATE VIEW k AS SELECT content FROM read_text("
+                    f"'{project.path / 'ledger.key'}')")
+        con.execute("CREATE TABLE stored AS SELECT 1 AS z")
+    h = project.headers(project.owner)
+    for source in ("evil.duckdb::v", "evil.duckdb::k"):
+        r = client.post("/v1/tables", headers=h,
+                        json={"name": "leak", "source": source, "public": True})
+        assert r.status_code == 409 and "is a view" in r.json()["detail"], r.text
+    assert "leak" not in client.get("/v1/tables", headers=h).text
+    r = client.post("/v1/tables", headers=h,
+                    json={"name": "ok", "source": "evil.duckdb::stored", "public": True})
+    assert r.status_code == 201, r.text
+    own = make_project(tmp_path / "own")  # the owner's process reads views (it is the owner)
+    with dp.Curator.open(own.path) as cur:
+        assert cur.add_table("mine", f"{root / 'evil.duckdb'}::v", public=True).public
