@@ -167,3 +167,27 @@ def test_j4_a_view_in_a_database_under_the_data_root_cannot_read_past_it(
     own = make_project(tmp_path / "own")  # the owner's process reads views (it is the owner)
     with dp.Curator.open(own.path) as cur:
         assert cur.add_table("mine", f"{root / 'evil.duckdb'}::v", public=True).public
+
+
+def test_j3_one_analysts_late_answers_do_not_push_out_anothers() -> None:
+    """J3: the late-answer store kept at most ``count`` answers, dropping the oldest first,
+    whoever's: a co-tenant whose requests run past the timeout (a low ``--timeout``, a few
+    analysts together) pushed out alice's answer before she fetched it, a charge she paid
+    for nothing. Now the oldest answer of whoever holds the most goes first."""
+    from concurrent.futures import Future
+
+    from dpkit.server.answers import AnswerStore
+
+    def done(value: Any) -> Future[Any]:
+        f: Future[Any] = Future()
+        f.set_result(value)
+        return f
+
+    store = AnswerStore(count=4)
+    mine = store.keep("alice", done("alice's answer"))
+    flood = [store.keep("mallory", done(i)) for i in range(10)]
+    got = store.get(mine, "alice", owner=False)
+    assert got is not None and got.future.result() == "alice's answer"
+    assert store.get(flood[0], "mallory", owner=False) is None  # hers went first
+    assert store.get(flood[-1], "mallory", owner=False) is not None
+    assert len(store._items) == 4

@@ -42,7 +42,8 @@ class Late:
 
 
 class AnswerStore:
-    """At most ``count`` answers, each kept ``max_age`` seconds after its 504."""
+    """At most ``count`` answers, each kept ``max_age`` seconds after its 504; beyond
+    ``count``, the oldest of whoever holds the most goes first."""
 
     def __init__(self, *, count: int = 1000, max_age: float = 900.0) -> None:
         self.count, self.max_age = count, max_age
@@ -56,9 +57,20 @@ class AnswerStore:
         with self._lock:
             self._expire()
             self._items[ident] = Late(owner, future, time.monotonic(), render)
-            while len(self._items) > self.count:  # the oldest go first
-                self._items.popitem(last=False)
+            while len(self._items) > self.count:
+                self._evict()
         return ident
+
+    def _evict(self) -> None:
+        """Drop the oldest answer of the analyst who holds the most: one analyst's flood of
+        late requests must not push out another's answer, charged and not yet fetched
+        (FINDINGS.md J3)."""
+        held: dict[str, int] = {}
+        for late in self._items.values():
+            held[late.owner] = held.get(late.owner, 0) + 1
+        most = max(held.values())
+        ident = next(i for i, late in self._items.items() if held[late.owner] == most)
+        del self._items[ident]
 
     def get(self, ident: str, who: str, *, owner: bool) -> Late | None:
         """The kept work, or None when unknown, expired or another analyst's."""
