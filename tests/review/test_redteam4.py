@@ -191,3 +191,35 @@ def test_j3_one_analysts_late_answers_do_not_push_out_anothers() -> None:
     assert store.get(flood[0], "mallory", owner=False) is None  # hers went first
     assert store.get(flood[-1], "mallory", owner=False) is not None
     assert len(store._items) == 4
+
+
+def test_j5_an_analysts_fresh_credentials_share_one_rate_limit(
+        served: Any, project: Project, tmp_path: Path) -> None:
+    """J5: the rate limiter kept one bucket per credential (its hash), so an analyst behind an
+    identity provider, which mints a fresh JWT at each sign-in or refresh, had a fresh burst
+    with each JWT (and each added a bucket that was never dropped); now one bucket per
+    analyst, whichever credential it signs in with."""
+    import time
+
+    jwt = pytest.importorskip("jwt")
+    rsa = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.rsa")
+    from cryptography.hazmat.primitives import serialization
+
+    from dpkit.server.config import OidcConfig
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pub = tmp_path / "idp.pem"
+    pub.write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    client = served(rate=0.01, burst=3, oidc=OidcConfig(public_key=str(pub), audience="dpkit"))
+    now = int(time.time())
+
+    def fresh(i: int) -> dict[str, str]:  # what the IdP hands out at each sign-in
+        body = {"sub": "alice", "aud": "dpkit", "exp": now + 300, "jti": f"sign-in-{i}"}
+        return {"Authorization": "Bearer " + jwt.encode(body, key, algorithm="RS256")}
+
+    statuses = [client.get("/v1/me", headers=fresh(i)).status_code for i in range(6)]
+    statuses.append(client.get("/v1/me", headers=project.headers(project.alice)).status_code)
+    assert statuses == [200, 200, 200, 429, 429, 429, 429], statuses
+    assert client.get("/v1/me", headers=project.headers(project.bob)).status_code == 200
+    assert len(client.app.state.service.limiter._buckets) == 2  # alice's and bob's
