@@ -48,8 +48,8 @@ class ServerConfig:
     ``owner_token_sha256``: hashes of the owner tokens that reach the owner endpoints (the
     plain tokens are never kept). ``max_body``: request bytes (413 beyond). ``rate`` and
     ``burst``: per-caller (analyst or owner) token bucket, requests per second (429 beyond).
-    ``timeout``:
-    seconds a query may run before the service answers 504 (a charge made stays).
+    ``timeout``: seconds a query may run before the service answers 504 (a charge made
+    stays).
     ``audit_log``: JSON lines file (default ``PROJECT/audit.jsonl``). ``data_root``: the folder
     ``POST /v1/tables`` may read sources from (default ``PROJECT/data``;
     :mod:`dpkit.server.paths`). ``api_docs``: serve ``/docs``, a Swagger UI page that loads its
