@@ -4,9 +4,6 @@ failed before its fix."""
 
 from __future__ import annotations
 
-import sqlite3
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,60 +12,12 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
 
-from tests.server.conftest import SQL, Project, make_project
+from tests.server.conftest import SQL, Project, idp_key, ledger_held, local_client, make_project
 from tests.server.test_endpoints import charges
-
-from dpkit.server.client import Client
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Project:
-    return make_project(tmp_path)
-
-
-def _app(project: Project, **settings: Any) -> Any:
-    from fastapi.testclient import TestClient
-
-    from dpkit.server.app import create_app
-    from dpkit.server.auth import owner_hashes
-
-    app = create_app(project.path, owner_token_sha256=owner_hashes(project.path), **settings)
-    return TestClient(app, raise_server_exceptions=False)
-
-
-@pytest.fixture
-def served(project: Project) -> Iterator[Any]:
-    made: list[Any] = []
-
-    def make(**settings: Any) -> Any:
-        c = _app(project, **settings)
-        c.__enter__()
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.__exit__(None, None, None)
-        c.app.state.service.close()
-
-
-def local_client(app_client: Any, token: str) -> Client:
-    """A :class:`Client` whose HTTP goes through the in-process app."""
-
-    class Local(Client):
-        def request(self, method: str, path: str, body: Any = None) -> Any:
-            r = app_client.request(method, path, json=body,
-                                   headers={"Authorization": f"Bearer {self._token}"})
-            if r.status_code >= 400:
-                self._raise(r.status_code, r.headers.get("content-type", ""), r.content,
-                            r.headers.get("Retry-After"))
-            return r.status_code, r.headers.get("content-type", ""), r.content
-
-    return Local("http://local", token)
 
 
 def test_j1_a_rate_limited_poll_does_not_lose_a_charged_answer(
-        served: Any, project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+        make_client: Any, project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     """J1: ``Client.sql(wait=...)`` polls its kept answer once a second; a 429 on a poll (the
     analyst's own rate, here 0.5/s) was raised out of ``sql()`` as "retry after": the answer
     id was lost, the charge made, and the natural retry charged again. Now the client waits
@@ -77,7 +26,7 @@ def test_j1_a_rate_limited_poll_does_not_lose_a_charged_answer(
 
     from dpkit.server import client as client_module
 
-    app_client = served(timeout=0.3, rate=0.5, burst=2)
+    app_client = make_client(timeout=0.3, rate=0.5, burst=2)
     naps: list[float] = []
     real_sleep = _time.sleep
 
@@ -87,15 +36,8 @@ def test_j1_a_rate_limited_poll_does_not_lose_a_charged_answer(
 
     monkeypatch.setattr(client_module.time, "sleep", sleep)
     cl = local_client(app_client, project.alice)
-    lock = sqlite3.connect(project.path / "ledger.sqlite", timeout=0, check_same_thread=False)
-    lock.execute("BEGIN EXCLUSIVE")  # the query waits past the timeout: 504, then polled
-    release = threading.Timer(2.5, lock.rollback)
-    release.start()
-    try:
+    with ledger_held(project.path, 2.5):  # the query waits past the timeout: 504, polled
         res = cl.sql(SQL, epsilon=0.1, wait=60.0)
-    finally:
-        release.join()
-        lock.close()
     assert res.columns == ["g", "n"] and res.epsilon == 0.1
     assert charges(project) == 1
     assert any(n >= 1.0 for n in naps), naps  # it did meet a 429 and waited it out
@@ -134,7 +76,7 @@ def test_j2_an_epsilon_too_small_for_a_fits_gaussian_releases_is_refused_before_
 
 
 def test_j4_a_view_in_a_database_under_the_data_root_cannot_read_past_it(
-        served: Any, project: Project, tmp_path: Path) -> None:
+        make_client: Any, project: Project, tmp_path: Path) -> None:
     """J4: the data root confines ``POST /v1/tables`` to files under it, opened without
     following a name again; but a DuckDB database there may hold a *view*, and the load ran
     it: ``CREATE VIEW v AS SELECT * FROM read_csv('/outside/file')`` (or
@@ -145,7 +87,7 @@ def test_j4_a_view_in_a_database_under_the_data_root_cannot_read_past_it(
 
     import dpkit as dp
 
-    client = served()
+    client = make_client()
     outside = tmp_path / "outside.csv"
     outside.write_text("line\nSECRET-OUTSIDE-THE-ROOT\n")
     root = project.path / "data"
@@ -194,7 +136,7 @@ def test_j3_one_analysts_late_answers_do_not_push_out_anothers() -> None:
 
 
 def test_j5_an_analysts_fresh_credentials_share_one_rate_limit(
-        served: Any, project: Project, tmp_path: Path) -> None:
+        make_client: Any, project: Project, tmp_path: Path) -> None:
     """J5: the rate limiter kept one bucket per credential (its hash), so an analyst behind an
     identity provider, which mints a fresh JWT at each sign-in or refresh, had a fresh burst
     with each JWT (and each added a bucket that was never dropped); now one bucket per
@@ -202,16 +144,10 @@ def test_j5_an_analysts_fresh_credentials_share_one_rate_limit(
     import time
 
     jwt = pytest.importorskip("jwt")
-    rsa = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.rsa")
-    from cryptography.hazmat.primitives import serialization
-
     from dpkit.server.config import OidcConfig
 
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pub = tmp_path / "idp.pem"
-    pub.write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-    client = served(rate=0.01, burst=3, oidc=OidcConfig(public_key=str(pub), audience="dpkit"))
+    key, pub = idp_key(tmp_path)
+    client = make_client(rate=0.01, burst=3, oidc=OidcConfig(public_key=str(pub), audience="dpkit"))
     now = int(time.time())
 
     def fresh(i: int) -> dict[str, str]:  # what the IdP hands out at each sign-in
