@@ -159,3 +159,49 @@ def test_j5_an_analysts_fresh_credentials_share_one_rate_limit(
     assert statuses == [200, 200, 200, 429, 429, 429, 429], statuses
     assert client.get("/v1/me", headers=project.headers(project.bob)).status_code == 200
     assert len(client.app.state.service.limiter._buckets) == 2  # alice's and bob's
+
+
+#: the console's ``call`` against a scripted ``fetch``: a 504 naming a kept answer, then a
+#: poll refused by the rate limit, then still running, then the answer
+CONSOLE_POLL = """
+const answers = [
+  [504, {detail: "ran past", answer_id: "ans_x", answer_url: "/v1/answers/ans_x"}],
+  [429, {title: "Too many requests", detail: "rate limited"}, {"Retry-After": "1"}],
+  [202, {status: "running"}, {"Retry-After": "1"}],
+  [200, {columns: ["n"], rows: [[1]]}],
+];
+const calls = [];
+globalThis.sessionStorage = {getItem: () => "tok", setItem() {}, removeItem() {}};
+globalThis.fetch = async (url, init) => {
+  calls.push(init.method + " " + url);
+  const [status, body, headers] = answers.shift();
+  return new Response(JSON.stringify(body), {status, headers: {
+    "Content-Type": "application/json", ...(headers || {})}});
+};
+const api = await import(process.argv.at(-1));
+try {
+  console.log(JSON.stringify({ok: await api.call("POST", "query", {sql: "x"}, "tok"), calls}));
+} catch (err) {
+  console.log(JSON.stringify({error: err.status, calls}));
+}
+"""
+
+
+def test_j1_the_console_polls_through_a_rate_limited_poll() -> None:
+    """J1, the console's side: its poll of a kept answer showed a 429 as the request's
+    answer (the id lost, the charge made; "Run" again charged twice). Now it waits the
+    Retry-After and polls on (Node runs the console's own api.js against a scripted fetch)."""
+    import json
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    api = Path(__file__).resolve().parents[2] / "src/dpkit/server/static/js/api.js"
+    done = subprocess.run([node, "--input-type=module", "-", str(api)], input=CONSOLE_POLL,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out.get("ok") == {"columns": ["n"], "rows": [[1]]}, out
+    assert out["calls"] == ["POST v1/query"] + ["GET v1/answers/ans_x"] * 3
