@@ -205,3 +205,29 @@ def test_j1_the_console_polls_through_a_rate_limited_poll() -> None:
     out = json.loads(done.stdout)
     assert out.get("ok") == {"columns": ["n"], "rows": [[1]]}, out
     assert out["calls"] == ["POST v1/query"] + ["GET v1/answers/ans_x"] * 3
+
+
+def test_j3_kept_answers_are_bounded_in_bytes_too() -> None:
+    """J3, memory: kept answers were bounded in count only, and a late synthetic release
+    is tens of MB; past ``max_bytes`` the largest holder's oldest answers go first."""
+    from concurrent.futures import Future
+
+    from dpkit.server.answers import AnswerStore
+
+    def done(value: Any) -> Future[Any]:
+        f: Future[Any] = Future()
+        f.set_result(value)
+        return f
+
+    store = AnswerStore(max_bytes=100)
+    mine = store.keep("alice", done({"rows": [[1]]}))
+    big = [store.keep("mallory", done(("x" * 60, None))) for _ in range(3)]
+    assert store.get(mine, "alice", owner=False) is not None
+    assert [store.get(i, "mallory", owner=False) is not None for i in big] == [False, False, True]
+    running: Future[Any] = Future()
+    later = store.keep("alice", running)  # sized when done
+    assert store.get(later, "alice", owner=False) is not None
+    running.set_result("y" * 30)  # 16 + 60 + 30 > 100: mallory holds more, hers goes
+    assert store.get(later, "alice", owner=False) is not None
+    assert store.get(mine, "alice", owner=False) is not None
+    assert store.get(big[2], "mallory", owner=False) is None
