@@ -41,6 +41,10 @@ class Late:
     made: float
     render: Callable[[Any], Any] | None = None
     size: int = 0  # the answer's bytes, once done (a JSON text's length, near enough)
+    finished: float | None = None  # when its work ended (time.monotonic), for its class
+
+    def ended(self, future: Future[Any]) -> None:
+        self.finished = time.monotonic()
 
 
 class AnswerStore:
@@ -58,11 +62,13 @@ class AnswerStore:
              render: Callable[[Any], Any] | None = None) -> str:
         """A fresh unguessable id under which ``future``'s answer is kept for ``owner``."""
         ident = "ans_" + token_hex(16)
+        late = Late(owner, future, time.monotonic(), render)
+        future.add_done_callback(late.ended)
         with self._lock:
             self._expire()
-            self._items[ident] = Late(owner, future, time.monotonic(), render)
+            self._items[ident] = late
             while len(self._items) > self.count:
-                self._evict(lambda late: 1)
+                self._evict(lambda kept: 1)
         # outside the lock: a future already done calls back at once, in this thread
         future.add_done_callback(lambda done: self._sized(ident, done))
         return ident
