@@ -10,7 +10,7 @@ import { attachCompletion } from "./complete.js";
 import { initOwner, loadAnalysts } from "./owner.js";
 import { fillReleaseTables, initRelease } from "./release.js";
 import {
-  chartData, consoleText, el, renderBudget, renderHistory, renderPreview, renderTables, resultCsv,
+  chartData, consoleText, el, exampleSql, renderBudget, renderHistory, renderPreview, renderTables, resultCsv,
   resultTable,
 } from "./views.js";
 
@@ -43,6 +43,7 @@ function signOut(message = "") {
   tables = [];
   role = "analyst";
   $("query-form").reset();
+  $("sql").placeholder = exampleSql([]);
   $("add-analyst-form").reset();
   $("release-form").reset();
   for (const id of ["preview", "new-token", "tables-list", "warnings", "notes"]) $(id).replaceChildren();
@@ -80,6 +81,7 @@ async function loadHistory() {
 async function loadTables() {
   try {
     tables = (await call("GET", "tables")).tables;
+    $("sql").placeholder = exampleSql(tables);
     renderTables($("tables-list"), tables, useTable);
     fillReleaseTables(tables);
   } catch (err) { handle("tables-error", err); }
@@ -87,10 +89,7 @@ async function loadTables() {
 
 function useTable(t) {
   const sql = $("sql");
-  const key = t.columns.find((c) => c.domain) || null;
-  sql.value = key
-    ? `SELECT ${key.name}, COUNT(*) FROM ${t.name} GROUP BY ${key.name}`
-    : `SELECT COUNT(*) FROM ${t.name}`;
+  sql.value = exampleSql([t]);
   sql.focus();
 }
 

@@ -39,11 +39,13 @@ function headRow(names) {
   return el("thead", {}, el("tr", {}, ...names.map((n) => el("th", { scope: "col", text: n }))));
 }
 
-export function fillTable(table, names, rows, caption) {
+// classes[j]: the class of column j's cells ("num nowrap", "sql"; a number is "num" anyway)
+export function fillTable(table, names, rows, caption, classes = []) {
   // data-label: on a narrow screen each row becomes a card of "label: value" lines (app.css)
   const body = el("tbody", {}, ...rows.map((r) => el("tr", {}, ...r.map((c, j) =>
-    c instanceof Node ? el("td", { "data-label": names[j] }, c)
-      : el("td", { text: fmt(c), "data-label": names[j], class: typeof c === "number" ? "num" : null })))));
+    c instanceof Node ? el("td", { "data-label": names[j], class: classes[j] ?? null }, c)
+      : el("td", { text: fmt(c), "data-label": names[j],
+        class: classes[j] ?? (typeof c === "number" ? "num" : null) })))));
   table.replaceChildren(...(caption ? [el("caption", { text: caption })] : []), headRow(names), body);
 }
 
@@ -194,7 +196,18 @@ export function renderHistory(table, items, onUse) {
       title: "Put this query in the editor", onclick: () => onUse(h.sql) })
       : h.description ?? h.sql ?? "—",
     fmtEps(h.epsilon), fmtEps(h.delta),
-  ]));
+  ]), undefined, [null, null, "sql", "num nowrap", "num nowrap"]);
+}
+
+// The SQL box's example: the first private table the caller can see (a public lookup table
+// only if there is no other), grouped by a column with declared keys when it has one; the
+// console once showed a table `patients` that neither the demo nor most projects have.
+export function exampleSql(tables) {
+  const t = tables.find((x) => !x.public) || tables[0];
+  if (!t) return "SELECT COUNT(*) FROM your_table";
+  const key = t.columns.find((c) => c.domain) || null;
+  return key ? `SELECT ${key.name}, COUNT(*) FROM ${t.name} GROUP BY ${key.name}`
+    : `SELECT COUNT(*) FROM ${t.name}`;
 }
 
 // The answer as CSV (each aggregate with <name>_low/<name>_high), made in the browser from the
