@@ -90,7 +90,7 @@ def test_each_refusal_is_titled_by_what_was_refused(client: Any, project: Projec
     owner, alice = project.headers(project.owner), project.headers(project.alice)
     cases = [
         (client.post("/v1/tables", json={"name": "t", "source": "w.csv"}, headers=owner),
-         "Table not registered"),  # the name is taken
+         "Table not registered"),  # the name is taken (tested below)
         (_post(client, project, source="/etc/passwd"), "Source outside the data root"),
         (client.post("/v1/analysts", json={"name": "alice"}, headers=owner),
          "Analyst change refused"),
@@ -106,3 +106,16 @@ def test_each_refusal_is_titled_by_what_was_refused(client: Any, project: Projec
     for r, title in cases:
         assert r.status_code == 409, r.text
         assert r.json()["title"] == title, (title, r.json())
+
+
+def test_a_refusal_names_the_request_field_not_the_python_keyword(client: Any,
+                                                                   project: Project) -> None:
+    """The third walk read *pass replace=True to load it again* in a 409 of ``POST
+    /v1/tables``, and *... drop_privacy_unit=True* for a replace without the unit."""
+    _root(project)
+    assert _post(client, project).status_code == 201
+    taken = _post(client, project).json()["detail"]
+    assert 'pass "replace": true to load it again' in taken and "=True" not in taken, taken
+    unit = _post(client, project, privacy_unit=None, max_rows_per_unit=None,
+                 replace=True).json()["detail"]
+    assert '"drop_privacy_unit": true' in unit and '"replace": true reloads' in unit, unit

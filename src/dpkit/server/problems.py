@@ -100,9 +100,10 @@ HTTP_DIAGNOSTICS_OFF = '"diagnostics": false'
 def http_text(text: str) -> str:
     """A curator's text (a note, a refusal) as an HTTP user acts on it: the request field,
     where the Python API's keyword was named (:func:`dpkit.engine.spec.respell`)."""
-    from dpkit.engine.spec import respell
+    from dpkit.engine.spec import DROP_UNIT_ON, REPLACE_ON, respell
 
-    return respell(text, HTTP_DIAGNOSTICS_OFF)
+    return respell(text, HTTP_DIAGNOSTICS_OFF, {REPLACE_ON: '"replace": true',
+                                                DROP_UNIT_ON: '"drop_privacy_unit": true'})
 
 
 def problem_of(exc: BaseException) -> Problem:
