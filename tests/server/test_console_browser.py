@@ -482,11 +482,14 @@ def test_history_fits_its_card_and_the_sql_box_names_a_real_table(
             (tr) => tr.lastElementChild);
         const lines = (td) => { const r = document.createRange(); r.selectNodeContents(td);
                                  return r.getClientRects().length; };
-        return {example: v.exampleSql(tables), none: v.exampleSql([]),
+        return {numbers: [14444973.27, 1297.1523, 0.460098, -2.5, 1e-13, 17089].map(v.fmt),
+                example: v.exampleSql(tables), none: v.exampleSql([]),
                 publicOnly: v.exampleSql([tables[0]]),
                 overflow: wrap.scrollWidth - wrap.clientWidth,
                 deltaLines: cells.map(lines)};
     }""")
+    # a SUM read "14445000" beside counts like "17,089" (the third walk)
+    assert shown["numbers"] == ["14,445,000", "1,297.15", "0.460098", "-2.5", "1e-13", "17,089"]
     assert shown["example"] == "SELECT ward, COUNT(*) FROM visits GROUP BY ward"
     assert shown["none"] == "SELECT COUNT(*) FROM your_table"
     assert shown["publicOnly"] == "SELECT COUNT(*) FROM levels"

@@ -13,12 +13,16 @@ export function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-// Noisy numbers are shown to 6 significant digits: more would only print noise.
+// Noisy numbers are shown to 6 significant digits: more would only print noise. Digits are
+// grouped as a count's are (a SUM of 14,444,973.27 read "14445000" beside "17,089").
 export function fmt(v) {
   if (v === null || v === undefined) return "—";
   if (typeof v === "number") {
     if (!Number.isFinite(v)) return String(v);
-    return Number.isInteger(v) ? v.toLocaleString("en-US") : String(+v.toPrecision(6));
+    if (Number.isInteger(v)) return v.toLocaleString("en-US");
+    const a = Math.abs(v);
+    return a >= 1e-4 && a < 1e21 ? v.toLocaleString("en-US", { maximumSignificantDigits: 6 })
+      : String(+v.toPrecision(6));
   }
   return String(v);
 }
