@@ -482,12 +482,24 @@ def test_history_fits_its_card_and_the_sql_box_names_a_real_table(
             (tr) => tr.lastElementChild);
         const lines = (td) => { const r = document.createRange(); r.selectNodeContents(td);
                                  return r.getClientRects().length; };
-        return {numbers: [14444973.27, 1297.1523, 0.460098, -2.5, 1e-13, 17089].map(v.fmt),
+        const narrow = document.createElement('p');
+        narrow.style.width = '1px';  // every break it may take, it takes
+        document.body.append(narrow);
+        v.setText(narrow, "each release's δ includes δ_t = 1e-13 (9.095e-13 spent)");
+        const kept = [...narrow.querySelectorAll('span.nowrap')].map(
+            (e) => [e.textContent, e.getClientRects().length]);
+        const said = narrow.textContent;
+        narrow.remove();
+        return {kept, said,
+                numbers: [14444973.27, 1297.1523, 0.460098, -2.5, 1e-13, 17089].map(v.fmt),
                 example: v.exampleSql(tables), none: v.exampleSql([]),
                 publicOnly: v.exampleSql([tables[0]]),
                 overflow: wrap.scrollWidth - wrap.clientWidth,
                 deltaLines: cells.map(lines)};
     }""")
+    # the budget card broke "δ_t = 1e-" / "13" (the third walk); its text is unchanged
+    assert shown["kept"] == [["1e-13", 1], ["9.095e-13", 1]], shown["kept"]
+    assert shown["said"] == "each release's δ includes δ_t = 1e-13 (9.095e-13 spent)"
     # a SUM read "14445000" beside counts like "17,089" (the third walk)
     assert shown["numbers"] == ["14,445,000", "1,297.15", "0.460098", "-2.5", "1e-13", "17,089"]
     assert shown["example"] == "SELECT ward, COUNT(*) FROM visits GROUP BY ward"

@@ -35,6 +35,14 @@ export function consoleText(text) {
   return String(text ?? "").replaceAll(HTTP_DIAGNOSTICS_OFF, 'unticking "Diagnostics"');
 }
 
+// ``text`` into ``node``, each number in exponent notation kept on one line: a budget card
+// broke δ_t = 1e-13 at its sign ("1e-" / "13"). textContent reads the same text.
+export function setText(node, text) {
+  const parts = String(text ?? "").split(/(\d+(?:\.\d+)?e[-+]\d+)/);
+  node.replaceChildren(...parts.map((p, i) => (i % 2 ? el("span", { class: "nowrap", text: p })
+    : p)).filter((p) => p !== ""));
+}
+
 export function fmtEps(v) {
   return v === null || v === undefined ? "none" : String(+Number(v).toPrecision(4));
 }
@@ -87,15 +95,15 @@ export function renderBudget(meter, text, b, role = "analyst") {
   meter.high = meter.max * 0.8;
   meter.textContent = `${fmtEps(spent)} of ${fmtEps(total)}`;
   if (role === "owner") {
-    text.textContent = `Project: ε spent ${fmtEps(spent)} of ${fmtEps(total)} over all analysts; `
+    setText(text, `Project: ε spent ${fmtEps(spent)} of ${fmtEps(total)} over all analysts; `
       + `${fmtEps(b.project_remaining_epsilon)} left. δ spent ${fmtEps(b.spent_delta)}.`
-      + timingText(b);
+      + timingText(b));
     return;
   }
   const cap = b.cap_epsilon === null || b.cap_epsilon === undefined ? "no own cap" : `own cap ${fmtEps(b.cap_epsilon)}`;
-  text.textContent = `ε spent ${fmtEps(spent)} (${cap}); ${fmtEps(b.remaining_epsilon)} left to you, `
+  setText(text, `ε spent ${fmtEps(spent)} (${cap}); ${fmtEps(b.remaining_epsilon)} left to you, `
     + `${fmtEps(b.project_remaining_epsilon)} left in the project. δ spent ${fmtEps(b.spent_delta)}.`
-    + timingText(b);
+    + timingText(b));
 }
 
 // Constant work: without it a δ of ~1e-12 on a pure-ε count would read as a mistake.
