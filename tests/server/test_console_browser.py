@@ -490,7 +490,11 @@ def test_history_fits_its_card_and_the_sql_box_names_a_real_table(
             (e) => [e.textContent, e.getClientRects().length]);
         const said = narrow.textContent;
         narrow.remove();
-        return {kept, said,
+        const box = document.createElement('div');
+        v.renderTables(box, [{name: 'c', privacy_unit: 'm', max_rows_per_unit: 5,
+            not_null: ['age'], columns: [{name: 'age', type: 'BIGINT', bounds: [18, 95]}]}],
+            () => {});
+        return {kept, said, meta: box.querySelector('td:last-child').textContent,
                 numbers: [14444973.27, 1297.1523, 0.460098, -2.5, 1e-13, 17089].map(v.fmt),
                 example: v.exampleSql(tables), none: v.exampleSql([]),
                 publicOnly: v.exampleSql([tables[0]]),
@@ -503,6 +507,7 @@ def test_history_fits_its_card_and_the_sql_box_names_a_real_table(
     # a SUM read "14445000" beside counts like "17,089" (the third walk)
     assert shown["numbers"] == ["14,445,000", "1,297.15", "0.460098", "-2.5", "1e-13", "17,089"]
     assert shown["example"] == "SELECT ward, COUNT(*) FROM visits GROUP BY ward"
+    assert shown["meta"] == "18 to 95; not null"  # the declaration GET /v1/tables now gives
     assert shown["none"] == "SELECT COUNT(*) FROM your_table"
     assert shown["publicOnly"] == "SELECT COUNT(*) FROM levels"
     assert shown["overflow"] <= 0, f"the history runs {shown['overflow']}px past its card"

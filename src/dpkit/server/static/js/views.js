@@ -71,10 +71,11 @@ export function renderTables(container, tables, onUse) {
     const m = t.max_rows_per_unit;
     const rowsPer = m ? `, at most ${m} row${m === 1 ? "" : "s"} per unit` : "";
     const cols = el("table", { class: "columns" });
+    const notNull = new Set(t.not_null || []);  // declared: AVG of one shares COUNT(*)
     fillTable(cols, ["column", "type", "bounds / domain"], t.columns.map((c) => [
       c.name, c.type,
-      c.bounds ? `${fmt(c.bounds[0])} to ${fmt(c.bounds[1])}`
-        : c.domain ? c.domain.map(fmt).join(", ") : "—",
+      (c.bounds ? `${fmt(c.bounds[0])} to ${fmt(c.bounds[1])}`
+        : c.domain ? c.domain.map(fmt).join(", ") : "—") + (notNull.has(c.name) ? "; not null" : ""),
     ]), `Columns of ${t.name}`);
     return el("details", { class: "table-meta", "data-table": t.name },
       el("summary", {}, el("strong", { text: t.name }), el("span", { class: "hint", text: ` ${t.columns.length} columns` })),
