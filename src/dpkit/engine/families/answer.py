@@ -192,8 +192,13 @@ def preview_job(ctx: Context, job: Job, kind: str) -> Preview:
     price = cost_of(ctx, job)  # the epsilon and delta the ledger would charge
     band = kind in ("cdf", "quantiles")
     rmse = wp.expected_rmse
+    n = wp.workload.num_queries
+    # the half-width is in rows: a quantile's own error is in the column's units and depends
+    # on the data, so the name says what the figure is (the console showed "quantiles:
+    # ± 7,694" beside amounts, read as an error in the amount)
     outputs: list[dict[str, Any]] = [{
-        "name": f"{kind} ({wp.workload.num_queries} queries)",
+        "name": (f"{kind}: the CDF's band, in rows ({n} prefixes)" if band
+                 else f"{kind}: each count, in rows ({n} queries)"),
         "halfwidth": band_halfwidth(job),
         "note": (f"expected RMSE {rmse:.4g} per query; strategy {wp.strategy.name}"
                  if rmse is not None else f"strategy {wp.strategy.name}")
