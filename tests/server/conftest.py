@@ -68,6 +68,9 @@ def make_client(project: Project) -> Iterator[Any]:
     made: list[Any] = []
 
     def make(**settings: Any) -> Any:
+        # timing classes on, as deployed, but short: every answer here would wait for the
+        # first (the service's 250 ms); test_pacing.py checks the classes themselves
+        settings.setdefault("answer_deadline_ms", 10.0)
         app = create_app(project.path, owner_token_sha256=owner_hashes(project.path),
                          **settings)
         client = TestClient(app, raise_server_exceptions=False)

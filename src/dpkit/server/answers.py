@@ -39,6 +39,10 @@ class Late:
     future: Future[Any]
     made: float
     render: Callable[[Any], Any] | None = None
+    finished: float | None = None  # when its work ended (time.monotonic), for its class
+
+    def ended(self, future: Future[Any]) -> None:
+        self.finished = time.monotonic()
 
 
 class AnswerStore:
@@ -53,9 +57,11 @@ class AnswerStore:
              render: Callable[[Any], Any] | None = None) -> str:
         """A fresh unguessable id under which ``future``'s answer is kept for ``owner``."""
         ident = "ans_" + token_hex(16)
+        late = Late(owner, future, time.monotonic(), render)
+        future.add_done_callback(late.ended)
         with self._lock:
             self._expire()
-            self._items[ident] = Late(owner, future, time.monotonic(), render)
+            self._items[ident] = late
             while len(self._items) > self.count:  # the oldest go first
                 self._items.popitem(last=False)
         return ident

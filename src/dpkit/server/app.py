@@ -127,7 +127,8 @@ def create_app(config: ServerConfig | str | Path, **settings: Any) -> FastAPI:
         app.add_api_route("/docs", _api_docs, include_in_schema=False)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     # outermost: refuses oversized bodies before anything parses them, audits every answer
-    app.add_middleware(Guard, max_body=config.max_body, audit=service.audit)
+    app.add_middleware(Guard, max_body=config.max_body, audit=service.audit,
+                       pacing=lambda: service.pacing)
     return app
 
 
