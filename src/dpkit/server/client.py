@@ -140,8 +140,13 @@ class RemoteResult:
         return out
 
     def to_pandas(self) -> Any:
-        import pandas as pd
-
+        """A pandas DataFrame of :meth:`to_dicts` (needs pandas, which dpkit itself does
+        not: a fresh install raised a bare ModuleNotFoundError here)."""
+        try:
+            import pandas as pd
+        except ImportError as exc:
+            raise ImportError("to_pandas() needs pandas: pip install pandas (or "
+                              "'dpkit[dataframes]'); to_dicts() needs nothing") from exc
         return pd.DataFrame(self.to_dicts())
 
 
