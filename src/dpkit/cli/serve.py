@@ -44,7 +44,7 @@ def owner_token(project: str) -> None:
 @click.option("--max-body", default=64 * 1024, show_default=True, type=int,
               help="largest request body in bytes (413 beyond)")
 @click.option("--rate", default=20.0, show_default=True, type=float,
-              help="requests per second per credential and process (429 beyond)")
+              help="requests per second per analyst (or owner) and process (429 beyond)")
 @click.option("--burst", default=60, show_default=True, type=int)
 @click.option("--timeout", default=30.0, show_default=True, type=float,
               help="seconds a request may run before a 504 (a charge made stays)")

@@ -19,15 +19,19 @@ a restart, until it expires.
 
 **Nothing readable without the id.** Ids are 128 bits straight from the OS CSPRNG
 (:func:`dpkit.noise.token_hex`, the one door for every random byte, tokens included): not a
-DP sample but a capability that must be unguessable. The file's name is a hash of the id, and
-its content is sealed with AES-256-GCM under a key derived from the id (HKDF-SHA256), the file
+DP sample but a capability that must be unguessable. The file's name is a hash of the id after
+a tag of its analyst (an HMAC of the name under a key of the folder, ``tag.key``), and its
+content is sealed with AES-256-GCM under a key derived from the id (HKDF-SHA256), the file
 name bound as associated data: whoever lists or copies the folder (a backup, another account
-on the host) learns how many answers are kept and when, never whose or what. The analyst's
-name is inside the seal and checked on every read.
+on the host) learns how many answers are kept, when, how large and which share an analyst,
+never what. The analyst's name is inside the seal and checked on every read.
 
-**Bounded.** At most ``count`` answers, each kept ``max_age`` seconds after its 504 (a work
-that runs longer is lost with it: raise ``--answers-max-age`` above the longest fit); each new
-late answer sweeps the expired ones, then the oldest beyond ``count``.
+**Bounded.** At most ``count`` answers and ``max_bytes`` of them (sealed, as kept on disk),
+each kept ``max_age`` seconds after its 504 (a work that runs longer is lost with it: raise
+``--answers-max-age`` above the longest fit). Each new late answer, and each answer when its
+work ends, sweeps the expired ones, then, past either bound, the oldest answer of the analyst
+holding the most (answers, or bytes): one analyst's many or large late answers never push out
+another's unfetched one (FINDINGS.md J3).
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ __all__ = ["FOLDER", "Answer", "AnswerStore", "Kept", "plain_finish"]
 
 FOLDER = "answers"  # inside the project, beside the ledger: the service's account writes there
 ID = re.compile(r"ans_[0-9a-f]{32}")
-_SUFFIX, _LIVE = ".ans", "live-"
+_SUFFIX, _LIVE, _KEY = ".ans", "live-", "tag.key"
 _AAD = b"dpkit late answer v1:"
 _OPEN = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
 log = logging.getLogger("dpkit.server")
@@ -122,10 +126,13 @@ def plain_finish(future: Future[Any]) -> Answer:
 class AnswerStore:
     """At most ``count`` answers in ``folder``, each kept ``max_age`` seconds after its 504."""
 
-    def __init__(self, folder: Path, *, count: int = 1000, max_age: float = 900.0) -> None:
+    def __init__(self, folder: Path, *, count: int = 1000, max_age: float = 900.0,
+                 max_bytes: int = 512 * 2**20) -> None:
         self.folder, self.count, self.max_age = Path(folder), count, max_age
+        self.max_bytes = max_bytes
         self.folder.mkdir(mode=0o700, exist_ok=True)
         os.chmod(self.folder, 0o700)  # an older, wider folder is narrowed
+        self._tag_key = _shared_key(self.folder / _KEY)
         self._live: tuple[str, int] | None = None  # this process's lock: (token, descriptor)
         self._lock = threading.Lock()
 
@@ -136,8 +143,9 @@ class AnswerStore:
         record is written before this returns, so any process finds it at once."""
         ident = "ans_" + token_hex(16)
         kept = Kept(who, time.time(), None, self._liveness(), limit)
-        self._sweep()
-        self._write(ident, kept)
+        path = self._path(ident, who)
+        self._sweep(new=path.name)
+        self._write(path, _key(ident), kept)
 
         def done(f: Future[T]) -> None:
             try:
@@ -146,14 +154,16 @@ class AnswerStore:
                 log.exception("late answer %s could not be rendered", ident[:12])
                 answer = Answer.of(Problem(500, "internal", "internal error; it was logged. "
                                                             "A charge made stays"))
-            if not self._path(ident).exists():  # expired or evicted meanwhile: not revived
+            if not path.exists():  # expired or evicted meanwhile: not revived
                 return
             try:
-                self._write(ident, replace(kept, finished=time.time(), answer=answer))
+                self._write(path, _key(ident), replace(kept, finished=time.time(),
+                                                       answer=answer))
+                self._sweep()  # its size is known now
             except OSError:
                 log.exception("late answer %s could not be kept", ident[:12])
                 with contextlib.suppress(OSError):  # a stale "running" would say 202 for ever
-                    self._path(ident).unlink()
+                    path.unlink()
 
         future.add_done_callback(done)
         return ident
@@ -163,7 +173,9 @@ class AnswerStore:
         unknown, expired or another analyst's."""
         if not ID.fullmatch(ident):
             return None
-        path = self._path(ident)
+        path = self._find(ident) if owner else self._path(ident, who)
+        if path is None:
+            return None
         try:
             raw = path.read_bytes()
             kept = _open(_key(ident), raw, path.name)
@@ -189,14 +201,20 @@ class AnswerStore:
                 os.close(fd)
                 self._live = None
 
-    def _path(self, ident: str) -> Path:
-        name = hashlib.sha256(b"dpkit late answer name:" + ident.encode()).hexdigest()
-        return self.folder / (name + _SUFFIX)
+    def _path(self, ident: str, who: str) -> Path:
+        """``TAG.NAME.ans``: its analyst's tag (for the sweep's fair share), the id's hash."""
+        tag = hmac.new(self._tag_key, who.encode(), hashlib.sha256).hexdigest()[:16]
+        return self.folder / f"{tag}.{_name(ident)}{_SUFFIX}"
 
-    def _write(self, ident: str, kept: Kept) -> None:
+    def _find(self, ident: str) -> Path | None:
+        """The file of ``ident`` whoever's it is (the owner's read)."""
+        end = f".{_name(ident)}{_SUFFIX}"
+        return next((Path(e.path) for e in os.scandir(self.folder) if e.name.endswith(end)),
+                    None)
+
+    def _write(self, path: Path, key: bytes, kept: Kept) -> None:
         """Sealed, whole (a temporary file renamed over the old one), its mtime the 504's."""
-        path = self._path(ident)
-        data = _seal(_key(ident), kept, path.name)
+        data = _seal(key, kept, path.name)
         tmp = self.folder / f".{path.name}.{token_hex(16)[:8]}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN, 0o600)
         try:
@@ -238,9 +256,10 @@ class AnswerStore:
             os.close(fd)  # also lets go of the shared lock, if it was granted
         return False
 
-    def _sweep(self) -> None:
-        """Drop expired answers, stale liveness locks and leftovers of interrupted writes,
-        then the oldest answers beyond ``count - 1`` (room for the new one)."""
+    def _sweep(self, new: str | None = None) -> None:
+        """Drop expired answers, stale liveness locks and leftovers of interrupted writes;
+        then, past ``count`` (room made for ``new``, a file name about to be written) or
+        ``max_bytes``, the oldest answer of the analyst holding the most."""
         now, kept = time.time(), []
         for entry in os.scandir(self.folder):
             try:
@@ -248,8 +267,10 @@ class AnswerStore:
             except OSError:
                 continue
             old = now - st.st_mtime > self.max_age
-            if entry.name.endswith(_SUFFIX) and not old:
-                kept.append((st.st_mtime, entry.name))
+            if entry.name == _KEY:
+                continue
+            if entry.name.endswith(_SUFFIX) and not entry.name.startswith(".") and not old:
+                kept.append((st.st_mtime, entry.name.split(".", 1)[0], st.st_size, entry.path))
             elif entry.name.startswith(_LIVE) and entry.name.endswith(".lock"):
                 token = entry.name[len(_LIVE):-len(".lock")]
                 if token != (self._live or ("",))[0] and not self._running(token):
@@ -257,13 +278,48 @@ class AnswerStore:
             elif old:  # an expired answer, or a temporary file a crash left behind
                 _unlink(entry.path)
         kept.sort()
-        for _, name in kept[:max(0, len(kept) - self.count + 1)]:
-            _unlink(str(self.folder / name))
+        room = 1 if new is not None else 0
+        while kept:
+            by_count = len(kept) + room > self.count
+            if not by_count and sum(k[2] for k in kept) <= self.max_bytes:
+                break
+            held: dict[str, int] = {}
+            for _, tag, size, _ in kept:
+                held[tag] = held.get(tag, 0) + (1 if by_count else size)
+            if by_count and new is not None and new.split(".", 1)[0] in held:
+                held[new.split(".", 1)[0]] += 1
+            most = max(held.values())
+            victim = next(k for k in kept if held[k[1]] == most)
+            _unlink(victim[3])
+            kept.remove(victim)
 
 
 def _unlink(path: str) -> None:
     with contextlib.suppress(OSError):
         os.unlink(path)
+
+
+def _name(ident: str) -> str:
+    return hashlib.sha256(b"dpkit late answer name:" + ident.encode()).hexdigest()[:32]
+
+
+def _shared_key(path: Path) -> bytes:
+    """The folder's tag key, made once by whichever process comes first (linked into place,
+    never over another's: every process tags alike)."""
+    with contextlib.suppress(OSError):
+        data = path.read_bytes()
+        if len(data) == 32:
+            return data
+    tmp = path.with_name(f".{path.name}.{token_hex(16)[:8]}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(token_bytes(32))
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
+    finally:
+        _unlink(str(tmp))
+    return path.read_bytes()
 
 
 def _key(ident: str) -> bytes:

@@ -59,8 +59,11 @@ def _validation_detail(exc: RequestValidationError) -> str:
 def _install_handlers(app: FastAPI) -> None:
     @app.exception_handler(Problem)
     async def on_problem(request: Request, exc: Problem) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers,
-                            media_type=MEDIA_TYPE)
+        # the matched route's template: its title names what the endpoint does (a prefix
+        # the service is mounted under does not change it)
+        route = getattr(request.scope.get("route"), "path", request.url.path)
+        return JSONResponse(exc.body(route), status_code=exc.status,
+                            headers=exc.headers, media_type=MEDIA_TYPE)
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -140,8 +140,13 @@ class RemoteResult:
         return out
 
     def to_pandas(self) -> Any:
-        import pandas as pd
-
+        """A pandas DataFrame of :meth:`to_dicts` (needs pandas, which dpkit itself does
+        not: a fresh install raised a bare ModuleNotFoundError here)."""
+        try:
+            import pandas as pd
+        except ImportError as exc:
+            raise ImportError("to_pandas() needs pandas: pip install pandas (or "
+                              "'dpkit[dataframes]'); to_dicts() needs nothing") from exc
         return pd.DataFrame(self.to_dicts())
 
 
@@ -310,22 +315,33 @@ class Client:
 
     def _charged(self, path: str, body: Any, wait: bool | float) -> bytes:
         """POST a charged request; on a 504 with ``wait``, poll its kept answer (the charge is
-        made once, by the request: polling costs nothing) until it comes or ``wait`` seconds
-        have passed (True: until it comes, or the service answers 404: it keeps answers
-        ``--answers-max-age`` seconds, and says when the process running one stopped)."""
+        made once, by the request: polling costs nothing) until it comes, the service answers
+        404 (expired, or the process running it stopped), or ``wait`` seconds have passed
+        (True: 15 minutes, the service's default ``--answers-max-age``; a finite wait, since
+        polls that get no answer at all are retried)."""
         try:
             return self.request("POST", path, body)[2]
         except UnavailableError as err:
             if not wait or err.status != 504 or err.answer_id is None:
                 raise
-            deadline = math.inf if wait is True else time.monotonic() + float(wait)
+            deadline = time.monotonic() + (900.0 if wait is True else float(wait))
             while True:
-                got = self.answer(err.answer_id)
+                pause = 1.0
+                try:
+                    got = self.answer(err.answer_id)
+                # a poll refused for a while (the caller's own rate, the ledger busy, a lost
+                # connection) must not end the wait: raised here, it would lose the answer id
+                # of a request already charged, and the natural retry would charge again
+                # (FINDINGS.md J1); past the deadline the 504 naming the id is raised
+                except RateLimitedError as busy:
+                    got, pause = None, busy.retry_after
+                except (UnavailableError, ConnectionError):
+                    got = None
                 if got is not None:
                     return got
                 if time.monotonic() >= deadline:
-                    raise
-                time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+                    raise err from None
+                time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
 
     def answer(self, answer_id: str) -> bytes | None:
         """The kept answer of a request answered 504 (its raw body), or None while it still

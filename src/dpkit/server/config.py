@@ -49,11 +49,11 @@ class ServerConfig:
 
     ``owner_token_sha256``: hashes of the owner tokens that reach the owner endpoints (the
     plain tokens are never kept). ``max_body``: request bytes (413 beyond). ``rate`` and
-    ``burst``: per-credential token bucket, requests per second (429 beyond). ``timeout``:
-    seconds a query may run before the service answers 504 (a charge made stays);
-    ``fit_timeout``: the same for ``POST /v1/fit``. ``answers_kept`` and ``answers_max_age``:
-    how many late answers are kept, and for how many seconds after their 504
-    (:mod:`dpkit.server.answers`).
+    ``burst``: per-caller (analyst or owner) token bucket, requests per second (429 beyond).
+    ``timeout``: seconds a query may run before the service answers 504 (a charge made
+    stays); ``fit_timeout``: the same for ``POST /v1/fit``. ``answers_kept`` and
+    ``answers_max_age``: how many late answers are kept, and for how many seconds after their
+    504 (:mod:`dpkit.server.answers`).
     ``audit_log``: JSON lines file (default ``PROJECT/audit.jsonl``). ``data_root``: the folder
     ``POST /v1/tables`` may read sources from (default ``PROJECT/data``;
     :mod:`dpkit.server.paths`). ``api_docs``: serve ``/docs``, a Swagger UI page that loads its

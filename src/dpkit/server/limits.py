@@ -1,8 +1,9 @@
 """Request limits and the audit log.
 
-- :class:`RateLimiter`: a token bucket per credential (its hash), per process: ``rate``
-  requests per second with bursts of ``burst``; beyond, 429 with ``Retry-After``. With N
-  worker processes a credential gets at most N times the rate (documented).
+- :class:`RateLimiter`: a token bucket per caller (the analyst, whichever credential it
+  signs in with; the owner), per process: ``rate`` requests per second with bursts of
+  ``burst``; beyond, 429 with ``Retry-After``. With N worker processes a caller gets at most
+  N times the rate (documented).
 - :class:`Guard`: ASGI middleware that refuses a body longer than the limit (413, from the
   ``Content-Length`` header or while reading a chunked body) and writes one audit line per
   request: time, analyst, role, method, route, status, charge (epsilon, delta) and the
@@ -47,7 +48,7 @@ class RateLimiter:
                 self._buckets[key] = (level, now)
                 raise Problem(429, "rate-limited",
                               f"more than {self.rate:g} requests/s (bursts of {self.burst}) "
-                              f"with this credential; retry after {wait:.2f} s",
+                              f"as this caller; retry after {wait:.2f} s",
                               {"Retry-After": str(max(1, round(wait + 0.5)))})
             self._buckets[key] = (level - 1.0, now)
 

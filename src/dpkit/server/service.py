@@ -111,7 +111,9 @@ def caller(request: Request,
     except Exception as exc:  # the ledger could not be read: 503, not a 500
         raise shown(problem_of(exc), exc, owner=False, who="?") from exc
     request.state.analyst, request.state.role = who.name, who.role
-    service.limiter.take(who.key)
+    # one bucket per analyst, not per credential: an identity provider mints a fresh JWT
+    # at each sign-in, and each was a fresh burst (FINDINGS.md J5)
+    service.limiter.take(f"{who.role}:{who.name}")
     return Caller(who, token.strip(), service, request)
 
 
