@@ -2,11 +2,12 @@
 
     python benchmarks/late_answers_bench.py [--kept 1000] [--repeats 3]
 
-A 504 writes one sealed record (after sweeping the folder: its cost grows with the answers
-kept) and a poll reads and opens one; a request answered within its timeout touches neither.
-Fills a store with ``--kept`` answers of a two-group query's JSON, then times ``keep`` (each
-one sweeping a full folder) and ``get``; prints the median [min-max] per call over the
-repeats, with the ``uptime`` load average before and after.
+A 504 writes one sealed record and its work's end another (each after sweeping the folder:
+the cost grows with the answers kept), and a poll reads and opens one; a request answered
+within its timeout touches neither. Fills a store with ``--kept`` answers of a two-group
+query's JSON, then times ``keep`` of work already done (both writes and sweeps, on a full
+folder) and ``get``; prints the median [min-max] per call over the repeats, with the
+``uptime`` load average before and after.
 """
 
 from __future__ import annotations
