@@ -124,7 +124,8 @@ def plain_finish(future: Future[Any]) -> Answer:
 
 
 class AnswerStore:
-    """At most ``count`` answers in ``folder``, each kept ``max_age`` seconds after its 504."""
+    """At most ``count`` answers and ``max_bytes`` of them in ``folder``, each kept
+    ``max_age`` seconds after its 504."""
 
     def __init__(self, folder: Path, *, count: int = 1000, max_age: float = 900.0,
                  max_bytes: int = 512 * 2**20) -> None:
@@ -159,11 +160,15 @@ class AnswerStore:
             try:
                 self._write(path, _key(ident), replace(kept, finished=time.time(),
                                                        answer=answer))
-                self._sweep()  # its size is known now
             except OSError:
                 log.exception("late answer %s could not be kept", ident[:12])
                 with contextlib.suppress(OSError):  # a stale "running" would say 202 for ever
                     path.unlink()
+                return
+            try:
+                self._sweep()  # its size is known now: the byte bound
+            except OSError:  # the answer is kept; the next sweep bounds the folder
+                log.exception("the late answers' folder could not be swept")
 
         future.add_done_callback(done)
         return ident
