@@ -272,10 +272,14 @@ class Grammar:
                 method = d.pick(("", "", "mst"))  # MST: the many-column path, 2-4 columns
                 many = 4 if method == "mst" else 2
                 pick = tuple(dict.fromkeys(d.pick(cols).name for _ in range(many)))
+                where = self.where(d, "", tags)
+                method, rows = _synthetic_options(method, pick, where, eps)
                 if method:
                     tags.append(f"synthetic_{method}")
-                return Query("synthetic", name, where=self.where(d, "", tags), columns=pick,
-                             epsilon=eps, method=method, tags=tuple(tags))
+                if rows is not None:
+                    tags.append("synthetic_rows")
+                return Query("synthetic", name, where=where, columns=pick, epsilon=eps,
+                             method=method, rows=rows, tags=tuple(tags))
         if family == "fit":
             fitted = self._fit(d, eps, tags)
             if fitted is not None:
@@ -477,6 +481,18 @@ def _release(g: Grammar, d: Draw, family: str, eps: float, tags: list[str]) -> Q
     return Query("marginals", name, where=g.where(d, "", tags), columns=pick,
                  k=d.pick((None, None, 1, 2)), epsilon=eps, bins=d.pick(_BINS),
                  tags=tuple(tags))
+
+
+def _synthetic_options(method: str, columns: tuple[str, ...], where: tuple[str, ...],
+                       eps: float) -> tuple[str, int | None]:
+    """(method, rows) of a synthetic release: the default method named now and then as
+    ``factorization`` or ``mwem`` (its other release families), and a fixed number of records
+    (``rows=``, public: then the records' number is compared). Drawn from a stream of their
+    own, so that the main stream, and every seed's other queries, stay as they were."""
+    x = Draw(zlib.crc32(repr(("synthetic", method, columns, where, eps)).encode()))
+    if not method:
+        method = x.pick(("", "", "factorization", "mwem"))
+    return method, x.pick((None, None, 1, 40, 300))
 
 
 def with_options(q: Query, d: Draw) -> Query:

@@ -173,7 +173,8 @@ def _run_call(cur: Any, query: Query, scrub: tuple[str, ...]) -> Outcome:
         charged_delta=after.delta_spent - before.delta_spent,
         charges=after.charges - before.charges,
         selected=float(getattr(res, "delta", 0.0) or 0.0) > 0.0 and not synthetic,
-        noisy_rows=synthetic, preview=seen, **_front(res, scrub))
+        # synthetic records: their number is a noisy count unless the query fixed it (rows=)
+        noisy_rows=synthetic and query.rows is None, preview=seen, **_front(res, scrub))
 
 
 def _front(obj: Any, scrub: tuple[str, ...]) -> dict[str, Any]:
