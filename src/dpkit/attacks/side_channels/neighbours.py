@@ -106,8 +106,9 @@ def _base_literal(table: TableMeta, col: Column, i: int, flavour: int,
         return "TRUE" if i % 3 else "FALSE"
     if cls == "temporal":
         if row is not None and row % 8 == 5:  # D holds the calendar's ends and NULL too
-            ends = _TS_ENDS if "TIMESTAMP" in col.type.upper() else _DATE_ENDS
-            ends = ends if col.name not in table.not_null else ends[:2]
+            ends: tuple[str, ...] = _TS_ENDS if "TIMESTAMP" in col.type.upper() else _DATE_ENDS
+            if col.name in table.not_null:
+                ends = ends[:2]
             return ends[row // 8 % len(ends)]
         return f"'2020-01-{1 + i % 28:02d}'"
     vocab = _TEXT_FLAVOURS[flavour % len(_TEXT_FLAVOURS)]
