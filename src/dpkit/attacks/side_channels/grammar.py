@@ -266,20 +266,8 @@ class Grammar:
                          tags=tuple(tags))
         if (release := _release(self, d, family, eps, tags)) is not None:
             return release
-        if family == "synthetic":
-            cols = [c for c in self.cols if c.name in self.table.domains] + self.bounded
-            if cols:
-                method = d.pick(("", "", "mst"))  # MST: the many-column path, 2-4 columns
-                many = 4 if method == "mst" else 2
-                pick = tuple(dict.fromkeys(d.pick(cols).name for _ in range(many)))
-                where = self.where(d, "", tags)
-                method, rows = _synthetic_options(method, pick, where, eps)
-                if method:
-                    tags.append(f"synthetic_{method}")
-                if rows is not None:
-                    tags.append("synthetic_rows")
-                return Query("synthetic", name, where=where, columns=pick, epsilon=eps,
-                             method=method, rows=rows, tags=tuple(tags))
+        if family == "synthetic" and (synthetic := _synthetic(self, d, eps, tags)) is not None:
+            return synthetic
         if family == "fit":
             fitted = self._fit(d, eps, tags)
             if fitted is not None:
@@ -483,16 +471,25 @@ def _release(g: Grammar, d: Draw, family: str, eps: float, tags: list[str]) -> Q
                  tags=tuple(tags))
 
 
-def _synthetic_options(method: str, columns: tuple[str, ...], where: tuple[str, ...],
-                       eps: float) -> tuple[str, int | None]:
-    """(method, rows) of a synthetic release: the default method named now and then as
-    ``factorization`` or ``mwem`` (its other release families), and a fixed number of records
-    (``rows=``, public: then the records' number is compared). Drawn from a stream of their
-    own, so that the main stream, and every seed's other queries, stay as they were."""
-    x = Draw(zlib.crc32(repr(("synthetic", method, columns, where, eps)).encode()))
-    if not method:
-        method = x.pick(("", "", "factorization", "mwem"))
-    return method, x.pick((None, None, 1, 40, 300))
+def _synthetic(g: Grammar, d: Draw, eps: float, tags: list[str]) -> Query | None:
+    """``cur.synthetic(table, columns, where=..., method=..., rows=...)`` over declared columns
+    (None when there are none): the default method, MST (the many-column path, 2-4 columns),
+    and, drawn from a stream of their own so that the main stream (every seed's other queries)
+    stays as it was, ``factorization`` or ``mwem`` named (its other release families) and a
+    fixed number of records (``rows=``, public: then the records' number is compared)."""
+    cols = [c for c in g.cols if c.name in g.table.domains] + g.bounded
+    if not cols:
+        return None
+    method = d.pick(("", "", "mst"))
+    many = 4 if method == "mst" else 2
+    pick = tuple(dict.fromkeys(d.pick(cols).name for _ in range(many)))
+    where = g.where(d, "", tags)
+    x = Draw(zlib.crc32(repr(("synthetic", method, pick, where, eps)).encode()))
+    method = method or x.pick(("", "", "factorization", "mwem"))
+    rows = x.pick((None, None, 1, 40, 300))
+    tags += [f"synthetic_{method}"] * bool(method) + ["synthetic_rows"] * (rows is not None)
+    return Query("synthetic", g.table.name, where=where, columns=pick, epsilon=eps,
+                 method=method, rows=rows, tags=tuple(tags))
 
 
 def with_options(q: Query, d: Draw) -> Query:
