@@ -3,6 +3,7 @@
     PYTHONPATH=$PWD/src python benchmarks/fuzz_campaign.py --queries 1500 --seed 4101
     PYTHONPATH=$PWD/src python benchmarks/fuzz_campaign.py --families all --options \\
         --queries 1500 --seed 4102
+    PYTHONPATH=$PWD/src python benchmarks/fuzz_campaign.py --no-constant-work --queries 600
     PYTHONPATH=$PWD/src python benchmarks/fuzz_campaign.py --engine spark --queries 60 \\
         --seed 4201 --neighbours add,change_extreme
 
@@ -18,6 +19,7 @@ figures (comparisons, outcomes on D, findings by cause, CPU and wall seconds) ar
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -65,6 +67,9 @@ def main() -> None:
     ap.add_argument("--neighbours", default=",".join(sc.NEIGHBOURS))
     ap.add_argument("--options", action="store_true", help="also draw request options")
     ap.add_argument("--units", type=int, default=12)
+    ap.add_argument("--no-constant-work", action="store_true", help="DuckDB projects as "
+                    "before constant work (budget 1000, opted out: the samplers whose work "
+                    "follows the noise)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "fuzz_campaign.jsonl"))
     args = ap.parse_args()
     families = ALL if args.families == "all" else tuple(f for f in args.families.split(",") if f)
@@ -81,6 +86,9 @@ def main() -> None:
         from test_side_channels import PEOPLE, WARDS
 
         table, public = PEOPLE, [WARDS]
+        if args.no_constant_work:
+            kw["factory"] = functools.partial(sc.make_project, epsilon=1000.0,
+                                              constant_work=False)
     cpu, wall = time.process_time(), time.perf_counter()
 
     def progress(done: int, total: int) -> None:
@@ -98,6 +106,7 @@ def main() -> None:
     line = {"engine": args.engine, "seed": args.seed, "queries": args.queries,
             "families": list(families) or "default", "accountants": kw["accountants"],
             "neighbours": kw["neighbours"], "options": args.options,
+            "constant_work": not args.no_constant_work,
             "comparisons": rep.comparisons, "outcomes": dict(rep.outcomes),
             "findings": {c: len(fs) for c, fs in rep.by_cause().items()},
             "skipped": rep.skipped, "cpu_s": round(cpu, 1), "wall_s": round(wall, 1),
