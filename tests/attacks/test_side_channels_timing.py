@@ -126,9 +126,9 @@ def test_values_do_not_change_the_time_beyond_the_row_count(
 
 def test_a_planted_extra_scan_is_flagged(projects: dict[str, dp.Curator],
                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from dpkit.engine import curator
+    from dpkit.engine import query_methods
 
-    real = curator.read_exact
+    real = query_methods.read_exact
     plant = {"on": False}
 
     def leaky(backend: Any, prepared: Any) -> Any:  # one more scan of the rows when on
@@ -136,7 +136,7 @@ def test_a_planted_extra_scan_is_flagged(projects: dict[str, dp.Curator],
             real(backend, prepared)
         return real(backend, prepared)
 
-    monkeypatch.setattr(curator, "read_exact", leaky)
+    monkeypatch.setattr(query_methods, "read_exact", leaky)
     t = _times(projects, SHAPES["grouped sums"][0], {},
                before=lambda name: plant.update(on=name == "D+extreme"))
     p = _p(t["D+ordinary"], t["D+extreme"])

@@ -136,9 +136,9 @@ def _odd_count(exact: Any) -> bool:
 def plant_extra_statement(monkeypatch: pytest.MonkeyPatch) -> None:
     """The read runs one more statement when some group's exact count is odd (say, a
     diagnostic looked up only then): nothing shown changes, the work does."""
-    from dpkit.engine import curator
+    from dpkit.engine import query_methods
 
-    real = curator.read_exact
+    real = query_methods.read_exact
 
     def leaky(backend: Any, prepared: Any) -> Any:
         exact = real(backend, prepared)
@@ -146,7 +146,7 @@ def plant_extra_statement(monkeypatch: pytest.MonkeyPatch) -> None:
             backend.query_public("SELECT 1 AS planted")
         return exact
 
-    monkeypatch.setattr(curator, "read_exact", leaky)
+    monkeypatch.setattr(query_methods, "read_exact", leaky)
 
 
 def plant_data_scale(monkeypatch: pytest.MonkeyPatch) -> None:

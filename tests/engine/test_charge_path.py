@@ -36,7 +36,7 @@ def test_a_failed_read_keeps_the_charge_and_says_a_fixed_text(
     def boom(backend: object, prepared: object) -> None:
         raise duckdb.OutOfMemoryException("Out of Memory Error: row 3 holds 'secret'")
 
-    monkeypatch.setattr("dpkit.engine.curator.read_exact", boom)
+    monkeypatch.setattr("dpkit.engine.query_methods.read_exact", boom)
     before, entries = _spent(cur), len(cur.entries())
     with pytest.raises(ChargedQueryError) as info:
         cur.sql("SELECT COUNT(*) AS n FROM t", epsilon=0.5)
@@ -49,7 +49,7 @@ def test_a_failed_read_keeps_the_charge_and_says_a_fixed_text(
 
 def test_a_failed_noise_step_keeps_the_charge(cur: Curator,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from dpkit.engine import curator as dcur
+    from dpkit.engine import query_methods as dcur
 
     def boom(*args: object, **kwargs: object) -> None:
         raise ValueError("value is empty")

@@ -203,13 +203,13 @@ def test_fill_matches_nan_keys_as_the_engines_equality_does() -> None:
 
 
 def test_collated_columns_are_read_from_the_create_statement() -> None:
-    from dpkit.engine.backend_duckdb import _collated_in
+    from dpkit.engine.duckdb_layout import collated_in
 
     sql = ('CREATE TABLE priv."t"(a VARCHAR COLLATE NOCASE, "b c" VARCHAR, '
            'c VARCHAR COLLATE NOACCENT.NOCASE, n INTEGER);')
-    assert _collated_in(sql) == {"a", "c"}
-    assert _collated_in('CREATE TABLE t(a VARCHAR, n INTEGER);') == frozenset()
-    assert "anything" in _collated_in("CREATE TABLE t(a VARCHAR COLLATE ((( nonsense")
+    assert collated_in(sql) == {"a", "c"}
+    assert collated_in('CREATE TABLE t(a VARCHAR, n INTEGER);') == frozenset()
+    assert "anything" in collated_in("CREATE TABLE t(a VARCHAR COLLATE ((( nonsense")
 
 
 def test_a_failure_while_reading_rows_leaves_the_backend_usable(shared_cur: Curator) -> None:

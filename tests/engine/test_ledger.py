@@ -185,12 +185,12 @@ _CRASH_SCRIPT = textwrap.dedent(
     """
     import os, signal, sys
     import dpkit as dp
-    import dpkit.engine.curator as cm
+    import dpkit.engine.query_methods as qm
 
     def die(*args, **kwargs):  # runs right after the ledger commit, before any noise
         os.kill(os.getpid(), signal.SIGKILL)
 
-    cm.release = die
+    qm.release = die
     cur = dp.Curator.open(sys.argv[1])
     cur.sql("SELECT COUNT(*) FROM t", epsilon=0.25)
     print("unreachable")

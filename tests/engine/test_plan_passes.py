@@ -22,7 +22,7 @@ from dpkit.engine.plan import compile as pcompile
 
 PLAN_DIR = Path(dplan.__file__).parent
 FLOORS = ["model", "fixed", "intervals", "calibrate", "portable", "keys", "bounding", "compile",
-          "build"]
+          "planning", "request", "measures", "build"]
 
 
 def _state(cur: Curator, query: str, **kw: Any) -> pbuild.Planning:

@@ -94,7 +94,7 @@ def test_failure_between_load_and_ledger_keeps_the_old_table(
 _KILL = textwrap.dedent(
     """
     import os, signal, sys
-    import dpkit.engine.backend_duckdb as b
+    import dpkit.engine.duckdb_load as b
     from dpkit.engine import Curator
     from dpkit.engine.ledger import Ledger
 

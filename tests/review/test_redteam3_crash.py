@@ -59,7 +59,7 @@ _WORKER = textwrap.dedent(
     """
     import os, signal, sys
     import dpkit as dp
-    import dpkit.engine.curator as cm
+    import dpkit.engine.query_methods as qm
     from dpkit.engine import ledger_rows
     point = sys.argv[2]
 
@@ -76,11 +76,11 @@ _WORKER = textwrap.dedent(
             return real(src, dst)
         os.replace = half
     elif point == "after_noise":  # the noisy values made, the answer not yet returned
-        real_release = cm.release
+        real_release = qm.release
         def release_then_die(*a, **k):
             real_release(*a, **k)
             die()
-        cm.release = release_then_die
+        qm.release = release_then_die
     cur = dp.Curator.open(sys.argv[1])
     for i in range(int(sys.argv[3])):
         cur.sql("SELECT COUNT(*) AS n FROM t", epsilon=0.5)

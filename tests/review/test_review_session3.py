@@ -101,11 +101,11 @@ def test_a_project_with_a_collated_column_keeps_the_join(
     from the table's CREATE statement and keeps the join for it; and at user level, where
     DuckDB filters the rows to the declared keys, a fill not told of it still notices the
     group it cannot match and falls back to the join."""
-    from dpkit.engine import backend_duckdb
+    from dpkit.engine import duckdb_load
 
     db = _collated_source(tmp_path, "old", _ROWS)
     cur = project()
-    monkeypatch.setattr(backend_duckdb, "_drop_collations", lambda con, target: None)
+    monkeypatch.setattr(duckdb_load, "_drop_collations", lambda con, target: None)
     cur.add_table("t", str(db), source_table="z", privacy_unit="uid", max_rows_per_unit=1,
                   bounds={"x": (0, 1)},
                   domains={"s": ["a", "B"]})

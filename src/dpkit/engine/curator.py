@@ -22,7 +22,9 @@ Every query follows one sealed line (docs/architecture.md): parse and type again
 statement over empty tables (``read``) → charge (``charge``, durably) → read the rows with a
 total statement → noise (``noisy``) → post-processing → :class:`~dpkit.engine.results.Result`.
 Refusals before the charge spend nothing; anything after it keeps the charge. This class is the
-front: lifecycle, tables, analysts, and the calls that drive that line.
+front: lifecycle, analysts and budget here; its tables (:mod:`.table_methods`), the queries that
+drive that line (:mod:`.query_methods`) and the release families (:mod:`.release_methods`) are
+method groups it inherits, over the one state its constructor sets.
 
 >>> import tempfile, os, dpkit as dp
 >>> folder = tempfile.mkdtemp()
@@ -40,80 +42,44 @@ front: lifecycle, tables, analysts, and the calls that drive that line.
 
 from __future__ import annotations
 
-import os
-import re
 import threading
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from dpkit import noise as _noise
-from dpkit.accounting import BudgetExceeded
 from dpkit.engine import bounds as dbounds
-from dpkit.engine import families
-from dpkit.engine import plan as dplan
-from dpkit.engine import sql as dsql
-from dpkit.engine.accuracy import epsilon_for_accuracy, expected_errors, preview_of
-from dpkit.engine.backend_duckdb import drop_orphans
-from dpkit.engine.backend_spark import (
-    SPARK,
-    SparkBackend,
-    backend_for,
-    check_engine,
-    check_on_spark,
-    drop_spark_orphans,
-)
-from dpkit.engine.charge import charged_read, quote
+from dpkit.engine.backend_spark import SparkBackend, backend_for, check_engine
 from dpkit.engine.ledger import Entry, Ledger
-from dpkit.engine.load import (
-    MAX_TEXT_LENGTH,
-    Declarations,
-    check_load,
-    load_declared,
-    load_declared_spark,
-    load_lock,
-    tables_in_force,
-)
-from dpkit.engine.noisy import release
 from dpkit.engine.plan.cache import PlanCache
 from dpkit.engine.prepare import Preparer
 from dpkit.engine.project import (
     DATA_FILE,
-    LOAD_LOCK,
     budget_parameters,
     ledger_dsn,
     make_project,
     open_project,
 )
-from dpkit.engine.read import Exact, read_exact
+from dpkit.engine.query_methods import QueryMethods
 from dpkit.engine.release_methods import ReleaseMethods
-from dpkit.engine.results import BudgetStatus, HistoryItem, Preview, Result, json_safe
+from dpkit.engine.results import BudgetStatus, HistoryItem
 from dpkit.engine.roles import (
     OWNER,
     add_analyst,
     charged_analyst,
     constant_work_source,
-    headroom,
     project_source,
     reopen_seed,
     revoke_analyst,
     set_analyst_caps,
     visible_budget,
 )
-from dpkit.engine.tables import TableMeta, check_identifier
 
 __all__ = ["BudgetStatus", "Curator", "HistoryItem"]
 
 _NOT_GIVEN: Any = object()  # marks a removed keyword argument that the caller did not pass
-STRATEGY_CACHE = "strategies"  # folder (inside the project) holding optimised strategies
-# the SQL forms dpkit.engine.families answers (DP_CDF(...), COUNT(*) FILTER (WHERE c BETWEEN
-# a AND b), ...): a cheap test before parsing twice; any other FILTER (a rate, a conditional
-# count) skips it, and the import of the families with scipy (0.5 s per CLI query)
-_RELEASE_FORM = re.compile(r"\bDP_|\bFILTER\b.*\bBETWEEN\b", re.IGNORECASE | re.DOTALL)
-_GAUSSIAN_ADVICE = "Use Laplace noise / public group keys, or a project with an 'approx' accountant"
 
 
-class Curator(ReleaseMethods):
+class Curator(QueryMethods, ReleaseMethods):
     """A project: private tables behind aggregate-only queries and an enforced, durable budget.
 
     Create with :meth:`create` (the owner), reopen from any process with :meth:`open`: without
@@ -131,7 +97,7 @@ class Curator(ReleaseMethods):
         self.is_owner = owner
         self._source = source = constant_work_source(source, ledger)
         self._lock = threading.RLock()
-        self._tables_cache: tuple[int, dict[str, TableMeta]] | None = None
+        self._tables_cache = None
         self._planner = PlanCache()
         self._engine = check_engine(engine)  # where add_table puts rows by default
         self._backend = backend_for(path / DATA_FILE, engine=engine, spark=spark,
@@ -221,14 +187,6 @@ class Curator(ReleaseMethods):
         return cls(path, ledger, analyst=who, owner=who == OWNER, source=src, engine=engine,
                    spark=spark)
 
-    def _require_owner(self, action: str) -> None:
-        if not self.is_owner:
-            raise PermissionError(
-                f"{action} needs the owner's credential; analyst {self.analyst!r} (opened with "
-                f"a token) cannot do it. The owner opens the project without a token, from an "
-                f"account that can read its files. Nothing was changed"
-            )
-
     def close(self) -> None:
         if isinstance(self._backend, SparkBackend):  # what outlives backend.close
             self._backend.release()  # (Spark's cached lookups; DuckDB has nothing)
@@ -246,122 +204,7 @@ class Curator(ReleaseMethods):
         return (f"Curator({str(self.path)!r}, tables={sorted(self.tables())}, "
                 f"spent epsilon {s.spent:.4g} of {s.epsilon:g}, accountant {s.accountant})")
 
-    # ------------------------------------------------------------------ tables
-
-    def tables(self) -> dict[str, TableMeta]:
-        """The registered tables and their (public) declarations."""
-        rows = self.ledger.entries("table")
-        key = rows[-1].seq if rows else 0
-        if self._tables_cache is None or self._tables_cache[0] != key:
-            self._tables_cache = (key, tables_in_force(rows))
-        return dict(self._tables_cache[1])
-
-    def add_table(
-        self,
-        name: str,
-        source: Any,
-        *,
-        privacy_unit: str | None = None,
-        bounds: Mapping[str, Any] | None = None,
-        max_rows_per_unit: int | str | None = None,
-        max_groups_per_unit: int | None = None,
-        domains: Mapping[str, Any] | None = None,
-        not_null: Any = None,
-        public: bool = False,
-        copy: bool = True,
-        source_table: str | None = None,
-        replace: bool = False,
-        description: str = "",
-        progress: Any = None,
-        rows_epsilon: float = dbounds.AUTO_ROWS_EPSILON,
-        engine: str | None = None,
-        max_text_length: int | None = MAX_TEXT_LENGTH,
-        drop_privacy_unit: bool = False,
-    ) -> TableMeta:
-        """Register a table (the data owner's job); spends nothing, except ``"auto"``.
-
-        ``source``: a CSV / Parquet / JSON / DuckDB path, a pandas or polars DataFrame, a
-        pyarrow Table or a DuckDB relation. ``privacy_unit``: the column naming one person
-        (None: record level). ``max_rows_per_unit``: rows one unit may contribute to a query,
-        required with a ``privacy_unit``: a number you know, or ``"auto"`` (chosen privately,
-        charged ``rows_epsilon``: :mod:`dpkit.engine.bounds`). ``bounds={"age": (0, 120)}``:
-        clamps. ``domains={"ward": ["A", "B"]}``: public keys. ``not_null=["age"]``: columns
-        checked to hold no NULL/NaN. ``public=True``: a lookup table (``copy=False``: a view).
-        ``progress(step, fraction)``: called during the load. ``engine="spark"``: the rows
-        stay on Spark (a Spark DataFrame or a Parquet/CSV path; default: the project's engine;
-        docs/scale.md). ``max_text_length``: a private copy's text values are cut to this many
-        characters (None: not cut; public in the declarations). ``replace=True`` keeps a
-        privacy unit unless it is given again or ``drop_privacy_unit=True`` says to drop it.
-        Details: docs/curator.md.
-        """
-        spark = check_engine(engine or self._engine) == SPARK
-        check_identifier(name, "table")
-        self._require_owner("adding, replacing or declaring a table")
-        auto = dbounds.check_rows_declaration(privacy_unit, max_rows_per_unit, public=public,
-                                              name=name, epsilon=rows_epsilon)
-        decl = Declarations(privacy_unit=privacy_unit, bounds=bounds,
-                            max_rows_per_unit=None if isinstance(max_rows_per_unit, str)
-                            else max_rows_per_unit,
-                            max_groups_per_unit=max_groups_per_unit, domains=domains,
-                            not_null=not_null, public=public, copy=copy,
-                            source_table=source_table, description=description,
-                            max_text_length=max_text_length)
-        with self._lock, load_lock(self.path / LOAD_LOCK):
-            check_load(name, self.tables().get(name), decl, replace=replace,
-                       drop_privacy_unit=drop_privacy_unit)
-            self._backend.close()  # DuckDB: one writer, no readers attached meanwhile
-            if spark:
-                meta = self._add_spark_table(name, source, decl)
-            else:
-                meta = load_declared(
-                    self.path / DATA_FILE, name, source, decl, progress=progress)
-            if auto:  # charged before the declaration that publishes it is recorded
-                check = (None if meta.storage != SPARK else  # Spark analyses it first
-                         lambda text: check_on_spark(self._backend, meta, [text]))
-                meta = dbounds.with_auto_rows(self.ledger, self._backend.query_public, meta,
-                                              analyst=self.analyst, epsilon=rows_epsilon,
-                                              source=self._source, check=check)
-            self.ledger.record("table", {"name": name, "table": meta.to_dict()},
-                               analyst=self.analyst,
-                               query=f"ADD TABLE {name} ({meta.summary()})")
-            self._drop_orphans_locked()
-            return meta
-
-    def _add_spark_table(self, name: str, source: Any, decl: Declarations) -> TableMeta:
-        """Rows to Parquet under ``$DPKIT_SPARK_DIR`` (default ``<project>/spark``: on a
-        cluster, a path every executor reads), read by Spark at every query."""
-        if not isinstance(self._backend, SparkBackend):  # the first Spark table
-            self._backend = SparkBackend(self.path / DATA_FILE)
-            self._preparer = Preparer(self._backend, self._source)
-        directory = Path(os.environ.get("DPKIT_SPARK_DIR") or self.path / "spark")
-        return load_declared_spark(self.path / DATA_FILE, self._backend.session(), name,
-                                   source, decl, directory=directory)
-
-    def drop_orphans(self) -> list[str]:
-        """Drop stored relations no table in force names (the old rows of a replaced table, or
-        the new rows of a load that crashed before its ledger row); owner only. Best effort:
-        returns [] while another process reads the data (the next load retries)."""
-        self._require_owner("cleaning up the project's data")
-        with self._lock, load_lock(self.path / LOAD_LOCK):
-            return self._drop_orphans_locked()
-
-    def _drop_orphans_locked(self) -> list[str]:
-        with self._lock:  # the caller holds the load lock (flock is per open file: not again)
-            tables = self.tables()
-            keep = {(m.public, m.stored_name) for m in tables.values()}
-            keys = {k for m in tables.values() for k in m.key_tables.values()}
-            copies = {n for m in tables.values() if m.storage == SPARK
-                      for n in (m.stored_name, Path(str(m.source)).name)}
-            gone = drop_spark_orphans(self.path / "spark", copies)
-            self._backend.close()
-            try:
-                return gone + drop_orphans(self.path / DATA_FILE, keep, keys)
-            except RuntimeError:
-                return gone
-
-    def add_public_table(self, name: str, source: Any, **kwargs: Any) -> TableMeta:
-        """Register a public lookup table (no privacy; may be joined and used as group keys)."""
-        return self.add_table(name, source, public=True, **kwargs)
+    # ------------------------------------------------------------------ roles
 
     def set_analyst_budget(self, analyst: str, epsilon: float | None,
                            delta: float | None = None) -> None:
@@ -370,8 +213,6 @@ class Curator(ReleaseMethods):
         as the epsilon cap); None removes both; owner only."""
         self._require_owner("setting a budget")
         set_analyst_caps(self.ledger, self.analyst, analyst, epsilon, delta)
-
-    # ------------------------------------------------------------------ roles
 
     def add_analyst(self, name: str, *, epsilon: float | None = None,
                     delta: float | None = None, expires_days: float | None = None) -> str:
@@ -396,172 +237,7 @@ class Curator(ReleaseMethods):
         self._require_owner("listing analysts")
         return self.ledger.analysts()
 
-    # ------------------------------------------------------------------ queries
-
-    def table(self, name: str) -> Any:
-        """A Python query builder over ``name`` (compiles to the same SQL path)."""
-        from dpkit.engine.builder import QueryBuilder
-
-        if name not in self.tables():
-            raise dsql.QueryError(
-                f"unknown table {name!r}; registered tables: {', '.join(sorted(self.tables()))}"
-            )
-        return QueryBuilder(self, name)
-
-    def _epsilon_for_accuracy(self, query: str, accuracy: Any, accuracy_rows: float | None, *,
-                              epsilon: float | None, rho: float | None, **plan_kw: Any) -> float:
-        """The smallest epsilon whose plan meets ``accuracy`` (from public things only)."""
-        if epsilon is not None or rho is not None:
-            raise dsql.QueryError("give epsilon= or accuracy=, not both")
-        return epsilon_for_accuracy(
-            lambda eps: expected_errors(self._plan(query, epsilon=eps, rho=None, **plan_kw),
-                                        accuracy_rows), accuracy)
-
-    def _plan(self, query: str, *, epsilon: float | None, rho: float | None,
-              delta: float | None, noise: str, level: float,
-              bounds: Mapping[str, Any] | None,
-              weights: Mapping[str, float] | None = None,
-              diagnostics: bool = True) -> dplan.Plan:
-        cfg = self.ledger.config
-        return self._planner.plan(query, self.tables(), self._tables_version(),
-                                  accountant=cfg.accountant,
-                                  budget_delta=self.ledger.delta_for(self.analyst),
-                                  epsilon=epsilon, rho=rho, delta=delta, noise=noise,
-                                  level=level, bounds=bounds, weights=weights,
-                                  diagnostics=diagnostics)
-
-    def _delta_share(self, plan: dplan.Plan, delta: float | None) -> float | None:
-        cfg = self.ledger.config
-        if cfg.accountant != "approx" or plan.noise != dplan.GAUSSIAN:
-            return None
-        return delta if delta is not None else self.ledger.delta_for(self.analyst) / 10.0
-
-    def _cost(self, plan: dplan.Plan, analyst: str, delta: float | None) -> Any:
-        return quote(self.ledger, plan.event, analyst=analyst,
-                     delta_share=self._delta_share(plan, delta), advice=_GAUSSIAN_ADVICE)
-
-    def sql(
-        self,
-        query: str,
-        *,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        delta: float | None = None,
-        accuracy: float | Mapping[str, float] | None = None,
-        noise: str = dplan.LAPLACE,
-        level: float = 0.95,
-        bounds: Mapping[str, Any] | None = None,
-        analyst: None = None,
-        weights: Mapping[str, float] | None = None, dialect: str | None = None,
-        diagnostics: bool = True, accuracy_rows: float | None = None,
-    ) -> Result:
-        """Answer an aggregate query privately, spending ``epsilon`` (or what ``accuracy`` needs).
-
-        ``accuracy``: target CI half-width (one number, or per output name); AVG and QUANTILE
-        also need ``accuracy_rows`` (:mod:`dpkit.engine.accuracy`). ``delta``: for private
-        group selection and Gaussian noise (default: a tenth of the project's). ``noise``:
-        ``"laplace"`` (pure DP) or ``"gaussian"`` (``rho=`` or ``epsilon=``). ``bounds``:
-        per-query clamps. ``weights={"n": 1, "avg_age": 3}``: budget split per output name.
-        ``ORDER BY <COUNT/SUM> LIMIT k`` picks groups by noisy max (``res.selection``).
-        ``dialect``: the query's SQL dialect if not DuckDB's (``"tsql"``, ``"postgres"``, ...).
-        ``diagnostics`` (default on): 5% of the budget estimates the rows dropped and values
-        clamped by bounding (``res.diagnostics``, ``res.warnings``; docs/curator.md).
-        """
-        who, query = charged_analyst(self.analyst, analyst), dsql.to_duckdb(query, dialect)
-        if _RELEASE_FORM.search(query) is not None:  # cheap test before parsing it twice
-            special = families.answer_sql(self._families(), query, epsilon=epsilon,
-                                          rho=rho, delta=delta, accuracy=accuracy,
-                                          noise=noise, level=level, bounds=bounds,
-                                          diagnostics=diagnostics)
-            if special is not None:  # a range/CDF/marginal family: answered by dpkit.release
-                return special
-        with self._lock:
-            if accuracy is not None:
-                epsilon = self._epsilon_for_accuracy(
-                    query, accuracy, accuracy_rows, epsilon=epsilon, rho=rho, delta=delta,
-                    noise=noise, level=level, bounds=bounds, weights=weights,
-                    diagnostics=diagnostics)
-            plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
-                              level=level, bounds=bounds, weights=weights,
-                              diagnostics=diagnostics)
-            # under 'approx' with Gaussian noise the plan books one delta for the query (the
-            # Gaussian conversion plus partition selection)
-            booked = plan.charge_delta if plan.charge_delta is not None else delta
-            # down once: prepare (dry run) -> charge (check + record) -> read -> noise -> post
-            prepared = self._preparer.prepare(plan, self._tables_version())
-            details: dict[str, Any] = {"split": [json_safe(s) for s in plan.split()],
-                                       "noise": plan.noise, "level": plan.level}
-            if plan.weights:
-                details["weights"] = dict(plan.weights)
-            src = self._source
-            insecure = bool(src is not None and src.insecure)
-
-            def finish(exact: Exact, entry: Entry) -> Result:
-                return release(plan, exact, source=src, insecure=insecure,
-                               epsilon_cost=float(entry.view["epsilon_cost"]),
-                               delta_cost=float(entry.view.get("delta_cost") or 0.0),
-                               ledger_seq=entry.seq, remaining=headroom(self.ledger, who),
-                               scratch=self._backend.scratch)
-
-            return charged_read(self.ledger, plan.event, analyst=who, query=query,
-                                delta_share=self._delta_share(plan, booked), details=details,
-                                read=lambda: read_exact(self._backend, prepared), finish=finish,
-                                advice=_GAUSSIAN_ADVICE)
-
-    def _execute(self, plan: dplan.Plan) -> Exact:
-        """The exact aggregates of ``plan``, uncharged: for tests and benchmarks of the read
-        path only (no public method returns them, and :meth:`sql` charges first)."""
-        return read_exact(self._backend, self._preparer.prepare(plan, self._tables_version()))
-
-    def _tables_version(self) -> int:
-        """The ledger seq of the last table registration read (-1 before any read)."""
-        return self._tables_cache[0] if self._tables_cache is not None else -1
-
-    # ------------------------------------------------------------------ accuracy and preview
-
-    def preview(
-        self,
-        query: str,
-        *,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        delta: float | None = None,
-        noise: str = dplan.LAPLACE,
-        level: float = 0.95,
-        bounds: Mapping[str, Any] | None = None,
-        analyst: None = None,
-        weights: Mapping[str, float] | None = None, dialect: str | None = None,
-        diagnostics: bool = True, accuracy: float | Mapping[str, float] | None = None,
-        accuracy_rows: float | None = None,
-    ) -> Preview:
-        """Cost and expected error of a query, without reading data or spending anything
-        (same parameters as :meth:`sql`; ``weights`` shows the weighted split; ``accuracy``:
-        the epsilon :meth:`sql` would spend for it)."""
-        who, query = charged_analyst(self.analyst, analyst), dsql.to_duckdb(query, dialect)
-        if accuracy is not None:
-            epsilon = self._epsilon_for_accuracy(
-                query, accuracy, accuracy_rows, epsilon=epsilon, rho=rho, delta=delta,
-                noise=noise, level=level, bounds=bounds, weights=weights,
-                diagnostics=diagnostics)
-        plan = self._plan(query, epsilon=epsilon, rho=rho, delta=delta, noise=noise,
-                          level=level, bounds=bounds, weights=weights, diagnostics=diagnostics)
-        booked = plan.charge_delta if plan.charge_delta is not None else delta
-        remaining = headroom(self.ledger, who)  # what this caller's next charge may use
-        try:  # the epsilon and delta the ledger would charge (constant work's included)
-            price = self._cost(plan, who, booked)
-        except BudgetExceeded as exc:
-            price = exc.requested
-        return preview_of(plan, query, cost=price.epsilon, remaining=remaining, delta=price.delta)
-
-    # ------------------------------------------------------------------ release families
-
-    def _families(self, analyst: None = None) -> families.Context:
-        """What the release families need from this project (:mod:`dpkit.engine.families`),
-        charged to the analyst the curator was opened as (``analyst=`` is refused)."""
-        return families.Context(
-            tables=self.tables, ledger=self.ledger, backend=self._backend, source=self._source,
-            lock=self._lock, strategy_cache=self.path / STRATEGY_CACHE,
-            analyst=charged_analyst(self.analyst, analyst), portable=self._preparer.portable)
+    # ------------------------------------------------------------------ clamp bounds
 
     def suggest_bounds(self, table: str, column: str, *, epsilon: float,
                        search: tuple[float, float] | None = None, lower: float = 0.01,

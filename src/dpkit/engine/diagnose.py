@@ -4,7 +4,7 @@ Contribution bounding makes the sensitivities true, but it changes the answer: r
 ``max_rows_per_unit`` are dropped and values outside the declared bounds are clamped, and a
 confidence interval covers the aggregate of the *bounded* data only. So every answer measures,
 with :data:`~dpkit.engine.plan.model.DIAGNOSTICS_SHARE` of its budget (equal parts), how much
-bounding changed (:func:`dpkit.engine.plan.build.diagnostics`):
+bounding changed (:func:`dpkit.engine.plan.measures.diagnostics`):
 
 * ``rows_read``: rows read after bounding (``K``);
 * ``rows_dropped``: rows dropped by the per-unit caps (``D``; each unit's dropped rows count at

@@ -61,8 +61,10 @@ Durfee-Rogers 2019), monotone with L∞ sensitivity ``m`` for counts; see
 **Modules** (floors inside the package; imports go down only): :mod:`.model` (the plan as
 data, parameter limits), :mod:`.fixed` (fixed-point arithmetic and its SQL), :mod:`.calibrate`
 (sensitivities, noise, events, budget weights), :mod:`.compile` (the one bounded-aggregate SQL
-statement, as passes), :mod:`.build` (QuerySpec -> Plan, as passes). Callers import the names
-below from the package: ``from dpkit.engine import plan as dplan``.
+statement, as passes), :mod:`.build` (QuerySpec -> Plan, as passes: the state in
+:mod:`.planning`, the request's passes in :mod:`.request`, the measurements' in
+:mod:`.measures`). Callers import the names below from the package:
+``from dpkit.engine import plan as dplan``.
 """
 
 from dpkit.engine.plan.bounding import bounding_ctes
