@@ -20,6 +20,7 @@ import duckdb
 
 from dpkit import noise
 from dpkit.accounting import Budget
+from dpkit.attacks.side_channels.runner import declarations
 from dpkit.engine.curator import Curator
 from dpkit.engine.tables import TableMeta, quote_ident
 
@@ -50,13 +51,7 @@ def spark_factory(spark: Any, *, epsilon: float = 1000.0) -> Callable[..., Curat
                                  source=noise.seeded(seed), engine="spark", spark=spark)
             for p in public:
                 cur.add_table(p.name, f"{data_file}::{p.name}", public=True, engine="duckdb")
-            cur.add_table(
-                table.name, str(parquet), privacy_unit=table.privacy_unit,
-                bounds={**table.bounds, **table.date_ranges} or None,
-                max_rows_per_unit=table.max_rows_per_unit,
-                max_groups_per_unit=table.max_groups_per_unit,
-                domains={k: list(v) for k, v in table.domains.items()} or None,
-                not_null=list(table.not_null) or None)
+            cur.add_table(table.name, str(parquet), **declarations(table))
         return cur
 
     return make
