@@ -10,6 +10,7 @@ a noise scale computed from the data. Neither changes anything else the fuzzer c
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
@@ -240,3 +241,23 @@ def test_top_k_work_does_not_follow_the_number_of_selected_groups(tmp_path: Path
     assert sc.compare(q, a, b) == (), (a.noise, b.noise)
     for c in (d, d1):
         c.close()
+
+
+def test_a_portable_hash_is_blanked_like_the_seed_it_comes_from() -> None:
+    """FINDINGS.md K4: on Spark, the row cap's keyed hash writes multipliers derived from the
+    per-query seed into the statement; where D's and D' sources stood at different positions
+    (a rejection loop drew a data-dependent number of words earlier: no constant work) the
+    seeds differed, which the trace blanks, and so did the multipliers, which it did not."""
+    from dpkit.engine.plan.portable import portable_hash_sql
+
+    texts = []
+    for k in (1, 2):
+        with noise.trace.recording() as t:
+            seed = int(noise.uniform_int(2**62, 1, source=noise.seeded(k))[0])
+            text = portable_hash_sql([("__u", "BIGINT"), ("x", "DOUBLE"), ("s", "VARCHAR")], seed)
+        assert str(seed) in text
+        texts.append(t.scrub(text))
+    assert texts[0] == texts[1], texts
+    with noise.trace.recording() as t:  # a number that merely contains a multiplier stays
+        key = re.findall(r"\* ([0-9]+)\)", portable_hash_sql([("x", "DOUBLE")], 1234567))[0]
+        assert t.scrub(f"{key} 1{key}9") == f"<derived#1> 1{key}9"
