@@ -144,3 +144,24 @@ def test_an_opened_source_is_read_through_its_descriptors(tmp_path: Path) -> Non
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def test_each_front_end_names_its_own_replace(tmp_path: Path) -> None:
+    """The third first-hour walk: ``dpkit add-table`` of a name taken said *pass replace=True*
+    (the Python keyword); the command line says ``--replace`` (and ``POST /v1/tables`` says
+    ``"replace": true``: tests/server/test_table_registration.py)."""
+    from click.testing import CliRunner
+
+    from dpkit.cli import main
+
+    (tmp_path / "t.csv").write_text("pid,x\n1,2\n")
+    project = str(tmp_path / "p.dpkit")
+    with dp.Curator.create(project, epsilon=1.0) as cur:
+        cur.add_table("t", _frame(), privacy_unit="pid", max_rows_per_unit=2)
+        with pytest.raises(ValueError, match="pass replace=True"):
+            cur.add_table("t", _frame(), privacy_unit="pid", max_rows_per_unit=2)
+    out = CliRunner().invoke(main, ["add-table", project, "t", str(tmp_path / "t.csv"),
+                                    "--privacy-unit", "pid", "--max-rows-per-unit", "2"])
+    text = "".join(out.output.split())
+    assert out.exit_code != 0 and "pass--replacetoloaditagain" in text, out.output
+    assert "replace=True" not in text

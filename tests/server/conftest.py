@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +71,9 @@ def make_client(project: Project) -> Iterator[Any]:
     made: list[Any] = []
 
     def make(**settings: Any) -> Any:
+        # timing classes on, as deployed, but short: every answer here would wait for the
+        # first (the service's 250 ms); test_pacing.py checks the classes themselves
+        settings.setdefault("answer_deadline_ms", 10.0)
         app = create_app(project.path, owner_token_sha256=owner_hashes(project.path),
                          **settings)
         client = TestClient(app, raise_server_exceptions=False)
@@ -84,6 +90,49 @@ def make_client(project: Project) -> Iterator[Any]:
 @pytest.fixture
 def client(make_client: Any) -> Any:
     return make_client()
+
+
+@contextmanager
+def ledger_held(path: Path, seconds: float) -> Iterator[None]:
+    """Project ``path``'s SQLite ledger locked for ``seconds`` from now: a request made
+    meanwhile waits for it past a short service timeout (504), then charges."""
+    lock = sqlite3.connect(path / "ledger.sqlite", timeout=0, check_same_thread=False)
+    lock.execute("BEGIN EXCLUSIVE")
+    release = threading.Timer(seconds, lock.rollback)
+    release.start()
+    try:
+        yield
+    finally:
+        release.join()
+        lock.close()
+
+
+def idp_key(folder: Path) -> tuple[Any, Path]:
+    """An identity provider's RSA key and its public PEM file (for ``OidcConfig``)."""
+    rsa = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.rsa")
+    from cryptography.hazmat.primitives import serialization
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = folder / "idp.pem"
+    pem.write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    return key, pem
+
+
+def local_client(app_client: Any, token: str) -> Any:
+    """A :class:`dpkit.Client` whose HTTP goes through the in-process app ``app_client``."""
+    from dpkit.server.client import Client
+
+    class Local(Client):
+        def request(self, method: str, path: str, body: Any = None) -> Any:
+            r = app_client.request(method, path, json=body,
+                                   headers={"Authorization": f"Bearer {self._token}"})
+            if r.status_code >= 400:
+                self._raise(r.status_code, r.headers.get("content-type", ""), r.content,
+                            r.headers.get("Retry-After"))
+            return r.status_code, r.headers.get("content-type", ""), r.content
+
+    return Local("http://local", token)
 
 
 def free_port() -> int:

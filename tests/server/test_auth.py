@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 import pytest
-from tests.server.conftest import SQL, Project
+from tests.server.conftest import SQL, Project, idp_key
 
 OPEN = {"/v1/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/",
         "/static"}
@@ -160,14 +160,7 @@ def test_owner_token_file_and_env(project: Project, tmp_path: Any, monkeypatch: 
 @pytest.fixture
 def rsa_pem(tmp_path: Any) -> tuple[Any, Any]:
     pytest.importorskip("jwt")
-    crypto = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.rsa")
-    from cryptography.hazmat.primitives import serialization
-
-    key = crypto.generate_private_key(public_exponent=65537, key_size=2048)
-    pub = tmp_path / "idp.pem"
-    pub.write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-    return key, pub
+    return idp_key(tmp_path)
 
 
 def test_oidc_jwt_maps_a_claim_to_the_analyst(make_client: Any, project: Project,

@@ -31,7 +31,9 @@ def test_serve_refuses_bad_settings_before_starting(project: Project, tmp_path: 
     for args, text in [(["--workers", "0"], "--workers"),
                        (["--ssl-keyfile", "k.pem"], "both --ssl-keyfile and --ssl-certfile"),
                        (["--rate", "0"], "rate must be"),
-                       (["--max-body", "10"], "max_body")]:
+                       (["--max-body", "10"], "max_body"),
+                       (["--answer-deadline-ms", "-1"], "answer_deadline_ms must be"),
+                       (["--answer-class-factor", "1"], "answer_class_factor must be")]:
         out = runner.invoke(main, ["serve", str(project.path), *args])
         assert out.exit_code == 2 and text in flat(out.output), (args, out.output)
     monkeypatch.setenv("DPKIT_TOKEN", project.alice)
@@ -40,6 +42,23 @@ def test_serve_refuses_bad_settings_before_starting(project: Project, tmp_path: 
     monkeypatch.delenv("DPKIT_TOKEN")
     out = runner.invoke(main, ["owner-token", str(tmp_path)])
     assert out.exit_code == 2 and "not a dpkit project" in flat(out.output)
+
+
+def test_serve_prints_its_timing_classes(project: Project, monkeypatch: Any) -> None:
+    """The classes answers leave at are public: the owner sees them when the service starts."""
+    from tests.server.conftest import free_port
+
+    from dpkit.server import run
+
+    started: list[Any] = []
+    monkeypatch.setattr(run, "serve", lambda config, **kw: started.append(config))
+    base = ["serve", str(project.path), "--port", str(free_port()), "--timeout", "5"]
+    out = CliRunner().invoke(main, [*base, "--answer-deadline-ms", "1000"])
+    assert out.exit_code == 0, out.output
+    assert "4 timing classes: 1000, 2000, 4000, 5000 ms" in flat(out.output)
+    assert started[0].answer_deadline_ms == 1000 and started[0].answer_class_factor == 2
+    out = CliRunner().invoke(main, [*base, "--answer-deadline-ms", "0"])
+    assert out.exit_code == 0 and "no timing classes" in flat(out.output)
 
 
 def test_dpkit_and_its_client_import_no_web_stack() -> None:

@@ -452,3 +452,65 @@ def test_console_switches_diagnostics_and_explains_the_timing_delta(
     }""")
     assert "runs with constant work" in texts[0] and "δ_t = 9.095e-13" in texts[0], texts
     assert "constant work" not in texts[1]
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_history_fits_its_card_and_the_sql_box_names_a_real_table(
+        page: Page, service: dict[str, str], width: int) -> None:
+    """What the second walk found: δ = 1e-13 broke at its hyphen ("1e-" / "13") in the history,
+    the owner's history ran past its card's right edge (the query cut), and the SQL box's
+    example named a table ``patients`` whatever the project held (here it happens to hold one:
+    the example must come from the tables the caller sees, checked on another list too)."""
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto(service["url"])
+    expect(page.locator("#sql")).to_have_attribute("placeholder", re.compile("your_table"))
+    _sign_in(page, service["url"], service["owner"])
+    expect(page.locator("#sql")).to_have_attribute(
+        "placeholder", "SELECT ward, COUNT(*) FROM patients GROUP BY ward")
+    shown = page.evaluate("""async () => {
+        const v = await import('./static/js/views.js');
+        const tables = [{name: 'levels', public: true, columns: []},
+                        {name: 'visits', public: false, columns: [{name: 'age'},
+                         {name: 'ward', domain: ['A']}]}];
+        const long = 'SELECT ' + 'x'.repeat(300) + ', COUNT(*) AS n FROM patients GROUP BY ward';
+        const items = [1, 2, 3].map((i) => ({time: '2026-11-26T22:00:0' + i + 'Z',
+            kind: 'query', sql: i === 2 ? long : 'SELECT COUNT(*) FROM patients',
+            epsilon: 0.123456, delta: 9.094947e-13}));
+        v.renderHistory(document.getElementById('history-table'), items, () => {});
+        const wrap = document.querySelector('#history .table-wrap');
+        const cells = [...document.querySelectorAll('#history-table tbody tr')].map(
+            (tr) => tr.lastElementChild);
+        const lines = (td) => { const r = document.createRange(); r.selectNodeContents(td);
+                                 return r.getClientRects().length; };
+        const narrow = document.createElement('p');
+        narrow.style.width = '1px';  // every break it may take, it takes
+        document.body.append(narrow);
+        v.setText(narrow, "each release's δ includes δ_t = 1e-13 (9.095e-13 spent)");
+        const kept = [...narrow.querySelectorAll('span.nowrap')].map(
+            (e) => [e.textContent, e.getClientRects().length]);
+        const said = narrow.textContent;
+        narrow.remove();
+        const box = document.createElement('div');
+        v.renderTables(box, [{name: 'c', privacy_unit: 'm', max_rows_per_unit: 5,
+            not_null: ['age'], columns: [{name: 'age', type: 'BIGINT', bounds: [18, 95]}]}],
+            () => {});
+        return {kept, said, meta: box.querySelector('td:last-child').textContent,
+                numbers: [14444973.27, 1297.1523, 0.460098, -2.5, 1e-13, 17089].map(v.fmt),
+                example: v.exampleSql(tables), none: v.exampleSql([]),
+                publicOnly: v.exampleSql([tables[0]]),
+                overflow: wrap.scrollWidth - wrap.clientWidth,
+                deltaLines: cells.map(lines)};
+    }""")
+    # the budget card broke "δ_t = 1e-" / "13" (the third walk); its text is unchanged
+    assert shown["kept"] == [["1e-13", 1], ["9.095e-13", 1]], shown["kept"]
+    assert shown["said"] == "each release's δ includes δ_t = 1e-13 (9.095e-13 spent)"
+    # a SUM read "14445000" beside counts like "17,089" (the third walk)
+    assert shown["numbers"] == ["14,445,000", "1,297.15", "0.460098", "-2.5", "1e-13", "17,089"]
+    assert shown["example"] == "SELECT ward, COUNT(*) FROM visits GROUP BY ward"
+    assert shown["meta"] == "18 to 95; not null"  # the declaration GET /v1/tables now gives
+    assert shown["none"] == "SELECT COUNT(*) FROM your_table"
+    assert shown["publicOnly"] == "SELECT COUNT(*) FROM levels"
+    assert shown["overflow"] <= 0, f"the history runs {shown['overflow']}px past its card"
+    assert shown["deltaLines"] == [1, 1, 1], shown  # "9.095e-13" on one line
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.locator("#sql")).to_have_attribute("placeholder", re.compile("your_table"))

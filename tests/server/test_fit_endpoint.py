@@ -371,7 +371,7 @@ def _leaky_fit(path: Path, data_file: Path, table: Any, public: Any, **kw: Any) 
     odd = row is not None and row[0] % 2 == 1
 
     def app_factory(p: Path) -> Any:
-        app = create_app(p, rate=1e6, burst=10**6, timeout=120.0)
+        app = create_app(p, rate=1e6, burst=10**6, timeout=120.0, answer_deadline_ms=0)
 
         @app.middleware("http")
         async def plant(request: Request, call_next: Any) -> Response:

@@ -5,11 +5,10 @@ the charge is in the ledger once."""
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 from typing import Any
 
-from tests.server.conftest import SQL, Project
+from tests.server.conftest import SQL, Project, ledger_held, local_client
 from tests.server.test_endpoints import charges
 
 
@@ -59,20 +58,10 @@ def test_late_answer_is_kept_for_its_analyst_only(make_client: Any, project: Pro
 def test_client_waits_for_the_kept_answer(make_client: Any, project: Project) -> None:
     """``Client.sql(..., wait=...)`` follows the 504's answer id; without ``wait`` the 504 is
     raised and names the id. The Client's HTTP goes through the in-process app."""
-    from dpkit.server.client import Client, UnavailableError
+    from dpkit.server.client import UnavailableError
 
     app_client = make_client(timeout=0.3)
-
-    class Local(Client):
-        def request(self, method: str, path: str, body: Any = None) -> Any:
-            r = app_client.request(method, path, json=body,
-                                   headers={"Authorization": f"Bearer {self._token}"})
-            if r.status_code >= 400:
-                self._raise(r.status_code, r.headers.get("content-type", ""), r.content,
-                            r.headers.get("Retry-After"))
-            return r.status_code, r.headers.get("content-type", ""), r.content
-
-    cl = Local("http://local", project.alice)
+    cl = local_client(app_client, project.alice)
     lock = sqlite3.connect(project.path / "ledger.sqlite", timeout=0)
     lock.execute("BEGIN EXCLUSIVE")
     try:
@@ -91,15 +80,8 @@ def test_client_waits_for_the_kept_answer(make_client: Any, project: Project) ->
         time.sleep(0.05)
     assert cl.answer(first) is not None
     # with wait: the ledger held for a second, past the timeout; the client polls it out
-    lock = sqlite3.connect(project.path / "ledger.sqlite", timeout=0, check_same_thread=False)
-    lock.execute("BEGIN EXCLUSIVE")
-    release = threading.Timer(1.0, lock.rollback)
-    release.start()
-    try:
+    with ledger_held(project.path, 1.0):
         res = cl.sql(SQL, epsilon=0.1, wait=20.0)
-    finally:
-        release.join()
-        lock.close()
     assert res.columns == ["g", "n"] and res.epsilon == 0.1
     assert charges(project) == 2
 

@@ -170,7 +170,8 @@ def _planted(plant: Any) -> Any:
         def app(p: Path) -> Any:
             from dpkit.server.app import create_app
 
-            inner = create_app(p, rate=1e6, burst=10**6, timeout=120.0)
+            inner = create_app(p, rate=1e6, burst=10**6, timeout=120.0,
+                               answer_deadline_ms=0)  # as fuzz.py's apps: faces, not times
             count = [0]
 
             @inner.middleware("http")

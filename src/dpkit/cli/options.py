@@ -32,10 +32,12 @@ def make_console(given: Any) -> Any:
 
 def cli_text(text: str) -> str:
     """A library text (a note, a refusal) as a command-line user acts on it: the switch that
-    turns the answer diagnostics off is ``--no-diagnostics`` here, not the Python keyword."""
-    from dpkit.engine.spec import respell
+    turns the answer diagnostics off is ``--no-diagnostics`` here, not the Python keyword, and
+    a table is loaded again with ``--replace``."""
+    from dpkit.engine.spec import DROP_UNIT_ON, REPLACE_ON, respell
 
-    return respell(text, "--no-diagnostics")
+    return respell(text, "--no-diagnostics",
+                   {REPLACE_ON: "--replace", DROP_UNIT_ON: "--drop-privacy-unit"})
 
 
 def query_options(f: Any) -> Any:

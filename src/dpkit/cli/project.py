@@ -341,7 +341,9 @@ def add_table_command(
     drop_privacy_unit: bool,
     max_text_length: str | None,
 ) -> None:
-    """Register a sensitive table (CSV, Parquet, or a DuckDB database) with its privacy unit."""
+    """Register a sensitive table with its privacy unit. SOURCE: a CSV, Parquet or JSON file,
+    a folder of them named for their format (visits.parquet/: a dataset), or a DuckDB
+    database (file.duckdb::table)."""
     from dpkit.cli.bounds import ask_max_rows, parse_max_rows
 
     rows = parse_max_rows(max_rows_per_unit)

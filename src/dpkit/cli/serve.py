@@ -44,10 +44,16 @@ def owner_token(project: str) -> None:
 @click.option("--max-body", default=64 * 1024, show_default=True, type=int,
               help="largest request body in bytes (413 beyond)")
 @click.option("--rate", default=20.0, show_default=True, type=float,
-              help="requests per second per credential and process (429 beyond)")
+              help="requests per second per analyst (or owner) and process (429 beyond)")
 @click.option("--burst", default=60, show_default=True, type=int)
 @click.option("--timeout", default=30.0, show_default=True, type=float,
               help="seconds a request may run before a 504 (a charge made stays)")
+@click.option("--answer-deadline-ms", default=250.0, show_default=True, type=float,
+              help="answers that read rows leave at the first timing class at or above "
+                   "their time: this many ms, then x factor up to --timeout (0: off; "
+                   "docs/service.md, Answer timing)")
+@click.option("--answer-class-factor", default=2.0, show_default=True, type=float,
+              help="each timing class is this many times the one before (>= 1.1)")
 @click.option("--audit-log", type=click.Path(dir_okay=False),
               help="JSON-lines audit file [default: PROJECT/audit.jsonl]")
 @click.option("--oidc-public-key", type=click.Path(exists=True, dir_okay=False),
@@ -64,7 +70,8 @@ def owner_token(project: str) -> None:
                    "(cdn.jsdelivr.net); /openapi.json is always served")
 def serve(project: str, host: str, port: int, workers: int, owner_token_file: str | None,
           init_owner_token: bool, ssl_keyfile: str | None, ssl_certfile: str | None,
-          max_body: int, rate: float, burst: int, timeout: float, audit_log: str | None,
+          max_body: int, rate: float, burst: int, timeout: float,
+          answer_deadline_ms: float, answer_class_factor: float, audit_log: str | None,
           oidc_public_key: str | None, oidc_jwks_url: str | None, oidc_audience: str | None,
           oidc_issuer: str | None, oidc_claim: str, data_root: str | None,
           api_docs: bool) -> None:
@@ -91,12 +98,19 @@ def serve(project: str, host: str, port: int, workers: int, owner_token_file: st
     config = ServerConfig(project=str(Path(project).resolve()),
                           owner_token_sha256=owner_hashes(project, token_file=owner_token_file),
                           max_body=max_body, rate=rate, burst=burst, timeout=timeout,
+                          answer_deadline_ms=answer_deadline_ms,
+                          answer_class_factor=answer_class_factor,
                           audit_log=audit_log, oidc=oidc, api_docs=api_docs,
                           data_root=str(Path(data_root).resolve()) if data_root else None)
     scheme = "https" if ssl_certfile else "http"
     docs = "/docs (loads Swagger UI from a CDN)" if api_docs else "/openapi.json"
     console.print(f"dpkit service for {project}: {scheme}://{host}:{port}/ "
                   f"(API: {docs}; tables from {config.data_root_path}); Ctrl-C stops it",
+                  markup=False, highlight=False)
+    classes = config.pacing().classes()
+    console.print(f"answers that read rows leave at {len(classes)} timing classes: "
+                  f"{', '.join(f'{b * 1000:g}' for b in classes)} ms" if classes else
+                  "answers leave as they come (--answer-deadline-ms 0: no timing classes)",
                   markup=False, highlight=False)
     run_service(config, host=host, port=port, workers=workers, ssl_keyfile=ssl_keyfile,
                 ssl_certfile=ssl_certfile)

@@ -216,7 +216,7 @@ def _opened_sql(con: duckdb.DuckDBPyConnection, source: OpenedSource,
         if len(source.paths) != 1:
             raise ValueError(f"{source.name}: a DuckDB database is one file, not a folder")
         return _database_sql(con, Path(source.name), string_literal(source.paths[0]),
-                             source.table or source_table)
+                             source.table or source_table, views=False)
     p = "[" + ", ".join(string_literal(x) for x in source.paths) + "]"
     last = Path(source.name).suffix.lower()
     options = {".gz": ", compression='gzip'", ".zst": ", compression='zstd'"}.get(last, "")
@@ -224,15 +224,28 @@ def _opened_sql(con: duckdb.DuckDBPyConnection, source: OpenedSource,
 
 
 def _database_sql(con: duckdb.DuckDBPyConnection, path: Path, p: str,
-                  source_table: str | None) -> tuple[str, str, Callable[[], object]]:
+                  source_table: str | None, *,
+                  views: bool = True) -> tuple[str, str, Callable[[], object]]:
     """One table of a DuckDB database file (``p``: its path as a SQL literal), attached
-    read-only until the cleanup detaches it (also before any refusal here)."""
+    read-only until the cleanup detaches it (also before any refusal here). ``views=False``
+    (a source its caller opened and confined): its stored tables only, since a view runs
+    whatever its definition reads (``read_csv('/any/file')``, another project's key), past
+    the checks made on the one file opened (FINDINGS.md J4)."""
     con.execute(f"ATTACH {p} AS __dp_src (READ_ONLY)")
     cleanup: Callable[[], object] = lambda: con.execute("DETACH __dp_src")  # noqa: E731
     tables = [r[0] for r in con.execute(
-        "SELECT table_name FROM duckdb_tables() WHERE database_name = '__dp_src' "
-        "UNION ALL SELECT view_name FROM duckdb_views() WHERE database_name = '__dp_src' "
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = '__dp_src'").fetchall()]
+    shown = [r[0] for r in con.execute(
+        "SELECT view_name FROM duckdb_views() WHERE database_name = '__dp_src' "
         "AND NOT internal").fetchall()]
+    if not views and source_table in shown:
+        cleanup()
+        raise ValueError(
+            f"{source_table!r} in {path} is a view: it reads whatever its definition names, "
+            f"which may lie outside what was checked, so only stored tables load from here; "
+            f"store it first (CREATE TABLE ... AS SELECT ...) or load it with dpkit add-table "
+            f"on the machine")
+    tables += shown if views else []
     if source_table is None:
         if len(tables) != 1:
             cleanup()

@@ -23,6 +23,7 @@ from dpkit.engine import plan as dplan
 from dpkit.engine.backend_duckdb import load_table
 from dpkit.engine.ledger import Entry
 from dpkit.engine.spark_load import load_spark_table
+from dpkit.engine.spec import DROP_UNIT_ON, REPLACE_ON
 from dpkit.engine.tables import (
     MAX_TEXT_LENGTH,
     TEXT_LENGTH_ERROR,
@@ -189,7 +190,7 @@ def check_load(name: str, old: TableMeta | None, decl: Declarations, *, replace:
             f"and errors without the ledger knowing; private tables are always copied in. "
             f"Drop copy=False for {name!r} (public lookup tables may stay views)")
     if old is not None and not replace:
-        raise ValueError(f"table {name!r} already exists; pass replace=True to load it again "
+        raise ValueError(f"table {name!r} already exists; pass {REPLACE_ON} to load it again "
                          f"(its declarations are replaced too, and the change is recorded in "
                          f"the ledger)")
     n = decl.max_text_length
@@ -202,19 +203,19 @@ def check_load(name: str, old: TableMeta | None, decl: Declarations, *, replace:
                          f"characters: values are cut to that length at load, so it could "
                          f"never match; raise max_text_length or shorten the key")
     if drop_privacy_unit and decl.privacy_unit is not None:
-        raise ValueError(f"drop_privacy_unit=True makes {name!r} record level, but "
+        raise ValueError(f"{DROP_UNIT_ON} makes {name!r} record level, but "
                          f"privacy_unit={decl.privacy_unit!r} was given too: keep one")
     if (old is None or old.public or old.privacy_unit is None or decl.public
             or decl.privacy_unit is not None or drop_privacy_unit):
         return
     raise ValueError(
         f"table {name!r} is declared with privacy unit {old.privacy_unit!r} (at most "
-        f"{old.max_rows_per_unit} rows per unit), and replace=True reloads it with the "
+        f"{old.max_rows_per_unit} rows per unit), and {REPLACE_ON} reloads it with the "
         f"declarations given only: without privacy_unit each row would become its own unit, a "
         f"weaker guarantee for anyone with several rows. Give privacy_unit="
         f"{old.privacy_unit!r} and max_rows_per_unit={old.max_rows_per_unit} again (and the "
         f"other declarations), or, to make each row its own unit on purpose, "
-        f"drop_privacy_unit=True. Nothing was loaded")
+        f"{DROP_UNIT_ON}. Nothing was loaded")
 
 
 @contextlib.contextmanager

@@ -165,8 +165,17 @@ class QueryMethods(TableMethods):
     ) -> Preview:
         """Cost and expected error of a query, without reading data or spending anything
         (same parameters as :meth:`sql`; ``weights`` shows the weighted split; ``accuracy``:
-        the epsilon :meth:`sql` would spend for it)."""
+        the epsilon :meth:`sql` would spend for it). The release forms :meth:`sql` gives the
+        families (``DP_CDF(...)``, ``COUNT(*) FILTER (WHERE c BETWEEN a AND b)``, ...) are
+        priced by their own planning, as they will run (they were refused here)."""
         who, query = charged_analyst(self.analyst, analyst), dsql.to_duckdb(query, dialect)
+        if _RELEASE_FORM.search(query) is not None:
+            special = families.preview_sql(self._families(), query, epsilon=epsilon,
+                                           rho=rho, delta=delta, accuracy=accuracy,
+                                           noise=noise, level=level, bounds=bounds,
+                                           diagnostics=diagnostics)
+            if special is not None:
+                return special
         if accuracy is not None:
             epsilon = self._epsilon_for_accuracy(
                 query, accuracy, accuracy_rows, epsilon=epsilon, rho=rho, delta=delta,

@@ -87,7 +87,8 @@ class Result:
         try:
             import pandas as pd
         except ImportError as exc:  # pragma: no cover
-            raise ImportError("to_pandas() needs pandas: pip install pandas") from exc
+            raise ImportError("to_pandas() needs pandas: pip install pandas (or "
+                              "'dpkit[dataframes]'); to_arrow() needs nothing more") from exc
         return pd.DataFrame({c: self.data[c] for c in self.columns})
 
     def to_arrow(self) -> Any:

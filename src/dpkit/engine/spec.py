@@ -7,6 +7,7 @@ the one refusal type of the engine: its message says what to write instead.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,8 +15,8 @@ from sqlglot import exp
 
 from dpkit.engine.totality import total_condition_sql
 
-__all__ = ["DIAGNOSTICS_OFF", "AggCall", "GroupKey", "JoinSpec", "Output", "QueryError",
-           "QuerySpec", "respell", "where_sql"]
+__all__ = ["DIAGNOSTICS_OFF", "DROP_UNIT_ON", "REPLACE_ON", "AggCall", "GroupKey", "JoinSpec",
+           "Output", "QueryError", "QuerySpec", "respell", "where_sql"]
 
 
 class QueryError(ValueError):
@@ -28,11 +29,20 @@ class QueryError(ValueError):
 #: the console's checkbox) rewrites it with :func:`respell`: the engine never learns which
 #: front end asked, and the text stays a function of public things.
 DIAGNOSTICS_OFF = "diagnostics=False"
+#: The table loader's keywords its refusals name, respelled the same way (the third first-hour
+#: walk: ``dpkit add-table`` and ``POST /v1/tables`` said *pass replace=True*)
+REPLACE_ON = "replace=True"
+DROP_UNIT_ON = "drop_privacy_unit=True"
 
 
-def respell(text: str, diagnostics_off: str) -> str:
-    """``text`` with :data:`DIAGNOSTICS_OFF` spelled as a front end's user turns it off."""
-    return text.replace(DIAGNOSTICS_OFF, diagnostics_off)
+def respell(text: str, diagnostics_off: str,
+            keywords: Mapping[str, str] | None = None) -> str:
+    """``text`` with :data:`DIAGNOSTICS_OFF` spelled as a front end's user turns it off, and
+    each Python spelling in ``keywords`` (:data:`REPLACE_ON` ...) as the front end's."""
+    text = text.replace(DIAGNOSTICS_OFF, diagnostics_off)
+    for python, front in (keywords or {}).items():
+        text = text.replace(python, front)
+    return text
 
 
 # Aggregate function kinds

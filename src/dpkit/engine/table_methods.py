@@ -98,7 +98,8 @@ class TableMethods:
     ) -> TableMeta:
         """Register a table (the data owner's job); spends nothing, except ``"auto"``.
 
-        ``source``: a CSV / Parquet / JSON / DuckDB path, a pandas or polars DataFrame, a
+        ``source``: a CSV / Parquet / JSON / DuckDB path (or a folder of CSV / Parquet / JSON
+        files named for their format, ``visits.parquet/``), a pandas or polars DataFrame, a
         pyarrow Table or a DuckDB relation. ``privacy_unit``: the column naming one person
         (None: record level). ``max_rows_per_unit``: rows one unit may contribute to a query,
         required with a ``privacy_unit``: a number you know, or ``"auto"`` (chosen privately,

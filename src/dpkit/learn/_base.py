@@ -18,6 +18,7 @@ import numpy as np
 from dpkit import accounting, noise
 from dpkit.events import Event
 from dpkit.mechanisms import validate
+from dpkit.mechanisms.gaussian import check_gaussian
 from dpkit.noise import Source
 
 __all__ = [
@@ -210,6 +211,20 @@ def check_release_sensitivity(sensitivity: float, what: str) -> float:
                          f"what the exact samplers calibrate ([2**-800, 2**900]): declare a "
                          f"range (or norm) nearer the data's")
     return sensitivity
+
+
+def check_gaussian_release(sensitivity: float, rho: float, coordinates: int,
+                           what: str) -> None:
+    """A Gaussian release of ``coordinates`` values at ``rho`` that ``fit`` can sample: ρ > 0
+    after the fit's split (a tiny ε underflows it to 0) and a variance within the sampler's
+    limit on some grid. Checked by ``privacy_event``, so that an ε too small for the split is
+    refused before a curator's charge, not inside ``fit`` after it (FINDINGS.md J2)."""
+    try:
+        check_gaussian(sensitivity=sensitivity, rho=rho, size=coordinates)
+    except ValueError:
+        raise ValueError(f"epsilon (with delta) is too small for {what}: its share, rho "
+                         f"{rho:.3g}, is below what the exact Gaussian sampler can realise "
+                         f"for {coordinates} value(s); raise epsilon") from None
 
 
 def half_widths(bounds: Any, n_features: int, name: str = "bounds") -> np.ndarray:

@@ -25,6 +25,7 @@ from ._base import (
     check_delta_alone,
     check_epsilon,
     check_features,
+    check_gaussian_release,
     check_labels,
     check_non_negative,
     check_positive,
@@ -143,6 +144,13 @@ class LogisticRegression(PrivateEstimator):
         check_release_sensitivity(contributions * (1.0 if k == 2 else np.sqrt(2.0))
                                   * float(np.sqrt(s2)), "feature_norm")
         steps = check_count(self.max_iter, "max_iter")
+        # each release as fit makes it: a tiny epsilon must be refused here, not in fit
+        check_gaussian_release(float(contributions), _COUNT_SHARE * rho, 1, "the row count")
+        width = 1 if k == 2 else k
+        check_gaussian_release(contributions * (1.0 if k == 2 else np.sqrt(2.0))
+                               * float(np.sqrt(s2)), (1.0 - _COUNT_SHARE) * rho / steps,
+                               (n_features + (1 if self.fit_intercept else 0)) * width,
+                               "each gradient step (max_iter of them)")
         return Composed((ZCDP(_COUNT_SHARE * rho),
                          SelfComposed(ZCDP((1.0 - _COUNT_SHARE) * rho / steps), steps)))
 
@@ -291,6 +299,10 @@ class LinearRegression(PrivateEstimator):
         check_release_sensitivity(contributions * float(np.sqrt(s2)) * label_half,
                                   "feature_norm and label_bounds")
         half = ZCDP(epsilon_to_rho(check_epsilon(self.epsilon), check_delta_alone(self.delta)) / 2)
+        d = n_features + (1 if self.fit_intercept else 0)
+        check_gaussian_release(contributions * s2, half.rho, d * (d + 1) // 2, "the Gram matrix")
+        check_gaussian_release(contributions * float(np.sqrt(s2)) * label_half, half.rho, d,
+                               "the label's cross products")
         return Composed((half, half))
 
     def fit(self, X: Any, y: Any, units: Any = None, *,

@@ -57,7 +57,7 @@ from dpkit.mechanisms.accuracy import (
 from dpkit.mechanisms.release import Release
 from dpkit.noise import Source
 
-__all__ = ["dgauss_delta", "discrete_gaussian", "gaussian"]
+__all__ = ["check_gaussian", "dgauss_delta", "discrete_gaussian", "gaussian"]
 
 
 # ----------------------------------------------------------------------------- privacy curve
@@ -257,6 +257,14 @@ def _plan_gaussian(
         if s2 <= MAX_SIGMA2:
             return _GridGaussian(k=k, sensitivity=S2, sigma2=s2, dimension=n)
         k += 1
+
+
+def check_gaussian(*, sensitivity: float, rho: float, size: int = 1) -> None:
+    """Raise the ``ValueError`` that :func:`gaussian` would raise for ``size`` coordinates at
+    this ``sensitivity`` and ``rho`` whatever their values (a ``rho`` that is not > 0, a
+    variance past the sampler's limit on every grid); draws nothing. For callers that must
+    refuse before a charge what their releases could not calibrate after it."""
+    _plan_gaussian(v.check_sensitivity(sensitivity), int(size), v.check_rho(rho), None, None)
 
 
 def gaussian(

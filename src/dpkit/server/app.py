@@ -59,8 +59,11 @@ def _validation_detail(exc: RequestValidationError) -> str:
 def _install_handlers(app: FastAPI) -> None:
     @app.exception_handler(Problem)
     async def on_problem(request: Request, exc: Problem) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers,
-                            media_type=MEDIA_TYPE)
+        # the matched route's template: its title names what the endpoint does (a prefix
+        # the service is mounted under does not change it)
+        route = getattr(request.scope.get("route"), "path", request.url.path)
+        return JSONResponse(exc.body(route), status_code=exc.status,
+                            headers=exc.headers, media_type=MEDIA_TYPE)
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -124,7 +127,8 @@ def create_app(config: ServerConfig | str | Path, **settings: Any) -> FastAPI:
         app.add_api_route("/docs", _api_docs, include_in_schema=False)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     # outermost: refuses oversized bodies before anything parses them, audits every answer
-    app.add_middleware(Guard, max_body=config.max_body, audit=service.audit)
+    app.add_middleware(Guard, max_body=config.max_body, audit=service.audit,
+                       pacing=lambda: service.pacing)
     return app
 
 

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from dpkit.server.pacing import Pacing
+
 __all__ = ["CONFIG_ENV", "OidcConfig", "ServerConfig"]
 
 CONFIG_ENV = "DPKIT_SERVE_CONFIG"
@@ -47,12 +49,16 @@ class ServerConfig:
 
     ``owner_token_sha256``: hashes of the owner tokens that reach the owner endpoints (the
     plain tokens are never kept). ``max_body``: request bytes (413 beyond). ``rate`` and
-    ``burst``: per-credential token bucket, requests per second (429 beyond). ``timeout``:
-    seconds a query may run before the service answers 504 (a charge made stays).
+    ``burst``: per-caller (analyst or owner) token bucket, requests per second (429 beyond).
+    ``timeout``: seconds a query may run before the service answers 504 (a charge made
+    stays).
     ``audit_log``: JSON lines file (default ``PROJECT/audit.jsonl``). ``data_root``: the folder
     ``POST /v1/tables`` may read sources from (default ``PROJECT/data``;
     :mod:`dpkit.server.paths`). ``api_docs``: serve ``/docs``, a Swagger UI page that loads its
     script from a CDN (off by default: ``/openapi.json`` is always served).
+    ``answer_deadline_ms`` and ``answer_class_factor``: answers that touched rows leave at the
+    smallest boundary ``deadline * factor**k`` (up to ``timeout``) at or above their time
+    (0: off; :mod:`dpkit.server.pacing`).
     """
 
     project: str
@@ -66,14 +72,21 @@ class ServerConfig:
     extra: dict[str, Any] = field(default_factory=dict)
     data_root: str | None = None
     api_docs: bool = False
+    answer_deadline_ms: float = 250.0
+    answer_class_factor: float = 2.0
 
     def __post_init__(self) -> None:
         for name in ("rate", "timeout"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be a number > 0 (got {v!r})")
+        self.pacing()  # refuses a bad deadline or factor now, not at the first answer
         if self.max_body < 1024 or self.burst < 1:
             raise ValueError("max_body must be >= 1024 bytes and burst >= 1")
+
+    def pacing(self) -> Pacing:
+        """The answers' timing classes (:mod:`dpkit.server.pacing`)."""
+        return Pacing(self.answer_deadline_ms / 1000, self.answer_class_factor, self.timeout)
 
     @property
     def data_root_path(self) -> Path:

@@ -232,4 +232,4 @@ def fit(body: FitIn, c: AnalystCall) -> Any:
         c.charged(float(tm.epsilon), float(tm.delta))
         return fit_json(tm, body, cur)
 
-    return c.run(call)
+    return c.run(call, reads_rows=True)

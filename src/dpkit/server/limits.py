@@ -1,12 +1,15 @@
 """Request limits and the audit log.
 
-- :class:`RateLimiter`: a token bucket per credential (its hash), per process: ``rate``
-  requests per second with bursts of ``burst``; beyond, 429 with ``Retry-After``. With N
-  worker processes a credential gets at most N times the rate (documented).
+- :class:`RateLimiter`: a token bucket per caller (the analyst, whichever credential it
+  signs in with; the owner), per process: ``rate`` requests per second with bursts of
+  ``burst``; beyond, 429 with ``Retry-After``. With N worker processes a caller gets at most
+  N times the rate (documented).
 - :class:`Guard`: ASGI middleware that refuses a body longer than the limit (413, from the
   ``Content-Length`` header or while reading a chunked body) and writes one audit line per
   request: time, analyst, role, method, route, status, charge (epsilon, delta) and the
-  duration; never the answer, the SQL's result or a credential.
+  duration; never the answer, the SQL's result or a credential. It also holds an answer that
+  touched rows until its timing class (:mod:`dpkit.server.pacing`; the audit line then has
+  ``work_ms``, the time before the hold, and ``class_ms``, the boundary it left at).
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from starlette.exceptions import HTTPException
 
+from dpkit.server.pacing import Pacing
 from dpkit.server.problems import MEDIA_TYPE, Problem
 
 __all__ = ["AuditLog", "Guard", "RateLimiter"]
@@ -43,7 +48,7 @@ class RateLimiter:
                 self._buckets[key] = (level, now)
                 raise Problem(429, "rate-limited",
                               f"more than {self.rate:g} requests/s (bursts of {self.burst}) "
-                              f"with this credential; retry after {wait:.2f} s",
+                              f"as this caller; retry after {wait:.2f} s",
                               {"Retry-After": str(max(1, round(wait + 0.5)))})
             self._buckets[key] = (level - 1.0, now)
 
@@ -72,17 +77,34 @@ async def _send_problem(send: Any, problem: Problem) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-class Guard:
-    """ASGI middleware: body size limit, then the audit line once the answer is sent."""
+async def _hold(pacing: Pacing | None, state: dict[str, Any], arrived: float,
+                code: int) -> None:
+    """Hold an answer the route marked until its class boundary; a 504 is the top class
+    itself (its time is the timeout) and goes out at once."""
+    paced = state.get("paced")  # True, or the request's own timeout (its top class)
+    if pacing is None or not pacing.on or not paced or code == 504:
+        return
+    took, boundary = await pacing.hold(arrived, None if paced is True else float(paced))
+    state["work_ms"] = round(took * 1000, 2)
+    state["class_ms"] = None if boundary is None else round(boundary * 1000, 2)
 
-    def __init__(self, app: Any, *, max_body: int, audit: AuditLog | None) -> None:
+
+class Guard:
+    """ASGI middleware: body size limit, the answer held to its timing class when the route
+    marked it (``request.state.paced``), then the audit line once the answer is sent."""
+
+    def __init__(self, app: Any, *, max_body: int, audit: AuditLog | None,
+                 pacing: Callable[[], Pacing] | None = None) -> None:
         self.app, self.max_body, self.audit = app, max_body, audit
+        self.pacing = pacing  # read per request: the service's, which a test may replace
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
+        pacing = self.pacing() if self.pacing is not None else None
+        arrived = pacing.clock() if pacing is not None else 0.0
         state = scope.setdefault("state", {})
         status = {"code": 500, "sent": False}
         too_large = Problem(413, "too-large",
@@ -102,6 +124,7 @@ class Guard:
 
         async def watched_send(msg: Any) -> None:
             if msg["type"] == "http.response.start":
+                await _hold(pacing, state, arrived, msg["status"])
                 status["code"], status["sent"] = msg["status"], True
             await send(msg)
 
@@ -115,6 +138,10 @@ class Guard:
             status["code"] = 413
             if not status["sent"]:
                 await _send_problem(send, too_large)
+        except Exception:  # Starlette answers it 500 outside: held like any other answer
+            if not status["sent"]:
+                await _hold(pacing, state, arrived, 500)
+            raise
         finally:
             self._audit(scope, state, status["code"], started)
 
@@ -129,4 +156,5 @@ class Guard:
             "endpoint": getattr(route, "path", None) or scope.get("path"),
             "status": code, "charge": state.get("charge"),
             "ms": round((time.perf_counter() - started) * 1000, 2),
+            **{k: state[k] for k in ("work_ms", "class_ms") if k in state},
         })

@@ -108,7 +108,8 @@ def register_table(body: s.TableIn, c: OwnerCall) -> Any:
         with opened(checked, root, project) as source:
             meta = cur.add_table(body.name, source, privacy_unit=body.privacy_unit,
                                  max_rows_per_unit=body.max_rows_per_unit, bounds=bounds,
-                                 domains=body.domains, public=body.public,
+                                 domains=body.domains, not_null=body.not_null,
+                                 public=body.public,
                                  replace=body.replace, description=body.description,
                                  max_text_length=body.max_text_length,
                                  drop_privacy_unit=body.drop_privacy_unit)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 __all__ = ["HTTP_DIAGNOSTICS_OFF", "PROBLEM_TYPE", "Problem", "for_analyst", "http_text",
-           "problem_body", "problem_of"]
+           "problem_body", "problem_of", "problem_title"]
 
 PROBLEM_TYPE = "https://dpkit.dev/problems/"
 MEDIA_TYPE = "application/problem+json"
@@ -31,15 +31,37 @@ _TITLES = {
     403: "Forbidden",
     404: "Not found",
     405: "Method not allowed",
-    409: "Query refused",
+    409: "Request refused",  # what was refused: _REFUSED, then the endpoint's (_ROUTES)
     413: "Request body too large",
     415: "Unsupported media type",
     422: "Invalid request",
     429: "Too many requests",
     500: "Internal error",
     503: "Service unavailable",
-    504: "Query timed out",
+    504: "Request timed out",  # a query, a release, a fit
 }
+# a refusal (409) titled by its cause, then by what its endpoint does: every 409 was titled
+# "Query refused", a table registration's and an analyst's too (the second first-hour walk)
+_REFUSED = {"over-budget": "Over budget", "outside-data-root": "Source outside the data root",
+            "busy": "Project data in use"}
+_ROUTES = (("/v1/tables", "Table not registered"), ("/v1/query", "Query refused"),
+           ("/v1/preview", "Query refused"), ("/v1/release", "Release refused"),
+           ("/v1/fit", "Fit refused"), ("/v1/analysts", "Analyst change refused"))
+_OTHERS = {"outcome-unknown": "Charge outcome unknown"}
+
+
+def problem_title(status: int, slug: str, path: str = "") -> str:
+    """The ``title`` of a problem: its cause's, else, for a refusal, its endpoint's (``path``,
+    the request's), else its status's."""
+    if slug in _OTHERS:
+        return _OTHERS[slug]
+    if status == 409:
+        if slug in _REFUSED:
+            return _REFUSED[slug]
+        for prefix, title in _ROUTES:
+            if path == prefix or path.startswith(prefix + "/"):
+                return title
+    return _TITLES.get(status, "Error")
 
 
 @dataclass(eq=False)
@@ -55,14 +77,15 @@ class Problem(Exception):  # noqa: N818 - an answer (RFC 9457), raised to end a 
     def __str__(self) -> str:
         return self.detail
 
-    def body(self) -> dict[str, Any]:
-        return problem_body(self.status, self.slug, self.detail, self.extra)
+    def body(self, path: str = "") -> dict[str, Any]:
+        """The problem+json body; ``path``: the request's, which a refusal's title names."""
+        return problem_body(self.status, self.slug, self.detail, self.extra, path)
 
 
 def problem_body(status: int, slug: str, detail: str,
-                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
+                 extra: dict[str, Any] | None = None, path: str = "") -> dict[str, Any]:
     body: dict[str, Any] = {"type": PROBLEM_TYPE + slug,
-                            "title": _TITLES.get(status, "Error"),
+                            "title": problem_title(status, slug, path),
                             "status": status, "detail": detail}
     if extra:
         body.update(extra)
@@ -77,9 +100,10 @@ HTTP_DIAGNOSTICS_OFF = '"diagnostics": false'
 def http_text(text: str) -> str:
     """A curator's text (a note, a refusal) as an HTTP user acts on it: the request field,
     where the Python API's keyword was named (:func:`dpkit.engine.spec.respell`)."""
-    from dpkit.engine.spec import respell
+    from dpkit.engine.spec import DROP_UNIT_ON, REPLACE_ON, respell
 
-    return respell(text, HTTP_DIAGNOSTICS_OFF)
+    return respell(text, HTTP_DIAGNOSTICS_OFF, {REPLACE_ON: '"replace": true',
+                                                DROP_UNIT_ON: '"drop_privacy_unit": true'})
 
 
 def problem_of(exc: BaseException) -> Problem:

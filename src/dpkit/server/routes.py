@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import time
 from typing import Any
 
 from fastapi import APIRouter
@@ -15,6 +16,7 @@ from fastapi.responses import JSONResponse, Response
 
 from dpkit.engine.curator import Curator
 from dpkit.server import schemas as s
+from dpkit.server.answers import Late
 from dpkit.server.problems import Problem, problem_of
 from dpkit.server.service import AnalystCall, Caller
 from dpkit.server.views import (
@@ -79,7 +81,7 @@ def query(body: s.QueryIn, c: AnalystCall) -> Any:
         c.charged(float(res.epsilon), float(res.delta))
         return result_json(res, cur)
 
-    return c.run(call)
+    return c.run(call, reads_rows=True)
 
 
 def _release(c: Caller, method: str, *args: Any, **kw: Any) -> Any:
@@ -88,7 +90,7 @@ def _release(c: Caller, method: str, *args: Any, **kw: Any) -> Any:
         c.charged(float(res.epsilon), float(res.delta))
         return result_json(res, cur)
 
-    return c.run(call)
+    return c.run(call, reads_rows=True)
 
 
 def _target(body: Any) -> dict[str, Any]:
@@ -131,7 +133,8 @@ def release_synthetic(body: s.SyntheticIn, c: AnalystCall) -> Response:
         w.writerows(zip(*cols, strict=True))
         return out.getvalue(), syn
 
-    return _synthetic_csv(body.table, c.run(call, render=lambda r: _synthetic_csv(body.table, r)))
+    return _synthetic_csv(body.table, c.run(call, render=lambda r: _synthetic_csv(body.table, r),
+                                              reads_rows=True))
 
 
 def _synthetic_csv(table: str, answer: tuple[str, Any]) -> Response:
@@ -162,14 +165,16 @@ def history(c: AnalystCall) -> Any:
 def answer(answer_id: str, c: AnalystCall) -> Any:
     """The answer of a request that was answered 504: 202 while it runs, then the very answer
     the request would have given (its charge was recorded once, when it ran; reading it again
-    is post-processing and costs nothing). Kept for the analyst who asked (and the owner)."""
+    is post-processing and costs nothing). Kept for the analyst who asked (and the owner).
+    Under pacing the answer turns from 202 to 200 only at its late timing class
+    (:meth:`~dpkit.server.pacing.Pacing.late_ready`), not when its work ended."""
     pool = c.service.pool
     key = c.who.name if not c.who.owner else pool.owner.analyst
     late = pool.answers.get(answer_id, key, owner=c.who.owner)
     if late is None:
         raise Problem(404, "no-answer", "no answer of yours has this id: it is unknown, or "
                       "expired (answers are kept 15 minutes, in the service's memory)")
-    if not late.future.done():
+    if not _ready(c, late):
         return JSONResponse({"answer_id": answer_id, "status": "running"}, status_code=202,
                             headers={"Retry-After": "1"})
     exc = late.future.exception()
@@ -178,3 +183,15 @@ def answer(answer_id: str, c: AnalystCall) -> Any:
         raise c.answer(problem_of(exc), cause)
     res = late.future.result()
     return late.render(res) if late.render is not None else res
+
+
+def _ready(c: Caller, late: Late) -> bool:
+    """Whether a late answer may be given now: its work ended and, under pacing, its class
+    boundary passed (the 202 looks the same meanwhile: ``Retry-After: 1`` either way)."""
+    pacing = c.service.pacing
+    if not late.future.done() or late.finished is None:
+        return False
+    if not pacing.on:
+        return True
+    keep = c.service.pool.answers.max_age  # the store's stamps are time.monotonic's
+    return time.monotonic() >= pacing.late_ready(late.made, late.finished, keep)

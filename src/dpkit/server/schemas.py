@@ -5,7 +5,7 @@ curator checks every value again with its own texts."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -95,12 +95,21 @@ class AnalystIn(_In):
 class TableIn(_In):
     name: str = Name
     source: str = Field(min_length=1, max_length=4096,
-                        description="a CSV/Parquet/JSON/DuckDB file under the service's data "
+                        description="a CSV/Parquet/JSON/DuckDB file, or a folder of CSV/"
+                                    "Parquet/JSON files (a dataset, its name ending in its "
+                                    "format: `visits.parquet/`), under the service's data "
                                     "root (`dpkit serve --data-root`; relative: from there)")
     privacy_unit: str | None = Field(default=None, max_length=128)
-    max_rows_per_unit: int | None = Field(default=None, ge=1, le=1_000_000)
+    max_rows_per_unit: Annotated[int, Field(ge=1, le=1_000_000)] | Literal["auto"] | None = Field(
+        default=None,
+        description="rows one unit may contribute, or \"auto\": chosen privately, charged "
+                    "epsilon 0.1 to the owner (docs/curator.md)")
     bounds: dict[str, tuple[float, float]] | None = None
     domains: dict[str, list[str | int | float | bool]] | None = None
+    not_null: list[str] | None = Field(
+        default=None, max_length=4096,
+        description="columns that hold no NULL/NaN, checked at load (AVG of one shares "
+                    "COUNT(*)); a replace keeps none it does not name again")
     public: bool = False
     replace: bool = False
     description: str = Field(default="", max_length=2000)
@@ -137,6 +146,7 @@ class TableOut(BaseModel):
     name: str
     privacy_unit: str | None
     max_rows_per_unit: int | None
+    not_null: list[str] = []
     rows_public: bool = False
     public: bool = False
     description: str = ""

@@ -32,6 +32,7 @@ class Service:
                                   config.oidc)
         self.limiter = RateLimiter(config.rate, config.burst)
         self.audit = AuditLog(config.audit_path)
+        self.pacing = config.pacing()  # answers that touched rows leave at timing classes
 
     def close(self) -> None:
         self.pool.close()
@@ -48,10 +49,14 @@ class Caller:
     request: Request
 
     def run(self, call: Any, *, timeout: float | None = None, exclusive: bool = False,
-            render: Any = None) -> Any:
+            render: Any = None, reads_rows: bool = False) -> Any:
         """``call(curator)`` as this caller, under the service's timeout (``exclusive``: the
-        owner's curator alone, no timeout: :meth:`Pool.exclusive`)."""
+        owner's curator alone, no timeout: :meth:`Pool.exclusive`). ``reads_rows``: the call
+        may read rows (a query, a release, a fit), so its answer, whatever it is, leaves at
+        its timing class (:mod:`dpkit.server.pacing`): a failure after the charge too."""
         pool = self.service.pool
+        if reads_rows:  # its top class: the timeout this call runs under
+            self.request.state.paced = timeout if timeout is not None else pool.timeout
         try:
             if exclusive:
                 return pool.exclusive(call)
@@ -68,6 +73,8 @@ class Caller:
 
     def charged(self, epsilon: float, delta: float) -> None:
         self.request.state.charge = {"epsilon": epsilon, "delta": delta}
+        if not getattr(self.request.state, "paced", None):  # a charged answer read rows,
+            self.request.state.paced = True  # whatever its route
 
 
 def caller(request: Request,
@@ -87,7 +94,9 @@ def caller(request: Request,
     except Exception as exc:  # the ledger could not be read: 503, not a 500
         raise shown(problem_of(exc), exc, owner=False, who="?") from exc
     request.state.analyst, request.state.role = who.name, who.role
-    service.limiter.take(who.key)
+    # one bucket per analyst, not per credential: an identity provider mints a fresh JWT
+    # at each sign-in, and each was a fresh burst (FINDINGS.md J5)
+    service.limiter.take(f"{who.role}:{who.name}")
     return Caller(who, token.strip(), service, request)
 
 

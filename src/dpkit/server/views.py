@@ -91,6 +91,7 @@ def table_json(meta: TableMeta) -> dict[str, Any]:
             for c in meta.columns]
     return clean({"name": meta.name, "privacy_unit": meta.privacy_unit,
                   "max_rows_per_unit": None if meta.public else meta.max_rows_per_unit,
+                  "not_null": list(meta.not_null),
                   "rows_public": False, "public": meta.public,
                   "description": meta.description,
                   "max_text_length": meta.max_text_length, "columns": cols})

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
         SyntheticAsk,
         Target,
     )
-    from dpkit.engine.families.sql_forms import answer_sql
+    from dpkit.engine.families.sql_forms import answer_sql, preview_sql
     from dpkit.engine.families.synthetic_data import SyntheticData
 
 __all__ = [
@@ -62,6 +62,7 @@ __all__ = [
     "cdf",
     "marginals",
     "preview",
+    "preview_sql",
     "quantiles",
     "ranges",
     "synthetic",
@@ -78,6 +79,7 @@ _EXPORTS = {
     "Target": "job",
     "SyntheticData": "synthetic_data",
     "answer_sql": "sql_forms",
+    "preview_sql": "sql_forms",
     "cdf": "answer",
     "marginals": "answer",
     "preview": "answer",

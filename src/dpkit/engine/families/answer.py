@@ -22,18 +22,19 @@ from dpkit.engine.families.job import (
     Ask,
     CdfAsk,
     Context,
+    Job,
     MarginalsAsk,
     RangesAsk,
     SyntheticAsk,
     Target,
 )
 from dpkit.engine.families.plan import band_halfwidth, plan, plan_with_accuracy
-from dpkit.engine.families.run import cost_epsilon, run
+from dpkit.engine.families.run import cost_of, run
 from dpkit.engine.families.synthetic_data import SyntheticData, finish_synthetic
 from dpkit.engine.results import Preview, Result
 from dpkit.engine.spec import QueryError
 
-__all__ = ["cdf", "marginals", "preview", "quantiles", "ranges", "synthetic"]
+__all__ = ["cdf", "marginals", "preview", "preview_job", "quantiles", "ranges", "synthetic"]
 
 
 def ranges(ctx: Context, ask: RangesAsk, target: Target, *,
@@ -180,20 +181,30 @@ def preview(ctx: Context, kind: str, table: str, *args: Any, **kwargs: Any) -> P
     target = Target(**{k: kwargs.pop(k) for k in _TARGET_KEYS if k in kwargs})
     if kind == "quantiles":
         _column, _probabilities = args  # both positional, as Curator.quantiles takes them
-    job = plan(ctx, make(table, *args, **kwargs), target)
+    return preview_job(ctx, plan(ctx, make(table, *args, **kwargs), target), kind)
+
+
+def preview_job(ctx: Context, job: Job, kind: str) -> Preview:
+    """The preview of a planned ``job`` of the family ``kind`` (its cost, and its expected
+    RMSE and largest half-width): what :func:`~.run.run` would charge, nothing read."""
     wp = job.workload_plan()
     remaining = ctx.remaining()
-    cost = cost_epsilon(ctx, job)
+    price = cost_of(ctx, job)  # the epsilon and delta the ledger would charge
     band = kind in ("cdf", "quantiles")
     rmse = wp.expected_rmse
+    n = wp.workload.num_queries
+    # the half-width is in rows: a quantile's own error is in the column's units and depends
+    # on the data, so the name says what the figure is (the console showed "quantiles:
+    # ± 7,694" beside amounts, read as an error in the amount)
     outputs: list[dict[str, Any]] = [{
-        "name": f"{kind} ({wp.workload.num_queries} queries)",
+        "name": (f"{kind}: the CDF's band, in rows ({n} prefixes)" if band
+                 else f"{kind}: each count, in rows ({n} queries)"),
         "halfwidth": band_halfwidth(job),
         "note": (f"expected RMSE {rmse:.4g} per query; strategy {wp.strategy.name}"
                  if rmse is not None else f"strategy {wp.strategy.name}")
         + ("; half-width of the simultaneous band (at most)" if band else ""),
     }]
-    return Preview(query=job.query, epsilon=float(job.privacy.epsilon or 0.0), cost=cost,
-                   remaining=remaining, delta=float(job.privacy.delta_share or 0.0),
+    return Preview(query=job.query, epsilon=float(job.privacy.epsilon or 0.0),
+                   cost=float(price.epsilon), remaining=remaining, delta=float(price.delta),
                    level=job.level, split=split(job), outputs=outputs, event=job.event,
                    notes=list(job.notes))

@@ -22,7 +22,7 @@ from dpkit.engine.families import diagnostics, histogram
 from dpkit.engine.families.job import Context, Job, jsonable
 from dpkit.engine.ledger import Entry
 
-__all__ = ["Finish", "check_cost", "cost_epsilon", "run"]
+__all__ = ["Finish", "check_cost", "cost_of", "run"]
 
 R = TypeVar("R")
 
@@ -46,12 +46,14 @@ def check_cost(ctx: Context, job: Job) -> None:
     _accountant_errors(ctx, job, check_only=True)
 
 
-def cost_epsilon(ctx: Context, job: Job) -> float:
-    """The epsilon charging ``job`` now would cost (the requested one when it does not fit)."""
+def cost_of(ctx: Context, job: Job) -> Any:
+    """What charging ``job`` now would cost, its ``epsilon`` and its ``delta`` as the ledger
+    would record them (constant work's timing delta included; the requested cost when it
+    does not fit)."""
     try:
-        return float(_accountant_errors(ctx, job, check_only=False).epsilon)
+        return _accountant_errors(ctx, job, check_only=False)
     except BudgetExceeded as exc:
-        return float(exc.requested.epsilon)
+        return exc.requested
 
 
 def run(ctx: Context, job: Job, finish: Finish[R]) -> R:

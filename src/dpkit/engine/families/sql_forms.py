@@ -24,6 +24,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpkit.engine import plan as dplan
+from dpkit.engine.families.answer import preview_job
 from dpkit.engine.families.finish import (
     finish_cdf,
     finish_marginals,
@@ -34,6 +35,7 @@ from dpkit.engine.families.job import (
     Ask,
     CdfAsk,
     Context,
+    Job,
     MarginalsAsk,
     RangesAsk,
     Target,
@@ -41,11 +43,11 @@ from dpkit.engine.families.job import (
 )
 from dpkit.engine.families.plan import plan_with_accuracy
 from dpkit.engine.families.run import Finish, run
-from dpkit.engine.results import Result
+from dpkit.engine.results import Preview, Result
 from dpkit.engine.scope import table_name
 from dpkit.engine.spec import QueryError
 
-__all__ = ["FUNCTIONS", "answer_sql", "recognise"]
+__all__ = ["FUNCTIONS", "answer_sql", "preview_sql", "recognise"]
 
 FUNCTIONS = frozenset({"DP_CDF", "DP_RANGES", "DP_MARGINALS", "DP_QUANTILES"})
 
@@ -99,6 +101,31 @@ def answer_sql(ctx: Context, query: str, *, epsilon: float | None, rho: float | 
                diagnostics: bool = True) -> Result | None:
     """Answer ``query`` if it is one of the release forms (module docstring); ``None``
     otherwise, so every other statement takes the ordinary SQL path untouched."""
+    made = _job(ctx, query, epsilon=epsilon, rho=rho, delta=delta, accuracy=accuracy,
+                noise=noise, level=level, bounds=bounds, diagnostics=diagnostics)
+    return None if made is None else run(ctx, made[1], made[2])
+
+
+def preview_sql(ctx: Context, query: str, *, epsilon: float | None, rho: float | None,
+                delta: float | None, accuracy: float | Mapping[str, float] | None,
+                noise: str, level: float, bounds: Mapping[str, Any] | None,
+                diagnostics: bool = True) -> Preview | None:
+    """What :func:`answer_sql` would charge for ``query`` and how accurate it would be, with
+    no row read and nothing spent; ``None`` when it is not one of the release forms. The
+    same planning as the answer's, so a preview prices the query as it will run (before, the
+    DP_ forms were refused by the preview, and a FILTER ... BETWEEN family was priced as the
+    ordinary aggregates it is not answered by)."""
+    made = _job(ctx, query, epsilon=epsilon, rho=rho, delta=delta, accuracy=accuracy,
+                noise=noise, level=level, bounds=bounds, diagnostics=diagnostics)
+    return None if made is None else preview_job(ctx, made[1], made[0])
+
+
+def _job(ctx: Context, query: str, *, epsilon: float | None, rho: float | None,
+         delta: float | None, accuracy: float | Mapping[str, float] | None, noise: str,
+         level: float, bounds: Mapping[str, Any] | None,
+         diagnostics: bool) -> tuple[str, Job, Finish[Result]] | None:
+    """The family's kind (``"cdf"``, ``"ranges"`` ...), its planned job and its finisher,
+    when ``query`` is one of the release forms; refusals (QueryError) before any row."""
     stmt = recognise(query)
     if stmt is None:
         return None
@@ -116,7 +143,7 @@ def answer_sql(ctx: Context, query: str, *, epsilon: float | None, rho: float | 
         job = plan_with_accuracy(ctx, RangesAsk(column=column, ranges=pairs, **common),
                                  target, accuracy)
         job.details["names"] = [n or f"range_{i}" for i, n in enumerate(names)]
-        return run(ctx, job, finish_ranges)
+        return "ranges", job, finish_ranges
     if len(outs) != 1 or not isinstance(outs[0], exp.Anonymous) or str(
             outs[0].name).upper() not in FUNCTIONS:
         raise QueryError(
@@ -124,8 +151,10 @@ def answer_sql(ctx: Context, query: str, *, epsilon: float | None, rho: float | 
             "(or every output a COUNT(*) FILTER (WHERE col BETWEEN a AND b)); e.g. "
             "SELECT DP_CDF(age) FROM visits")
     fn = outs[0]
-    ask, finish = _FORMS[str(fn.name).upper()](list(fn.expressions), alias, common)
-    return run(ctx, plan_with_accuracy(ctx, ask, target, accuracy), finish)
+    name = str(fn.name).upper()
+    ask, finish = _FORMS[name](list(fn.expressions), alias, common)
+    return name.removeprefix("DP_").lower(), plan_with_accuracy(ctx, ask, target,
+                                                                accuracy), finish
 
 
 def _check_shape(stmt: exp.Select) -> None:

@@ -63,6 +63,8 @@ async function problem(resp) {
 // A request past the service's timeout is answered 504 naming where its answer is kept (the
 // charge is made once, by the request): poll it until it comes, telling the caller it still
 // runs (`onWait(seconds)`). Gives the answer's response, or the 504 when none is kept.
+const KEPT_MS = 15 * 60 * 1000; // how long the service keeps a late answer
+
 async function lateAnswer(resp, headers, started, onWait) {
   let body = null;
   try {
@@ -75,11 +77,21 @@ async function lateAnswer(resp, headers, started, onWait) {
   const since = Date.now();
   for (;;) {
     if (onWait) onWait(Math.round((Date.now() - since) / 1000));
-    const poll = await fetch(url, { method: "GET", headers, cache: "no-store",
-                                    credentials: "omit" });
+    let poll = null;
+    try {
+      poll = await fetch(url, { method: "GET", headers, cache: "no-store",
+                                credentials: "omit" });
+    } catch {
+      // the network dropped one poll: poll again (below)
+    }
     if (started !== epoch) throw stale();
-    if (poll.status !== 202) return poll;
-    const wait = Number(poll.headers.get("Retry-After")) || 1;
+    // 202: still running; 429 / 503 / no answer: a poll refused for a while (the caller's own
+    // rate, the ledger busy). Shown as the answer, such a refusal lost the id of a request
+    // already charged, and "Run" again charged twice (FINDINGS.md J1). After the 15 minutes
+    // the service keeps an answer, the 504 naming the id is shown instead.
+    if (poll && ![202, 429, 503].includes(poll.status)) return poll;
+    if (Date.now() - since > KEPT_MS) return resp;
+    const wait = Number(poll && poll.headers.get("Retry-After")) || 1;
     await new Promise((done) => setTimeout(done, wait * 1000));
   }
 }

@@ -10,8 +10,8 @@ import { attachCompletion } from "./complete.js";
 import { initOwner, loadAnalysts } from "./owner.js";
 import { fillReleaseTables, initRelease } from "./release.js";
 import {
-  chartData, consoleText, el, renderBudget, renderHistory, renderPreview, renderTables, resultCsv,
-  resultTable,
+  chartData, consoleText, el, exampleSql, renderBudget, renderHistory, renderPreview, renderTables, resultCsv,
+  resultTable, setText,
 } from "./views.js";
 
 const $ = (id) => document.getElementById(id);
@@ -20,7 +20,7 @@ let lastResult = null;
 let role = "analyst";
 
 function setError(id, err) {
-  $(id).textContent = err ? consoleText(err.message) : "";
+  setText($(id), err ? consoleText(err.message) : "");
 }
 
 // A 401 anywhere means the token is no longer good (revoked, expired): back to sign-in.
@@ -29,7 +29,7 @@ function handle(id, err) {
   if (err instanceof ApiError && err.status === 401) return signOut(`Signed out: ${err.message}`);
   // 409: the service refused the query (budget, SQL); it says why, and nothing was charged
   if (err instanceof ApiError && err.status === 409) {
-    $(id).textContent = `Refused: ${consoleText(err.message)}`;
+    setText($(id), `Refused: ${consoleText(err.message)}`);
     return;
   }
   setError(id, err);
@@ -43,6 +43,7 @@ function signOut(message = "") {
   tables = [];
   role = "analyst";
   $("query-form").reset();
+  $("sql").placeholder = exampleSql([]);
   $("add-analyst-form").reset();
   $("release-form").reset();
   for (const id of ["preview", "new-token", "tables-list", "warnings", "notes"]) $(id).replaceChildren();
@@ -80,6 +81,7 @@ async function loadHistory() {
 async function loadTables() {
   try {
     tables = (await call("GET", "tables")).tables;
+    $("sql").placeholder = exampleSql(tables);
     renderTables($("tables-list"), tables, useTable);
     fillReleaseTables(tables);
   } catch (err) { handle("tables-error", err); }
@@ -87,10 +89,7 @@ async function loadTables() {
 
 function useTable(t) {
   const sql = $("sql");
-  const key = t.columns.find((c) => c.domain) || null;
-  sql.value = key
-    ? `SELECT ${key.name}, COUNT(*) FROM ${t.name} GROUP BY ${key.name}`
-    : `SELECT COUNT(*) FROM ${t.name}`;
+  sql.value = exampleSql([t]);
   sql.focus();
 }
 
@@ -138,8 +137,8 @@ function showChart(res, measure) {
 function showResult(res) {
   lastResult = res;
   $("results").hidden = false;
-  $("charge").textContent = `Charged ε = ${+Number(res.charge.epsilon).toPrecision(4)}, `
-    + `δ = ${+Number(res.charge.delta).toPrecision(4)}.`;
+  setText($("charge"), `Charged ε = ${+Number(res.charge.epsilon).toPrecision(4)}, `
+    + `δ = ${+Number(res.charge.delta).toPrecision(4)}.`);
   $("results-title").textContent = "Results";
   $("warnings").replaceChildren(...(res.warnings || []).map((w) => el("li", { text: w })));
   // notes say how the answer was made (groups chosen privately and the rest not shown, a

@@ -13,12 +13,16 @@ export function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-// Noisy numbers are shown to 6 significant digits: more would only print noise.
+// Noisy numbers are shown to 6 significant digits: more would only print noise. Digits are
+// grouped as a count's are (a SUM of 14,444,973.27 read "14445000" beside "17,089").
 export function fmt(v) {
   if (v === null || v === undefined) return "—";
   if (typeof v === "number") {
     if (!Number.isFinite(v)) return String(v);
-    return Number.isInteger(v) ? v.toLocaleString("en-US") : String(+v.toPrecision(6));
+    if (Number.isInteger(v)) return v.toLocaleString("en-US");
+    const a = Math.abs(v);
+    return a >= 1e-4 && a < 1e21 ? v.toLocaleString("en-US", { maximumSignificantDigits: 6 })
+      : String(+v.toPrecision(6));
   }
   return String(v);
 }
@@ -31,6 +35,14 @@ export function consoleText(text) {
   return String(text ?? "").replaceAll(HTTP_DIAGNOSTICS_OFF, 'unticking "Diagnostics"');
 }
 
+// ``text`` into ``node``, each number in exponent notation kept on one line: a budget card
+// broke δ_t = 1e-13 at its sign ("1e-" / "13"). textContent reads the same text.
+export function setText(node, text) {
+  const parts = String(text ?? "").split(/(\d+(?:\.\d+)?e[-+]\d+)/);
+  node.replaceChildren(...parts.map((p, i) => (i % 2 ? el("span", { class: "nowrap", text: p })
+    : p)).filter((p) => p !== ""));
+}
+
 export function fmtEps(v) {
   return v === null || v === undefined ? "none" : String(+Number(v).toPrecision(4));
 }
@@ -39,11 +51,13 @@ function headRow(names) {
   return el("thead", {}, el("tr", {}, ...names.map((n) => el("th", { scope: "col", text: n }))));
 }
 
-export function fillTable(table, names, rows, caption) {
+// classes[j]: the class of column j's cells ("num nowrap", "sql"; a number is "num" anyway)
+export function fillTable(table, names, rows, caption, classes = []) {
   // data-label: on a narrow screen each row becomes a card of "label: value" lines (app.css)
   const body = el("tbody", {}, ...rows.map((r) => el("tr", {}, ...r.map((c, j) =>
-    c instanceof Node ? el("td", { "data-label": names[j] }, c)
-      : el("td", { text: fmt(c), "data-label": names[j], class: typeof c === "number" ? "num" : null })))));
+    c instanceof Node ? el("td", { "data-label": names[j], class: classes[j] ?? null }, c)
+      : el("td", { text: fmt(c), "data-label": names[j],
+        class: classes[j] ?? (typeof c === "number" ? "num" : null) })))));
   table.replaceChildren(...(caption ? [el("caption", { text: caption })] : []), headRow(names), body);
 }
 
@@ -57,10 +71,11 @@ export function renderTables(container, tables, onUse) {
     const m = t.max_rows_per_unit;
     const rowsPer = m ? `, at most ${m} row${m === 1 ? "" : "s"} per unit` : "";
     const cols = el("table", { class: "columns" });
+    const notNull = new Set(t.not_null || []);  // declared: AVG of one shares COUNT(*)
     fillTable(cols, ["column", "type", "bounds / domain"], t.columns.map((c) => [
       c.name, c.type,
-      c.bounds ? `${fmt(c.bounds[0])} to ${fmt(c.bounds[1])}`
-        : c.domain ? c.domain.map(fmt).join(", ") : "—",
+      (c.bounds ? `${fmt(c.bounds[0])} to ${fmt(c.bounds[1])}`
+        : c.domain ? c.domain.map(fmt).join(", ") : "—") + (notNull.has(c.name) ? "; not null" : ""),
     ]), `Columns of ${t.name}`);
     return el("details", { class: "table-meta", "data-table": t.name },
       el("summary", {}, el("strong", { text: t.name }), el("span", { class: "hint", text: ` ${t.columns.length} columns` })),
@@ -81,15 +96,15 @@ export function renderBudget(meter, text, b, role = "analyst") {
   meter.high = meter.max * 0.8;
   meter.textContent = `${fmtEps(spent)} of ${fmtEps(total)}`;
   if (role === "owner") {
-    text.textContent = `Project: ε spent ${fmtEps(spent)} of ${fmtEps(total)} over all analysts; `
+    setText(text, `Project: ε spent ${fmtEps(spent)} of ${fmtEps(total)} over all analysts; `
       + `${fmtEps(b.project_remaining_epsilon)} left. δ spent ${fmtEps(b.spent_delta)}.`
-      + timingText(b);
+      + timingText(b));
     return;
   }
   const cap = b.cap_epsilon === null || b.cap_epsilon === undefined ? "no own cap" : `own cap ${fmtEps(b.cap_epsilon)}`;
-  text.textContent = `ε spent ${fmtEps(spent)} (${cap}); ${fmtEps(b.remaining_epsilon)} left to you, `
+  setText(text, `ε spent ${fmtEps(spent)} (${cap}); ${fmtEps(b.remaining_epsilon)} left to you, `
     + `${fmtEps(b.project_remaining_epsilon)} left in the project. δ spent ${fmtEps(b.spent_delta)}.`
-    + timingText(b);
+    + timingText(b));
 }
 
 // Constant work: without it a δ of ~1e-12 on a pure-ε count would read as a mistake.
@@ -194,7 +209,18 @@ export function renderHistory(table, items, onUse) {
       title: "Put this query in the editor", onclick: () => onUse(h.sql) })
       : h.description ?? h.sql ?? "—",
     fmtEps(h.epsilon), fmtEps(h.delta),
-  ]));
+  ]), undefined, [null, null, "sql", "num nowrap", "num nowrap"]);
+}
+
+// The SQL box's example: the first private table the caller can see (a public lookup table
+// only if there is no other), grouped by a column with declared keys when it has one; the
+// console once showed a table `patients` that neither the demo nor most projects have.
+export function exampleSql(tables) {
+  const t = tables.find((x) => !x.public) || tables[0];
+  if (!t) return "SELECT COUNT(*) FROM your_table";
+  const key = t.columns.find((c) => c.domain) || null;
+  return key ? `SELECT ${key.name}, COUNT(*) FROM ${t.name} GROUP BY ${key.name}`
+    : `SELECT COUNT(*) FROM ${t.name}`;
 }
 
 // The answer as CSV (each aggregate with <name>_low/<name>_high), made in the browser from the

@@ -1,0 +1,120 @@
+"""Answers released at timing classes: the time an answer takes leaves the service only as
+the class it fell in (FINDINGS.md H5, docs/service.md "Answer timing").
+
+An answer's wall time follows the rows its statement scans *before* contribution bounding
+drops a unit's extra rows; no accountant term covers that (δ_t covers the samplers' and the
+selections' work). So the service holds every answer that touched rows (queries, releases,
+fits, and the failures after their charge) until the smallest **class boundary** at or above
+the time it took since its request arrived:
+
+    first, first·f, first·f², ...   below the request's timeout (the top class),
+
+each boundary a function of the deployment's settings only (``answer_deadline_ms`` = first,
+``answer_class_factor`` = f, and the timeout the request runs under: the service's
+``timeout``, or an endpoint's own where it passes one to ``Caller.run``). What leaves the
+service is then one of K classes: an answer carries at most log2(K) bits about its own
+timing, and carries none unless the work crosses a boundary on one of D, D' and not on the
+other. This is a bounded channel, not a DP
+guarantee: an analyst who can place its own work near a boundary (a query's shape, a slow
+upload) learns at most whether the data's share of the time crossed it. A deployment whose
+answers all finish below ``first`` releases every answer at ``first`` exactly (one class, no
+bits): set ``first`` above the slowest answer (the audit log's ``work_ms``) for that.
+
+Past the top class an answer goes out as it comes: that is the 504 (its time is the timeout, a
+setting), and its late answer (:mod:`dpkit.server.answers`) becomes readable only at the next
+boundaries timeout·f, timeout·f², ... after the request (at the latest at ``late_cap`` after
+the 504, so that it is read before the store drops it), whatever the moment its work ended.
+
+The hold is an ``await`` in the ASGI layer (:class:`dpkit.server.limits.Guard`), after the
+route's thread returned: it holds neither a thread nor the event loop, so a held answer delays
+no other request. Refusals the service makes before any curator call (401, 413, 422, 429) go
+out at once: their time is a function of the request alone.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+__all__ = ["Pacing"]
+
+
+async def _sleep(seconds: float) -> None:
+    import anyio  # the [server] extra's (Starlette's): ServerConfig imports this module without
+
+    await anyio.sleep(seconds)
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """The class boundaries of one deployment (seconds; ``first`` <= 0: pacing off).
+
+    ``clock`` and ``sleep`` are the monotonic clock and the asynchronous sleep the hold uses
+    (injected by the tests: a fake clock that a fake sleep advances)."""
+
+    first: float
+    factor: float
+    top: float
+    clock: Callable[[], float] = field(default=time.monotonic, compare=False)
+    sleep: Callable[[float], Awaitable[None]] = field(default=_sleep, compare=False)
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.first) and self.first >= 0):
+            raise ValueError(f"answer_deadline_ms must be a number >= 0 (0: off; got "
+                             f"{self.first * 1000!r})")
+        if not (math.isfinite(self.factor) and self.factor >= 1.1):
+            raise ValueError(f"answer_class_factor must be >= 1.1 (got {self.factor!r})")
+
+    @property
+    def on(self) -> bool:
+        return self.first > 0
+
+    def classes(self, top: float | None = None) -> list[float]:
+        """Every boundary up to the top (the top included): K = len(classes()); none when
+        pacing is off. ``top``: this request's own timeout where it has one (a fit's), else
+        the service's."""
+        if not self.on:
+            return []
+        top = self.top if top is None else top
+        out, b = [], self.first
+        while b < top:
+            out.append(b)
+            b *= self.factor
+        return [*out, top]
+
+    def boundary(self, elapsed: float, top: float | None = None) -> float | None:
+        """The smallest boundary >= ``elapsed``; None past the top (sent as it comes)."""
+        classes = self.classes(top)
+        if not classes or elapsed > classes[-1]:
+            return None
+        return next(b for b in classes if b >= elapsed)
+
+    async def hold(self, started: float,
+                   top: float | None = None) -> tuple[float, float | None]:
+        """Wait until the class boundary of the time since ``started`` (a ``clock`` reading
+        taken when the request arrived); the time it took and the boundary (None: past the
+        top, not held)."""
+        took = self.clock() - started
+        b = self.boundary(took, top)
+        if b is not None:
+            left = started + b - self.clock()
+            if left > 0:
+                await self.sleep(left)
+        return took, b
+
+    def late_ready(self, made: float, finished: float, keep: float) -> float:
+        """When a late answer becomes readable (``clock`` time): ``made``, its 504 (the
+        request arrived about ``top`` before), ``finished``, when its work ended; at the next
+        boundary top·f^k (k >= 1) after the request, and at the latest at
+        :meth:`late_cap` of ``keep`` (the seconds its store keeps it) after the 504."""
+        arrived, b = made - self.top, self.top * self.factor
+        while arrived + b < finished:
+            b *= self.factor
+        return min(arrived + b, made + self.late_cap(keep))
+
+    @staticmethod
+    def late_cap(keep: float) -> float:
+        """The last late class: nine tenths of the time the answer is kept after its 504."""
+        return 0.9 * keep
