@@ -10,6 +10,7 @@ a noise scale computed from the data. Neither changes anything else the fuzzer c
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +188,76 @@ def test_a_planted_work_leak_is_found_by_the_trace_only(
 def test_no_work_difference_without_a_plant() -> None:
     rep = sc.fuzz(SMALL, **_RUN)
     assert rep.comparisons == _RUN["queries"] and rep.ok, rep.summary()
+
+
+# ---------------------------------------------------------------------- selection (FINDINGS K1)
+
+
+def _selection_pair(tmp: Path, seed: int, keys: str = "a", n: int = 20) -> list[dp.Curator]:
+    """D = ``n`` units spread over the groups ``keys``, D' = D plus one more unit in group 'a':
+    each group is selected (private partition selection, ε = 1) or not by the noise drawn."""
+    rows = [pd.DataFrame({"uid": range(m), "g": [keys[i % len(keys)] for i in range(m - 1)]
+                          + [keys[(m - 1) % len(keys)] if m == n else "a"], "x": [5.0] * m})
+            for m in (n, n + 1)]
+    curs = []
+    for i, df in enumerate(rows):
+        cur = dp.Curator.create(tmp / f"sel{seed}_{i}.dpkit", source=noise.seeded(seed),
+                                budget=dp.Budget(epsilon=25.0, delta=1e-3))
+        cur.add_table("t", df, privacy_unit="uid", max_rows_per_unit=1, bounds={"x": (0, 10)})
+        curs.append(cur)
+    return curs
+
+
+def test_no_group_selected_does_the_work_of_one(tmp_path: Path) -> None:
+    """MAX's exponential mechanisms ran once per selected group, so when the selection chose
+    none they made no request at all (seed 17: none on D, 'a' on D'); the work followed a DP
+    output (not a leak) but broke the engine's rule that an empty answer is built as a
+    non-empty one, and the quantile note said ``±nan`` rows. Now one dummy lane, as counts."""
+    q = sc.Query("sql", "t", text="SELECT g, COUNT(*) AS n, MAX(x) AS m FROM t{where} GROUP BY g",
+                 epsilon=1.0)
+    d, d1 = _selection_pair(tmp_path, 17)
+    a, b = sc.observe(d, q, trace=True), sc.observe(d1, q, trace=True)
+    assert (a.rows, b.rows) == (0, 1)  # the case: no group selected on D, one on D'
+    assert "exponential_rows_sample" in {r[0] for r in a.noise}, a.noise
+    assert sc.compare(q, a, b) == ()
+    d, d1 = _selection_pair(tmp_path, 23)
+    res = [c.sql(q.sql(), epsilon=1.0) for c in (d, d1)]
+    assert [len(r.data["g"]) for r in res] == [0, 1]
+    assert res[0].notes == res[1].notes and "nan" not in str(res[0].notes)
+    for c in (d, d1):
+        c.close()
+
+
+def test_top_k_work_does_not_follow_the_number_of_selected_groups(tmp_path: Path) -> None:
+    """Top-k by noisy max among the selected groups ran min(k, candidates) rounds and skipped
+    the last candidate's: one group selected on D, two on D' (seed 3) made 0 and 1 requests.
+    The rounds follow a DP output (not a leak); the peeling is now one request (one charged
+    event), its candidates a size, as a mechanism's rejection loop is."""
+    q = sc.Query("sql", "t", text="SELECT g, COUNT(*) AS n FROM t{where} GROUP BY g "
+                 "ORDER BY n DESC LIMIT 1", epsilon=1.0, noisy_rows=True, noisy_order=True)
+    d, d1 = _selection_pair(tmp_path, 3, keys="ab", n=40)
+    a, b = sc.observe(d, q, trace=True), sc.observe(d1, q, trace=True)
+    assert a.rows == b.rows == 1 and a.selected and b.selected
+    assert sc.compare(q, a, b) == (), (a.noise, b.noise)
+    for c in (d, d1):
+        c.close()
+
+
+def test_a_portable_hash_is_blanked_like_the_seed_it_comes_from() -> None:
+    """FINDINGS.md K4: on Spark, the row cap's keyed hash writes multipliers derived from the
+    per-query seed into the statement; where D's and D' sources stood at different positions
+    (a rejection loop drew a data-dependent number of words earlier: no constant work) the
+    seeds differed, which the trace blanks, and so did the multipliers, which it did not."""
+    from dpkit.engine.plan.portable import portable_hash_sql
+
+    texts = []
+    for k in (1, 2):
+        with noise.trace.recording() as t:
+            seed = int(noise.uniform_int(2**62, 1, source=noise.seeded(k))[0])
+            text = portable_hash_sql([("__u", "BIGINT"), ("x", "DOUBLE"), ("s", "VARCHAR")], seed)
+        assert str(seed) in text
+        texts.append(t.scrub(text))
+    assert texts[0] == texts[1], texts
+    with noise.trace.recording() as t:  # a number that merely contains a multiplier stays
+        key = re.findall(r"\* ([0-9]+)\)", portable_hash_sql([("x", "DOUBLE")], 1234567))[0]
+        assert t.scrub(f"{key} 1{key}9") == f"<derived#1> 1{key}9"

@@ -10,7 +10,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pytest
 from _spark_helpers import DeadSession
 
@@ -19,9 +18,12 @@ from dpkit.attacks import side_channels as sc
 from dpkit.engine import QueryError
 from dpkit.engine.tables import Column, TableMeta
 
-SMALL = TableMeta("t", (Column("uid", "BIGINT"), Column("k", "VARCHAR"), Column("x", "DOUBLE")),
+# a date and a timestamp column (D holds 0001-01-01, 9999-12-31 and NULL in both, the date
+# outside its declared range): the grammar's date functions and intervals run on Spark too
+SMALL = TableMeta("t", (Column("uid", "BIGINT"), Column("k", "VARCHAR"), Column("x", "DOUBLE"),
+                        Column("d", "DATE"), Column("ts", "TIMESTAMP")),
                   privacy_unit="uid", max_rows_per_unit=2, bounds={"x": (0, 10)},
-                  domains={"k": ("a", "b")})
+                  date_ranges={"d": ("2000-01-01", "2030-12-31")}, domains={"k": ("a", "b")})
 # a public lookup table the fuzzer joins (loaded into DuckDB, shipped to Spark by the query)
 LOOKUP = TableMeta("wards", (Column("k", "VARCHAR"), Column("label", "VARCHAR")), public=True)
 
@@ -73,31 +75,18 @@ def test_the_work_trace_sees_the_spark_statements(project: Path, spark: Any) -> 
     assert "dpkit_" in t.statements[-1][2]  # over the Spark view, not the DuckDB relation
 
 
-def _spark_factory(spark: Any, joined: list[str]) -> Any:
-    """Spark projects for the fuzzer; ``joined`` collects the JOIN queries that answered."""
-    def make(path: Path, data_file: Path, table: TableMeta, public: Any, *, accountant: str,
-             seed: int) -> Any:
-        import pyarrow.parquet as pq
+def _spark_factory(spark: Any, asked: list[str]) -> Any:
+    """The fuzzer's Spark projects (``sc.spark_factory``); ``asked`` collects the SQL queries
+    that answered."""
+    base = sc.spark_factory(spark)
 
-        con = duckdb.connect(str(data_file), read_only=True)
-        rows = con.execute(f'SELECT * FROM "{table.name}"').to_arrow_table()
-        con.close()
-        parquet = path.with_suffix(".parquet")
-        pq.write_table(rows, parquet)
-        cur = dp.Curator.create(path, budget=dp.Budget(epsilon=1000, delta=1e-3,
-                                                       accountant=accountant),
-                                source=dp.noise.seeded(seed), engine="spark", spark=spark)
-        for p in public:
-            cur.add_table(p.name, f"{data_file}::{p.name}", public=True, engine="duckdb")
-        cur.add_table(table.name, str(parquet), privacy_unit=table.privacy_unit,
-                      bounds=dict(table.bounds), max_rows_per_unit=table.max_rows_per_unit,
-                      domains={k: list(v) for k, v in table.domains.items()})
+    def make(*args: Any, **kwargs: Any) -> Any:
+        cur = base(*args, **kwargs)
         sql = cur.sql
 
-        def recorded(text: str, *args: Any, **kwargs: Any) -> Any:
-            out = sql(text, *args, **kwargs)
-            if " JOIN " in text:
-                joined.append(text)
+        def recorded(text: str, *a: Any, **kw: Any) -> Any:
+            out = sql(text, *a, **kw)
+            asked.append(text)
             return out
         cur.sql = recorded
         return cur
@@ -105,8 +94,9 @@ def _spark_factory(spark: Any, joined: list[str]) -> Any:
 
 
 @pytest.mark.parametrize(("families", "queries", "seed"), [
-    # with a public lookup table (LOOKUP); seed 26 draws three JOINs with it, one with QUANTILE
-    (("sql",), 8, 26),
+    # with a public lookup table (LOOKUP); seed 49 draws JOINs with it, date_part, CASE on the date
+    # and casts of the timestamp (their extremes in the rows)
+    (("sql",), 8, 49),
     # the release families, their SQL forms and fit (on Spark since they read a portable
     # histogram or bounded rows: tests/spark/test_spark_families.py)
     (("dp_cdf", "cdf", "filter", "synthetic", "fit"), 6, 5),
@@ -115,14 +105,17 @@ def test_the_side_channel_fuzzer_finds_nothing_on_spark(spark: Any, families: tu
                                                         queries: int, seed: int) -> None:
     """Neighbouring datasets D, D' (one unit added) on Spark: every public part of the outcome
     (kind, error text, keys and their order, cost) is the same (docs/attacks.md)."""
-    joined: list[str] = []
+    asked: list[str] = []
     public = [LOOKUP] if families == ("sql",) else []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         rep = sc.fuzz(SMALL, public=public, queries=queries, seed=seed, neighbours=("add",),
                       accountants=("approx",), families=families, units=8, max_findings=1,
-                      factory=_spark_factory(spark, joined))
+                      factory=_spark_factory(spark, asked))
     assert not rep.skipped, rep.skipped
+    joined = [t for t in asked if " JOIN " in t]
     assert bool(joined) == bool(public), joined  # a JOIN with the public table answered
+    if public:  # the datetime columns were read on Spark
+        assert any('."d"' in t or '."ts"' in t for t in asked), asked
     assert rep.comparisons == queries
     assert rep.ok, rep.summary()

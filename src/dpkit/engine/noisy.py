@@ -20,7 +20,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpkit import events as ev
-from dpkit import mechanisms
+from dpkit import mechanisms, noise
 from dpkit.engine import sql as dsql
 from dpkit.engine.diagnose import exact_total, summarise
 from dpkit.engine.plan import (
@@ -200,6 +200,13 @@ def _quantiles(mm: Measure, hists: list[Any], level: float, source: Source | Non
     composition over the ``l0`` groups a unit may touch already inside ``mm.event``).
     """
     assert mm.candidates is not None and mm.q is not None
+    if rows.size == 0:
+        # no group in the data (or none selected): the same three mechanisms on one dummy lane,
+        # thrown away, as _noisy_integer does, so the work and the notes of an empty answer
+        # are those of a non-empty one (FINDINGS.md K1)
+        one = _quantiles(mm, [None], level, source, np.zeros(1, dtype=np.int64))
+        empty = np.full(len(hists), np.nan)
+        return NoisyMeasure(empty, empty.copy(), empty.copy(), "float", one.details)
     cands = mm.candidates
     integer_bins = len(cands) > 1 and float(cands[1] - cands[0]) == 1.0 and \
         float(cands[0]).is_integer()
@@ -421,19 +428,25 @@ def _top_k(mm: Measure, score_mm: Measure, exact: Exact, candidates: np.ndarray,
     chosen: list[int] = []
     rounds = min(mm.k, n_cand)
     assert isinstance(mm.event, (ev.Exponential, ev.SelfComposed))
-    for rnd in range(rounds):
-        left = np.flatnonzero(alive)  # positions of the remaining candidates: O(n) per round
-        if n_cand - rnd == 1:  # the last candidate: selecting it reveals nothing
-            pick = int(left[0])
-        else:
-            rel = mechanisms.exponential_rows(scores_all[cand[left]][None, :],
-                                              sensitivity=mm.score_sensitivity,
-                                              epsilon=mm.round_epsilon, monotonic=mm.monotonic,
-                                              level=level, source=source)
-            _check_event(mm.event, rel.event)
-            pick = int(left[int(rel.value[0])])
-        alive[pick] = False
-        chosen.append(int(cand[pick]))
+    # one request for the whole peeling (one charged event), its candidates a size: under
+    # partition selection they are the groups selected, a DP output, and the rounds run (at
+    # most k, none for the last candidate) follow them (FINDINGS.md K1)
+    with noise.trace.request("top_k_peeling", mm.k, mm.round_epsilon, mm.score_sensitivity,
+                             mm.monotonic, noise.trace.SizeOf(n_cand)):
+        for rnd in range(rounds):
+            left = np.flatnonzero(alive)  # the remaining candidates' positions: O(n) per round
+            if n_cand - rnd == 1:  # the last candidate: selecting it reveals nothing
+                pick = int(left[0])
+            else:
+                rel = mechanisms.exponential_rows(scores_all[cand[left]][None, :],
+                                                  sensitivity=mm.score_sensitivity,
+                                                  epsilon=mm.round_epsilon,
+                                                  monotonic=mm.monotonic, level=level,
+                                                  source=source)
+                _check_event(mm.event, rel.event)
+                pick = int(left[int(rel.value[0])])
+            alive[pick] = False
+            chosen.append(int(cand[pick]))
     u = top_k_utility(mm, max(n_cand, 1), level)
     what = mm.score_label or score_mm.label or "the ordering aggregate"
     note = (f"top-{mm.k} by {what}: with probability >= {level:g}, every group shown has a "

@@ -45,8 +45,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, ParamSpec, TypeVar
@@ -55,8 +56,8 @@ import numpy as np
 
 from .sources import Source
 
-__all__ = ["SIZES", "SMALL_DRAW", "SizeOf", "Trace", "active", "describe", "recording",
-           "request", "statement", "traced"]
+__all__ = ["SIZES", "SMALL_DRAW", "SizeOf", "Trace", "active", "derived", "describe",
+           "recording", "request", "statement", "traced"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -76,6 +77,7 @@ class Trace:
     statements: list[tuple[str, ...]] = field(default_factory=list)
     noise: list[tuple[str, ...]] = field(default_factory=list)
     drawn: list[str] = field(default_factory=list)  # small uniform draws (per-query seeds)
+    derived: list[str] = field(default_factory=list)  # values computed from drawn ones only
     depth: int = 0  # > 0 inside a recorded request: nested requests are its own work
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -85,6 +87,8 @@ class Trace:
         (a sampler consumed a different number of words earlier) compare equal."""
         for i, v in sorted(enumerate(self.drawn), key=lambda iv: -len(iv[1])):
             text = text.replace(v, f"<drawn#{i}>")
+        for i, v in enumerate(self.derived):  # whole numbers only: they may be short
+            text = re.sub(rf"(?<![0-9]){v}(?![0-9])", f"<derived#{i}>", text)
         return text
 
 
@@ -153,6 +157,17 @@ def _flat(params: tuple[Any, ...]) -> list[str]:
         out += [describe(x) for x in parts] if isinstance(parts, tuple) and callable(face) \
             else [describe(parts)]
     return out
+
+
+def derived(values: Iterable[int]) -> None:
+    """Record values computed from drawn ones only (a keyed hash's multipliers, derived from a
+    per-query seed), which :meth:`Trace.scrub` blanks as it blanks the drawn values: where two
+    sources stood at different positions, they differ for the same reason (no-op when not
+    recording)."""
+    t = _current
+    if t is not None:
+        with t.lock:
+            t.derived.extend(str(int(v)) for v in values)
 
 
 def statement(engine: str, method: str, text: str) -> None:

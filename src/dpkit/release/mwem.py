@@ -299,17 +299,23 @@ def synthetic_records(histogram: Any, total: int | None = None) -> np.ndarray:
     """Integer counts per cell closest to ``histogram`` (largest-remainder rounding of its
     non-negative part to ``total`` records, default its rounded sum): post-processing, so the
     synthetic dataset has the same privacy as the histogram. ``np.repeat(np.arange(N),
-    counts)`` lists the synthetic records' cells.
+    counts)`` lists the synthetic records' cells. A histogram with no positive cell (all its
+    noisy counts <= 0) spreads ``total`` records evenly over the cells: the number of records
+    asked is kept whatever the noise drew (FINDINGS.md K2).
 
     >>> synthetic_records([0.4, 1.7, 0.9]).tolist()
     [0, 2, 1]
+    >>> synthetic_records([-2.0, 0.0, -0.5], total=4).tolist()
+    [2, 1, 1]
     """
     h = np.maximum(np.asarray(histogram, dtype=np.float64), 0.0)
     k = round(float(h.sum())) if total is None else int(total)
     if k < 0:
         raise ValueError("total must be >= 0")
     if h.sum() == 0:
-        return np.zeros(h.shape, dtype=np.int64)
+        if k == 0 or h.size == 0:
+            return np.zeros(h.shape, dtype=np.int64)
+        h = np.ones(h.shape, dtype=np.float64)  # no mass anywhere: no cell is favoured
     target = h * (k / h.sum())
     base = np.floor(target).astype(np.int64)
     rest = k - int(base.sum())

@@ -23,6 +23,7 @@ from dpkit.attacks.side_channels.neighbours import NEIGHBOURS, Scratch, extreme_
 from dpkit.attacks.side_channels.outcome import Outcome, compare, observe, self_check
 from dpkit.attacks.side_channels.query import Query
 from dpkit.attacks.side_channels.runner import ACCOUNTANTS, Finding, Report, fuzz, make_project
+from dpkit.attacks.side_channels.spark import spark_factory
 
 __all__ = [
     "ACCOUNTANTS",
@@ -40,4 +41,5 @@ __all__ = [
     "make_project",
     "observe",
     "self_check",
+    "spark_factory",
 ]

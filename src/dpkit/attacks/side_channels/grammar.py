@@ -266,16 +266,8 @@ class Grammar:
                          tags=tuple(tags))
         if (release := _release(self, d, family, eps, tags)) is not None:
             return release
-        if family == "synthetic":
-            cols = [c for c in self.cols if c.name in self.table.domains] + self.bounded
-            if cols:
-                method = d.pick(("", "", "mst"))  # MST: the many-column path, 2-4 columns
-                many = 4 if method == "mst" else 2
-                pick = tuple(dict.fromkeys(d.pick(cols).name for _ in range(many)))
-                if method:
-                    tags.append(f"synthetic_{method}")
-                return Query("synthetic", name, where=self.where(d, "", tags), columns=pick,
-                             epsilon=eps, method=method, tags=tuple(tags))
+        if family == "synthetic" and (synthetic := _synthetic(self, d, eps, tags)) is not None:
+            return synthetic
         if family == "fit":
             fitted = self._fit(d, eps, tags)
             if fitted is not None:
@@ -477,6 +469,27 @@ def _release(g: Grammar, d: Draw, family: str, eps: float, tags: list[str]) -> Q
     return Query("marginals", name, where=g.where(d, "", tags), columns=pick,
                  k=d.pick((None, None, 1, 2)), epsilon=eps, bins=d.pick(_BINS),
                  tags=tuple(tags))
+
+
+def _synthetic(g: Grammar, d: Draw, eps: float, tags: list[str]) -> Query | None:
+    """``cur.synthetic(table, columns, where=..., method=..., rows=...)`` over declared columns
+    (None when there are none): the default method, MST (the many-column path, 2-4 columns),
+    and, drawn from a stream of their own so that the main stream (every seed's other queries)
+    stays as it was, ``factorization`` or ``mwem`` named (its other release families) and a
+    fixed number of records (``rows=``, public: then the records' number is compared)."""
+    cols = [c for c in g.cols if c.name in g.table.domains] + g.bounded
+    if not cols:
+        return None
+    method = d.pick(("", "", "mst"))
+    many = 4 if method == "mst" else 2
+    pick = tuple(dict.fromkeys(d.pick(cols).name for _ in range(many)))
+    where = g.where(d, "", tags)
+    x = Draw(zlib.crc32(repr(("synthetic", method, pick, where, eps)).encode()))
+    method = method or x.pick(("", "", "factorization", "mwem"))
+    rows = x.pick((None, None, 1, 40, 300))
+    tags += [f"synthetic_{method}"] * bool(method) + ["synthetic_rows"] * (rows is not None)
+    return Query("synthetic", g.table.name, where=where, columns=pick, epsilon=eps,
+                 method=method, rows=rows, tags=tuple(tags))
 
 
 def with_options(q: Query, d: Draw) -> Query:

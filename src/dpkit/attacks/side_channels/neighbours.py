@@ -37,6 +37,10 @@ _STR_EXTREMES = ("''", "'true'", "'x'", "'1e400'", "'Ω≈ç√'", "' 1 '", "'-0
 _DATE_EXTREMES = ("'infinity'", "'-infinity'", "'0001-01-01'", "'9999-12-31'",
                   "'5877641-06-24'")
 _TS_EXTREMES = ("'infinity'", "'-infinity'", "'0001-01-01 00:00:00'", "'294246-12-31 23:59:59'")
+# the ends of the calendar that every engine holds (Spark's dates and timestamps stop at
+# 0001-01-01 and 9999-12-31, DuckDB's go further: the extremes above): in D as well as in D'
+_DATE_ENDS = ("'0001-01-01'", "'9999-12-31'", "NULL")
+_TS_ENDS = ("'0001-01-01 00:00:00'", "'9999-12-31 23:59:59.999999'", "NULL")
 # base vocabularies of text columns: each castable to something, so that one odd value in D'
 # makes an implicit cast fail where it succeeded on D
 _TEXT_FLAVOURS = (("'true'", "'false'", "'1'", "'0'"), ("'1'", "'2'", "'3'", "'10'"),
@@ -101,6 +105,11 @@ def _base_literal(table: TableMeta, col: Column, i: int, flavour: int,
     if cls == "bool":
         return "TRUE" if i % 3 else "FALSE"
     if cls == "temporal":
+        if row is not None and row % 8 == 5:  # D holds the calendar's ends and NULL too
+            ends: tuple[str, ...] = _TS_ENDS if "TIMESTAMP" in col.type.upper() else _DATE_ENDS
+            if col.name in table.not_null:
+                ends = ends[:2]
+            return ends[row // 8 % len(ends)]
         return f"'2020-01-{1 + i % 28:02d}'"
     vocab = _TEXT_FLAVOURS[flavour % len(_TEXT_FLAVOURS)]
     return vocab[i % len(vocab)]

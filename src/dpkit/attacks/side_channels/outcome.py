@@ -173,7 +173,8 @@ def _run_call(cur: Any, query: Query, scrub: tuple[str, ...]) -> Outcome:
         charged_delta=after.delta_spent - before.delta_spent,
         charges=after.charges - before.charges,
         selected=float(getattr(res, "delta", 0.0) or 0.0) > 0.0 and not synthetic,
-        noisy_rows=synthetic, preview=seen, **_front(res, scrub))
+        # synthetic records: their number is a noisy count unless the query fixed it (rows=)
+        noisy_rows=synthetic and query.rows is None, preview=seen, **_front(res, scrub))
 
 
 def _front(obj: Any, scrub: tuple[str, ...]) -> dict[str, Any]:
@@ -250,16 +251,17 @@ def _requests(query: Query, o: Outcome) -> Any:
     Everywhere: each request's sampler or mechanism and its scales, in order. The sizes
     (arguments marked ``#``) too, except where the release lets the work follow the data or the
     noise: under private partition selection (one noise value per group found in the data) and
-    for synthetic records (their number is a noisy count, and the draws that place them, e.g.
-    permutations, follow it), only the requests that carry a scale are compared, without their
-    sizes. A trained model's requests are compared in order, without their sizes: the fit
+    for synthetic records (their number is a noisy count unless ``rows=`` fixed it, the draws
+    that place them, e.g. permutations, follow the noisy histogram, and MST measures the pairs
+    of a privately chosen tree), only the requests that carry a scale are compared, without
+    their sizes. A trained model's requests are compared in order, without their sizes: the fit
     draws from the project's seeded source, in line (so the order and the number of steps are
     fixed), but DP-SGD samples the units of each step (a mask of one draw per unit, a priority
     per row) and the estimators' noisy counts pass the count itself as the ``values`` argument.
     """
     if query.family == "fit":
         return tuple(tuple(p for p in r if not p.startswith("#")) for r in o.noise)
-    if o.selected or o.noisy_rows:
+    if o.selected or o.noisy_rows or query.family == "synthetic":
         scaled = (tuple(p for p in r if not p.startswith("#")) for r in o.noise)
         return tuple(r for r in scaled if len(r) > 1)
     return o.noise

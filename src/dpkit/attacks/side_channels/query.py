@@ -77,6 +77,7 @@ class Query:
     level: float | None = None
     diagnostics: bool = True
     method: str = ""  # synthetic: "auto", "mst", ...; "" leaves the curator's default
+    rows: int | None = None  # synthetic: how many records (None: the noisy count, the default)
     label: str = ""  # fit: the label column
     model: str = ""  # fit: a key of MODELS
     noisy_rows: bool = False
@@ -111,6 +112,8 @@ class Query:
             kw["k"] = self.k
         if self.family == "synthetic" and self.method:
             kw["method"] = self.method
+        if self.family == "synthetic" and self.rows is not None:
+            kw["rows"] = self.rows
         if self.family == "sql":
             if self.noise != "laplace":
                 kw["noise"] = self.noise

@@ -25,7 +25,7 @@ from dpkit.attacks.side_channels.query import Query
 from dpkit.engine.curator import Curator
 from dpkit.engine.tables import TableMeta, quote_ident
 
-__all__ = ["ACCOUNTANTS", "Finding", "Report", "fuzz"]
+__all__ = ["ACCOUNTANTS", "Finding", "Report", "declarations", "fuzz"]
 
 ACCOUNTANTS = ("approx", "pld", "zcdp")
 # the throwaway projects' budget: the largest whose constant-work failure bits (under every
@@ -166,15 +166,19 @@ def make_project(path: Path, data_file: Path, table: TableMeta, public: Sequence
                          source=noise.seeded(seed), constant_work=constant_work)
     for p in public:
         cur.add_table(p.name, f"{data_file}::{p.name}", public=True)
-    cur.add_table(
-        table.name, f"{data_file}::{table.name}", privacy_unit=table.privacy_unit,
-        # numeric bounds and DATE/TIMESTAMP ranges are one declaration (`bounds=`)
-        bounds={**table.bounds, **table.date_ranges} or None,
-        max_rows_per_unit=table.max_rows_per_unit,
-        max_groups_per_unit=table.max_groups_per_unit,
-        domains={k: list(v) for k, v in table.domains.items()} or None,
-        not_null=list(table.not_null) or None)
+    cur.add_table(table.name, f"{data_file}::{table.name}", **declarations(table))
     return cur
+
+
+def declarations(table: TableMeta) -> dict[str, Any]:
+    """``add_table``'s keyword arguments that declare ``table`` as it is declared."""
+    return {"privacy_unit": table.privacy_unit,
+            # numeric bounds and DATE/TIMESTAMP ranges are one declaration (`bounds=`)
+            "bounds": {**table.bounds, **table.date_ranges} or None,
+            "max_rows_per_unit": table.max_rows_per_unit,
+            "max_groups_per_unit": table.max_groups_per_unit,
+            "domains": {k: list(v) for k, v in table.domains.items()} or None,
+            "not_null": list(table.not_null) or None}
 
 
 class _Side:
