@@ -9,9 +9,11 @@ this process, so client and server share the machine's cores):
 
 1. latency: one analyst, sequential grouped COUNTs over ``--rows`` rows with declared keys
    (16 groups), p50/p99 per query, with and without the answer diagnostics (the default
-   spends 5% of epsilon estimating rows dropped by bounding: README); baseline, interleaved
-   in the same run: the same query on a curator in this process (no HTTP); also the first
-   request of an analyst (its curator opened) against the cached ones;
+   spends 5% of epsilon estimating rows dropped by bounding: README), on a server whose
+   answers leave as soon as they are made (the service's own work) and, interleaved, on one
+   with ``dpkit serve``'s default timing classes (``latency_paced``: what an analyst waits);
+   baseline, interleaved in the same run: the same query on a curator in this process (no
+   HTTP); also the first request of an analyst (its curator opened) against the cached ones;
 2. throughput: ``--analysts`` analysts (8) querying at once for ``--seconds``, over
    ``--workers`` (2) server processes: queries/s; baseline, interleaved: 8 curators in this
    process, one thread each;
@@ -22,6 +24,10 @@ this process, so client and server share the machine's cores):
    its charge row (``ledger_seq``: same analyst, same SQL): an answer without its charge would
    be a privacy loss; a charge without an answer (the process died after charging) is budget
    lost, which the design accepts.
+
+Phases 2-4 measure capacity and faults: their servers run with ``--answer-deadline-ms``
+(default 0, timing classes off; pass 250 for dpkit serve's default, under which one analyst's
+sequential queries are held to 4 a second).
 
 ``--ledger``: where the projects keep their ledgers: ``sqlite`` (default, ``ledger.sqlite`` in
 the folder) or a PostgreSQL DSN, passed as ``Curator.create(..., ledger=DSN)`` (the pgledger
@@ -77,8 +83,11 @@ def free_port() -> int:
 class Server:
     """``dpkit serve`` in its own process group, on a fixed port (restartable)."""
 
-    def __init__(self, project: Path, *, workers: int, port: int | None = None) -> None:
+    def __init__(self, project: Path, *, workers: int, port: int | None = None,
+                 deadline_ms: float | None = 0.0) -> None:
         self.project, self.workers, self.port = project, workers, port or free_port()
+        # None: dpkit serve's default timing classes; 0: answers leave as soon as they are made
+        self.deadline = [] if deadline_ms is None else ["--answer-deadline-ms", str(deadline_ms)]
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -88,7 +97,7 @@ class Server:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dpkit.cli", "serve", str(self.project), "--port",
              str(self.port), "--workers", str(self.workers), "--rate", "100000",
-             "--burst", "100000"], env=env, stdout=subprocess.DEVNULL,
+             "--burst", "100000", *self.deadline], env=env, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -218,9 +227,9 @@ def curator_throughput(path: Path, tokens: list[str], seconds: float) -> dict[st
             "analysts": len(curs)}
 
 
-def race_round(folder: Path, ledger: str, clients: int) -> dict[str, Any]:
+def race_round(folder: Path, ledger: str, clients: int, deadline_ms: float) -> dict[str, Any]:
     path, tokens = make_project(folder, rows=10_000, epsilon=1.0, analysts=8, ledger=ledger)
-    server = Server(path, workers=2)
+    server = Server(path, workers=2, deadline_ms=deadline_ms)
     server.start()
     wins: list[int] = []
     go = threading.Barrier(clients)
@@ -250,10 +259,10 @@ def race_round(folder: Path, ledger: str, clients: int) -> dict[str, Any]:
     return {"answers": len(wins), "overspend": max(0, len(wins) - 3), "spent": spent}
 
 
-def kill_rounds(folder: Path, ledger: str, kills: int) -> dict[str, Any]:
+def kill_rounds(folder: Path, ledger: str, kills: int, deadline_ms: float) -> dict[str, Any]:
     path, tokens = make_project(folder, rows=100_000, epsilon=1000.0, analysts=4,
                                 ledger=ledger)
-    server = Server(path, workers=1)
+    server = Server(path, workers=1, deadline_ms=deadline_ms)
     received: list[tuple[str, int | None]] = []
     lock = threading.Lock()
     for r in range(kills):
@@ -302,6 +311,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--races", type=int, default=5)
     ap.add_argument("--kills", type=int, default=25)
+    ap.add_argument("--answer-deadline-ms", type=float, default=0.0,
+                    help="timing classes of phases 2-4's servers (0: off)")
     ap.add_argument("--ledger", default="sqlite", help="sqlite, or a PostgreSQL DSN")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "service_bench.json"))
@@ -316,9 +327,11 @@ def main() -> None:
         out["load_s"] = time.perf_counter() - t0
         out["load_average_before"] = os.getloadavg()
         server = Server(path, workers=1)
+        paced = Server(path, workers=1, deadline_ms=None)
         server.start()
+        paced.start()
         try:  # interleaved with the in-process baseline: the machine's load moves
-            out["curator_cache"] = cache_effect(server.url, tokens[2:])
+            out["curator_cache"] = cache_effect(server.url, tokens[3:])
             for _ in range(a.repeats):
                 out.setdefault("latency_curator_in_process", []).append(
                     curator_latency(path, tokens[-1], a.queries))
@@ -326,11 +339,15 @@ def main() -> None:
                     latency(server.url, tokens[0], a.queries, False))
                 out.setdefault("latency_default", []).append(
                     latency(server.url, tokens[1], a.queries, True))
+                out.setdefault("latency_paced", []).append(
+                    latency(paced.url, tokens[2], max(20, a.queries // 4), True))
         finally:
             server.stop()
+            paced.stop()
         print(json.dumps({k: out[k] for k in ("latency_curator_in_process",
-                                              "latency_diagnostics_off", "latency_default")}))
-        server = Server(path, workers=a.workers)
+                                              "latency_diagnostics_off", "latency_default",
+                                              "latency_paced")}))
+        server = Server(path, workers=a.workers, deadline_ms=a.answer_deadline_ms)
         server.start()
         try:
             throughput(server.url, tokens, 3.0)  # warm: every analyst's curator in each worker
@@ -343,11 +360,12 @@ def main() -> None:
             server.stop()
         print(json.dumps({k: out[k] for k in ("throughput",
                                               "throughput_curator_in_process")}))
-        races = [race_round(Path(tmp) / f"race{r}", a.ledger, 32) for r in range(a.races)]
+        races = [race_round(Path(tmp) / f"race{r}", a.ledger, 32,
+                            a.answer_deadline_ms) for r in range(a.races)]
         out["race"] = {"rounds": races, "overspend_total": sum(r["overspend"] for r in races),
                        "max_spent": max(r["spent"] for r in races)}
         print(json.dumps(out["race"]))
-        out["kill9"] = kill_rounds(Path(tmp) / "kills", a.ledger, a.kills)
+        out["kill9"] = kill_rounds(Path(tmp) / "kills", a.ledger, a.kills, a.answer_deadline_ms)
         print(json.dumps(out["kill9"]))
         out["load_average_after"] = os.getloadavg()
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

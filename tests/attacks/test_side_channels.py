@@ -78,9 +78,13 @@ def _leaky_factory(path: Path, data_file: Path, table: TableMeta, public: Any, *
 
 
 def test_fuzzer_finds_a_planted_leak() -> None:
+    # stops at the 8th finding (the 16th of at most 60 comparisons with this seed; both causes
+    # and a minimised error oracle by then): the ~22 more findings of the full 60, each
+    # minimised and followed by a fresh project pair, checked nothing more (7.7 s alone, 9.4 s
+    # in the suite; now 2.6 s). max_findings=4 misses the kind field; 6 is the least that passes
     rep = sc.fuzz(SMALL, queries=60, seed=3, neighbours=("add", "remove"),
                   accountants=("approx",), families=("sql",), factory=_leaky_factory,
-                  units=10)
+                  units=10, max_findings=8)
     causes = rep.by_cause()
     assert "error_oracle" in causes, rep.summary()
     kinds = [f for f in causes["error_oracle"] if "kind" in f.fields]

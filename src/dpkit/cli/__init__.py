@@ -5,7 +5,7 @@ per area, each a list of click commands that this module registers on :func:`mai
 
 ===================  ==============================================================
 ``project``          ``demo``, ``init``, ``add-table``, ``budget``
-``analysts``         the ``analyst`` group (``add``, ``list``, ``revoke``), ``migrate``
+``analysts``         ``analyst`` (``add``, ``list``, ``revoke``), ``migrate``, ``restore-head``
 ``query``            ``query``, ``preview``
 ``release``          ``cdf``, ``quantiles``, ``ranges``, ``marginals``, ``synthetic``
 ``learn``            ``fit`` (a dpkit.learn model trained on a private table)

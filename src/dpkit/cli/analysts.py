@@ -1,4 +1,5 @@
-"""``dpkit analyst add|list|cap|revoke`` and ``dpkit migrate``: the owner's commands for roles.
+"""``dpkit analyst add|list|cap|revoke``, ``dpkit migrate``, ``dpkit restore-head``: the owner's
+commands for roles and the ledger's upkeep.
 
 The owner is whoever opens the project without a token (they hold its files and the key that
 authenticates the ledger); these commands refuse to run with ``--token`` / ``$DPKIT_TOKEN``
@@ -15,7 +16,7 @@ import click
 
 from dpkit.cli.options import console, make_console
 
-__all__ = ["add_analyst", "commands", "list_analysts", "migrate", "revoke_analyst",
+__all__ = ["add_analyst", "commands", "list_analysts", "migrate", "restore_head", "revoke_analyst",
            "set_cap"]
 
 
@@ -96,6 +97,29 @@ def migrate(project: str | Path, *, console: Any = None) -> Path:
     return kept
 
 
+def restore_head(project: str | Path, *, expected_head: str | None = None,
+                 console: Any = None) -> tuple[int, str]:
+    """Rewrite a lost or unreadable head file from the ledger's verified rows (owner only)."""
+    from dpkit.engine.ledger import restore_head as restore
+    from dpkit.engine.project import ledger_file
+
+    ledger = ledger_file(Path(project))
+    if ledger is None:
+        raise click.UsageError(f"{project} is not a dpkit project (no ledger in it)")
+    kept = None
+    if expected_head is not None:
+        seq, _, digest = expected_head.partition(":")
+        if not seq.isdigit() or len(digest) != 64:
+            raise click.UsageError("--expected-head takes SEQ:HASH (the head `dpkit budget "
+                                   "--json` printed: its seq, a colon, its 64 hex digits)")
+        kept = (int(seq), digest)
+    head = restore(ledger, expected_head=kept)
+    checked = "it reaches the head you kept" if kept else "no kept head was given to check"
+    make_console(console).print(f"head restored at row {head[0]} ({head[1][:12]}...): the "
+                                f"chain verifies under the owner key, {checked}")
+    return head
+
+
 @click.group("analyst")
 def analyst_group() -> None:
     """Analysts and their tokens (the owner's commands)."""
@@ -157,5 +181,15 @@ def migrate_command(project: Path) -> None:
     migrate(project, console=console)
 
 
+@click.command("restore-head")
+@click.argument("project", type=click.Path(path_type=Path))
+@click.option("--expected-head", default=None, metavar="SEQ:HASH",
+              help="a head kept outside the folder (`dpkit budget --json`): the rows must reach "
+                   "it")
+def restore_head_command(project: Path, expected_head: str | None) -> None:
+    """Rewrite a lost or unreadable ledger head file from the verified rows."""
+    restore_head(project, expected_head=expected_head, console=console)
+
+
 #: what :mod:`dpkit.cli` registers on the ``dpkit`` group
-commands = (analyst_group, migrate_command)
+commands = (analyst_group, migrate_command, restore_head_command)

@@ -65,6 +65,7 @@ from dpkit.accounting.budget import charge_each
 from dpkit.engine.ledger_analysts import Analysts
 from dpkit.engine.ledger_migrate import migrate
 from dpkit.engine.ledger_postgres import PostgresStore
+from dpkit.engine.ledger_restore import restore_head
 from dpkit.engine.ledger_rows import (
     ACCOUNTANTS,
     COLUMNS,
@@ -102,6 +103,7 @@ __all__ = [
     "head_path",
     "key_path",
     "migrate",
+    "restore_head",
 ]
 
 # (the head file's (seq, hash), the database's (seq, hash, mac) where the store keeps one)
@@ -276,7 +278,8 @@ class Ledger:
             if stored is None:
                 raise LedgerTampered(
                     len(self._entries), f"its head file {head_path(self.path)} is missing "
-                    f"(written after every commit; deleting it hides a truncation)", self.path)
+                    f"(written after every commit; deleting it hides a truncation; `dpkit "
+                    f"restore-head {self.path.parent}` rewrites it on the owner's word)", self.path)
             match_head(self._entries, stored, "the head stored beside it", self.path)
 
     def verify(self, *, expected_head: tuple[int, str] | None = None) -> int:

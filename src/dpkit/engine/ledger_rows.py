@@ -25,12 +25,12 @@ from dpkit import events as ev
 from dpkit import noise as _noise
 
 __all__ = ["ACCOUNTANTS", "COLUMNS", "FORMAT", "GENESIS_PREV", "SCHEMA", "ChargeOutcomeUnknown",
-           "Entry", "HeadFile", "HeadNotWritten", "LedgerConfig", "LedgerError", "LedgerTampered",
-           "Spend", "canonical_json",
+           "Entry", "HeadFile", "HeadNotWritten", "HeadUnreadable", "LedgerConfig", "LedgerError",
+           "LedgerTampered", "Spend", "canonical_json",
            "config_from_genesis", "connect", "constant_work_refusal", "constant_work_setting",
            "finite", "head_path",
            "key_path", "match_head", "new_key", "noise_record", "now_iso", "read_key",
-           "resolve_constant_work", "row_hash", "verify_rows"]
+           "replace_durably", "resolve_constant_work", "row_hash", "verify_rows"]
 
 
 FORMAT = 2  # 1: plain SHA-256 chain (refused; see migrate); 2: HMAC-SHA256 under the owner key
@@ -78,6 +78,27 @@ class LedgerTampered(LedgerError):  # noqa: N818 - reads as a sentence: "ledger 
             f"ledger {path} fails verification at row {seq}: {reason}. The ledger was modified "
             f"after it was written; the budget cannot be trusted. Restore the project folder "
             f"from a backup (or inspect it with sqlite3) before answering more queries."
+        )
+
+
+class HeadUnreadable(LedgerTampered):
+    """The head file is there but holds no head (empty or cut short): a write lost in a power
+    cut by a dpkit that did not fsync it, a full disk, or someone hiding a truncation. Refused
+    like a missing head; ``dpkit restore-head`` rewrites it on the owner's word."""
+
+    def __init__(self, path: Path, ledger: Path | str) -> None:
+        self.seq = 0
+        self.reason = f"the head file {path} is unreadable"
+        folder = Path(ledger).parent
+        LedgerError.__init__(
+            self,
+            f"the head file {path} is unreadable (empty or cut short). It records the newest "
+            f"ledger row so that rows removed from the end of {ledger} are noticed; a power cut "
+            f"or a full disk can leave it so (older dpkit wrote it without fsync), and so can "
+            f"someone hiding a truncation. Nothing was read or charged. With a head kept outside "
+            f"the folder (`dpkit budget --json` prints it): `dpkit restore-head {folder} "
+            f"--expected-head SEQ:HASH`; without one, `dpkit restore-head {folder}` rewrites it "
+            f"from the ledger's verified rows, accepting the ledger's end as it is now",
         )
 
 
@@ -258,8 +279,9 @@ class HeadFile:
     """The ledger's newest head, ``{seq, hash, mac}`` under the owner key, in its own file.
 
     The chain alone cannot show that its newest rows were removed; a ledger shorter than this
-    head is refused. It is written after each commit (atomically, never older than the one in
-    the file: a crash before the write leaves an older head, weaker but never a false alarm),
+    head is refused. It is written after each commit (atomically and durably, never older than
+    the one in the file: a crash before the write leaves an older head, weaker but never a false
+    alarm; :func:`replace_durably`),
     and reread only when another process has replaced it since this one wrote it.
     """
 
@@ -282,8 +304,7 @@ class HeadFile:
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError):
-            raise LedgerTampered(0, f"the head file {self.path} is unreadable",
-                                 self._ledger) from None
+            raise HeadUnreadable(self.path, self._ledger) from None
         if not hmac.compare_digest(self.mac(seq, digest), mac):
             raise LedgerTampered(seq, f"the head file {self.path} does not carry "
                                  f"the owner key's MAC", self._ledger)
@@ -305,14 +326,35 @@ class HeadFile:
         if old_seq is not None and old_seq >= seq:
             return
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        text = json.dumps({"seq": seq, "hash": digest, "mac": self.mac(seq, digest)})
         try:
-            tmp.write_text(json.dumps({"seq": seq, "hash": digest, "mac": self.mac(seq, digest)}))
-            os.replace(tmp, self.path)
+            replace_durably(self.path, tmp, text.encode("ascii"))
         except OSError as exc:  # after the row's commit: the caller must not say "not charged"
+            with contextlib.suppress(OSError):
+                tmp.unlink()
             raise HeadNotWritten(seq, str(exc)) from exc
         with contextlib.suppress(OSError):
             st = os.stat(self.path)
             self._written = ((st.st_ino, st.st_mtime_ns, st.st_size), seq)
+
+
+def replace_durably(path: Path, tmp: Path, data: bytes) -> None:
+    """Put ``data`` in ``path`` so that after a power cut it holds the old bytes or the new
+    ones, whole: write ``tmp``, fsync it, rename it over ``path``, fsync the folder. (A rename
+    can reach the disk before the file's data, leaving an empty file; the folder's fsync makes
+    the rename itself durable, so a head is never older after a crash than the caller saw.)"""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    if hasattr(os, "O_DIRECTORY"):  # POSIX; Windows cannot open (or fsync) a folder
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
 
 
 def connect(path: Path) -> sqlite3.Connection:
