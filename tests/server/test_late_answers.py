@@ -105,3 +105,25 @@ def test_a_late_synthetic_release_is_kept_as_its_csv(make_client: Any, project: 
     assert got.text.splitlines()[0] == "g"
     assert abs(float(got.headers["X-Dpkit-Epsilon"]) - 0.2) < 1e-9
     assert charges(project) == 1
+
+
+def test_a_late_requests_charge_reaches_the_audit_log(make_client: Any,
+                                                       project: Project) -> None:
+    """The 504's audit line is written before the work charges; when the work ends a second
+    line, marked late, carries the charge and the kept answer's status (FINDINGS J, noted)."""
+    import json
+
+    client = make_client(timeout=0.3)
+    h = project.headers(project.alice)
+    with ledger_held(project.path, 1.0):
+        r = client.post("/v1/query", json={"sql": SQL, "epsilon": 0.1}, headers=h)
+        assert r.status_code == 504
+    assert polled(client, r.json()["answer_url"], h).status_code == 200
+    audit = client.app.state.service.config.audit_path
+    lines = [json.loads(x) for x in audit.read_text().splitlines()]
+    posts = [x for x in lines if x["endpoint"] == "/v1/query"]
+    assert [(x["status"], x.get("late", False)) for x in posts] == [(504, False), (200, True)]
+    assert posts[0]["charge"] is None
+    assert posts[1]["charge"] == {"epsilon": 0.1, "delta": 0.0}
+    assert posts[1]["analyst"] == posts[0]["analyst"] and posts[1]["role"] == posts[0]["role"]
+    assert charges(project) == 1

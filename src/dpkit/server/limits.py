@@ -60,13 +60,22 @@ class AuditLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        # a late answer's line comes from a worker thread, possibly after close(): the lock
+        # keeps it off a closed descriptor (whose number the process may have reused)
+        self._lock = threading.Lock()
+        self._closed = False
 
     def write(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, separators=(",", ":"), default=str) + "\n"
-        os.write(self._fd, line.encode("utf-8"))
+        with self._lock:
+            if not self._closed:
+                os.write(self._fd, line.encode("utf-8"))
 
     def close(self) -> None:
-        os.close(self._fd)
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                os.close(self._fd)
 
 
 async def _send_problem(send: Any, problem: Problem) -> None:

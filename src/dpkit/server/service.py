@@ -3,6 +3,7 @@ log; and :func:`caller`, the dependency every protected route starts with."""
 
 from __future__ import annotations
 
+import datetime as _dt
 import logging
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -66,13 +67,17 @@ class Caller:
         if reads_rows:  # its top class: the timeout this call runs under
             self.request.state.paced = timeout if timeout is not None else pool.timeout
 
-        def finish(future: Future[Any]) -> Answer:
+        def finish(future: Future[Any]) -> Answer:  # a late answer's, once its work ends
             exc = future.exception()
             if exc is None:
                 out = future.result()
-                return Answer.of(render(out) if render is not None else out)
-            cause = exc if isinstance(exc, Exception) and not isinstance(exc, Problem) else None
-            return Answer.of(self.answer(problem_of(exc), cause))
+                answer = Answer.of(render(out) if render is not None else out)
+            else:
+                cause = (exc if isinstance(exc, Exception) and not isinstance(exc, Problem)
+                         else None)
+                answer = Answer.of(self.answer(problem_of(exc), cause))
+            self._audit_late(answer.status)
+            return answer
 
         try:
             if exclusive:
@@ -82,6 +87,16 @@ class Caller:
             raise self.answer(problem, None) from None
         except Exception as exc:  # the curator's refusals, with their own texts
             raise self.answer(problem_of(exc), exc) from exc
+
+    def _audit_late(self, status: int) -> None:
+        """The audit line of a request that was answered 504 and went on: its charge, made
+        after the 504's own line was written, and the status its kept answer has."""
+        state = self.request.state
+        self.service.audit.write({
+            "time": _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds"),
+            "analyst": getattr(state, "analyst", None), "role": getattr(state, "role", None),
+            "method": self.request.method, "endpoint": self.request.url.path, "late": True,
+            "status": status, "charge": getattr(state, "charge", None)})
 
     def answer(self, problem: Problem, exc: Exception | None) -> Problem:
         """The problem this caller sees: the owner every detail, an analyst no server path
