@@ -338,12 +338,13 @@ class HeadFile:
             self._written = ((st.st_ino, st.st_mtime_ns, st.st_size), seq)
 
 
-def replace_durably(path: Path, tmp: Path, data: bytes) -> None:
+def replace_durably(path: Path, tmp: Path, data: bytes, *, mode: int = 0o666) -> None:
     """Put ``data`` in ``path`` so that after a power cut it holds the old bytes or the new
-    ones, whole: write ``tmp``, fsync it, rename it over ``path``, fsync the folder. (A rename
-    can reach the disk before the file's data, leaving an empty file; the folder's fsync makes
-    the rename itself durable, so a head is never older after a crash than the caller saw.)"""
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    ones, whole: write ``tmp`` (created with ``mode``), fsync it, rename it over ``path``,
+    fsync the folder. (A rename can reach the disk before the file's data, leaving an empty
+    file; the folder's fsync makes the rename itself durable, so a head is never older after a
+    crash than the caller saw.)"""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()

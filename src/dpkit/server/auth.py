@@ -21,6 +21,7 @@ from typing import Any
 
 from dpkit import noise as _noise
 from dpkit.engine.ledger import Ledger
+from dpkit.engine.ledger_rows import replace_durably
 from dpkit.engine.roles import OWNER, identify, token_expiry
 from dpkit.server.config import OidcConfig
 from dpkit.server.problems import Problem
@@ -62,10 +63,9 @@ def new_owner_token(project: str | Path) -> str:
                                 f"runs this in the project folder they created")
     token = OWNER_PREFIX + _noise.token_hex(32)
     target = path / OWNER_HASH_FILE
-    fd = os.open(target.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(sha256_hex(token) + "\n")
-    os.replace(target.with_suffix(".tmp"), target)
+    # durably, like the ledger's head: a power cut must not leave an empty hash file
+    replace_durably(target, target.with_suffix(".tmp"), (sha256_hex(token) + "\n").encode(),
+                    mode=0o600)
     return token
 
 
