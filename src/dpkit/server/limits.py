@@ -115,6 +115,8 @@ class Guard:
         pacing = self.pacing() if self.pacing is not None else None
         arrived = pacing.clock() if pacing is not None else 0.0
         state = scope.setdefault("state", {})
+        if pacing is not None:  # the classes' origin, for the curator's let-go as well
+            state["arrived"] = arrived
         status = {"code": 500, "sent": False}
         too_large = Problem(413, "too-large",
                             f"the request body is larger than {self.max_body} bytes; send a "
