@@ -1,0 +1,54 @@
+"""Fifth red-team pass (FINDINGS.md L), outside the service: the owner's ledger commands."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+from click.testing import CliRunner
+
+import dpkit as dp
+from dpkit.cli import main
+
+
+def _rolled_back(tmp_path: Path) -> tuple[Path, str]:
+    """A project whose ledger lost its last charge together with its head file (an older
+    ledger.sqlite copied back, the head deleted); and the head kept before that."""
+    folder = tmp_path / "p.dpkit"
+    with dp.Curator.create(folder, epsilon=3.0, source=dp.noise.seeded(0)) as cur:
+        cur.add_table("t", pd.DataFrame({"x": [1.0, 2.0, 3.0]}), bounds={"x": (0, 5)})
+        cur.sql("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
+    shutil.copy(folder / "ledger.sqlite", tmp_path / "older.sqlite")
+    with dp.Curator.open(folder) as cur:
+        cur.sql("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
+        seq, digest = cur.ledger.head()
+    shutil.copy(tmp_path / "older.sqlite", folder / "ledger.sqlite")
+    for extra in ("ledger.sqlite-wal", "ledger.sqlite-shm", "ledger.head"):
+        (folder / extra).unlink(missing_ok=True)
+    return folder, f"{seq}:{digest}"
+
+
+def test_l2_restore_head_without_a_kept_head_says_what_it_reopens(tmp_path: Path) -> None:
+    """L2: without --expected-head the command took the rolled-back end (the last charge's
+    epsilon open again) and said only "no kept head was given to check". It now names the
+    newest row's time and the double spend a lost row would be."""
+    folder, _ = _rolled_back(tmp_path)
+    out = CliRunner().invoke(main, ["restore-head", str(folder)])
+    assert out.exit_code == 0, out.output
+    flat = "".join(out.output.split())  # rich wraps at CI's width
+    assert "epsilonspent1" in flat and "doublespend" in flat and "Itsnewestrow:" in flat
+
+
+def test_l2_a_refusal_is_one_line_and_a_bad_hash_a_usage_error(tmp_path: Path) -> None:
+    """L2: the kept head catches the rollback (exit 2, one line, not a traceback); a hash of
+    64 non-hex characters was a TypeError from compare_digest (a traceback)."""
+    folder, kept = _rolled_back(tmp_path)
+    runner = CliRunner()
+    caught = runner.invoke(main, ["restore-head", str(folder), "--expected-head", kept])
+    assert caught.exit_code == 2 and "truncated" in caught.output
+    assert "Traceback" not in caught.output
+    odd = runner.invoke(main, ["restore-head", str(folder), "--expected-head",
+                               "2:" + "\u00e9" * 64])
+    assert odd.exit_code == 2 and "SEQ:HASH" in odd.output
+    assert not (folder / "ledger.head").exists()  # nothing restored by either
