@@ -11,6 +11,10 @@ of the project that every worker process reads) under the id the 504 names, for
 ``GET /v1/answers/{id}``; a call still waiting for a thread then is cancelled (nothing
 charged, nothing kept).
 
+A call that may read rows lets its curator's lock (and its caller's slot, below) go at its
+answer's timing class, not when its work ended (``let_go``; FINDINGS.md L1): the caller's next
+request waits for that lock, and would otherwise time the work the class withholds.
+
 One caller may have at most ``per_caller`` calls waiting or running in a process; beyond, 429
 ``busy`` (nothing charged). Its calls run one at a time anyway (its curator's lock), so more
 would only hold the shared threads while they wait for that lock, and the other analysts'
