@@ -73,3 +73,43 @@ def test_l3_a_csv_column_type_does_not_follow_one_unit(tmp_path: Path) -> None:
         with dp.Curator.open(tmp_path / f"{name}.dpkit", token=token) as cur:
             seen[name] = {c.name: c.type for c in cur.tables()["t"].columns}
     assert seen["D"] == seen["D1"]
+
+
+FORMS = ["SELECT DP_CDF(age, 8) FROM t WHERE w = 'w1'",
+         "SELECT DP_QUANTILES(age, 0.1, 0.5, 0.9) FROM t WHERE s IS NULL",
+         "SELECT DP_RANGES(age, (0, 17), (18, 64), (65, 89)) FROM t",
+         "SELECT COUNT(*) FILTER (WHERE age BETWEEN 0 AND 17) AS k, "
+         "COUNT(*) FILTER (WHERE age BETWEEN 18 AND 89) AS a FROM t",
+         "SELECT DP_MARGINALS(w, s, age) FROM t WHERE age > 3"]
+
+
+def test_previews_of_the_release_forms_price_what_they_charge_on_d_and_d_prime(
+        tmp_path: Path) -> None:
+    """Checked safe: a release form's preview costs what its query charges (epsilon and
+    delta), and the previews are the same on D and D' = D plus one unit of 20 rows out of
+    bounds, with a new key and NULLs (no row read)."""
+    import numpy as np
+
+    base = pd.DataFrame({"uid": np.arange(200), "age": np.arange(200) % 90 * 1.0,
+                         "w": [f"w{i % 3}" for i in range(200)],
+                         "s": [f"s{i % 2}" for i in range(200)]})
+    extra = pd.DataFrame({"uid": [10**6] * 20, "age": [1e9] * 20, "w": ["zz"] * 20,
+                          "s": [None] * 20})
+    options = [{"epsilon": 0.3, "noise": "gaussian", "delta": 1e-7}, {"accuracy": 20.0}]
+    previews = {}
+    for name, frame in {"D": base, "D1": pd.concat([base, extra])}.items():
+        with dp.Curator.create(tmp_path / name, epsilon=1000, delta=1e-3, accountant="approx",
+                               source=dp.noise.seeded(1)) as cur:
+            cur.add_table("t", frame, privacy_unit="uid", max_rows_per_unit=2,
+                          bounds={"age": (0, 89)},
+                          domains={"w": ["w0", "w1", "w2"], "s": ["s0", "s1"]})
+            seen = []
+            for sql in FORMS:
+                for o in options:
+                    p = cur.preview(sql, **o)
+                    seen.append((p.cost, p.delta, [x["halfwidth"] for x in p.outputs]))
+                    r = cur.sql(sql, **o)
+                    assert p.cost == pytest.approx(float(r.epsilon), rel=1e-12), (sql, o)
+                    assert p.delta == pytest.approx(float(r.delta), rel=1e-12, abs=1e-300)
+            previews[name] = seen
+    assert previews["D"] == previews["D1"]

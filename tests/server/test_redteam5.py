@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
+import pytest
 from tests.server.conftest import SQL, Project
 
 from dpkit.server.pacing import Pacing
@@ -83,3 +85,59 @@ def test_l1_left_is_the_class_or_the_late_class() -> None:
     assert abs(p.left(100.0) - 29.0) < 1e-9  # past the top: the late class, 60 s
     assert abs(p.left(100.0, keep=20.0) - 17.0) < 1e-9  # at most top + 0.9 x keep
     assert Pacing(0.0, 2.0, 30.0, clock=lambda: clock[0]).left(100.0) == 0.0
+
+
+PROBES = ["SELECT COUNT(*) AS n FROM t WHERE CAST(s AS INTEGER) > 0",
+          "SELECT COUNT(*) AS n FROM t WHERE 1/(x) > 0",
+          "SELECT COUNT(*) AS n FROM t WHERE regexp_matches(s, '(')",
+          "SELECT COUNT(*) AS n FROM t WHERE g = 'zz' AND CAST(s AS INTEGER) = 0",
+          "SELECT g, COUNT(*) AS n FROM t GROUP BY g ORDER BY n DESC LIMIT 9223372036854775807",
+          "SELECT g, COUNT(*) AS n FROM t GROUP BY g LIMIT 100000000000",
+          "SELECT g, SUM(x) AS s FROM t GROUP BY g"]
+
+
+@pytest.mark.slow
+def test_the_four_original_leaks_through_http_and_the_cli(tmp_path: Path) -> None:
+    """Checked safe, again: D and D' = D plus one unit (a new key, a text that casts, x = 0)
+    answer each probe alike through HTTP and `dpkit query`: the same status, charge,
+    refusal text and group order (errors as an oracle, a huge LIMIT, group order)."""
+    import re
+
+    import numpy as np
+    import pandas as pd
+    from click.testing import CliRunner
+    from fastapi.testclient import TestClient
+
+    import dpkit as dp
+    from dpkit.cli import main
+    from dpkit.server.app import create_app
+
+    base = pd.DataFrame({"uid": np.arange(300), "g": [f"k{i % 4}" for i in range(300)],
+                         "x": (np.arange(300) % 50) * 1.0, "s": ["abc"] * 300})
+    one = pd.DataFrame({"uid": [10**6], "g": ["zz"], "x": [0.0], "s": ["0"]})
+    seen = {}
+    for name, frame in {"D": base, "D1": pd.concat([base, one])}.items():
+        path = tmp_path / f"{name}.dpkit"
+        with dp.Curator.create(path, epsilon=1000, delta=1e-3,
+                               source=dp.noise.seeded(5)) as cur:
+            cur.add_table("t", frame, privacy_unit="uid", max_rows_per_unit=1,
+                          bounds={"x": (0, 50)})
+            token = cur.add_analyst("a")
+        app = create_app(path, answer_deadline_ms=1)
+        out = []
+        with TestClient(app, raise_server_exceptions=False) as client:
+            for sql in PROBES:
+                r = client.post("/v1/query", json={"sql": sql, "epsilon": 0.5},
+                                headers={"Authorization": f"Bearer {token}"})
+                b = r.json()
+                keys = ([row[0] for row in b["rows"]] if "GROUP BY" in sql  # the values
+                        else len(b["rows"])) if r.status_code == 200 else None  # may differ
+                out.append((r.status_code, b.get("charge"), keys,
+                            re.sub(r"ref-\w+", "", b.get("detail", ""))))
+                cli = CliRunner().invoke(main, ["query", str(path), sql, "--epsilon", "0.5",
+                                                "--token", token])
+                out.append((cli.exit_code, "".join(cli.output.split()) if cli.exit_code
+                            else None))
+        app.state.service.close()
+        seen[name] = out
+    assert seen["D"] == seen["D1"]
