@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.server.conftest import SQL, Project
+from tests.server.conftest import SQL, Project, ledger_held
 
 from dpkit.server.pacing import Pacing
 
@@ -59,19 +59,12 @@ def test_l1_a_late_work_keeps_its_curator_until_its_late_class(make_client: Any,
     """L1, past the timeout: the 504 leaves at 0.3 s, the work ends soon after (the ledger
     is let go); alice's budget, asked at once, waited for the work's end before. Now it
     waits for the late class, 2 x 0.3 s after the query was sent."""
-    import sqlite3
-
     client = make_client(timeout=0.3, answer_deadline_ms=50)
     h = project.headers(project.alice)
-    lock = sqlite3.connect(project.path / "ledger.sqlite", timeout=0)
-    lock.execute("BEGIN EXCLUSIVE")  # the ledger held past the timeout: the query waits
     sent = time.monotonic()
-    try:
+    with ledger_held(project.path, 0.35):  # the query waits past the timeout, then charges
         assert client.post("/v1/query", json={"sql": SQL, "epsilon": 0.1},
                            headers=h).status_code == 504
-    finally:
-        lock.rollback()
-        lock.close()
     assert client.get("/v1/budget", headers=h).status_code == 200
     assert time.monotonic() - sent >= 0.6 - 1e-3
 
