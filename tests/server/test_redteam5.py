@@ -134,3 +134,28 @@ def test_the_four_original_leaks_through_http_and_the_cli(tmp_path: Path) -> Non
         app.state.service.close()
         seen[name] = out
     assert seen["D"] == seen["D1"]
+
+
+def test_l4_an_answer_past_the_top_but_not_504_is_held_to_the_late_class(
+        make_client: Any, project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """L4: the pool's timeout starts when the route calls it, after the request arrived
+    (authentication, a queue for a thread): an answer whose work ended past the top class
+    *from the arrival* but before the pool's own timeout was no 504, and the Guard sent it
+    "as it comes", its exact time. Here the authentication takes 0.25 s (a busy ledger, a
+    loaded service), the top is 0.5 s and the work waits 0.4 s for the ledger: the answer
+    came at 0.65 s; it now leaves at the late class, 2 x 0.5 s after the request."""
+    client = make_client(timeout=0.5, answer_deadline_ms=100)
+    service = client.app.state.service
+    authenticate = service.auth
+
+    def slow(token: str | None) -> Any:
+        time.sleep(0.25)
+        return authenticate(token)
+
+    monkeypatch.setattr(service, "auth", slow)
+    h = project.headers(project.alice)
+    sent = time.monotonic()
+    with ledger_held(project.path, 0.6):  # 0.25 s + 0.4 s of work: past 0.5 s, no 504
+        r = client.post("/v1/query", json={"sql": SQL, "epsilon": 0.1}, headers=h)
+    assert r.status_code == 200, r.text
+    assert time.monotonic() - sent >= 1.0 - 1e-3
