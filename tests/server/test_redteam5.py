@@ -159,3 +159,23 @@ def test_l4_an_answer_past_the_top_but_not_504_is_held_to_the_late_class(
         r = client.post("/v1/query", json={"sql": SQL, "epsilon": 0.1}, headers=h)
     assert r.status_code == 200, r.text
     assert time.monotonic() - sent >= 1.0 - 1e-3
+
+
+def test_l5_an_audit_log_readable_by_others_is_narrowed(tmp_path: Path) -> None:
+    """L5: `--audit-log` naming a file that exists with mode 0644 (made by a log rotation,
+    an earlier run as another umask) stayed readable by every account on the host: each
+    answer's `work_ms`, the exact time its timing class withholds, and the late lines' times.
+    Opening it now narrows it to 0600 (a new one was always made 0600)."""
+    import os
+    import stat
+
+    from dpkit.server.limits import AuditLog
+
+    path = tmp_path / "audit.jsonl"
+    path.write_text("")
+    os.chmod(path, 0o644)
+    log = AuditLog(path)
+    try:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    finally:
+        log.close()
