@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -95,7 +96,8 @@ def test_previews_of_the_release_forms_price_what_they_charge_on_d_and_d_prime(
                          "s": [f"s{i % 2}" for i in range(200)]})
     extra = pd.DataFrame({"uid": [10**6] * 20, "age": [1e9] * 20, "w": ["zz"] * 20,
                           "s": [None] * 20})
-    options = [{"epsilon": 0.3, "noise": "gaussian", "delta": 1e-7}, {"accuracy": 20.0}]
+    options: list[dict[str, Any]] = [{"epsilon": 0.3, "noise": "gaussian", "delta": 1e-7},
+                                     {"accuracy": 20.0}]
     previews = {}
     for name, frame in {"D": base, "D1": pd.concat([base, extra])}.items():
         with dp.Curator.create(tmp_path / name, epsilon=1000, delta=1e-3, accountant="approx",
@@ -113,3 +115,37 @@ def test_previews_of_the_release_forms_price_what_they_charge_on_d_and_d_prime(
                     assert p.delta == pytest.approx(float(r.delta), rel=1e-12, abs=1e-300)
             previews[name] = seen
     assert previews["D"] == previews["D1"]
+
+
+def test_l6_after_charge_runs_between_the_charge_and_the_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """L6's hook: it sees the answer's own ledger row and runs before any row is read; a
+    hook that fails changes nothing (the charge stands, the answer comes)."""
+    from dpkit.engine import charge, query_methods
+    from dpkit.engine.ledger import Entry
+
+    order: list[str] = []
+    read = query_methods.read_exact
+
+    def reading(*args: Any) -> Any:
+        order.append("read")
+        return read(*args)
+
+    monkeypatch.setattr(query_methods, "read_exact", reading)
+    with dp.Curator.create(tmp_path / "p.dpkit", epsilon=3.0) as cur:
+        cur.add_table("t", pd.DataFrame({"x": [1.0, 2.0]}), bounds={"x": (0, 5)})
+
+        def seen(entry: Entry) -> None:
+            order.append(f"charged {entry.seq} of {cur.ledger.head()[0]}")
+
+        with charge.after_charge(seen):
+            res = cur.sql("SELECT COUNT(*) AS n FROM t", epsilon=0.5)
+        assert order == [f"charged {res.ledger_seq} of {res.ledger_seq}", "read"]
+
+        def broken(entry: Entry) -> None:
+            raise RuntimeError("a hook's own failure")
+
+        with charge.after_charge(broken):
+            assert cur.sql("SELECT COUNT(*) AS n FROM t", epsilon=0.5).ledger_seq is not None
+        cur.sql("SELECT COUNT(*) AS n FROM t", epsilon=0.5)  # outside: no hook
+        assert len(order) == 4

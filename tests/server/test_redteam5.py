@@ -117,7 +117,7 @@ def test_the_four_original_leaks_through_http_and_the_cli(tmp_path: Path) -> Non
                           bounds={"x": (0, 50)})
             token = cur.add_analyst("a")
         app = create_app(path, answer_deadline_ms=1)
-        out = []
+        out: list[tuple[Any, ...]] = []
         with TestClient(app, raise_server_exceptions=False) as client:
             for sql in PROBES:
                 r = client.post("/v1/query", json={"sql": sql, "epsilon": 0.5},
@@ -179,3 +179,47 @@ def test_l5_an_audit_log_readable_by_others_is_narrowed(tmp_path: Path) -> None:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
     finally:
         log.close()
+
+
+def test_l6_an_answers_budget_is_the_ledger_as_of_its_own_charge(
+        make_client: Any, project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """L6: the budget an answer carries (`project_remaining_epsilon`, and the analyst's own
+    `remaining_epsilon` under several worker processes) is read when the answer is made, after
+    its rows were scanned: every charge another process made meanwhile is in it, so an
+    analyst with a second account (or its own requests on another worker) charging at known
+    moments reads off when the scan ended, the time the class withholds. Here alice's scan
+    waits (deterministically, no clock) until bob, on another service process, has charged:
+    her answer counted bob's charge (2.4 left); it is now the ledger as of her own (2.9)."""
+    import threading
+
+    from dpkit.engine import query_methods
+
+    first, second = make_client(), make_client()  # two processes on one project
+    scanning, charged = threading.Event(), threading.Event()
+    read = query_methods.read_exact
+    blocked = [True]
+
+    def slow_read(*args: Any) -> Any:
+        if blocked[0]:
+            blocked[0] = False
+            scanning.set()
+            assert charged.wait(20)
+        return read(*args)
+
+    monkeypatch.setattr(query_methods, "read_exact", slow_read)
+    out: dict[str, Any] = {}
+
+    def alice() -> None:
+        out["alice"] = first.post("/v1/query", json={"sql": SQL, "epsilon": 0.1},
+                                  headers=project.headers(project.alice)).json()
+
+    t = threading.Thread(target=alice)
+    t.start()
+    assert scanning.wait(20)  # alice's charge is in the ledger, her rows are being read
+    bob = second.post("/v1/query", json={"sql": SQL, "epsilon": 0.5},
+                      headers=project.headers(project.bob))
+    assert bob.status_code == 200, bob.text
+    charged.set()
+    t.join()
+    budget = out["alice"]["budget"]
+    assert budget["project_remaining_epsilon"] == pytest.approx(3.0 - 0.1)
