@@ -21,6 +21,16 @@ a differentially private release, charged like any answer. Two helpers:
   evenly over it, so for a column whose values sit mostly at its floor (``capital_gain``:
   92% zeros) the 1st percentile came out 11.07 inside the first cell, and a clamp there
   would move every zero; the cell's edge keeps the whole cell, the mass at the floor included.
+
+  **The grid** (``grid=``): equal cells are coarse where a long-tailed column's quantiles sit
+  (incomes, capital gains, counts: most values within a small part of a range spanning orders
+  of magnitude), so ``grid="auto"`` (the default) takes log-scale cells
+  (:func:`dpkit.engine.families.axes.log_grid_wanted`: the range spans four orders of
+  magnitude) and ``grid="log"`` forces them (signed ranges: a grid symmetric around 0).
+  The grid is a function of the search range, the column's declared type and ``bins`` only
+  (public), each row still falls in exactly one cell, so the guarantee is unchanged: the
+  CDF's (ε-DP with ``epsilon=``, for add/remove one privacy unit with at most
+  ``max_rows_per_unit`` rows), one charge; the bounds are post-processing of it.
 """
 
 from __future__ import annotations
@@ -194,10 +204,10 @@ def search_range(tables: dict[str, TableMeta], table: str, column: str,
 
 
 def search_grid(tables: dict[str, TableMeta], table: str, column: str,
-                search: tuple[float, float], bins: int | None) -> Axis:
+                search: tuple[float, float], bins: int | None, grid: str = "linear") -> Axis:
     """The public grid :meth:`Curator.quantiles` releases the CDF on for a suggestion over
     ``search`` (the same call it makes: :func:`~dpkit.engine.families.axes.ordered_axis`)."""
-    return ordered_axis(tables[table], column, bins=bins, bounds={column: search})
+    return ordered_axis(tables[table], column, bins=bins, bounds={column: search}, grid=grid)
 
 
 def _cell_of(estimate: float, edges: np.ndarray, integer: bool = False) -> int:
