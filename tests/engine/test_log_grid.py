@@ -102,11 +102,13 @@ def test_nothing_but_the_noisy_values_depends_on_the_rows(project: Callable[...,
 
 
 def test_log_grid_bounds_on_a_long_tail(project: Callable[..., Curator]) -> None:
-    """Log-normal amounts (median ~22,000, 99th percentile ~225,000) declared on [0, 10^7]:
-    equal cells are 10,000 wide, so the lower bound can only be 0 or 10,000 (the true 1st
-    percentile is ~2,150); log cells there are ~20 wide. At epsilon 1 the CDF's error is a
-    few rows of 5000 per prefix, so both bounds land within a few cells of the truth on the
-    log grid (a miss of 25% needs ~40 rows misplaced: probability ~0)."""
+    """Log-normal amounts (median ~22,000, 1st percentile ~2,150, 99th ~226,000) declared on
+    [0, 10^7]: equal cells are 10,000 wide, so the lower bound can only be 0 or 10,000 (off
+    by 100% or more); log cells there are ~30 wide. A log bound misses by 50% only if the
+    CDF errs by 34 rows (1.5 x the 99th percentile is the 99.68th: 0.68% of 5000 rows) or
+    more at the top, 44 at the bottom; the plan's expected RMSE per prefix at epsilon 1 is
+    10.7 rows, so 3.2 sigma: a false-failure probability of about 0.2% over seeds (Gaussian
+    approximation; the seed here is fixed)."""
     df = _long_tail()
     q1, q99 = np.quantile(df.x, [0.01, 0.99])
     cur = project(epsilon=10.0)
@@ -114,4 +116,4 @@ def test_log_grid_bounds_on_a_long_tail(project: Callable[..., Curator]) -> None
     lin = cur.suggest_bounds("t", "x", epsilon=1.0, grid="linear")["bounds"]
     log = cur.suggest_bounds("t", "x", epsilon=1.0)["bounds"]
     assert lin[0] in (0.0, 10_000.0)
-    assert abs(log[0] - q1) < 0.25 * q1 and abs(log[1] - q99) < 0.25 * q99
+    assert abs(log[0] - q1) < 0.5 * q1 and abs(log[1] - q99) < 0.5 * q99
