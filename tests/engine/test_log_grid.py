@@ -5,6 +5,7 @@ values differs."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import duckdb
@@ -117,3 +118,4 @@ def test_log_grid_bounds_on_a_long_tail(project: Callable[..., Curator]) -> None
     log = cur.suggest_bounds("t", "x", epsilon=1.0)["bounds"]
     assert lin[0] in (0.0, 10_000.0)
     assert abs(log[0] - q1) < 0.5 * q1 and abs(log[1] - q99) < 0.5 * q99
+    assert log == (math.floor(log[0]), math.ceil(log[1]))  # an integer column: whole numbers

@@ -225,12 +225,13 @@ def _cell_of(estimate: float, edges: np.ndarray, integer: bool = False) -> int:
 
 
 def suggested_bounds(res: Result, column: str, lower: float, upper: float,
-                     grid: Axis | None = None) -> dict[str, Any]:
+                     grid: Axis | None = None, whole: bool = False) -> dict[str, Any]:
     """Clamp bounds from a quantiles release (post-processing only): the lower edge of the
     ``grid`` cell holding the ``lower`` quantile and the upper edge of the one holding the
     ``upper`` quantile (an integer grid: the cell's last integer), so every value of those
-    cells is kept (module docstring); without ``grid``, the point estimates. The estimates
-    and their intervals are reported beside them."""
+    cells is kept (module docstring); without ``grid``, the point estimates. ``whole``: an
+    integer column, whose bounds are rounded outward (a log-scale cell's edges are not
+    integers). The estimates and their intervals are reported beside them."""
     vals = {float(p): (float(v), float(lo), float(hi)) for p, v, lo, hi in zip(
         res.data["probability"], res.data["quantile"], res.data["quantile_ci_low"],
         res.data["quantile_ci_high"], strict=True)}
@@ -242,6 +243,8 @@ def suggested_bounds(res: Result, column: str, lower: float, upper: float,
         edges, integer = grid.edges(), grid.kind == "int"
         low = float(edges[_cell_of(low, edges, integer)])
         high = float(edges[_cell_of(high, edges, integer) + 1]) - (1.0 if integer else 0.0)
+        if whole:
+            low, high = float(math.floor(low)), float(math.ceil(high))
     out = {"column": column, "bounds": (low, max(high, low)),
            "lower": {"probability": lower, "estimate": lo_v[0], "ci": lo_v[1:]},
            "upper": {"probability": upper, "estimate": hi_v[0], "ci": hi_v[1:]},

@@ -252,7 +252,8 @@ class Curator(QueryMethods, ReleaseMethods):
         res = self.quantiles(table, column, [lower, upper], epsilon=epsilon,
                              bounds={column: rng}, bins=bins, grid=grid, analyst=analyst)
         cells = dbounds.search_grid(self.tables(), table, column, rng, bins, grid)
-        return dbounds.suggested_bounds(res, column, lower, upper, cells)
+        whole = self.tables()[table].column(column).cls == "int"
+        return dbounds.suggested_bounds(res, column, lower, upper, cells, whole)
 
     # ------------------------------------------------------------------ budget
 

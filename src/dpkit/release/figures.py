@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ _VERSION = "1"
 
 _MEMORY: OrderedDict[tuple[str, str], Accuracy] = OrderedDict()
 _CHOICES: OrderedDict[tuple[Any, ...], Strategy] = OrderedDict()
+_LOCK = threading.Lock()  # the service plans on several threads; computing is outside it
 
 
 @dataclass
@@ -57,8 +59,9 @@ class Accuracy:
 
 def clear() -> None:
     """Forget the in-memory figures and choices (files on disk are left alone)."""
-    _MEMORY.clear()
-    _CHOICES.clear()
+    with _LOCK:
+        _MEMORY.clear()
+        _CHOICES.clear()
 
 
 def _file(folder: Any, workload: Workload, strategy: Strategy) -> Path | None:
@@ -102,9 +105,11 @@ def accuracy(workload: Workload, strategy: Strategy, folder: Any = None) -> Accu
     if strategy.domain_size > MAX_COVARIANCE_DOMAIN:
         return None
     key = (workload.key, strategy.key)
-    hit = _MEMORY.get(key)
+    with _LOCK:
+        hit = _MEMORY.get(key)
+        if hit is not None:
+            _MEMORY.move_to_end(key)
     if hit is not None:
-        _MEMORY.move_to_end(key)
         if hit.path is None and folder is not None:  # first seen without a folder
             hit.path = _file(folder, workload, strategy)
             _save(hit, workload, strategy)
@@ -117,9 +122,10 @@ def accuracy(workload: Workload, strategy: Strategy, folder: Any = None) -> Accu
         sq = workload.query_variances(sigma)
         acc = Accuracy(trace=trace, sq_norms=np.maximum(sq, 0.0), path=path)
         _save(acc, workload, strategy)
-    _MEMORY[key] = acc
-    while len(_MEMORY) > SLOTS:
-        _MEMORY.popitem(last=False)
+    with _LOCK:
+        _MEMORY[key] = acc
+        while len(_MEMORY) > SLOTS:
+            _MEMORY.popitem(last=False)
     return acc
 
 
@@ -135,15 +141,17 @@ def coef_max(acc: Accuracy, workload: Workload, strategy: Strategy) -> np.ndarra
 
 def remembered_choice(key: tuple[Any, ...]) -> Strategy | None:
     """The strategy chosen before for ``key`` (see :func:`remember_choice`), or None."""
-    hit = _CHOICES.get(key)
-    if hit is not None:
-        _CHOICES.move_to_end(key)
-    return hit
+    with _LOCK:
+        hit = _CHOICES.get(key)
+        if hit is not None:
+            _CHOICES.move_to_end(key)
+        return hit
 
 
 def remember_choice(key: tuple[Any, ...], strategy: Strategy) -> None:
     """Keep the choice for ``key``: public inputs only (workload key, noise kind, privacy
     parameters, contribution bound, cache folder)."""
-    _CHOICES[key] = strategy
-    while len(_CHOICES) > CHOICE_SLOTS:
-        _CHOICES.popitem(last=False)
+    with _LOCK:
+        _CHOICES[key] = strategy
+        while len(_CHOICES) > CHOICE_SLOTS:
+            _CHOICES.popitem(last=False)
