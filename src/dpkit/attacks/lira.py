@@ -68,10 +68,21 @@ def check_estimator(estimator: Any) -> None:
 
 def clone(estimator: Any, **overrides: Any) -> Any:
     """A fresh, unfitted copy of a scikit-learn-style estimator (its class called with its
-    ``get_params()``), with ``overrides`` applied."""
+    ``get_params()``), with ``overrides`` applied.
+
+    A model trained through the curator (``cur.fit(...).model``) had its domain declared by
+    ``privacy_event(n_features, contributions)`` (``domain_``: the encoding's [-1, 1]^n and
+    the rows one unit may hold), which sets its defaults (``feature_norm`` sqrt(n)) and scales
+    its sensitivities; its parameters alone do not. The copy is declared the same domain, so
+    shadows train as that fit did and cost the same event (before, they were refused for a
+    missing ``feature_norm``: the researcher could not audit their own model)."""
     params = dict(estimator.get_params())
     params.update({k: v for k, v in overrides.items() if k in params})
-    return type(estimator)(**params)
+    copy = type(estimator)(**params)
+    domain = getattr(estimator, "domain_", None)
+    if domain is not None and callable(getattr(copy, "privacy_event", None)):
+        copy.privacy_event(*domain)
+    return copy
 
 
 def logit_confidence(proba: Any, labels: Any) -> np.ndarray:
