@@ -26,7 +26,6 @@ def account(event_json: str, delta: float | None, epsilon: float | None) -> None
 
       dpkit account '{"SelfComposed": {"event": {"Gaussian": [1.1]}, "count": 100}}' --delta 1e-5
     """
-    import dpkit as dp
 
     text = Path(event_json[1:]).read_text() if event_json.startswith("@") else event_json
     event, model_delta = _event_of(text)
