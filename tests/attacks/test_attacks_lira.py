@@ -176,3 +176,28 @@ def test_a_model_fitted_through_the_curator_is_audited_as_it_was_fitted(tmp_path
     X, y = tm.encoding.transform(df), tm.encoding.labels(df.y)
     run = lira.train_shadows(tm.model, X, y, shadow_models=4, classes=[0, 1], seed=3)
     assert run.epsilon == pytest.approx(tm.epsilon)
+
+
+def test_user_level_shadows_draw_a_unit_in_or_out_with_all_its_rows(tmp_path: Any) -> None:
+    """A model fitted at user level (DP-SGD through the curator refuses rows without their
+    units) is attacked in its own game: one coin per unit, clones fitted with the ids, and
+    the one-run audit's canaries are the units."""
+    X, y = mia.make_classification(60, 3, source=noise.seeded(4))
+    units = np.repeat(np.arange(20), 3)
+    seen: list[np.ndarray] = []
+
+    class UnitLogistic(PlainLogistic):
+        def fit(self, X: Any, y: Any, units: Any = None) -> UnitLogistic:
+            seen.append(np.asarray(units))
+            super().fit(X, y)
+            return self
+
+    est = UnitLogistic()
+    run = lira.train_shadows(est, X, y, shadow_models=4, units=units, seed=1)
+    for k in range(4):  # each unit's rows share their coin
+        assert np.all(run.membership[k].reshape(20, 3) == run.membership[k][::3, None])
+    assert all(np.array_equal(u, units[m]) for u, m in zip(seen, run.membership, strict=True))
+    rep = lira.lira_report(run, audit_guesses=2)
+    assert rep.audit.canaries == 20
+    with pytest.raises(ValueError, match="one id per row"):
+        lira.train_shadows(est, X, y, shadow_models=4, units=units[:-1])
