@@ -376,6 +376,7 @@ def test_command_line_fuzzes_the_model_training_alone_and_shows_progress(
     assert res.exit_code == 0, res.output
     flat = " ".join(res.output.split())
     assert "queries: fit │ 4" in flat, flat
+    assert "fuzzing: copying 200 units into throwaway D and D' projects" in flat
     assert "fuzzing: 2 of 4 D/D' comparisons" in flat
     bad = CliRunner().invoke(main, ["attack", "side-channels", str(tmp_path / "own.dpkit"),
                                     "--families", "fits"])

@@ -215,14 +215,17 @@ def attack_side_channels(project: Path, table: str | None, queries: int, seed: i
         _attacks().attack_side_channels(
             project=project, table=table, queries=queries, seed=seed, units=units,
             neighbours=neighbours, accountants=accountants, max_findings=max_findings,
-            via=via, families=families, progress=_fuzz_progress(),
+            via=via, families=families, progress=_fuzz_progress(units),
         )
     )
 
 
-def _fuzz_progress() -> Callable[[int, int], None]:
+def _fuzz_progress(units: int) -> Callable[[int, int], None]:
     """A line on stderr at each tenth of the run: 400 comparisons took 92 s in the
-    researcher's walk with nothing on screen (the default 2,000 take minutes more)."""
+    researcher's walk with nothing on screen (the default 2,000 take minutes more), the first
+    20 s of them making the throwaway projects."""
+    err_console.print(f"[dim]fuzzing: copying {units} units into throwaway D and D' projects "
+                      f"(one per neighbour kind and accountant)[/]")
     start = time.perf_counter()
     shown = {"tenth": 0}
 

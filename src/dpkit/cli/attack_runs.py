@@ -510,6 +510,9 @@ def attack_side_channels(*, project: Path, table: str | None, queries: int, seed
                      f"accountant) pairs")
     for fs in causes.values():
         notes.append(fs[0].reproducer())
+    if rep.outcomes.get("refusal"):
+        notes.append("refusals are asked on purpose (undeclared columns, bad options, type "
+                     "errors): each must be the same on D and D', and spend nothing")
     if not rep.findings:
         notes.append("no side channel found: only noisy values differed between D and D'")
     where = " through the service" if via == "service" else ""
