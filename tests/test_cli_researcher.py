@@ -58,3 +58,23 @@ def test_account_still_reads_a_bare_event() -> None:
     best = dp.accounting.report(dp.events.from_json(event), 1e-5)
     smallest = min(r.epsilon for r in best if r.epsilon is not None)
     assert f"epsilon <= {smallest:.6g} at delta = 1e-05" in out.output
+
+
+def test_a_fit_over_undeclared_columns_names_them_all_in_the_commands_spelling(
+        tmp_path: Path) -> None:
+    """Adult's columns went undeclared one at a time, each a reload; the one refusal now lists
+    the flags to add, and its Python half is not respelled into `--replace`."""
+    rows = "\n".join(f"{i},{20 + i % 50},{'MF'[i % 2]},{i % 3}" for i in range(100))
+    (tmp_path / "t.csv").write_text("pid,age,sex,w\n" + rows + "\n")
+    project = str(tmp_path / "p.dpkit")
+    run = CliRunner().invoke
+    assert run(main, ["init", project, "--epsilon", "3", "--delta", "1e-6"]).exit_code == 0
+    assert run(main, ["add-table", project, "t", str(tmp_path / "t.csv")]).exit_code == 0
+    out = run(main, ["fit", project, "SELECT age, w FROM t", "--label", "sex", "--epsilon",
+                     "0.5"])
+    assert out.exit_code != 0
+    flat = " ".join(out.output.split())
+    assert ("dpkit add-table t ... --bounds age=LOW:HIGH --bounds w=LOW:HIGH "
+            "--domain sex=A,B --replace") in flat, flat
+    assert "add_table(...) again with bounds" in flat and ", --replace)" not in flat
+    assert json.loads(run(main, ["budget", project, "--json"]).output)["spent"] == 0.0

@@ -155,6 +155,6 @@ def test_every_undeclared_column_is_named_at_once(cur: Curator) -> None:
     assert "'age', 'score', 'note' have no declared bounds or domain" in text
     assert "dpkit add-table w ... --bounds age=LOW:HIGH --bounds score=LOW:HIGH " \
            "--domain note=A,B --replace" in text
-    assert "domains={...}" in text
+    assert "domains={...}" in text and "add_table(...) again" in text
     assert "Nothing was charged" in text
     assert len(cur.entries()) == before

@@ -255,8 +255,9 @@ def _undeclared(meta: TableMeta, names: Sequence[str]) -> QueryError:
         f"{listed} {'has' if len(names) == 1 else 'have'} no declared bounds or domain, so "
         f"no public encoding (a number needs bounds, a category a domain, the label its "
         f"classes): ask the data owner to declare them (dpkit add-table {meta.name} ... "
-        f"{flags} --replace, repeating the table's other flags; in Python add_table(..., "
-        f"bounds={{...}}, domains={{...}}, replace=True)), or leave them out of the SELECT. "
+        f"{flags} --replace, repeating the table's other flags; in Python the table's "
+        f"add_table(...) again with bounds={{...}}, domains={{...}}), or leave them out of "
+        f"the SELECT. "
         f"Nothing was charged.")
 
 
