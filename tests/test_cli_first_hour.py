@@ -1,6 +1,5 @@
 """What the first hours with the `dpkit` command found (docs/first_hour.md: the owner's, the
-researcher's): each
-message names the real thing to type next."""
+researcher's): each message names the real thing to type next."""
 
 from __future__ import annotations
 
