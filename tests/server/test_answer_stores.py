@@ -302,3 +302,34 @@ def test_the_store_is_chosen_by_the_ledger_or_the_flag(tmp_path: Path,
         open_answers(project.path, store="postgres")
     with pytest.raises(ValueError, match="auto, folder or postgres"):
         open_answers(project.path, store="redis")
+
+
+def test_a_postgres_ledger_keeps_its_late_answers_beside_it(tmp_path: Path,
+                                                            pg_dsn: str) -> None:
+    """``auto`` with the ledger in PostgreSQL: the table goes into the ledger's own schema
+    (every host that reaches the ledger reaches it); ``folder`` still opts out."""
+    import json
+
+    import psycopg
+
+    import dpkit as dp
+    from dpkit.server.answers_pg import PostgresAnswers, open_answers
+
+    path = tmp_path / "pg.dpkit"
+    dp.Curator.create(path, epsilon=1.0, source=dp.noise.seeded(0), ledger=pg_dsn).close()
+    schema = json.loads((path / "ledger.pg").read_text())["schema"]
+    try:
+        store = open_answers(path)
+        assert isinstance(store, PostgresAnswers) and store.schema == schema
+        ident = store.keep("alice", _done({"n": 1}), plain_finish, limit=30.0)
+        store.close()
+        again = open_answers(path)  # another process (host), the same table
+        kept = again.get(ident, "alice", owner=False)
+        assert kept is not None and kept.answer is not None and kept.answer.body == b'{"n":1}'
+        again.close()
+        folder = open_answers(path, store="folder")
+        assert isinstance(folder, AnswerStore)
+        folder.close()
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

@@ -36,6 +36,7 @@ the database ``--answers-dsn`` names. The driver is ``psycopg`` 3 (the ``[postgr
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -192,6 +193,10 @@ class PostgresAnswers:
         with self._lock:
             self._closed = True
             if self._conn is not None:
+                # at once: the server ends a closed session's backend (and drops its locks)
+                # a moment after the close returns, and a poll meanwhile would say 202
+                with contextlib.suppress(Exception):
+                    self._conn.execute("SELECT pg_advisory_unlock_all()")
                 self._conn.close()
                 self._conn = None
 
