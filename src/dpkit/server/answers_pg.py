@@ -147,7 +147,7 @@ class PostgresAnswers:
             sealed = seal(ident, replace(kept, finished=time.time(), answer=answer),
                           record_name(tag, ident))
             try:
-                self._run(lambda c: self._finish(c, name, sealed))
+                self._run(lambda c: self._sweep(c, done=(name, sealed)))
             except OSError:
                 log.exception("late answer %s could not be kept", ident[:12])
                 try:  # a stale "running" of a live process would say 202 until it expires
@@ -220,12 +220,20 @@ class PostgresAnswers:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
             conn.execute(_DDL.format(s=self.schema))
 
-    def _sweep(self, conn: Any, new: tuple[str, str, float, bytes] | None = None) -> None:
-        """Drop the expired answers, then the bounds' victims (room made for ``new``, which
-        is then inserted), in one transaction: the table lock serialises every host's."""
+    def _sweep(self, conn: Any, new: tuple[str, str, float, bytes] | None = None,
+               done: tuple[str, bytes] | None = None) -> None:
+        """In one transaction (one commit), under the table lock that serialises every
+        host's: ``done``'s answer over its running record (not revived if expired or evicted
+        meanwhile: then nothing more), the expired answers dropped, then the bounds' victims
+        (room made for ``new``, which is then inserted). The lock comes first: a row lock
+        taken before it would make two hosts' transactions wait on each other."""
         t = self._table
         with conn.transaction():
             conn.execute(f"LOCK TABLE {t} IN SHARE ROW EXCLUSIVE MODE")
+            if done is not None and not conn.execute(
+                    f"UPDATE {t} SET sealed = %s, size = %s WHERE name = %s",
+                    (done[1], len(done[1]), done[0])).rowcount:
+                return
             conn.execute(f"DELETE FROM {t} WHERE made < %s", (time.time() - self.max_age,))
             n, size = conn.execute(f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM {t}"
                                    ).fetchone()
@@ -239,14 +247,6 @@ class PostgresAnswers:
                 conn.execute(f"INSERT INTO {t} (name, tag, made, size, sealed) VALUES "
                              f"(%s, %s, %s, %s, %s) ON CONFLICT (name) DO NOTHING",
                              (*new[:3], len(new[3]), new[3]))
-
-    def _finish(self, conn: Any, name: str, sealed: bytes) -> None:
-        """The answer over its running record (not revived if expired or evicted meanwhile),
-        then a sweep: its size is known now (the byte bound)."""
-        got = conn.execute(f"UPDATE {self._table} SET sealed = %s, size = %s WHERE name = %s",
-                           (sealed, len(sealed), name))
-        if got.rowcount:
-            self._sweep(conn)
 
     def _connect(self) -> Any:
         """The connection, holding this process's liveness lock (taken again on a new one)."""
