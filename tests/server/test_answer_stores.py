@@ -3,8 +3,8 @@ processes) and PostgreSQL (a table every host reads, :mod:`dpkit.server.answers_
 case runs on both: sealed (nothing stored names an analyst, an id or an answer), the analyst's
 own only (the owner: all), bounded in count, bytes and age with the fair share, and liveness
 across processes: an answer whose process stopped, closed or was killed -9, reads as lost to
-its analyst, never as pending for ever. Then the service over the PostgreSQL store: the 504
-from one instance, every poll to another.
+its analyst, never as pending for ever (the service's own behaviour on both stores:
+test_late_answers_shared.py, ``answers_at``).
 
 PostgreSQL comes from ``$DPKIT_TEST_PG_DSN`` (``.ci/run`` sets it) or a throwaway cluster
 (``tests/engine/pg_cluster.py``, as the PostgreSQL ledger's tests); where neither can be had,
@@ -25,26 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.engine.pg_cluster import throwaway_cluster, unavailable
-from tests.server.conftest import SQL, Project
-from tests.server.test_endpoints import charges
-from tests.server.test_late_answers import polled
-from tests.server.test_late_answers_shared import _locked
+from tests.server.conftest import Project
 
 from dpkit.noise import token_hex
 from dpkit.server.answers import Answers, AnswerStore, plain_finish
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 Make = Callable[..., Answers]
-
-
-@pytest.fixture(scope="session")
-def pg_dsn() -> Iterator[str]:
-    reason = unavailable()
-    if reason is not None:
-        pytest.skip(f"PostgreSQL answers' store tests skipped: {reason}")
-    with throwaway_cluster(fsync=False) as dsn:
-        yield dsn
 
 
 @pytest.fixture(params=["folder", "postgres"])
@@ -163,6 +150,7 @@ def test_a_closed_process_s_running_answer_is_lost_to_its_analyst(make: Make) ->
     a.close()
     kept = b.get(ident, "alice", owner=False)
     assert kept is not None and kept.lost and kept.answer is None
+    assert a.get(ident, "alice", owner=False).lost  # type: ignore[union-attr]  # itself too
     assert b.get(ident, "bob", owner=False) is None  # anyone else: unknown, as before
 
 
@@ -246,49 +234,7 @@ def test_a_process_killed_9_leaves_its_running_answer_lost(make: Make,
     assert alive.get(ident, "bob", owner=False) is None
 
 
-# ---------------------------------------------------------------- the service over PostgreSQL
-
-
-def test_the_service_over_postgres_answers_polls_from_another_instance(
-        make_client: Any, project: Project, pg_dsn: str) -> None:
-    """``--answers-dsn``: A answers 504 and B every poll (two hosts: nothing in a shared
-    folder, each instance's folder store is not used at all); 202, the answer, one charge;
-    then A stops while a second work runs: lost to its analyst, unknown to anyone else."""
-    a = make_client(timeout=0.4, answers_dsn=pg_dsn)
-    b = make_client(timeout=0.4, answers_dsn=pg_dsn)
-    h, hb = project.headers(project.alice), project.headers(project.bob)
-    lock = _locked(project)
-    try:
-        r = a.post("/v1/query", json={"sql": SQL, "epsilon": 0.1}, headers=h)
-        assert r.status_code == 504, r.text
-        url = r.json()["answer_url"]
-        assert b.get(url, headers=h).status_code == 202
-        assert b.get(url, headers=hb).json() == b.get("/v1/answers/ans_" + "0" * 32,
-                                                       headers=hb).json()
-    finally:
-        lock.rollback()
-        lock.close()
-    got = polled(b, url, h)
-    assert got.status_code == 200, got.text
-    assert got.json()["charge"]["epsilon"] == 0.1 and charges(project) == 1
-    assert not (project.path / "answers").exists()  # nothing kept in the folder
-    lock = _locked(project)
-    try:
-        url = a.post("/v1/query", json={"sql": SQL, "epsilon": 0.1}, headers=h).headers[
-            "Location"]
-        a.app.state.service.pool.answers.close()  # A stops: its session and lock go
-        lost = b.get(url, headers=h)
-        assert lost.status_code == 404 and "will not come" in lost.json()["detail"]
-        assert "will not come" not in b.get(url, headers=hb).text
-    finally:
-        lock.rollback()
-        lock.close()
-    schema = b.app.state.service.pool.answers.schema
-    assert schema.startswith("dpkit_answers_")
-    import psycopg
-
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+# ---------------------------------------------------------------- choosing the store
 
 
 def test_the_store_is_chosen_by_the_ledger_or_the_flag(tmp_path: Path,

@@ -15,7 +15,9 @@ once and the answer when the work ends; any process reads either. A running reco
 process's liveness lock (``live-*.lock``, held with ``flock`` for the process's life): when
 the lock is free the process is gone (a restart or a crash) and the answer never will come,
 which the asker is told (still a 404, nothing more for anyone else). A finished answer survives
-a restart, until it expires.
+a restart, until it expires. Processes on several hosts share a PostgreSQL table instead
+(:mod:`dpkit.server.answers_pg`: the same records, seals and bounds; both are
+:class:`Answers`).
 
 **Nothing readable without the id.** Ids are 128 bits straight from the OS CSPRNG
 (:func:`dpkit.noise.token_hex`, the one door for every random byte, tokens included): not a
@@ -63,8 +65,8 @@ from fastapi.responses import JSONResponse, Response
 from dpkit.noise import token_bytes, token_hex
 from dpkit.server.problems import MEDIA_TYPE, Problem, problem_of
 
-__all__ = ["FOLDER", "ID", "Answer", "AnswerStore", "Answers", "Kept", "id_name", "plain_finish",
-           "record_name", "rendered", "seal", "unseal", "victims"]
+__all__ = ["FOLDER", "ID", "Answer", "AnswerStore", "Answers", "Kept", "id_name", "judged",
+           "plain_finish", "record_name", "rendered", "seal", "unseal", "victims"]
 
 FOLDER = "answers"  # inside the project, beside the ledger: the service's account writes there
 ID = re.compile(r"ans_[0-9a-f]{32}")
@@ -208,15 +210,8 @@ class AnswerStore:
             kept = _open(_key(ident), raw, path.name)
         except (OSError, ValueError, InvalidTag):
             return None
-        if time.time() - kept.made > self.max_age:
-            with contextlib.suppress(OSError):
-                path.unlink()
-            return None
-        if not (owner or hmac.compare_digest(kept.who.encode(), who.encode())):
-            return None
-        if kept.answer is None and not self._running(kept.live):
-            return replace(kept, lost=True)
-        return kept
+        return judged(kept, who, owner=owner, max_age=self.max_age, running=self._running,
+                      expire=lambda: _unlink(str(path)))
 
     def close(self) -> None:
         """Give up this process's liveness lock: its running answers read as lost."""
@@ -307,6 +302,21 @@ class AnswerStore:
         tag = new.split(".", 1)[0] if new is not None else None
         for victim in victims(kept, self.count, self.max_bytes, new=tag):
             _unlink(victim)
+
+
+def judged(kept: Kept, who: str, *, owner: bool, max_age: float,
+           running: Callable[[str], bool], expire: Callable[[], None]) -> Kept | None:
+    """A record opened under its id, as ``who`` may see it: None when expired (``expire``
+    drops it) or another analyst's (``owner``: anyone's may be read); ``lost`` when its work
+    has not ended and the process running it is gone (``running`` asks by liveness token)."""
+    if time.time() - kept.made > max_age:
+        expire()
+        return None
+    if not (owner or hmac.compare_digest(kept.who.encode(), who.encode())):
+        return None
+    if kept.answer is None and not running(kept.live):
+        return replace(kept, lost=True)
+    return kept
 
 
 def victims(kept: list[tuple[float, str, int, K]], count: int, max_bytes: int, *,

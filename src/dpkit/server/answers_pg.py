@@ -64,6 +64,7 @@ from dpkit.server.answers import (
     AnswerStore,
     Kept,
     id_name,
+    judged,
     record_name,
     rendered,
     seal,
@@ -71,7 +72,7 @@ from dpkit.server.answers import (
     victims,
 )
 
-__all__ = ["STORES", "PostgresAnswers", "open_answers"]
+__all__ = ["STORES", "PostgresAnswers", "answers_schema", "open_answers"]
 
 STORES = ("auto", "folder", "postgres")
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -141,8 +142,6 @@ class PostgresAnswers:
         self._run(lambda c: self._sweep(c, new=(name, tag, kept.made, data)))
 
         def done(f: Future[T]) -> None:
-            if self._closed:  # the service stopped: its running answers read as lost
-                return
             answer = rendered(finish, f, ident)
             sealed = seal(ident, replace(kept, finished=time.time(), answer=answer),
                           record_name(tag, ident))
@@ -151,8 +150,7 @@ class PostgresAnswers:
             except OSError:
                 log.exception("late answer %s could not be kept", ident[:12])
                 try:  # a stale "running" of a live process would say 202 until it expires
-                    self._run(lambda c: c.execute(f"DELETE FROM {self._table} WHERE name = %s",
-                                                  (name,)))
+                    self._drop(name)
                 except OSError:
                     log.warning("late answer %s stays 'running' until it expires", ident[:12])
 
@@ -177,19 +175,12 @@ class PostgresAnswers:
             kept = unseal(ident, bytes(row[1]), record_name(tag, ident))
         except (ValueError, InvalidTag):
             return None
-        if time.time() - kept.made > self.max_age:
-            self._run(lambda c: c.execute(f"DELETE FROM {self._table} WHERE name = %s",
-                                          (name,)))
-            return None
-        if not (owner or hmac.compare_digest(kept.who.encode(), who.encode())):
-            return None
-        if kept.answer is None and not self._running(kept.live):
-            return replace(kept, lost=True)
-        return kept
+        return judged(kept, who, owner=owner, max_age=self.max_age, running=self._running,
+                      expire=lambda: self._drop(name))
 
     def close(self) -> None:
-        """End this process's session: its lock goes, so its running answers read as lost;
-        works still running here keep nothing more."""
+        """End this process's session: its lock goes, so its running answers read as lost
+        (until a work that still ends here writes its answer, as the folder's would)."""
         with self._lock:
             self._closed = True
             if self._conn is not None:
@@ -201,6 +192,9 @@ class PostgresAnswers:
                 self._conn = None
 
     # ------------------------------------------------------------------ inside
+
+    def _drop(self, name: str) -> None:
+        self._run(lambda c: c.execute(f"DELETE FROM {self._table} WHERE name = %s", (name,)))
 
     def _tag(self, who: str) -> str:
         return hmac.new(self._tag_key, who.encode(), hashlib.sha256).hexdigest()[:16]
@@ -250,8 +244,6 @@ class PostgresAnswers:
 
     def _connect(self) -> Any:
         """The connection, holding this process's liveness lock (taken again on a new one)."""
-        if self._closed:
-            raise OSError("the late answers' store was closed (the service is stopping)")
         if self._conn is not None and not self._conn.closed and not self._conn.broken:
             return self._conn
         if self._conn is not None:
@@ -263,11 +255,17 @@ class PostgresAnswers:
 
     def _run(self, work: Callable[[Any], R]) -> R:
         """``work(connection)``, once more on a new connection if the first was found broken
-        (a database restart); any database failure raised as :class:`OSError`."""
+        (a database restart); any database failure raised as :class:`OSError`. After
+        :meth:`close` (the service stopping: works still running may end and polls still
+        come) each call has a connection of its own, without the lock."""
         psycopg = _psycopg()
         with self._lock:
             for attempt in (0, 1):
                 try:
+                    if self._closed:
+                        with psycopg.connect(self._dsn, autocommit=True, connect_timeout=10,
+                                             client_encoding="utf8") as conn:
+                            return work(conn)
                     return work(self._connect())
                 except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                     broken = self._conn is None or self._conn.closed or self._conn.broken
@@ -283,6 +281,13 @@ def _line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
+def answers_schema(owner_key: bytes) -> str:
+    """The schema of a project's answers in a database named by ``--answers-dsn``: named from
+    its owner key, so every host finds the same one, and two projects never share one."""
+    return "dpkit_answers_" + hmac.new(owner_key, b"dpkit late answers schema",
+                                       hashlib.sha256).hexdigest()[:12]
+
+
 def open_answers(project: str | Path, *, store: str = "auto", dsn: str | None = None,
                  count: int = 1000, max_age: float = 900.0) -> Answers:
     """The late answers' store of a project: the folder (``PROJECT/answers``) unless
@@ -296,8 +301,7 @@ def open_answers(project: str | Path, *, store: str = "auto", dsn: str | None = 
         return AnswerStore(project / FOLDER, count=count, max_age=max_age)
     ledger = locator if locator.exists() else project / LEDGER_FILE
     owner_key = read_key(key_path(ledger))
-    schema = "dpkit_answers_" + hmac.new(owner_key, b"dpkit late answers schema",
-                                         hashlib.sha256).hexdigest()[:12]
+    schema = answers_schema(owner_key)
     if locator.exists():  # the ledger's database and schema, unless a DSN is given
         from dpkit.engine.ledger_postgres import DSN_ENV
 

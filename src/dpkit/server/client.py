@@ -12,7 +12,9 @@ charged to the token's analyst before it was computed (the client adds nothing a
 nothing). A refusal raises :class:`QueryRefusedError` (a ``ValueError``, as the curator's
 refusals are) with the curator's text; a credential refused raises :class:`NotAuthenticatedError`
 / :class:`ForbiddenError` (``PermissionError``). One keep-alive connection per client: use one
-client per thread.
+client per thread. A charged request waits at least the service's own timeout for it (which
+``GET /v1/health`` publishes) and :data:`SLACK` more, so that it sees the 504 naming where its
+answer is kept, whatever ``timeout`` says.
 """
 
 from __future__ import annotations

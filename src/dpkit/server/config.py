@@ -95,6 +95,12 @@ class ServerConfig:
         if self.answers_store not in ("auto", "folder", "postgres"):
             raise ValueError(f"answers_store is auto, folder or postgres (got "
                              f"{self.answers_store!r})")
+        if self.answers_store == "postgres" and not self.answers_dsn:
+            from dpkit.engine.project import PG_LEDGER_FILE
+
+            if not (Path(self.project) / PG_LEDGER_FILE).exists():
+                raise ValueError("--answers-store postgres needs --answers-dsn, or a project "
+                                 "whose ledger is in PostgreSQL")
 
     def pacing(self) -> Pacing:
         """The answers' timing classes (:mod:`dpkit.server.pacing`)."""
