@@ -103,14 +103,14 @@ def _target(body: Any) -> dict[str, Any]:
 @router.post("/release/cdf", response_model=s.ResultOut, responses=PROBLEMS)
 def release_cdf(body: s.CdfIn, c: AnalystCall) -> Any:
     """The CDF of a column with a simultaneous band (one charge)."""
-    return _release(c, "cdf", body.table, body.column, **_target(body))
+    return _release(c, "cdf", body.table, body.column, grid=body.grid, **_target(body))
 
 
 @router.post("/release/quantiles", response_model=s.ResultOut, responses=PROBLEMS)
 def release_quantiles(body: s.QuantilesIn, c: AnalystCall) -> Any:
     """Quantiles from one private CDF (one charge), intervals holding jointly."""
     return _release(c, "quantiles", body.table, body.column, body.probabilities,
-                    **_target(body))
+                    grid=body.grid, **_target(body))
 
 
 @router.post("/release/marginals", response_model=s.ResultOut, responses=PROBLEMS)
