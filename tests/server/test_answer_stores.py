@@ -279,3 +279,81 @@ def test_a_postgres_ledger_keeps_its_late_answers_beside_it(tmp_path: Path,
     finally:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+# ---------------------------------------------------------------- two hosts, end to end
+
+
+@pytest.mark.slow  # two real services (~13 s); the same behaviour in-process runs always
+def test_two_hosts_behind_one_balancer_share_late_answers(tmp_path: Path, pg_dsn: str) -> None:
+    """Two ``dpkit serve`` processes over two copies of a project whose ledger is in
+    PostgreSQL (two hosts, no shared folder): the 504 from host 1, the polls to host 2 (202,
+    then the answer; another analyst's 404); then host 1 killed -9 while a work runs: host 2
+    tells its analyst the answer will not come, instead of 202 for ever."""
+    import json
+    import shutil
+
+    import httpx
+    import psycopg
+    from tests.server.conftest import SQL, live_server, stop
+
+    import dpkit as dp
+    from dpkit.server.auth import new_owner_token
+
+    one = tmp_path / "host1"
+    with dp.Curator.create(one, epsilon=3.0, source=dp.noise.seeded(7), ledger=pg_dsn) as cur:
+        cur.add_table("t", {"g": ["a", "b"] * 50, "x": [1.0] * 100}, bounds={"x": (0, 5)},
+                      domains={"g": ["a", "b"]})
+        alice, bob = cur.add_analyst("alice", epsilon=1.0), cur.add_analyst("bob")
+    new_owner_token(one)
+    shutil.copytree(one, tmp_path / "host2")
+    schema = json.loads((one / "ledger.pg").read_text())["schema"]
+    flags = ("--timeout", "0.5", "--answer-deadline-ms", "0")
+    hosts = [live_server(one, extra=flags), live_server(tmp_path / "host2", extra=flags)]
+    h, hb = {"Authorization": f"Bearer {alice}"}, {"Authorization": f"Bearer {bob}"}
+
+    def held() -> Any:
+        """The ledger's write lock, held: a charged request waits past the timeout."""
+        lock = psycopg.connect(pg_dsn)
+        lock.execute(f"SELECT seq FROM {schema}.ledger_head WHERE id = 1 FOR UPDATE")
+        return lock
+
+    def late() -> str:
+        r = httpx.post(hosts[0].url + "/v1/query", json={"sql": SQL, "epsilon": 0.1},
+                       headers=h, timeout=10)
+        assert r.status_code == 504, r.text
+        return str(r.json()["answer_url"])
+
+    try:
+        lock = held()
+        try:
+            url = late()
+            assert httpx.get(hosts[1].url + url, headers=h).status_code == 202
+            assert httpx.get(hosts[1].url + url, headers=hb).status_code == 404
+        finally:
+            lock.rollback()
+            lock.close()
+        deadline = time.monotonic() + 20
+        while (r := httpx.get(hosts[1].url + url, headers=h)).status_code == 202:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert r.status_code == 200 and r.json()["charge"]["epsilon"] == 0.1, r.text
+        lock = held()
+        try:
+            url = late()
+            assert httpx.get(hosts[1].url + url, headers=h).status_code == 202
+            os.killpg(hosts[0].proc.pid, signal.SIGKILL)  # host 1 is gone, mid-work
+            hosts[0].proc.wait(10)
+            deadline = time.monotonic() + 10
+            while (r := httpx.get(hosts[1].url + url, headers=h)).status_code == 202:
+                assert time.monotonic() < deadline, "a dead host's answer still reads running"
+                time.sleep(0.05)
+            assert r.status_code == 404 and "will not come" in r.json()["detail"]
+        finally:
+            lock.rollback()
+            lock.close()
+    finally:
+        for live in hosts:
+            stop(live)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
