@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import time
 from typing import Any
 
@@ -31,6 +32,7 @@ from dpkit.server.views import (
 
 __all__ = ["router"]
 
+log = logging.getLogger("dpkit.server")
 router = APIRouter(prefix="/v1")
 PROBLEMS: dict[int | str, dict[str, Any]] = {
     code: {"description": text, "content": {"application/problem+json": {}}}
@@ -174,7 +176,12 @@ def answer(answer_id: str, c: AnalystCall) -> Any:
     (:meth:`~dpkit.server.pacing.Pacing.late_ready`), not when its work ended."""
     pool = c.service.pool
     key = c.who.name if not c.who.owner else pool.owner.analyst
-    kept = pool.answers.get(answer_id, key, owner=c.who.owner)
+    try:
+        kept = pool.answers.get(answer_id, key, owner=c.who.owner)
+    except OSError as exc:  # the answers' database is down: the answer may well be there
+        log.warning("late answers unreadable: %s", exc)
+        raise Problem(503, "unavailable", "the late answers cannot be read now; poll again "
+                      "(the answer, if kept, is not lost)", {"Retry-After": "1"}) from None
     if kept is None:
         raise Problem(404, "no-answer", f"no answer of yours has this id: it is unknown, or "
                       f"expired (answers are kept {pool.answers.max_age:g} s after their 504)")
