@@ -7,9 +7,14 @@ and is recorded under the analyst's name. Calls on one curator are serialised by
 (one DuckDB connection each); different analysts run in parallel. A call that runs past the
 service's timeout is answered 504; the work goes on in its thread and a charge it made stays
 in the ledger, and its answer is kept (:class:`~dpkit.server.answers.AnswerStore`, a folder
-of the project that every worker process reads) under the id the 504 names, for
+of the project that every worker process reads, or a PostgreSQL table that every host reads:
+:mod:`dpkit.server.answers_pg`) under the id the 504 names, for
 ``GET /v1/answers/{id}``; a call still waiting for a thread then is cancelled (nothing
 charged, nothing kept).
+
+A call that may read rows lets its curator's lock (and its caller's slot, below) go at its
+answer's timing class, not when its work ended (``let_go``; FINDINGS.md L1): the caller's next
+request waits for that lock, and would otherwise time the work the class withholds.
 
 One caller may have at most ``per_caller`` calls waiting or running in a process; beyond, 429
 ``busy`` (nothing charged). Its calls run one at a time anyway (its curator's lock), so more
@@ -30,7 +35,7 @@ from typing import TypeVar
 
 from dpkit.engine.curator import Curator
 from dpkit.engine.roles import TOKEN_ENV
-from dpkit.server.answers import FOLDER, Answer, AnswerStore, plain_finish
+from dpkit.server.answers import FOLDER, Answer, Answers, AnswerStore, plain_finish
 from dpkit.server.auth import Identity
 from dpkit.server.problems import Problem
 
@@ -44,7 +49,7 @@ class Pool:
     """The owner's curator (which also authenticates) and one curator per analyst."""
 
     def __init__(self, project: str | Path, *, timeout: float = 30.0, threads: int = 16,
-                 per_caller: int | None = None, answers: AnswerStore | None = None) -> None:
+                 per_caller: int | None = None, answers: Answers | None = None) -> None:
         if os.environ.get(TOKEN_ENV):
             raise ValueError(f"unset {TOKEN_ENV} before starting the service: it runs as the "
                              f"project's owner and opens each analyst's curator itself")
@@ -60,7 +65,7 @@ class Pool:
         self.per_caller = per_caller if per_caller is not None else max(1, threads // 4)
         self._pending: dict[str, int] = {}  # calls submitted and not finished, per caller
         # late answers, kept after their 504 where every worker process finds them
-        self.answers = answers or AnswerStore(self.project / FOLDER)
+        self.answers: Answers = answers or AnswerStore(self.project / FOLDER)
 
     def curator(self, who: Identity, token: str | None = None) -> tuple[Curator, threading.Lock]:
         """The cached curator acting as ``who`` (opened on first use)."""
@@ -83,11 +88,15 @@ class Pool:
 
     def run(self, who: Identity, token: str | None, call: Callable[[Curator], T], *,
             timeout: float | None = None,
-            finish: Callable[[Future[T]], Answer] | None = None) -> T:
+            finish: Callable[[Future[T]], Answer] | None = None,
+            let_go: Callable[[Callable[[], None]], None] | None = None) -> T:
         """``call(curator)`` under the curator's lock, answered within the timeout; 429 when
         ``who`` already has :attr:`per_caller` calls in this process. Past the timeout, 504
         naming the id under which the answer will be kept (``finish`` turns the done work into
-        the response the request would have given; by default its result's JSON)."""
+        the response the request would have given; by default its result's JSON).
+        ``let_go``: given the function that releases the curator's lock and the caller's slot
+        once the call ended, calls it then or later (at the answer's timing class:
+        :meth:`~dpkit.server.pacing.Pacing.left`); by default at once."""
         key = who.name if not who.owner else self.owner.analyst
         with self._lock:
             if self._pending.get(key, 0) >= self.per_caller:
@@ -98,14 +107,17 @@ class Pool:
             self._pending[key] = self._pending.get(key, 0) + 1
 
         def locked() -> T:
+            held: threading.Lock | None = None
             try:
                 while True:  # the curator may be replaced meanwhile (:meth:`exclusive`)
                     hit = self.curator(who, token)
-                    with hit[1]:
-                        if self._curators.get(hit[0].analyst) is hit:
-                            return call(hit[0])
+                    hit[1].acquire()
+                    if self._curators.get(hit[0].analyst) is hit:
+                        held = hit[1]
+                        return call(hit[0])
+                    hit[1].release()
             finally:
-                self._done(key)
+                self._let_go(key, held, let_go)
 
         try:
             future = self._threads.submit(locked)
@@ -147,6 +159,24 @@ class Pool:
                        f"/v1/history)",
                        {"Retry-After": "1", "Location": url},
                        {"answer_id": ident, "answer_url": url})
+
+    def _let_go(self, key: str, held: threading.Lock | None,
+                let_go: Callable[[Callable[[], None]], None] | None) -> None:
+        """Release the curator's lock (``held``, once a call ran) and the caller's slot, now
+        or when ``let_go`` says: a lock is a plain Lock, which a timer thread may release."""
+        def release() -> None:
+            if held is not None:
+                held.release()
+            self._done(key)
+
+        if held is None or let_go is None:
+            release()
+            return
+        try:
+            let_go(release)
+        except Exception:  # never a lock left held for ever: the analyst's curator is its own
+            log.exception("a curator could not be held to its class; let go at once")
+            release()
 
     def _done(self, key: str) -> None:
         with self._lock:
