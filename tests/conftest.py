@@ -31,7 +31,10 @@ ONE_WORKER = {"tests/review/test_redteam3_spark.py": SPARK_UNIT, "tests/spark/":
 # the longest work units (measured, docs/development.md: together ~35% of a run), handed out
 # before the others, longest first: xdist's order (by number of tests) started them half-way
 # through, and a worker then idled for a minute or more while the other finished one
-FIRST = (SPARK_UNIT, "tests/attacks/test_side_channels.py")
+FIRST = (SPARK_UNIT, "tests/attacks/test_side_channels.py", "tests/review/test_redteam3_crash.py",
+         "tests/server/test_side_channels_service.py", "tests/server/test_fit_endpoint.py",
+         "tests/learn_torch/test_mlp_auto_batch.py", "tests/server/test_console_browser.py",
+         "tests/attacks/test_side_channels_fit.py")
 
 
 @pytest.hookimpl(tryfirst=True)

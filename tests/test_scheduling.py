@@ -1,0 +1,17 @@
+"""The parallel run's work units (tests/conftest.py): what FIRST and ONE_WORKER name exists, so
+that a renamed file cannot silently fall back to xdist's order or split the Spark session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import conftest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_units_named_first_and_grouped_exist() -> None:
+    for name in (*conftest.FIRST, *conftest.ONE_WORKER):
+        assert (ROOT / name).exists(), name
+    assert conftest.FIRST[0] == conftest.SPARK_UNIT  # the longest unit goes out first
+    assert set(conftest.ONE_WORKER.values()) == {conftest.SPARK_UNIT}
