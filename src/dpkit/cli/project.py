@@ -27,7 +27,7 @@ from typing import Any
 
 import click
 
-from dpkit.cli.options import console, make_console, parse_bounds, parse_domains
+from dpkit.cli.options import console, make_console, parse_bounds, parse_domains, parse_types
 
 __all__ = ["add_table", "budget", "commands", "constant_work_line", "init_project", "load_progress",
            "run_demo"]
@@ -82,7 +82,8 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
               copy: bool = True, replace: bool = False, console: Any = None,
               declare: str | Path | None = None, rows_epsilon: float | None = None,
               max_text_length: int | str | None = "default",
-              drop_privacy_unit: bool = False) -> None:
+              drop_privacy_unit: bool = False,
+              types: Mapping[str, str] | str | None = None) -> None:
     """Register a table from a CSV / Parquet / JSON file or a DuckDB database (``db::table``).
 
     ``declare``: a JSON/YAML declaration file (:mod:`dpkit.engine.declare`); the other
@@ -98,7 +99,8 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
     kw = merge_declarations(declared, {
         "privacy_unit": privacy_unit, "bounds": dict(bounds or {}),
         "max_rows_per_unit": max_rows_per_unit, "max_groups_per_unit": max_groups_per_unit,
-        "domains": dict(domains or {}), "not_null": list(not_null or []), "public": public})
+        "domains": dict(domains or {}), "not_null": list(not_null or []), "public": public,
+        "types": dict(types) if isinstance(types, Mapping) else types})
     drop_privacy_unit = bool(kw.pop("drop_privacy_unit", False)) or drop_privacy_unit
     if max_text_length != "default":
         if "max_text_length" in kw and kw["max_text_length"] != max_text_length:
@@ -298,6 +300,11 @@ def init_command(project: Path, epsilon: float, delta: float, accountant: str | 
 @click.argument("source")
 @click.option("--privacy-unit", default=None, help="Column identifying one person (default: rows).")
 @click.option("--bounds", multiple=True, help="Clamp a numeric column: age=0:120 (repeatable).")
+@click.option("--types", multiple=True, metavar="COL=TYPE,...|infer",
+              help="How a CSV/JSON file's columns are read: code=VARCHAR,year=INTEGER "
+                   "(repeatable; others: DOUBLE with --bounds, a --domain's type, else "
+                   "VARCHAR). 'infer': DuckDB guesses them from the rows, and analysts see "
+                   "what it guessed.")
 @click.option("--max-rows-per-unit", default=None,
               help="Rows one unit may contribute: a number, or 'auto' (chosen privately).")
 @click.option("--rows-epsilon", type=float, default=None,
@@ -328,6 +335,7 @@ def add_table_command(
     source: str,
     privacy_unit: str | None,
     bounds: tuple[str, ...],
+    types: tuple[str, ...],
     max_rows_per_unit: str | None,
     rows_epsilon: float | None,
     max_groups_per_unit: int | None,
@@ -367,6 +375,7 @@ def add_table_command(
         declare=declare,
         max_text_length=parse_text_length(max_text_length),
         drop_privacy_unit=drop_privacy_unit,
+        types=parse_types(types),
     )
 
 

@@ -93,9 +93,13 @@ def reader_types(decl: Declarations, names: Sequence[str]) -> dict[str, str] | N
 
 def _bounds_type(pair: Any) -> str:
     """DOUBLE for a pair of numbers; DATE for ISO dates, TIMESTAMP for ISO times."""
+    import datetime as dt
+
     if isinstance(pair, Sequence) and not isinstance(pair, str) and pair and all(
-            isinstance(v, str) for v in pair):
-        return "DATE" if all(len(v.strip()) == 10 for v in pair) else "TIMESTAMP"
+            isinstance(v, str | dt.date) for v in pair):
+        dates = all(len(v.strip()) == 10 if isinstance(v, str) else
+                    not isinstance(v, dt.datetime) for v in pair)
+        return "DATE" if dates else "TIMESTAMP"
     return "DOUBLE"
 
 
