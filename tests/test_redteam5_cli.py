@@ -207,3 +207,19 @@ def test_l3_types_on_the_command_line_and_in_a_declaration_file(tmp_path: Path) 
     assert types["i"]["code"] == "BIGINT"
     bad = runner.invoke(main, ["add-table", str(project), "b", str(csv), "--types", "code"])
     assert bad.exit_code == 2 and "column=TYPE" in "".join(bad.output.split())
+
+
+def test_l3_an_undeclared_csv_column_in_an_average_names_the_declaration(
+        tmp_path: Path) -> None:
+    """L3: AVG over a CSV column of numbers left undeclared (VARCHAR now) is refused before
+    the charge with the flags that type it; a frame's text column keeps the plain refusal."""
+    with dp.Curator.create(tmp_path / "p", epsilon=3.0, source=dp.noise.seeded(0)) as cur:
+        cur.add_table("t", str(_csv(tmp_path)))
+        with pytest.raises(QueryError, match=r"--bounds x=LOW:HIGH --replace.*--types x=BIGINT"):
+            cur.sql("SELECT AVG(x) AS a FROM t", epsilon=0.5)
+        cur.add_table("f", pd.DataFrame({"x": ["1", "2"]}))
+        with pytest.raises(QueryError, match="not a number") as caught:
+            cur.sql("SELECT AVG(x) AS a FROM f", epsilon=0.5)
+        assert "--types" not in str(caught.value)
+        cur.sql("SELECT COUNT(*) AS n FROM f WHERE x IN (1, 2)", epsilon=0.5)  # under TRY
+        assert cur.budget().spent == pytest.approx(0.5)

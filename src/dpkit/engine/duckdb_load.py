@@ -122,14 +122,23 @@ def load_table(
             with contextlib.suppress(duckdb.Error):
                 cleanup()
     except duckdb.Error as exc:
-        first = str(exc).splitlines()[0]
-        hint = ("; a CSV/JSON column is read as its declared type (types=, else DOUBLE with "
-                "bounds, the domain keys' type, else VARCHAR): declare the type its values "
-                "have" if column_types is not None and any(w in first.lower() for w in ("cast", "conversion")) else "")
-        raise ValueError(f"cannot load {name!r}: {first}{hint}") from None
+        raise ValueError(f"cannot load {name!r}: {_load_error(str(exc), column_types)}"
+                         ) from None
     finally:
         con.close()
     return columns, ("copy" if copy else "view"), relation_name(physical or name, public)
+
+
+def _load_error(message: str, column_types: ColumnTypes | None) -> str:
+    """DuckDB's first line; for a CSV/JSON value that does not convert to its column's type
+    (the owner's message: the owner sees the rows), the column and where its type came from."""
+    first = message.splitlines()[0]
+    if column_types is None or not any(w in first.lower() for w in ("cast", "conversion")):
+        return first
+    col = re.search(r'converting column "([^"]*)"', message)
+    where = f"column {col[1]!r}" if col else "a column"
+    return (f"{first}; {where} is read as its declared type (types=, else DOUBLE with bounds, "
+            f"the domain keys' type, else VARCHAR): declare the type its values have")
 
 
 def _open_for_load(db_path: Path) -> duckdb.DuckDBPyConnection:

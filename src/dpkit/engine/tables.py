@@ -25,7 +25,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "TableMeta",
     "check_identifier",
     "domain_table_name",
+    "from_text_file",
     "quote_ident",
     "text_length_ok",
     "type_class",
@@ -539,3 +540,14 @@ def describe_source(source: Any) -> str:
         return source.name
     mod = type(source).__module__.split(".")[0]
     return f"{mod}.{type(source).__name__}"
+
+
+_TEXT_FILES = (".csv", ".tsv", ".txt", ".json", ".jsonl", ".ndjson")
+
+
+def from_text_file(meta: TableMeta) -> bool:
+    """Whether ``meta`` was loaded from a CSV/JSON file (its source's name, public in the
+    declarations): its columns are VARCHAR unless declared (FINDINGS.md L3), so a refusal
+    over a text column there names the declaration that types it."""
+    source = meta.source.lower().split("::")[0]
+    return any(s in _TEXT_FILES for s in PurePath(source).suffixes)

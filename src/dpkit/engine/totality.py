@@ -104,7 +104,7 @@ def _same_type(a: exp.Expression, b: exp.Expression, column_type: ColumnType) ->
             and column_type(x).upper() == column_type(y).upper())
 
 
-def text_against_number(node: exp.Expression, column_type: ColumnType) -> str | None:
+def text_against_number(node: exp.Expression, column_type: ColumnType) -> exp.Column | None:
     """The first text column that ``node`` compares with a number (``code = 12``, ``code IN
     (1, 2)``, ``code BETWEEN 1 AND 9``), or None. Such a comparison converts each stored value
     (an error on ``'A12'``, made NULL under TRY): with a CSV/JSON column left VARCHAR because
@@ -120,7 +120,7 @@ def text_against_number(node: exp.Expression, column_type: ColumnType) -> str | 
             col = a.unnest()
             if (isinstance(col, exp.Column) and _kind(col, column_type) == "text"
                     and _kind(b, column_type) == "num"):
-                return col.name
+                return col
     return None
 
 
