@@ -5,7 +5,6 @@ command line starts fast)."""
 from __future__ import annotations
 
 import re
-
 from collections.abc import Mapping
 from typing import Any
 
