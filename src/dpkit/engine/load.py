@@ -139,9 +139,10 @@ class _Load:
     def validate(self, columns: list[Column], rows: int) -> None:
         d = self.decl
         if isinstance(d.types, Mapping) and d.types and not self.typed:
-            raise ValueError(f"types= declares how a CSV or JSON source's columns are read; "
-                             f"the source of {self.name!r} carries its own types (Parquet, a "
-                             f"database table, a frame): cast in the source instead")
+            raise ValueError(f"types= declares how DuckDB reads a CSV or JSON source's "
+                             f"columns; the source of {self.name!r} carries its own types "
+                             f"(Parquet, a database table, a frame) or is read by Spark: cast "
+                             f"in the source instead")
         if rows == 0:
             raise ValueError(f"the source for {self.name!r} has no rows; nothing to protect")
         self.columns = columns
