@@ -4,7 +4,8 @@ A :class:`Result` is a small column table. For every aggregate output ``name`` t
 columns: ``name`` (the private value), ``name_ci_low`` and ``name_ci_high`` (a confidence interval
 at ``level`` from the exact noise distribution; for AVG/VAR/STDDEV a conservative interval from
 the intervals of their parts; for quantiles two more exponential mechanisms aimed ``t`` ranks
-below and above the target, see :func:`dpkit.engine.noisy._quantiles`). Group columns come first.
+below and above the target, see :func:`dpkit.engine.noisy_quantiles.quantiles`). Group
+columns come first.
 
 Intervals cover the aggregate of the **bounded** data: rows beyond ``max_rows_per_unit`` dropped,
 values clamped into their bounds. They say nothing about the bias bounding may introduce.
