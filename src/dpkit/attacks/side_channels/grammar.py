@@ -261,9 +261,17 @@ class Grammar:
         tags: list[str] = [family]
         name = self.table.name
         if family == "cdf" and self.bounded:
-            return Query("cdf", name, where=self.where(d, "", tags),
-                         column=d.pick(self.bounded).name, epsilon=eps, bins=d.pick(_BINS),
-                         tags=tuple(tags))
+            q = Query("cdf", name, where=self.where(d, "", tags),
+                      column=d.pick(self.bounded).name, epsilon=eps, bins=d.pick(_BINS),
+                      tags=tuple(tags))
+            # one in three: the ranges release in its Python form over the same column, drawn
+            # from a stream of its own (the main stream, every seed's other queries, as it was)
+            x = Draw(zlib.crc32(repr(("ranges", q.column, q.where, q.bins, eps)).encode()))
+            if not x.chance(1, 3):
+                return q
+            lo, hi = self.table.bounds_for(q.column) or (0.0, 1.0)
+            pairs = _ranges(x, lo, hi, tags)
+            return replace(q, family="ranges", ranges=pairs, tags=(*tags, "ranges"))
         if (release := _release(self, d, family, eps, tags)) is not None:
             return release
         if family == "synthetic" and (synthetic := _synthetic(self, d, eps, tags)) is not None:
@@ -285,17 +293,21 @@ class Grammar:
             if keyed and d.chance(1, 4):  # one consistent set of marginal tables
                 pair = dict.fromkeys((d.pick(keyed).name, d.pick(self.bounded).name))
                 form = f"DP_MARGINALS({', '.join(quote_ident(x) for x in pair)})"
+            where = self.where(d, "", tags)  # drawn here as before: the rest reads none
+            form = _sql_form(form, c, lo, hi, (where, eps), tags)
             return Query("sql", name, text=f"SELECT {form} FROM {quote_ident(name)}{{where}}",
-                         where=self.where(d, "", tags), epsilon=eps, tags=tuple(tags))
+                         where=where, epsilon=eps, tags=tuple(tags))
         if family == "filter" and self.bounded:
             col = d.pick(self.bounded)
             c = quote_ident(col.name)
             lo, hi = self.table.bounds_for(col.name) or (0.0, 1.0)
             mid = (lo + hi) / 2 if d.chance(7, 8) else hi + 1e6  # beyond the bounds: refused
+            where = self.where(d, "", tags)  # drawn here as before: the rest reads none
+            pairs = _filter_ranges(lo, hi, mid, (where, eps, c), tags)
             outs = ", ".join(f"COUNT(*) FILTER (WHERE {c} BETWEEN {a!r} AND {b!r}) AS m{i}"
-                             for i, (a, b) in enumerate(((lo, mid), (mid, hi))))
+                             for i, (a, b) in enumerate(pairs))
             return Query("sql", name, text=f"SELECT {outs} FROM {quote_ident(name)}{{where}}",
-                         where=self.where(d, "", tags), epsilon=eps, tags=tuple(tags))
+                         where=where, epsilon=eps, tags=tuple(tags))
         return self._aggregate(d, eps, noise, delta, tags)
 
     def _fit(self, d: Draw, eps: float, tags: list[str]) -> Query | None:
@@ -455,9 +467,17 @@ class Grammar:
 
 
 def _release(g: Grammar, d: Draw, family: str, eps: float, tags: list[str]) -> Query | None:
-    """A quantiles or marginals release (``cur.quantiles`` / ``cur.marginals``, the service's
-    ``/v1/release/quantiles`` and ``/v1/release/marginals``); None for another family."""
+    """A ranges, quantiles or marginals release (``cur.ranges`` / ``cur.quantiles`` /
+    ``cur.marginals``, the service's ``/v1/release/quantiles`` and ``/v1/release/marginals``;
+    the service has no ranges route); None for another family."""
     name = g.table.name
+    if family == "ranges" and g.bounded:
+        col = d.pick(g.bounded)
+        lo, hi = g.table.bounds_for(col.name) or (0.0, 1.0)
+        where = g.where(d, "", tags)
+        return Query("ranges", name, where=where, column=col.name,
+                     ranges=_ranges(d, lo, hi, tags), epsilon=eps, bins=d.pick(_BINS),
+                     tags=tuple(tags))
     if family == "quantiles" and g.bounded:
         return Query("quantiles", name, where=g.where(d, "", tags),
                      column=d.pick(g.bounded).name, probabilities=d.pick(_PROBABILITIES),
@@ -476,7 +496,8 @@ def _synthetic(g: Grammar, d: Draw, eps: float, tags: list[str]) -> Query | None
     (None when there are none): the default method, MST (the many-column path, 2-4 columns),
     and, drawn from a stream of their own so that the main stream (every seed's other queries)
     stays as it was, ``factorization`` or ``mwem`` named (its other release families) and a
-    fixed number of records (``rows=``, public: then the records' number is compared)."""
+    fixed number of records (``rows=``, public: then the records' number is compared), and
+    MWEM's ``rounds=`` (the service has no such field: it refuses the request, 422)."""
     cols = [c for c in g.cols if c.name in g.table.domains] + g.bounded
     if not cols:
         return None
@@ -487,9 +508,13 @@ def _synthetic(g: Grammar, d: Draw, eps: float, tags: list[str]) -> Query | None
     x = Draw(zlib.crc32(repr(("synthetic", method, pick, where, eps)).encode()))
     method = method or x.pick(("", "", "factorization", "mwem"))
     rows = x.pick((None, None, 1, 40, 300))
+    # MWEM's rounds (after every other draw of the stream: those queries stay as they were);
+    # 0 is refused, before anything is read
+    rounds = x.pick((None, 1, 3, 0)) if method == "mwem" else None
     tags += [f"synthetic_{method}"] * bool(method) + ["synthetic_rows"] * (rows is not None)
+    tags += [f"mwem_rounds_{rounds}"] * (rounds is not None)
     return Query("synthetic", g.table.name, where=where, columns=pick, epsilon=eps,
-                 method=method, rows=rows, tags=tuple(tags))
+                 method=method, rows=rows, rounds=rounds, tags=tuple(tags))
 
 
 def with_options(q: Query, d: Draw) -> Query:
@@ -502,3 +527,54 @@ def with_options(q: Query, d: Draw) -> Query:
     level = d.pick((None, 0.9, 0.99)) if q.family != "synthetic" else None
     return replace(q, accuracy=accuracy, level=level, diagnostics=d.chance(1, 2),
                    tags=(*q.tags, "options"))
+
+
+def _ranges(d: Draw, lo: float, hi: float, tags: list[str]) -> tuple[tuple[float, float], ...]:
+    """``cur.ranges``' pairs over the bounds ``[lo, hi]``: a partition, overlapping ones,
+    a single point, and now and then a pair the release refuses (reversed, or beyond the
+    bounds: public, so refused alike on D and D')."""
+    mid, q = (lo + hi) / 2, (hi - lo) / 4
+    form = d.pick(("halves", "halves", "overlap", "point", "whole", "reversed", "beyond"))
+    tags.append(f"ranges_{form}")
+    return {"halves": ((lo, mid), (mid, hi)), "overlap": ((lo, mid + q), (mid - q, hi), (lo, hi)),
+            "point": ((mid, mid), (lo, lo)), "whole": ((lo, hi),),
+            "reversed": ((mid, lo), (lo, hi)), "beyond": ((lo, hi + 1e6),)}[form]
+
+
+def _sql_form(form: str, c: str, lo: float, hi: float, salt: object, tags: list[str]) -> str:
+    """Now and then another spelling of a release family's SQL form than ``form`` (each the
+    preview must price as the release charges, FINDINGS.md M), drawn from a stream of its own
+    so that the main stream (every seed's other queries) stays as it was."""
+    x = Draw(zlib.crc32(repr(("sql_form", form, lo, hi, salt)).encode()))
+    if not x.chance(1, 2):
+        return form
+    mid = (lo + hi) / 2
+    name = form.split("(")[0]
+    other = {
+        "DP_CDF": (f"DP_CDF({c}, 4)", f"DP_CDF({c}, 0)", f"DP_CDF({c}, 16)"),
+        "DP_QUANTILES": (f"DP_QUANTILES({c}, 0.1, 0.5, 0.9)", f"DP_QUANTILES({c}, 0, 1)",
+                         f"DP_QUANTILES({c}, 1.5)", f"DP_QUANTILES({c})"),
+        "DP_RANGES": (f"DP_RANGES({c}, ({lo!r}, {hi!r}))",
+                      f"DP_RANGES({c}, ({mid!r}, {mid!r}), ({lo!r}, {hi!r}), ({lo!r}, {mid!r}))",
+                      f"DP_RANGES({c}, ({hi!r}, {lo!r}))",
+                      f"DP_RANGES({c}, ({lo!r}, {hi + 1e6!r}))"),
+    }.get(name)
+    if other is None:
+        return form
+    tags.append(f"form_{name.lower()}")
+    return x.pick(other)
+
+
+def _filter_ranges(lo: float, hi: float, mid: float, salt: object, tags: list[str]
+                   ) -> tuple[tuple[float, float], ...]:
+    """The ``COUNT(*) FILTER (WHERE c BETWEEN a AND b)`` pairs: the two halves, or, drawn from
+    a stream of their own (the main stream stays as it was), one pair, three overlapping, a
+    point, or a reversed pair (refused alike on D and D')."""
+    x = Draw(zlib.crc32(repr(("filter", lo, hi, mid, salt)).encode()))
+    halves = ((lo, mid), (mid, hi))
+    if x.chance(1, 2):
+        return halves
+    form = x.pick(("one", "overlap", "point", "reversed"))
+    tags.append(f"filter_{form}")
+    return {"one": ((lo, hi),), "overlap": ((lo, mid), (mid, hi), (lo, hi)),
+            "point": ((mid, mid), (lo, hi)), "reversed": ((mid, lo),)}[form]

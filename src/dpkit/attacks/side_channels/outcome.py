@@ -26,7 +26,7 @@ from dataclasses import replace as dc_replace
 from typing import Any
 
 from dpkit import noise
-from dpkit.attacks.side_channels.query import Query, make_model
+from dpkit.attacks.side_channels.query import RELEASES, Query, make_model
 from dpkit.noise.trace import Trace
 
 __all__ = ["Outcome", "compare", "observe", "self_check"]
@@ -186,16 +186,22 @@ def _front(obj: Any, scrub: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _preview_face(cur: Any, query: Query, scrub: tuple[str, ...]) -> str:
-    """What previewing an SQL query or a fit shows (it reads no data, so all of it must be
-    public): the cost, the remaining budget, the expected error per output and the notes (a
-    fit: its features, classes, event), or the refusal's class and text. Empty for the other
-    families (they have no preview)."""
+    """What previewing an SQL query, a fit or a release family (``cur.preview_release``)
+    shows (it reads no data, so all of it must be public): the cost, the remaining budget, the
+    expected error per output and the notes (a fit: its features, classes, event), or the
+    refusal's class and text. Empty for synthetic records, for a release asked by accuracy
+    (``accuracy=`` is the release's keyword, not its preview's) and on a front without the
+    preview."""
     try:
         if query.family == "sql" and hasattr(cur, "preview"):
             p = cur.preview(query.sql(), **query.kwargs())
         elif query.family == "fit" and hasattr(cur, "preview_fit"):
             p = cur.preview_fit(make_model(query.model), query.sql(), label=query.label,
                                 **query.kwargs())
+        elif (query.family in RELEASES and query.accuracy is None
+              and hasattr(cur, "preview_release")):
+            p = cur.preview_release(query.family, query.table, *query.release_args(),
+                                    where=query.where_sql() or None, **query.kwargs())
         else:
             return ""
     except Exception as exc:  # a refusal is part of the face too
