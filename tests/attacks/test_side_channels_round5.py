@@ -199,3 +199,19 @@ def test_the_new_neighbours_and_forms_show_nothing() -> None:
                   max_findings=1)
     assert not rep.skipped and rep.comparisons == 56, rep.summary()
     assert rep.ok, rep.summary()
+
+
+@pytest.mark.parametrize("text", [
+    "SELECT DP_RANGES(x, (5, 5), (0, 10)) FROM t",
+    "SELECT COUNT(*) FILTER (WHERE x BETWEEN 5 AND 5) AS p, "
+    "COUNT(*) FILTER (WHERE x BETWEEN 0 AND 10) AS n FROM t",
+], ids=["dp_ranges", "filter_between"])
+def test_a_point_and_the_total_are_answered(small_pair: Any, text: str) -> None:
+    """FINDINGS.md M1 (found by this round's campaign): a point range beside the whole range
+    was refused, on D and D' alike, with "strategy 'optimized(laplace)' does not determine the
+    histogram ... add the identity rows, e.g. np.vstack" (a strategy no analyst chose)."""
+    o = observe(small_pair, sc.Query("sql", "t", text=text, epsilon=0.5))
+    assert o.kind == "answer" and o.rows == 2, o.short()
+    assert _cost(o.preview) == pytest.approx(0.5), o.preview
+    res = small_pair.ranges("t", "x", [(0.0, 0.0), (0.0, 10.0)], epsilon=0.5)
+    assert len(res.data[res.columns[0]]) == 2
