@@ -7,6 +7,8 @@ either). A wrong proof fails the first loop; a missing TRY the second.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 import pytest
 import sqlglot
@@ -34,6 +36,7 @@ TOTAL = [
     "s = 'a'", "s LIKE 'a%'", "s IN ('a', 'b')", "t", "NOT t", "t = TRUE", "t IS TRUE",
     "dt > '2020-01-01'", "ts <= '2021-05-01 10:00:00'", "i IS NULL", "s IS NOT NULL",
     "isnan(f)", "i = b", "i < f", "s = s", "i > 5 AND (s = 'a' OR NOT t)", "i = -4",
+    "b IN (999999999999999999, 0.5)", "i IN (1e400, -0.0)", "b BETWEEN -1.25 AND 1e30",
 ]
 NOT_PROVED = [
     "s", "CAST(s AS INTEGER) = 1", "s = 1", "h > 2.5", "d > i", "b * b > 0", "i + 1 > 0",
@@ -41,6 +44,14 @@ NOT_PROVED = [
     "NULLIF(s, 'x') = 'a'", "COALESCE(s, 'x') = 'a'", "s::BOOLEAN", "s IS TRUE",
     "dt + INTERVAL 9999999 YEAR > dt", "abs(i) > 0", "length(s) > 2", "dt > 5",
     "regexp_matches(s, 'a')", "i = '5'",
+    # FINDINGS.md M2: a 39-digit integer beside a decimal constant makes DuckDB compare in
+    # DECIMAL(38,1), which cannot hold it: the constant's cast fails only when a row is compared
+    "i IN (170141183460469231731687303715884105727, -0.0, 0)",
+    "i BETWEEN -0.0 AND 170141183460469231731687303715884105727",
+    "b IN (12345678901234567890123, 0.123456789012345678)",
+    "b IN (999999999999999999, 0.0000000000000000000001)",
+    # and a long fraction leaves too few integer digits for the column's own values
+    "b IN (1, 0.0000000000000000000001)", "b = 0.0000000000000000000001",
 ]
 
 
@@ -97,3 +108,38 @@ def test_some_unproved_conditions_do_raise_without_try(con: duckdb.DuckDBPyConne
         except duckdb.Error:
             raised += 1
     assert raised >= 8
+
+
+def test_a_constant_that_fails_only_on_rows_is_no_oracle(tmp_path: Path) -> None:
+    """FINDINGS.md M2, on D and D': ``score > 5 AND age IN (<39 digits>, -0.0, 0)`` was proved
+    total, so it ran as written; DuckDB casts the IN list to DECIMAL(38,1) lazily, on the rows
+    that pass ``score > 5``: D (no such row) answered, D' (one unit with score 9) failed after
+    the charge. Both answer now, and are charged alike."""
+    import pandas as pd
+
+    import dpkit as dp
+    from dpkit import noise
+
+    where = "score > 5 AND age IN (170141183460469231731687303715884105727, -0.0, 0)"
+    outcomes = []
+    for extra in ([], [9.0]):
+        scores = [0.0, 1.0, 2.0, *extra]
+        cur = dp.Curator.create(tmp_path / f"p{len(extra)}.dpkit",
+                                budget=dp.Budget(epsilon=5.0), source=noise.seeded(1))
+        cur.add_table("t", pd.DataFrame({"uid": range(len(scores)), "score": scores,
+                                         "age": [30] * len(scores)}),
+                      privacy_unit="uid", max_rows_per_unit=1,
+                      bounds={"score": (0, 10), "age": (0, 120)})
+        try:
+            res = cur.sql(f"SELECT COUNT(*) AS n FROM t WHERE {where}", epsilon=0.5)
+            outcomes.append(("answer", res.columns, cur.budget().spent))
+        except Exception as exc:  # the leak: an error on D' only
+            outcomes.append((type(exc).__name__, (), cur.budget().spent))
+        try:
+            cdf = cur.cdf("t", "score", where=where, epsilon=0.5)
+            outcomes.append(("answer", cdf.columns, cur.budget().spent))
+        except Exception as exc:
+            outcomes.append((type(exc).__name__, (), cur.budget().spent))
+        cur.close()
+    assert outcomes[:2] == outcomes[2:], outcomes
+    assert outcomes[0][0] == "answer" and outcomes[1][0] == "answer", outcomes

@@ -7,7 +7,10 @@ lets a row-level error escape. A condition is evaluated as written only when it 
 total here from the declared column types alone; every other condition is evaluated under
 DuckDB's ``TRY(...)`` (an error on a row becomes NULL) and ``COALESCE(..., FALSE)`` (a NULL
 condition drops the row). Errors in constants (``CAST('x' AS INTEGER)``) do not depend on rows:
-they surface when the statement is dry-run over empty tables, before anything is charged.
+they surface when the statement is dry-run over empty tables, before anything is charged. Not
+so a constant converted to a comparison's common type, which DuckDB casts when the first row is
+compared: a numeric constant is part of a proof only when any two such fit one DECIMAL with
+room for every integer column's values (at most 18 digits; FINDINGS.md M2).
 
 The proof is deliberately small: comparisons, ranges, ``IN`` lists, ``LIKE`` and ``IS NULL``
 between a column and constants (or two columns of the same kind) that DuckDB evaluates without
@@ -66,8 +69,23 @@ def _kind(node: exp.Expression, column_type: ColumnType) -> str | None:
         inner = _kind(node.this, column_type)
         return "num" if inner == "num" else None
     if isinstance(node, exp.Literal):
-        return "str" if node.is_string else "num"
+        if node.is_string:
+            return "str"
+        return "num" if _fits_any_decimal(str(node.this)) else None
     return None
+
+
+def _fits_any_decimal(text: str) -> bool:
+    """Whether a numeric constant keeps every comparison it enters total: DuckDB compares an
+    integer column with a list of constants (IN, BETWEEN) in their common type, a DECIMAL(38, s)
+    when one has a fraction, and casts each constant to it when the first row is compared, not
+    when the statement binds: a constant that does not fit fails on rows only (FINDINGS.md M2:
+    ``i IN (<39 digits>, -0.0)`` in DECIMAL(38,1)). At most 18 digits each (integer part plus
+    fraction), any two fit DECIMAL(36, 18); an exponent makes a DOUBLE, which holds them all."""
+    if "e" in text.lower():
+        return True
+    whole, _, fraction = text.lstrip("+-").partition(".")
+    return len(whole.lstrip("0")) + len(fraction) <= 18  # the fraction's zeros are its scale
 
 
 # which column kinds compare with which constant or column kinds without a failing conversion
