@@ -215,3 +215,19 @@ def test_a_point_and_the_total_are_answered(small_pair: Any, text: str) -> None:
     assert _cost(o.preview) == pytest.approx(0.5), o.preview
     res = small_pair.ranges("t", "x", [(0.0, 0.0), (0.0, 10.0)], epsilon=0.5)
     assert len(res.data[res.columns[0]]) == 2
+
+
+def test_a_failure_between_the_charge_and_the_noise_is_flagged_on_one_side() -> None:
+    """FINDINGS.md M2 failed after the charge on D and D' alike where both held a row that
+    made it fail: only the one-sided check sees it. A failure on the noisy table (HAVING) is
+    post-processing and is not flagged."""
+    from dpkit.engine.charge import AFTER_CHARGE
+
+    q = sc.Query("cdf", "t", column="x")
+    read = sc.Outcome(kind="refusal", error_class="ChargedQueryError", charges=1,
+                      error_text=AFTER_CHARGE.format(what="release", seq=4))
+    assert sc.self_check(q, read) == ("charged_failure",)
+    post = dataclasses.replace(read, error_text="HAVING/ORDER BY/expressions could not be "
+                               "evaluated on the noisy results: x (its cost stays charged: "
+                               "ledger entry #4)")
+    assert sc.self_check(q, post) == ()

@@ -244,7 +244,31 @@ class Grammar:
 
     def where(self, d: Draw, alias: str, tags: list[str]) -> tuple[str, ...]:
         n = d.pick((0, 1, 1, 1, 2, 2, 3))
-        return tuple(self._atom(d, alias, tags) for _ in range(n))
+        atoms = tuple(self._atom(d, alias, tags) for _ in range(n))
+        return self._guarded(atoms, alias, tags)
+
+    def _guarded(self, atoms: tuple[str, ...], alias: str, tags: list[str]) -> tuple[str, ...]:
+        """Now and then one atom behind a guard that only a neighbour's rows pass (a value
+        beyond the declared bounds, or NULL): ``(age > 120) AND (atom)``. DuckDB evaluates an
+        AND lazily, so an atom that fails on any row it sees (a constant cast on the first row
+        compared, FINDINGS.md M2) then fails on D' only, where it failed on both before. Drawn
+        from a stream of its own: the main stream (every seed's queries) stays as it was."""
+        if not atoms:
+            return atoms
+        x = Draw(zlib.crc32(repr(("guard", atoms)).encode()))
+        if not x.chance(1, 4):
+            return atoms
+        i = x.below(len(atoms))
+        guards = [f"{self._ref(c, alias).sql} IS NULL" for c in self.cols
+                  if c.name not in self.table.not_null and c.name != self.table.privacy_unit]
+        for c in self.bounded:
+            lo, hi = self.table.bounds_for(c.name) or (0.0, 0.0)
+            ref = self._ref(c, alias).sql
+            guards += [f"{ref} > {hi!r}", f"{ref} < {lo!r}"]
+        if not guards:
+            return atoms
+        tags.append("guarded")
+        return (*atoms[:i], f"({x.pick(guards)}) AND ({atoms[i]})", *atoms[i + 1:])
 
     # ------------------------------------------------------------------ whole queries
 

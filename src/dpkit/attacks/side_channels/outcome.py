@@ -32,6 +32,8 @@ from dpkit.noise.trace import Trace
 __all__ = ["Outcome", "compare", "observe", "self_check"]
 
 _REFUSALS = ("QueryError", "BudgetExceeded")
+# the engine's words for a failure between the charge and the noise (engine/charge.py)
+_READ_FAILED = "could not be completed after its cost was charged"
 
 
 @dataclass(frozen=True)
@@ -316,7 +318,8 @@ def self_check(query: Query, o: Outcome) -> tuple[str, ...]:
     """Problems visible on one dataset alone: a release that charged nothing, keys released
     twice (-0.0 and 0.0 as two groups), an internal exception (not a refusal), a fit that
     failed after its charge (a fit has no post-processing that may refuse: a charged failure
-    is an option checked too late, FINDINGS.md G5, or a failure that follows the rows, G2)."""
+    is an option checked too late, FINDINGS.md G5, or a failure that follows the rows, G2), and
+    any query whose work between the charge and the noise failed (M2)."""
     out: list[str] = []
     if o.kind == "answer" and o.rows > 0 and o.charges == 0:
         out.append("free_release")
@@ -325,6 +328,11 @@ def self_check(query: Query, o: Outcome) -> tuple[str, ...]:
     if o.kind == "exception":
         out.append("internal_exception")
     if query.family == "fit" and o.kind != "answer" and o.charges > 0:
+        out.append("charged_failure")
+    elif o.error_class == "ChargedQueryError" and _READ_FAILED in o.error_text:
+        # the work between the charge and the noise failed: a failure that follows the rows
+        # (FINDINGS.md M2), seen on D and D' alike only when both hold such a row (a failure
+        # on the noisy table, HAVING's or an expression's, says so in its own words)
         out.append("charged_failure")
     out += o.flags
     return tuple(out)
