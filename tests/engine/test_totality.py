@@ -37,6 +37,7 @@ TOTAL = [
     "dt > '2020-01-01'", "ts <= '2021-05-01 10:00:00'", "i IS NULL", "s IS NOT NULL",
     "isnan(f)", "i = b", "i < f", "s = s", "i > 5 AND (s = 'a' OR NOT t)", "i = -4",
     "b IN (999999999999999999, 0.5)", "i IN (1e400, -0.0)", "b BETWEEN -1.25 AND 1e30",
+    "dt IN ('2020-01-01', 'infinity')", "ts BETWEEN '2020-01-01' AND '2021-06-30 23:59:59.5'",
 ]
 NOT_PROVED = [
     "s", "CAST(s AS INTEGER) = 1", "s = 1", "h > 2.5", "d > i", "b * b > 0", "i + 1 > 0",
@@ -52,6 +53,11 @@ NOT_PROVED = [
     "b IN (999999999999999999, 0.0000000000000000000001)",
     # and a long fraction leaves too few integer digits for the column's own values
     "b IN (1, 0.0000000000000000000001)", "b = 0.0000000000000000000001",
+    # FINDINGS.md M3: a text that is no date is cast to DATE when a row is compared, too
+    "dt IN ('x')", "dt NOT IN ('infinity', 'x')", "dt = '2020-02-30'", "ts > 'x'",
+    "ts BETWEEN 'x' AND '2021-01-01'",
+    # a DATE beside a timestamp text would compare as TIMESTAMP, which far dates do not fit
+    "dt > '2020-01-01 10:00:00'",
 ]
 
 
@@ -110,24 +116,30 @@ def test_some_unproved_conditions_do_raise_without_try(con: duckdb.DuckDBPyConne
     assert raised >= 8
 
 
-def test_a_constant_that_fails_only_on_rows_is_no_oracle(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", [
+    "score > 5 AND age IN (170141183460469231731687303715884105727, -0.0, 0)",  # M2
+    "score > 5 AND day IN ('x')",  # M3
+], ids=["long_number", "no_date"])
+def test_a_constant_that_fails_only_on_rows_is_no_oracle(tmp_path: Path, where: str) -> None:
     """FINDINGS.md M2, on D and D': ``score > 5 AND age IN (<39 digits>, -0.0, 0)`` was proved
     total, so it ran as written; DuckDB casts the IN list to DECIMAL(38,1) lazily, on the rows
     that pass ``score > 5``: D (no such row) answered, D' (one unit with score 9) failed after
-    the charge. Both answer now, and are charged alike."""
+    the charge. Both answer now, and are charged alike. M3: a text that is no date, against a
+    DATE column, likewise (cast to DATE on the first row compared, not when bound)."""
     import pandas as pd
 
     import dpkit as dp
     from dpkit import noise
 
-    where = "score > 5 AND age IN (170141183460469231731687303715884105727, -0.0, 0)"
     outcomes = []
     for extra in ([], [9.0]):
         scores = [0.0, 1.0, 2.0, *extra]
         cur = dp.Curator.create(tmp_path / f"p{len(extra)}.dpkit",
                                 budget=dp.Budget(epsilon=5.0), source=noise.seeded(1))
         cur.add_table("t", pd.DataFrame({"uid": range(len(scores)), "score": scores,
-                                         "age": [30] * len(scores)}),
+                                         "age": [30] * len(scores),
+                                         "day": pd.to_datetime(["2020-01-01"] * len(scores))
+                                         .date}),
                       privacy_unit="uid", max_rows_per_unit=1,
                       bounds={"score": (0, 10), "age": (0, 120)})
         try:
