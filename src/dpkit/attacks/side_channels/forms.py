@@ -12,7 +12,7 @@ import zlib
 
 from dpkit.attacks.side_channels.draw import Draw
 
-__all__ = ["filter_pairs", "ranges_pairs", "sql_form"]
+__all__ = ["filter_pairs", "lazy_constants", "ranges_pairs", "sql_form"]
 
 
 def ranges_pairs(d: Draw, lo: float, hi: float, tags: list[str]) -> tuple[tuple[float, float], ...]:
@@ -64,3 +64,20 @@ def filter_pairs(lo: float, hi: float, mid: float, salt: object, tags: list[str]
     tags.append(f"filter_{form}")
     return {"one": ((lo, hi),), "overlap": ((lo, mid), (mid, hi), (lo, hi)),
             "point": ((mid, mid), (lo, hi)), "reversed": ((mid, lo),)}[form]
+
+
+def lazy_constants(columns: list[tuple[str, str]]) -> list[str]:
+    """Atoms over ``columns`` (their SQL reference and type class) whose constants DuckDB
+    converts when the first row is compared, not when the statement binds (FINDINGS.md M2,
+    M3): an integer column against a 39-digit number beside a decimal (their common type
+    DECIMAL(38,1) cannot hold it), against a long fraction (too few integer digits left for
+    the column's own values), a DATE or TIMESTAMP column against a text that is no day. The
+    grammar puts them behind a guard that only a neighbour's rows pass."""
+    out: list[str] = []
+    for ref, cls in columns:
+        if cls == "int":
+            out += [f"{ref} IN (170141183460469231731687303715884105727, -0.0)",
+                    f"{ref} IN (1, 0.0000000000000000000001)"]
+        elif cls == "temporal":
+            out += [f"{ref} IN ('x')", f"{ref} > '2020-02-30'", f"{ref} <> '2020-13-01'"]
+    return out

@@ -19,7 +19,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from dpkit.attacks.side_channels.draw import Draw
-from dpkit.attacks.side_channels.forms import filter_pairs, ranges_pairs, sql_form
+from dpkit.attacks.side_channels.forms import (
+    filter_pairs,
+    lazy_constants,
+    ranges_pairs,
+    sql_form,
+)
 from dpkit.attacks.side_channels.query import Query
 from dpkit.engine.tables import Column, TableMeta, quote_ident
 
@@ -568,4 +573,10 @@ def _guarded(g: Grammar, atoms: tuple[str, ...], alias: str, tags: list[str]) ->
     if not guards:
         return atoms
     tags.append("guarded")
-    return (*atoms[:i], f"({x.pick(guards)}) AND ({atoms[i]})", *atoms[i + 1:])
+    guard, atom = x.pick(guards), atoms[i]
+    lazy = lazy_constants([(g._ref(c, alias).sql, c.cls) for c in g.cols
+                           if c.name != g.table.privacy_unit])
+    if lazy and x.chance(1, 3):  # drawn last: the other guarded atoms stay as they were
+        atom = x.pick(lazy)
+        tags.append("lazy_constant")
+    return (*atoms[:i], f"({guard}) AND ({atom})", *atoms[i + 1:])
