@@ -151,3 +151,53 @@ def test_mnist_mlp_leaks_and_dp_sgd_does_not() -> None:
     assert plain.rocs["online"].tpr_at(0.01) >= 2 * bound
     assert private.rocs["online"].tpr_at(0.01) <= bound + 0.03
     assert plain.audit.epsilon_lower > 1.0 >= private.audit.epsilon_lower
+
+
+def test_a_model_fitted_through_the_curator_is_audited_as_it_was_fitted(tmp_path: Any) -> None:
+    """The researcher's walk: ``cur.fit``'s model could not be given to LiRA (its parameters
+    lack the ``feature_norm`` the curator's declared domain implied: every shadow refused).
+    Its shadows now train under the same domain and contributions: the same event."""
+    import pandas as pd
+
+    import dpkit as dp
+
+    rng = np.random.default_rng(5)
+    n = 240
+    df = pd.DataFrame({"uid": np.repeat(np.arange(n // 2), 2), "x": rng.uniform(0, 10, n),
+                       "y": np.where(rng.uniform(0, 1, n) < 0.5, "no", "yes")})
+    cur = dp.Curator.create(tmp_path / "p.dpkit", epsilon=5.0, delta=1e-6,
+                            source=dp.noise.seeded(2))
+    cur.add_table("t", df, privacy_unit="uid", max_rows_per_unit=2, bounds={"x": (0, 10)},
+                  domains={"y": ["no", "yes"]})
+    tm = cur.fit(LogisticRegression(max_iter=5), "SELECT x FROM t", label="y", epsilon=1.0)
+    shadow = lira.clone(tm.model)
+    assert shadow.domain_ == tm.model.domain_ == (1, 2)
+    assert shadow.privacy_event(1, 2) == tm.event
+    X, y = tm.encoding.transform(df), tm.encoding.labels(df.y)
+    run = lira.train_shadows(tm.model, X, y, shadow_models=4, classes=[0, 1], seed=3)
+    assert run.epsilon == pytest.approx(tm.epsilon)
+
+
+def test_user_level_shadows_draw_a_unit_in_or_out_with_all_its_rows(tmp_path: Any) -> None:
+    """A model fitted at user level (DP-SGD through the curator refuses rows without their
+    units) is attacked in its own game: one coin per unit, clones fitted with the ids, and
+    the one-run audit's canaries are the units."""
+    X, y = mia.make_classification(60, 3, source=noise.seeded(4))
+    units = np.repeat(np.arange(20), 3)
+    seen: list[np.ndarray] = []
+
+    class UnitLogistic(PlainLogistic):
+        def fit(self, X: Any, y: Any, units: Any = None) -> UnitLogistic:
+            seen.append(np.asarray(units))
+            super().fit(X, y)
+            return self
+
+    est = UnitLogistic()
+    run = lira.train_shadows(est, X, y, shadow_models=4, units=units, seed=1)
+    for k in range(4):  # each unit's rows share their coin
+        assert np.all(run.membership[k].reshape(20, 3) == run.membership[k][::3, None])
+    assert all(np.array_equal(u, units[m]) for u, m in zip(seen, run.membership, strict=True))
+    rep = lira.lira_report(run, audit_guesses=2)
+    assert rep.audit.canaries == 20
+    with pytest.raises(ValueError, match="one id per row"):
+        lira.train_shadows(est, X, y, shadow_models=4, units=units[:-1])

@@ -107,7 +107,7 @@ def test_one_charge_and_refusals_spend_nothing(cur: Curator) -> None:
     assert cur.budget().spent == pytest.approx(0.25)
     bad = [
         ("SELECT note FROM r", "sick", "no declared bounds or domain"),
-        ("SELECT age FROM r", "note", "needs a declared domain"),
+        ("SELECT age FROM r", "note", "'note' has no declared bounds or domain"),
         ("SELECT age + 1 FROM r", "sick", "plain columns"),
         ("SELECT age FROM r GROUP BY age", "sick", "one SELECT of plain columns"),
         ("SELECT nope FROM r", "sick", "nope"),
@@ -142,3 +142,19 @@ def test_neighbouring_tables_give_the_same_shape_and_no_error(
         assert np.all(np.abs(m.seen["X"]) <= 1.0)
         shapes.append((tm.encoding.feature_names, m.seen["X"].shape[1], len(c.entries())))
     assert shapes[0] == shapes[1]
+
+
+def test_every_undeclared_column_is_named_at_once(cur: Curator) -> None:
+    """The researcher's walk met the undeclared columns one reload at a time, told in Python's
+    spelling on the command line: one refusal names them all, both spellings, nothing charged."""
+    cur.add_table("w", _frame().drop(columns=["uid"]).assign(score=1.5))  # nothing declared
+    before = len(cur.entries())
+    with pytest.raises(QueryError) as info:
+        cur.fit(Recorder(), "SELECT age, score, note FROM w", label="note", epsilon=0.25)
+    text = str(info.value)
+    assert "'age', 'score', 'note' have no declared bounds or domain" in text
+    assert "dpkit add-table w ... --bounds age=LOW:HIGH --bounds score=LOW:HIGH " \
+           "--domain note=A,B --replace" in text
+    assert "domains={...}" in text and "add_table(...) again" in text
+    assert "Nothing was charged" in text
+    assert len(cur.entries()) == before

@@ -68,10 +68,21 @@ def check_estimator(estimator: Any) -> None:
 
 def clone(estimator: Any, **overrides: Any) -> Any:
     """A fresh, unfitted copy of a scikit-learn-style estimator (its class called with its
-    ``get_params()``), with ``overrides`` applied."""
+    ``get_params()``), with ``overrides`` applied.
+
+    A model trained through the curator (``cur.fit(...).model``) had its domain declared by
+    ``privacy_event(n_features, contributions)`` (``domain_``: the encoding's [-1, 1]^n and
+    the rows one unit may hold), which sets its defaults (``feature_norm`` sqrt(n)) and scales
+    its sensitivities; its parameters alone do not. The copy is declared the same domain, so
+    shadows train as that fit did and cost the same event (before, they were refused for a
+    missing ``feature_norm``: the researcher could not audit their own model)."""
     params = dict(estimator.get_params())
     params.update({k: v for k, v in overrides.items() if k in params})
-    return type(estimator)(**params)
+    copy = type(estimator)(**params)
+    domain = getattr(estimator, "domain_", None)
+    if domain is not None and callable(getattr(copy, "privacy_event", None)):
+        copy.privacy_event(*domain)
+    return copy
 
 
 def logit_confidence(proba: Any, labels: Any) -> np.ndarray:
@@ -104,6 +115,18 @@ class ShadowRun:
     epsilon: float | None
     delta: float | None
     label: str = ""
+    units: np.ndarray | None = None  # each example's unit id: membership was drawn per unit
+
+
+def _unit_coins(units: Any, n: int, K: int, source: Source | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-unit membership coins expanded to rows (user level: a unit's rows are in or out
+    together, the neighbouring relation of a model fitted with ``units``), and the ids."""
+    ids = np.asarray(units).ravel()
+    if ids.size != n:
+        raise ValueError(f"units must give one id per row (got {ids.size} for {n} rows)")
+    _, index = np.unique(ids, return_inverse=True)
+    coins = noise.bernoulli(0.5, (K, int(index.max()) + 1), source=source).astype(bool)
+    return coins[:, index], ids
 
 
 def _check_data(X: Any, y: Any, classes: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -132,8 +155,14 @@ def train_shadows(
     source: Source | None = None,
     label: str = "",
     progress: Callable[[int], None] | None = None,
+    units: Any = None,
 ) -> ShadowRun:
     """Train ``shadow_models`` clones of ``estimator`` on random halves of ``(X, y)``.
+
+    ``units``: one id per row for a model trained at user level (``fit(X, y, units=...)``,
+    as ``cur.fit`` does on a table with a privacy unit): each unit's rows are drawn in or out
+    together and the clones are fitted with their ids, so the game is the model's own
+    neighbouring relation (add/remove one unit).
 
     Checked before any training: ``estimator`` has ``fit`` / ``predict_proba`` /
     ``get_params``, the data's shapes, ``shadow_models >= 4``. ``seed`` (an int) gives clone
@@ -150,7 +179,10 @@ def train_shadows(
     if isinstance(K, bool) or not isinstance(K, int) or K < 4:
         raise ValueError(f"shadow_models must be an int >= 4 (got {shadow_models!r})")
     test = X_test is not None and y_test is not None
-    member = noise.bernoulli(0.5, (K, ya.size), source=source).astype(bool)
+    if units is None:
+        member, ids = noise.bernoulli(0.5, (K, ya.size), source=source).astype(bool), None
+    else:
+        member, ids = _unit_coins(units, ya.size, K, source)
     conf = np.empty((K, ya.size))
     acc_in, acc_test = [], []
     eps: float | None = None
@@ -160,7 +192,8 @@ def train_shadows(
         seed = own  # a fixed random_state on the prototype: vary it per model, never share it
     for k in range(K):
         over = {} if seed is None else {"random_state": int(seed) + k}
-        model = clone(estimator, **over).fit(Xa[member[k]], ya[member[k]])
+        extra = {} if ids is None else {"units": ids[member[k]]}
+        model = clone(estimator, **over).fit(Xa[member[k]], ya[member[k]], **extra)
         proba = np.asarray(model.predict_proba(Xa), dtype=np.float64)
         if proba.ndim != 2 or proba.shape[0] != ya.size or proba.shape[1] <= int(codes.max()):
             raise ValueError("predict_proba must return (n, classes) with a column per label "
@@ -177,7 +210,7 @@ def train_shadows(
             progress(k)
     return ShadowRun(membership=member, confidence=conf, train_accuracy=float(np.mean(acc_in)),
                      test_accuracy=float(np.mean(acc_test)) if test else math.nan,
-                     epsilon=eps, delta=dlt, label=label)
+                     epsilon=eps, delta=dlt, label=label, units=ids)
 
 
 def lira_scores(
@@ -250,14 +283,26 @@ class LiraReport:
         return out
 
 
+def _canaries(run: ShadowRun) -> tuple[np.ndarray, np.ndarray]:
+    """The one-run audit's canaries: a row of each (the first), and each row's canary."""
+    n = run.membership.shape[1]
+    if run.units is None:
+        return np.arange(n), np.arange(n)
+    _, first, index = np.unique(run.units, return_index=True, return_inverse=True)
+    return first, index
+
+
 def lira_report(run: ShadowRun, *, audit_guesses: int | None = None,
                 fixed_variance: bool | None = None, confidence: float = 0.95) -> LiraReport:
     """Score ``run`` with the three attacks and audit its first model (module docstring).
 
     ``audit_guesses``: examples guessed "in" and as many "out" for the one-run audit (default
-    ``N // 20``: a fixed 10% of the canaries guessed, 90% abstaining).
+    ``N // 20``: a fixed 10% of the canaries guessed, 90% abstaining). With ``run.units`` the
+    canaries are the units (one coin each: rows of a unit are not independent canaries),
+    each scored by the mean of its rows' scores.
     """
-    N = run.membership.shape[1]
+    first, canary = _canaries(run)
+    N = first.size
     g = max(1, N // 20) if audit_guesses is None else int(audit_guesses)
     if not 1 <= 2 * g <= N:
         raise ValueError(f"audit_guesses must lie in 1..{N // 2} (got {audit_guesses!r})")
@@ -268,7 +313,8 @@ def lira_report(run: ShadowRun, *, audit_guesses: int | None = None,
         s = lira_scores(run, variant=variant, fixed_variance=fixed_variance)
         scores[variant] = s
         rocs[variant] = roc_curve(s[inside], s[~inside])
-    audit = one_run_audit(scores["online"][0], inside[0], guess_in=g, guess_out=g,
+    per_unit = np.bincount(canary, weights=scores["online"][0]) / np.bincount(canary)
+    audit = one_run_audit(per_unit, inside[0][first], guess_in=g, guess_out=g,
                           delta=run.delta or 0.0, confidence=confidence)
     return LiraReport(run=run, rocs=rocs, audit=audit, audit_guesses=g,
                       details={"scores": scores})

@@ -458,10 +458,15 @@ def attack_one_run(
 
 def attack_side_channels(*, project: Path, table: str | None, queries: int, seed: int,
                          units: int, neighbours: str | None, accountants: str,
-                         max_findings: int | None, via: str = "curator") -> AttackSummary:
+                         max_findings: int | None, via: str = "curator",
+                         families: str | None = None,
+                         progress: Callable[[int, int], None] | None = None) -> AttackSummary:
     """The side-channel fuzzer (:mod:`dpkit.attacks.side_channels`) on the owner's project;
-    ``via="service"``: through the HTTP service (:func:`dpkit.server.fuzz.fuzz_service`)."""
+    ``via="service"``: through the HTTP service (:func:`dpkit.server.fuzz.fuzz_service`);
+    ``families``: comma-separated query families (``fit`` alone: the model training);
+    ``progress(done, total)`` after each comparison."""
     from dpkit.attacks import side_channels as sc
+    from dpkit.attacks.side_channels.grammar import FAMILIES
 
     run: Callable[..., sc.Report] = sc.fuzz
     if via == "service":
@@ -478,11 +483,21 @@ def attack_side_channels(*, project: Path, table: str | None, queries: int, seed
     kinds = tuple(k.strip() for k in (neighbours or ",".join(sc.NEIGHBOURS)).split(",")
                   if k.strip())
     accts = tuple(a.strip() for a in accountants.split(",") if a.strip())
+    fams = tuple(dict.fromkeys(f.strip() for f in (families or "").split(",") if f.strip()))
+    known = set(FAMILIES) | {"quantiles", "marginals"}  # the last two: the service's own
+    unknown = sorted(set(fams) - known)
+    if unknown:
+        raise ValueError(f"--families takes {', '.join(sorted(known))} "
+                         f"(got {', '.join(unknown)})")
     rep = run(project, table=table, queries=queries, seed=seed, units=units,
-              neighbours=kinds, accountants=accts, max_findings=max_findings)
+              neighbours=kinds, accountants=accts, max_findings=max_findings,
+              progress=progress, **({"families": fams} if fams else {}))
     rows: list[list[Any]] = [["D/D' comparisons", rep.comparisons],
                              ["seconds", round(rep.seconds, 1)]]
     rows += [[f"outcome on D: {k}", v] for k, v in sorted(rep.outcomes.items())]
+    # which kinds of request were compared: a researcher asks whether their model's training
+    # (fit) was among them, and the summary did not say
+    rows += [[f"queries: {k}", v] for k, v in sorted(rep.families.items())]
     causes = rep.by_cause()
     rows += [[f"findings: {c}", len(fs)] for c, fs in sorted(causes.items())]
     rows.append(["findings (total)", len(rep.findings)])
@@ -495,6 +510,9 @@ def attack_side_channels(*, project: Path, table: str | None, queries: int, seed
                      f"accountant) pairs")
     for fs in causes.values():
         notes.append(fs[0].reproducer())
+    if rep.outcomes.get("refusal"):
+        notes.append("refusals are asked on purpose (undeclared columns, bad options, type "
+                     "errors): each must be the same on D and D', and spend nothing")
     if not rep.findings:
         notes.append("no side channel found: only noisy values differed between D and D'")
     where = " through the service" if via == "service" else ""

@@ -116,14 +116,23 @@ def fit(project: str | Path, sql: str, *, label: str, model: str = "logistic",
         for note in trained.notes:  # what the fit released besides the model (its event)
             con.print(note, markup=False)
         if output is not None:
+            meta = cur.tables()[enc.table]
             doc = {"model": type(estimator).__name__, "table": enc.table, "label": enc.label,
                    "classes": list(enc.classes) if enc.classes is not None else None,
                    "features": [{"name": f.name, "column": f.column, "key": f.key,
                                  "low": f.low, "high": f.high} for f in enc.features],
-                   "epsilon": trained.epsilon, "ledger_seq": trained.ledger_seq,
+                   "epsilon": trained.epsilon, "delta": delta,
+                   "guarantee": fit_guarantee(meta),
+                   "privacy_unit": meta.privacy_unit,
+                   "max_rows_per_unit": None if meta.privacy_unit is None
+                   else meta.max_rows_per_unit,
+                   # the model's own event, for any accountant to re-check its epsilon
+                   "event": json.loads(trained.event.to_json()),
+                   "ledger_seq": trained.ledger_seq,
                    "learned": _fitted_attributes(estimator)}
             Path(output).write_text(json.dumps(doc, indent=1, default=str))
-            con.print(f"wrote {output}")
+            con.print(f"wrote {output}; its epsilon by every accountant: dpkit account "
+                      f"@{output}" + (f" --delta {delta:.3g}" if delta else ""), markup=False)
         return trained
 
 

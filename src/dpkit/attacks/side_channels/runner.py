@@ -122,6 +122,7 @@ class Report:
     seed: int
     comparisons: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
+    families: Counter[str] = field(default_factory=Counter)  # comparisons per query family
     findings: list[Finding] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # neighbours whose D' did not load
     seconds: float = 0.0
@@ -141,7 +142,8 @@ class Report:
         lines = [f"side-channel fuzz, seed {self.seed}: {self.comparisons} D/D' comparisons in "
                  f"{self.seconds:.1f} s" + (" (work traced)" if self.trace else ""),
                  "outcomes on D: " + ", ".join(f"{k} {v}" for k, v in sorted(
-                     self.outcomes.items()))]
+                     self.outcomes.items())),
+                 "queries: " + ", ".join(f"{k} {v}" for k, v in sorted(self.families.items()))]
         for s in self.skipped:
             lines.append(f"skipped: {s}")
         causes = self.by_cause()
@@ -494,6 +496,7 @@ def _loop(pairs: list[tuple[str, _Pair]], grammar: Grammar, d: Draw, per_pair: i
             a, b = pair.run(q, step)
             report.comparisons += 1
             report.outcomes[a.kind] += 1
+            report.families[q.family] += 1
             acct = pair.args[4]
             fields = compare(q, a, b)
             if fields:

@@ -236,10 +236,29 @@ def _features(meta: TableMeta, column: str) -> list[Feature]:
     bounds = meta.bounds_for(col.name)
     if bounds is not None and type_class(col.type) in _NUMERIC:
         return [Feature(col.name, col.name, low=float(bounds[0]), high=float(bounds[1]))]
-    raise QueryError(
-        f"column {col.name!r} has no declared bounds or domain, so it has no public encoding: "
-        f"declare bounds (numbers) or a domain (categories) for it with add_table, or leave "
-        f"it out of the SELECT")
+    raise _undeclared(meta, [col.name])
+
+
+def _encodable(meta: TableMeta, name: str) -> bool:
+    return name in meta.domains or (
+        meta.bounds_for(name) is not None and type_class(_column(meta, name).type) in _NUMERIC)
+
+
+def _undeclared(meta: TableMeta, names: Sequence[str]) -> QueryError:
+    """One refusal naming every column without a public encoding, with the command line's and
+    Python's way to declare one: the researcher's walk met them one at a time (age, then
+    education_num, ...), each a reload of the table, from a message in Python's spelling."""
+    listed = ", ".join(repr(n) for n in names)
+    flags = " ".join(f"--domain {n}=A,B" if type_class(_column(meta, n).type) not in _NUMERIC
+                     else f"--bounds {n}=LOW:HIGH" for n in names)
+    return QueryError(
+        f"{listed} {'has' if len(names) == 1 else 'have'} no declared bounds or domain, so "
+        f"no public encoding (a number needs bounds, a category a domain, the label its "
+        f"classes): ask the data owner to declare them (dpkit add-table {meta.name} ... "
+        f"{flags} --replace, repeating the table's other flags; in Python the table's "
+        f"add_table(...) again with bounds={{...}}, domains={{...}}), or leave them out of "
+        f"the SELECT. "
+        f"Nothing was charged.")
 
 
 def plan_encoding(meta: TableMeta, columns: Sequence[str], label: str) -> Encoding:
@@ -249,6 +268,10 @@ def plan_encoding(meta: TableMeta, columns: Sequence[str], label: str) -> Encodi
     if meta.privacy_unit is not None and str(meta.privacy_unit) in used:
         raise QueryError(f"the privacy unit {meta.privacy_unit!r} cannot be a feature or the "
                          f"label (it identifies people; leave it out of the SELECT)")
+    missing = [n for n in dict.fromkeys(_column(meta, c).name for c in [*columns, label])
+               if not _encodable(meta, n)]
+    if missing:
+        raise _undeclared(meta, missing)
     feats = [f for c in columns if _column(meta, c).name != lab for f in _features(meta, c)]
     if not feats:
         raise QueryError("select at least one feature column besides the label")
