@@ -299,8 +299,9 @@ def optimize(
         # the p-Identity optimum may lie at infinity (e.g. a point and the total: Θ grows
         # without bound), its identity rows then ~1e-6 of its largest entry, below the integer
         # grid's resolution, so the stored strategy determines no histogram (FINDINGS.md M1):
-        # the identity, a strategy of every workload, instead (public: a function of W only)
-        strategy = MatrixStrategy(np.eye(workload.domain_size), name="identity")
+        # the identity, a strategy of every workload, instead (public: a function of W only);
+        # named as the on-disk copy will be read back
+        strategy = MatrixStrategy(np.eye(workload.domain_size), name=f"optimized({kind})")
         report = replace(report, loss=float(np.trace(workload.gram())), extra={
             **report.extra, "fallback": "identity: the optimum lost its identity rows to rounding"})
     strategy.report = report  # type: ignore[attr-defined]
