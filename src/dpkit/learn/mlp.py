@@ -23,7 +23,6 @@ into the fit's one event; σ is calibrated to what is left (:mod:`dpkit.learn.ba
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import itertools
 import math
@@ -67,21 +66,6 @@ def _torch() -> Any:
 def _torch_installed() -> None:
     if importlib.util.find_spec("torch") is None:
         raise ImportError("MLPClassifier needs PyTorch: pip install 'dpkit[torch]'")
-
-
-@functools.lru_cache(maxsize=64)
-def _calibrated(eps: float, delta: float, epochs: int, k: int,
-                count: tuple[int, float] | None) -> float:
-    """DP-SGD's σ for ε at δ over ``epochs·k`` steps at rate ``1/k`` (composed with the
-    count's ``(sensitivity, ε)`` when there is one): a function of these public inputs
-    alone, so kept (the PLD calibration takes seconds)."""
-    if count is None:
-        return float(accounting.calibrate.dpsgd_noise_multiplier(
-            sampling_probability=1.0 / k, steps=epochs * k, target_epsilon=eps, delta=delta,
-            method="pld"))
-    return float(calibrate_with_count(
-        count_plan(sensitivity=count[0], epsilon=count[1]).event,
-        sampling_probability=1.0 / k, steps=epochs * k, target_epsilon=eps, delta=delta))
 
 
 def mlp_network(d: int, k: int, hidden_layer_sizes: Any, activation: str,
@@ -299,15 +283,26 @@ class MLPClassifier:
     def _planned(self, count_sensitivity: int | None = None) -> tuple[
             float, int, int, tuple[int, float] | None]:
         """(σ, steps an epoch, steps, the count's (sensitivity, ε) or None) from the public
-        parameters; σ calibrated to the composition when there is a count (once per process
-        for each value of these public inputs: a preview and the fit, or the service's
-        preview and fit on two copies of the model, calibrate once)."""
+        parameters; σ calibrated once per value, to the composition when there is a count."""
         eps, delta = check_epsilon(self.epsilon), check_delta_alone(self.delta)
         epochs = check_count(self.epochs, "epochs")
         k = self._steps_per_epoch(0)
         count = None if count_sensitivity is None else (
             count_sensitivity, check_count_fraction(self.count_fraction) * eps)
-        return _calibrated(eps, delta, epochs, k, count), k, epochs * k, count
+        key = (eps, delta, epochs, k, count)
+        plan = getattr(self, "_plan", None)
+        if plan is None or plan[0] != key:
+            if count is None:
+                sigma = accounting.calibrate.dpsgd_noise_multiplier(
+                    sampling_probability=1.0 / k, steps=epochs * k, target_epsilon=eps,
+                    delta=delta, method="pld")
+            else:
+                sigma = calibrate_with_count(
+                    count_plan(sensitivity=count[0], epsilon=count[1]).event,
+                    sampling_probability=1.0 / k, steps=epochs * k, target_epsilon=eps,
+                    delta=delta)
+            self._plan = plan = (key, float(sigma))
+        return plan[1], k, epochs * k, count
 
     def _check_batching(self, units: Any) -> int | str | None:
         """``batch_size`` (and, for "auto", ``count_fraction``) checked before any draw."""
