@@ -97,3 +97,25 @@ def test_suggest_bounds_rounds_an_integer_column_outward(tmp_path: Path) -> None
     # one cell per integer: the suggestion is the cells' first and last integers already
     assert (int(line[1]), int(line[2])) == (float(got[1]), float(got[2]))
     assert "outer edges of the grid cells" in flat and "one cell per integer" in flat
+
+
+def test_grid_option_of_suggest_bounds_and_quantiles(project: tuple[Path, Path]) -> None:
+    """``--grid``: suggest-bounds takes log-scale cells over a signed range spanning four
+    orders of magnitude by default (``auto``), equal ones with ``--grid linear``; quantiles
+    and cdf take ``--grid log``."""
+    path, csv = project
+    runner = CliRunner()
+    r = runner.invoke(main, ["add-table", str(path), "t", str(csv), "--privacy-unit", "u",
+                             "--max-rows-per-unit", "8", "--bounds", "x=-1000000:1000000"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(main, ["suggest-bounds", str(path), "t", "x", "--epsilon", "1"])
+    assert r.exit_code == 0, r.output
+    assert "log-scale" in "".join(r.output.split())
+    r = runner.invoke(main, ["suggest-bounds", str(path), "t", "x", "--epsilon", "1",
+                             "--grid", "linear"])
+    assert r.exit_code == 0, r.output
+    assert "log-scale" not in "".join(r.output.split())
+    for cmd in (["quantiles", "-p", "0.5"], ["cdf", "--preview"]):
+        r = runner.invoke(main, [cmd[0], str(path), "t", "x", *cmd[1:], "--epsilon", "1",
+                                 "--grid", "log"])
+        assert r.exit_code == 0, r.output

@@ -7,6 +7,7 @@ exponential mechanism's law.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -103,29 +104,45 @@ def _zero_heavy(n: int = 20_000, seed: int = 3) -> np.ndarray:
     return x
 
 
+@pytest.mark.parametrize("grid", ["linear", "auto"])
 @pytest.mark.parametrize("kind", ["int", "float"])
 def test_suggested_bounds_keep_the_mass_at_the_floor(project: Callable[..., Curator],
-                                                     kind: str) -> None:
+                                                     kind: str, grid: str) -> None:
     """The first hour's owner was told 11.07 as capital_gain's lower bound: the 1st
     percentile interpolated inside the first cell, as if its rows (92% of the table, all 0)
     were spread evenly over it; a clamp at 11.07 would move every zero. The suggestion is the
     outer edge of the cell holding each quantile: 0 here. The first cell holds ~18,400 of
     20,000 rows and the 1st percentile's target is ~200 rows: the noisy CDF (epsilon 1, noise
-    of a few rows per prefix) puts the quantile anywhere else with probability ~0."""
+    of a few rows per prefix) puts the quantile anywhere else with probability ~0. On both
+    grids: equal cells, and the log-scale cells "auto" takes for [0, 100,000]."""
+    from dpkit.engine.families.axes import ordered_axis
+
     x = _zero_heavy()
     cur = project(epsilon=10.0)
     cur.add_table("t", pd.DataFrame({"x": x if kind == "int" else x.astype(np.float64)}))
-    got = cur.suggest_bounds("t", "x", epsilon=1.0, search=(0, 100_000))
+    got = cur.suggest_bounds("t", "x", epsilon=1.0, search=(0, 100_000), grid=grid)
     lo, hi = got["bounds"]
     assert lo == 0.0
     assert got["lower"]["estimate"] > 0.0  # the estimate alone would clamp the zeros
     # the upper bound: the end of the cell holding the estimate (an integer grid: its last
     # integer), never below the estimate and less than one cell above it
-    end = hi + (1.0 if kind == "int" else 0.0)  # the cell's upper edge
-    # cells of 100 (100,000 / 1024 rounded up to a round width): the grid the CDF was on
-    assert ("cells of 100 integers" if kind == "int" else "width 100") in got["grid"]
-    assert end % 100.0 == 0.0
-    assert got["upper"]["estimate"] <= end < got["upper"]["estimate"] + 100.0
+    axis = ordered_axis(cur.tables()["t"], "x", bins=None, bounds={"x": (0, 100_000)},
+                        grid=grid)
+    assert got["grid"] == axis.describe()
+    end = hi + (1.0 if axis.kind == "int" else 0.0)  # the cell's upper edge
+    edges = axis.edges()
+    if axis.kind == "log" and kind == "int":  # an integer column: the edge rounded up
+        j = int(np.searchsorted(edges, hi - 1.0, side="right"))
+        assert math.ceil(edges[j]) == hi
+        end = float(edges[j])
+    j = int(np.searchsorted(edges, end))
+    assert edges[j] == end
+    assert got["upper"]["estimate"] <= end and edges[j - 1] < got["upper"]["estimate"] + 1e-9
+    if grid == "linear":
+        # cells of 100 (100,000 / 1024 rounded up to a round width)
+        assert ("cells of 100 integers" if kind == "int" else "width 100") in got["grid"]
+    else:
+        assert axis.kind == "log" and "log-scale" in got["grid"]
     assert cur.budget().spent == pytest.approx(1.0)
 
 

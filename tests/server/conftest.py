@@ -222,3 +222,37 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         name = getattr(item, "originalname", None)
         if label and name and item.nodeid.endswith("::" + name):
             item._id = item.parent.id.child(name).with_params(label)  # type: ignore[union-attr]
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    """A PostgreSQL server for the late answers' PostgreSQL store: ``$DPKIT_TEST_PG_DSN``
+    (``.ci/run``) or a throwaway cluster, as the PostgreSQL ledger's tests; skipped, with the
+    reason, where neither can be had."""
+    from tests.engine.pg_cluster import throwaway_cluster, unavailable
+
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(f"PostgreSQL answers' store tests skipped: {reason}")
+    with throwaway_cluster(fsync=False) as dsn:
+        yield dsn
+
+
+@pytest.fixture(params=["folder", "postgres"])
+def answers_at(request: pytest.FixtureRequest, project: Project) -> Iterator[dict[str, Any]]:
+    """The service settings of each late answers' store: the folder (``{}``), or a table in
+    PostgreSQL (``answers_dsn``; its schema dropped after)."""
+    if request.param == "folder":
+        yield {}
+        return
+    import psycopg
+
+    from dpkit.engine.ledger_rows import read_key
+    from dpkit.server.answers_pg import answers_schema
+
+    dsn = request.getfixturevalue("pg_dsn")
+    yield {"answers_dsn": dsn}
+    assert not (project.path / "answers").exists()  # nothing kept in the folder
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        schema = answers_schema(read_key(project.path / "ledger.key"))
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

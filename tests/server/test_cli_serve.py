@@ -36,6 +36,7 @@ def test_serve_refuses_bad_settings_before_starting(project: Project, tmp_path: 
                        (["--answer-class-factor", "1"], "answer_class_factor must be"),
                        (["--fit-timeout", "0"], "fit_timeout must be"),
                        (["--answers-max-age", "-1"], "answers_max_age must be"),
+                       (["--answers-store", "postgres"], "needs --answers-dsn"),
                        (["--answers-kept", "0", "--init-owner-token"], "answers_kept")]:
         hashes = (project.path / "owner-token.sha256").read_text()
         out = runner.invoke(main, ["serve", str(project.path), *args])

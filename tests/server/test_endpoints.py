@@ -37,7 +37,7 @@ def assert_problem(r: Any, status: int, slug: str | None = None) -> dict[str, An
 
 
 def test_health_and_console_need_no_credential(client: Any) -> None:
-    assert client.get("/v1/health").json() == {"status": "ok"}
+    assert client.get("/v1/health").json()["status"] == "ok"
     assert client.get("/").status_code == 200
     assert "html" in client.get("/static/index.html").headers["content-type"]
     assert client.get("/openapi.json").json()["info"]["title"] == "dpkit"
@@ -186,6 +186,16 @@ def test_releases(client: Any, project: Project) -> None:
     assert_problem(client.post("/v1/release/cdf", json={"table": "t", "column": "nope",
                                                          "epsilon": 0.1}, headers=h), 409)
     assert charges(project) == 4
+    # log-scale cells (the "grid" field); an unknown grid is a 422, charged nothing
+    q = client.post("/v1/release/quantiles", json={
+        "table": "t", "column": "x", "probabilities": [0.5], "epsilon": 0.1, "grid": "log"},
+        headers=h)
+    assert q.status_code == 200, q.text
+    assert "log-scale" in " ".join(q.json()["notes"])
+    assert_problem(client.post("/v1/release/cdf", json={"table": "t", "column": "x",
+                                                         "epsilon": 0.1, "grid": "geo"},
+                               headers=h), 422)
+    assert charges(project) == 5
 
 
 def test_budget_and_history_are_the_callers_own(client: Any, project: Project) -> None:

@@ -46,11 +46,12 @@ def _done(value: Any) -> Future[Any]:
     return f
 
 
-def test_two_processes_on_one_project_share_the_answers(make_client: Any,
-                                                        project: Project) -> None:
-    """Two app instances over one project stand for two worker processes: the 504 comes from
-    A, every poll goes to B; B gives 202, then the very answer, to its analyst only."""
-    a, b = make_client(timeout=0.5), make_client(timeout=0.5)
+def test_two_processes_on_one_project_share_the_answers(make_client: Any, project: Project,
+                                                        answers_at: dict[str, Any]) -> None:
+    """Two app instances over one project stand for two worker processes (or, with the
+    answers in PostgreSQL, two hosts): the 504 comes from A, every poll goes to B; B gives
+    202, then the very answer, to its analyst only."""
+    a, b = make_client(timeout=0.5, **answers_at), make_client(timeout=0.5, **answers_at)
     h, hb = project.headers(project.alice), project.headers(project.bob)
     lock = _locked(project)
     try:
@@ -75,8 +76,8 @@ def test_two_processes_on_one_project_share_the_answers(make_client: Any,
 
 
 def test_an_answer_whose_process_stopped_reads_as_lost_to_its_analyst_only(
-        make_client: Any, project: Project) -> None:
-    a, b = make_client(timeout=0.3), make_client(timeout=0.3)
+        make_client: Any, project: Project, answers_at: dict[str, Any]) -> None:
+    a, b = make_client(timeout=0.3, **answers_at), make_client(timeout=0.3, **answers_at)
     h, hb = project.headers(project.alice), project.headers(project.bob)
     lock = _locked(project)
     try:
@@ -95,13 +96,13 @@ def test_an_answer_whose_process_stopped_reads_as_lost_to_its_analyst_only(
         lock.close()
 
 
-def test_the_client_stops_waiting_when_the_answer_will_not_come(make_client: Any,
-                                                                 project: Project) -> None:
+def test_the_client_stops_waiting_when_the_answer_will_not_come(
+        make_client: Any, project: Project, answers_at: dict[str, Any]) -> None:
     """``wait=True`` polls until the answer comes or the service says it will not (its
     process stopped here; expiry alike), not for the whole 15 minutes."""
     from dpkit.server.client import ServiceError
 
-    a = make_client(timeout=0.3)
+    a = make_client(timeout=0.3, **answers_at)
     cl = local_client(a, project.alice)
     lock = _locked(project)
     stopper = threading.Timer(1.0, a.app.state.service.pool.answers.close)

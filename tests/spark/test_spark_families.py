@@ -110,8 +110,8 @@ def test_family_histograms_and_diagnostics_are_equal(pair: Any) -> None:
 
 
 def test_same_seeded_noise_gives_identical_releases(pair: Any) -> None:
-    """Every family through the curator, MEDIAN through SQL and suggest_bounds: the same
-    released tables, the same budget spent."""
+    """Every family through the curator, MEDIAN through SQL and suggest_bounds (equal and
+    log-scale cells): the same released tables, the same budget spent."""
     duck, spk = pair
 
     def releases(cur: Any) -> list[Any]:
@@ -123,6 +123,8 @@ def test_same_seeded_noise_gives_identical_releases(pair: Any) -> None:
             cur.sql("SELECT DP_RANGES(k, (-5, 0), (1, 5)) FROM rec", epsilon=0.5).to_pandas(),
             cur.sql("SELECT h, MEDIAN(x) AS m FROM usr GROUP BY h", epsilon=0.5).to_pandas(),
             cur.suggest_bounds("rec", "x", epsilon=0.5)["bounds"],
+            # log-scale cells: Spark's SIGN and LN against DuckDB's, on the same rows
+            cur.suggest_bounds("rec", "x", epsilon=0.5, grid="log")["bounds"],
         ]
 
     for a, b in zip(releases(duck), releases(spk), strict=True):

@@ -56,14 +56,14 @@ def ask_max_rows(privacy_unit: str | None, max_rows: int | str | None, *, public
 def suggest_bounds(project: str | Path, table: str, column: str, *, epsilon: float,
                    search: tuple[float, float] | None = None, lower: float = 0.01,
                    upper: float = 0.99, bins: int | None = None, token: str | None = None,
-                   console: Any = None) -> dict[str, Any]:
+                   grid: str = "auto", console: Any = None) -> dict[str, Any]:
     """Print (and return) clamp bounds for ``column`` from its private percentiles."""
     from dpkit.engine.curator import Curator
 
     con = make_console(console)
     with Curator.open(project, token=token) as cur:
         got = cur.suggest_bounds(table, column, epsilon=epsilon, search=search, lower=lower,
-                                 upper=upper, bins=bins)
+                                 upper=upper, bins=bins, grid=grid)
         spend = cur.budget().remaining
         whole = cur.tables()[table].column(column).cls == "int"
     lo, hi = got["bounds"]
@@ -108,14 +108,18 @@ def _range(text: str | None) -> tuple[float, float] | None:
 @click.option("--lower", type=float, default=0.01, show_default=True, help="Lower quantile.")
 @click.option("--upper", type=float, default=0.99, show_default=True, help="Upper quantile.")
 @click.option("--bins", type=int, default=None, help="Grid cells over the search range.")
+@click.option("--grid", type=click.Choice(["auto", "log", "linear"]), default="auto",
+              show_default=True,
+              help="Grid cells: log-scale (long tails; symmetric around 0 for signed ranges), "
+                   "equal, or log-scale when the range spans four orders of magnitude.")
 @click.option("--token", default=None,
               help="Act as the analyst this token names (default: $DPKIT_TOKEN).")
 def suggest_bounds_command(project: Path, table: str, column: str, epsilon: float,
                            search: str | None, lower: float, upper: float, bins: int | None,
-                           token: str | None) -> None:
+                           grid: str, token: str | None) -> None:
     """Suggest clamp bounds for a column from its DP 1st/99th percentiles (spends budget)."""
     suggest_bounds(project, table, column, epsilon=epsilon, search=_range(search), lower=lower,
-                   upper=upper, bins=bins, token=token, console=console)
+                   upper=upper, bins=bins, token=token, grid=grid, console=console)
 
 
 #: what :mod:`dpkit.cli` registers on the ``dpkit`` group

@@ -131,6 +131,12 @@ def _release(con: Any, cur: Any, kind: str, *args: Any, preview_only: bool,
         con.print(f"wrote {output}")
 
 
+_grid_option = click.option(
+    "--grid", type=click.Choice(["linear", "log", "auto"]), default="linear", show_default=True,
+    help="Cells: equal, log-scale (long tails; symmetric around 0 for signed ranges), or "
+         "log-scale when the bounds span four orders of magnitude.")
+
+
 @click.command("cdf")
 @click.argument("project", type=click.Path(path_type=Path))
 @click.argument("table")
@@ -139,19 +145,21 @@ def _release(con: Any, cur: Any, kind: str, *args: Any, preview_only: bool,
 @_accuracy_option
 @click.option("--bins", type=int, default=None, help="Equal cells over the bounds.")
 @click.option("--strategy", default=None, help="identity, tree, tree:b, optimized (default auto).")
+@_grid_option
 @_preview_option
 @click.option("--all", "show_all", is_flag=True, help="Print every row.")
 @_output_option
 def cdf(project: Path, table: str, column: str, epsilon: float | None, delta: float | None,
         rho: float | None, where: str | None, level: float, token: str | None,
-        accuracy: float | None, bins: int | None, strategy: str | None, preview_only: bool,
-        show_all: bool, output: Path | None, diagnostics: bool = True) -> None:
+        accuracy: float | None, bins: int | None, strategy: str | None, grid: str,
+        preview_only: bool, show_all: bool, output: Path | None,
+        diagnostics: bool = True) -> None:
     """The private CDF of a bounded numeric column, with a simultaneous band."""
     con = _console()
     with _open(project, token) as cur:
         _release(con, cur, "cdf", table, column, preview_only=preview_only, accuracy=accuracy,
                  title=f"CDF of {table}.{column}", show_all=show_all, output=output,
-                 where=where, bins=bins, strategy=strategy, level=level,
+                 where=where, bins=bins, strategy=strategy, level=level, grid=grid,
                  **_privacy(epsilon, delta, rho, diagnostics))
 
 
@@ -164,15 +172,16 @@ def cdf(project: Path, table: str, column: str, epsilon: float | None, delta: fl
 @_privacy_options
 @_accuracy_option
 @click.option("--bins", type=int, default=None, help="Equal cells over the bounds.")
+@_grid_option
 def quantiles(project: Path, table: str, column: str, probabilities: tuple[float, ...],
               epsilon: float | None, delta: float | None, rho: float | None,
               where: str | None, level: float, token: str | None, accuracy: float | None,
-              bins: int | None, diagnostics: bool = True) -> None:
+              bins: int | None, grid: str, diagnostics: bool = True) -> None:
     """Quantiles of a bounded numeric column from one private CDF (one charge)."""
     con = _console()
     with _open(project, token) as cur:
         res = cur.quantiles(table, column, list(probabilities), where=where, bins=bins,
-                            level=level, accuracy=accuracy,
+                            level=level, accuracy=accuracy, grid=grid,
                             **_privacy(epsilon, delta, rho, diagnostics))
         _print(con, res, f"quantiles of {table}.{column}")
 

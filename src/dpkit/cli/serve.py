@@ -54,6 +54,13 @@ def owner_token(project: str) -> None:
               help="late answers (504s) kept for GET /v1/answers/{id}, in PROJECT/answers")
 @click.option("--answers-max-age", default=900.0, show_default=True, type=float,
               help="seconds a late answer is kept after its 504")
+@click.option("--answers-store", type=click.Choice(["auto", "folder", "postgres"]),
+              default="auto", show_default=True,
+              help="where late answers are kept: auto = a PostgreSQL table when the ledger "
+                   "is in PostgreSQL (or --answers-dsn is given: every host reads it), else "
+                   "the folder PROJECT/answers (one host's processes)")
+@click.option("--answers-dsn", help="a PostgreSQL database for the late answers (a DSN; "
+                                    "default: the ledger's, when it is in PostgreSQL)")
 @click.option("--answer-deadline-ms", default=250.0, show_default=True, type=float,
               help="answers that read rows leave at the first timing class at or above "
                    "their time: this many ms, then x factor up to --timeout (0: off; "
@@ -77,7 +84,8 @@ def owner_token(project: str) -> None:
 def serve(project: str, host: str, port: int, workers: int, owner_token_file: str | None,
           init_owner_token: bool, ssl_keyfile: str | None, ssl_certfile: str | None,
           max_body: int, rate: float, burst: int, timeout: float, fit_timeout: float,
-          answers_kept: int, answers_max_age: float, answer_deadline_ms: float,
+          answers_kept: int, answers_max_age: float, answers_store: str,
+          answers_dsn: str | None, answer_deadline_ms: float,
           answer_class_factor: float, audit_log: str | None,
           oidc_public_key: str | None, oidc_jwks_url: str | None, oidc_audience: str | None,
           oidc_issuer: str | None, oidc_claim: str, data_root: str | None,
@@ -101,7 +109,8 @@ def serve(project: str, host: str, port: int, workers: int, owner_token_file: st
     config = ServerConfig(project=str(Path(project).resolve()),
                           max_body=max_body, rate=rate, burst=burst, timeout=timeout,
                           fit_timeout=fit_timeout, answers_kept=answers_kept,
-                          answers_max_age=answers_max_age,
+                          answers_max_age=answers_max_age, answers_store=answers_store,
+                          answers_dsn=answers_dsn,
                           answer_deadline_ms=answer_deadline_ms,
                           answer_class_factor=answer_class_factor,
                           audit_log=audit_log, oidc=oidc, api_docs=api_docs,

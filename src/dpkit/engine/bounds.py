@@ -21,6 +21,16 @@ a differentially private release, charged like any answer. Two helpers:
   evenly over it, so for a column whose values sit mostly at its floor (``capital_gain``:
   92% zeros) the 1st percentile came out 11.07 inside the first cell, and a clamp there
   would move every zero; the cell's edge keeps the whole cell, the mass at the floor included.
+
+  **The grid** (``grid=``): equal cells are coarse where a long-tailed column's quantiles sit
+  (incomes, capital gains, counts: most values within a small part of a range spanning orders
+  of magnitude), so ``grid="auto"`` (the default) takes log-scale cells
+  (:func:`dpkit.engine.families.axes.log_grid_wanted`: the range spans four orders of
+  magnitude) and ``grid="log"`` forces them (signed ranges: a grid symmetric around 0).
+  The grid is a function of the search range, the column's declared type and ``bins`` only
+  (public), each row still falls in exactly one cell, so the guarantee is unchanged: the
+  CDF's (ε-DP with ``epsilon=``, for add/remove one privacy unit with at most
+  ``max_rows_per_unit`` rows), one charge; the bounds are post-processing of it.
 """
 
 from __future__ import annotations
@@ -194,10 +204,10 @@ def search_range(tables: dict[str, TableMeta], table: str, column: str,
 
 
 def search_grid(tables: dict[str, TableMeta], table: str, column: str,
-                search: tuple[float, float], bins: int | None) -> Axis:
+                search: tuple[float, float], bins: int | None, grid: str = "linear") -> Axis:
     """The public grid :meth:`Curator.quantiles` releases the CDF on for a suggestion over
     ``search`` (the same call it makes: :func:`~dpkit.engine.families.axes.ordered_axis`)."""
-    return ordered_axis(tables[table], column, bins=bins, bounds={column: search})
+    return ordered_axis(tables[table], column, bins=bins, bounds={column: search}, grid=grid)
 
 
 def _cell_of(estimate: float, edges: np.ndarray, integer: bool = False) -> int:
@@ -215,12 +225,13 @@ def _cell_of(estimate: float, edges: np.ndarray, integer: bool = False) -> int:
 
 
 def suggested_bounds(res: Result, column: str, lower: float, upper: float,
-                     grid: Axis | None = None) -> dict[str, Any]:
+                     grid: Axis | None = None, whole: bool = False) -> dict[str, Any]:
     """Clamp bounds from a quantiles release (post-processing only): the lower edge of the
     ``grid`` cell holding the ``lower`` quantile and the upper edge of the one holding the
     ``upper`` quantile (an integer grid: the cell's last integer), so every value of those
-    cells is kept (module docstring); without ``grid``, the point estimates. The estimates
-    and their intervals are reported beside them."""
+    cells is kept (module docstring); without ``grid``, the point estimates. ``whole``: an
+    integer column, whose bounds are rounded outward (a log-scale cell's edges are not
+    integers). The estimates and their intervals are reported beside them."""
     vals = {float(p): (float(v), float(lo), float(hi)) for p, v, lo, hi in zip(
         res.data["probability"], res.data["quantile"], res.data["quantile_ci_low"],
         res.data["quantile_ci_high"], strict=True)}
@@ -232,6 +243,8 @@ def suggested_bounds(res: Result, column: str, lower: float, upper: float,
         edges, integer = grid.edges(), grid.kind == "int"
         low = float(edges[_cell_of(low, edges, integer)])
         high = float(edges[_cell_of(high, edges, integer) + 1]) - (1.0 if integer else 0.0)
+        if whole:
+            low, high = float(math.floor(low)), float(math.ceil(high))
     out = {"column": column, "bounds": (low, max(high, low)),
            "lower": {"probability": lower, "estimate": lo_v[0], "ci": lo_v[1:]},
            "upper": {"probability": upper, "estimate": hi_v[0], "ci": hi_v[1:]},

@@ -242,15 +242,18 @@ class Curator(QueryMethods, ReleaseMethods):
     def suggest_bounds(self, table: str, column: str, *, epsilon: float,
                        search: tuple[float, float] | None = None, lower: float = 0.01,
                        upper: float = 0.99, bins: int | None = None,
-                       analyst: None = None) -> dict[str, Any]:
+                       grid: str = "auto", analyst: None = None) -> dict[str, Any]:
         """Clamp bounds for ``column``: the grid cells holding its ``lower``/``upper``
         quantiles by :meth:`quantiles` over the public ``search`` range (default: its declared
-        bounds), rounded outward to their edges; one ε-DP charge (:mod:`.bounds`)."""
+        bounds), rounded outward to their edges; one ε-DP charge (:mod:`.bounds`). ``grid``:
+        ``"auto"`` (log-scale cells when the range spans four orders of magnitude, a rule on
+        the public range), ``"log"`` or ``"linear"``."""
         rng = dbounds.search_range(self.tables(), table, column, search)
         res = self.quantiles(table, column, [lower, upper], epsilon=epsilon,
-                             bounds={column: rng}, bins=bins, analyst=analyst)
-        grid = dbounds.search_grid(self.tables(), table, column, rng, bins)
-        return dbounds.suggested_bounds(res, column, lower, upper, grid)
+                             bounds={column: rng}, bins=bins, grid=grid, analyst=analyst)
+        cells = dbounds.search_grid(self.tables(), table, column, rng, bins, grid)
+        whole = self.tables()[table].column(column).cls == "int"
+        return dbounds.suggested_bounds(res, column, lower, upper, cells, whole)
 
     # ------------------------------------------------------------------ budget
 

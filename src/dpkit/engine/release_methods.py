@@ -50,13 +50,16 @@ class ReleaseMethods:
             epsilon: float | None = None, rho: float | None = None,
             delta: float | None = None, strategy: Any = None, bins: int | None = None,
             bounds: Mapping[str, Any] | None = None, level: float = 0.95,
-            accuracy: float | None = None, diagnostics: bool = True,
+            accuracy: float | None = None, diagnostics: bool = True, grid: str = "linear",
             analyst: None = None) -> Result:
         """The cumulative distribution of ``column`` over its declared bounds, with a
         **simultaneous** confidence band (all rows at once at ``level``). Same guarantee as
-        :meth:`ranges`; details: :func:`dpkit.engine.families.answer.cdf`."""
+        :meth:`ranges`; details: :func:`dpkit.engine.families.answer.cdf`. ``grid``:
+        ``"linear"`` (equal cells), ``"log"`` (log-scale cells, for long tails) or
+        ``"auto"`` (log-scale when the bounds span four orders of magnitude): public."""
         ask = families.CdfAsk(table=table, column=column, where=where, strategy=strategy,
-                              bins=bins, bounds=bounds, level=level, diagnostics=diagnostics)
+                              bins=bins, bounds=bounds, level=level, diagnostics=diagnostics,
+                              grid=grid)
         target = families.Target(epsilon=epsilon, rho=rho, delta=delta)
         return families.cdf(self._families(analyst), ask, target, accuracy=accuracy)
 
@@ -65,13 +68,14 @@ class ReleaseMethods:
                   rho: float | None = None, delta: float | None = None, strategy: Any = None,
                   bins: int | None = None, bounds: Mapping[str, Any] | None = None,
                   level: float = 0.95, accuracy: float | None = None,
-                  diagnostics: bool = True, analyst: None = None) -> Result:
+                  diagnostics: bool = True, grid: str = "linear",
+                  analyst: None = None) -> Result:
         """Any number of quantiles of ``column`` from one private CDF (one charge), with
-        intervals holding jointly at ``level``. Same guarantee as :meth:`cdf`; details:
-        :func:`dpkit.engine.families.answer.quantiles`."""
+        intervals holding jointly at ``level``. Same guarantee and ``grid`` as :meth:`cdf`;
+        details: :func:`dpkit.engine.families.answer.quantiles`."""
         ask = families.CdfAsk(table=table, column=column, probabilities=probabilities,
                               where=where, strategy=strategy, bins=bins, bounds=bounds,
-                              level=level, diagnostics=diagnostics)
+                              level=level, diagnostics=diagnostics, grid=grid)
         target = families.Target(epsilon=epsilon, rho=rho, delta=delta)
         return families.quantiles(self._families(analyst), ask, target, accuracy=accuracy)
 

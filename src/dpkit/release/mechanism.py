@@ -15,7 +15,6 @@ integer noise::
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +25,7 @@ from dpkit.mechanisms import validate as v
 from dpkit.mechanisms.release import Release
 from dpkit.noise import Source
 from dpkit.release import bounds as _bounds
+from dpkit.release import figures
 from dpkit.release.noise_plan import NoisePlan, plan_noise
 from dpkit.release.strategies import (
     MAX_COVARIANCE_DOMAIN,
@@ -46,47 +46,6 @@ __all__ = [
     "resolve_strategy",
 ]
 
-_ACCURACY: OrderedDict[tuple[str, str], _Accuracy] = OrderedDict()
-_ACCURACY_SLOTS = 16
-
-
-@dataclass
-class _Accuracy:
-    """Noise-free accuracy facts of (workload, strategy), per unit noise variance per row."""
-
-    trace: float  # tr(G Σ)
-    sq_norms: np.ndarray  # diag(W Σ Wᵀ)
-    coef_max: np.ndarray | None = None  # max_k |(W R)_jk|, filled on first use
-    coef_done: bool = False
-
-
-def _accuracy(workload: Workload, strategy: Strategy) -> _Accuracy | None:
-    if strategy.domain_size > MAX_COVARIANCE_DOMAIN:
-        return None
-    key = (workload.key, strategy.key)
-    hit = _ACCURACY.get(key)
-    if hit is not None:
-        _ACCURACY.move_to_end(key)
-        return hit
-    sigma = strategy.covariance()
-    trace = float(np.sum(workload.gram() * sigma))
-    sq = workload.query_variances(sigma)
-    acc = _Accuracy(trace=trace, sq_norms=np.maximum(sq, 0.0))
-    _ACCURACY[key] = acc
-    while len(_ACCURACY) > _ACCURACY_SLOTS:
-        _ACCURACY.popitem(last=False)
-    return acc
-
-
-def _coef_max(acc: _Accuracy, workload: Workload, strategy: Strategy) -> np.ndarray | None:
-    """``max_k |(W R)_jk|`` (tightens the Laplace intervals); ``None`` when too large."""
-    if not acc.coef_done:
-        if workload.num_queries * strategy.rows <= 2e7:
-            acc.coef_max = workload.query_coefficient_max(strategy.reconstruction_matrix())
-        acc.coef_done = True
-    return acc.coef_max
-
-
 def _as_workload(workload: Any) -> Workload:
     if isinstance(workload, Workload):
         return workload
@@ -102,13 +61,14 @@ def _noise_kind(epsilon: float | None, rho: float | None, delta: float | None) -
     return "laplace" if rho is None and delta is None and epsilon is not None else "gaussian"
 
 
-def _better_of(workload: Workload, candidates: list[Strategy], privacy: dict) -> Strategy:
+def _better_of(workload: Workload, candidates: list[Strategy], privacy: dict,
+               cache_dir: Any = None) -> Strategy:
     """The candidate with the smaller exact expected error under ``privacy`` (a public,
     data-independent choice). Integer noise matters here: at large ε the identity's discrete
     Laplace noise has far less variance than ``2s²``, which the optimiser's loss ignores."""
     best, best_err = candidates[0], math.inf
     for cand in candidates:
-        acc = _accuracy(workload, cand)
+        acc = figures.accuracy(workload, cand, cache_dir)
         if acc is None:
             return candidates[0]
         plan = plan_noise(cand.l1_sensitivity, cand.l2_sensitivity_sq, **privacy)
@@ -143,9 +103,18 @@ def resolve_strategy(
     elif strategy is None or strategy in ("auto", "optimized", "optimised"):
         from dpkit.release.optimize import optimize
 
-        out = optimize(workload, noise=kind, cache_dir=cache_dir)
-        if strategy != "optimized" and strategy != "optimised" and privacy is not None:
-            out = _better_of(workload, [out, identity_strategy(n)], privacy)
+        choose = strategy not in ("optimized", "optimised") and privacy is not None
+        # the choice depends on these public inputs only (module figures): kept, bounded
+        key = (workload.key, kind, *sorted((privacy or {}).items()), str(cache_dir))
+        chosen = figures.remembered_choice(key) if choose else None
+        if chosen is not None:
+            out = chosen
+        else:
+            out = optimize(workload, noise=kind, cache_dir=cache_dir)
+            if choose:
+                assert privacy is not None
+                out = _better_of(workload, [out, identity_strategy(n)], privacy, cache_dir)
+                figures.remember_choice(key, out)
     elif strategy == "identity":
         out = identity_strategy(n)
     elif strategy == "tree":
@@ -218,7 +187,7 @@ def expected_error(
         workload, strategy, epsilon=epsilon, rho=rho, delta=delta, contributions=contributions
     )
     W, S, plan = wp.workload, wp.strategy, wp.noise
-    acc = _accuracy(W, S)
+    acc = figures.accuracy(W, S)
     if acc is None:
         raise ValueError(
             f"exact error needs N <= {MAX_COVARIANCE_DOMAIN} (got N = {W.domain_size})"
@@ -265,6 +234,8 @@ class WorkloadPlan:
     strategy: Strategy
     noise: NoisePlan
     contributions: int
+    #: where the accuracy figures are kept on disk (:mod:`dpkit.release.figures`); None: memory
+    cache_dir: Any = field(default=None, compare=False)
 
     @property
     def event(self) -> Event:
@@ -273,7 +244,7 @@ class WorkloadPlan:
     @property
     def expected_rmse(self) -> float | None:
         """Root mean (over queries) expected squared error; ``None`` when ``N > 8192``."""
-        acc = _accuracy(self.workload, self.strategy)
+        acc = figures.accuracy(self.workload, self.strategy, self.cache_dir)
         if acc is None:
             return None
         return math.sqrt(self.noise.variance * acc.trace / self.workload.num_queries)
@@ -281,7 +252,7 @@ class WorkloadPlan:
     @property
     def query_std(self) -> np.ndarray | None:
         """Exact standard deviation of every answer; ``None`` when ``N > 8192``."""
-        acc = _accuracy(self.workload, self.strategy)
+        acc = figures.accuracy(self.workload, self.strategy, self.cache_dir)
         if acc is None:
             return None
         return np.sqrt(self.noise.variance * acc.sq_norms)
@@ -289,10 +260,10 @@ class WorkloadPlan:
     def halfwidths(self, level: float = 0.95) -> np.ndarray | None:
         """Per-answer CI half-widths at ``level`` (data-independent); ``None`` for N > 8192."""
         lvl = v.check_level(level)
-        acc = _accuracy(self.workload, self.strategy)
+        acc = figures.accuracy(self.workload, self.strategy, self.cache_dir)
         if acc is None:
             return None
-        coef = (_coef_max(acc, self.workload, self.strategy)
+        coef = (figures.coef_max(acc, self.workload, self.strategy)
                 if self.noise.kind == "laplace" else None)
         return self.noise.halfwidths(acc.sq_norms, coef, lvl)
 
@@ -338,10 +309,10 @@ class WorkloadPlan:
             "measurements": y,
         }
         ci = None
-        acc = _accuracy(W, S)
+        acc = figures.accuracy(W, S, self.cache_dir)
         if acc is not None:
             std = np.sqrt(plan.variance * acc.sq_norms)
-            coef = _coef_max(acc, W, S) if plan.kind == "laplace" else None
+            coef = figures.coef_max(acc, W, S) if plan.kind == "laplace" else None
             half = plan.halfwidths(acc.sq_norms, coef, lvl)
             ci = (answers - half, answers + half)
             details["query_std"] = std
@@ -403,7 +374,7 @@ def plan_workload(
         delta=delta,
         contributions=c,
     )
-    return WorkloadPlan(workload=W, strategy=S, noise=plan, contributions=c)
+    return WorkloadPlan(workload=W, strategy=S, noise=plan, contributions=c, cache_dir=cache_dir)
 
 
 def answer_workload(

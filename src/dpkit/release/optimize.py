@@ -231,8 +231,12 @@ def _cache_dir(cache_dir: str | os.PathLike[str] | None) -> Path | None:
 
 
 def clear_cache() -> None:
-    """Forget the in-memory strategies (the on-disk cache is left alone)."""
+    """Forget the in-memory strategies, their accuracy figures and the choices made among
+    them (the on-disk cache is left alone)."""
+    from dpkit.release import figures
+
     _MEMORY.clear()
+    figures.clear()
 
 
 def _normalise_noise(noise: str) -> str:

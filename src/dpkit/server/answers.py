@@ -15,7 +15,9 @@ once and the answer when the work ends; any process reads either. A running reco
 process's liveness lock (``live-*.lock``, held with ``flock`` for the process's life): when
 the lock is free the process is gone (a restart or a crash) and the answer never will come,
 which the asker is told (still a 404, nothing more for anyone else). A finished answer survives
-a restart, until it expires.
+a restart, until it expires. Processes on several hosts share a PostgreSQL table instead
+(:mod:`dpkit.server.answers_pg`: the same records, seals and bounds; both are
+:class:`Answers`).
 
 **Nothing readable without the id.** Ids are 128 bits straight from the OS CSPRNG
 (:func:`dpkit.noise.token_hex`, the one door for every random byte, tokens included): not a
@@ -51,7 +53,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -63,7 +65,8 @@ from fastapi.responses import JSONResponse, Response
 from dpkit.noise import token_bytes, token_hex
 from dpkit.server.problems import MEDIA_TYPE, Problem, problem_of
 
-__all__ = ["FOLDER", "Answer", "AnswerStore", "Kept", "plain_finish"]
+__all__ = ["FOLDER", "ID", "Answer", "AnswerStore", "Answers", "Kept", "id_name", "judged",
+           "plain_finish", "record_name", "rendered", "seal", "unseal", "victims"]
 
 FOLDER = "answers"  # inside the project, beside the ledger: the service's account writes there
 ID = re.compile(r"ans_[0-9a-f]{32}")
@@ -72,6 +75,7 @@ _AAD = b"dpkit late answer v1:"
 _OPEN = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
 log = logging.getLogger("dpkit.server")
 T = TypeVar("T")
+K = TypeVar("K")
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,31 @@ def plain_finish(future: Future[Any]) -> Answer:
     return Answer.of(problem_of(exc) if exc is not None else future.result())
 
 
+class Answers(Protocol):
+    """What the service needs of a late answers' store: :class:`AnswerStore` (a folder of the
+    project, the default) or :class:`~dpkit.server.answers_pg.PostgresAnswers` (a table, for
+    processes on several hosts). Both seal alike, bound alike and say ``lost`` alike."""
+
+    max_age: float
+
+    def keep(self, who: str, future: Future[T], finish: Callable[[Future[T]], Answer], *,
+             limit: float) -> str: ...
+
+    def get(self, ident: str, who: str, *, owner: bool) -> Kept | None: ...
+
+    def close(self) -> None: ...
+
+
+def rendered(finish: Callable[[Future[T]], Answer], future: Future[T], ident: str) -> Answer:
+    """``finish(future)``, or a 500 when the renderer itself fails (a bug: the log has it)."""
+    try:
+        return finish(future)
+    except Exception:  # the asker gets a 500, the log the cause
+        log.exception("late answer %s could not be rendered", ident[:12])
+        return Answer.of(Problem(500, "internal", "internal error; it was logged. A charge "
+                                                  "made stays"))
+
+
 class AnswerStore:
     """At most ``count`` answers and ``max_bytes`` of them in ``folder``, each kept
     ``max_age`` seconds after its 504."""
@@ -149,12 +178,7 @@ class AnswerStore:
         self._write(path, _key(ident), kept)
 
         def done(f: Future[T]) -> None:
-            try:
-                answer = finish(f)
-            except Exception:  # a bug in a renderer: the asker gets a 500, the log the cause
-                log.exception("late answer %s could not be rendered", ident[:12])
-                answer = Answer.of(Problem(500, "internal", "internal error; it was logged. "
-                                                            "A charge made stays"))
+            answer = rendered(finish, f, ident)
             if not path.exists():  # expired or evicted meanwhile: not revived
                 return
             try:
@@ -186,15 +210,8 @@ class AnswerStore:
             kept = _open(_key(ident), raw, path.name)
         except (OSError, ValueError, InvalidTag):
             return None
-        if time.time() - kept.made > self.max_age:
-            with contextlib.suppress(OSError):
-                path.unlink()
-            return None
-        if not (owner or hmac.compare_digest(kept.who.encode(), who.encode())):
-            return None
-        if kept.answer is None and not self._running(kept.live):
-            return replace(kept, lost=True)
-        return kept
+        return judged(kept, who, owner=owner, max_age=self.max_age, running=self._running,
+                      expire=lambda: _unlink(str(path)))
 
     def close(self) -> None:
         """Give up this process's liveness lock: its running answers read as lost."""
@@ -209,7 +226,7 @@ class AnswerStore:
     def _path(self, ident: str, who: str) -> Path:
         """``TAG.NAME.ans``: its analyst's tag (for the sweep's fair share), the id's hash."""
         tag = hmac.new(self._tag_key, who.encode(), hashlib.sha256).hexdigest()[:16]
-        return self.folder / f"{tag}.{_name(ident)}{_SUFFIX}"
+        return self.folder / record_name(tag, ident)
 
     def _find(self, ident: str) -> Path | None:
         """The file of ``ident`` whoever's it is (the owner's read)."""
@@ -282,21 +299,48 @@ class AnswerStore:
                     _unlink(entry.path)
             elif old:  # an expired answer, or a temporary file a crash left behind
                 _unlink(entry.path)
-        kept.sort()
-        room = 1 if new is not None else 0
-        while kept:
-            by_count = len(kept) + room > self.count
-            if not by_count and sum(k[2] for k in kept) <= self.max_bytes:
-                break
-            held: dict[str, int] = {}
-            for _, tag, size, _ in kept:
-                held[tag] = held.get(tag, 0) + (1 if by_count else size)
-            if by_count and new is not None and new.split(".", 1)[0] in held:
-                held[new.split(".", 1)[0]] += 1
-            most = max(held.values())
-            victim = next(k for k in kept if held[k[1]] == most)
-            _unlink(victim[3])
-            kept.remove(victim)
+        tag = new.split(".", 1)[0] if new is not None else None
+        for victim in victims(kept, self.count, self.max_bytes, new=tag):
+            _unlink(victim)
+
+
+def judged(kept: Kept, who: str, *, owner: bool, max_age: float,
+           running: Callable[[str], bool], expire: Callable[[], None]) -> Kept | None:
+    """A record opened under its id, as ``who`` may see it: None when expired (``expire``
+    drops it) or another analyst's (``owner``: anyone's may be read); ``lost`` when its work
+    has not ended and the process running it is gone (``running`` asks by liveness token)."""
+    if time.time() - kept.made > max_age:
+        expire()
+        return None
+    if not (owner or hmac.compare_digest(kept.who.encode(), who.encode())):
+        return None
+    if kept.answer is None and not running(kept.live):
+        return replace(kept, lost=True)
+    return kept
+
+
+def victims(kept: list[tuple[float, str, int, K]], count: int, max_bytes: int, *,
+             new: str | None = None) -> list[K]:
+    """What to drop of ``kept`` (``(made, tag, size, key)`` of the unexpired answers) to be
+    within ``count`` (room made for ``new``, the tag of an answer about to be added) and
+    ``max_bytes``: each time the oldest answer of the tag holding the most (answers past the
+    count, else bytes), so that one analyst's many late answers never push out another's."""
+    kept, out = sorted(kept, key=lambda k: (k[0], k[1], k[2])), []
+    room = 1 if new is not None else 0
+    while kept:
+        by_count = len(kept) + room > count
+        if not by_count and sum(k[2] for k in kept) <= max_bytes:
+            break
+        held: dict[str, int] = {}
+        for _, tag, size, _ in kept:
+            held[tag] = held.get(tag, 0) + (1 if by_count else size)
+        if by_count and new is not None and new in held:
+            held[new] += 1
+        most = max(held.values())
+        victim = next(k for k in kept if held[k[1]] == most)
+        out.append(victim[3])
+        kept.remove(victim)
+    return out
 
 
 def _unlink(path: str) -> None:
@@ -306,6 +350,27 @@ def _unlink(path: str) -> None:
 
 def _name(ident: str) -> str:
     return hashlib.sha256(b"dpkit late answer name:" + ident.encode()).hexdigest()[:32]
+
+
+def id_name(ident: str) -> str:
+    """What a store may show of an id: a hash (the id, the key to its seal, stays out)."""
+    return _name(ident)
+
+
+def record_name(tag: str, ident: str) -> str:
+    """A record's name, ``TAG.NAME.ans`` (its analyst's tag, the id's hash): bound into its
+    seal, so that a record moved under another name or tag does not open."""
+    return f"{tag}.{_name(ident)}{_SUFFIX}"
+
+
+def seal(ident: str, kept: Kept, name: str) -> bytes:
+    """``kept`` sealed under the id's key, ``name`` (:func:`record_name`) bound to it."""
+    return _seal(_key(ident), kept, name)
+
+
+def unseal(ident: str, raw: bytes, name: str) -> Kept:
+    """What :func:`seal` sealed; raises ``InvalidTag`` (or ``ValueError``) for anything else."""
+    return _open(_key(ident), raw, name)
 
 
 def _shared_key(path: Path) -> bytes:

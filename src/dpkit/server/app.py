@@ -114,10 +114,16 @@ def create_app(config: ServerConfig | str | Path, **settings: Any) -> FastAPI:
     app.include_router(owner.router)
     app.include_router(fit.router)  # POST /v1/fit: private learning (dpkit.server.fit)
 
+    limits = {"timeout": config.timeout, "fit_timeout": config.fit_timeout,
+              "answers_max_age": config.answers_max_age,
+              "answer_classes_ms": [b * 1000 for b in config.pacing().classes()]}
+
     @app.get("/v1/health", tags=["service"])
-    def health() -> dict[str, str]:
-        """Liveness (no credential needed)."""
-        return {"status": "ok"}
+    def health() -> dict[str, Any]:
+        """Liveness (no credential needed), and the settings a client sizes its waits by:
+        seconds a query (``timeout``) or a fit (``fit_timeout``) runs before its 504, how
+        long a late answer is kept, the timing classes (settings, not data: public)."""
+        return {"status": "ok", "limits": limits}
 
     @app.get("/", include_in_schema=False)
     def console() -> FileResponse:

@@ -12,7 +12,9 @@ charged to the token's analyst before it was computed (the client adds nothing a
 nothing). A refusal raises :class:`QueryRefusedError` (a ``ValueError``, as the curator's
 refusals are) with the curator's text; a credential refused raises :class:`NotAuthenticatedError`
 / :class:`ForbiddenError` (``PermissionError``). One keep-alive connection per client: use one
-client per thread.
+client per thread. A charged request waits at least the service's own timeout for it (which
+``GET /v1/health`` publishes) and :data:`SLACK` more, so that it sees the 504 naming where its
+answer is kept, whatever ``timeout`` says.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import json
 import math
 import ssl
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -65,6 +68,13 @@ class UnavailableError(ServiceError):
         got = self.body.get("answer_id") if isinstance(self.body, dict) else None
         return str(got) if got else None
 
+
+#: Seconds a client waits without a response (GET, owner's calls, a charged request to a
+#: service that does not publish its limits).
+DEFAULT_TIMEOUT = 60.0
+#: Seconds a charged request waits beyond the service's own timeout: the authentication, the
+#: queue before the work starts and the network, before the 504 arrives.
+SLACK = 10.0
 
 _ERRORS: dict[int, type[ServiceError]] = {401: NotAuthenticatedError, 403: ForbiddenError,
                                           409: QueryRefusedError, 413: QueryRefusedError,
@@ -227,12 +237,18 @@ def _argmax(values: list[float]) -> int:
 class Client:
     """An analyst's (or the owner's) handle on a dpkit service; methods as the curator's."""
 
-    def __init__(self, url: str, token: str, *, timeout: float = 60.0,
+    def __init__(self, url: str, token: str, *, timeout: float | None = None,
                  cafile: str | None = None) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"url must be http(s)://host[:port] (got {url!r})")
-        self.url, self._token, self.timeout = url.rstrip("/"), token, timeout
+        self.url, self._token = url.rstrip("/"), token
+        # seconds to wait for an answer; a charged request waits at least the service's own
+        # limit and SLACK more, whatever this says (:meth:`_read_timeout`)
+        self.timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
+        self._chosen = timeout is not None
+        self._limits: dict[str, Any] | None = None  # the service's, from GET /v1/health
+        self._wait_for: float | None = None  # this request's read timeout, when sized
         self._base = parts.path.rstrip("/")
         self._host, self._scheme = parts.hostname, parts.scheme
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -273,6 +289,9 @@ class Client:
             headers["Content-Type"] = "application/json"
         for attempt in (0, 1):  # a keep-alive connection the server closed: reconnect once
             conn, sent = self._connection(), False
+            conn.timeout = self._wait_for or self.timeout
+            if conn.sock is not None:  # a kept-alive connection: its socket's own timeout
+                conn.sock.settimeout(conn.timeout)
             try:
                 conn.request(method, self._base + path, body=data, headers=headers)
                 sent = True
@@ -314,34 +333,83 @@ class Client:
         return json.loads(raw) if raw else None
 
     def _charged(self, path: str, body: Any, wait: bool | float) -> bytes:
-        """POST a charged request; on a 504 with ``wait``, poll its kept answer (the charge is
-        made once, by the request: polling costs nothing) until it comes, the service answers
-        404 (expired, or the process running it stopped), or ``wait`` seconds have passed
-        (True: 15 minutes, the service's default ``--answers-max-age``; a finite wait, since
+        """POST a charged request, waiting at least the service's limit for it (the 504 that
+        names where its answer is kept must be seen: :meth:`_read_timeout`); on a 504 with
+        ``wait``, poll its kept answer (the charge is made once, by the request: polling
+        costs nothing) until it comes, the service answers 404 (expired, or the process
+        running it stopped), or ``wait`` seconds have passed (True: as long as the service
+        keeps answers, its ``answers_max_age``, 15 minutes by default; a finite wait, since
         polls that get no answer at all are retried)."""
+        self._wait_for = self._read_timeout(path)
         try:
             return self.request("POST", path, body)[2]
         except UnavailableError as err:
             if not wait or err.status != 504 or err.answer_id is None:
                 raise
-            deadline = time.monotonic() + (900.0 if wait is True else float(wait))
-            while True:
-                pause = 1.0
-                try:
-                    got = self.answer(err.answer_id)
-                # a poll refused for a while (the caller's own rate, the ledger busy, a lost
-                # connection) must not end the wait: raised here, it would lose the answer id
-                # of a request already charged, and the natural retry would charge again
-                # (FINDINGS.md J1); past the deadline the 504 naming the id is raised
-                except RateLimitedError as busy:
-                    got, pause = None, busy.retry_after
-                except (UnavailableError, ConnectionError):
-                    got = None
-                if got is not None:
-                    return got
-                if time.monotonic() >= deadline:
-                    raise err from None
-                time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            kept = float((self._limits or {}).get("answers_max_age", 900.0))
+            return self._poll(err, kept if wait is True else float(wait))
+        finally:
+            self._wait_for = None
+
+    def _poll(self, err: UnavailableError, wait: float) -> bytes:
+        """The kept answer of ``err``'s 504, polled for up to ``wait`` seconds."""
+        assert err.answer_id is not None
+        self._wait_for = None
+        deadline = time.monotonic() + wait
+        while True:
+            pause = 1.0
+            try:
+                got = self.answer(err.answer_id)
+            # a poll refused for a while (the caller's own rate, the ledger busy, a lost
+            # connection) must not end the wait: raised here, it would lose the answer id
+            # of a request already charged, and the natural retry would charge again
+            # (FINDINGS.md J1); past the deadline the 504 naming the id is raised
+            except RateLimitedError as busy:
+                got, pause = None, busy.retry_after
+            except (UnavailableError, ConnectionError):
+                got = None
+            if got is not None:
+                return got
+            if time.monotonic() >= deadline:
+                raise err from None
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+
+    def limits(self) -> dict[str, Any]:
+        """The service's published settings (``GET /v1/health``, no credential): ``timeout``
+        and ``fit_timeout`` (seconds before a 504), ``answers_max_age``, ``answer_classes_ms``;
+        empty for a service that does not publish them. Read once per client."""
+        if self._limits is None:
+            got = self._json("GET", "/v1/health")
+            self._limits = dict(got.get("limits") or {}) if isinstance(got, dict) else {}
+        return self._limits
+
+    def _read_timeout(self, path: str) -> float:
+        """How long a charged POST to ``path`` waits: never less than the service's limit for
+        it and :data:`SLACK` (a shorter wait gives up before the 504 that names where the
+        charged answer is kept, and the answer is lost to its analyst); a ``timeout`` chosen
+        below that is raised, with a warning. Unknown limits (an older service, or the health
+        check failed): this client's ``timeout``."""
+        try:
+            limits = self.limits()
+        except (ServiceError, ValueError):  # answered, but not with limits: not asked again
+            limits = self._limits = {}
+        except ConnectionError:  # asked again next time; the POST will say what failed
+            limits = {}
+        key = "fit_timeout" if path.rstrip("/").endswith("/fit") else "timeout"
+        limit = limits.get(key)
+        if not isinstance(limit, (int, float)) or not math.isfinite(limit):
+            return self.timeout
+        needed = float(limit) + SLACK
+        if self.timeout >= needed:
+            return self.timeout
+        if self._chosen:
+            warnings.warn(
+                f"Client(timeout={self.timeout:g}) is shorter than the service's {key} of "
+                f"{limit:g} s: this charged request waits up to {needed:g} s instead, so "
+                f"that it sees the 504 naming where its answer is kept (giving up sooner "
+                f"would lose an answer already charged). Choose timeout >= {needed:g}",
+                RuntimeWarning, stacklevel=4)
+        return needed
 
     def answer(self, answer_id: str) -> bytes | None:
         """The kept answer of a request answered 504 (its raw body), or None while it still

@@ -53,7 +53,9 @@ class ServerConfig:
     ``timeout``: seconds a query may run before the service answers 504 (a charge made
     stays); ``fit_timeout``: the same for ``POST /v1/fit``. ``answers_kept`` and
     ``answers_max_age``: how many late answers are kept, and for how many seconds after their
-    504 (:mod:`dpkit.server.answers`).
+    504 (:mod:`dpkit.server.answers`); ``answers_store``: where (``auto``: a table in
+    PostgreSQL when the ledger is there or ``answers_dsn`` names a database, else the folder
+    ``PROJECT/answers``; ``folder``; ``postgres``: :mod:`dpkit.server.answers_pg`).
     ``audit_log``: JSON lines file (default ``PROJECT/audit.jsonl``). ``data_root``: the folder
     ``POST /v1/tables`` may read sources from (default ``PROJECT/data``;
     :mod:`dpkit.server.paths`). ``api_docs``: serve ``/docs``, a Swagger UI page that loads its
@@ -72,6 +74,8 @@ class ServerConfig:
     fit_timeout: float = 120.0
     answers_kept: int = 1000
     answers_max_age: float = 900.0
+    answers_store: str = "auto"
+    answers_dsn: str | None = None
     audit_log: str | None = None
     oidc: OidcConfig | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -88,6 +92,15 @@ class ServerConfig:
         self.pacing()  # refuses a bad deadline or factor now, not at the first answer
         if self.max_body < 1024 or self.burst < 1 or self.answers_kept < 1:
             raise ValueError("max_body must be >= 1024 bytes, burst and answers_kept >= 1")
+        if self.answers_store not in ("auto", "folder", "postgres"):
+            raise ValueError(f"answers_store is auto, folder or postgres (got "
+                             f"{self.answers_store!r})")
+        if self.answers_store == "postgres" and not self.answers_dsn:
+            from dpkit.engine.project import PG_LEDGER_FILE
+
+            if not (Path(self.project) / PG_LEDGER_FILE).exists():
+                raise ValueError("--answers-store postgres needs --answers-dsn, or a project "
+                                 "whose ledger is in PostgreSQL")
 
     def pacing(self) -> Pacing:
         """The answers' timing classes (:mod:`dpkit.server.pacing`)."""

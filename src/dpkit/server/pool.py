@@ -7,7 +7,8 @@ and is recorded under the analyst's name. Calls on one curator are serialised by
 (one DuckDB connection each); different analysts run in parallel. A call that runs past the
 service's timeout is answered 504; the work goes on in its thread and a charge it made stays
 in the ledger, and its answer is kept (:class:`~dpkit.server.answers.AnswerStore`, a folder
-of the project that every worker process reads) under the id the 504 names, for
+of the project that every worker process reads, or a PostgreSQL table that every host reads:
+:mod:`dpkit.server.answers_pg`) under the id the 504 names, for
 ``GET /v1/answers/{id}``; a call still waiting for a thread then is cancelled (nothing
 charged, nothing kept).
 
@@ -30,7 +31,7 @@ from typing import TypeVar
 
 from dpkit.engine.curator import Curator
 from dpkit.engine.roles import TOKEN_ENV
-from dpkit.server.answers import FOLDER, Answer, AnswerStore, plain_finish
+from dpkit.server.answers import FOLDER, Answer, Answers, AnswerStore, plain_finish
 from dpkit.server.auth import Identity
 from dpkit.server.problems import Problem
 
@@ -44,7 +45,7 @@ class Pool:
     """The owner's curator (which also authenticates) and one curator per analyst."""
 
     def __init__(self, project: str | Path, *, timeout: float = 30.0, threads: int = 16,
-                 per_caller: int | None = None, answers: AnswerStore | None = None) -> None:
+                 per_caller: int | None = None, answers: Answers | None = None) -> None:
         if os.environ.get(TOKEN_ENV):
             raise ValueError(f"unset {TOKEN_ENV} before starting the service: it runs as the "
                              f"project's owner and opens each analyst's curator itself")
@@ -60,7 +61,7 @@ class Pool:
         self.per_caller = per_caller if per_caller is not None else max(1, threads // 4)
         self._pending: dict[str, int] = {}  # calls submitted and not finished, per caller
         # late answers, kept after their 504 where every worker process finds them
-        self.answers = answers or AnswerStore(self.project / FOLDER)
+        self.answers: Answers = answers or AnswerStore(self.project / FOLDER)
 
     def curator(self, who: Identity, token: str | None = None) -> tuple[Curator, threading.Lock]:
         """The cached curator acting as ``who`` (opened on first use)."""

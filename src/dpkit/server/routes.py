@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import time
 from typing import Any
 
@@ -30,6 +31,7 @@ from dpkit.server.views import (
 
 __all__ = ["router"]
 
+log = logging.getLogger("dpkit.server")
 router = APIRouter(prefix="/v1")
 PROBLEMS: dict[int | str, dict[str, Any]] = {
     code: {"description": text, "content": {"application/problem+json": {}}}
@@ -101,14 +103,14 @@ def _target(body: Any) -> dict[str, Any]:
 @router.post("/release/cdf", response_model=s.ResultOut, responses=PROBLEMS)
 def release_cdf(body: s.CdfIn, c: AnalystCall) -> Any:
     """The CDF of a column with a simultaneous band (one charge)."""
-    return _release(c, "cdf", body.table, body.column, **_target(body))
+    return _release(c, "cdf", body.table, body.column, grid=body.grid, **_target(body))
 
 
 @router.post("/release/quantiles", response_model=s.ResultOut, responses=PROBLEMS)
 def release_quantiles(body: s.QuantilesIn, c: AnalystCall) -> Any:
     """Quantiles from one private CDF (one charge), intervals holding jointly."""
     return _release(c, "quantiles", body.table, body.column, body.probabilities,
-                    **_target(body))
+                    grid=body.grid, **_target(body))
 
 
 @router.post("/release/marginals", response_model=s.ResultOut, responses=PROBLEMS)
@@ -171,7 +173,12 @@ def answer(answer_id: str, c: AnalystCall) -> Any:
     (:meth:`~dpkit.server.pacing.Pacing.late_ready`), not when its work ended."""
     pool = c.service.pool
     key = c.who.name if not c.who.owner else pool.owner.analyst
-    kept = pool.answers.get(answer_id, key, owner=c.who.owner)
+    try:
+        kept = pool.answers.get(answer_id, key, owner=c.who.owner)
+    except OSError as exc:  # the answers' database is down: the answer may well be there
+        log.warning("late answers unreadable: %s", exc)
+        raise Problem(503, "unavailable", "the late answers cannot be read now; poll again "
+                      "(the answer, if kept, is not lost)", {"Retry-After": "1"}) from None
     if kept is None:
         raise Problem(404, "no-answer", f"no answer of yours has this id: it is unknown, or "
                       f"expired (answers are kept {pool.answers.max_age:g} s after their 504)")

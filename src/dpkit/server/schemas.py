@@ -61,6 +61,9 @@ class _ReleaseIn(_In):
 
 class CdfIn(_ReleaseIn):
     column: str = Name
+    # the grid's cells: equal, log-scale (long tails), or log-scale when the bounds span four
+    # orders of magnitude (a rule on the declared bounds: public)
+    grid: Literal["linear", "log", "auto"] = "linear"
 
 
 class QuantilesIn(CdfIn):

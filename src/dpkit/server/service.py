@@ -7,14 +7,14 @@ import datetime as _dt
 import logging
 from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from dpkit.noise import token_hex
-from dpkit.server.answers import FOLDER, Answer, AnswerStore
+from dpkit.server.answers import Answer
+from dpkit.server.answers_pg import open_answers
 from dpkit.server.auth import Authenticator, Identity
 from dpkit.server.config import ServerConfig
 from dpkit.server.limits import AuditLog, RateLimiter
@@ -31,8 +31,9 @@ bearer = HTTPBearer(auto_error=False, description="an analyst token (`dpkit anal
 class Service:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        answers = AnswerStore(Path(config.project) / FOLDER, count=config.answers_kept,
-                              max_age=config.answers_max_age)
+        answers = open_answers(config.project, store=config.answers_store,
+                               dsn=config.answers_dsn, count=config.answers_kept,
+                               max_age=config.answers_max_age)
         self.pool = Pool(config.project, timeout=config.timeout, answers=answers)
         self.auth = Authenticator(self.pool.owner.ledger, config.owner_token_sha256,
                                   config.oidc)

@@ -23,6 +23,8 @@ from dpkit.engine.tables import Column, TableMeta, check_bounds
 
 __all__ = [
     "DEFAULT_BINS",
+    "GRIDS",
+    "LOG_SPAN",
     "MARGINAL_BINS",
     "MARGINAL_INTEGER_CELLS",
     "MAX_INTEGER_CELLS",
@@ -30,6 +32,7 @@ __all__ = [
     "Axis",
     "categorical_axis",
     "column_of",
+    "log_grid_wanted",
     "ordered_axis",
     "product_axes",
 ]
@@ -44,6 +47,11 @@ MARGINAL_INTEGER_CELLS = 64
 MARGINAL_BINS = 16
 #: largest product domain for marginals and synthetic data (dense strategies)
 MAX_PRODUCT_CELLS = 4096
+#: the grids an ordered axis may take: equal cells, log-scale cells, or chosen by the range
+GRIDS = ("linear", "log", "auto")
+#: ``grid="auto"`` takes log-scale cells when the declared range spans this ratio of
+#: magnitudes (four orders): below it equal cells resolve the upper tail as finely
+LOG_SPAN = 1e4
 
 
 def _num(v: float) -> str:
@@ -76,7 +84,10 @@ class Axis:
 
     ``kind``: ``"int"`` (integers ``lo + i·step … lo + (i+1)·step − 1``, clamped into
     ``[lo, hi]``), ``"float"`` (equal cells ``[lo + i·w, lo + (i+1)·w)`` of ``[lo, hi]``, the
-    last one closed; values clamped) or ``"keys"`` (the declared domain, in its order).
+    last one closed; values clamped), ``"log"`` (equal cells of ``T(x) = sign(x)·ln(1 +
+    |x|/scale)`` over ``[T(lo), T(hi)]``, ``step`` their width in ``T``: geometric cells
+    above ``scale``, nearly equal ones below, mirrored for negative values; values clamped)
+    or ``"keys"`` (the declared domain, in its order).
     """
 
     column: str
@@ -87,6 +98,7 @@ class Axis:
     step: float = 1.0
     keys: tuple[Any, ...] = ()
     key_type: str = ""  # the column's SQL type (keys axes): keys are compared as that type
+    scale: float = 0.0  # log axes: where cells stop growing geometrically (public: the range)
 
     def cell_sql(self, ref: str) -> str:
         """SQL for the cell index (0 … size−1) of a row, NULL when the row is not counted.
@@ -101,7 +113,12 @@ class Axis:
             return f"(CASE {ref} {whens} ELSE NULL END)"
         v = f"TRY_CAST({ref} AS DOUBLE)"
         clamped = f"LEAST(GREATEST({v}, {_num(self.lo)}), {_num(self.hi)})"
-        if self.kind == "int" and self.step == 1:
+        if self.kind == "log":
+            t = f"(SIGN({clamped}) * LN(1 + ABS({clamped}) / {_num(self.scale)}))"
+            # GREATEST: the value at lo must not round into cell -1 (LN in SQL vs numpy)
+            idx = (f"LEAST(GREATEST(CAST(FLOOR(({t} - {_num(self._t0)}) / {_num(self.step)}) "
+                   f"AS BIGINT), 0), {self.size - 1})")
+        elif self.kind == "int" and self.step == 1:
             idx = f"CAST({clamped} - {_num(self.lo)} AS BIGINT)"
         else:
             idx = (f"LEAST(CAST(FLOOR(({clamped} - {_num(self.lo)}) / {_num(self.step)}) AS "
@@ -124,6 +141,11 @@ class Axis:
         integer axes ``e_{i+1} − 1`` is the last integer of cell ``i``."""
         if self.kind == "keys":
             raise ValueError("a categorical axis has no edges")
+        if self.kind == "log":
+            t = self._t0 + self.step * np.arange(self.size + 1, dtype=np.float64)
+            e = np.sign(t) * self.scale * np.expm1(np.abs(t))
+            e[0], e[-1] = self.lo, self.hi
+            return np.maximum.accumulate(e)  # monotone whatever the rounding
         e = self.lo + self.step * np.arange(self.size + 1, dtype=np.float64)
         if self.kind == "int":
             e[-1] = self.hi + 1.0
@@ -159,19 +181,70 @@ class Axis:
             unit = ("one cell per integer" if self.step == 1
                     else f"cells of {int(self.step)} integers")
             return f"{self.column}: {self.size} cells over [{self.lo:g}, {self.hi:g}] ({unit})"
+        if self.kind == "log":
+            return (f"{self.column}: {self.size} log-scale cells over [{self.lo:g}, "
+                    f"{self.hi:g}] (each {100 * math.expm1(self.step):.3g}% wider than the "
+                    f"one before above {self.scale:g}, about {self.scale * self.step:.3g} "
+                    f"wide below)")
         return (f"{self.column}: {self.size} equal cells of width {self.step:g} over "
                 f"[{self.lo:g}, {self.hi:g}]")
 
+    @property
+    def _t0(self) -> float:
+        """``T(lo)`` of a log axis (where cell 0 starts in the transformed scale)."""
+        return _log_t(self.lo, self.scale)
+
+
+def _log_t(x: float, scale: float) -> float:
+    """``T(x) = sign(x)·ln(1 + |x|/scale)``: the symmetric log transform of log axes."""
+    return math.copysign(math.log1p(abs(x) / scale), x) if x else 0.0
+
+
+def log_grid_wanted(lo: float, hi: float) -> bool:
+    """``grid="auto"``: whether the range ``[lo, hi]`` spans :data:`LOG_SPAN` or more, as
+    the ratio of the largest magnitude it reaches to the smallest (magnitudes below 1
+    counted as 1; a range holding 0 reaches magnitude 0). A rule on the declared (public)
+    range only: ``[0, 99999]`` (capital gains) and ``[-1e6, 1e6]`` take log cells, ``[0,
+    120]`` (ages) and ``[1000, 5000]`` equal ones."""
+    big = max(abs(lo), abs(hi))
+    small = 0.0 if lo <= 0.0 <= hi else min(abs(lo), abs(hi))
+    return big / max(small, 1.0) >= LOG_SPAN
+
+
+def _log_axis(name: str, lo: float, hi: float, bins: int | None, integer: bool) -> Axis:
+    """``bins`` (default :data:`DEFAULT_BINS`) log-scale cells over ``[lo, hi]``, with
+    ``scale`` = the largest magnitude over :data:`LOG_SPAN` (at least 1 for an integer
+    column: finer cells than one integer would stay empty), so every log grid resolves
+    about four orders of magnitude below its largest value."""
+    size = bins if bins is not None else DEFAULT_BINS
+    big = max(abs(lo), abs(hi))
+    scale = max(big / LOG_SPAN, 1.0 if integer else 0.0)
+    if scale <= 0.0:  # the range [0, 0]: one value, any grid holds it
+        scale = 1.0
+    step = (_log_t(hi, scale) - _log_t(lo, scale)) / size
+    if not step > 0.0:
+        return _float_axis(name, lo, hi, bins, DEFAULT_BINS)
+    return Axis(name, "log", size, lo, hi, step, scale=scale)
+
 
 def ordered_axis(meta: TableMeta, column: Any, *, bins: int | None,
-                 bounds: Mapping[str, Any] | None) -> Axis:
-    """The grid for ranges / CDFs: numeric, bounded, ordered."""
+                 bounds: Mapping[str, Any] | None, grid: str = "linear") -> Axis:
+    """The grid for ranges / CDFs: numeric, bounded, ordered. ``grid``: ``"linear"`` (equal
+    cells, one per integer where they fit), ``"log"`` (log-scale cells, :func:`_log_axis`)
+    or ``"auto"`` (log-scale when :func:`log_grid_wanted` says so of the range). All three
+    read only public things: the declared (or given) bounds, the column's type, ``bins``."""
     col = column_of(meta, column)
     if not col.numeric:
         raise QueryError(
             f"column {col.name!r} of {meta.name!r} has type {col.type}; ranges and CDFs need a "
             f"numeric column with declared bounds"
         )
+    if grid not in GRIDS:
+        raise QueryError(f"grid must be one of {', '.join(GRIDS)} (got {grid!r})")
+    if grid != "linear":
+        lo, hi = _bounds(meta, col.name, bounds)
+        if grid == "log" or log_grid_wanted(lo, hi):
+            return _log_axis(col.name, lo, hi, _check_bins(bins), col.cls in ("int", "bool"))
     return _numeric_axis(meta, col, bins=bins, bounds=bounds, integer_cells=MAX_INTEGER_CELLS,
                          target=DEFAULT_BINS)
 

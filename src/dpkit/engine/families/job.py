@@ -146,6 +146,8 @@ class CdfAsk(Ask):
     column: str
     probabilities: Sequence[float] | None = None
     strategy: Any = None
+    #: the grid's cells: "linear", "log" or "auto" (:func:`.axes.ordered_axis`)
+    grid: str = "linear"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -195,7 +195,7 @@ def _segments(cells_lo: np.ndarray, cells_hi: np.ndarray, size: int) -> tuple[np
 
 def _plan_cdf(ctx: Context, ask: CdfAsk, target: Target) -> Job:
     meta = table_meta(ctx, ask.table)
-    axis = ordered_axis(meta, ask.column, bins=ask.bins, bounds=ask.bounds)
+    axis = ordered_axis(meta, ask.column, bins=ask.bins, bounds=ask.bounds, grid=ask.grid)
     probs = _check_probabilities(ask.probabilities)
     if probs is None:
         text = f"SELECT DP_CDF({axis.column}) FROM {meta.name}"
