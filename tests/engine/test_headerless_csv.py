@@ -51,7 +51,7 @@ def test_wrong_names_and_formats_are_refused_before_loading(tmp_path: Path) -> N
     data = _gz(tmp_path / "adult.data.gz", ROWS)
     with pytest.raises(ValueError, match="gives 2 names and the file's first line has 3"):
         cur.add_table("a", data, source_format="csv", column_names=["age", "sex"])
-    with pytest.raises(ValueError, match="equal but for case|differ only in case|case"):
+    with pytest.raises(ValueError, match="differ only by case"):
         cur.add_table("a", data, source_format="csv", column_names=["age", "AGE", "x"])
     with pytest.raises(ValueError, match="source_format must be one of csv, parquet, json"):
         cur.add_table("a", data, source_format="xlsx")
