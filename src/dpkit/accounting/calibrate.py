@@ -51,6 +51,8 @@ def calibrate(family: Callable[[float], ev.Event], *, target_epsilon: float, del
         # ε falls smoothly with m: the secant of log ε over log m through the last two
         # points lands near the threshold (superlinearly), where bisection needs about
         # log2(log(hi/lo)/rtol) steps
+        if len(seen) < 2:
+            return None
         (m1, a), (m2, b) = list(seen.items())[-2:]
         if not (0 < a < math.inf and 0 < b < math.inf) or a == b or m1 == m2:
             return None
