@@ -34,12 +34,20 @@ __all__ = ["main"]
 
 
 class _FriendlyGroup(click.Group):
-    """Turns the library's ValueErrors (which already say what to do) into one red line, exit 2."""
+    """Turns the library's ValueErrors and ledger refusals (which already say what to do) into
+    one red line, exit 2."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except (ValueError, FileNotFoundError, FileExistsError, PermissionError) as exc:
+            err_console.print(f"[bold red]error:[/] {escape(cli_text(str(exc)))}")
+            sys.exit(2)
+        except RuntimeError as exc:  # a refused ledger (tampered, truncated, head lost)
+            from dpkit.engine.ledger_rows import LedgerError  # only now: --help loads no library
+
+            if not isinstance(exc, LedgerError):
+                raise
             err_console.print(f"[bold red]error:[/] {escape(cli_text(str(exc)))}")
             sys.exit(2)
         except ImportError as exc:  # a missing optional extra says which to install

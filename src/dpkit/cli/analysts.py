@@ -9,6 +9,7 @@ set to an analyst's token (PermissionError from the curator). A token is printed
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -109,14 +110,30 @@ def restore_head(project: str | Path, *, expected_head: str | None = None,
     kept = None
     if expected_head is not None:
         seq, _, digest = expected_head.partition(":")
-        if not seq.isdigit() or len(digest) != 64:
+        if not (seq.isascii() and seq.isdigit()) or re.fullmatch(r"[0-9a-f]{64}",
+                                                                  digest) is None:
             raise click.UsageError("--expected-head takes SEQ:HASH (the head `dpkit budget "
                                    "--json` printed: its seq, a colon, its 64 hex digits)")
         kept = (int(seq), digest)
+    from dpkit.engine.ledger import Ledger
+
     head = restore(ledger, expected_head=kept)
+    led = Ledger.open(ledger)
+    try:
+        newest, spent = led.entries()[-1], led.spend().spent
+    finally:
+        led.close()
     checked = "it reaches the head you kept" if kept else "no kept head was given to check"
-    make_console(console).print(f"head restored at row {head[0]} ({head[1][:12]}...): the "
-                                f"chain verifies under the owner key, {checked}")
+    con = make_console(console)
+    con.print(f"head restored at row {head[0]} ({head[1][:12]}...): the chain verifies under "
+              f"the owner key, {checked}. Its newest row: {newest.time} ({newest.kind}, "
+              f"{newest.analyst}); epsilon spent {spent:g}")
+    if kept is None:  # the owner's word is all that vouches for the end: say what it costs
+        con.print(f"[bold]Without --expected-head the ledger's end is taken as it is:[/] if "
+                  f"this project charged anything after {newest.time}, those rows were lost "
+                  f"with the head file and their budget is open again (a double spend). Check "
+                  f"the service's audit log, then restore the folder from a backup that has "
+                  f"them, before answering queries")
     return head
 
 

@@ -14,6 +14,10 @@ composed with ``ApproxDP(0, δ_t)``, the failure event of its fixed-plan sampler
 (:mod:`dpkit.noise.constant`), priced and written like the rest, and runs step 3 inside one
 ``noise.charge_scope()``, which keeps all of the release's requests within that δ.
 
+:func:`after_charge` lets a caller see the ledger between steps 2 and 3 (the service reads
+the budget an answer carries there: read after step 3, it would count every charge made
+elsewhere while the rows were read, a clock of the scan; FINDINGS.md L6).
+
 Anything that fails in step 3 keeps the charge and raises one fixed message that names the
 ledger entry and nothing else: a refund, or an error text taken from the failure, would make
 the *outcome* of the query depend on the rows (an error on D, an answer on D' = D plus one
@@ -24,6 +28,8 @@ killed connection), not a property of one row.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -35,8 +41,23 @@ from dpkit.engine.ledger import Entry, Ledger
 from dpkit.engine.ledger_rows import HeadNotWritten
 from dpkit.engine.spec import QueryError
 
-__all__ = ["AFTER_CHARGE", "ChargedQueryError", "charged_event", "charged_read", "charged_share",
-           "quote"]
+__all__ = ["AFTER_CHARGE", "ChargedQueryError", "after_charge", "charged_event", "charged_read",
+           "charged_share", "quote"]
+
+_hooks = threading.local()  # this thread's after_charge hook: a charge runs in its caller's
+
+
+@contextmanager
+def after_charge(hook: Callable[[Entry], None]) -> Iterator[None]:
+    """Within this block, ``hook(entry)`` runs in this thread right after each charge is
+    recorded and before its rows are read. A hook that fails is ignored (the charge stands
+    and the read goes on)."""
+    before = getattr(_hooks, "hook", None)
+    _hooks.hook = hook
+    try:
+        yield
+    finally:
+        _hooks.hook = before
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -127,6 +148,10 @@ def charged_read(ledger: Ledger, event: ev.Event, *, analyst: str, query: str,
             raise ChargedQueryError(AFTER_CHARGE.format(what=what, seq=exc.seq),
                                     exc.seq) from None
     # ---- from here on the charge is durable: whatever happens, it stays
+    hook = getattr(_hooks, "hook", None)
+    if hook is not None:
+        with contextlib.suppress(Exception):
+            hook(entry)
     try:
         exact = read()
     except Exception:

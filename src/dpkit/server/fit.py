@@ -40,7 +40,7 @@ from dpkit.learn import catalog
 from dpkit.server.problems import Problem
 from dpkit.server.schemas import MAX_SQL, BudgetOut, ChargeOut
 from dpkit.server.service import AnalystCall
-from dpkit.server.views import budget_json, clean
+from dpkit.server.views import budget_json, charged_budget, clean
 
 __all__ = ["FitIn", "FitOut", "FitPreviewOut", "ModelsOut", "router"]
 
@@ -163,8 +163,10 @@ def _options(model: Any, spec: catalog.ModelSpec) -> dict[str, Any]:
     return {k: clean(v) for k, v in params.items() if k in keep}
 
 
-def fit_json(tm: TableModel, body: FitIn, cur: Curator) -> dict[str, Any]:
-    """The answer of ``POST /v1/fit`` (module docstring): public and noisy things only."""
+def fit_json(tm: TableModel, body: FitIn, cur: Curator,
+             budget: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The answer of ``POST /v1/fit`` (module docstring): public and noisy things only;
+    ``budget``: the caller's as of the fit's charge (:func:`~dpkit.server.views.charged_budget`)."""
     spec, m, enc = catalog.CATALOG[body.model], tm.model, tm.encoding
     params = catalog.released(body.model, m)
     finite = all(math.isfinite(x) for x in _flat(params))
@@ -187,7 +189,8 @@ def fit_json(tm: TableModel, body: FitIn, cur: Curator) -> dict[str, Any]:
             f"{spec.estimator} diverged: some parameters are not finite (null here); lower "
             f"learning_rate"],
         "training": training, "insecure": cur.insecure, "ledger_seq": tm.ledger_seq,
-        "charge": {"epsilon": tm.epsilon, "delta": tm.delta}, "budget": budget_json(cur)})
+        "charge": {"epsilon": tm.epsilon, "delta": tm.delta},
+        "budget": budget if budget is not None else budget_json(cur)})
 
 
 def _flat(value: Any) -> list[float]:
@@ -227,10 +230,11 @@ def fit(body: FitIn, c: AnalystCall) -> Any:
     model = _estimator(body)
 
     def call(cur: Curator) -> Any:
-        tm = cur.fit(model, body.sql, label=body.label, epsilon=body.epsilon,
-                     delta=body.delta)
+        with charged_budget(cur) as box:
+            tm = cur.fit(model, body.sql, label=body.label, epsilon=body.epsilon,
+                         delta=body.delta)
         c.charged(float(tm.epsilon), float(tm.delta))
-        return fit_json(tm, body, cur)
+        return fit_json(tm, body, cur, box.get("budget"))
 
     # a fit takes longer than a query: its own limit (``dpkit serve --fit-timeout``), which
     # is also its answer's top timing class

@@ -12,6 +12,10 @@ of the project that every worker process reads, or a PostgreSQL table that every
 ``GET /v1/answers/{id}``; a call still waiting for a thread then is cancelled (nothing
 charged, nothing kept).
 
+A call that may read rows lets its curator's lock (and its caller's slot, below) go at its
+answer's timing class, not when its work ended (``let_go``; FINDINGS.md L1): the caller's next
+request waits for that lock, and would otherwise time the work the class withholds.
+
 One caller may have at most ``per_caller`` calls waiting or running in a process; beyond, 429
 ``busy`` (nothing charged). Its calls run one at a time anyway (its curator's lock), so more
 would only hold the shared threads while they wait for that lock, and the other analysts'
@@ -84,11 +88,15 @@ class Pool:
 
     def run(self, who: Identity, token: str | None, call: Callable[[Curator], T], *,
             timeout: float | None = None,
-            finish: Callable[[Future[T]], Answer] | None = None) -> T:
+            finish: Callable[[Future[T]], Answer] | None = None,
+            let_go: Callable[[Callable[[], None]], None] | None = None) -> T:
         """``call(curator)`` under the curator's lock, answered within the timeout; 429 when
         ``who`` already has :attr:`per_caller` calls in this process. Past the timeout, 504
         naming the id under which the answer will be kept (``finish`` turns the done work into
-        the response the request would have given; by default its result's JSON)."""
+        the response the request would have given; by default its result's JSON).
+        ``let_go``: given the function that releases the curator's lock and the caller's slot
+        once the call ended, calls it then or later (at the answer's timing class:
+        :meth:`~dpkit.server.pacing.Pacing.left`); by default at once."""
         key = who.name if not who.owner else self.owner.analyst
         with self._lock:
             if self._pending.get(key, 0) >= self.per_caller:
@@ -99,14 +107,17 @@ class Pool:
             self._pending[key] = self._pending.get(key, 0) + 1
 
         def locked() -> T:
+            held: threading.Lock | None = None
             try:
                 while True:  # the curator may be replaced meanwhile (:meth:`exclusive`)
                     hit = self.curator(who, token)
-                    with hit[1]:
-                        if self._curators.get(hit[0].analyst) is hit:
-                            return call(hit[0])
+                    hit[1].acquire()
+                    if self._curators.get(hit[0].analyst) is hit:
+                        held = hit[1]
+                        return call(hit[0])
+                    hit[1].release()
             finally:
-                self._done(key)
+                self._let_go(key, held, let_go)
 
         try:
             future = self._threads.submit(locked)
@@ -148,6 +159,24 @@ class Pool:
                        f"/v1/history)",
                        {"Retry-After": "1", "Location": url},
                        {"answer_id": ident, "answer_url": url})
+
+    def _let_go(self, key: str, held: threading.Lock | None,
+                let_go: Callable[[Callable[[], None]], None] | None) -> None:
+        """Release the curator's lock (``held``, once a call ran) and the caller's slot, now
+        or when ``let_go`` says: a lock is a plain Lock, which a timer thread may release."""
+        def release() -> None:
+            if held is not None:
+                held.release()
+            self._done(key)
+
+        if held is None or let_go is None:
+            release()
+            return
+        try:
+            let_go(release)
+        except Exception:  # never a lock left held for ever: the analyst's curator is its own
+            log.exception("a curator could not be held to its class; let go at once")
+            release()
 
     def _done(self, key: str) -> None:
         with self._lock:

@@ -22,6 +22,7 @@ from dpkit.server.problems import Problem
 from dpkit.server.service import AnalystCall, Caller
 from dpkit.server.views import (
     budget_json,
+    charged_budget,
     clean,
     history_json,
     preview_json,
@@ -79,18 +80,20 @@ def preview(body: s.PreviewIn, c: AnalystCall) -> Any:
 def query(body: s.QueryIn, c: AnalystCall) -> Any:
     """Run an aggregate query: noisy values with intervals, charged to the caller."""
     def call(cur: Curator) -> Any:
-        res = cur.sql(body.sql, accuracy=body.accuracy, **_query_kwargs(body))
+        with charged_budget(cur) as box:
+            res = cur.sql(body.sql, accuracy=body.accuracy, **_query_kwargs(body))
         c.charged(float(res.epsilon), float(res.delta))
-        return result_json(res, cur)
+        return result_json(res, cur, box.get("budget"))
 
     return c.run(call, reads_rows=True)
 
 
 def _release(c: Caller, method: str, *args: Any, **kw: Any) -> Any:
     def call(cur: Curator) -> Any:
-        res = getattr(cur, method)(*args, **kw)
+        with charged_budget(cur) as box:
+            res = getattr(cur, method)(*args, **kw)
         c.charged(float(res.epsilon), float(res.delta))
-        return result_json(res, cur)
+        return result_json(res, cur, box.get("budget"))
 
     return c.run(call, reads_rows=True)
 

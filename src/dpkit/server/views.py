@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
+from dpkit.engine.charge import after_charge
 from dpkit.engine.curator import Curator
 from dpkit.engine.results import Preview, Result
 from dpkit.engine.tables import TableMeta
 from dpkit.server.problems import http_text
 
-__all__ = ["budget_json", "clean", "history_json", "preview_json", "result_json",
-           "table_json"]
+__all__ = ["budget_json", "charged_budget", "clean", "history_json", "preview_json",
+           "result_json", "table_json"]
 
 _CI = ("ci_low", "ci_high")
 
@@ -73,6 +76,17 @@ def _kind(query: str) -> str:
     return head.lower()
 
 
+@contextmanager
+def charged_budget(cur: Curator) -> Iterator[dict[str, Any]]:
+    """Within this block, the caller's budget is read right after each charge, before its
+    rows are read (``box["budget"]``): the budget an answer carries. Read when the answer is
+    made, it counted every charge other processes made during the scan, which an analyst
+    charging at known moments on another worker reads as the scan's end (FINDINGS.md L6)."""
+    box: dict[str, Any] = {}
+    with after_charge(lambda entry: box.update(budget=budget_json(cur))):
+        yield box
+
+
 def history_json(cur: Curator) -> dict[str, Any]:
     """``GET /v1/history``: the caller's own charges (the owner: the project's). A fit is kind
     ``fit`` (its statement reads rows: not a query to put back in the editor) and its
@@ -114,8 +128,10 @@ def _key_cell(v: Any) -> Any:
     return v
 
 
-def result_json(res: Result, cur: Curator) -> dict[str, Any]:
-    """A query's or a release's answer: the value columns as rows, each interval beside."""
+def result_json(res: Result, cur: Curator,
+                budget: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A query's or a release's answer: the value columns as rows, each interval beside;
+    ``budget``: the caller's, as of the answer's own charge (:func:`charged_budget`)."""
     kinds = res.kinds
     cols = [c for c in res.columns if kinds.get(c) not in _CI]
     n = len(res)
@@ -131,4 +147,4 @@ def result_json(res: Result, cur: Curator) -> dict[str, Any]:
                   "warnings": list(res.warnings), "notes": [http_text(n) for n in res.notes],
                   "insecure": bool(res.insecure), "ledger_seq": res.ledger_seq,
                   "charge": {"epsilon": float(res.epsilon), "delta": float(res.delta)},
-                  "budget": budget_json(cur)})
+                  "budget": budget if budget is not None else budget_json(cur)})
