@@ -82,14 +82,17 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
               copy: bool = True, replace: bool = False, console: Any = None,
               declare: str | Path | None = None, rows_epsilon: float | None = None,
               max_text_length: int | str | None = "default",
-              drop_privacy_unit: bool = False,
+              drop_privacy_unit: bool = False, source_format: str | None = None,
+              column_names: Sequence[str] | None = None,
               types: Mapping[str, str] | str | None = None) -> None:
     """Register a table from a CSV / Parquet / JSON file or a DuckDB database (``db::table``).
 
     ``declare``: a JSON/YAML declaration file (:mod:`dpkit.engine.declare`); the other
     arguments add to it (the same column declared in both is refused: keep one).
     ``max_rows_per_unit="auto"`` chooses the cap privately, charged ``rows_epsilon``.
-    ``max_text_length``: "default" (the engine's), a number of characters, or None."""
+    ``max_text_length``: "default" (the engine's), a number of characters, or None.
+    ``source_format``, ``column_names``: a file its name does not describe (``--format``,
+    ``--column-names``; :meth:`Curator.add_table`)."""
     from dpkit.engine.bounds import AUTO_ROWS_EPSILON
     from dpkit.engine.curator import Curator
     from dpkit.engine.declare import read_declaration, where_declared
@@ -115,6 +118,7 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
             try:
                 meta = cur.add_table(name, source, copy=copy, replace=replace,
                                      progress=progress, drop_privacy_unit=drop_privacy_unit,
+                                     source_format=source_format, column_names=column_names,
                                      rows_epsilon=AUTO_ROWS_EPSILON if rows_epsilon is None
                                      else rows_epsilon, **kw)
             except (ValueError, TypeError) as exc:
@@ -329,6 +333,11 @@ def init_command(project: Path, epsilon: float, delta: float, accountant: str | 
 @click.option("--max-text-length", "max_text_length", default=None, metavar="N|none",
               help="Cut text values longer than N characters at load (default 1000; 'none': "
                    "no bound; public, in the table's declarations).")
+@click.option("--format", "source_format", type=click.Choice(["csv", "parquet", "json"]),
+              default=None, help="The file's format when its name does not say it "
+              "(adult.data.gz: csv; .gz/.zst compression is read from the name).")
+@click.option("--column-names", "column_names", default=None, metavar="A,B,...",
+              help="A CSV without a header line: its columns' names, in order.")
 def add_table_command(
     project: Path,
     name: str,
@@ -348,10 +357,12 @@ def add_table_command(
     replace: bool,
     drop_privacy_unit: bool,
     max_text_length: str | None,
+    source_format: str | None,
+    column_names: str | None,
 ) -> None:
-    """Register a sensitive table with its privacy unit. SOURCE: a CSV, Parquet or JSON file,
-    a folder of them named for their format (visits.parquet/: a dataset), or a DuckDB
-    database (file.duckdb::table)."""
+    """Register a sensitive table with its privacy unit. SOURCE: a CSV, Parquet or JSON file
+    (compressed: .csv.gz; named otherwise: --format), a folder of them named for their format
+    (visits.parquet/: a dataset), or a DuckDB database (file.duckdb::table)."""
     from dpkit.cli.bounds import ask_max_rows, parse_max_rows
 
     rows = parse_max_rows(max_rows_per_unit)
@@ -376,6 +387,9 @@ def add_table_command(
         max_text_length=parse_text_length(max_text_length),
         drop_privacy_unit=drop_privacy_unit,
         types=parse_types(types),
+        source_format=source_format,
+        column_names=None if column_names is None else
+        [c.strip() for c in column_names.split(",")],
     )
 
 

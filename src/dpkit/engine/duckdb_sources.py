@@ -19,7 +19,7 @@ from typing import Any
 
 import duckdb
 
-from dpkit.engine.tables import FIXED_PREFIX, Column, OpenedSource, quote_ident
+from dpkit.engine.tables import FIXED_PREFIX, Column, FileSource, OpenedSource, quote_ident
 
 __all__ = ["DATASET_SUFFIX", "INFER", "KEY_COLUMN", "ColumnTypes", "check_case_distinct",
            "check_complete", "check_type_names", "file_format", "key_parts", "loaded_columns",
@@ -175,6 +175,9 @@ def source_sql(con: duckdb.DuckDBPyConnection, source: Any, source_table: str | 
         return _path_sql(con, str(source), source_table, column_types)
     if isinstance(source, OpenedSource):
         return _opened_sql(con, source, source_table, column_types)
+    if isinstance(source, FileSource):
+        return _path_sql(con, source.path, source_table, column_types, fmt=source.format,
+                         names=source.column_names)
     return _frame_sql(con, source)
 
 
@@ -183,8 +186,10 @@ def _no_cleanup() -> None:
 
 
 def _path_sql(con: duckdb.DuckDBPyConnection, text: str, source_table: str | None,
-              column_types: ColumnTypes | None) -> tuple[str, str, Callable[[], object]]:
-    """A file source: its format told by its name (``file.duckdb::table`` names a table)."""
+              column_types: ColumnTypes | None, *, fmt: str | None = None,
+              names: Sequence[str] | None = None) -> tuple[str, str, Callable[[], object]]:
+    """A file source: its format told by its name (``file.duckdb::table`` names a table) or
+    by ``fmt``; ``names``: a header-less CSV's column names."""
     if "::" in text and not Path(text).exists():
         text, source_table = text.rsplit("::", 1)
     path = Path(text).expanduser()
@@ -196,10 +201,13 @@ def _path_sql(con: duckdb.DuckDBPyConnection, text: str, source_table: str | Non
             "" if folder.exists() else f" (nor does its folder {folder}: create it and put the "
                                        f"file there)"))
     p = string_literal(str(path.resolve()))
-    fmt = file_format(path)
+    fmt = fmt or file_format(path, flags=True)
+    if names is not None and fmt != "csv":
+        raise ValueError(f"column_names= (--column-names) names a CSV's columns; {path} is "
+                         f"read as {fmt}, whose columns are named in the file")
     if fmt == "database":
         return _database_sql(con, path, p, source_table)
-    return _file_sql(con, fmt, p, "", column_types), "file", _no_cleanup
+    return _file_sql(con, fmt, p, "", column_types, names), "file", _no_cleanup
 
 
 _FORMATS = (("csv", (".csv", ".tsv", ".txt")), ("parquet", (".parquet", ".pq")),
@@ -209,32 +217,45 @@ _FORMATS = (("csv", (".csv", ".tsv", ".txt")), ("parquet", (".parquet", ".pq")),
 DATASET_SUFFIX = {"csv": ".csv", "parquet": ".parquet", "json": ".json"}
 
 
-def file_format(path: Path) -> str:
+def file_format(path: Path, *, flags: bool = False) -> str:
     """``csv``, ``parquet``, ``json`` or ``database``, from ``path``'s suffixes (or a
-    ValueError saying which names are understood)."""
+    ValueError saying which names are understood, and with ``flags``, how to say the format
+    of a file named otherwise)."""
     suffixes = [s.lower() for s in path.suffixes]
     for fmt, names in _FORMATS:
         if any(s in names for s in suffixes):
             return fmt
     raise ValueError(
         f"cannot tell the format of {path} from its name; use .csv, .parquet, .json or a "
-        f".duckdb database"
-    )
+        f".duckdb database" + (
+            ", or say it: --format csv (source_format='csv' in Python; .gz/.zst compression "
+            "is read from the name), and for a CSV without a header line its columns: "
+            "--column-names a,b,c (column_names=[...])" if flags else ""))
 
 
 def _file_sql(con: duckdb.DuckDBPyConnection, fmt: str, p: str, options: str,
-              column_types: ColumnTypes | None = None) -> str:
+              column_types: ColumnTypes | None = None,
+              names: Sequence[str] | None = None) -> str:
     """The reader of a CSV/Parquet/JSON source ``p`` (a SQL string literal, or a list of
-    them), its column names checked first. A CSV/JSON source's columns are read as
-    ``column_types`` says (given the names), never as the sniffer would type them from the
-    rows, unless it says None (FINDINGS.md L3)."""
+    them), its column names checked first (``names``: a CSV with no header line, named so).
+    A CSV/JSON source's columns are read as ``column_types`` says (given the names), never as
+    the sniffer would type them from the rows, unless it says None (FINDINGS.md L3)."""
     if fmt == "csv":
         header = con.execute(f"SELECT * FROM read_csv_auto({p}, header=false, "
                              f"all_varchar=true{options}) LIMIT 1").fetchall()
-        names = [str(v) for v in header[0]] if header else []
-        check_case_distinct(names)
-        typed = _typed_option(column_types, names, "types")
-        return f"read_csv_auto({p}{', header=true' if typed else ''}{typed}{options})"
+        if names is None:
+            found = [str(v) for v in header[0]] if header else []
+            check_case_distinct(found)
+            typed = _typed_option(column_types, found, "types")
+            return f"read_csv_auto({p}{', header=true' if typed else ''}{typed}{options})"
+        width = len(header[0]) if header else 0
+        if width != len(names):
+            raise ValueError(f"column_names gives {len(names)} names and the file's first line "
+                             f"has {width} columns: name each column, in order")
+        check_case_distinct(list(names))
+        listed = ", ".join(string_literal(n) for n in names)
+        typed = _typed_option(column_types, list(names), "types")
+        return f"read_csv_auto({p}{options}, header=false, names=[{listed}]{typed})"
     if fmt == "parquet":
         check_case_distinct([str(r[0]) for r in con.execute(
             f"SELECT name FROM parquet_schema({p}) WHERE num_children IS NULL OR "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ from dpkit.engine.load import (
 )
 from dpkit.engine.prepare import Preparer
 from dpkit.engine.project import DATA_FILE, LOAD_LOCK
-from dpkit.engine.tables import TableMeta, check_identifier
+from dpkit.engine.tables import TableMeta, check_identifier, file_source
 
 __all__ = ["TableMethods"]
 
@@ -97,6 +97,8 @@ class TableMethods:
         max_text_length: int | None = MAX_TEXT_LENGTH,
         drop_privacy_unit: bool = False,
         types: Mapping[str, str] | str | None = None,
+        source_format: str | None = None,
+        column_names: Sequence[str] | None = None,
     ) -> TableMeta:
         """Register a table (the data owner's job); spends nothing, except ``"auto"``.
 
@@ -116,9 +118,13 @@ class TableMethods:
         ``types={"code": "VARCHAR", "year": "INTEGER"}``: how a CSV/JSON source's columns are
         read (a private table's other columns: DOUBLE with bounds, the domain keys' type, else
         VARCHAR, never the types its rows suggest; ``types="infer"``: DuckDB's sniffer, whose
-        types follow the data and are released to analysts). Details: docs/curator.md.
+        types follow the data and are released to analysts).
+        ``source_format="csv"`` (or parquet, json): a path whose name does not say it
+        (``adult.data.gz``); ``column_names=[...]``: a CSV without a header line, its columns
+        in order. Details: docs/curator.md.
         """
         spark = check_engine(engine or self._engine) == SPARK
+        source = file_source(source, source_format, column_names, spark=spark)
         check_identifier(name, "table")
         self._require_owner("adding, replacing or declaring a table")
         auto = dbounds.check_rows_declaration(privacy_unit, max_rows_per_unit, public=public,
