@@ -6,14 +6,19 @@
     PYTHONPATH=$PWD/src python benchmarks/fuzz_campaign.py --no-constant-work --queries 600
     PYTHONPATH=$PWD/src python benchmarks/fuzz_campaign.py --engine spark --queries 60 \\
         --seed 4201 --neighbours add,change_extreme
+    PYTHONPATH=$PWD/src python benchmarks/fuzz_campaign.py --engine service --queries 105 \\
+        --seed 5301
 
 DuckDB: the CI run's table (``tests/attacks/test_side_channels.py``: PEOPLE, eleven column
 types, and the public WARDS). Spark (a ``local[1]`` session): the Spark test's table
 (``tests/spark/test_session_and_fuzz.py``: SMALL with a date and a timestamp column, and the
-public LOOKUP), its projects made by ``sc.spark_factory``. Unlike the CI runs it does not stop
-at the first finding: each is minimised and printed with its reproducer, and the run's
-figures (comparisons, outcomes on D, findings by cause, CPU and wall seconds) are appended to
-``--out`` as one JSON line. FINDINGS.md section K gives the runs made and what they found.
+public LOOKUP), its projects made by ``sc.spark_factory``. The service (``--engine service``):
+the DuckDB table, every project served by its own in-process app
+(:func:`dpkit.server.fuzz.fuzz_service`, the service's families unless ``--families``).
+Unlike the CI runs it does not stop at the first finding: each is minimised and printed with
+its reproducer, and the run's figures (comparisons, outcomes on D, findings by cause, CPU and
+wall seconds) are appended to ``--out`` as one JSON line. FINDINGS.md sections K and M give the
+runs made and what they found.
 """
 
 from __future__ import annotations
@@ -35,8 +40,8 @@ sys.path.insert(0, str(ROOT / "tests" / "spark"))
 from dpkit.attacks import side_channels as sc  # noqa: E402
 
 #: every family the grammar knows, SQL weighed up as in the default
-ALL = ("sql", "sql", "sql", "filter", "dp_cdf", "cdf", "quantiles", "marginals", "synthetic",
-       "synthetic", "fit")
+ALL = ("sql", "sql", "sql", "filter", "dp_cdf", "cdf", "ranges", "quantiles", "marginals",
+       "synthetic", "synthetic", "fit")
 
 
 def _spark_session() -> Any:
@@ -58,7 +63,7 @@ def _spark_session() -> Any:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--engine", choices=("duckdb", "spark"), default="duckdb")
+    ap.add_argument("--engine", choices=("duckdb", "spark", "service"), default="duckdb")
     ap.add_argument("--queries", type=int, default=1500)
     ap.add_argument("--seed", type=int, default=4101)
     ap.add_argument("--families", default="", help="comma-separated, or 'all' (default: "
@@ -96,9 +101,14 @@ def main() -> None:
             print(f"  {done}/{total} comparisons, {time.perf_counter() - wall:.0f} s",
                   flush=True)
 
+    run = sc.fuzz
+    if args.engine == "service":
+        from dpkit.server.fuzz import fuzz_service
+
+        run = fuzz_service
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        rep = sc.fuzz(table, public=public, progress=progress, **kw)
+        rep = run(table, public=public, progress=progress, **kw)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     print(rep.summary())
     for f in rep.findings[2:]:  # the summary shows two per cause

@@ -84,7 +84,8 @@ def test_suggest_bounds_rounds_an_integer_column_outward(tmp_path: Path) -> None
     csv = tmp_path / "ages.csv"
     pd.DataFrame({"age": np.arange(3000) % 73 + 17}).to_csv(csv, index=False)
     runner = CliRunner()
-    assert runner.invoke(main, ["add-table", str(path), "t", str(csv)]).exit_code == 0
+    assert runner.invoke(main, ["add-table", str(path), "t", str(csv),
+                                "--types", "age=INTEGER"]).exit_code == 0
     r = runner.invoke(main, ["suggest-bounds", str(path), "t", "age", "--epsilon", "1",
                              "--search", "0:150", "--bins", "300"])
     assert r.exit_code == 0, r.output

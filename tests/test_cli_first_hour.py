@@ -28,7 +28,8 @@ def test_a_column_without_bounds_says_how_to_declare_them(tmp_path: Path) -> Non
     run = CliRunner().invoke
     assert run(main, ["init", project, "--epsilon", "2"]).exit_code == 0
     assert run(main, ["add-table", project, "t", str(tmp_path / "t.csv"), "--privacy-unit",
-                      "pid", "--max-rows-per-unit", "1"]).exit_code == 0
+                      "pid", "--max-rows-per-unit", "1", "--types", "k=INTEGER,w=INTEGER"]
+               ).exit_code == 0
     result = run(main, ["query", project, "SELECT AVG(w) FROM t", "--epsilon", "0.5"])
     assert result.exit_code != 0
     flat = " ".join(result.output.split())
@@ -288,7 +289,8 @@ def test_a_fit_over_undeclared_columns_names_them_all_in_the_commands_spelling(
     project = str(tmp_path / "p.dpkit")
     run = CliRunner().invoke
     assert run(main, ["init", project, "--epsilon", "3", "--delta", "1e-6"]).exit_code == 0
-    assert run(main, ["add-table", project, "t", str(tmp_path / "t.csv")]).exit_code == 0
+    assert run(main, ["add-table", project, "t", str(tmp_path / "t.csv"),
+                      "--types", "age=INTEGER,w=INTEGER"]).exit_code == 0
     out = run(main, ["fit", project, "SELECT age, w FROM t", "--label", "sex", "--epsilon",
                      "0.5"])
     assert out.exit_code != 0

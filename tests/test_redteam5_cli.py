@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 import dpkit as dp
 from dpkit.cli import main
+from dpkit.engine.sql import QueryError
 
 
 def _rolled_back(tmp_path: Path) -> tuple[Path, str]:
@@ -56,13 +57,11 @@ def test_l2_a_refusal_is_one_line_and_a_bad_hash_a_usage_error(tmp_path: Path) -
     assert not (folder / "ledger.head").exists()  # nothing restored by either
 
 
-@pytest.mark.xfail(strict=True, reason="L3, open: a CSV source's column types are sniffed "
-                   "from its rows and shown to analysts (docs/curator.md)")
 def test_l3_a_csv_column_type_does_not_follow_one_unit(tmp_path: Path) -> None:
     """L3: D, a CSV whose `code` holds numbers; D', one unit more whose code is "A12". The
-    analyst's table metadata says BIGINT on D and VARCHAR on D' (DuckDB's sniffer): one
-    person's value, released exactly. Strict xfail: it passes (and fails the suite) once
-    the types are declared or otherwise made a function of public things."""
+    analyst's table metadata said BIGINT on D and VARCHAR on D' (DuckDB's sniffer): one
+    person's value, released exactly. Now an undeclared column is VARCHAR on both, `x`
+    (bounds) DOUBLE."""
     rows = "uid,code,x\n" + "".join(f"{i},{100 + i % 7},{i % 50}\n" for i in range(200))
     seen = {}
     for name, extra in {"D": "", "D1": "999,A12,3\n"}.items():
@@ -74,6 +73,7 @@ def test_l3_a_csv_column_type_does_not_follow_one_unit(tmp_path: Path) -> None:
         with dp.Curator.open(tmp_path / f"{name}.dpkit", token=token) as cur:
             seen[name] = {c.name: c.type for c in cur.tables()["t"].columns}
     assert seen["D"] == seen["D1"]
+    assert seen["D"] == {"uid": "VARCHAR", "code": "VARCHAR", "x": "DOUBLE"}
 
 
 FORMS = ["SELECT DP_CDF(age, 8) FROM t WHERE w = 'w1'",
@@ -149,3 +149,77 @@ def test_l6_after_charge_runs_between_the_charge_and_the_read(
             assert cur.sql("SELECT COUNT(*) AS n FROM t", epsilon=0.5).ledger_seq is not None
         cur.sql("SELECT COUNT(*) AS n FROM t", epsilon=0.5)  # outside: no hook
         assert len(order) == 4
+
+
+def _csv(tmp_path: Path) -> Path:
+    path = tmp_path / "v.csv"
+    path.write_text("uid,code,x,ward\n" + "".join(
+        f"{i},{100 + i % 7},{i % 50},{'AB'[i % 2]}\n" for i in range(60)))
+    return path
+
+
+def test_l3_types_declared_in_python_and_the_refusal_names_the_fix(tmp_path: Path) -> None:
+    """L3: types= reads a column as declared; a domain's keys give their type; a text
+    column compared with a number is refused before the charge, naming --types; a type
+    DuckDB does not know, or a column the file lacks, is refused before the load."""
+    with dp.Curator.create(tmp_path / "p", epsilon=3.0, source=dp.noise.seeded(0)) as cur:
+        meta = cur.add_table("t", str(_csv(tmp_path)), privacy_unit="uid", max_rows_per_unit=1,
+                             types={"CODE": "integer"}, domains={"ward": ["A", "B"]})
+        assert {c.name: c.type for c in meta.columns} == {
+            "uid": "VARCHAR", "code": "INTEGER", "x": "VARCHAR", "ward": "VARCHAR"}
+        cur.sql("SELECT COUNT(*) AS n FROM t WHERE code = 101", epsilon=0.5)
+        with pytest.raises(QueryError, match="--types x=BIGINT"):
+            cur.sql("SELECT COUNT(*) AS n FROM t WHERE x > 3", epsilon=0.5)
+        with pytest.raises(ValueError, match="not a DuckDB type"):
+            cur.add_table("u", str(_csv(tmp_path)), types={"code": "INTEGR"})
+        with pytest.raises(ValueError, match="no column 'cod'"):
+            cur.add_table("u", str(_csv(tmp_path)), types={"cod": "INTEGER"})
+        with pytest.raises(ValueError, match="carries its own types"):
+            cur.add_table("u", pd.DataFrame({"a": [1]}), types={"a": "INTEGER"})
+        assert cur.budget().spent == pytest.approx(0.5)
+        sniffed = cur.add_table("s", str(_csv(tmp_path)), types="infer")
+        assert {c.name: c.type for c in sniffed.columns}["code"] == "BIGINT"
+
+
+def test_l3_types_on_the_command_line_and_in_a_declaration_file(tmp_path: Path) -> None:
+    """L3: --types col=TYPE,... (DECIMAL(10,2) keeps its comma) and a declaration file's
+    "types" read the columns as declared; --types infer keeps the sniffer's."""
+    import json
+
+    csv, project = _csv(tmp_path), tmp_path / "p"
+    runner = CliRunner()
+    assert runner.invoke(main, ["init", str(project), "--epsilon", "1"]).exit_code == 0
+    out = runner.invoke(main, ["add-table", str(project), "t", str(csv), "--privacy-unit",
+                               "uid", "--max-rows-per-unit", "1",
+                               "--types", "code=SMALLINT,x=DECIMAL(10,2)"])
+    assert out.exit_code == 0, out.output
+    (tmp_path / "d.json").write_text(json.dumps({"types": {"uid": "BIGINT"}}))
+    out = runner.invoke(main, ["add-table", str(project), "f", str(csv), "--declare",
+                               str(tmp_path / "d.json")])
+    assert out.exit_code == 0, out.output
+    out = runner.invoke(main, ["add-table", str(project), "i", str(csv), "--types", "infer"])
+    assert out.exit_code == 0, out.output
+    with dp.Curator.open(project) as cur:
+        types = {n: {c.name: c.type for c in m.columns} for n, m in cur.tables().items()}
+    assert types["t"] == {"uid": "VARCHAR", "code": "SMALLINT", "x": "DECIMAL(10,2)",
+                          "ward": "VARCHAR"}
+    assert types["f"]["uid"] == "BIGINT" and types["f"]["code"] == "VARCHAR"
+    assert types["i"]["code"] == "BIGINT"
+    bad = runner.invoke(main, ["add-table", str(project), "b", str(csv), "--types", "code"])
+    assert bad.exit_code == 2 and "column=TYPE" in "".join(bad.output.split())
+
+
+def test_l3_an_undeclared_csv_column_in_an_average_names_the_declaration(
+        tmp_path: Path) -> None:
+    """L3: AVG over a CSV column of numbers left undeclared (VARCHAR now) is refused before
+    the charge with the flags that type it; a frame's text column keeps the plain refusal."""
+    with dp.Curator.create(tmp_path / "p", epsilon=3.0, source=dp.noise.seeded(0)) as cur:
+        cur.add_table("t", str(_csv(tmp_path)))
+        with pytest.raises(QueryError, match=r"--bounds x=LOW:HIGH --replace.*--types x=BIGINT"):
+            cur.sql("SELECT AVG(x) AS a FROM t", epsilon=0.5)
+        cur.add_table("f", pd.DataFrame({"x": ["1", "2"]}))
+        with pytest.raises(QueryError, match="not a number") as caught:
+            cur.sql("SELECT AVG(x) AS a FROM f", epsilon=0.5)
+        assert "--types" not in str(caught.value)
+        cur.sql("SELECT COUNT(*) AS n FROM f WHERE x IN (1, 2)", epsilon=0.5)  # under TRY
+        assert cur.budget().spent == pytest.approx(0.5)

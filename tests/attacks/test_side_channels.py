@@ -311,14 +311,14 @@ def test_command_line_says_when_it_ran_fewer_comparisons(tmp_path: Path) -> None
 
 
 def test_no_side_channels_on_all_column_types() -> None:
-    # 1,200 D/D' comparisons: 5 neighbour kinds x 2 accountants = 10 pairs, 120 queries each
+    # 1,204 D/D' comparisons: 7 neighbour kinds x 2 accountants = 14 pairs, 86 queries each
     # (~55 s on CI's two cores; the PLD accountant's share is the test below). The suite's
     # ten-minute budget sets the number; the slow run below asks five times as many.
     # The work trace (statements, noise requests) is compared too, by default: measured no
     # slower within the spread (docs/attacks.md, benchmarks/fuzz_trace_cost.py).
-    rep = sc.fuzz(PEOPLE, public=[WARDS], queries=1200, seed=2024,
+    rep = sc.fuzz(PEOPLE, public=[WARDS], queries=1204, seed=2024,
                   accountants=("approx", "zcdp"), max_findings=1)
-    assert rep.comparisons == 1200 or rep.findings
+    assert rep.comparisons == 1204 or rep.findings
     assert rep.ok, rep.summary()
 
 
@@ -326,9 +326,9 @@ def test_no_side_channels_on_all_column_types() -> None:
 def test_no_side_channels_in_a_long_run() -> None:
     # 6,000 comparisons with another seed (~5 minutes): a different draw of queries, values
     # and neighbours than the CI run's
-    rep = sc.fuzz(PEOPLE, public=[WARDS], queries=6000, seed=2026,
+    rep = sc.fuzz(PEOPLE, public=[WARDS], queries=6006, seed=2026,
                   accountants=("approx", "zcdp"), max_findings=1)
-    assert rep.comparisons == 6000 or rep.findings
+    assert rep.comparisons == 6006 or rep.findings
     assert rep.ok, rep.summary()
 
 
@@ -346,12 +346,12 @@ def _opted_out_project(*args: Any, **kw: Any) -> dp.Curator:
 
 
 def test_no_side_channels_on_projects_without_constant_work() -> None:
-    # 240 comparisons (5 neighbour kinds, 48 queries each): the samplers that pure-epsilon
+    # 238 comparisons (7 neighbour kinds, 34 queries each): the samplers that pure-epsilon
     # projects, budgets too large for fixed plans and opted-out projects still run, which the
     # default-project runs above no longer reach (~10 s on CI's two cores)
-    rep = sc.fuzz(PEOPLE, public=[WARDS], queries=240, seed=2027, accountants=("approx",),
+    rep = sc.fuzz(PEOPLE, public=[WARDS], queries=238, seed=2027, accountants=("approx",),
                   factory=_opted_out_project, max_findings=1)
-    assert rep.comparisons == 240 or rep.findings
+    assert rep.comparisons == 238 or rep.findings
     assert rep.ok, rep.summary()
 
 

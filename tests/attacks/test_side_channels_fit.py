@@ -106,13 +106,14 @@ def test_a_fixed_number_of_records_is_compared() -> None:
 
 
 def test_the_fuzzer_finds_nothing_in_fit_and_mst() -> None:
-    # 120 D/D' comparisons of fit (three estimators) and synthetic data (the default, MST,
-    # factorization and MWEM named, now and then a fixed number of records) over every column
+    # 119 D/D' comparisons (7 neighbour kinds, 17 queries each) of fit (three estimators) and
+    # synthetic data (the default, MST, factorization and MWEM named, now and then a fixed
+    # number of records) over every column
     # type and neighbour kind; before the fix above this family failed after the charge on
     # empty selections
-    rep = sc.fuzz(PEOPLE, public=[WARDS], queries=120, seed=77, families=("fit", "synthetic"),
+    rep = sc.fuzz(PEOPLE, public=[WARDS], queries=119, seed=77, families=("fit", "synthetic"),
                   accountants=("approx",), max_findings=1)
-    assert rep.comparisons == 120 or rep.findings
+    assert rep.comparisons == 119 or rep.findings
     assert rep.ok, rep.summary()
 
 

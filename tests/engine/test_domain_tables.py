@@ -26,7 +26,7 @@ import dpkit as dp
 from dpkit.engine import Curator
 from dpkit.engine import plan as dplan
 from dpkit.engine.backend_duckdb import KEYS_SCHEMA, key_table_relation, table_relation
-from dpkit.engine.noisy import _as_int, _centred_sums
+from dpkit.engine.noisy_measures import as_int, centred_sums
 from dpkit.engine.plan import compile as plan_compile
 from dpkit.engine.read import Exact
 from dpkit.engine.sql import QueryError
@@ -398,17 +398,17 @@ def test_int_conversion_matches_python_integers() -> None:
     cases: list[list[Any]] = [[], [None, 3, -4], [2**70, -(2**80), 5, None],
                               [True, 2, decimal.Decimal(7)], [2**62 + 1, -(2**63)]]
     for vals in cases:
-        assert _as_int(vals).tolist() == slow(vals)
+        assert as_int(vals).tolist() == slow(vals)
         arr = np.array([0 if v is None else min(max(int(v), -(2**63)), 2**63 - 1)
                         for v in vals], dtype=np.int64)
-        assert _as_int(arr).tolist() == slow(arr.tolist())
+        assert as_int(arr).tolist() == slow(arr.tolist())
     sums = np.array([5, -(2**40), 0, 2**62], dtype=np.int64)
     counts = np.array([1, 3, 0, 2**20], dtype=np.int64)
     for center in (0, 7, -(2**31), 2**45):
         want = slow([int(s) - int(n) * center for s, n in zip(sums, counts, strict=True)])
-        assert _centred_sums(sums, counts, center).tolist() == want
-        assert _centred_sums(sums.tolist(), counts.tolist(), center).tolist() == want
-    assert _centred_sums([None, 4], [None, 2], 3).tolist() == [0, -2]
+        assert centred_sums(sums, counts, center).tolist() == want
+        assert centred_sums(sums.tolist(), counts.tolist(), center).tolist() == want
+    assert centred_sums([None, 4], [None, 2], 3).tolist() == [0, -2]
 
 
 def test_columnar_read_keeps_nulls_and_big_sums(tmp_path: Path) -> None:

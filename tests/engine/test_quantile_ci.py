@@ -1,8 +1,8 @@
 """Intervals for MEDIAN / QUANTILE / MIN / MAX (two extra exponential mechanisms per quantile).
 
 Coverage: each quantile interval covers a true q-quantile with probability >= level (proof in
-``dpkit.engine.noisy._quantiles``). Over N independent seeded releases the number of covering
-intervals is then stochastically at least Binomial(N, level); we fail if it is below the
+``dpkit.engine.noisy_quantiles.quantiles``). Over N independent seeded releases the number of
+covering intervals is then stochastically at least Binomial(N, level); we fail if it is below the
 ``1e-6 / checks`` quantile of that binomial, so the test fails falsely with probability <= 1e-6.
 """
 

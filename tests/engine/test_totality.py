@@ -7,6 +7,8 @@ either). A wrong proof fails the first loop; a missing TRY the second.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 import pytest
 import sqlglot
@@ -34,6 +36,8 @@ TOTAL = [
     "s = 'a'", "s LIKE 'a%'", "s IN ('a', 'b')", "t", "NOT t", "t = TRUE", "t IS TRUE",
     "dt > '2020-01-01'", "ts <= '2021-05-01 10:00:00'", "i IS NULL", "s IS NOT NULL",
     "isnan(f)", "i = b", "i < f", "s = s", "i > 5 AND (s = 'a' OR NOT t)", "i = -4",
+    "b IN (999999999999999999, 0.5)", "i IN (1e400, -0.0)", "b BETWEEN -1.25 AND 1e30",
+    "dt IN ('2020-01-01', 'infinity')", "ts BETWEEN '2020-01-01' AND '2021-06-30 23:59:59.5'",
 ]
 NOT_PROVED = [
     "s", "CAST(s AS INTEGER) = 1", "s = 1", "h > 2.5", "d > i", "b * b > 0", "i + 1 > 0",
@@ -41,6 +45,19 @@ NOT_PROVED = [
     "NULLIF(s, 'x') = 'a'", "COALESCE(s, 'x') = 'a'", "s::BOOLEAN", "s IS TRUE",
     "dt + INTERVAL 9999999 YEAR > dt", "abs(i) > 0", "length(s) > 2", "dt > 5",
     "regexp_matches(s, 'a')", "i = '5'",
+    # FINDINGS.md M2: a 39-digit integer beside a decimal constant makes DuckDB compare in
+    # DECIMAL(38,1), which cannot hold it: the constant's cast fails only when a row is compared
+    "i IN (170141183460469231731687303715884105727, -0.0, 0)",
+    "i BETWEEN -0.0 AND 170141183460469231731687303715884105727",
+    "b IN (12345678901234567890123, 0.123456789012345678)",
+    "b IN (999999999999999999, 0.0000000000000000000001)",
+    # and a long fraction leaves too few integer digits for the column's own values
+    "b IN (1, 0.0000000000000000000001)", "b = 0.0000000000000000000001",
+    # FINDINGS.md M3: a text that is no date is cast to DATE when a row is compared, too
+    "dt IN ('x')", "dt NOT IN ('infinity', 'x')", "dt = '2020-02-30'", "ts > 'x'",
+    "ts BETWEEN 'x' AND '2021-01-01'",
+    # a DATE beside a timestamp text would compare as TIMESTAMP, which far dates do not fit
+    "dt > '2020-01-01 10:00:00'",
 ]
 
 
@@ -97,3 +114,44 @@ def test_some_unproved_conditions_do_raise_without_try(con: duckdb.DuckDBPyConne
         except duckdb.Error:
             raised += 1
     assert raised >= 8
+
+
+@pytest.mark.parametrize("where", [
+    "score > 5 AND age IN (170141183460469231731687303715884105727, -0.0, 0)",  # M2
+    "score > 5 AND day IN ('x')",  # M3
+], ids=["long_number", "no_date"])
+def test_a_constant_that_fails_only_on_rows_is_no_oracle(tmp_path: Path, where: str) -> None:
+    """FINDINGS.md M2, on D and D': ``score > 5 AND age IN (<39 digits>, -0.0, 0)`` was proved
+    total, so it ran as written; DuckDB casts the IN list to DECIMAL(38,1) lazily, on the rows
+    that pass ``score > 5``: D (no such row) answered, D' (one unit with score 9) failed after
+    the charge. Both answer now, and are charged alike. M3: a text that is no date, against a
+    DATE column, likewise (cast to DATE on the first row compared, not when bound)."""
+    import pandas as pd
+
+    import dpkit as dp
+    from dpkit import noise
+
+    outcomes = []
+    for extra in ([], [9.0]):
+        scores = [0.0, 1.0, 2.0, *extra]
+        cur = dp.Curator.create(tmp_path / f"p{len(extra)}.dpkit",
+                                budget=dp.Budget(epsilon=5.0), source=noise.seeded(1))
+        cur.add_table("t", pd.DataFrame({"uid": range(len(scores)), "score": scores,
+                                         "age": [30] * len(scores),
+                                         "day": pd.to_datetime(["2020-01-01"] * len(scores))
+                                         .date}),
+                      privacy_unit="uid", max_rows_per_unit=1,
+                      bounds={"score": (0, 10), "age": (0, 120)})
+        try:
+            res = cur.sql(f"SELECT COUNT(*) AS n FROM t WHERE {where}", epsilon=0.5)
+            outcomes.append(("answer", res.columns, cur.budget().spent))
+        except Exception as exc:  # the leak: an error on D' only
+            outcomes.append((type(exc).__name__, (), cur.budget().spent))
+        try:
+            cdf = cur.cdf("t", "score", where=where, epsilon=0.5)
+            outcomes.append(("answer", cdf.columns, cur.budget().spent))
+        except Exception as exc:
+            outcomes.append((type(exc).__name__, (), cur.budget().spent))
+        cur.close()
+    assert outcomes[:2] == outcomes[2:], outcomes
+    assert outcomes[0][0] == "answer" and outcomes[1][0] == "answer", outcomes

@@ -124,3 +124,28 @@ def test_dpkit_fit_trains_an_mlp_from_the_command_line(tmp_path: Path) -> None:
     # the network's weights are saved, in scikit-learn's layout: 1 input, (64,), 2 classes
     shapes = [(len(w), len(w[0])) for w in learned["coefs_"]]
     assert shapes == [(1, 64), (64, 2)] and [len(b) for b in learned["intercepts_"]] == [64, 2]
+
+
+def test_preview_fit_plans_without_importing_torch(cur: Curator,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The preview is planning only (the researcher's hour: 6 s of it, half torch's import):
+    torch is found, not imported, and the grid is checked without it; a missing torch is
+    still refused before any charge."""
+    import importlib.util
+
+    from dpkit.learn import mlp
+
+    def no_import() -> None:
+        raise AssertionError("the preview imported torch")
+
+    monkeypatch.setattr(mlp, "_torch", no_import)
+    p = cur.preview_fit(_mlp(), "SELECT age, ward FROM u", label="sick", epsilon=3.0)
+    assert p.affordable and p.cost <= 3.0 + 1e-9
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch" else real(name, *a))
+    with pytest.raises(QueryError, match="PyTorch"):
+        cur.preview_fit(_mlp(), "SELECT age, ward FROM u", label="sick", epsilon=3.0)
+    with pytest.raises((QueryError, ImportError), match="PyTorch"):
+        cur.fit(_mlp(), "SELECT age, ward FROM u", label="sick", epsilon=3.0)
+    assert len(cur.ledger.entries("charge")) == 0

@@ -7,6 +7,7 @@ import pytest
 
 from dpkit.release import strategies as st
 from dpkit.release import workloads as wl
+from dpkit.release.optimize import optimize
 
 
 @pytest.mark.parametrize(
@@ -96,3 +97,15 @@ def test_exact_covariance_of_matrix_strategies() -> None:
     R = S.reconstruction_matrix()
     np.testing.assert_allclose(R @ Mf, np.eye(32), atol=1e-9)
     assert W.domain_size == S.domain_size
+
+
+@pytest.mark.parametrize("intervals,n", [([(0, 0), (0, 15)], 16), ([(2, 2), (0, 3)], 4)])
+def test_an_optimum_lost_to_rounding_falls_back_to_the_identity(intervals: list[tuple[int, int]],
+                                                                 n: int) -> None:
+    """FINDINGS.md M1: for a point and the total, HDMM's p-Identity optimum drives its identity
+    rows to ~1e-6 of its largest entry, which the integer grid rounds to 0; the stored strategy
+    then determined no histogram and every such ranges release was refused."""
+    W = wl.ranges(intervals, n)
+    A = optimize(W, noise="laplace", use_cache=False)
+    assert "fallback" in A.report.extra  # type: ignore[attr-defined]
+    assert np.array_equal(A.M, np.eye(n, dtype=np.int64))

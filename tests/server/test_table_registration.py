@@ -119,3 +119,18 @@ def test_a_refusal_names_the_request_field_not_the_python_keyword(client: Any,
     unit = _post(client, project, privacy_unit=None, max_rows_per_unit=None,
                  replace=True).json()["detail"]
     assert '"drop_privacy_unit": true' in unit and '"replace": true reloads' in unit, unit
+
+
+def test_l3_types_over_http_read_the_columns_as_declared(client: Any,
+                                                          project: Project) -> None:
+    """FINDINGS.md L3: TableIn.types reads a CSV's columns as declared; the others are typed
+    from the declarations (bounds: DOUBLE), never from the rows; an unknown type is a 409
+    before anything loads."""
+    _root(project)
+    r = _post(client, project, types={"pid": "BIGINT"})
+    assert r.status_code == 201, r.text
+    got = {c["name"]: c["type"] for c in r.json()["columns"]}
+    assert got == {"ward": "VARCHAR", "age": "DOUBLE", "pid": "BIGINT"}
+    r = _post(client, project, name="x", types={"pid": "INTEGR"})
+    assert r.status_code == 409 and "not a DuckDB type" in r.json()["detail"], r.text
+    assert "x" not in _declared(client, project, project.owner)

@@ -38,14 +38,28 @@ def calibrate(family: Callable[[float], ev.Event], *, target_epsilon: float, del
     target_epsilon = check_epsilon(target_epsilon, name="target_epsilon")
     delta = check_delta(delta)
 
+    seen: dict[float, float] = {}
+
     def ok(m: float) -> bool:
         event = family(m)
         if not isinstance(event, ev.Event):
             raise TypeError(f"family(m) must return a dpkit.events.Event (got {event!r})")
-        eps = api.epsilon(event, delta, method, neighboring=neighboring)
+        seen[m] = eps = float(api.epsilon(event, delta, method, neighboring=neighboring))
         return eps <= target_epsilon
 
-    found = smallest_passing(ok, lower=lower, upper=upper, rtol=rtol)
+    def guess(lo: float, hi: float) -> float | None:
+        # ε falls smoothly with m: the secant of log ε over log m through the last two
+        # points lands near the threshold (superlinearly), where bisection needs about
+        # log2(log(hi/lo)/rtol) steps
+        if len(seen) < 2:
+            return None
+        (m1, a), (m2, b) = list(seen.items())[-2:]
+        if not (0 < a < math.inf and 0 < b < math.inf) or a == b or m1 == m2:
+            return None
+        x1, x2, t = math.log(m1), math.log(m2), math.log(target_epsilon)
+        return math.exp(x1 + (x2 - x1) * (math.log(a) - t) / (math.log(a) - math.log(b)))
+
+    found = smallest_passing(ok, lower=lower, upper=upper, rtol=rtol, guess=guess)
     if found is None:
         raise ValueError(
             f"no noise multiplier up to {upper:g} reaches epsilon <= {target_epsilon:g} at "
@@ -54,14 +68,21 @@ def calibrate(family: Callable[[float], ev.Event], *, target_epsilon: float, del
 
 
 def smallest_passing(ok: Callable[[float], bool], *, lower: float, upper: float,
-                     rtol: float = 1e-6) -> float | None:
+                     rtol: float = 1e-6,
+                     guess: Callable[[float, float], float | None] | None = None
+                     ) -> float | None:
     """The smallest x in [``lower``, ``upper``] with ``ok(x)``, to a factor ``1 + rtol``, for a
     predicate that is monotone (false below a threshold, true above); None when ``ok(upper)``
     is false. Bracketing by factors of 4 from 1, then bisection in log x; the x returned was
     itself checked (``ok(x)`` holds), so it is never below the threshold.
 
     The one "smallest parameter that meets a target" search: noise multipliers here
-    (:func:`calibrate`), and the curator's accuracy → epsilon.
+    (:func:`calibrate`), and the curator's accuracy → epsilon. ``guess(lo, hi)`` (optional):
+    an estimate of the threshold inside the bracket (``lo`` failed, ``hi`` passed; None: no
+    estimate); each probe is then put just beside it, alternately above and below, so that a
+    good estimate closes the bracket in two probes (a poor one still shrinks it, and a probe
+    bisects whenever the two before it did not halve the bracket, so it never takes more than
+    about three times bisection's steps).
     """
     if not 0 < rtol < 1:
         raise ValueError(f"rtol must lie in (0, 1) (got {rtol!r})")
@@ -89,17 +110,23 @@ def smallest_passing(ok: Callable[[float], bool], *, lower: float, upper: float,
                 break
             lo = hi
     log_lo, log_hi = math.log(lo), math.log(hi)
-    while log_hi - log_lo > math.log1p(rtol):
+    tol, above, widths = math.log1p(rtol), True, [math.inf, math.inf]
+    while log_hi - log_lo > tol:
+        widths.append(log_hi - log_lo)
         mid = 0.5 * (log_lo + log_hi)
-        if ok(math.exp(mid)):
-            log_hi = mid
+        slow = widths[-1] > 0.5 * widths[-3]  # two probes did not halve it: bisect
+        g = guess(lo, hi) if guess and not slow else None
+        if g is not None and g > 0 and math.isfinite(g):
+            # just beside the estimate, on the side the last probe did not move
+            edge = 0.05 * (log_hi - log_lo)
+            mid = min(max(math.log(g) + (0.45 if above else -0.45) * tol, log_lo + edge),
+                      log_hi - edge)
+        x = math.exp(mid)
+        if ok(x):
+            log_hi, hi, above = mid, x, False
         else:
-            log_lo = mid
-    result = math.exp(log_hi)
-    # exp(log(x)) may round below the value checked: re-check and step up if needed.
-    while not ok(result):  # pragma: no cover - rounding guard
-        result = math.nextafter(result, math.inf)
-    return result
+            log_lo, lo, above = mid, x, True
+    return hi  # the very value ok() passed, not one recomputed from its log
 
 
 def dpsgd_noise_multiplier(*, sampling_probability: float, steps: int, target_epsilon: float,

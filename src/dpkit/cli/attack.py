@@ -192,7 +192,7 @@ def attack_one_run(
               help="Units of the table's rows copied into the throwaway D / D' projects.")
 @click.option("--neighbours", default=None,
               help="Comma-separated neighbour kinds (default: add, remove, add_extreme, "
-              "change_extreme, add_many).")
+              "change_extreme, add_many, add_duplicates, add_nulls).")
 @click.option("--accountants", default="approx,pld,zcdp", show_default=True)
 @click.option("--max-findings", type=int, default=None, help="Stop after this many findings.")
 @click.option("--via", type=click.Choice(["curator", "service"]), default="curator",

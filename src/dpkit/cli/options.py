@@ -4,6 +4,7 @@ command line starts fast)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -80,6 +81,23 @@ def parse_bounds(items: tuple[str, ...]) -> dict[str, tuple[float, float]]:
                 f"bounds must be numbers, e.g. age=0:120 (got {item!r})"
             ) from None
     return bounds
+
+
+def parse_types(items: tuple[str, ...]) -> dict[str, str] | str | None:
+    """``("code=VARCHAR,year=INTEGER",)`` -> ``{"code": "VARCHAR", "year": "INTEGER"}`` (the
+    repeatable ``--types`` flag; ``--types infer``: the sniffer's types, ``"infer"``)."""
+    if [i.strip().lower() for i in items] == ["infer"]:
+        return "infer"
+    types: dict[str, str] = {}
+    for item in items:
+        # a type may hold a comma (DECIMAL(10,2)): split only at commas outside parentheses
+        for part in re.split(r",(?![^(]*\))", item):
+            column, sep, type_ = part.partition("=")
+            if not sep or not column.strip() or not type_.strip():
+                raise click.BadParameter(f"write types as column=TYPE, e.g. "
+                                         f"code=VARCHAR,year=INTEGER, or 'infer' (got {item!r})")
+            types[column.strip()] = type_.strip()
+    return types or None
 
 
 def parse_domains(items: tuple[str, ...],

@@ -27,7 +27,7 @@ from typing import Any
 
 import click
 
-from dpkit.cli.options import console, make_console, parse_bounds, parse_domains
+from dpkit.cli.options import console, make_console, parse_bounds, parse_domains, parse_types
 
 __all__ = ["add_table", "budget", "commands", "constant_work_line", "init_project", "load_progress",
            "run_demo"]
@@ -82,13 +82,17 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
               copy: bool = True, replace: bool = False, console: Any = None,
               declare: str | Path | None = None, rows_epsilon: float | None = None,
               max_text_length: int | str | None = "default",
-              drop_privacy_unit: bool = False) -> None:
+              drop_privacy_unit: bool = False, source_format: str | None = None,
+              column_names: Sequence[str] | None = None,
+              types: Mapping[str, str] | str | None = None) -> None:
     """Register a table from a CSV / Parquet / JSON file or a DuckDB database (``db::table``).
 
     ``declare``: a JSON/YAML declaration file (:mod:`dpkit.engine.declare`); the other
     arguments add to it (the same column declared in both is refused: keep one).
     ``max_rows_per_unit="auto"`` chooses the cap privately, charged ``rows_epsilon``.
-    ``max_text_length``: "default" (the engine's), a number of characters, or None."""
+    ``max_text_length``: "default" (the engine's), a number of characters, or None.
+    ``source_format``, ``column_names``: a file its name does not describe (``--format``,
+    ``--column-names``; :meth:`Curator.add_table`)."""
     from dpkit.engine.bounds import AUTO_ROWS_EPSILON
     from dpkit.engine.curator import Curator
     from dpkit.engine.declare import read_declaration, where_declared
@@ -98,7 +102,8 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
     kw = merge_declarations(declared, {
         "privacy_unit": privacy_unit, "bounds": dict(bounds or {}),
         "max_rows_per_unit": max_rows_per_unit, "max_groups_per_unit": max_groups_per_unit,
-        "domains": dict(domains or {}), "not_null": list(not_null or []), "public": public})
+        "domains": dict(domains or {}), "not_null": list(not_null or []), "public": public,
+        "types": dict(types) if isinstance(types, Mapping) else types})
     drop_privacy_unit = bool(kw.pop("drop_privacy_unit", False)) or drop_privacy_unit
     if max_text_length != "default":
         if "max_text_length" in kw and kw["max_text_length"] != max_text_length:
@@ -113,6 +118,7 @@ def add_table(project: str | Path, name: str, source: str, *, privacy_unit: str 
             try:
                 meta = cur.add_table(name, source, copy=copy, replace=replace,
                                      progress=progress, drop_privacy_unit=drop_privacy_unit,
+                                     source_format=source_format, column_names=column_names,
                                      rows_epsilon=AUTO_ROWS_EPSILON if rows_epsilon is None
                                      else rows_epsilon, **kw)
             except (ValueError, TypeError) as exc:
@@ -298,6 +304,11 @@ def init_command(project: Path, epsilon: float, delta: float, accountant: str | 
 @click.argument("source")
 @click.option("--privacy-unit", default=None, help="Column identifying one person (default: rows).")
 @click.option("--bounds", multiple=True, help="Clamp a numeric column: age=0:120 (repeatable).")
+@click.option("--types", multiple=True, metavar="COL=TYPE,...|infer",
+              help="How a CSV/JSON file's columns are read: code=VARCHAR,year=INTEGER "
+                   "(repeatable; others: DOUBLE with --bounds, a --domain's type, else "
+                   "VARCHAR). 'infer': DuckDB guesses them from the rows, and analysts see "
+                   "what it guessed.")
 @click.option("--max-rows-per-unit", default=None,
               help="Rows one unit may contribute: a number, or 'auto' (chosen privately).")
 @click.option("--rows-epsilon", type=float, default=None,
@@ -322,12 +333,18 @@ def init_command(project: Path, epsilon: float, delta: float, accountant: str | 
 @click.option("--max-text-length", "max_text_length", default=None, metavar="N|none",
               help="Cut text values longer than N characters at load (default 1000; 'none': "
                    "no bound; public, in the table's declarations).")
+@click.option("--format", "source_format", type=click.Choice(["csv", "parquet", "json"]),
+              default=None, help="The file's format when its name does not say it "
+              "(adult.data.gz: csv; .gz/.zst compression is read from the name).")
+@click.option("--column-names", "column_names", default=None, metavar="A,B,...",
+              help="A CSV without a header line: its columns' names, in order.")
 def add_table_command(
     project: Path,
     name: str,
     source: str,
     privacy_unit: str | None,
     bounds: tuple[str, ...],
+    types: tuple[str, ...],
     max_rows_per_unit: str | None,
     rows_epsilon: float | None,
     max_groups_per_unit: int | None,
@@ -340,10 +357,12 @@ def add_table_command(
     replace: bool,
     drop_privacy_unit: bool,
     max_text_length: str | None,
+    source_format: str | None,
+    column_names: str | None,
 ) -> None:
-    """Register a sensitive table with its privacy unit. SOURCE: a CSV, Parquet or JSON file,
-    a folder of them named for their format (visits.parquet/: a dataset), or a DuckDB
-    database (file.duckdb::table)."""
+    """Register a sensitive table with its privacy unit. SOURCE: a CSV, Parquet or JSON file
+    (compressed: .csv.gz; named otherwise: --format), a folder of them named for their format
+    (visits.parquet/: a dataset), or a DuckDB database (file.duckdb::table)."""
     from dpkit.cli.bounds import ask_max_rows, parse_max_rows
 
     rows = parse_max_rows(max_rows_per_unit)
@@ -367,6 +386,10 @@ def add_table_command(
         declare=declare,
         max_text_length=parse_text_length(max_text_length),
         drop_privacy_unit=drop_privacy_unit,
+        types=parse_types(types),
+        source_format=source_format,
+        column_names=None if column_names is None else
+        [c.strip() for c in column_names.split(",")],
     )
 
 

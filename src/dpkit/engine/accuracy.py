@@ -99,7 +99,7 @@ def expected_errors(plan: dplan.Plan, rows: float | None = None) -> list[dict[st
         elif func == dsql.AVG:
             c = plan.measure(ap.measures["count"])
             s = plan.measure(ap.measures["csum"])
-            lvl = 1.0 - (1.0 - plan.level) / 2  # the union bound of noisy._derive
+            lvl = 1.0 - (1.0 - plan.level) / 2  # the union bound of noisy_derive.derive
             hs, hn = halfwidth(s, lvl), halfwidth(c, lvl)
             half = max(ap.hi - ap.lo, 0.0) / 2.0
             hw = None

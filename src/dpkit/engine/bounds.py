@@ -10,7 +10,7 @@ a differentially private release, charged like any answer. Two helpers:
   to its rank range ``[#{u: r_u <= c'}, #{u: r_u <= c}]``, ``c'`` the grid point below
   (:func:`rank_scores`). Add/remove one unit moves both
   ends by 0 or 1 in the same direction and ``q·N`` by ``q``, so every score moves by at
-  most ``max(q, 1-q)`` (as in :func:`dpkit.engine.noisy._quantiles`): ε-DP for add/remove
+  most ``max(q, 1-q)`` (as in :func:`dpkit.engine.noisy_quantiles.quantiles`): ε-DP for add/remove
   one unit (event ``Exponential(ε)``), one ledger charge through :mod:`dpkit.engine.charge`.
 * :func:`suggested_bounds`: ``cur.suggest_bounds`` reads the ``lower``/``upper`` quantiles
   (default 1st/99th percentile) of one private CDF (:meth:`Curator.quantiles`, charged

@@ -16,7 +16,8 @@ Python, ``cur.add_table("visits", "visits.csv", **read_declaration("visits.json"
       "public": false,
       "description": "hospital visits, 2024",
       "max_text_length": 200,
-      "drop_privacy_unit": false
+      "drop_privacy_unit": false,
+      "types": {"patient_id": "BIGINT", "ward": "VARCHAR"}
     }
 
 ``"max_rows_per_unit": "auto"`` chooses it privately at load (its cost charged, as
@@ -24,7 +25,9 @@ Python, ``cur.add_table("visits", "visits.csv", **read_declaration("visits.json"
 dates, ``["2024-01-01", "2024-12-31"]``. ``max_text_length``: a private copy's text values are
 cut to this many characters at load (``null``: not cut; default 1,000), as
 ``--max-text-length``; ``drop_privacy_unit: true``, with a replace, makes a table declared
-with a privacy unit record level on purpose, as ``--drop-privacy-unit``.
+with a privacy unit record level on purpose, as ``--drop-privacy-unit``. ``types``: how a
+CSV/JSON source's columns are read (DuckDB type names; ``"infer"``: the sniffer's types,
+which follow the rows), as ``--types``.
 YAML (``.yaml``/``.yml``, needs PyYAML: ``pip install 'dpkit[yaml]'``) takes the same keys.
 The structure is checked here, before the project is touched: an unknown key, a bound that is
 not a pair of numbers (or of dates), a domain that is not a list, a count that is not a
@@ -46,7 +49,7 @@ from dpkit.engine.tables import TEXT_LENGTH_ERROR, check_bounds, text_length_ok
 __all__ = ["Declaration", "DeclarationError", "read_declaration", "where_declared"]
 
 KEYS = ("privacy_unit", "max_rows_per_unit", "max_groups_per_unit", "bounds", "domains",
-        "not_null", "public", "description", "max_text_length", "drop_privacy_unit")
+        "not_null", "public", "description", "max_text_length", "drop_privacy_unit", "types")
 
 
 class DeclarationError(ValueError):
@@ -196,6 +199,13 @@ def read_declaration(path: str | Path) -> Declaration:
             out[key] = value
         elif key == "not_null":
             out[key] = _names(value, where, key)
+        elif key == "types":
+            if value != "infer" and not (isinstance(value, Mapping) and all(
+                    isinstance(t, str) for t in value.values())):
+                raise DeclarationError(f'{where}: types must map column names to DuckDB types, '
+                                       f'e.g. {{"code": "VARCHAR"}}, or be "infer" (got '
+                                       f'{value!r})')
+            out[key] = value if value == "infer" else {str(k): v for k, v in value.items()}
         elif key == "bounds":
             bounds: dict[str, tuple[Any, Any]] = {}
             for col, pair in _section(data, key, at).items():

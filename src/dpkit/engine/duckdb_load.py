@@ -26,6 +26,7 @@ from dpkit.engine.duckdb_layout import (
     settings,
 )
 from dpkit.engine.duckdb_sources import (
+    ColumnTypes,
     check_complete,
     loaded_columns,
     source_sql,
@@ -52,6 +53,7 @@ def load_table(
     progress: Callable[[str, float], None] | None = None,
     physical: str | None = None,
     text_limit: int | None = None,
+    column_types: ColumnTypes | None = None,
 ) -> tuple[list[Column], str, str]:
     """Load ``source`` into ``db_path`` as ``name`` (replacing it), in one DuckDB transaction.
 
@@ -75,14 +77,16 @@ def load_table(
     load. ``progress(step, fraction)`` (optional) is called about ten times a second while the
     long statements run (copying the rows, computing the hidden columns), with DuckDB's own
     estimate of how far each is. ``text_limit``: a private copy's text values are cut to that
-    many characters (:func:`truncate_text`). Returns (columns, storage, relation).
+    many characters (:func:`truncate_text`). ``column_types(names)``: the types a CSV/JSON
+    source's columns are read as (:func:`~dpkit.engine.duckdb_sources.source_sql`). Returns
+    (columns, storage, relation).
     """
     con = _open_for_load(db_path)
     try:
         settings(con)
         if progress is not None:
             _track_progress(con)
-        rel_sql, kind, cleanup = source_sql(con, source, source_table)
+        rel_sql, kind, cleanup = source_sql(con, source, source_table, column_types)
         try:
             schema = SCHEMAS["public" if public else "private"]
             target = f"{schema}.{quote_ident(physical or name)}"
@@ -118,10 +122,23 @@ def load_table(
             with contextlib.suppress(duckdb.Error):
                 cleanup()
     except duckdb.Error as exc:
-        raise ValueError(f"cannot load {name!r}: {str(exc).splitlines()[0]}") from None
+        raise ValueError(f"cannot load {name!r}: {_load_error(str(exc), column_types)}"
+                         ) from None
     finally:
         con.close()
     return columns, ("copy" if copy else "view"), relation_name(physical or name, public)
+
+
+def _load_error(message: str, column_types: ColumnTypes | None) -> str:
+    """DuckDB's first line; for a CSV/JSON value that does not convert to its column's type
+    (the owner's message: the owner sees the rows), the column and where its type came from."""
+    first = message.splitlines()[0]
+    if column_types is None or not any(w in first.lower() for w in ("cast", "conversion")):
+        return first
+    col = re.search(r'converting column "([^"]*)"', message)
+    where = f"column {col[1]!r}" if col else "a column"
+    return (f"{first}; {where} is read as its declared type (types=, else DOUBLE with bounds, "
+            f"the domain keys' type, else VARCHAR): declare the type its values have")
 
 
 def _open_for_load(db_path: Path) -> duckdb.DuckDBPyConnection:

@@ -12,19 +12,53 @@ refuses a NULL in a column declared complete. All run only while a table is load
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from dpkit.engine.tables import FIXED_PREFIX, Column, OpenedSource, quote_ident
+from dpkit.engine.tables import FIXED_PREFIX, Column, FileSource, OpenedSource, quote_ident
 
-__all__ = ["DATASET_SUFFIX", "KEY_COLUMN", "check_case_distinct", "check_complete",
-           "file_format", "key_parts", "loaded_columns", "source_sql", "store_domain",
-           "string_literal", "truncate_text"]
+__all__ = ["DATASET_SUFFIX", "INFER", "KEY_COLUMN", "ColumnTypes", "check_case_distinct",
+           "check_complete", "check_type_names", "file_format", "key_parts", "loaded_columns",
+           "source_sql", "store_domain", "string_literal", "truncate_text"]
 
 KEY_COLUMN = "k"  # the one column of a hidden key table (a declared domain)
+INFER = "infer"  # types="infer": a CSV/JSON source's types follow its rows (DuckDB's sniffer)
+# A CSV/JSON source's column names (its header, or its JSON keys) -> the type each column is
+# read as (None: DuckDB's sniffer types them from the rows)
+ColumnTypes = Callable[[Sequence[str]], Mapping[str, str] | None]
+_TYPE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_ ]*(\([0-9, ]+\))?(\[\])?")
+
+
+def check_type_names(types: Any) -> dict[str, str] | str | None:
+    """``types`` (``{"code": "VARCHAR"}``, ``"infer"`` or None) checked against DuckDB's type
+    names, normalised to upper case; a ValueError names the column and the type not known."""
+    if types is None or (isinstance(types, str) and types.strip().lower() == INFER):
+        return None if types is None else INFER
+    if not isinstance(types, Mapping):
+        raise TypeError(f"types must map columns to DuckDB types, e.g. {{'code': 'VARCHAR', "
+                        f"'year': 'INTEGER'}}, or be 'infer' (got {types!r})")
+    out: dict[str, str] = {}
+    con = duckdb.connect()
+    try:
+        for column, type_ in types.items():
+            text = str(type_).strip().upper()
+            try:
+                if not isinstance(type_, str) or not _TYPE_NAME.fullmatch(text):
+                    raise duckdb.Error(text)
+                con.execute(f"SELECT CAST(NULL AS {text})")
+            except duckdb.Error:
+                raise ValueError(
+                    f"types: column {column!r} has type {type_!r}, which is not a DuckDB type; "
+                    f"use one such as VARCHAR, BIGINT, INTEGER, DOUBLE, DECIMAL(10,2), BOOLEAN, "
+                    f"DATE or TIMESTAMP") from None
+            out[str(column)] = text
+    finally:
+        con.close()
+    return out
 
 
 def string_literal(text: str) -> str:
@@ -132,14 +166,18 @@ def store_domain(con: duckdb.DuckDBPyConnection, *, column: str, type_: str,
                 con.unregister(nm)
 
 
-def source_sql(con: duckdb.DuckDBPyConnection, source: Any,
-                source_table: str | None) -> tuple[str, str, Callable[[], object]]:
+def source_sql(con: duckdb.DuckDBPyConnection, source: Any, source_table: str | None,
+               column_types: ColumnTypes | None = None) -> tuple[str, str, Callable[[], object]]:
     """SQL for a relation over ``source``, its storage kind hint, and a cleanup callback
-    (its return value, e.g. the connection from ``con.execute``, is ignored)."""
+    (its return value, e.g. the connection from ``con.execute``, is ignored).
+    ``column_types``: how a CSV/JSON source's columns are typed (None: the sniffer's types)."""
     if isinstance(source, (str, Path)):
-        return _path_sql(con, str(source), source_table)
+        return _path_sql(con, str(source), source_table, column_types)
     if isinstance(source, OpenedSource):
-        return _opened_sql(con, source, source_table)
+        return _opened_sql(con, source, source_table, column_types)
+    if isinstance(source, FileSource):
+        return _path_sql(con, source.path, source_table, column_types, fmt=source.format,
+                         names=source.column_names)
     return _frame_sql(con, source)
 
 
@@ -147,9 +185,11 @@ def _no_cleanup() -> None:
     return None
 
 
-def _path_sql(con: duckdb.DuckDBPyConnection, text: str,
-              source_table: str | None) -> tuple[str, str, Callable[[], object]]:
-    """A file source: its format told by its name (``file.duckdb::table`` names a table)."""
+def _path_sql(con: duckdb.DuckDBPyConnection, text: str, source_table: str | None,
+              column_types: ColumnTypes | None, *, fmt: str | None = None,
+              names: Sequence[str] | None = None) -> tuple[str, str, Callable[[], object]]:
+    """A file source: its format told by its name (``file.duckdb::table`` names a table) or
+    by ``fmt``; ``names``: a header-less CSV's column names."""
     if "::" in text and not Path(text).exists():
         text, source_table = text.rsplit("::", 1)
     path = Path(text).expanduser()
@@ -161,10 +201,13 @@ def _path_sql(con: duckdb.DuckDBPyConnection, text: str,
             "" if folder.exists() else f" (nor does its folder {folder}: create it and put the "
                                        f"file there)"))
     p = string_literal(str(path.resolve()))
-    fmt = file_format(path)
+    fmt = fmt or file_format(path, flags=True)
+    if names is not None and fmt != "csv":
+        raise ValueError(f"column_names= (--column-names) names a CSV's columns; {path} is "
+                         f"read as {fmt}, whose columns are named in the file")
     if fmt == "database":
         return _database_sql(con, path, p, source_table)
-    return _file_sql(con, fmt, p, ""), "file", _no_cleanup
+    return _file_sql(con, fmt, p, "", column_types, names), "file", _no_cleanup
 
 
 _FORMATS = (("csv", (".csv", ".tsv", ".txt")), ("parquet", (".parquet", ".pq")),
@@ -174,37 +217,75 @@ _FORMATS = (("csv", (".csv", ".tsv", ".txt")), ("parquet", (".parquet", ".pq")),
 DATASET_SUFFIX = {"csv": ".csv", "parquet": ".parquet", "json": ".json"}
 
 
-def file_format(path: Path) -> str:
+def file_format(path: Path, *, flags: bool = False) -> str:
     """``csv``, ``parquet``, ``json`` or ``database``, from ``path``'s suffixes (or a
-    ValueError saying which names are understood)."""
+    ValueError saying which names are understood, and with ``flags``, how to say the format
+    of a file named otherwise)."""
     suffixes = [s.lower() for s in path.suffixes]
     for fmt, names in _FORMATS:
         if any(s in names for s in suffixes):
             return fmt
     raise ValueError(
         f"cannot tell the format of {path} from its name; use .csv, .parquet, .json or a "
-        f".duckdb database"
-    )
+        f".duckdb database" + (
+            ", or say it: --format csv (source_format='csv' in Python; .gz/.zst compression "
+            "is read from the name), and for a CSV without a header line its columns: "
+            "--column-names a,b,c (column_names=[...])" if flags else ""))
 
 
-def _file_sql(con: duckdb.DuckDBPyConnection, fmt: str, p: str, options: str) -> str:
+def _file_sql(con: duckdb.DuckDBPyConnection, fmt: str, p: str, options: str,
+              column_types: ColumnTypes | None = None,
+              names: Sequence[str] | None = None) -> str:
     """The reader of a CSV/Parquet/JSON source ``p`` (a SQL string literal, or a list of
-    them), its column names checked first."""
+    them), its column names checked first (``names``: a CSV with no header line, named so).
+    A CSV/JSON source's columns are read as ``column_types`` says (given the names), never as
+    the sniffer would type them from the rows, unless it says None (FINDINGS.md L3)."""
     if fmt == "csv":
         header = con.execute(f"SELECT * FROM read_csv_auto({p}, header=false, "
                              f"all_varchar=true{options}) LIMIT 1").fetchall()
-        check_case_distinct([str(v) for v in header[0]] if header else [])
-        return f"read_csv_auto({p}{options})"
+        if names is None:
+            found = [str(v) for v in header[0]] if header else []
+            check_case_distinct(found)
+            typed = _typed_option(column_types, found, "types")
+            return f"read_csv_auto({p}{', header=true' if typed else ''}{typed}{options})"
+        width = len(header[0]) if header else 0
+        if width != len(names):
+            raise ValueError(f"column_names gives {len(names)} names and the file's first line "
+                             f"has {width} columns: name each column, in order")
+        check_case_distinct(list(names))
+        listed = ", ".join(string_literal(n) for n in names)
+        typed = _typed_option(column_types, list(names), "types")
+        return f"read_csv_auto({p}{options}, header=false, names=[{listed}]{typed})"
     if fmt == "parquet":
         check_case_distinct([str(r[0]) for r in con.execute(
             f"SELECT name FROM parquet_schema({p}) WHERE num_children IS NULL OR "
             f"num_children = 0").fetchall()])
         return f"read_parquet({p})"
-    return f"read_json_auto({p}{options})"
+    if column_types is None:
+        return f"read_json_auto({p}{options})"
+    sniffed = {str(r[0]): str(r[1]) for r in con.execute(
+        f"DESCRIBE SELECT * FROM read_json_auto({p}{options})").fetchall()}
+    # read_json's columns= reads only the columns it names: the rest keep the sniffer's type
+    # (a public table's undeclared columns; a private table's are all given)
+    typed = _typed_option(column_types, list(sniffed), "columns", sniffed)
+    return f"read_json_auto({p}{typed}{options})"
 
 
-def _opened_sql(con: duckdb.DuckDBPyConnection, source: OpenedSource,
-                source_table: str | None) -> tuple[str, str, Callable[[], object]]:
+def _typed_option(column_types: ColumnTypes | None, names: Sequence[str], option: str,
+                  rest: Mapping[str, str] | None = None) -> str:
+    """``, types={...}`` (read_csv) or ``, columns={...}`` (read_json): the types
+    ``column_types`` gives the columns ``names`` ("" when it leaves them to the sniffer),
+    after ``rest`` (the types of the columns it does not name)."""
+    given = column_types(names) if column_types is not None else None
+    if not given:
+        return ""
+    types = {**(rest or {}), **given}
+    pairs = ", ".join(f"{string_literal(n)}: {string_literal(t)}" for n, t in types.items())
+    return f", {option}={{{pairs}}}"
+
+
+def _opened_sql(con: duckdb.DuckDBPyConnection, source: OpenedSource, source_table: str | None,
+                column_types: ColumnTypes | None) -> tuple[str, str, Callable[[], object]]:
     """A source its caller opened (:class:`~dpkit.engine.tables.OpenedSource`): read through
     its paths, never its name, so nothing swapped at the name since the check is read. The
     paths carry no suffix, so a compression the name shows is said explicitly."""
@@ -220,7 +301,7 @@ def _opened_sql(con: duckdb.DuckDBPyConnection, source: OpenedSource,
     p = "[" + ", ".join(string_literal(x) for x in source.paths) + "]"
     last = Path(source.name).suffix.lower()
     options = {".gz": ", compression='gzip'", ".zst": ", compression='zstd'"}.get(last, "")
-    return _file_sql(con, fmt, p, options), "opened", _no_cleanup
+    return _file_sql(con, fmt, p, options, column_types), "opened", _no_cleanup
 
 
 def _database_sql(con: duckdb.DuckDBPyConnection, path: Path, p: str,

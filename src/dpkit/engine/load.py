@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 from dpkit import noise as _noise
 from dpkit.engine import plan as dplan
 from dpkit.engine.backend_duckdb import load_table
+from dpkit.engine.duckdb_sources import INFER, check_type_names
 from dpkit.engine.ledger import Entry
 from dpkit.engine.spark_load import load_spark_table
 from dpkit.engine.spec import DROP_UNIT_ON, REPLACE_ON
@@ -58,6 +59,60 @@ class Declarations:
     source_table: str | None = None
     description: str = ""
     max_text_length: int | None = MAX_TEXT_LENGTH
+    # a CSV/JSON source's column types: {"code": "VARCHAR"}, or "infer" (the sniffer's)
+    types: Mapping[str, str] | str | None = None
+
+
+def reader_types(decl: Declarations, names: Sequence[str]) -> dict[str, str] | None:
+    """The type each column of a CSV/JSON source with columns ``names`` is read as: a private
+    table's from its declarations only (FINDINGS.md L3), so that they are the same on D and on
+    D' = D plus one unit whose value the sniffer would type otherwise: the ``types`` entry;
+    else DOUBLE for numeric bounds (DATE, TIMESTAMP for ISO ones); else the domain keys' type
+    (BOOLEAN, BIGINT, DOUBLE or VARCHAR); else VARCHAR. A public table's undeclared columns,
+    and every column under ``types="infer"``, are left to the sniffer (None: all of them)."""
+    if decl.types == INFER:
+        return None
+    declared = {str(k).lower(): v for k, v in (decl.types or {}).items()}  # type: ignore[union-attr]
+    exact = {n.lower(): n for n in names}
+    unknown = [k for k in (decl.types or {}) if str(k).lower() not in exact]
+    if unknown:
+        raise ValueError(f"types: the source has no column {unknown[0]!r}; its columns: "
+                         f"{', '.join(names)}")
+    if decl.public:
+        return {exact[k]: t for k, t in declared.items()} or None
+    bounds = {str(k).lower(): v for k, v in (decl.bounds or {}).items()}
+    domains = {str(k).lower(): v for k, v in (decl.domains or {}).items()}
+    out = {}
+    for n in names:
+        low = n.lower()
+        out[n] = declared.get(low) or (_bounds_type(bounds[low]) if low in bounds
+                                      else _keys_type(domains[low]) if low in domains
+                                      else "VARCHAR")
+    return out
+
+
+def _bounds_type(pair: Any) -> str:
+    """DOUBLE for a pair of numbers; DATE for ISO dates, TIMESTAMP for ISO times."""
+    import datetime as dt
+
+    if isinstance(pair, Sequence) and not isinstance(pair, str) and pair and all(
+            isinstance(v, str | dt.date) for v in pair):
+        dates = all(len(v.strip()) == 10 if isinstance(v, str) else
+                    not isinstance(v, dt.datetime) for v in pair)
+        return "DATE" if dates else "TIMESTAMP"
+    return "DOUBLE"
+
+
+def _keys_type(keys: Any) -> str:
+    """The type a domain's keys share: BOOLEAN, BIGINT, DOUBLE, else VARCHAR."""
+    values = list(keys) if isinstance(keys, Iterable) and not isinstance(keys, str) else []
+    if values and all(isinstance(v, bool) for v in values):
+        return "BOOLEAN"
+    if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return "BIGINT"
+    if values and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        return "DOUBLE"
+    return "VARCHAR"
 
 
 class _Load:
@@ -75,11 +130,21 @@ class _Load:
         self.not_null: Any = None
         self.key_tables: dict[str, str] = {}
         self.date_ranges: dict[str, tuple[str, str]] = {}
+        self.typed = False  # the source was a CSV/JSON file, read with reader_types
+
+    def reader_types(self, names: Sequence[str]) -> dict[str, str] | None:
+        self.typed = True
+        return reader_types(self.decl, names)
 
     def validate(self, columns: list[Column], rows: int) -> None:
+        d = self.decl
+        if isinstance(d.types, Mapping) and d.types and not self.typed:
+            raise ValueError(f"types= declares how DuckDB reads a CSV or JSON source's "
+                             f"columns; the source of {self.name!r} carries its own types "
+                             f"(Parquet, a database table, a frame) or is read by Spark: cast "
+                             f"in the source instead")
         if rows == 0:
             raise ValueError(f"the source for {self.name!r} has no rows; nothing to protect")
-        d = self.decl
         self.columns = columns
         bounds, self.date_ranges = split_date_bounds(columns, d.bounds)
         self.valid = validate_declarations(
@@ -131,7 +196,7 @@ def load_declared(db_path: Path, name: str, source: Any, decl: Declarations, *,
         db_path, name, source, public=decl.public, copy=decl.copy,
         source_table=decl.source_table, validate=job.validate, fixed=job.fixed,
         domains=job.domains, not_null=lambda: job.not_null, progress=progress,
-        physical=physical, text_limit=limit,
+        physical=physical, text_limit=limit, column_types=job.reader_types,
     )
     unit, rows, groups, bounds, doms = job.valid
     return TableMeta(
@@ -193,6 +258,7 @@ def check_load(name: str, old: TableMeta | None, decl: Declarations, *, replace:
         raise ValueError(f"table {name!r} already exists; pass {REPLACE_ON} to load it again "
                          f"(its declarations are replaced too, and the change is recorded in "
                          f"the ledger)")
+    check_type_names(decl.types)
     n = decl.max_text_length
     if n is not None and not text_length_ok(n):
         raise ValueError(TEXT_LENGTH_ERROR.format(got=repr(n), none="None"))

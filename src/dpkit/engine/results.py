@@ -4,7 +4,8 @@ A :class:`Result` is a small column table. For every aggregate output ``name`` t
 columns: ``name`` (the private value), ``name_ci_low`` and ``name_ci_high`` (a confidence interval
 at ``level`` from the exact noise distribution; for AVG/VAR/STDDEV a conservative interval from
 the intervals of their parts; for quantiles two more exponential mechanisms aimed ``t`` ranks
-below and above the target, see :func:`dpkit.engine.noisy._quantiles`). Group columns come first.
+below and above the target, see :func:`dpkit.engine.noisy_quantiles.quantiles`). Group
+columns come first.
 
 Intervals cover the aggregate of the **bounded** data: rows beyond ``max_rows_per_unit`` dropped,
 values clamped into their bounds. They say nothing about the bias bounding may introduce.
@@ -435,6 +436,34 @@ class BudgetStatus:
 
     def __rich__(self) -> Any:
         return self.table()
+
+    def __repr__(self) -> str:
+        """A few lines, as ``dpkit budget``'s caption reads (``print(cur.budget())``): spent
+        and left ε and δ, the number of charges, each analyst's; the detail stays in the
+        fields, ``table()`` and ``to_dict()``."""
+        who = f" (analyst {self.analyst})" if self.analyst else ""
+        n = len(self.history)
+        lines = [f"BudgetStatus{who}, accountant {self.accountant}: {n} charge"
+                 + ("" if n == 1 else "s") + f", ledger head #{self.head[0]}",
+                 f"  epsilon spent {self.spent:.4g} of {self.epsilon:g}, left "
+                 f"{self.remaining:.4g}"
+                 + (f" (project left {self.project_remaining:.4g})"
+                    if self.analyst and self.project_remaining is not None else "")
+                 + f"; delta spent {self.delta_spent:.3g} of {self.delta:g}, left "
+                 f"{self.delta_remaining:.3g}"]
+        if not self.analyst:
+            for name, r in self.per_analyst.items():
+                cap = r.get("cap")
+                lines.append(f"  analyst {name}: spent {_num(r.get('spent'))} of "
+                             f"{'no cap' if cap is None else f'{cap:g}'}, next query may "
+                             f"use {_num(r.get('remaining'))}")
+        return "\n".join(lines)
+
+    __str__ = __repr__
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
 
 
 def _finite_or_none(x: float | None) -> float | None:

@@ -32,7 +32,7 @@ from dpkit.engine.spec import (
     QueryError,
 )
 from dpkit.engine.sql_scalar import check_scalar
-from dpkit.engine.tables import TableMeta, type_class
+from dpkit.engine.tables import TableMeta, from_text_file, type_class
 
 # the spec's names stay reachable as dsql.X for the planner and the tests
 
@@ -184,7 +184,11 @@ def numeric_agg(func: str, internal: str, col: str, type_: str, q: float | None,
     if type_class(type_) not in ("int", "float", "decimal", "bool"):
         raise QueryError(
             f"{func.upper()}({col}): column {col!r} has type {type_}, not a number; numeric "
-            f"aggregates need a numeric column (COUNT works on any column)"
+            f"aggregates need a numeric column (COUNT works on any column)" + (
+                f". A CSV/JSON column without declared bounds or type is read as VARCHAR: "
+                f"ask the owner for dpkit add-table ... --bounds {col}=LOW:HIGH --replace "
+                f"(read as DOUBLE) or --types {col}=BIGINT"
+                if from_text_file(private) and type_.upper() == "VARCHAR" else "")
         )
     names = {SUM: "SUM", AVG: "AVG", VAR: "VAR", VAR_POP: "VAR_POP", STDDEV: "STDDEV",
              STDDEV_POP: "STDDEV_POP", QUANTILE: "QUANTILE"}

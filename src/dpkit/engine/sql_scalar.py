@@ -10,7 +10,8 @@ from dpkit.engine.scope import Scope, col_ref
 from dpkit.engine.spec import (
     QueryError,
 )
-from dpkit.engine.totality import is_total
+from dpkit.engine.tables import from_text_file
+from dpkit.engine.totality import is_total, text_against_number
 
 # the spec's names stay reachable as dsql.X for the planner and the tests
 
@@ -113,4 +114,19 @@ def check_scalar(
         )
 
     out = node.copy().transform(visit)
+    found = text_against_number(node, lambda c: scope.resolve(c)[2])
+    if found is not None and _read_from_text_file(scope, found):
+        text = found.name
+        raise QueryError(
+            f"{where} compares the text column {text!r} with a number; compare it with text "
+            f"({text} = '12'), or, if it holds numbers, have the owner declare its type when "
+            f"adding the table (--types {text}=BIGINT, types={{{text!r}: 'BIGINT'}}): a CSV or "
+            f"JSON column without a declared type (nor bounds) is read as VARCHAR")
     return out, not is_total(node, lambda c: scope.resolve(c)[2])
+
+
+def _read_from_text_file(scope: Scope, column: exp.Column) -> bool:
+    """Whether ``column`` belongs to a table loaded from a CSV/JSON file
+    (:func:`~dpkit.engine.tables.from_text_file`). A frame's text column compared with a
+    number stays a TRY comparison."""
+    return from_text_file(scope.tables[scope.resolve(column)[0]])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from dpkit.engine.backend_spark import (
     check_on_spark,
     drop_spark_orphans,
 )
+from dpkit.engine.duckdb_sources import check_type_names
 from dpkit.engine.ledger import Ledger
 from dpkit.engine.load import (
     MAX_TEXT_LENGTH,
@@ -38,7 +39,7 @@ from dpkit.engine.load import (
 )
 from dpkit.engine.prepare import Preparer
 from dpkit.engine.project import DATA_FILE, LOAD_LOCK
-from dpkit.engine.tables import TableMeta, check_identifier
+from dpkit.engine.tables import TableMeta, check_identifier, file_source
 
 __all__ = ["TableMethods"]
 
@@ -95,6 +96,9 @@ class TableMethods:
         engine: str | None = None,
         max_text_length: int | None = MAX_TEXT_LENGTH,
         drop_privacy_unit: bool = False,
+        types: Mapping[str, str] | str | None = None,
+        source_format: str | None = None,
+        column_names: Sequence[str] | None = None,
     ) -> TableMeta:
         """Register a table (the data owner's job); spends nothing, except ``"auto"``.
 
@@ -111,9 +115,16 @@ class TableMethods:
         docs/scale.md). ``max_text_length``: a private copy's text values are cut to this many
         characters (None: not cut; public in the declarations). ``replace=True`` keeps a
         privacy unit unless it is given again or ``drop_privacy_unit=True`` says to drop it.
-        Details: docs/curator.md.
+        ``types={"code": "VARCHAR", "year": "INTEGER"}``: how a CSV/JSON source's columns are
+        read (a private table's other columns: DOUBLE with bounds, the domain keys' type, else
+        VARCHAR, never the types its rows suggest; ``types="infer"``: DuckDB's sniffer, whose
+        types follow the data and are released to analysts).
+        ``source_format="csv"`` (or parquet, json): a path whose name does not say it
+        (``adult.data.gz``); ``column_names=[...]``: a CSV without a header line, its columns
+        in order. Details: docs/curator.md.
         """
         spark = check_engine(engine or self._engine) == SPARK
+        source = file_source(source, source_format, column_names, spark=spark)
         check_identifier(name, "table")
         self._require_owner("adding, replacing or declaring a table")
         auto = dbounds.check_rows_declaration(privacy_unit, max_rows_per_unit, public=public,
@@ -124,7 +135,7 @@ class TableMethods:
                             max_groups_per_unit=max_groups_per_unit, domains=domains,
                             not_null=not_null, public=public, copy=copy,
                             source_table=source_table, description=description,
-                            max_text_length=max_text_length)
+                            max_text_length=max_text_length, types=check_type_names(types))
         with self._lock, load_lock(self.path / LOAD_LOCK):
             check_load(name, self.tables().get(name), decl, replace=replace,
                        drop_privacy_unit=drop_privacy_unit)

@@ -25,19 +25,23 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 __all__ = [
+    "FILE_FORMATS",
     "FIXED_PREFIX",
     "MAX_TEXT_LENGTH",
     "NUMERIC_TYPES",
     "TEXT_LENGTH_ERROR",
     "Column",
+    "FileSource",
     "OpenedSource",
     "TableMeta",
     "check_identifier",
     "domain_table_name",
+    "file_source",
+    "from_text_file",
     "quote_ident",
     "text_length_ok",
     "type_class",
@@ -532,10 +536,59 @@ class OpenedSource:
     table: str | None = None
 
 
+@dataclass(frozen=True)
+class FileSource:
+    """A file path with what its name does not say: ``format`` (``csv``, ``parquet`` or
+    ``json``: a name such as ``adult.data.gz``) and, for a CSV without a header line,
+    ``column_names`` (one per column, in order). Made by :func:`file_source`."""
+
+    path: str
+    format: str | None = None
+    column_names: tuple[str, ...] | None = None
+
+
+FILE_FORMATS = ("csv", "parquet", "json")
+
+
+def file_source(source: Any, source_format: str | None,
+                column_names: Sequence[str] | None, *, spark: bool = False) -> Any:
+    """``source`` itself when neither is given, else a :class:`FileSource` (refused for
+    anything but a path, an unknown format, names for a file that is not CSV, or Spark)."""
+    if source_format is None and column_names is None:
+        return source
+    if not isinstance(source, (str, Path)):
+        raise TypeError(f"source_format= and column_names= describe a file path (got "
+                        f"{describe_source(source)}); a frame already has its columns")
+    if spark:
+        raise ValueError("engine='spark' reads a CSV by its name, with its header line: "
+                         "source_format= and column_names= are for DuckDB tables")
+    fmt = None if source_format is None else str(source_format).lower()
+    if fmt is not None and fmt not in FILE_FORMATS:
+        raise ValueError(f"source_format must be one of {', '.join(FILE_FORMATS)} (got "
+                         f"{source_format!r}); a DuckDB database is told by its name")
+    names = None if column_names is None else tuple(str(c) for c in column_names)
+    if names is not None and (not names or not all(names)):
+        raise ValueError("column_names must name every column of the file, in order")
+    return FileSource(str(source), fmt, names)
+
+
 def describe_source(source: Any) -> str:
     if isinstance(source, (str, Path)):
         return str(source)
     if isinstance(source, OpenedSource):
         return source.name
+    if isinstance(source, FileSource):
+        return source.path
     mod = type(source).__module__.split(".")[0]
     return f"{mod}.{type(source).__name__}"
+
+
+_TEXT_FILES = (".csv", ".tsv", ".txt", ".json", ".jsonl", ".ndjson")
+
+
+def from_text_file(meta: TableMeta) -> bool:
+    """Whether ``meta`` was loaded from a CSV/JSON file (its source's name, public in the
+    declarations): its columns are VARCHAR unless declared (FINDINGS.md L3), so a refusal
+    over a text column there names the declaration that types it."""
+    source = meta.source.lower().split("::")[0]
+    return any(s in _TEXT_FILES for s in PurePath(source).suffixes)

@@ -23,6 +23,7 @@ into the fit's one event; σ is calibrated to what is left (:mod:`dpkit.learn.ba
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import math
 from typing import Any
@@ -30,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from dpkit import accounting, events, noise
+from dpkit.noise.grid import grid_exponent
 
 from ._base import (
     check_count,
@@ -59,6 +61,11 @@ def _torch() -> Any:
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("MLPClassifier needs PyTorch: pip install 'dpkit[torch]'") from exc
     return torch
+
+
+def _torch_installed() -> None:
+    if importlib.util.find_spec("torch") is None:
+        raise ImportError("MLPClassifier needs PyTorch: pip install 'dpkit[torch]'")
 
 
 def mlp_network(d: int, k: int, hidden_layer_sizes: Any, activation: str,
@@ -227,7 +234,8 @@ class MLPClassifier:
         """
         n = check_count(n_features, "n_features")
         c = check_count(contributions, "contributions")
-        _torch()  # no PyTorch: refused here, before the curator's charge, not in fit after it
+        _torch_installed()  # no PyTorch: refused here, before the curator's charge, not in
+        # fit after it; found, not imported (the import alone took 3 s of a 6 s preview_fit)
         self._check_options()
         if self.sample_rate is None:
             raise ValueError("MLPClassifier through the curator needs sample_rate= (the "
@@ -246,8 +254,6 @@ class MLPClassifier:
         curator's charge: a grid ``2^-k`` the float exponent can hold (a tiny C) and noise
         ``13 σ C 2^k`` below ``2^51`` grid steps (a huge C), as
         :mod:`dpkit.learn.torch.optimizer` checks at the first step, after the charge."""
-        from dpkit.learn.torch.optimizer import grid_exponent
-
         sizes = [n_features, *(int(h) for h in self.hidden_layer_sizes),
                  len(self.classes) if self.classes is not None else 2]
         dim = sum((a + 1) * b for a, b in itertools.pairwise(sizes))

@@ -18,7 +18,8 @@ import numpy as np
 
 from .samplers import MAX_DLAP_SCALE
 
-__all__ = ["choose_exponent", "from_grid", "max_grid_value", "sensitivity_on_grid", "to_grid"]
+__all__ = ["choose_exponent", "from_grid", "grid_exponent", "max_grid_value",
+           "sensitivity_on_grid", "to_grid"]
 
 #: Grid resolution: 2**k <= sensitivity / 2**RESOLUTION_BITS when the scale allows it.
 RESOLUTION_BITS = 10
@@ -161,3 +162,12 @@ def sensitivity_on_grid(sensitivity: float, k: int) -> int:
     if not math.isfinite(D) or D >= 2**62:
         raise ValueError(f"sensitivity / 2**{k} is too large; use a larger k")
     return math.floor(D) + 1
+
+
+def grid_exponent(dim: int, max_grad_norm: float) -> int:
+    """Smallest ``k`` with ``√dim · 2^-k <= 1e-6 · C``: rounding costs C a millionth.
+
+    DP-SGD's grid for a ``dim``-vector of clipped gradients of norm ``C``
+    (:mod:`dpkit.learn.torch.optimizer`); torch-free so a curator can check it before a
+    charge without importing torch."""
+    return max(0, math.ceil(math.log2(math.sqrt(max(dim, 1)) / (1e-6 * max_grad_norm))))

@@ -30,7 +30,9 @@ column has L1 norm 1. By Woodbury, ``(AᵀA)⁻¹ = D (I − Θᵀ (I + ΘΘᵀ)
 gradient cost O(p N²) with a dense Gram (O(p² N) for prefix/range/marginal workloads, which
 multiply by ``G`` in O(pN)). Minimised by projected L-BFGS (:mod:`dpkit.release._lbfgs`) from a
 deterministic start; the best of the result and the identity is returned. The problem is not
-convex: the result is a good strategy, not a certified optimum.
+convex: the result is a good strategy, not a certified optimum. An optimum whose identity rows
+shrink below the integer grid's resolution (stored strategies are integer matrices) would not
+determine the histogram: the identity is returned instead.
 
 Strategies are public (they depend only on the workload), so caching them is free of privacy
 cost: :func:`optimize` keeps them in memory keyed by the workload's SHA-256 and, when a cache
@@ -42,7 +44,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -291,7 +293,17 @@ def optimize(
         A, report = optimize_gaussian(workload, **options)
     else:
         A, report = optimize_laplace(workload, **options)
-    strategy = MatrixStrategy(A, name=f"optimized({kind})")
+    try:
+        strategy = MatrixStrategy(A, name=f"optimized({kind})")
+    except ValueError:
+        # the p-Identity optimum may lie at infinity (e.g. a point and the total: Θ grows
+        # without bound), its identity rows then ~1e-6 of its largest entry, below the integer
+        # grid's resolution, so the stored strategy determines no histogram (FINDINGS.md M1):
+        # the identity, a strategy of every workload, instead (public: a function of W only);
+        # named as the on-disk copy will be read back
+        strategy = MatrixStrategy(np.eye(workload.domain_size), name=f"optimized({kind})")
+        report = replace(report, loss=float(np.trace(workload.gram())), extra={
+            **report.extra, "fallback": "identity: the optimum lost its identity rows to rounding"})
     strategy.report = report  # type: ignore[attr-defined]
     if use_cache:
         _MEMORY[key] = strategy

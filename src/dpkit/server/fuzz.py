@@ -48,6 +48,7 @@ from typing import Any
 
 from dpkit.attacks.side_channels.runner import Report, fuzz, make_project
 from dpkit.engine.spec import QueryError
+from dpkit.engine.tables import quote_ident
 
 __all__ = ["FAMILIES", "References", "ServedCurator", "ServiceFailureError",
            "ServiceRefusalError", "fuzz_service", "served_project"]
@@ -284,6 +285,14 @@ class ServedCurator:
         return self._answer("/v1/release/quantiles", {
             "table": table, "column": column, "probabilities": list(probabilities),
             "where": where, **options})
+
+    def ranges(self, table: str, column: str, ranges: Sequence[Sequence[float]], *,
+               where: str | None = None, bins: int | None = None, **options: Any) -> _Answer:
+        """The service has no ranges route: the release's SQL form, ``DP_RANGES`` through
+        ``/v1/query`` (on the declared bounds' grid: ``bins`` has no SQL spelling)."""
+        pairs = ", ".join(f"({a!r}, {b!r})" for a, b in ranges)
+        text = f"SELECT DP_RANGES({quote_ident(column)}, {pairs}) FROM {quote_ident(table)}"
+        return self.sql(text + (f" WHERE {where}" if where else ""), **options)
 
     def marginals(self, table: str, columns: Sequence[str], *, where: str | None = None,
                   delta: float | None = None, **options: Any) -> _Answer:

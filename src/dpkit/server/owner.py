@@ -112,7 +112,8 @@ def register_table(body: s.TableIn, c: OwnerCall) -> Any:
                                  public=body.public,
                                  replace=body.replace, description=body.description,
                                  max_text_length=body.max_text_length,
-                                 drop_privacy_unit=body.drop_privacy_unit)
+                                 drop_privacy_unit=body.drop_privacy_unit,
+                                 types=body.types)
         return table_json(meta)
 
     return c.run(call, exclusive=True)

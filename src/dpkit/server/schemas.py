@@ -109,6 +109,12 @@ class TableIn(_In):
                     "epsilon 0.1 to the owner (docs/curator.md)")
     bounds: dict[str, tuple[float, float]] | None = None
     domains: dict[str, list[str | int | float | bool]] | None = None
+    types: dict[str, Annotated[str, Field(max_length=64)]] | Literal["infer"] | None = Field(
+        default=None,
+        description="how a CSV/JSON source's columns are read, as DuckDB types ({\"code\": "
+                    "\"VARCHAR\"}); a private table's other columns: DOUBLE with bounds, "
+                    "the domain keys' type, else VARCHAR. \"infer\": DuckDB's sniffer, whose "
+                    "types follow the rows and are shown to analysts")
     not_null: list[str] | None = Field(
         default=None, max_length=4096,
         description="columns that hold no NULL/NaN, checked at load (AVG of one shares "

@@ -19,6 +19,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from dpkit.attacks.side_channels.draw import Draw
+from dpkit.attacks.side_channels.forms import (
+    filter_pairs,
+    lazy_constants,
+    ranges_pairs,
+    sql_form,
+)
 from dpkit.attacks.side_channels.query import Query
 from dpkit.engine.tables import Column, TableMeta, quote_ident
 
@@ -244,7 +250,8 @@ class Grammar:
 
     def where(self, d: Draw, alias: str, tags: list[str]) -> tuple[str, ...]:
         n = d.pick((0, 1, 1, 1, 2, 2, 3))
-        return tuple(self._atom(d, alias, tags) for _ in range(n))
+        atoms = tuple(self._atom(d, alias, tags) for _ in range(n))
+        return _guarded(self, atoms, alias, tags)
 
     # ------------------------------------------------------------------ whole queries
 
@@ -259,69 +266,10 @@ class Grammar:
         family = d.pick(self.families)
         eps, noise, delta = self._params(d)
         tags: list[str] = [family]
-        name = self.table.name
-        if family == "cdf" and self.bounded:
-            return Query("cdf", name, where=self.where(d, "", tags),
-                         column=d.pick(self.bounded).name, epsilon=eps, bins=d.pick(_BINS),
-                         tags=tuple(tags))
-        if (release := _release(self, d, family, eps, tags)) is not None:
-            return release
-        if family == "synthetic" and (synthetic := _synthetic(self, d, eps, tags)) is not None:
-            return synthetic
-        if family == "fit":
-            fitted = self._fit(d, eps, tags)
-            if fitted is not None:
-                return fitted
-        if family == "dp_cdf" and self.bounded:
-            c = quote_ident(d.pick(self.bounded).name)
-            bins = d.pick(_BINS)
-            form = d.pick((f"DP_CDF({c}{'' if bins is None else f', {bins}'})",
-                           f"DP_QUANTILES({c}, 0.5)"))
-            lo, hi = self.table.bounds_for(d.pick(self.bounded).name) or (0.0, 1.0)
-            if d.chance(1, 3) and lo is not None:
-                mid = (lo + hi) / 2
-                form = f"DP_RANGES({c}, ({lo!r}, {mid!r}), ({mid!r}, {hi!r}))"
-            keyed = [x for x in self.cols if x.name in self.table.domains]
-            if keyed and d.chance(1, 4):  # one consistent set of marginal tables
-                pair = dict.fromkeys((d.pick(keyed).name, d.pick(self.bounded).name))
-                form = f"DP_MARGINALS({', '.join(quote_ident(x) for x in pair)})"
-            return Query("sql", name, text=f"SELECT {form} FROM {quote_ident(name)}{{where}}",
-                         where=self.where(d, "", tags), epsilon=eps, tags=tuple(tags))
-        if family == "filter" and self.bounded:
-            col = d.pick(self.bounded)
-            c = quote_ident(col.name)
-            lo, hi = self.table.bounds_for(col.name) or (0.0, 1.0)
-            mid = (lo + hi) / 2 if d.chance(7, 8) else hi + 1e6  # beyond the bounds: refused
-            outs = ", ".join(f"COUNT(*) FILTER (WHERE {c} BETWEEN {a!r} AND {b!r}) AS m{i}"
-                             for i, (a, b) in enumerate(((lo, mid), (mid, hi))))
-            return Query("sql", name, text=f"SELECT {outs} FROM {quote_ident(name)}{{where}}",
-                         where=self.where(d, "", tags), epsilon=eps, tags=tuple(tags))
+        for make in (_cdf, _release, _synthetic, _fit, _sql_form, _filter):
+            if (q := make(self, d, family, eps, tags)) is not None:
+                return q
         return self._aggregate(d, eps, noise, delta, tags)
-
-    def _fit(self, d: Draw, eps: float, tags: list[str]) -> Query | None:
-        """``cur.fit(model, "SELECT features, label FROM t ...", label=...)``: a label with a
-        declared domain or bounds, declared features, now and then an undeclared one (refused)."""
-        from dpkit.attacks.side_channels.query import MODELS
-
-        declared = [c for c in self.cols if c.name in self.table.domains] + self.bounded
-        declared = [c for c in declared if c.name != self.table.privacy_unit]
-        if len(declared) < 2:
-            return None
-        model = d.pick(tuple(MODELS))
-        labels = [c for c in declared if (c.name in self.table.domains) == MODELS[model][1]]
-        if not labels:
-            return None
-        label = d.pick(labels)
-        feats = [c for c in declared if c.name != label.name]
-        pick = list(dict.fromkeys(d.pick(feats).name for _ in range(3)))
-        if d.chance(1, 10):
-            pick.append(d.pick(self.cols).name)  # maybe undeclared: refused, public
-        tags += [f"fit_{model}"]
-        cols = ", ".join(quote_ident(c) for c in [*pick, label.name])
-        return Query("fit", self.table.name,
-                     text=f"SELECT {cols} FROM {quote_ident(self.table.name)}{{where}}",
-                     where=self.where(d, "", tags), label=label.name, model=model,
-                     epsilon=eps, tags=tuple(tags))
 
     def _aggregate(self, d: Draw, eps: float, noise: str, delta: float | None,
                    tags: list[str]) -> Query:
@@ -455,9 +403,17 @@ class Grammar:
 
 
 def _release(g: Grammar, d: Draw, family: str, eps: float, tags: list[str]) -> Query | None:
-    """A quantiles or marginals release (``cur.quantiles`` / ``cur.marginals``, the service's
-    ``/v1/release/quantiles`` and ``/v1/release/marginals``); None for another family."""
+    """A ranges, quantiles or marginals release (``cur.ranges`` / ``cur.quantiles`` /
+    ``cur.marginals``, the service's ``/v1/release/quantiles`` and ``/v1/release/marginals``;
+    the service has no ranges route); None for another family."""
     name = g.table.name
+    if family == "ranges" and g.bounded:
+        col = d.pick(g.bounded)
+        lo, hi = g.table.bounds_for(col.name) or (0.0, 1.0)
+        where = g.where(d, "", tags)
+        return Query("ranges", name, where=where, column=col.name,
+                     ranges=ranges_pairs(d, lo, hi, tags), epsilon=eps, bins=d.pick(_BINS),
+                     tags=tuple(tags))
     if family == "quantiles" and g.bounded:
         return Query("quantiles", name, where=g.where(d, "", tags),
                      column=d.pick(g.bounded).name, probabilities=d.pick(_PROBABILITIES),
@@ -471,14 +427,15 @@ def _release(g: Grammar, d: Draw, family: str, eps: float, tags: list[str]) -> Q
                  tags=tuple(tags))
 
 
-def _synthetic(g: Grammar, d: Draw, eps: float, tags: list[str]) -> Query | None:
+def _synthetic(g: Grammar, d: Draw, family: str, eps: float, tags: list[str]) -> Query | None:
     """``cur.synthetic(table, columns, where=..., method=..., rows=...)`` over declared columns
     (None when there are none): the default method, MST (the many-column path, 2-4 columns),
     and, drawn from a stream of their own so that the main stream (every seed's other queries)
     stays as it was, ``factorization`` or ``mwem`` named (its other release families) and a
-    fixed number of records (``rows=``, public: then the records' number is compared)."""
+    fixed number of records (``rows=``, public: then the records' number is compared), and
+    MWEM's ``rounds=`` (the service has no such field: it refuses the request, 422)."""
     cols = [c for c in g.cols if c.name in g.table.domains] + g.bounded
-    if not cols:
+    if family != "synthetic" or not cols:
         return None
     method = d.pick(("", "", "mst"))
     many = 4 if method == "mst" else 2
@@ -487,9 +444,13 @@ def _synthetic(g: Grammar, d: Draw, eps: float, tags: list[str]) -> Query | None
     x = Draw(zlib.crc32(repr(("synthetic", method, pick, where, eps)).encode()))
     method = method or x.pick(("", "", "factorization", "mwem"))
     rows = x.pick((None, None, 1, 40, 300))
+    # MWEM's rounds (after every other draw of the stream: those queries stay as they were);
+    # 0 is refused, before anything is read
+    rounds = x.pick((None, 1, 3, 0)) if method == "mwem" else None
     tags += [f"synthetic_{method}"] * bool(method) + ["synthetic_rows"] * (rows is not None)
+    tags += [f"mwem_rounds_{rounds}"] * (rounds is not None)
     return Query("synthetic", g.table.name, where=where, columns=pick, epsilon=eps,
-                 method=method, rows=rows, tags=tuple(tags))
+                 method=method, rows=rows, rounds=rounds, tags=tuple(tags))
 
 
 def with_options(q: Query, d: Draw) -> Query:
@@ -502,3 +463,120 @@ def with_options(q: Query, d: Draw) -> Query:
     level = d.pick((None, 0.9, 0.99)) if q.family != "synthetic" else None
     return replace(q, accuracy=accuracy, level=level, diagnostics=d.chance(1, 2),
                    tags=(*q.tags, "options"))
+
+
+def _cdf(g: Grammar, d: Draw, family: str, eps: float, tags: list[str]) -> Query | None:
+    """``cur.cdf(table, column, where=...)``, or, one time in three, the ranges release in its
+    Python form over the same column, drawn from a stream of its own (the main stream, every
+    seed's other queries, as it was)."""
+    if family != "cdf" or not g.bounded:
+        return None
+    q = Query("cdf", g.table.name, where=g.where(d, "", tags),
+              column=d.pick(g.bounded).name, epsilon=eps, bins=d.pick(_BINS),
+              tags=tuple(tags))
+    x = Draw(zlib.crc32(repr(("ranges", q.column, q.where, q.bins, eps)).encode()))
+    if not x.chance(1, 3):
+        return q
+    lo, hi = g.table.bounds_for(q.column) or (0.0, 1.0)
+    pairs = ranges_pairs(x, lo, hi, tags)
+    return replace(q, family="ranges", ranges=pairs, tags=(*tags, "ranges"))
+
+
+def _sql_form(g: Grammar, d: Draw, family: str, eps: float, tags: list[str]) -> Query | None:
+    """A release family's SQL form (``DP_CDF``, ``DP_QUANTILES``, ``DP_RANGES``,
+    ``DP_MARGINALS``), now and then in another spelling (:func:`forms.sql_form`)."""
+    if family != "dp_cdf" or not g.bounded:
+        return None
+    name = g.table.name
+    c = quote_ident(d.pick(g.bounded).name)
+    bins = d.pick(_BINS)
+    form = d.pick((f"DP_CDF({c}{'' if bins is None else f', {bins}'})",
+                   f"DP_QUANTILES({c}, 0.5)"))
+    lo, hi = g.table.bounds_for(d.pick(g.bounded).name) or (0.0, 1.0)
+    if d.chance(1, 3) and lo is not None:
+        mid = (lo + hi) / 2
+        form = f"DP_RANGES({c}, ({lo!r}, {mid!r}), ({mid!r}, {hi!r}))"
+    keyed = [x for x in g.cols if x.name in g.table.domains]
+    if keyed and d.chance(1, 4):  # one consistent set of marginal tables
+        pair = dict.fromkeys((d.pick(keyed).name, d.pick(g.bounded).name))
+        form = f"DP_MARGINALS({', '.join(quote_ident(x) for x in pair)})"
+    where = g.where(d, "", tags)  # drawn here as before: the rest reads none
+    form = sql_form(form, c, lo, hi, (where, eps), tags)
+    return Query("sql", name, text=f"SELECT {form} FROM {quote_ident(name)}{{where}}",
+                 where=where, epsilon=eps, tags=tuple(tags))
+
+
+def _filter(g: Grammar, d: Draw, family: str, eps: float, tags: list[str]) -> Query | None:
+    """``COUNT(*) FILTER (WHERE c BETWEEN a AND b)`` outputs over one column (the ranges
+    release's other SQL form), their pairs from :func:`forms.filter_pairs`."""
+    if family != "filter" or not g.bounded:
+        return None
+    name = g.table.name
+    col = d.pick(g.bounded)
+    c = quote_ident(col.name)
+    lo, hi = g.table.bounds_for(col.name) or (0.0, 1.0)
+    mid = (lo + hi) / 2 if d.chance(7, 8) else hi + 1e6  # beyond the bounds: refused
+    where = g.where(d, "", tags)  # drawn here as before: the rest reads none
+    pairs = filter_pairs(lo, hi, mid, (where, eps, c), tags)
+    outs = ", ".join(f"COUNT(*) FILTER (WHERE {c} BETWEEN {a!r} AND {b!r}) AS m{i}"
+                     for i, (a, b) in enumerate(pairs))
+    return Query("sql", name, text=f"SELECT {outs} FROM {quote_ident(name)}{{where}}",
+                 where=where, epsilon=eps, tags=tuple(tags))
+
+
+def _fit(g: Grammar, d: Draw, family: str, eps: float, tags: list[str]) -> Query | None:
+    """``cur.fit(model, "SELECT features, label FROM t ...", label=...)``: a label with a
+    declared domain or bounds, declared features, now and then an undeclared one (refused)."""
+    from dpkit.attacks.side_channels.query import MODELS
+
+    if family != "fit":
+        return None
+    declared = [c for c in g.cols if c.name in g.table.domains] + g.bounded
+    declared = [c for c in declared if c.name != g.table.privacy_unit]
+    if len(declared) < 2:
+        return None
+    model = d.pick(tuple(MODELS))
+    labels = [c for c in declared if (c.name in g.table.domains) == MODELS[model][1]]
+    if not labels:
+        return None
+    label = d.pick(labels)
+    feats = [c for c in declared if c.name != label.name]
+    pick = list(dict.fromkeys(d.pick(feats).name for _ in range(3)))
+    if d.chance(1, 10):
+        pick.append(d.pick(g.cols).name)  # maybe undeclared: refused, public
+    tags += [f"fit_{model}"]
+    cols = ", ".join(quote_ident(c) for c in [*pick, label.name])
+    return Query("fit", g.table.name,
+                 text=f"SELECT {cols} FROM {quote_ident(g.table.name)}{{where}}",
+                 where=g.where(d, "", tags), label=label.name, model=model,
+                 epsilon=eps, tags=tuple(tags))
+
+
+def _guarded(g: Grammar, atoms: tuple[str, ...], alias: str, tags: list[str]) -> tuple[str, ...]:
+    """Now and then one atom behind a guard that only a neighbour's rows pass (a value
+    beyond the declared bounds, or NULL): ``(age > 120) AND (atom)``. DuckDB evaluates an
+    AND lazily, so an atom that fails on any row it sees (a constant cast on the first row
+    compared, FINDINGS.md M2) then fails on D' only, where it failed on both before. Drawn
+    from a stream of its own: the main stream (every seed's queries) stays as it was."""
+    if not atoms:
+        return atoms
+    x = Draw(zlib.crc32(repr(("guard", atoms)).encode()))
+    if not x.chance(1, 4):
+        return atoms
+    i = x.below(len(atoms))
+    guards = [f"{g._ref(c, alias).sql} IS NULL" for c in g.cols
+              if c.name not in g.table.not_null and c.name != g.table.privacy_unit]
+    for c in g.bounded:
+        lo, hi = g.table.bounds_for(c.name) or (0.0, 0.0)
+        ref = g._ref(c, alias).sql
+        guards += [f"{ref} > {hi!r}", f"{ref} < {lo!r}"]
+    if not guards:
+        return atoms
+    tags.append("guarded")
+    guard, atom = x.pick(guards), atoms[i]
+    lazy = lazy_constants([(g._ref(c, alias).sql, c.cls) for c in g.cols
+                           if c.name != g.table.privacy_unit])
+    if lazy and x.chance(1, 3):  # drawn last: the other guarded atoms stay as they were
+        atom = x.pick(lazy)
+        tags.append("lazy_constant")
+    return (*atoms[:i], f"({guard}) AND ({atom})", *atoms[i + 1:])

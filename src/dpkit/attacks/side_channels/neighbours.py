@@ -4,7 +4,11 @@ changed to extreme values, written as DuckDB files that the curator loads with t
 The extreme values are those that made a query fail, or change shape, on some rows only
 (issue 12): numeric bounds far exceeded, ±inf, NaN, -0.0, NULL, the largest INTEGER / BIGINT /
 HUGEINT / DECIMAL(38,20), empty and odd strings (``'true'``, ``'x'``, ``'1e400'``, unicode),
-extreme dates and timestamps, and one unit with many rows.
+extreme dates and timestamps, and one unit with many rows. Two more (FINDINGS.md M):
+``add_duplicates``, a unit whose few distinct rows are each repeated many times, far beyond
+``max_rows_per_unit`` (the cap keeps the rows of smallest keyed hash, and identical rows hash
+alike: the tie at the threshold is broken by its own rule), and ``add_nulls``, a unit whose
+every value is NULL (where the declarations allow it).
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from dpkit.engine.tables import Column, TableMeta, quote_ident
 
 __all__ = ["NEIGHBOURS", "Scratch", "extreme_literals"]
 
-NEIGHBOURS = ("add", "remove", "add_extreme", "change_extreme", "add_many")
+NEIGHBOURS = ("add", "remove", "add_extreme", "change_extreme", "add_many", "add_duplicates",
+              "add_nulls")
 
 _INT_EXTREMES = {
     "TINYINT": ("127", "-128"), "SMALLINT": ("32767", "-32768"),
@@ -203,6 +208,9 @@ class Scratch:
         if kind == "change_extreme":
             self._change(name, d)
             return name
+        if kind in ("add_duplicates", "add_nulls"):
+            self._insert(name, self._repeated(kind, new, d))
+            return name
         count = 1 if kind != "add_many" else 5 * self.table.max_rows_per_unit + 20
         rows = []
         for i in range(count):
@@ -217,6 +225,34 @@ class Scratch:
             rows.append(row)
         self._insert(name, rows)
         return name
+
+    def _repeated(self, kind: str, unit_value: str, d: Draw) -> list[list[str]]:
+        """The rows of a new unit made of repeated rows: ``add_nulls``, one row of NULLs (a
+        ``not_null`` column keeps an ordinary value) ``max_rows_per_unit + 1`` times;
+        ``add_duplicates``, one to three distinct rows (ordinary or extreme values), each
+        ``10 · max_rows_per_unit + 7`` times, so that the cap's threshold hash falls inside a
+        run of identical rows."""
+        cap = max(1, self.table.max_rows_per_unit)
+        unit = self.table.privacy_unit
+
+        def row(extreme: bool) -> list[str]:
+            out = []
+            for c in self.cols:
+                if c.name == unit:
+                    out.append(unit_value)
+                elif kind == "add_nulls":
+                    out.append(_base_literal(self.table, c, d.below(50), d.below(4))
+                               if c.name in self.table.not_null else "NULL")
+                elif extreme:
+                    out.append(d.pick(extreme_literals(self.table, c)))
+                else:
+                    out.append(_base_literal(self.table, c, d.below(50), d.below(4)))
+            return out
+
+        if kind == "add_nulls":
+            return [row(False)] * (cap + 1)
+        distinct = [row(d.chance(1, 3)) for _ in range(1 + d.below(3))]
+        return [r for r in distinct for _ in range(10 * cap + 7)]
 
     def _change(self, name: str, d: Draw) -> None:
         unit = self.table.privacy_unit

@@ -26,12 +26,14 @@ from dataclasses import replace as dc_replace
 from typing import Any
 
 from dpkit import noise
-from dpkit.attacks.side_channels.query import Query, make_model
+from dpkit.attacks.side_channels.query import RELEASES, Query, make_model
 from dpkit.noise.trace import Trace
 
 __all__ = ["Outcome", "compare", "observe", "self_check"]
 
 _REFUSALS = ("QueryError", "BudgetExceeded")
+# the engine's words for a failure between the charge and the noise (engine/charge.py)
+_READ_FAILED = "could not be completed after its cost was charged"
 
 
 @dataclass(frozen=True)
@@ -186,16 +188,22 @@ def _front(obj: Any, scrub: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _preview_face(cur: Any, query: Query, scrub: tuple[str, ...]) -> str:
-    """What previewing an SQL query or a fit shows (it reads no data, so all of it must be
-    public): the cost, the remaining budget, the expected error per output and the notes (a
-    fit: its features, classes, event), or the refusal's class and text. Empty for the other
-    families (they have no preview)."""
+    """What previewing an SQL query, a fit or a release family (``cur.preview_release``)
+    shows (it reads no data, so all of it must be public): the cost, the remaining budget, the
+    expected error per output and the notes (a fit: its features, classes, event), or the
+    refusal's class and text. Empty for synthetic records, for a release asked by accuracy
+    (``accuracy=`` is the release's keyword, not its preview's) and on a front without the
+    preview."""
     try:
         if query.family == "sql" and hasattr(cur, "preview"):
             p = cur.preview(query.sql(), **query.kwargs())
         elif query.family == "fit" and hasattr(cur, "preview_fit"):
             p = cur.preview_fit(make_model(query.model), query.sql(), label=query.label,
                                 **query.kwargs())
+        elif (query.family in RELEASES and query.accuracy is None
+              and hasattr(cur, "preview_release")):
+            p = cur.preview_release(query.family, query.table, *query.release_args(),
+                                    where=query.where_sql() or None, **query.kwargs())
         else:
             return ""
     except Exception as exc:  # a refusal is part of the face too
@@ -310,7 +318,8 @@ def self_check(query: Query, o: Outcome) -> tuple[str, ...]:
     """Problems visible on one dataset alone: a release that charged nothing, keys released
     twice (-0.0 and 0.0 as two groups), an internal exception (not a refusal), a fit that
     failed after its charge (a fit has no post-processing that may refuse: a charged failure
-    is an option checked too late, FINDINGS.md G5, or a failure that follows the rows, G2)."""
+    is an option checked too late, FINDINGS.md G5, or a failure that follows the rows, G2), and
+    any query whose work between the charge and the noise failed (M2)."""
     out: list[str] = []
     if o.kind == "answer" and o.rows > 0 and o.charges == 0:
         out.append("free_release")
@@ -319,6 +328,11 @@ def self_check(query: Query, o: Outcome) -> tuple[str, ...]:
     if o.kind == "exception":
         out.append("internal_exception")
     if query.family == "fit" and o.kind != "answer" and o.charges > 0:
+        out.append("charged_failure")
+    elif o.error_class == "ChargedQueryError" and _READ_FAILED in o.error_text:
+        # the work between the charge and the noise failed: a failure that follows the rows
+        # (FINDINGS.md M2), seen on D and D' alike only when both hold such a row (a failure
+        # on the noisy table, HAVING's or an expression's, says so in its own words)
         out.append("charged_failure")
     out += o.flags
     return tuple(out)

@@ -6,7 +6,10 @@ import importlib.util
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["MODELS", "Query"]
+__all__ = ["MODELS", "RELEASES", "Query"]
+
+#: the release families that have a preview (``cur.preview_release(family, ...)``)
+RELEASES = ("ranges", "cdf", "quantiles", "marginals")
 
 #: the estimators a ``fit`` query may train, by name -> (module attribute, classifier?);
 #: DP-SGD's MLP only where torch is installed (without it, training is refused on both sides)
@@ -47,7 +50,8 @@ class Query:
     """A query the fuzzer runs on both projects of a D/D' pair.
 
     ``family``: ``"sql"`` (``cur.sql(text, ...)``), ``"cdf"`` (``cur.cdf(table, column,
-    where=...)``), ``"quantiles"`` (``cur.quantiles(table, column, probabilities, where=...)``),
+    where=...)``), ``"ranges"`` (``cur.ranges(table, column, ranges, where=...)``),
+    ``"quantiles"`` (``cur.quantiles(table, column, probabilities, where=...)``),
     ``"marginals"`` (``cur.marginals(table, columns, k=..., where=...)``), ``"synthetic"``
     (``cur.synthetic(table, columns, where=..., method=...)``) or ``"fit"`` (``cur.fit(model,
     text, label=...)``: ``model`` names a ``dpkit.learn`` estimator, :data:`MODELS`).
@@ -70,6 +74,7 @@ class Query:
     weights: tuple[tuple[str, float], ...] = ()
     bins: int | None = None
     probabilities: tuple[float, ...] = ()  # quantiles
+    ranges: tuple[tuple[float, float], ...] = ()  # ranges: the (low, high) pairs counted
     k: int | None = None  # marginals: the tables' width (None: the curator's default)
     # request options (drawn only by Grammar(options=True)): an accuracy target instead of
     # epsilon, the intervals' level, the bounding diagnostics off
@@ -78,6 +83,7 @@ class Query:
     diagnostics: bool = True
     method: str = ""  # synthetic: "auto", "mst", ...; "" leaves the curator's default
     rows: int | None = None  # synthetic: how many records (None: the noisy count, the default)
+    rounds: int | None = None  # synthetic (MWEM's): its rounds (None: the curator's default)
     label: str = ""  # fit: the label column
     model: str = ""  # fit: a key of MODELS
     noisy_rows: bool = False
@@ -106,7 +112,7 @@ class Query:
             kw["diagnostics"] = False
         if self.delta is not None:
             kw["delta"] = self.delta
-        if self.bins is not None and self.family in ("cdf", "quantiles", "marginals"):
+        if self.bins is not None and self.family in RELEASES:
             kw["bins"] = self.bins
         if self.k is not None and self.family == "marginals":
             kw["k"] = self.k
@@ -114,6 +120,8 @@ class Query:
             kw["method"] = self.method
         if self.family == "synthetic" and self.rows is not None:
             kw["rows"] = self.rows
+        if self.family == "synthetic" and self.rounds is not None:
+            kw["rounds"] = self.rounds
         if self.family == "sql":
             if self.noise != "laplace":
                 kw["noise"] = self.noise
@@ -129,6 +137,9 @@ class Query:
         where = self.where_sql() or None
         if self.family == "cdf":
             return cur.cdf(self.table, self.column, where=where, **kw)
+        if self.family == "ranges":
+            return cur.ranges(self.table, self.column, [list(r) for r in self.ranges],
+                              where=where, **kw)
         if self.family == "quantiles":
             return cur.quantiles(self.table, self.column, list(self.probabilities),
                                  where=where, **kw)
@@ -152,6 +163,9 @@ class Query:
         where = self.where_sql() or None
         if self.family == "cdf":
             return f"cur.cdf({self.table!r}, {self.column!r}, where={where!r}, {kw})"
+        if self.family == "ranges":
+            return (f"cur.ranges({self.table!r}, {self.column!r}, "
+                    f"{[list(r) for r in self.ranges]!r}, where={where!r}, {kw})")
         if self.family == "quantiles":
             return (f"cur.quantiles({self.table!r}, {self.column!r}, "
                     f"{list(self.probabilities)!r}, where={where!r}, {kw})")
@@ -160,6 +174,17 @@ class Query:
                     f"{kw})")
         return (f"cur.synthetic({self.table!r}, {list(self.columns)!r}, where={where!r}, "
                 f"{kw})")
+
+    def release_args(self) -> tuple[Any, ...]:
+        """The positional arguments after the table of a release family's call (and of its
+        ``cur.preview_release(family, table, ...)``)."""
+        if self.family == "ranges":
+            return (self.column, [list(r) for r in self.ranges])
+        if self.family == "quantiles":
+            return (self.column, list(self.probabilities))
+        if self.family == "marginals":
+            return (list(self.columns),)
+        return (self.column,)
 
     def __str__(self) -> str:
         return self.python()

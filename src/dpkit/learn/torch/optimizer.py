@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 
 from dpkit import noise
+from dpkit.noise.grid import grid_exponent
 
 from .layers import LayerTap, UnsupportedLayer
 from .loader import PoissonLoader
@@ -47,11 +48,6 @@ from .units import BatchUnits
 __all__ = ["DPOptimizer", "grid_exponent"]
 
 _CHUNK = 1 << 17
-
-
-def grid_exponent(dim: int, max_grad_norm: float) -> int:
-    """Smallest ``k`` with ``√dim · 2^-k <= 1e-6 · C``: rounding costs C a millionth."""
-    return max(0, math.ceil(math.log2(math.sqrt(max(dim, 1)) / (1e-6 * max_grad_norm))))
 
 
 class DPOptimizer(torch.optim.Optimizer):
