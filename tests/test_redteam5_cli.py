@@ -223,3 +223,57 @@ def test_l3_an_undeclared_csv_column_in_an_average_names_the_declaration(
         assert "--types" not in str(caught.value)
         cur.sql("SELECT COUNT(*) AS n FROM f WHERE x IN (1, 2)", epsilon=0.5)  # under TRY
         assert cur.budget().spent == pytest.approx(0.5)
+
+
+def test_l3_a_csv_read_by_format_gets_the_same_refusal(tmp_path: Path) -> None:
+    """L3: a CSV whose name does not say so (``adult.data``, ``source_format="csv"``) is a
+    text file too: its source says how it was read, and a text column compared with a number
+    is refused naming --types, as for a ``.csv`` (it was DuckDB's bare binder error)."""
+    data = tmp_path / "v.data"
+    data.write_text(_csv(tmp_path).read_text())
+    with dp.Curator.create(tmp_path / "p", epsilon=3.0, source=dp.noise.seeded(0)) as cur:
+        meta = cur.add_table("t", str(data), source_format="csv", privacy_unit="uid",
+                             max_rows_per_unit=1)
+        assert meta.source.endswith("(read as csv)")
+        with pytest.raises(QueryError, match="--types x=BIGINT"):
+            cur.sql("SELECT COUNT(*) AS n FROM t WHERE x > 3", epsilon=0.5)
+        assert cur.budget().spent == 0
+
+
+def test_l3_types_infer_in_a_file_and_per_column_on_the_line_is_one_clear_refusal(
+        tmp_path: Path) -> None:
+    """A declaration file's "types": "infer" with --types col=TYPE: which did the owner mean?
+    One red line (exit 1 or 2), never a traceback, and nothing loaded."""
+    import json
+
+    csv, project = _csv(tmp_path), tmp_path / "p"
+    runner = CliRunner()
+    assert runner.invoke(main, ["init", str(project), "--epsilon", "1"]).exit_code == 0
+    (tmp_path / "d.json").write_text(json.dumps({"types": "infer"}))
+    out = runner.invoke(main, ["add-table", str(project), "t", str(csv), "--declare",
+                               str(tmp_path / "d.json"), "--types", "code=VARCHAR"])
+    assert out.exit_code != 0 and isinstance(out.exception, SystemExit), out.output
+    assert "keepone" in "".join(out.output.split()), out.output  # rich may wrap the line
+    with dp.Curator.open(project) as cur:
+        assert "t" not in cur.tables()
+
+
+def test_l6_an_answer_whose_budget_cannot_be_read_at_its_charge_never_reads_it_later(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """L6: the budget an answer carries is read at its charge; when that read fails the answer
+    says the budget is unavailable instead of falling back to a read after the scan (which
+    counts other charges made during it: the scan's clock)."""
+    pytest.importorskip("fastapi")
+    from dpkit.server import views
+
+    with dp.Curator.create(tmp_path / "p.dpkit", epsilon=3.0) as cur:
+        cur.add_table("t", pd.DataFrame({"x": [1.0, 2.0]}), bounds={"x": (0, 5)})
+
+        def failing(c: Any) -> Any:
+            raise OSError("the ledger could not be read")
+
+        monkeypatch.setattr(views, "budget_json", failing)
+        with views.charged_budget(cur) as box:
+            res = cur.sql("SELECT COUNT(*) AS n FROM t", epsilon=0.5)
+        assert "unavailable" in box["budget"]
+        assert views.result_json(res, cur, box.get("budget"))["budget"] == box["budget"]

@@ -381,3 +381,24 @@ def test_command_line_fuzzes_the_model_training_alone_and_shows_progress(
     bad = CliRunner().invoke(main, ["attack", "side-channels", str(tmp_path / "own.dpkit"),
                                     "--families", "fits"])
     assert bad.exit_code != 0 and "--families takes" in bad.output
+
+
+def test_command_line_takes_every_family_the_grammar_draws(tmp_path: Path) -> None:
+    """--families accepts each family the grammar can draw (``ranges`` was refused though
+    drawn), and only those."""
+    from click.testing import CliRunner
+
+    from dpkit.attacks.side_channels.grammar import DRAWN_FAMILIES
+    from dpkit.cli import main
+
+    cur = dp.Curator.create(tmp_path / "own.dpkit", budget=dp.Budget(epsilon=1.0))
+    df = pd.DataFrame({"uid": range(30), "x": np.linspace(0, 9, 30)})
+    cur.add_table("t", df, privacy_unit="uid", max_rows_per_unit=1, bounds={"x": (0, 10)})
+    cur.close()
+    res = CliRunner().invoke(main, ["attack", "side-channels", str(tmp_path / "own.dpkit"),
+                                    "--queries", "2", "--neighbours", "add,remove",
+                                    "--accountants", "approx", "--seed", "3",
+                                    "--families", "ranges"])
+    assert res.exit_code == 0, res.output
+    assert "queries: ranges │ 2" in " ".join(res.output.split()), res.output
+    assert "ranges" in DRAWN_FAMILIES and len(set(DRAWN_FAMILIES)) == len(DRAWN_FAMILIES)

@@ -8,6 +8,7 @@ import sqlite3
 import time
 from typing import Any
 
+import pytest
 from tests.server.conftest import SQL, Project, ledger_held, local_client
 from tests.server.test_endpoints import charges
 
@@ -126,4 +127,33 @@ def test_a_late_requests_charge_reaches_the_audit_log(make_client: Any,
     assert posts[0]["charge"] is None
     assert posts[1]["charge"] == {"epsilon": 0.1, "delta": 0.0}
     assert posts[1]["analyst"] == posts[0]["analyst"] and posts[1]["role"] == posts[0]["role"]
+    assert charges(project) == 1
+
+
+def test_a_late_charge_whose_answer_cannot_be_kept_still_reaches_the_audit_log(
+        make_client: Any, project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk at the 504: the answer is lost, but the work goes on and charges, and that
+    charge gets its late audit line all the same (it was written only with a kept answer)."""
+    import json
+
+    client = make_client(timeout=0.3)
+    service = client.app.state.service
+
+    def full(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(service.pool.answers, "keep", full)
+    h = project.headers(project.alice)
+    with ledger_held(project.path, 1.0):
+        r = client.post("/v1/query", json={"sql": SQL, "epsilon": 0.1}, headers=h)
+        assert r.status_code == 504 and "cannot be kept" in r.json()["detail"]
+    audit = service.config.audit_path
+    deadline = time.monotonic() + 20
+    posts: list[dict[str, Any]] = []
+    while len(posts) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        posts = [x for x in map(json.loads, audit.read_text().splitlines())
+                 if x["endpoint"] == "/v1/query"]
+    assert [(x["status"], x.get("late", False)) for x in posts] == [(504, False), (200, True)]
+    assert posts[1]["charge"] == {"epsilon": 0.1, "delta": 0.0}
     assert charges(project) == 1

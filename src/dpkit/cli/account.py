@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,7 @@ def _event_of(text: str) -> tuple[Any, float | None]:
 
 def print_account_report(event: Any, *, delta: float) -> None:
     from dpkit import accounting
+    from dpkit.accounting.api import best
 
     table = Table(title=f"epsilon at delta = {delta:g}", title_justify="left")
     table.add_column("method")
@@ -74,10 +76,8 @@ def print_account_report(event: Any, *, delta: float) -> None:
     console.print(table)
     # every row is an upper bound, so the smallest holds: said in one line, because a DP-SGD
     # event read 84 (basic) and 100 (zcdp) above its 0.99998 (pld) in the researcher's walk
-    valid = [(eps, method) for method, eps, _, _ in rows
-             if eps is not None and math.isfinite(eps)]
-    if valid:
-        eps, method = min(valid)
+    with contextlib.suppress(ValueError):  # no method bounds it: the table says why
+        method, eps = best(event, delta)
         console.print(f"epsilon <= {eps:.6g} at delta = {delta:g} (the tightest bound: {method}; "
                       f"each row is an upper bound, the loose ones are not the model's epsilon)")
 

@@ -201,7 +201,8 @@ def attack_one_run(
               "problem bodies, headers, JSON keys; needs the [server] extra and httpx).")
 @click.option("--families", default=None,
               help="Comma-separated query families to draw (default: all; e.g. fit for model "
-              "training alone): sql, filter, cdf, dp_cdf, synthetic, fit, quantiles, marginals.")
+              "training alone): sql, filter, cdf, dp_cdf, synthetic, fit, ranges, quantiles, "
+              "marginals.")
 def attack_side_channels(project: Path, table: str | None, queries: int, seed: int, units: int,
                          neighbours: str | None, accountants: str,
                          max_findings: int | None, via: str, families: str | None) -> None:

@@ -466,7 +466,7 @@ def attack_side_channels(*, project: Path, table: str | None, queries: int, seed
     ``families``: comma-separated query families (``fit`` alone: the model training);
     ``progress(done, total)`` after each comparison."""
     from dpkit.attacks import side_channels as sc
-    from dpkit.attacks.side_channels.grammar import FAMILIES
+    from dpkit.attacks.side_channels.grammar import DRAWN_FAMILIES
 
     run: Callable[..., sc.Report] = sc.fuzz
     if via == "service":
@@ -484,7 +484,7 @@ def attack_side_channels(*, project: Path, table: str | None, queries: int, seed
                   if k.strip())
     accts = tuple(a.strip() for a in accountants.split(",") if a.strip())
     fams = tuple(dict.fromkeys(f.strip() for f in (families or "").split(",") if f.strip()))
-    known = set(FAMILIES) | {"quantiles", "marginals"}  # the last two: the service's own
+    known = set(DRAWN_FAMILIES)
     unknown = sorted(set(fams) - known)
     if unknown:
         raise ValueError(f"--families takes {', '.join(sorted(known))} "

@@ -181,6 +181,9 @@ def merge_declarations(declared: Mapping[str, Any], given: Mapping[str, Any]) ->
         if value is None or value is False or (isinstance(value, (dict, list)) and not value):
             continue
         if isinstance(value, dict):
+            if out.get(key) is not None and not isinstance(out[key], Mapping):
+                raise ValueError(f"{key} is {out[key]!r} in the --declare file and given per "
+                                 f"column on the command line: keep one")
             both = sorted(set(out.get(key) or {}) & set(value))
             if both:
                 raise ValueError(f"{key} of {', '.join(both)} declared both in the --declare "

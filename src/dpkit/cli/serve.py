@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from dpkit.cli.options import console
+from dpkit.server.config import STORES
 
 __all__ = ["commands", "owner_token", "serve"]
 
@@ -54,7 +55,7 @@ def owner_token(project: str) -> None:
               help="late answers (504s) kept for GET /v1/answers/{id}, in PROJECT/answers")
 @click.option("--answers-max-age", default=900.0, show_default=True, type=float,
               help="seconds a late answer is kept after its 504")
-@click.option("--answers-store", type=click.Choice(["auto", "folder", "postgres"]),
+@click.option("--answers-store", type=click.Choice(list(STORES)),
               default="auto", show_default=True,
               help="where late answers are kept: auto = a PostgreSQL table when the ledger "
                    "is in PostgreSQL (or --answers-dsn is given: every host reads it), else "

@@ -21,7 +21,7 @@ from typing import Any
 from dpkit import noise as _noise
 from dpkit.engine import plan as dplan
 from dpkit.engine.backend_duckdb import load_table
-from dpkit.engine.duckdb_sources import INFER, check_type_names
+from dpkit.engine.duckdb_sources import INFER
 from dpkit.engine.ledger import Entry
 from dpkit.engine.spark_load import load_spark_table
 from dpkit.engine.spec import DROP_UNIT_ON, REPLACE_ON
@@ -258,7 +258,6 @@ def check_load(name: str, old: TableMeta | None, decl: Declarations, *, replace:
         raise ValueError(f"table {name!r} already exists; pass {REPLACE_ON} to load it again "
                          f"(its declarations are replaced too, and the change is recorded in "
                          f"the ledger)")
-    check_type_names(decl.types)
     n = decl.max_text_length
     if n is not None and not text_length_ok(n):
         raise ValueError(TEXT_LENGTH_ERROR.format(got=repr(n), none="None"))

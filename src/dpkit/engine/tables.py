@@ -577,8 +577,10 @@ def describe_source(source: Any) -> str:
         return str(source)
     if isinstance(source, OpenedSource):
         return source.name
-    if isinstance(source, FileSource):
-        return source.path
+    if isinstance(source, FileSource):  # a format the name does not say is said after it
+        fmt = source.format
+        named = fmt is None or f".{fmt}" in PurePath(source.path.lower()).suffixes
+        return source.path if named else f"{source.path} (read as {fmt})"
     mod = type(source).__module__.split(".")[0]
     return f"{mod}.{type(source).__name__}"
 
@@ -591,4 +593,6 @@ def from_text_file(meta: TableMeta) -> bool:
     declarations): its columns are VARCHAR unless declared (FINDINGS.md L3), so a refusal
     over a text column there names the declaration that types it."""
     source = meta.source.lower().split("::")[0]
+    if source.endswith((" (read as csv)", " (read as json)")):  # --format on another name
+        return True
     return any(s in _TEXT_FILES for s in PurePath(source).suffixes)

@@ -71,10 +71,10 @@ from dpkit.server.answers import (
     unseal,
     victims,
 )
+from dpkit.server.config import STORES
 
 __all__ = ["STORES", "PostgresAnswers", "answers_schema", "open_answers"]
 
-STORES = ("auto", "folder", "postgres")
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _DDL = """
 CREATE SCHEMA IF NOT EXISTS {s};

@@ -16,7 +16,10 @@ from typing import Any
 
 from dpkit.server.pacing import Pacing
 
-__all__ = ["CONFIG_ENV", "OidcConfig", "ServerConfig"]
+__all__ = ["CONFIG_ENV", "STORES", "OidcConfig", "ServerConfig"]
+
+#: where late answers are kept (``--answers-store``; :func:`~dpkit.server.answers_pg.open_answers`)
+STORES = ("auto", "folder", "postgres")
 
 CONFIG_ENV = "DPKIT_SERVE_CONFIG"
 
@@ -92,7 +95,7 @@ class ServerConfig:
         self.pacing()  # refuses a bad deadline or factor now, not at the first answer
         if self.max_body < 1024 or self.burst < 1 or self.answers_kept < 1:
             raise ValueError("max_body must be >= 1024 bytes, burst and answers_kept >= 1")
-        if self.answers_store not in ("auto", "folder", "postgres"):
+        if self.answers_store not in STORES:
             raise ValueError(f"answers_store is auto, folder or postgres (got "
                              f"{self.answers_store!r})")
         if self.answers_store == "postgres" and not self.answers_dsn:

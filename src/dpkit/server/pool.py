@@ -31,7 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dpkit.engine.curator import Curator
 from dpkit.engine.roles import TOKEN_ENV
@@ -146,6 +146,8 @@ class Pool:
             ident = self.answers.keep(key, future, finish, limit=limit)
         except OSError:
             log.exception("a late answer could not be kept")
+            # its answer is lost, but finish still writes the charge's audit line at its end
+            future.add_done_callback(lambda done: _finish_quietly(finish, done))
             return Problem(504, "timeout",
                            f"the request ran past the service's limit of {limit:g} s; it goes "
                            f"on, but its answer cannot be kept (the service could not write "
@@ -212,3 +214,12 @@ class Pool:
             for cur, _ in self._curators.values():
                 cur.close()
             self._curators.clear()
+
+
+def _finish_quietly(finish: Callable[[Future[Any]], Answer], future: Future[Any]) -> None:
+    """``finish`` for a late call whose answer cannot be kept: only its side effects (the
+    audit line of its charge) matter, and a worker thread's callback must not raise."""
+    try:
+        finish(future)
+    except Exception:
+        log.exception("a late call's end could not be recorded")

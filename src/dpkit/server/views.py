@@ -83,7 +83,15 @@ def charged_budget(cur: Curator) -> Iterator[dict[str, Any]]:
     made, it counted every charge other processes made during the scan, which an analyst
     charging at known moments on another worker reads as the scan's end (FINDINGS.md L6)."""
     box: dict[str, Any] = {}
-    with after_charge(lambda entry: box.update(budget=budget_json(cur))):
+
+    def read(entry: Any) -> None:
+        try:
+            box["budget"] = budget_json(cur)
+        except Exception:  # never the budget after the scan instead (the answer's fallback)
+            box["budget"] = {"unavailable": "the budget could not be read at this answer's "
+                                            "charge: see GET /v1/budget"}
+
+    with after_charge(read):
         yield box
 
 

@@ -28,7 +28,7 @@ from dpkit.attacks.side_channels.forms import (
 from dpkit.attacks.side_channels.query import Query
 from dpkit.engine.tables import Column, TableMeta, quote_ident
 
-__all__ = ["EPSILONS", "FAMILIES", "Grammar", "with_options"]
+__all__ = ["DRAWN_FAMILIES", "EPSILONS", "FAMILIES", "Grammar", "with_options"]
 
 # mostly ordinary budgets, and the extremes that broke the engine (5e-324 overflowed)
 EPSILONS = (0.05, 0.1, 0.2, 0.5, 1.0)
@@ -37,6 +37,9 @@ HUGE_LIMIT = "1000000000000000000"
 # aggregate SQL three times as often as each release family (a family may be named twice to
 # weigh it more); the release families are the slow ones (a CDF plans a strategy per query)
 FAMILIES = ("sql", "sql", "sql", "filter", "dp_cdf", "cdf", "synthetic", "fit")
+#: every family a caller may ask for: the default draw plus the release families in their
+#: Python form (the service answers quantiles and marginals on their own routes)
+DRAWN_FAMILIES = (*dict.fromkeys(FAMILIES), "ranges", "quantiles", "marginals")
 
 _BINS = (8, 16, 16, None)  # None: the default grid (up to 1024 cells, slower)
 # quantiles' probabilities: the ends, a median, several at once, one out of [0, 1] (refused)

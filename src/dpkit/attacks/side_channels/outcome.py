@@ -27,13 +27,15 @@ from typing import Any
 
 from dpkit import noise
 from dpkit.attacks.side_channels.query import RELEASES, Query, make_model
+from dpkit.engine.charge import AFTER_CHARGE
 from dpkit.noise.trace import Trace
 
 __all__ = ["Outcome", "compare", "observe", "self_check"]
 
 _REFUSALS = ("QueryError", "BudgetExceeded")
 # the engine's words for a failure between the charge and the noise (engine/charge.py)
-_READ_FAILED = "could not be completed after its cost was charged"
+# the fixed message's words (engine.charge.AFTER_CHARGE), so a rewording cannot silence the check
+_READ_FAILED = AFTER_CHARGE.split("{what} ", 1)[1].split(" (", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -269,7 +271,7 @@ def _requests(query: Query, o: Outcome) -> Any:
     """
     if query.family == "fit":
         return tuple(tuple(p for p in r if not p.startswith("#")) for r in o.noise)
-    if o.selected or o.noisy_rows or query.family == "synthetic":
+    if o.selected or query.family == "synthetic":  # noisy_rows: synthetic only
         scaled = (tuple(p for p in r if not p.startswith("#")) for r in o.noise)
         return tuple(r for r in scaled if len(r) > 1)
     return o.noise

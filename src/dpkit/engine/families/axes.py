@@ -214,8 +214,10 @@ def log_grid_wanted(lo: float, hi: float) -> bool:
 def _log_axis(name: str, lo: float, hi: float, bins: int | None, integer: bool) -> Axis:
     """``bins`` (default :data:`DEFAULT_BINS`) log-scale cells over ``[lo, hi]``, with
     ``scale`` = the largest magnitude over :data:`LOG_SPAN` (at least 1 for an integer
-    column: finer cells than one integer would stay empty), so every log grid resolves
-    about four orders of magnitude below its largest value."""
+    column), so every log grid resolves about four orders of magnitude below its largest
+    value. Near 0 an integer column's cells may still be narrower than one integer (``[0,
+    99999]``: scale 10, the first cells ~0.09 wide), and those hold no value: resolution
+    spent, never privacy (the grid reads only public things)."""
     size = bins if bins is not None else DEFAULT_BINS
     big = max(abs(lo), abs(hi))
     scale = max(big / LOG_SPAN, 1.0 if integer else 0.0)
